@@ -1,0 +1,290 @@
+//! Aggregation: hit records into per-probe HDR histograms of handler time.
+//!
+//! Pure state and arithmetic, no I/O: the stream stage feeds it, the present stage reads
+//! [`ProbeAggregate::summary`] and the histograms themselves.
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use probe_common::HitEvent;
+use serde::Serialize;
+
+/// Largest value the histograms track: 60 s, far above any handler time.
+pub const HIGHEST_TRACKABLE_NS: u64 = 60_000_000_000;
+/// HDR precision: values are kept to 3 significant digits (0.1% relative error).
+pub const SIGNIFICANT_DIGITS: u8 = 3;
+
+/// A histogram of nanoseconds with probetop's bounds and precision.
+pub fn new_ns_histogram() -> Histogram<u64> {
+    // The bounds are constants known to be valid, so creation cannot fail.
+    Histogram::new_with_bounds(1, HIGHEST_TRACKABLE_NS, SIGNIFICANT_DIGITS)
+        .expect("constant histogram bounds are valid")
+}
+
+/// Percentile summary of one histogram, as shown and exported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct HandlerSummary {
+    pub count: u64,
+    pub min: u64,
+    pub mean: f64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    pub p999: u64,
+    pub max: u64,
+}
+
+impl HandlerSummary {
+    /// Summarises `hist`; all zero when it is empty.
+    pub fn of(hist: &Histogram<u64>) -> Self {
+        if hist.is_empty() {
+            return Self::default();
+        }
+        Self {
+            count: hist.len(),
+            min: hist.min(),
+            mean: hist.mean(),
+            p50: hist.value_at_quantile(0.50),
+            p90: hist.value_at_quantile(0.90),
+            p99: hist.value_at_quantile(0.99),
+            p999: hist.value_at_quantile(0.999),
+            max: hist.max(),
+        }
+    }
+}
+
+/// Hits per second over a sliding window, from per-tick counts.
+#[derive(Debug, Clone)]
+pub struct RateWindow {
+    window: Duration,
+    /// (elapsed time of the tick, hits counted in it), oldest first.
+    ticks: std::collections::VecDeque<(Duration, u64)>,
+    current: u64,
+}
+
+impl RateWindow {
+    pub fn new(window: Duration) -> Self {
+        Self {
+            window,
+            ticks: Default::default(),
+            current: 0,
+        }
+    }
+
+    pub fn add(&mut self, hits: u64) {
+        self.current += hits;
+    }
+
+    /// Closes the current tick, which lasted `elapsed`, and drops ticks older than the window.
+    pub fn tick(&mut self, elapsed: Duration) {
+        self.ticks
+            .push_back((elapsed, std::mem::take(&mut self.current)));
+        let mut span: Duration = self.ticks.iter().map(|(d, _)| *d).sum();
+        while span > self.window && self.ticks.len() > 1 {
+            if let Some((d, _)) = self.ticks.pop_front() {
+                span -= d;
+            }
+        }
+    }
+
+    /// Hits per second over the closed ticks in the window; 0 before the first tick.
+    pub fn per_second(&self) -> f64 {
+        let span: Duration = self.ticks.iter().map(|(d, _)| *d).sum();
+        if span.is_zero() {
+            return 0.0;
+        }
+        let hits: u64 = self.ticks.iter().map(|(_, h)| *h).sum();
+        hits as f64 / span.as_secs_f64()
+    }
+}
+
+/// Everything measured for one probe.
+#[derive(Debug, Clone)]
+pub struct ProbeAggregate {
+    /// Hit records received.
+    pub received: u64,
+    /// Hits whose record the kernel could not queue (ring buffer full).
+    pub dropped: u64,
+    /// Handler time of every received hit since attach (or the last reset).
+    pub handler_ns: Histogram<u64>,
+    /// Handler time since the last interval rollover (`take_interval`).
+    pub interval_ns: Histogram<u64>,
+    pub rate: RateWindow,
+}
+
+impl Default for ProbeAggregate {
+    fn default() -> Self {
+        Self {
+            received: 0,
+            dropped: 0,
+            handler_ns: new_ns_histogram(),
+            interval_ns: new_ns_histogram(),
+            rate: RateWindow::new(Duration::from_secs(1)),
+        }
+    }
+}
+
+impl ProbeAggregate {
+    /// Hits the probe took: received plus dropped.
+    pub fn hits(&self) -> u64 {
+        self.received + self.dropped
+    }
+
+    pub fn summary(&self) -> HandlerSummary {
+        HandlerSummary::of(&self.handler_ns)
+    }
+
+    fn record(&mut self, handler_ns: u64) {
+        self.received += 1;
+        self.rate.add(1);
+        // A zero-length window is possible with a coarse clock; HDR's lowest value is 1.
+        let ns = handler_ns.clamp(1, HIGHEST_TRACKABLE_NS);
+        self.handler_ns.saturating_record(ns);
+        self.interval_ns.saturating_record(ns);
+    }
+
+    /// Returns the histogram of the interval that just ended and starts a new one.
+    pub fn take_interval(&mut self) -> Histogram<u64> {
+        std::mem::replace(&mut self.interval_ns, new_ns_histogram())
+    }
+}
+
+/// Per-probe aggregates, indexed by probe id (the BPF cookie).
+#[derive(Debug, Clone, Default)]
+pub struct Aggregator {
+    probes: Vec<ProbeAggregate>,
+    /// Records whose probe id is not in the table: a bug if ever non-zero.
+    pub unknown_records: u64,
+}
+
+impl Aggregator {
+    pub fn new(probe_count: usize) -> Self {
+        Self {
+            probes: vec![ProbeAggregate::default(); probe_count],
+            unknown_records: 0,
+        }
+    }
+
+    pub fn record(&mut self, event: &HitEvent) {
+        match self.probes.get_mut(event.probe_id as usize) {
+            Some(probe) => probe.record(event.handler_ns),
+            None => self.unknown_records += 1,
+        }
+    }
+
+    /// Sets the kernel's drop count for a probe (it is cumulative in the kernel).
+    pub fn set_dropped(&mut self, probe_id: usize, dropped: u64) {
+        if let Some(probe) = self.probes.get_mut(probe_id) {
+            probe.dropped = dropped;
+        }
+    }
+
+    /// Closes a rate tick of length `elapsed` for every probe.
+    pub fn tick(&mut self, elapsed: Duration) {
+        for probe in &mut self.probes {
+            probe.rate.tick(elapsed);
+        }
+    }
+
+    pub fn probes(&self) -> &[ProbeAggregate] {
+        &self.probes
+    }
+
+    pub fn probes_mut(&mut self) -> &mut [ProbeAggregate] {
+        &mut self.probes
+    }
+
+    /// Total records received over all probes.
+    pub fn received(&self) -> u64 {
+        self.probes.iter().map(|p| p.received).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hit(probe_id: u32, handler_ns: u64) -> HitEvent {
+        HitEvent {
+            probe_id,
+            handler_ns,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn summary_of_known_values() {
+        let mut agg = Aggregator::new(1);
+        for ns in 1..=1000 {
+            agg.record(&hit(0, ns));
+        }
+        let s = agg.probes()[0].summary();
+        assert_eq!(s.count, 1000);
+        assert_eq!(s.min, 1);
+        assert_eq!(s.max, 1000);
+        assert_eq!(s.p50, 500);
+        assert_eq!(s.p90, 900);
+        assert_eq!(s.p99, 990);
+        assert_eq!(s.p999, 999);
+        assert!((s.mean - 500.5).abs() < 0.5, "mean {}", s.mean);
+    }
+
+    #[test]
+    fn empty_summary_is_zero() {
+        assert_eq!(
+            Aggregator::new(1).probes()[0].summary(),
+            HandlerSummary::default()
+        );
+    }
+
+    #[test]
+    fn zero_handler_time_is_recorded_as_one() {
+        let mut agg = Aggregator::new(1);
+        agg.record(&hit(0, 0));
+        assert_eq!(agg.probes()[0].summary().min, 1);
+    }
+
+    #[test]
+    fn unknown_probe_is_counted_not_recorded() {
+        let mut agg = Aggregator::new(2);
+        agg.record(&hit(7, 10));
+        assert_eq!(agg.unknown_records, 1);
+        assert_eq!(agg.received(), 0);
+    }
+
+    #[test]
+    fn hits_include_drops() {
+        let mut agg = Aggregator::new(1);
+        agg.record(&hit(0, 5));
+        agg.set_dropped(0, 3);
+        assert_eq!(agg.probes()[0].hits(), 4);
+    }
+
+    #[test]
+    fn rate_over_window() {
+        let mut rate = RateWindow::new(Duration::from_secs(1));
+        assert_eq!(rate.per_second(), 0.0);
+        for _ in 0..10 {
+            rate.add(100);
+            rate.tick(Duration::from_millis(100));
+        }
+        assert!((rate.per_second() - 1000.0).abs() < 1e-6);
+        // Older ticks leave the window.
+        for _ in 0..10 {
+            rate.add(10);
+            rate.tick(Duration::from_millis(100));
+        }
+        assert!((rate.per_second() - 100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn interval_rolls_over() {
+        let mut agg = Aggregator::new(1);
+        agg.record(&hit(0, 5));
+        let first = agg.probes_mut()[0].take_interval();
+        agg.record(&hit(0, 7));
+        assert_eq!(first.len(), 1);
+        assert_eq!(agg.probes()[0].interval_ns.len(), 1);
+        assert_eq!(agg.probes()[0].handler_ns.len(), 2);
+    }
+}

@@ -1,0 +1,162 @@
+//! The process being probed: who it is, and checks that it is there and probe-able.
+
+use std::{fs, io, path::PathBuf};
+
+use serde::Serialize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("no process with pid {0}: check the pid (pidof NAME, pgrep -f PATTERN)")]
+    NoSuchProcess(u32),
+    #[error("pid {0} is a kernel thread: probetop probes user-space processes")]
+    KernelThread(u32),
+    #[error("pid {0} is a zombie (exited, not yet reaped): there is nothing left to probe")]
+    Zombie(u32),
+    #[error("cannot read /proc/{pid}/{what}: {source}; run probetop as root")]
+    Unreadable {
+        pid: u32,
+        what: &'static str,
+        source: io::Error,
+    },
+    #[error("pid 0 is not a process")]
+    PidZero,
+}
+
+/// Identity of a running process, captured once before probes are attached.
+#[derive(Debug, Clone, Serialize)]
+pub struct Target {
+    pub pid: u32,
+    /// The executable as the kernel names it (`/proc/PID/exe`'s link text).
+    pub exe: PathBuf,
+    /// `/proc/PID/comm`.
+    pub comm: String,
+    /// `/proc/PID/cmdline`, arguments joined by spaces.
+    pub cmdline: String,
+    /// Start time in clock ticks since boot (field 22 of /proc/PID/stat): with the pid,
+    /// it identifies the process even if the pid is later reused.
+    pub start_ticks: u64,
+}
+
+impl Target {
+    /// Reads the identity of `pid`, refusing pids that cannot be probed.
+    pub fn open(pid: u32) -> Result<Self, TargetError> {
+        if pid == 0 {
+            return Err(TargetError::PidZero);
+        }
+        let stat = match fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => stat,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(TargetError::NoSuchProcess(pid));
+            }
+            Err(source) => {
+                return Err(TargetError::Unreadable {
+                    pid,
+                    what: "stat",
+                    source,
+                });
+            }
+        };
+        let (state, start_ticks) = parse_stat(&stat).ok_or(TargetError::Unreadable {
+            pid,
+            what: "stat",
+            source: io::Error::new(io::ErrorKind::InvalidData, "unexpected format"),
+        })?;
+        if state == 'Z' {
+            return Err(TargetError::Zombie(pid));
+        }
+        let exe = match fs::read_link(format!("/proc/{pid}/exe")) {
+            Ok(exe) => exe,
+            // Kernel threads have no executable; their link reads as ENOENT.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(TargetError::KernelThread(pid));
+            }
+            Err(source) => {
+                return Err(TargetError::Unreadable {
+                    pid,
+                    what: "exe",
+                    source,
+                });
+            }
+        };
+        let comm = fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|c| c.trim_end().to_string())
+            .unwrap_or_default();
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|raw| {
+                raw.split(|&b| b == 0)
+                    .filter(|a| !a.is_empty())
+                    .map(String::from_utf8_lossy)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        Ok(Self {
+            pid,
+            exe,
+            comm,
+            cmdline,
+            start_ticks,
+        })
+    }
+
+    /// A path to the executable that stays valid while the process lives, even if the
+    /// file is deleted or replaced on disk: the kernel resolves it to the mapped inode.
+    pub fn exe_link(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/exe", self.pid))
+    }
+
+    /// Whether `pid` still names this same process (not exited, not reused).
+    pub fn is_alive(&self) -> bool {
+        fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|stat| parse_stat(&stat))
+            .is_some_and(|(state, start)| start == self.start_ticks && state != 'Z')
+    }
+}
+
+/// State and start time from /proc/PID/stat. The command name may hold spaces and
+/// parentheses, so fields are counted from the last `)`.
+fn parse_stat(stat: &str) -> Option<(char, u64)> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_comm.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // After the state come fields 4.. of proc(5); starttime is field 22.
+    let start = fields.nth(22 - 4)?.parse().ok()?;
+    Some((state, start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_odd_command_name() {
+        let stat =
+            "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100";
+        assert_eq!(parse_stat(stat), Some(('S', 987654)));
+    }
+
+    #[test]
+    fn this_process_is_a_target() {
+        let me = Target::open(std::process::id()).expect("own process");
+        assert!(me.is_alive());
+        assert!(me.exe.is_absolute());
+        assert!(!me.comm.is_empty());
+    }
+
+    #[test]
+    fn missing_and_zero_pids() {
+        assert!(matches!(Target::open(0), Err(TargetError::PidZero)));
+        // pid_max is at most 2^22, so this pid cannot exist.
+        assert!(matches!(
+            Target::open(4_999_999),
+            Err(TargetError::NoSuchProcess(4_999_999))
+        ));
+    }
+
+    #[test]
+    fn kernel_thread_is_refused() {
+        // kthreadd is pid 2 on Linux.
+        assert!(matches!(Target::open(2), Err(TargetError::KernelThread(2))));
+    }
+}
