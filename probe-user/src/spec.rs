@@ -224,7 +224,12 @@ mod tests {
     fn plain_uprobe_and_uretprobe() {
         let s = ok("uprobe:work_unit");
         assert_eq!(
-            (s.kind, s.object, s.provider, s.name.as_str()),
+            (
+                s.kind,
+                s.object.as_deref(),
+                s.provider.as_deref(),
+                s.name.as_str()
+            ),
             (ProbeKind::Uprobe, None, None, "work_unit")
         );
         let s = ok("uretprobe:leaf_ret");
@@ -253,7 +258,7 @@ mod tests {
     #[test]
     fn cpp_names_keep_double_colons() {
         let s = ok("uprobe:THD::*");
-        assert_eq!((s.object, s.name.as_str()), (None, "THD::*"));
+        assert_eq!((s.object.as_deref(), s.name.as_str()), (None, "THD::*"));
         assert!(s.is_glob());
         let s = ok("uprobe:ns::Class::method");
         assert_eq!(s.name, "ns::Class::method");
@@ -272,7 +277,10 @@ mod tests {
             (Some("fixture"), "tick")
         );
         let s = ok("usdt:/opt/app:tick");
-        assert_eq!((s.object.as_deref(), s.provider), (Some("/opt/app"), None));
+        assert_eq!(
+            (s.object.as_deref(), s.provider.as_deref()),
+            (Some("/opt/app"), None)
+        );
         let s = ok("usdt:libstdc++:libstdcxx:throw");
         assert_eq!(
             (s.object.as_deref(), s.provider.as_deref(), s.name.as_str()),

@@ -1,1 +1,2 @@
-//! TODO
+//! Presentation: the live terminal UI, the end-of-run summary, and exports.
+pub mod export;
