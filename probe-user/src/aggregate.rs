@@ -200,6 +200,51 @@ impl Aggregator {
     }
 }
 
+/// What one probe looks like at a moment: the numbers the UI shows.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProbeSnapshot {
+    pub hits: u64,
+    pub dropped: u64,
+    /// Hits per second over the last second.
+    pub per_second: f64,
+    pub handler: HandlerSummary,
+}
+
+/// Every probe at a moment, plus totals; cheap to clone and send to the UI.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// Time since the probes were attached.
+    pub elapsed: Duration,
+    pub probes: Vec<ProbeSnapshot>,
+    /// Records received per second over the last second, all probes.
+    pub events_per_second: f64,
+    pub received: u64,
+    pub dropped: u64,
+}
+
+impl Aggregator {
+    /// The current numbers of every probe.
+    pub fn snapshot(&self, elapsed: Duration) -> Snapshot {
+        let probes: Vec<ProbeSnapshot> = self
+            .probes
+            .iter()
+            .map(|p| ProbeSnapshot {
+                hits: p.hits(),
+                dropped: p.dropped,
+                per_second: p.rate.per_second(),
+                handler: p.summary(),
+            })
+            .collect();
+        Snapshot {
+            elapsed,
+            events_per_second: probes.iter().map(|p| p.per_second).sum(),
+            received: self.received(),
+            dropped: probes.iter().map(|p| p.dropped).sum(),
+            probes,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +320,22 @@ mod tests {
             rate.tick(Duration::from_millis(100));
         }
         assert!((rate.per_second() - 100.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn snapshot_totals() {
+        let mut agg = Aggregator::new(2);
+        agg.record(&hit(0, 10));
+        agg.record(&hit(1, 20));
+        agg.record(&hit(1, 30));
+        agg.set_dropped(1, 4);
+        agg.tick(Duration::from_secs(1));
+        let snap = agg.snapshot(Duration::from_secs(1));
+        assert_eq!(snap.received, 3);
+        assert_eq!(snap.dropped, 4);
+        assert_eq!(snap.probes[1].hits, 6);
+        assert!((snap.events_per_second - 3.0).abs() < 1e-9);
+        assert_eq!(snap.probes[1].handler.max, 30);
     }
 
     #[test]

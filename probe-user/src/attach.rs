@@ -1,1 +1,405 @@
-//! TODO
+//! Attachment: loads probetop's eBPF programs and attaches one per probe point.
+//!
+//! Each probe is its own uprobe perf event, opened here with `perf_event_open(2)` on the
+//! kernel's `uprobe` PMU rather than through aya, because aya cannot pass
+//! `ref_ctr_offset` (the kernel-counted USDT semaphore). The program is bound to the
+//! event by a BPF link carrying the probe id as its cookie. A probe is detached by
+//! closing its two file descriptors, which the kernel also does if probetop dies, so
+//! no exit path leaves a probe behind.
+
+use std::{
+    ffi::CString,
+    fs, io,
+    os::{
+        fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
+        unix::ffi::OsStrExt as _,
+    },
+    path::Path,
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{MapData, PerCpuArray, RingBuf},
+    programs::UProbe,
+};
+
+use crate::resolve::ProbePoint;
+use crate::spec::ProbeKind;
+
+/// The eBPF object built by build.rs from probe-ebpf.
+static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probetop-ebpf"));
+
+const PROG_UPROBE: &str = "probetop_uprobe";
+const PROG_URETPROBE: &str = "probetop_uretprobe";
+const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe";
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error("loading the eBPF programs failed: {0}")]
+    Load(#[from] aya::EbpfError),
+    #[error("the eBPF program {name} was refused by the kernel: {source}")]
+    Program {
+        name: &'static str,
+        source: aya::programs::ProgramError,
+    },
+    #[error("the eBPF object has no map {0}")]
+    MissingMap(&'static str),
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        source: aya::maps::MapError,
+    },
+    #[error("this kernel has no uprobe PMU ({UPROBE_PMU}): it needs CONFIG_UPROBE_EVENTS ({0})")]
+    NoUprobePmu(io::Error),
+    #[error("cannot attach {kind} to {path} at offset {offset:#x}: {source}")]
+    PerfEventOpen {
+        kind: ProbeKind,
+        path: String,
+        offset: u64,
+        source: io::Error,
+    },
+    #[error("cannot bind the eBPF program to the {kind} at {path}+{offset:#x}: {source}")]
+    Link {
+        kind: ProbeKind,
+        path: String,
+        offset: u64,
+        source: io::Error,
+    },
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Load-time settings of the eBPF programs.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadOptions {
+    /// Ring buffer size in bytes (a power of two, a multiple of the page size).
+    pub ring_bytes: u32,
+    /// Queued bytes at which a handler wakes the consumer.
+    pub wakeup_bytes: u64,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            ring_bytes: probe_common::DEFAULT_RING_BYTES,
+            wakeup_bytes: probe_common::DEFAULT_WAKEUP_BYTES,
+        }
+    }
+}
+
+/// What the uprobe PMU's sysfs directory says about its config layout.
+#[derive(Debug, Clone, Copy)]
+struct UprobePmu {
+    perf_type: u32,
+    retprobe_bit: u32,
+}
+
+impl UprobePmu {
+    fn read() -> io::Result<Self> {
+        let perf_type = fs::read_to_string(format!("{UPROBE_PMU}/type"))?
+            .trim()
+            .parse()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        let format = fs::read_to_string(format!("{UPROBE_PMU}/format/retprobe"))?;
+        let retprobe_bit = format
+            .trim()
+            .strip_prefix("config:")
+            .and_then(|bit| bit.parse().ok())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format.clone()))?;
+        Ok(Self {
+            perf_type,
+            retprobe_bit,
+        })
+    }
+}
+
+/// One attached probe: the perf event and the BPF link binding the program to it.
+/// Dropping it detaches the probe.
+#[derive(Debug)]
+pub struct ProbeLink {
+    _link: OwnedFd,
+    _perf_event: OwnedFd,
+}
+
+/// The loaded programs, their maps, and every attached probe.
+pub struct Attachment {
+    ebpf: Ebpf,
+    pmu: UprobePmu,
+    links: Vec<Option<ProbeLink>>,
+}
+
+impl Attachment {
+    /// Loads and verifies the programs; nothing is attached yet.
+    pub fn load(options: LoadOptions) -> Result<Self, AttachError> {
+        let pmu = UprobePmu::read().map_err(AttachError::NoUprobePmu)?;
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries("EVENTS", options.ring_bytes)
+            .override_global("WAKEUP_BYTES", &options.wakeup_bytes, true)
+            .load(EBPF_OBJECT)?;
+        for name in [PROG_UPROBE, PROG_URETPROBE] {
+            let program: &mut UProbe = ebpf
+                .program_mut(name)
+                .ok_or(AttachError::Unsupported(format!(
+                    "the eBPF object lacks {name}"
+                )))?
+                .try_into()
+                .map_err(|source| AttachError::Program { name, source })?;
+            program
+                .load()
+                .map_err(|source| AttachError::Program { name, source })?;
+        }
+        Ok(Self {
+            ebpf,
+            pmu,
+            links: Vec::new(),
+        })
+    }
+
+    /// Attaches `point` as probe `probe_id` (the BPF cookie), firing only in `pid`.
+    pub fn attach(
+        &mut self,
+        probe_id: u32,
+        point: &ProbePoint,
+        pid: u32,
+    ) -> Result<(), AttachError> {
+        let (program, retprobe) = match point.kind {
+            ProbeKind::Uprobe => (PROG_UPROBE, false),
+            ProbeKind::Uretprobe => (PROG_URETPROBE, true),
+            ProbeKind::Usdt => {
+                return Err(AttachError::Unsupported(
+                    "usdt probes are not attachable yet".into(),
+                ));
+            }
+        };
+        let program: &UProbe = self
+            .ebpf
+            .program(program)
+            .ok_or(AttachError::Unsupported(format!(
+                "the eBPF object lacks {program}"
+            )))?
+            .try_into()
+            .map_err(|source| AttachError::Program {
+                name: PROG_UPROBE,
+                source,
+            })?;
+        let program_fd = program.fd().map_err(|source| AttachError::Program {
+            name: PROG_UPROBE,
+            source,
+        })?;
+        let path_text = point.attach_path.display().to_string();
+        let perf_event = open_uprobe_event(
+            self.pmu,
+            &point.attach_path,
+            point.file_offset,
+            0,
+            retprobe,
+            pid,
+        )
+        .map_err(|source| AttachError::PerfEventOpen {
+            kind: point.kind,
+            path: path_text.clone(),
+            offset: point.file_offset,
+            source,
+        })?;
+        let link = link_perf_event(program_fd.as_fd(), perf_event.as_fd(), u64::from(probe_id))
+            .map_err(|source| AttachError::Link {
+                kind: point.kind,
+                path: path_text,
+                offset: point.file_offset,
+                source,
+            })?;
+        let slot = probe_id as usize;
+        if self.links.len() <= slot {
+            self.links.resize_with(slot + 1, || None);
+        }
+        self.links[slot] = Some(ProbeLink {
+            _link: link,
+            _perf_event: perf_event,
+        });
+        Ok(())
+    }
+
+    /// Detaches every probe; the programs stay loaded until the attachment is dropped.
+    pub fn detach_all(&mut self) {
+        self.links.clear();
+    }
+
+    /// Number of probes attached now.
+    pub fn attached(&self) -> usize {
+        self.links.iter().flatten().count()
+    }
+
+    /// Takes the ring buffer of hit records (once).
+    pub fn take_ring(&mut self) -> Result<RingBuf<MapData>, AttachError> {
+        let map = self
+            .ebpf
+            .take_map("EVENTS")
+            .ok_or(AttachError::MissingMap("EVENTS"))?;
+        RingBuf::try_from(map).map_err(|source| AttachError::Map {
+            name: "EVENTS",
+            source,
+        })
+    }
+
+    /// Takes the per-probe, per-CPU drop counters (once).
+    pub fn take_drops(&mut self) -> Result<DropCounters, AttachError> {
+        let map = self
+            .ebpf
+            .take_map("DROPS")
+            .ok_or(AttachError::MissingMap("DROPS"))?;
+        let map = PerCpuArray::try_from(map).map_err(|source| AttachError::Map {
+            name: "DROPS",
+            source,
+        })?;
+        Ok(DropCounters { map })
+    }
+}
+
+/// The kernel's count of hits whose record did not fit in the ring buffer.
+pub struct DropCounters {
+    map: PerCpuArray<MapData, u64>,
+}
+
+impl DropCounters {
+    /// Drops of probe `probe_id` summed over CPUs.
+    pub fn read(&self, probe_id: u32) -> Result<u64, aya::maps::MapError> {
+        Ok(self.map.get(&probe_id, 0)?.iter().sum())
+    }
+}
+
+/// `struct perf_event_attr` up to `config3` (PERF_ATTR_SIZE_VER8).
+#[repr(C)]
+#[derive(Default)]
+struct PerfEventAttr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+    branch_sample_type: u64,
+    sample_regs_user: u64,
+    sample_stack_user: u32,
+    clockid: i32,
+    sample_regs_intr: u64,
+    aux_watermark: u32,
+    sample_max_stack: u16,
+    reserved_2: u16,
+    aux_sample_size: u32,
+    reserved_3: u32,
+    sig_data: u64,
+    config3: u64,
+}
+
+const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
+const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+
+/// Opens a uprobe (or uretprobe) perf event at `path`+`offset` for process `pid`.
+/// `ref_ctr_offset` non-zero makes the kernel count the USDT semaphore at that file offset.
+fn open_uprobe_event(
+    pmu: UprobePmu,
+    path: &Path,
+    offset: u64,
+    ref_ctr_offset: u64,
+    retprobe: bool,
+    pid: u32,
+) -> io::Result<OwnedFd> {
+    let path = CString::new(path.as_os_str().as_bytes())?;
+    let mut config = ref_ctr_offset << 32;
+    if retprobe {
+        config |= 1 << pmu.retprobe_bit;
+    }
+    let attr = PerfEventAttr {
+        kind: pmu.perf_type,
+        size: size_of::<PerfEventAttr>() as u32,
+        config,
+        config1: path.as_ptr() as u64,
+        config2: offset,
+        ..Default::default()
+    };
+    // SAFETY: attr is a valid perf_event_attr of the size it declares, and the path it
+    // points to outlives the call; the kernel copies both before returning.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const PerfEventAttr,
+            pid as libc::pid_t,
+            -1 as libc::c_int,
+            -1 as libc::c_int,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    // SAFETY: PERF_EVENT_IOC_ENABLE takes no argument and fd is a perf event.
+    if unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE, 0) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// `union bpf_attr`'s `link_create` for a perf event target.
+#[repr(C)]
+struct LinkCreatePerfEvent {
+    prog_fd: u32,
+    target_fd: u32,
+    attach_type: u32,
+    flags: u32,
+    bpf_cookie: u64,
+}
+
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PERF_EVENT: u32 = 41;
+
+/// Binds `program` to `perf_event` with a link whose cookie the program reads back.
+fn link_perf_event(
+    program: BorrowedFd<'_>,
+    perf_event: BorrowedFd<'_>,
+    cookie: u64,
+) -> io::Result<OwnedFd> {
+    let attr = LinkCreatePerfEvent {
+        prog_fd: program.as_raw_fd() as u32,
+        target_fd: perf_event.as_raw_fd() as u32,
+        attach_type: BPF_PERF_EVENT,
+        flags: 0,
+        bpf_cookie: cookie,
+    };
+    // SAFETY: attr is a valid prefix of union bpf_attr for BPF_LINK_CREATE, the size
+    // passed is its own, and the kernel zero-fills the rest.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_CREATE,
+            &attr as *const LinkCreatePerfEvent,
+            size_of::<LinkCreatePerfEvent>() as u32,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn perf_event_attr_has_the_kernel_layout() {
+        // PERF_ATTR_SIZE_VER8, and config1/config2 where the uprobe PMU reads path/offset.
+        assert_eq!(size_of::<PerfEventAttr>(), 136);
+        assert_eq!(std::mem::offset_of!(PerfEventAttr, config1), 56);
+        assert_eq!(std::mem::offset_of!(PerfEventAttr, config2), 64);
+        assert_eq!(std::mem::offset_of!(PerfEventAttr, config3), 128);
+        assert_eq!(std::mem::offset_of!(LinkCreatePerfEvent, bpf_cookie), 16);
+    }
+}

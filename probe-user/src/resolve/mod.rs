@@ -45,6 +45,46 @@ pub enum ResolveError {
 
 /// Resolves `spec` in `target` to the points to attach.
 pub fn resolve(target: &Target, spec: &ProbeSpec) -> Result<Vec<ProbePoint>, ResolveError> {
-    let _ = (target, spec);
-    Err(ResolveError::Unsupported { kind: spec.kind })
+    if spec.kind == ProbeKind::Usdt || spec.object.is_some() {
+        return Err(ResolveError::Unsupported { kind: spec.kind });
+    }
+    let attach_path = target.exe_link();
+    let data = std::fs::read(&attach_path).map_err(|source| ResolveError::Read {
+        path: target.exe.clone(),
+        source,
+    })?;
+    let elf_error = |reason: String| ResolveError::Elf {
+        path: target.exe.clone(),
+        reason,
+    };
+    let file = object::File::parse(&*data).map_err(|e| elf_error(e.to_string()))?;
+    use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
+    let address = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| {
+            s.is_definition() && s.kind() == object::SymbolKind::Text && s.name() == Ok(&spec.name)
+        })
+        .map(|s| s.address())
+        .ok_or_else(|| ResolveError::SymbolNotFound {
+            name: spec.name.clone(),
+            object: target.exe.clone(),
+            hint: String::new(),
+        })?;
+    let file_offset = file
+        .segments()
+        .find_map(|seg| {
+            let (offset, size) = seg.file_range();
+            (address >= seg.address() && address < seg.address() + size)
+                .then(|| address - seg.address() + offset)
+        })
+        .ok_or_else(|| elf_error(format!("{:#x} is not in a loaded segment", address)))?;
+    Ok(vec![ProbePoint {
+        kind: spec.kind,
+        object: target.exe.clone(),
+        attach_path,
+        name: spec.name.clone(),
+        address,
+        file_offset,
+    }])
 }

@@ -1,0 +1,52 @@
+//! Command-line interface.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// top for user-space probes: attach uprobes, uretprobes and USDT probes to a live
+/// process and watch what every hit costs, as live HDR histograms.
+#[derive(Debug, Parser)]
+#[command(name = "probetop", version, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Process to probe.
+    #[arg(short, long, value_name = "PID")]
+    pub pid: Option<u32>,
+
+    /// Probe to attach, repeatable: uprobe:FUNC, uretprobe:FUNC, usdt:[PROVIDER:]NAME,
+    /// with an optional OBJECT: before FUNC (a path or a library name like libc).
+    #[arg(short = 'e', long = "probe", value_name = "SPEC")]
+    pub probes: Vec<String>,
+
+    /// Read probe specs from a file, one a line; `#` starts a comment.
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub spec_file: Option<PathBuf>,
+
+    /// Stop after this many seconds.
+    #[arg(short, long, value_name = "SECS")]
+    pub duration: Option<f64>,
+
+    /// No terminal UI: print `attached` once probes are live, then a summary at the end.
+    #[arg(long)]
+    pub no_tui: bool,
+
+    /// Write the measurements at exit; the format follows the extension (.json).
+    /// Repeatable.
+    #[arg(short = 'o', long = "export", value_name = "FILE")]
+    pub exports: Vec<PathBuf>,
+
+    /// Ring buffer size in MiB (a power of two).
+    #[arg(long, value_name = "MIB", default_value_t = 8)]
+    pub ring_mib: u32,
+}

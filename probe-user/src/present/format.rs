@@ -1,0 +1,70 @@
+//! Human-readable numbers, shared by the TUI and the summary table.
+
+/// Nanoseconds with a unit that keeps three significant digits: `812ns`, `1.23us`, `45.6ms`.
+pub fn ns(value: u64) -> String {
+    const UNITS: [(f64, &str); 3] = [(1e9, "s"), (1e6, "ms"), (1e3, "us")];
+    for (scale, unit) in UNITS {
+        let v = value as f64 / scale;
+        if v >= 1.0 {
+            return format!("{}{unit}", three_digits(v));
+        }
+    }
+    format!("{value}ns")
+}
+
+/// Fractional nanoseconds (means), same units as [`ns`].
+pub fn ns_f(value: f64) -> String {
+    if value < 1000.0 {
+        format!("{}ns", three_digits(value))
+    } else {
+        ns(value.round() as u64)
+    }
+}
+
+fn three_digits(v: f64) -> String {
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else if v >= 10.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Counts with k/M/G suffixes past 10,000: `9999`, `12.3k`, `4.56M`.
+pub fn count(value: f64) -> String {
+    const UNITS: [(f64, &str); 3] = [(1e9, "G"), (1e6, "M"), (1e3, "k")];
+    if value < 10_000.0 {
+        return format!("{value:.0}");
+    }
+    for (scale, unit) in UNITS {
+        if value >= scale {
+            return format!("{}{unit}", three_digits(value / scale));
+        }
+    }
+    format!("{value:.0}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nanoseconds() {
+        assert_eq!(ns(0), "0ns");
+        assert_eq!(ns(812), "812ns");
+        assert_eq!(ns(1_234), "1.23us");
+        assert_eq!(ns(45_600_000), "45.6ms");
+        assert_eq!(ns(2_000_000_000), "2.00s");
+        assert_eq!(ns_f(12.345), "12.3ns");
+        assert_eq!(ns_f(1500.0), "1.50us");
+    }
+
+    #[test]
+    fn counts() {
+        assert_eq!(count(9999.0), "9999");
+        assert_eq!(count(12_345.0), "12.3k");
+        assert_eq!(count(4_560_000.0), "4.56M");
+        assert_eq!(count(0.4), "0");
+    }
+}

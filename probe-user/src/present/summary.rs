@@ -1,0 +1,90 @@
+//! The end-of-run table printed by headless runs.
+
+use std::fmt::Write as _;
+
+use super::{ProbeLabel, format};
+use crate::aggregate::Snapshot;
+
+/// Renders one row per probe: hits, drops and handler-time percentiles.
+pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot) -> String {
+    let headers = [
+        "PROBE", "HITS", "DROPS", "HITS/S", "MIN", "P50", "P90", "P99", "P99.9", "MAX", "MEAN",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![headers.iter().map(|h| h.to_string()).collect()];
+    for (label, probe) in labels.iter().zip(&snapshot.probes) {
+        let h = &probe.handler;
+        rows.push(vec![
+            label.display.clone(),
+            probe.hits.to_string(),
+            probe.dropped.to_string(),
+            format::count(probe.per_second),
+            format::ns(h.min),
+            format::ns(h.p50),
+            format::ns(h.p90),
+            format::ns(h.p99),
+            format::ns(h.p999),
+            format::ns(h.max),
+            format::ns_f(h.mean),
+        ]);
+    }
+    let widths: Vec<usize> = (0..headers.len())
+        .map(|col| {
+            rows.iter()
+                .map(|r| r[col].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        for (col, cell) in row.iter().enumerate() {
+            let width = widths[col];
+            // The probe name reads left-aligned, numbers right-aligned.
+            let _ = if col == 0 {
+                write!(out, "{cell:<width$}")
+            } else {
+                write!(out, "  {cell:>width$}")
+            };
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{HandlerSummary, ProbeSnapshot};
+    use crate::spec::ProbeKind;
+
+    #[test]
+    fn aligned_rows() {
+        let labels = vec![ProbeLabel::new(ProbeKind::Uprobe, "work_unit", "/bin/w")];
+        let snapshot = Snapshot {
+            probes: vec![ProbeSnapshot {
+                hits: 100_000,
+                dropped: 0,
+                per_second: 0.0,
+                handler: HandlerSummary {
+                    count: 100_000,
+                    min: 90,
+                    mean: 250.4,
+                    p50: 240,
+                    p90: 300,
+                    p99: 1200,
+                    p999: 5000,
+                    max: 30_000,
+                },
+            }],
+            ..Default::default()
+        };
+        let text = table(&labels, &snapshot);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(lines[0].starts_with("PROBE"));
+        assert!(lines[1].starts_with("uprobe:work_unit"));
+        assert!(lines[1].contains("100000"));
+        assert!(lines[1].contains("1.20us"));
+        assert_eq!(lines[0].len(), lines[1].len());
+    }
+}

@@ -1,0 +1,300 @@
+//! One probing run, start to finish: specs -> resolve -> attach -> stream -> aggregate
+//! -> present, then detach and export.
+
+use std::{
+    future::Future,
+    io,
+    os::fd::{FromRawFd as _, OwnedFd},
+    path::Path,
+    time::{Duration, Instant, SystemTime},
+};
+
+use anyhow::{Context as _, bail};
+use tokio::{
+    io::{Interest, unix::AsyncFd},
+    signal::unix::{SignalKind, signal},
+    sync::{mpsc, watch},
+};
+
+use crate::aggregate::{Aggregator, Snapshot};
+use crate::attach::{Attachment, LoadOptions};
+use crate::cli::RunArgs;
+use crate::present::{
+    self, ProbeLabel,
+    export::{self, ProbeReport, Report},
+    tui::{self, UiExit},
+};
+use crate::resolve::{self, ProbePoint};
+use crate::spec::ProbeSpec;
+use crate::stream::{self, CollectorCommand, HitStream};
+use crate::target::Target;
+use crate::{UsageError, privileges};
+
+/// Why measuring stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Duration,
+    Signal(&'static str),
+    TargetExited,
+    UserQuit,
+}
+
+/// A resolved probe with the spec that asked for it.
+struct Probe {
+    spec: String,
+    point: ProbePoint,
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let specs = collect_specs(&args)?;
+    let pid = args.pid.ok_or_else(|| {
+        UsageError("which process? give --pid PID (for example --pid $(pidof mariadbd))".into())
+    })?;
+    if let Some(d) = args.duration
+        && !(d.is_finite() && d > 0.0)
+    {
+        bail!(UsageError(format!(
+            "--duration {d}: give a positive number of seconds"
+        )));
+    }
+    if !args.ring_mib.is_power_of_two() {
+        bail!(UsageError(format!(
+            "--ring-mib {}: the kernel needs a power of two (4, 8, 16, ...)",
+            args.ring_mib
+        )));
+    }
+    privileges::check()?;
+    let target = Target::open(pid)?;
+    for path in &args.exports {
+        check_export_format(&target, path)?;
+    }
+
+    let mut probes = Vec::new();
+    for spec in &specs {
+        for point in resolve::resolve(&target, spec)? {
+            probes.push(Probe {
+                spec: spec.text.clone(),
+                point,
+            });
+        }
+    }
+
+    let mut attachment = Attachment::load(LoadOptions {
+        ring_bytes: args.ring_mib << 20,
+        ..Default::default()
+    })?;
+    // Signals are handled from here on, so an interrupt while attaching still detaches.
+    let shutdown = shutdown_signal(&target, args.duration.map(Duration::from_secs_f64))?;
+    for (id, probe) in probes.iter().enumerate() {
+        attachment
+            .attach(id as u32, &probe.point, pid)
+            .with_context(|| format!("attaching {}", probe.spec))?;
+    }
+    let ring = attachment.take_ring()?;
+    let drops = attachment.take_drops()?;
+    let started = Instant::now();
+    let started_unix_ms = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    eprintln!(
+        "probetop: attached {} probe{} to pid {} ({})",
+        probes.len(),
+        if probes.len() == 1 { "" } else { "s" },
+        target.pid,
+        target.comm
+    );
+
+    let labels: Vec<ProbeLabel> = probes
+        .iter()
+        .map(|p| {
+            ProbeLabel::new(
+                p.point.kind,
+                &p.point.name,
+                &p.point.object.display().to_string(),
+            )
+        })
+        .collect();
+    let (snapshot_tx, snapshot_rx) = watch::channel(Snapshot::default());
+    let (command_tx, command_rx) = mpsc::channel(4);
+    let collector = tokio::spawn(stream::collect(
+        HitStream::new(ring)?,
+        drops,
+        Aggregator::new(probes.len()),
+        snapshot_tx,
+        command_rx,
+    ));
+
+    let reason = if args.no_tui {
+        shutdown.await
+    } else {
+        let target_line = tui::TargetLine {
+            pid: target.pid,
+            comm: target.comm.clone(),
+        };
+        match tui::run(target_line, labels.clone(), snapshot_rx.clone(), shutdown).await? {
+            UiExit::Quit => StopReason::UserQuit,
+            UiExit::Shutdown(reason) => reason,
+        }
+    };
+
+    // Detach first so no hit lands after the final drain.
+    attachment.detach_all();
+    let duration = started.elapsed();
+    // The collector drains on stop; if it is already gone its snapshot is all there is.
+    let _ = command_tx.send(CollectorCommand::Stop).await;
+    let aggregator = collector.await.context("the collector task failed")?;
+    drop(attachment);
+
+    match reason {
+        StopReason::TargetExited => eprintln!("probetop: pid {} exited", target.pid),
+        StopReason::Signal(name) => eprintln!("probetop: {name}, detached"),
+        StopReason::Duration | StopReason::UserQuit => {}
+    }
+    let snapshot = aggregator.snapshot(duration);
+    print!("{}", present::summary::table(&labels, &snapshot));
+
+    let report = build_report(&target, &probes, &aggregator, started_unix_ms, duration);
+    let mut failed = Vec::new();
+    for path in &args.exports {
+        match export::write(&report, path) {
+            Ok(()) => eprintln!("probetop: wrote {}", path.display()),
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    if !failed.is_empty() {
+        bail!("{}", failed.join("; "));
+    }
+    Ok(())
+}
+
+/// Specs from -e and -f, parsed; a malformed one is a usage error with a caret.
+fn collect_specs(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
+    let mut texts: Vec<String> = args.probes.clone();
+    if let Some(file) = &args.spec_file {
+        let content = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read spec file {}", file.display()))?;
+        texts.extend(spec_lines(&content));
+    }
+    if texts.is_empty() {
+        bail!(UsageError(
+            "no probes: give at least one -e SPEC, for example -e uprobe:my_func".into()
+        ));
+    }
+    texts
+        .iter()
+        .map(|t| ProbeSpec::parse(t).map_err(|e| UsageError(format!("bad probe spec: {e}")).into()))
+        .collect()
+}
+
+/// Lines of a spec file without comments and blanks.
+fn spec_lines(content: &str) -> impl Iterator<Item = String> + '_ {
+    content
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or("").trim())
+        .filter(|line| !line.is_empty())
+        .map(str::to_string)
+}
+
+/// Fails early, before anything is attached, on an export path probetop cannot write.
+fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
+    let empty = Report {
+        target: target.clone(),
+        started_unix_ms: 0,
+        duration_s: 0.0,
+        probes: Vec::new(),
+    };
+    export::render(&empty, path)
+        .map_err(|e| UsageError(format!("--export {}: {e}", path.display())))?;
+    Ok(())
+}
+
+fn build_report(
+    target: &Target,
+    probes: &[Probe],
+    aggregator: &Aggregator,
+    started_unix_ms: u64,
+    duration: Duration,
+) -> Report {
+    Report {
+        target: target.clone(),
+        started_unix_ms,
+        duration_s: duration.as_secs_f64(),
+        probes: probes
+            .iter()
+            .zip(aggregator.probes())
+            .enumerate()
+            .map(|(id, (probe, measured))| ProbeReport {
+                id: id as u32,
+                spec: probe.spec.clone(),
+                kind: probe.point.kind,
+                name: probe.point.name.clone(),
+                object: probe.point.object.display().to_string(),
+                address: probe.point.address,
+                file_offset: probe.point.file_offset,
+                hits: measured.hits(),
+                dropped: measured.dropped,
+                handler_ns: measured.handler_ns.clone(),
+                intervals: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+/// Resolves when measuring should stop: after `duration`, on SIGINT, SIGTERM or
+/// SIGHUP (a lost terminal), or when the target exits.
+fn shutdown_signal(
+    target: &Target,
+    duration: Option<Duration>,
+) -> anyhow::Result<impl Future<Output = StopReason> + use<>> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    // SAFETY: the OwnedFd keeps the pidfd open, unchanged, for as long as the AsyncFd
+    // that owns it lives.
+    let exited =
+        unsafe { AsyncFd::register_with_interest(pidfd_open(target.pid)?, Interest::READABLE) }
+            .map_err(io::Error::from)?;
+    // The pidfd names whatever process has the pid now; make sure that is still ours.
+    if !target.is_alive() {
+        bail!("pid {} exited before probes were attached", target.pid);
+    }
+    Ok(async move {
+        let deadline = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = deadline => StopReason::Duration,
+            _ = interrupt.recv() => StopReason::Signal("SIGINT"),
+            _ = terminate.recv() => StopReason::Signal("SIGTERM"),
+            _ = hangup.recv() => StopReason::Signal("SIGHUP"),
+            _ = exited.readable() => StopReason::TargetExited,
+        }
+    })
+}
+
+/// A file descriptor that becomes readable when process `pid` exits.
+fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_file_lines() {
+        let lines: Vec<String> =
+            spec_lines("# probes\nuprobe:a\n\n  uretprobe:b  # return\n#x\n").collect();
+        assert_eq!(lines, ["uprobe:a", "uretprobe:b"]);
+    }
+}
