@@ -150,11 +150,20 @@ impl ProbeAggregate {
 }
 
 /// Per-probe aggregates, indexed by probe id (the BPF cookie).
+///
+/// Only hits inside the measurement window count, so every probe is measured over the
+/// same span although the kernel attaches and detaches them one at a time.
 #[derive(Debug, Clone, Default)]
 pub struct Aggregator {
     probes: Vec<ProbeAggregate>,
     /// Records whose probe id is not in the table: a bug if ever non-zero.
     pub unknown_records: u64,
+    /// Hits before the window opened or after it closed, not counted anywhere else.
+    pub outside_window: u64,
+    /// CLOCK_MONOTONIC ns: the window opens once every probe is attached ...
+    window_start_ns: u64,
+    /// ... and closes when measuring stops.
+    window_end_ns: u64,
 }
 
 impl Aggregator {
@@ -162,10 +171,27 @@ impl Aggregator {
         Self {
             probes: vec![ProbeAggregate::default(); probe_count],
             unknown_records: 0,
+            outside_window: 0,
+            window_start_ns: 0,
+            window_end_ns: u64::MAX,
         }
     }
 
+    /// Counts only hits whose handler started at or after `ktime_ns` (CLOCK_MONOTONIC).
+    pub fn open_window(&mut self, ktime_ns: u64) {
+        self.window_start_ns = ktime_ns;
+    }
+
+    /// Counts only hits whose handler started at or before `ktime_ns`.
+    pub fn close_window(&mut self, ktime_ns: u64) {
+        self.window_end_ns = ktime_ns;
+    }
+
     pub fn record(&mut self, event: &HitEvent) {
+        if event.ktime_ns < self.window_start_ns || event.ktime_ns > self.window_end_ns {
+            self.outside_window += 1;
+            return;
+        }
         match self.probes.get_mut(event.probe_id as usize) {
             Some(probe) => probe.record(event.handler_ns),
             None => self.unknown_records += 1,
@@ -295,6 +321,22 @@ mod tests {
         agg.record(&hit(7, 10));
         assert_eq!(agg.unknown_records, 1);
         assert_eq!(agg.received(), 0);
+    }
+
+    #[test]
+    fn only_hits_inside_the_window_count() {
+        let mut agg = Aggregator::new(1);
+        agg.open_window(100);
+        agg.close_window(200);
+        for ktime_ns in [99, 100, 150, 200, 201] {
+            agg.record(&HitEvent {
+                ktime_ns,
+                handler_ns: 10,
+                ..Default::default()
+            });
+        }
+        assert_eq!(agg.received(), 3);
+        assert_eq!(agg.outside_window, 2);
     }
 
     #[test]

@@ -92,6 +92,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let ring = attachment.take_ring()?;
     let drops = attachment.take_drops()?;
+    let mut aggregator = Aggregator::new(probes.len());
+    aggregator.open_window(stream::ktime_now_ns());
     let started = Instant::now();
     let started_unix_ms = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -120,7 +122,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let collector = tokio::spawn(stream::collect(
         HitStream::new(ring)?,
         drops,
-        Aggregator::new(probes.len()),
+        aggregator,
         snapshot_tx,
         command_rx,
     ));
@@ -138,10 +140,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
 
-    // Detach first so no hit lands after the final drain.
-    attachment.detach_all();
+    // One cut for every probe, although the kernel detaches them one at a time. A send
+    // fails only if the collector is gone, and then its result says what happened.
+    let close = CollectorCommand::CloseWindow {
+        at_ktime_ns: stream::ktime_now_ns(),
+    };
     let duration = started.elapsed();
-    // The collector drains on stop; if it is already gone its snapshot is all there is.
+    let _ = command_tx.send(close).await;
+    attachment.detach_all();
     let _ = command_tx.send(CollectorCommand::Stop).await;
     let aggregator = collector.await.context("the collector task failed")?;
     drop(attachment);

@@ -72,8 +72,21 @@ impl HitStream {
 /// Requests to the collector task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CollectorCommand {
+    /// From now on count only hits up to `at_ktime_ns` (CLOCK_MONOTONIC).
+    CloseWindow { at_ktime_ns: u64 },
     /// Drain what is queued, then return the aggregator.
     Stop,
+}
+
+/// Now on the clock `bpf_ktime_get_ns()` reads (CLOCK_MONOTONIC), in ns.
+pub fn ktime_now_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 /// Runs until [`CollectorCommand::Stop`] or until every sender is gone, then returns
@@ -113,6 +126,9 @@ pub async fn collect(
                 snapshots.send_replace(aggregator.snapshot(started.elapsed()));
             }
             command = commands.recv() => match command {
+                Some(CollectorCommand::CloseWindow { at_ktime_ns }) => {
+                    aggregator.close_window(at_ktime_ns);
+                }
                 Some(CollectorCommand::Stop) | None => break,
             },
         }

@@ -5,8 +5,10 @@ use std::fmt::Write as _;
 use super::{ProbeLabel, format};
 use crate::aggregate::Snapshot;
 
-/// Renders one row per probe: hits, drops and handler-time percentiles.
+/// Renders one row per probe: hits, the average rate over the run, drops and
+/// handler-time percentiles.
 pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot) -> String {
+    let seconds = snapshot.elapsed.as_secs_f64();
     let headers = [
         "PROBE", "HITS", "DROPS", "HITS/S", "MIN", "P50", "P90", "P99", "P99.9", "MAX", "MEAN",
     ];
@@ -17,7 +19,11 @@ pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot) -> String {
             label.display.clone(),
             probe.hits.to_string(),
             probe.dropped.to_string(),
-            format::count(probe.per_second),
+            format::count(if seconds > 0.0 {
+                probe.hits as f64 / seconds
+            } else {
+                0.0
+            }),
             format::ns(h.min),
             format::ns(h.p50),
             format::ns(h.p90),
@@ -61,6 +67,7 @@ mod tests {
     fn aligned_rows() {
         let labels = vec![ProbeLabel::new(ProbeKind::Uprobe, "work_unit", "/bin/w")];
         let snapshot = Snapshot {
+            elapsed: std::time::Duration::from_secs(4),
             probes: vec![ProbeSnapshot {
                 hits: 100_000,
                 dropped: 0,
@@ -85,6 +92,7 @@ mod tests {
         assert!(lines[1].starts_with("uprobe:work_unit"));
         assert!(lines[1].contains("100000"));
         assert!(lines[1].contains("1.20us"));
+        assert!(lines[1].contains("25.0k"), "average rate: {}", lines[1]);
         assert_eq!(lines[0].len(), lines[1].len());
     }
 }

@@ -22,7 +22,7 @@ use ratatui::{
 use tokio::sync::watch;
 
 use super::{ProbeLabel, format};
-use crate::aggregate::Snapshot;
+use crate::aggregate::{ProbeSnapshot, Snapshot};
 
 /// Redraws at most this often.
 const FRAME_INTERVAL: Duration = Duration::from_millis(100);
@@ -75,43 +75,29 @@ pub fn draw(frame: &mut Frame, screen: &mut Screen) {
         header,
     );
 
-    let columns = [
-        "PROBE", "HITS", "HITS/S", "MIN", "P50", "P90", "P99", "P99.9", "MAX", "MEAN", "DROPS",
-    ];
-    let head = Row::new(columns.map(|c| Cell::from(c).bold()));
+    let columns = visible_columns(body.width.saturating_sub(2));
+    let head = Row::new(
+        std::iter::once(Cell::from("PROBE").bold()).chain(
+            columns
+                .iter()
+                .map(|c| Cell::from(Line::from(c.title).right_aligned()).bold()),
+        ),
+    );
     let rows = screen
         .labels
         .iter()
         .zip(&snap.probes)
         .map(|(label, probe)| {
-            let h = &probe.handler;
-            Row::new([
-                Cell::from(label.display.clone()),
-                Cell::from(Line::from(probe.hits.to_string()).right_aligned()),
-                Cell::from(Line::from(format::count(probe.per_second)).right_aligned()),
-                Cell::from(Line::from(format::ns(h.min)).right_aligned()),
-                Cell::from(Line::from(format::ns(h.p50)).right_aligned()),
-                Cell::from(Line::from(format::ns(h.p90)).right_aligned()),
-                Cell::from(Line::from(format::ns(h.p99)).right_aligned()),
-                Cell::from(Line::from(format::ns(h.p999)).right_aligned()),
-                Cell::from(Line::from(format::ns(h.max)).right_aligned()),
-                Cell::from(Line::from(format::ns_f(h.mean)).right_aligned()),
-                Cell::from(Line::from(probe.dropped.to_string()).right_aligned()),
-            ])
+            Row::new(
+                std::iter::once(Cell::from(label.display.clone())).chain(
+                    columns
+                        .iter()
+                        .map(|c| Cell::from(Line::from((c.value)(probe)).right_aligned())),
+                ),
+            )
         });
-    let widths = [
-        Constraint::Fill(1),
-        Constraint::Length(10),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(7),
-        Constraint::Length(6),
-    ];
+    let widths = std::iter::once(Constraint::Min(NAME_MIN_WIDTH))
+        .chain(columns.iter().map(|c| Constraint::Length(c.width)));
     let table = Table::new(rows, widths)
         .header(head)
         .row_highlight_style(Style::new().add_modifier(Modifier::REVERSED))
@@ -122,6 +108,95 @@ pub fn draw(frame: &mut Frame, screen: &mut Screen) {
         Paragraph::new(" q quit   \u{2191}\u{2193} select ").dim(),
         footer,
     );
+}
+
+/// Narrowest the probe name column may get before numeric columns are hidden.
+const NAME_MIN_WIDTH: u16 = 18;
+
+/// A numeric column of the probe table.
+struct Column {
+    title: &'static str,
+    width: u16,
+    /// Lower is kept longer when the terminal is narrow.
+    priority: u8,
+    value: fn(&ProbeSnapshot) -> String,
+}
+
+const COLUMNS: [Column; 10] = [
+    Column {
+        title: "HITS",
+        width: 9,
+        priority: 0,
+        value: |p| p.hits.to_string(),
+    },
+    Column {
+        title: "HITS/S",
+        width: 6,
+        priority: 0,
+        value: |p| format::count(p.per_second),
+    },
+    Column {
+        title: "MIN",
+        width: 6,
+        priority: 2,
+        value: |p| format::ns(p.handler.min),
+    },
+    Column {
+        title: "P50",
+        width: 6,
+        priority: 0,
+        value: |p| format::ns(p.handler.p50),
+    },
+    Column {
+        title: "P90",
+        width: 6,
+        priority: 3,
+        value: |p| format::ns(p.handler.p90),
+    },
+    Column {
+        title: "P99",
+        width: 6,
+        priority: 0,
+        value: |p| format::ns(p.handler.p99),
+    },
+    Column {
+        title: "P99.9",
+        width: 6,
+        priority: 1,
+        value: |p| format::ns(p.handler.p999),
+    },
+    Column {
+        title: "MAX",
+        width: 6,
+        priority: 0,
+        value: |p| format::ns(p.handler.max),
+    },
+    Column {
+        title: "MEAN",
+        width: 6,
+        priority: 3,
+        value: |p| format::ns_f(p.handler.mean),
+    },
+    Column {
+        title: "DROPS",
+        width: 6,
+        priority: 0,
+        value: |p| p.dropped.to_string(),
+    },
+];
+
+/// The numeric columns that fit beside a readable probe name in `width` cells, least
+/// important dropped first.
+fn visible_columns(width: u16) -> Vec<&'static Column> {
+    let mut shown: Vec<&Column> = COLUMNS.iter().collect();
+    let needed = |cols: &[&Column]| NAME_MIN_WIDTH + cols.iter().map(|c| c.width + 1).sum::<u16>();
+    for priority in (1..=3).rev() {
+        if needed(&shown) <= width {
+            break;
+        }
+        shown.retain(|c| c.priority < priority);
+    }
+    shown
 }
 
 /// Restores the terminal when dropped, whatever the exit path.
@@ -256,7 +331,7 @@ fn handle_key(key: &KeyEvent, table: &mut TableState, rows: usize) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::{HandlerSummary, ProbeSnapshot};
+    use crate::aggregate::HandlerSummary;
     use crate::spec::ProbeKind;
     use ratatui::{Terminal, backend::TestBackend};
 
@@ -338,7 +413,9 @@ mod tests {
         };
         let screen = render(80, 24, &snapshot, &labels);
         assert!(screen.contains("uprobe:work_unit"), "{screen}");
-        assert!(screen.contains("DROPS"), "{screen}");
+        for title in ["HITS", "HITS/S", "P50", "P99", "MAX", "DROPS"] {
+            assert!(screen.contains(title), "{title} missing:\n{screen}");
+        }
     }
 
     #[test]

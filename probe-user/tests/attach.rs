@@ -1,0 +1,180 @@
+//! probetop attached to a real process: exact hit counts, exports, and detach on every
+//! way it can stop.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const CALLS: u64 = 50_000;
+
+fn export_path(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("probetop-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+#[test]
+fn exact_hits_for_uprobes_and_uretprobes() {
+    let mut target = workload(&["--calls", &CALLS.to_string(), "--wait-signal"]);
+    let json = export_path("exact.json");
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["-e", "uprobe:work_unit", "-e", "uretprobe:work_unit"])
+        .args(["-e", "uprobe:leaf_ret", "-e", "uretprobe:leaf_ret"])
+        .arg("--export")
+        .arg(&json);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    let done = target.out().wait_for("done");
+    assert_eq!(field(&done, "calls") as u64, CALLS);
+    assert!(target.wait().success());
+    // The target's exit ends the run.
+    let status = probetop.wait();
+    let stderr = probetop.err().rest();
+    assert!(status.success(), "probetop failed: {stderr:?}");
+    assert!(stderr.iter().any(|l| l.contains("exited")), "{stderr:?}");
+
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("export written")).expect("JSON");
+    assert_eq!(report["target"]["pid"], target.pid());
+    assert!(report["duration_s"].as_f64().expect("duration") > 0.0);
+    let probes = report["probes"].as_array().expect("probes");
+    let specs: Vec<&str> = probes.iter().map(|p| p["spec"].as_str().unwrap()).collect();
+    assert_eq!(
+        specs,
+        [
+            "uprobe:work_unit",
+            "uretprobe:work_unit",
+            "uprobe:leaf_ret",
+            "uretprobe:leaf_ret"
+        ]
+    );
+    for probe in probes {
+        let spec = &probe["spec"];
+        assert_eq!(probe["hits"], CALLS, "{spec}");
+        assert_eq!(probe["dropped"], 0, "{spec}");
+        let h = &probe["handler_ns"];
+        assert_eq!(h["count"], CALLS, "{spec}");
+        let [min, p50, p90, p99, p999, max] =
+            ["min", "p50", "p90", "p99", "p999", "max"].map(|k| h[k].as_u64().unwrap());
+        assert!(min > 0, "{spec}: {h}");
+        assert!(
+            min <= p50 && p50 <= p90 && p90 <= p99 && p99 <= p999 && p999 <= max,
+            "{spec}: {h}"
+        );
+        let mean = h["mean"].as_f64().unwrap();
+        assert!(min as f64 <= mean && mean <= max as f64, "{spec}: {h}");
+    }
+    let kinds: Vec<&str> = probes.iter().map(|p| p["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["uprobe", "uretprobe", "uprobe", "uretprobe"]);
+}
+
+/// How probetop is stopped in a detach test.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    Duration,
+    Signal(libc::c_int),
+}
+
+/// Per-call CPU time of the first batch run wholly from now on: reports already
+/// written, and the batch in flight, may predate a change.
+fn next_batch_ns(target: &Running) -> f64 {
+    target.out().skip_buffered();
+    target.out().wait_for("batch");
+    field(&target.out().wait_for("batch"), "ns_per_call")
+}
+
+/// The target keeps running after probetop stops, is no longer probed, and nothing of
+/// probetop's remains in the kernel.
+fn detaches_when(stop: Stop) {
+    // Paced so a batch spans 0.2 s, whatever the probes cost.
+    let target = workload(&["--forever", "--batch", "10000", "--rate", "50000"]);
+    let unprobed = next_batch_ns(&target);
+
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"]);
+    if let Stop::Duration = stop {
+        cmd.args(["--duration", "3"]);
+    }
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    let (programs, links) = bpf_ids_of(probetop.pid());
+    assert!(!programs.is_empty() && !links.is_empty(), "no BPF fds held");
+    let probed = next_batch_ns(&target);
+
+    if let Stop::Signal(signal) = stop {
+        probetop.signal(signal);
+    }
+    let status = probetop.wait();
+    assert!(status.success(), "{stop:?}: probetop exited with {status}");
+
+    // The target survived and runs unprobed.
+    let after = next_batch_ns(&target);
+    assert!(
+        probed > 10.0 * unprobed.max(1.0),
+        "{stop:?}: probes cost nothing? unprobed {unprobed} ns/call, probed {probed}"
+    );
+    assert!(
+        after < probed / 10.0,
+        "{stop:?}: still probed after exit: unprobed {unprobed}, probed {probed}, after {after} ns/call"
+    );
+    let (loaded_programs, loaded_links) = loaded_bpf_ids();
+    for id in &programs {
+        assert!(
+            !loaded_programs.contains(id),
+            "{stop:?}: program {id} left loaded"
+        );
+    }
+    for id in &links {
+        assert!(
+            !loaded_links.contains(id),
+            "{stop:?}: link {id} left attached"
+        );
+    }
+}
+
+#[test]
+fn detaches_after_duration() {
+    detaches_when(Stop::Duration);
+}
+
+#[test]
+fn detaches_on_sigint() {
+    detaches_when(Stop::Signal(libc::SIGINT));
+}
+
+#[test]
+fn detaches_on_sigterm() {
+    detaches_when(Stop::Signal(libc::SIGTERM));
+}
+
+#[test]
+fn detaches_on_sighup() {
+    detaches_when(Stop::Signal(libc::SIGHUP));
+}
+
+#[test]
+fn duration_ends_a_run_with_a_summary() {
+    let target = workload(&["--forever", "--batch", "20000", "--rate", "10000"]);
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--duration",
+        "1",
+    ])
+    .args(["-e", "uprobe:work_unit"]);
+    let started = std::time::Instant::now();
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    assert!(probetop.wait().success());
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    let summary = probetop.out().rest();
+    assert!(summary[0].starts_with("PROBE"), "{summary:?}");
+    assert!(summary[1].starts_with("uprobe:work_unit"), "{summary:?}");
+}

@@ -1,0 +1,213 @@
+//! Shared helpers for integration tests: real fixtures, the real probetop binary.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::{
+    io::{BufRead as _, BufReader},
+    path::PathBuf,
+    process::{Child, ChildStderr, ChildStdout, Command, ExitStatus, Stdio},
+    sync::mpsc,
+    thread,
+    time::Duration,
+};
+
+/// Generous bound for anything that should take a second: CI machines are slow and busy.
+pub const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The built fixtures (`cargo xtask fixtures`).
+pub fn fixture(relative: &str) -> PathBuf {
+    let root = std::env::var_os("PROBETOP_FIXTURES")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/build"));
+    let path = root.join(relative);
+    assert!(
+        path.exists(),
+        "fixture {} is missing: run `cargo xtask fixtures` (or `cargo xtask test`)",
+        path.display()
+    );
+    path
+}
+
+pub fn probetop() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_probetop"))
+}
+
+/// Lines of a child's output, readable with a timeout.
+pub struct Lines {
+    rx: mpsc::Receiver<String>,
+}
+
+impl Lines {
+    fn new(read: impl std::io::Read + Send + 'static) -> Self {
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(read).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { rx }
+    }
+
+    pub fn from_stdout(out: ChildStdout) -> Self {
+        Self::new(out)
+    }
+
+    pub fn from_stderr(err: ChildStderr) -> Self {
+        Self::new(err)
+    }
+
+    /// The next line, or None at end of output or after `PATIENCE`.
+    pub fn next(&self) -> Option<String> {
+        self.rx.recv_timeout(PATIENCE).ok()
+    }
+
+    /// Discards the lines already read from the child, so the next one is fresh.
+    pub fn skip_buffered(&self) {
+        while self.rx.try_recv().is_ok() {}
+    }
+
+    /// Reads lines until one contains `needle`; panics with what was seen otherwise.
+    pub fn wait_for(&self, needle: &str) -> String {
+        let mut seen = Vec::new();
+        while let Some(line) = self.next() {
+            if line.contains(needle) {
+                return line;
+            }
+            seen.push(line);
+        }
+        panic!("no line containing {needle:?}; saw: {seen:#?}");
+    }
+
+    /// Everything left, until end of output.
+    pub fn rest(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(line) = self.next() {
+            out.push(line);
+        }
+        out
+    }
+}
+
+/// A child process killed when the test ends, pass or fail.
+pub struct Running {
+    pub child: Child,
+    pub stdout: Option<Lines>,
+    pub stderr: Option<Lines>,
+}
+
+impl Running {
+    pub fn spawn(mut command: Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+        let stdout = child.stdout.take().map(Lines::from_stdout);
+        let stderr = child.stderr.take().map(Lines::from_stderr);
+        Self {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn out(&self) -> &Lines {
+        self.stdout.as_ref().expect("stdout captured")
+    }
+
+    pub fn err(&self) -> &Lines {
+        self.stderr.as_ref().expect("stderr captured")
+    }
+
+    pub fn signal(&self, signal: libc::c_int) {
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        let rc = unsafe { libc::kill(self.pid() as libc::pid_t, signal) };
+        assert_eq!(rc, 0, "kill({}, {signal})", self.pid());
+    }
+
+    /// Waits for exit, at most `PATIENCE`.
+    pub fn wait(&mut self) -> ExitStatus {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "pid {} did not exit within {PATIENCE:?}",
+                self.pid()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The foundation fixture, started and waiting for SIGUSR1 (`--wait-signal`).
+pub fn workload(args: &[&str]) -> Running {
+    let mut command = Command::new(fixture("c/workload"));
+    command.args(args);
+    let running = Running::spawn(command);
+    running.out().wait_for("ready pid=");
+    running
+}
+
+/// BPF program and link ids held open by process `pid` (from /proc/PID/fdinfo).
+pub fn bpf_ids_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
+    let mut programs = Vec::new();
+    let mut links = Vec::new();
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return (programs, links);
+    };
+    for entry in dir.flatten() {
+        let Ok(info) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        for line in info.lines() {
+            if let Some(id) = line.strip_prefix("prog_id:") {
+                programs.extend(id.trim().parse::<u32>().ok());
+            } else if let Some(id) = line.strip_prefix("link_id:") {
+                links.extend(id.trim().parse::<u32>().ok());
+            }
+        }
+    }
+    programs.sort_unstable();
+    programs.dedup();
+    links.sort_unstable();
+    links.dedup();
+    (programs, links)
+}
+
+/// Ids of every BPF program and link loaded in the kernel now.
+pub fn loaded_bpf_ids() -> (Vec<u32>, Vec<u32>) {
+    let programs = aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| p.id())
+        .collect();
+    let links = aya::programs::loaded_links()
+        .filter_map(Result::ok)
+        .map(|l| l.id())
+        .collect();
+    (programs, links)
+}
+
+/// Parses `key=value` out of a fixture's report line.
+pub fn field(line: &str, key: &str) -> f64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
