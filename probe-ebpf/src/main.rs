@@ -8,13 +8,16 @@ use aya_ebpf::{
     EbpfContext as _, Global,
     helpers::{
         bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        generated::bpf_get_attach_cookie,
+        bpf_probe_read_kernel, bpf_probe_read_user, generated::bpf_get_attach_cookie,
     },
     macros::{map, uprobe, uretprobe},
-    maps::{PerCpuArray, RingBuf},
+    maps::{Array, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
-use probe_common::{DEFAULT_RING_BYTES, DEFAULT_WAKEUP_BYTES, HitEvent, MAX_PROBES};
+use probe_common::{
+    ArgSpec, ArgsConfig, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_BYTES, HitArgsEvent, HitEvent,
+    MAX_ARGS, MAX_PROBES, arg_kind,
+};
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
@@ -32,11 +35,29 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 #[map]
 static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBES, 0);
 
+/// Per probe id: the arguments the `*_args` programs capture. Sized at load time.
+#[map]
+static ARGS: Array<ArgsConfig> = Array::with_max_entries(1, 0);
+
+/// Function entry, or a USDT site.
 #[uprobe]
 pub fn probetop_uprobe(ctx: ProbeContext) -> u32 {
     record_hit(ctx.as_ptr())
 }
 
+/// Function entry or USDT site, with argument values.
+#[uprobe]
+pub fn probetop_uprobe_args(ctx: ProbeContext) -> u32 {
+    record_hit_args(ctx.as_ptr())
+}
+
+/// Function return, with the return value (or other registers) captured.
+#[uretprobe]
+pub fn probetop_uretprobe_args(ctx: RetProbeContext) -> u32 {
+    record_hit_args(ctx.as_ptr())
+}
+
+/// Function return.
 #[uretprobe]
 pub fn probetop_uretprobe(ctx: RetProbeContext) -> u32 {
     record_hit(ctx.as_ptr())
@@ -66,6 +87,96 @@ fn record_hit(ctx: *mut core::ffi::c_void) -> u32 {
     event.handler_ns = unsafe { bpf_ktime_get_ns() } - start;
     entry.submit(wakeup_flag());
     0
+}
+
+#[inline(always)]
+fn record_hit_args(ctx: *mut core::ffi::c_void) -> u32 {
+    let start = unsafe { bpf_ktime_get_ns() };
+    // SAFETY: ctx is the program's own context pointer, as the helper requires.
+    let probe_id = unsafe { bpf_get_attach_cookie(ctx) } as u32;
+    let Some(config) = ARGS.get(probe_id) else {
+        return 0;
+    };
+    let Some(mut entry) = EVENTS.reserve::<HitArgsEvent>(0) else {
+        count_drop(probe_id);
+        return 0;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: bpf_get_smp_processor_id has no preconditions.
+    let cpu = unsafe { bpf_get_smp_processor_id() };
+    let event = entry.write(HitArgsEvent {
+        hit: HitEvent {
+            probe_id,
+            pid: (pid_tgid >> 32) as u32,
+            tid: pid_tgid as u32,
+            cpu,
+            ktime_ns: start,
+            handler_ns: 0,
+        },
+        count: 0,
+        faulted: 0,
+        args: [0; MAX_ARGS],
+    });
+    let count = (config.count as usize).min(MAX_ARGS);
+    for i in 0..MAX_ARGS {
+        if i >= count {
+            break;
+        }
+        match fetch_arg(ctx, &config.args[i]) {
+            Some(value) => event.args[i] = value,
+            None => event.faulted |= 1 << i,
+        }
+    }
+    event.count = count as u32;
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    event.hit.handler_ns = unsafe { bpf_ktime_get_ns() } - start;
+    entry.submit(wakeup_flag());
+    0
+}
+
+/// Reads the register at byte offset `off` of the saved `struct pt_regs`.
+#[inline(always)]
+fn read_reg(ctx: *mut core::ffi::c_void, off: u32) -> Option<u64> {
+    // The verifier refuses variable offsets into ctx itself, so read through a helper.
+    // SAFETY: ctx points at the pt_regs of this hit; a bad offset only makes the helper fail.
+    let at = unsafe { (ctx as *const u8).add(off as usize) } as *const u64;
+    // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
+    unsafe { bpf_probe_read_kernel(at) }.ok()
+}
+
+/// Fetches one argument following its spec; None if memory could not be read.
+#[inline(always)]
+fn fetch_arg(ctx: *mut core::ffi::c_void, spec: &ArgSpec) -> Option<u64> {
+    let raw = match spec.kind {
+        arg_kind::CONST => spec.offset,
+        arg_kind::REG => read_reg(ctx, spec.reg_off)? >> (spec.reg_shift & 63),
+        arg_kind::REG_DEREF => {
+            let at = read_reg(ctx, spec.reg_off)?.wrapping_add(spec.offset);
+            // SAFETY: bpf_probe_read_user checks the user address and fails cleanly.
+            unsafe { bpf_probe_read_user(at as *const u64) }.ok()?
+        }
+        arg_kind::REG_INDEXED => {
+            let base = read_reg(ctx, spec.reg_off)?;
+            let index = read_reg(ctx, spec.index_off)?;
+            let at = base
+                .wrapping_add(index.wrapping_mul(u64::from(spec.scale)))
+                .wrapping_add(spec.offset);
+            // SAFETY: as above.
+            unsafe { bpf_probe_read_user(at as *const u64) }.ok()?
+        }
+        arg_kind::MEM_ABS => {
+            // SAFETY: as above.
+            unsafe { bpf_probe_read_user(spec.offset as *const u64) }.ok()?
+        }
+        _ => return None,
+    };
+    let shift = spec.bitshift & 63;
+    let value = if spec.signed != 0 {
+        (((raw << shift) as i64) >> shift) as u64
+    } else {
+        (raw << shift) >> shift
+    };
+    Some(value)
 }
 
 /// Wake the consumer only once a batch is queued; it polls on a timer for the rest.

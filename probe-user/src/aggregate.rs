@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use probe_common::HitEvent;
+use probe_common::{HitEvent, MAX_ARGS};
+
+use crate::stream::Record;
 use serde::Serialize;
 
 /// Largest value the histograms track: 60 s, far above any handler time.
@@ -110,6 +112,28 @@ pub struct ProbeAggregate {
     /// Handler time since the last interval rollover (`take_interval`).
     pub interval_ns: Histogram<u64>,
     pub rate: RateWindow,
+    /// Argument values of the latest hit that captured any.
+    pub last_args: Option<CapturedArgs>,
+}
+
+/// Argument values captured with one hit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CapturedArgs {
+    pub count: u8,
+    /// Bit i set: argument i could not be read.
+    pub faulted: u32,
+    pub values: [u64; MAX_ARGS],
+}
+
+impl CapturedArgs {
+    /// The captured values, `None` where reading faulted.
+    pub fn values(&self) -> impl Iterator<Item = Option<u64>> + '_ {
+        self.values
+            .iter()
+            .take(self.count as usize)
+            .enumerate()
+            .map(|(i, v)| (self.faulted & (1 << i) == 0).then_some(*v))
+    }
 }
 
 impl Default for ProbeAggregate {
@@ -120,6 +144,7 @@ impl Default for ProbeAggregate {
             handler_ns: new_ns_histogram(),
             interval_ns: new_ns_histogram(),
             rate: RateWindow::new(Duration::from_secs(1)),
+            last_args: None,
         }
     }
 }
@@ -187,14 +212,41 @@ impl Aggregator {
         self.window_end_ns = ktime_ns;
     }
 
-    pub fn record(&mut self, event: &HitEvent) {
+    /// Records a ring buffer record of either kind.
+    pub fn record_any(&mut self, record: &Record) {
+        match record {
+            Record::Hit(hit) => {
+                self.record(hit);
+            }
+            Record::HitWithArgs(event) => {
+                if self.record(&event.hit)
+                    && let Some(probe) = self.probes.get_mut(event.hit.probe_id as usize)
+                {
+                    probe.last_args = Some(CapturedArgs {
+                        count: event.count.min(MAX_ARGS as u32) as u8,
+                        faulted: event.faulted,
+                        values: event.args,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Records one hit; returns whether it counted (inside the window, known probe).
+    pub fn record(&mut self, event: &HitEvent) -> bool {
         if event.ktime_ns < self.window_start_ns || event.ktime_ns > self.window_end_ns {
             self.outside_window += 1;
-            return;
+            return false;
         }
         match self.probes.get_mut(event.probe_id as usize) {
-            Some(probe) => probe.record(event.handler_ns),
-            None => self.unknown_records += 1,
+            Some(probe) => {
+                probe.record(event.handler_ns);
+                true
+            }
+            None => {
+                self.unknown_records += 1;
+                false
+            }
         }
     }
 
@@ -337,6 +389,21 @@ mod tests {
         }
         assert_eq!(agg.received(), 3);
         assert_eq!(agg.outside_window, 2);
+    }
+
+    #[test]
+    fn last_arguments_are_kept() {
+        let mut agg = Aggregator::new(1);
+        let event = probe_common::HitArgsEvent {
+            hit: hit(0, 10),
+            count: 3,
+            faulted: 0b010,
+            args: [1, 2, 3, 4, 5, 6],
+        };
+        agg.record_any(&Record::HitWithArgs(event));
+        let args = agg.probes()[0].last_args.expect("captured");
+        assert_eq!(args.values().collect::<Vec<_>>(), [Some(1), None, Some(3)]);
+        assert_eq!(agg.received(), 1);
     }
 
     #[test]

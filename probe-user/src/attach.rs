@@ -19,11 +19,11 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{Array, MapData, PerCpuArray, RingBuf},
     programs::UProbe,
 };
+use probe_common::ArgsConfig;
 
-use crate::resolve::ProbePoint;
 use crate::spec::ProbeKind;
 
 /// The eBPF object built by build.rs from probe-ebpf.
@@ -31,6 +31,14 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 const PROG_UPROBE: &str = "probetop_uprobe";
 const PROG_URETPROBE: &str = "probetop_uretprobe";
+const PROG_UPROBE_ARGS: &str = "probetop_uprobe_args";
+const PROG_URETPROBE_ARGS: &str = "probetop_uretprobe_args";
+const PROGRAMS: [&str; 4] = [
+    PROG_UPROBE,
+    PROG_URETPROBE,
+    PROG_UPROBE_ARGS,
+    PROG_URETPROBE_ARGS,
+];
 const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe";
 
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +84,8 @@ pub struct LoadOptions {
     pub ring_bytes: u32,
     /// Queued bytes at which a handler wakes the consumer.
     pub wakeup_bytes: u64,
+    /// How many probes will be attached: sizes the per-probe maps.
+    pub probe_count: u32,
 }
 
 impl Default for LoadOptions {
@@ -83,8 +93,27 @@ impl Default for LoadOptions {
         Self {
             ring_bytes: probe_common::DEFAULT_RING_BYTES,
             wakeup_bytes: probe_common::DEFAULT_WAKEUP_BYTES,
+            probe_count: 1,
         }
     }
+}
+
+/// One probe to attach, as the kernel needs it.
+#[derive(Debug, Clone)]
+pub struct AttachRequest<'a> {
+    /// Index in the probe table, carried as the BPF cookie.
+    pub probe_id: u32,
+    /// Entry (uprobe or USDT site) or return.
+    pub kind: ProbeKind,
+    /// The file the kernel resolves to an inode.
+    pub path: &'a Path,
+    pub file_offset: u64,
+    /// File offset of a USDT semaphore: the kernel counts it up while attached.
+    pub semaphore_offset: Option<u64>,
+    /// Argument values to capture with each hit.
+    pub args: Option<ArgsConfig>,
+    /// Fire only in this process.
+    pub pid: u32,
 }
 
 /// What the uprobe PMU's sysfs directory says about its config layout.
@@ -134,9 +163,10 @@ impl Attachment {
         let pmu = UprobePmu::read().map_err(AttachError::NoUprobePmu)?;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", options.ring_bytes)
+            .map_max_entries("ARGS", options.probe_count.max(1))
             .override_global("WAKEUP_BYTES", &options.wakeup_bytes, true)
             .load(EBPF_OBJECT)?;
-        for name in [PROG_UPROBE, PROG_URETPROBE] {
+        for name in PROGRAMS {
             let program: &mut UProbe = ebpf
                 .program_mut(name)
                 .ok_or(AttachError::Unsupported(format!(
@@ -155,60 +185,70 @@ impl Attachment {
         })
     }
 
-    /// Attaches `point` as probe `probe_id` (the BPF cookie), firing only in `pid`.
-    pub fn attach(
-        &mut self,
-        probe_id: u32,
-        point: &ProbePoint,
-        pid: u32,
-    ) -> Result<(), AttachError> {
-        let (program, retprobe) = match point.kind {
-            ProbeKind::Uprobe => (PROG_UPROBE, false),
-            ProbeKind::Uretprobe => (PROG_URETPROBE, true),
-            ProbeKind::Usdt => {
-                return Err(AttachError::Unsupported(
-                    "usdt probes are not attachable yet".into(),
-                ));
-            }
+    /// Attaches one probe.
+    pub fn attach(&mut self, request: &AttachRequest) -> Result<(), AttachError> {
+        let retprobe = request.kind == ProbeKind::Uretprobe;
+        let name = match (retprobe, request.args.is_some()) {
+            (false, false) => PROG_UPROBE,
+            (true, false) => PROG_URETPROBE,
+            (false, true) => PROG_UPROBE_ARGS,
+            (true, true) => PROG_URETPROBE_ARGS,
         };
+        if let Some(args) = &request.args {
+            let map = self
+                .ebpf
+                .map_mut("ARGS")
+                .ok_or(AttachError::MissingMap("ARGS"))?;
+            let mut table: Array<&mut MapData, ArgsConfig> =
+                Array::try_from(map).map_err(|source| AttachError::Map {
+                    name: "ARGS",
+                    source,
+                })?;
+            table
+                .set(request.probe_id, args, 0)
+                .map_err(|source| AttachError::Map {
+                    name: "ARGS",
+                    source,
+                })?;
+        }
         let program: &UProbe = self
             .ebpf
-            .program(program)
+            .program(name)
             .ok_or(AttachError::Unsupported(format!(
-                "the eBPF object lacks {program}"
+                "the eBPF object lacks {name}"
             )))?
             .try_into()
-            .map_err(|source| AttachError::Program {
-                name: PROG_UPROBE,
-                source,
-            })?;
-        let program_fd = program.fd().map_err(|source| AttachError::Program {
-            name: PROG_UPROBE,
-            source,
-        })?;
-        let path_text = point.attach_path.display().to_string();
+            .map_err(|source| AttachError::Program { name, source })?;
+        let program_fd = program
+            .fd()
+            .map_err(|source| AttachError::Program { name, source })?;
+        let path_text = request.path.display().to_string();
         let perf_event = open_uprobe_event(
             self.pmu,
-            &point.attach_path,
-            point.file_offset,
-            0,
+            request.path,
+            request.file_offset,
+            request.semaphore_offset.unwrap_or(0),
             retprobe,
-            pid,
+            request.pid,
         )
         .map_err(|source| AttachError::PerfEventOpen {
-            kind: point.kind,
+            kind: request.kind,
             path: path_text.clone(),
-            offset: point.file_offset,
+            offset: request.file_offset,
             source,
         })?;
-        let link = link_perf_event(program_fd.as_fd(), perf_event.as_fd(), u64::from(probe_id))
-            .map_err(|source| AttachError::Link {
-                kind: point.kind,
-                path: path_text,
-                offset: point.file_offset,
-                source,
-            })?;
-        let slot = probe_id as usize;
+        let link = link_perf_event(
+            program_fd.as_fd(),
+            perf_event.as_fd(),
+            u64::from(request.probe_id),
+        )
+        .map_err(|source| AttachError::Link {
+            kind: request.kind,
+            path: path_text,
+            offset: request.file_offset,
+            source,
+        })?;
+        let slot = request.probe_id as usize;
         if self.links.len() <= slot {
             self.links.resize_with(slot + 1, || None);
         }
@@ -222,11 +262,6 @@ impl Attachment {
     /// Detaches every probe; the programs stay loaded until the attachment is dropped.
     pub fn detach_all(&mut self) {
         self.links.clear();
-    }
-
-    /// Number of probes attached now.
-    pub fn attached(&self) -> usize {
-        self.links.iter().flatten().count()
     }
 
     /// Takes the ring buffer of hit records (once).

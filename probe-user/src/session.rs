@@ -17,7 +17,7 @@ use tokio::{
 };
 
 use crate::aggregate::{Aggregator, Snapshot};
-use crate::attach::{Attachment, LoadOptions};
+use crate::attach::{AttachRequest, Attachment, LoadOptions};
 use crate::cli::RunArgs;
 use crate::present::{
     self, ProbeLabel,
@@ -81,13 +81,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let mut attachment = Attachment::load(LoadOptions {
         ring_bytes: args.ring_mib << 20,
+        probe_count: probes.len() as u32,
         ..Default::default()
     })?;
     // Signals are handled from here on, so an interrupt while attaching still detaches.
     let shutdown = shutdown_signal(&target, args.duration.map(Duration::from_secs_f64))?;
     for (id, probe) in probes.iter().enumerate() {
+        let request = AttachRequest {
+            probe_id: id as u32,
+            kind: probe.point.kind,
+            path: &probe.point.attach_path,
+            file_offset: probe.point.file_offset,
+            semaphore_offset: None,
+            args: None,
+            pid,
+        };
         attachment
-            .attach(id as u32, &probe.point, pid)
+            .attach(&request)
             .with_context(|| format!("attaching {}", probe.spec))?;
     }
     let ring = attachment.take_ring()?;

@@ -11,7 +11,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use probe_common::HitEvent;
+use probe_common::{HitArgsEvent, HitEvent};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     sync::{mpsc, watch},
@@ -51,21 +51,43 @@ impl HitStream {
     }
 
     /// Hands every queued record to `on_hit`; returns how many there were.
-    pub fn drain(&mut self, mut on_hit: impl FnMut(&HitEvent)) -> usize {
+    pub fn drain(&mut self, mut on_hit: impl FnMut(Record)) -> usize {
         let ring = self.ring.get_mut();
         let mut count = 0;
-        while let Some(record) = ring.next() {
-            if record.len() < size_of::<HitEvent>() {
-                self.malformed += 1;
-                continue;
+        while let Some(bytes) = ring.next() {
+            match Record::parse(&bytes) {
+                Some(record) => {
+                    on_hit(record);
+                    count += 1;
+                }
+                None => self.malformed += 1,
             }
-            // SAFETY: the record holds at least size_of::<HitEvent>() bytes written by
-            // the eBPF program as a HitEvent; read_unaligned makes no alignment demand.
-            let event = unsafe { std::ptr::read_unaligned(record.as_ptr().cast::<HitEvent>()) };
-            on_hit(&event);
-            count += 1;
         }
         count
+    }
+}
+
+/// One ring buffer record; the eBPF programs write two kinds, told apart by size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    Hit(HitEvent),
+    HitWithArgs(HitArgsEvent),
+}
+
+impl Record {
+    fn parse(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() >= size_of::<HitArgsEvent>() {
+            // SAFETY: the slice holds a whole HitArgsEvent, a plain-integer repr(C) type
+            // any bit pattern of which is valid; read_unaligned makes no alignment demand.
+            let event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<HitArgsEvent>()) };
+            Some(Self::HitWithArgs(event))
+        } else if bytes.len() >= size_of::<HitEvent>() {
+            // SAFETY: as above, for a HitEvent.
+            let event = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<HitEvent>()) };
+            Some(Self::Hit(event))
+        } else {
+            None
+        }
     }
 }
 
@@ -113,10 +135,10 @@ pub async fn collect(
                     // Readiness failed (cannot on a live map fd); fall back to the timer.
                     tokio::time::sleep(POLL_INTERVAL).await;
                 }
-                stream.drain(|hit| aggregator.record(hit));
+                stream.drain(|record| aggregator.record_any(&record));
             }
             _ = poll.tick() => {
-                stream.drain(|hit| aggregator.record(hit));
+                stream.drain(|record| aggregator.record_any(&record));
             }
             _ = read_drops.tick() => update_drops(&drops, &mut aggregator),
             _ = publish.tick() => {
@@ -133,7 +155,7 @@ pub async fn collect(
             },
         }
     }
-    stream.drain(|hit| aggregator.record(hit));
+    stream.drain(|record| aggregator.record_any(&record));
     update_drops(&drops, &mut aggregator);
     aggregator.unknown_records += stream.malformed;
     snapshots.send_replace(aggregator.snapshot(started.elapsed()));
@@ -146,5 +168,37 @@ fn update_drops(drops: &DropCounters, aggregator: &mut Aggregator) {
         if let Ok(dropped) = drops.read(id as u32) {
             aggregator.set_dropped(id, dropped);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes_of<T>(value: &T) -> Vec<u8> {
+        // SAFETY: reading the bytes of a plain repr(C) value for a test.
+        unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
+            .to_vec()
+    }
+
+    #[test]
+    fn records_are_told_apart_by_size() {
+        let hit = HitEvent {
+            probe_id: 3,
+            handler_ns: 99,
+            ..Default::default()
+        };
+        assert_eq!(Record::parse(&bytes_of(&hit)), Some(Record::Hit(hit)));
+        let with_args = HitArgsEvent {
+            hit,
+            count: 2,
+            faulted: 0,
+            args: [7, u64::MAX, 0, 0, 0, 0],
+        };
+        assert_eq!(
+            Record::parse(&bytes_of(&with_args)),
+            Some(Record::HitWithArgs(with_args))
+        );
+        assert_eq!(Record::parse(&[0u8; 31]), None);
     }
 }

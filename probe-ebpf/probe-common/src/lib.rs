@@ -38,3 +38,80 @@ mod pod {
     // SAFETY: HitEvent is repr(C), made only of integers, with no padding bytes.
     unsafe impl aya::Pod for super::HitEvent {}
 }
+
+/// Most argument values one hit record carries (`--args N`).
+pub const MAX_ARGS: usize = 6;
+
+/// How the eBPF program fetches one argument value; mirrors the x86-64 forms of USDT
+/// argument specs, which also cover function arguments (registers) and return values.
+pub mod arg_kind {
+    /// No argument.
+    pub const NONE: u32 = 0;
+    /// `offset` is the value.
+    pub const CONST: u32 = 1;
+    /// A register: `regs[reg_off]`.
+    pub const REG: u32 = 2;
+    /// Memory at a register plus a displacement: `*(regs[reg_off] + offset)`.
+    pub const REG_DEREF: u32 = 3;
+    /// Memory at base + index * scale + displacement.
+    pub const REG_INDEXED: u32 = 4;
+    /// Memory at an absolute address: `*(offset)` (a %rip-relative operand resolved at
+    /// attach time).
+    pub const MEM_ABS: u32 = 5;
+}
+
+/// One argument's fetch recipe.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArgSpec {
+    /// Constant value, displacement, or absolute address, by `kind`.
+    pub offset: u64,
+    /// One of [`arg_kind`].
+    pub kind: u32,
+    /// Byte offset of the base register in `struct pt_regs`.
+    pub reg_off: u32,
+    /// Byte offset of the index register in `struct pt_regs` (REG_INDEXED).
+    pub index_off: u32,
+    /// Index scale: 1, 2, 4 or 8 (REG_INDEXED).
+    pub scale: u32,
+    /// Right shift applied to a register first: 8 for `%ah`-style high byte registers.
+    pub reg_shift: u32,
+    /// 64 - 8 * size: shifting left then right by it truncates to the argument's size.
+    pub bitshift: u32,
+    /// Non-zero: sign-extend from the argument's size.
+    pub signed: u32,
+    pub _pad: u32,
+}
+
+/// The arguments to capture for one probe, indexed by probe id in the `ARGS` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArgsConfig {
+    /// How many of `args` to fetch (at most [`MAX_ARGS`]).
+    pub count: u32,
+    pub _pad: u32,
+    pub args: [ArgSpec; MAX_ARGS],
+}
+
+/// A hit record with argument values, written by the `*_args` programs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HitArgsEvent {
+    pub hit: HitEvent,
+    /// How many of `args` hold values.
+    pub count: u32,
+    /// Bit i set: argument i could not be read (unmapped memory).
+    pub faulted: u32,
+    pub args: [u64; MAX_ARGS],
+}
+
+#[cfg(feature = "user")]
+mod pod_args {
+    // SAFETY: each type is repr(C), made only of integers (and arrays and structs of
+    // them), with its padding spelled out as fields.
+    unsafe impl aya::Pod for super::ArgSpec {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ArgsConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::HitArgsEvent {}
+}
