@@ -1,28 +1,10 @@
-//! probetop: `top` for user-space probes.
-//!
-//! The pipeline, one module per stage: [`spec`] (what the user asked for) ->
-//! [`resolve`] (ELF symbols, USDT notes, /proc maps) -> [`attach`] (eBPF programs on
-//! uprobes) -> [`stream`] (ring buffer) -> [`aggregate`] (HDR histograms) -> [`present`]
-//! (TUI, summary, exports). [`session`] runs them in order.
-mod aggregate;
-mod attach;
-mod cli;
-mod present;
-mod privileges;
-mod resolve;
-mod session;
-mod spec;
-mod stream;
-mod target;
+//! The `probetop` command: parses the command line, runs, and turns errors into one
+//! line on stderr and an exit status.
 
 use std::process::ExitCode;
 
 use clap::Parser as _;
-
-/// A mistake in how probetop was invoked (exit status 2, like clap's own errors).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
+use probe_user::{UsageError, cli, session};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

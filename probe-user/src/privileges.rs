@@ -12,12 +12,29 @@ pub enum PrivilegeError {
         "probetop needs root, or the capabilities CAP_BPF and CAP_PERFMON, to load eBPF programs and open uprobes: run it with sudo"
     )]
     Missing,
+    #[error(
+        "probetop refuses to run setuid or setgid: it loads kernel programs on behalf of whoever runs it; run it as root instead"
+    )]
+    Setuid,
     #[error("cannot read /proc/self/status to check capabilities: {0}")]
     Unreadable(#[from] std::io::Error),
 }
 
-/// Fails unless the effective capabilities allow loading BPF and opening uprobes.
+/// Fails when run setuid/setgid, or unless the effective capabilities allow loading BPF
+/// and opening uprobes.
 pub fn check() -> Result<(), PrivilegeError> {
+    // SAFETY: these getters have no preconditions and cannot fail.
+    let (uid, euid, gid, egid) = unsafe {
+        (
+            libc::getuid(),
+            libc::geteuid(),
+            libc::getgid(),
+            libc::getegid(),
+        )
+    };
+    if uid != euid || gid != egid {
+        return Err(PrivilegeError::Setuid);
+    }
     let status = fs::read_to_string("/proc/self/status")?;
     let effective = effective_caps(&status).unwrap_or(0);
     if has_needed(effective) {

@@ -117,6 +117,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         target.comm
     );
 
+    // A test hook: a panic with probes attached must leave none behind (see tests/attach.rs).
+    if std::env::var_os("PROBETOP_TEST_PANIC_AFTER_ATTACH").is_some() {
+        panic!("PROBETOP_TEST_PANIC_AFTER_ATTACH is set");
+    }
+
     let labels: Vec<ProbeLabel> = probes
         .iter()
         .map(|p| {

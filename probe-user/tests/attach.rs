@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::Duration;
+use std::{os::unix::process::ExitStatusExt as _, time::Duration};
 
 use common::*;
 
@@ -77,6 +77,8 @@ fn exact_hits_for_uprobes_and_uretprobes() {
 enum Stop {
     Duration,
     Signal(libc::c_int),
+    /// A panic right after attaching (test hook).
+    Panic,
 }
 
 /// Per-call CPU time of the first batch run wholly from now on: reports already
@@ -97,20 +99,48 @@ fn detaches_when(stop: Stop) {
     let mut cmd = probetop();
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
         .args(["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"]);
-    if let Stop::Duration = stop {
-        cmd.args(["--duration", "3"]);
+    match stop {
+        Stop::Duration => {
+            cmd.args(["--duration", "3"]);
+        }
+        Stop::Panic => {
+            cmd.env("PROBETOP_TEST_PANIC_AFTER_ATTACH", "1");
+        }
+        Stop::Signal(_) => {}
     }
     let mut probetop = Running::spawn(cmd);
     probetop.err().wait_for("attached");
     let (programs, links) = bpf_ids_of(probetop.pid());
-    assert!(!programs.is_empty() && !links.is_empty(), "no BPF fds held");
-    let probed = next_batch_ns(&target);
+    let probed = if let Stop::Panic = stop {
+        // It aborts at once; the target's cost shows it was probed (checked below).
+        f64::NAN
+    } else {
+        assert!(!programs.is_empty() && !links.is_empty(), "no BPF fds held");
+        next_batch_ns(&target)
+    };
 
     if let Stop::Signal(signal) = stop {
         probetop.signal(signal);
     }
     let status = probetop.wait();
-    assert!(status.success(), "{stop:?}: probetop exited with {status}");
+    match stop {
+        Stop::Signal(libc::SIGKILL) => assert_eq!(status.signal(), Some(libc::SIGKILL)),
+        Stop::Panic => {
+            assert_eq!(status.signal(), Some(libc::SIGABRT), "{status}");
+            let stderr = probetop.err().rest().join("\n");
+            assert!(
+                stderr.contains("PROBETOP_TEST_PANIC_AFTER_ATTACH"),
+                "{stderr}"
+            );
+            let after = next_batch_ns(&target);
+            assert!(
+                after < 10.0 * unprobed.max(1.0) + 100.0,
+                "still probed after a panic: unprobed {unprobed}, after {after} ns/call"
+            );
+            return;
+        }
+        _ => assert!(status.success(), "{stop:?}: probetop exited with {status}"),
+    }
 
     // The target survived and runs unprobed.
     let after = next_batch_ns(&target);
@@ -155,6 +185,16 @@ fn detaches_on_sigterm() {
 #[test]
 fn detaches_on_sighup() {
     detaches_when(Stop::Signal(libc::SIGHUP));
+}
+
+#[test]
+fn detaches_on_sigkill() {
+    detaches_when(Stop::Signal(libc::SIGKILL));
+}
+
+#[test]
+fn detaches_on_panic() {
+    detaches_when(Stop::Panic);
 }
 
 #[test]
