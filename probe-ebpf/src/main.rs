@@ -1,8 +1,9 @@
 //! probetop's eBPF programs: one per probe kind. Each measures its own handler time with
 //! two `bpf_ktime_get_ns()` reads and streams one [`HitEvent`] per hit through a ring
 //! buffer; the probe id rides in the BPF cookie set at attach time.
-#![no_std]
-#![no_main]
+// Built for the BPF target; host builds (clippy, `cargo test --workspace`) only type-check.
+#![cfg_attr(target_arch = "bpf", no_std)]
+#![cfg_attr(target_arch = "bpf", no_main)]
 
 use aya_ebpf::{
     EbpfContext as _, Global,
@@ -197,11 +198,14 @@ fn count_drop(probe_id: u32) {
     }
 }
 
-#[cfg(not(test))]
+#[cfg(target_arch = "bpf")]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {
     loop {}
 }
+
+#[cfg(not(target_arch = "bpf"))]
+fn main() {}
 
 #[unsafe(link_section = "license")]
 #[unsafe(no_mangle)]
