@@ -1,6 +1,7 @@
-//! probetop's eBPF programs: one per probe kind. Each measures its own handler time with
-//! two `bpf_ktime_get_ns()` reads and streams one [`HitEvent`] per hit through a ring
-//! buffer; the probe id rides in the BPF cookie set at attach time.
+//! probetop's eBPF programs, one per probe kind. Each measures its own handler time with
+//! two `bpf_ktime_get_ns()` reads. The probe id rides in the BPF cookie set at attach
+//! time; a per-probe [`ProbeConfig`] says how the hit reaches user space: a ring buffer
+//! record (optionally with argument values), a 1-in-N sample, or an in-kernel histogram.
 // Built for the BPF target; host builds (clippy, `cargo test --workspace`) only type-check.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
@@ -16,13 +17,15 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use probe_common::{
-    ArgSpec, ArgsConfig, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_BYTES, HitArgsEvent, HitEvent,
-    MAX_ARGS, MAX_PROBES, arg_kind,
+    ArgSpec, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_BYTES, HitArgsEvent, HitEvent, MAX_ARGS,
+    MAX_PROBES, ProbeConfig, arg_kind, khist, mode,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
 const BPF_RB_AVAIL_DATA: u64 = 0;
+
+type Ctx = *mut core::ffi::c_void;
 
 /// Queued bytes at which a handler wakes the consumer; set by user space at load time.
 #[unsafe(no_mangle)]
@@ -36,94 +39,106 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 #[map]
 static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBES, 0);
 
-/// Per probe id: the arguments the `*_args` programs capture. Sized at load time.
+/// Per probe id, per CPU: every hit of a probe in SAMPLE mode.
 #[map]
-static ARGS: Array<ArgsConfig> = Array::with_max_entries(1, 0);
+static SAMPLED_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBES, 0);
+
+/// Per probe id: how its hits reach user space. Sized to the probe count at load time.
+#[map]
+static CONFIG: Array<ProbeConfig> = Array::with_max_entries(1, 0);
+
+/// Per CPU: `khist::BUCKETS` counters per probe id, for KERNEL_HISTOGRAM mode. Sized at
+/// load time.
+#[map]
+static KERNEL_HISTOGRAM: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Function entry, or a USDT site.
 #[uprobe]
 pub fn probetop_uprobe(ctx: ProbeContext) -> u32 {
-    record_hit(ctx.as_ptr())
-}
-
-/// Function entry or USDT site, with argument values.
-#[uprobe]
-pub fn probetop_uprobe_args(ctx: ProbeContext) -> u32 {
-    record_hit_args(ctx.as_ptr())
-}
-
-/// Function return, with the return value (or other registers) captured.
-#[uretprobe]
-pub fn probetop_uretprobe_args(ctx: RetProbeContext) -> u32 {
-    record_hit_args(ctx.as_ptr())
+    on_hit(ctx.as_ptr())
 }
 
 /// Function return.
 #[uretprobe]
 pub fn probetop_uretprobe(ctx: RetProbeContext) -> u32 {
-    record_hit(ctx.as_ptr())
+    on_hit(ctx.as_ptr())
 }
 
 #[inline(always)]
-fn record_hit(ctx: *mut core::ffi::c_void) -> u32 {
+fn on_hit(ctx: Ctx) -> u32 {
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
     let start = unsafe { bpf_ktime_get_ns() };
     // SAFETY: ctx is the program's own context pointer, as the helper requires.
     let probe_id = unsafe { bpf_get_attach_cookie(ctx) } as u32;
-    let Some(mut entry) = EVENTS.reserve::<HitEvent>(0) else {
-        count_drop(probe_id);
+    let Some(config) = CONFIG.get(probe_id) else {
         return 0;
     };
-    let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: bpf_get_smp_processor_id has no preconditions.
-    let cpu = unsafe { bpf_get_smp_processor_id() };
-    let event = entry.write(HitEvent {
-        probe_id,
-        pid: (pid_tgid >> 32) as u32,
-        tid: pid_tgid as u32,
-        cpu,
-        ktime_ns: start,
-        handler_ns: 0,
-    });
-    // SAFETY: bpf_ktime_get_ns has no preconditions.
-    event.handler_ns = unsafe { bpf_ktime_get_ns() } - start;
-    entry.submit(wakeup_flag());
+    match config.mode {
+        mode::KERNEL_HISTOGRAM => count_in_kernel(probe_id, start),
+        mode::SAMPLE => {
+            let Some(hits) = SAMPLED_HITS.get_ptr_mut(probe_id) else {
+                return 0;
+            };
+            // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+            let n = unsafe {
+                *hits += 1;
+                *hits
+            };
+            let every = u64::from(config.sample_every.max(1));
+            if n % every == 0 {
+                send_record(ctx, probe_id, config, start);
+            }
+        }
+        _ => send_record(ctx, probe_id, config, start),
+    }
     0
 }
 
 #[inline(always)]
-fn record_hit_args(ctx: *mut core::ffi::c_void) -> u32 {
-    let start = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: ctx is the program's own context pointer, as the helper requires.
-    let probe_id = unsafe { bpf_get_attach_cookie(ctx) } as u32;
-    let Some(config) = ARGS.get(probe_id) else {
-        return 0;
+fn count_in_kernel(probe_id: u32, start: u64) {
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let handler_ns = unsafe { bpf_ktime_get_ns() } - start;
+    let index = probe_id * khist::BUCKETS + khist::bucket(handler_ns);
+    if let Some(slot) = KERNEL_HISTOGRAM.get_ptr_mut(index) {
+        // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+        unsafe { *slot += 1 }
+    }
+}
+
+#[inline(always)]
+fn send_record(ctx: Ctx, probe_id: u32, config: &ProbeConfig, start: u64) {
+    if config.args.count > 0 {
+        send_record_with_args(ctx, probe_id, config, start);
+        return;
+    }
+    let Some(mut entry) = EVENTS.reserve::<HitEvent>(0) else {
+        count_drop(probe_id);
+        return;
     };
+    let event = entry.write(hit_header(probe_id, start));
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    event.handler_ns = unsafe { bpf_ktime_get_ns() } - start;
+    entry.submit(wakeup_flag());
+}
+
+#[inline(always)]
+fn send_record_with_args(ctx: Ctx, probe_id: u32, config: &ProbeConfig, start: u64) {
     let Some(mut entry) = EVENTS.reserve::<HitArgsEvent>(0) else {
         count_drop(probe_id);
-        return 0;
+        return;
     };
-    let pid_tgid = bpf_get_current_pid_tgid();
-    // SAFETY: bpf_get_smp_processor_id has no preconditions.
-    let cpu = unsafe { bpf_get_smp_processor_id() };
     let event = entry.write(HitArgsEvent {
-        hit: HitEvent {
-            probe_id,
-            pid: (pid_tgid >> 32) as u32,
-            tid: pid_tgid as u32,
-            cpu,
-            ktime_ns: start,
-            handler_ns: 0,
-        },
+        hit: hit_header(probe_id, start),
         count: 0,
         faulted: 0,
         args: [0; MAX_ARGS],
     });
-    let count = (config.count as usize).min(MAX_ARGS);
+    let count = (config.args.count as usize).min(MAX_ARGS);
     for i in 0..MAX_ARGS {
         if i >= count {
             break;
         }
-        match fetch_arg(ctx, &config.args[i]) {
+        match fetch_arg(ctx, &config.args.args[i]) {
             Some(value) => event.args[i] = value,
             None => event.faulted |= 1 << i,
         }
@@ -132,43 +147,55 @@ fn record_hit_args(ctx: *mut core::ffi::c_void) -> u32 {
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     event.hit.handler_ns = unsafe { bpf_ktime_get_ns() } - start;
     entry.submit(wakeup_flag());
-    0
+}
+
+#[inline(always)]
+fn hit_header(probe_id: u32, start: u64) -> HitEvent {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    HitEvent {
+        probe_id,
+        pid: (pid_tgid >> 32) as u32,
+        tid: pid_tgid as u32,
+        // SAFETY: bpf_get_smp_processor_id has no preconditions.
+        cpu: unsafe { bpf_get_smp_processor_id() },
+        ktime_ns: start,
+        handler_ns: 0,
+    }
 }
 
 /// Reads the register at byte offset `off` of the saved `struct pt_regs`.
 #[inline(always)]
-fn read_reg(ctx: *mut core::ffi::c_void, off: u32) -> Option<u64> {
+fn read_reg(ctx: Ctx, off: u32) -> Option<u64> {
     // The verifier refuses variable offsets into ctx itself, so read through a helper.
-    // SAFETY: ctx points at the pt_regs of this hit; a bad offset only makes the helper fail.
+    // SAFETY: ctx points at this hit's pt_regs; a bad offset only makes the helper fail.
     let at = unsafe { (ctx as *const u8).add(off as usize) } as *const u64;
     // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
     unsafe { bpf_probe_read_kernel(at) }.ok()
 }
 
+/// Reads 8 bytes of the target's memory; the spec's bitshift keeps the argument's size.
+#[inline(always)]
+fn read_user(at: u64) -> Option<u64> {
+    // SAFETY: bpf_probe_read_user checks the user address and fails cleanly.
+    unsafe { bpf_probe_read_user(at as *const u64) }.ok()
+}
+
 /// Fetches one argument following its spec; None if memory could not be read.
 #[inline(always)]
-fn fetch_arg(ctx: *mut core::ffi::c_void, spec: &ArgSpec) -> Option<u64> {
+fn fetch_arg(ctx: Ctx, spec: &ArgSpec) -> Option<u64> {
     let raw = match spec.kind {
         arg_kind::CONST => spec.offset,
         arg_kind::REG => read_reg(ctx, spec.reg_off)? >> (spec.reg_shift & 63),
-        arg_kind::REG_DEREF => {
-            let at = read_reg(ctx, spec.reg_off)?.wrapping_add(spec.offset);
-            // SAFETY: bpf_probe_read_user checks the user address and fails cleanly.
-            unsafe { bpf_probe_read_user(at as *const u64) }.ok()?
-        }
+        arg_kind::REG_DEREF => read_user(read_reg(ctx, spec.reg_off)?.wrapping_add(spec.offset))?,
         arg_kind::REG_INDEXED => {
             let base = read_reg(ctx, spec.reg_off)?;
             let index = read_reg(ctx, spec.index_off)?;
-            let at = base
-                .wrapping_add(index.wrapping_mul(u64::from(spec.scale)))
-                .wrapping_add(spec.offset);
-            // SAFETY: as above.
-            unsafe { bpf_probe_read_user(at as *const u64) }.ok()?
+            read_user(
+                base.wrapping_add(index.wrapping_mul(u64::from(spec.scale)))
+                    .wrapping_add(spec.offset),
+            )?
         }
-        arg_kind::MEM_ABS => {
-            // SAFETY: as above.
-            unsafe { bpf_probe_read_user(spec.offset as *const u64) }.ok()?
-        }
+        arg_kind::MEM_ABS => read_user(spec.offset)?,
         _ => return None,
     };
     let shift = spec.bitshift & 63;

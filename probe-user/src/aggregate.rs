@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use probe_common::{HitEvent, MAX_ARGS};
+use probe_common::{HitEvent, MAX_ARGS, khist, mode};
 
 use crate::stream::Record;
 use serde::Serialize;
@@ -114,6 +114,16 @@ pub struct ProbeAggregate {
     pub rate: RateWindow,
     /// Argument values of the latest hit that captured any.
     pub last_args: Option<CapturedArgs>,
+    /// How hits reach user space now (`probe_common::mode`).
+    pub mode: u32,
+    /// SAMPLE mode: every hit in the window, as the kernel counted them.
+    pub sampled_hits: u64,
+    /// The kernel's cumulative SAMPLE count at the last read, to take deltas.
+    sampled_seen: u64,
+    /// Hits that went into the in-kernel histogram.
+    pub kernel_hits: u64,
+    /// The in-kernel histogram's bucket totals at the last read, to take deltas.
+    kernel_seen: Vec<u64>,
 }
 
 /// Argument values captured with one hit.
@@ -145,14 +155,62 @@ impl Default for ProbeAggregate {
             interval_ns: new_ns_histogram(),
             rate: RateWindow::new(Duration::from_secs(1)),
             last_args: None,
+            mode: mode::RING,
+            sampled_hits: 0,
+            sampled_seen: 0,
+            kernel_hits: 0,
+            kernel_seen: Vec::new(),
         }
     }
 }
 
 impl ProbeAggregate {
-    /// Hits the probe took: received plus dropped.
+    /// Hits the probe took. Records received plus those dropped; in SAMPLE mode the
+    /// kernel's count of every hit instead; plus hits counted in the in-kernel histogram.
     pub fn hits(&self) -> u64 {
-        self.received + self.dropped
+        let streamed = if self.mode == mode::SAMPLE {
+            self.sampled_hits
+        } else {
+            self.received + self.dropped
+        };
+        streamed + self.kernel_hits
+    }
+
+    /// Takes the kernel's count of every hit in SAMPLE mode (cumulative in the kernel);
+    /// the rate follows it rather than the sampled records.
+    pub fn set_sampled_hits(&mut self, total: u64) {
+        let new = total.saturating_sub(self.sampled_seen);
+        self.sampled_seen = total;
+        self.sampled_hits += new;
+        self.rate.add(new);
+    }
+
+    /// Takes the kernel's cumulative counts as the starting point, counting none of them:
+    /// they were hit before the measurement window opened.
+    pub fn baseline_kernel_counts(&mut self, sampled_total: u64, histogram_totals: &[u64]) {
+        self.sampled_seen = sampled_total;
+        self.kernel_seen = histogram_totals.to_vec();
+    }
+
+    /// Folds in the in-kernel histogram's bucket totals (cumulative in the kernel):
+    /// each new hit is recorded at its bucket's midpoint, within 3.2% of its value.
+    pub fn apply_kernel_histogram(&mut self, totals: &[u64]) {
+        if self.kernel_seen.len() != totals.len() {
+            self.kernel_seen = vec![0; totals.len()];
+        }
+        for (index, (total, seen)) in totals.iter().zip(self.kernel_seen.iter_mut()).enumerate() {
+            let new = total.saturating_sub(*seen);
+            if new == 0 {
+                continue;
+            }
+            *seen = *total;
+            let (low, high) = khist::bounds(index as u32);
+            let ns = (low + (high - low) / 2).clamp(1, HIGHEST_TRACKABLE_NS);
+            self.handler_ns.saturating_record_n(ns, new);
+            self.interval_ns.saturating_record_n(ns, new);
+            self.kernel_hits += new;
+            self.rate.add(new);
+        }
     }
 
     pub fn summary(&self) -> HandlerSummary {
@@ -161,7 +219,10 @@ impl ProbeAggregate {
 
     fn record(&mut self, handler_ns: u64) {
         self.received += 1;
-        self.rate.add(1);
+        // In SAMPLE mode the rate follows the kernel's count of every hit.
+        if self.mode != mode::SAMPLE {
+            self.rate.add(1);
+        }
         // A zero-length window is possible with a coarse clock; HDR's lowest value is 1.
         let ns = handler_ns.clamp(1, HIGHEST_TRACKABLE_NS);
         self.handler_ns.saturating_record(ns);
@@ -185,6 +246,8 @@ pub struct Aggregator {
     pub unknown_records: u64,
     /// Hits before the window opened or after it closed, not counted anywhere else.
     pub outside_window: u64,
+    /// Things the user should know about the run (mode switches), oldest first.
+    pub notices: Vec<String>,
     /// CLOCK_MONOTONIC ns: the window opens once every probe is attached ...
     window_start_ns: u64,
     /// ... and closes when measuring stops.
@@ -197,6 +260,7 @@ impl Aggregator {
             probes: vec![ProbeAggregate::default(); probe_count],
             unknown_records: 0,
             outside_window: 0,
+            notices: Vec::new(),
             window_start_ns: 0,
             window_end_ns: u64::MAX,
         }
@@ -281,6 +345,8 @@ impl Aggregator {
 /// What one probe looks like at a moment: the numbers the UI shows.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ProbeSnapshot {
+    /// `probe_common::mode` of the probe now.
+    pub mode: u32,
     pub hits: u64,
     pub dropped: u64,
     /// Hits per second over the last second.
@@ -293,6 +359,8 @@ pub struct ProbeSnapshot {
 pub struct Snapshot {
     /// Time since the probes were attached.
     pub elapsed: Duration,
+    /// The latest notice, if any.
+    pub notice: Option<String>,
     pub probes: Vec<ProbeSnapshot>,
     /// Records received per second over the last second, all probes.
     pub events_per_second: f64,
@@ -307,6 +375,7 @@ impl Aggregator {
             .probes
             .iter()
             .map(|p| ProbeSnapshot {
+                mode: p.mode,
                 hits: p.hits(),
                 dropped: p.dropped,
                 per_second: p.rate.per_second(),
@@ -315,6 +384,7 @@ impl Aggregator {
             .collect();
         Snapshot {
             elapsed,
+            notice: self.notices.last().cloned(),
             events_per_second: probes.iter().map(|p| p.per_second).sum(),
             received: self.received(),
             dropped: probes.iter().map(|p| p.dropped).sum(),
@@ -404,6 +474,37 @@ mod tests {
         let args = agg.probes()[0].last_args.expect("captured");
         assert_eq!(args.values().collect::<Vec<_>>(), [Some(1), None, Some(3)]);
         assert_eq!(agg.received(), 1);
+    }
+
+    #[test]
+    fn kernel_histogram_deltas() {
+        let mut probe = ProbeAggregate::default();
+        probe.mode = mode::KERNEL_HISTOGRAM;
+        let mut totals = vec![0u64; khist::BUCKETS as usize];
+        totals[khist::bucket(1000) as usize] = 5;
+        probe.apply_kernel_histogram(&totals);
+        totals[khist::bucket(1000) as usize] = 7;
+        totals[khist::bucket(20) as usize] = 1;
+        probe.apply_kernel_histogram(&totals);
+        assert_eq!(probe.kernel_hits, 8);
+        assert_eq!(probe.hits(), 8);
+        assert_eq!(probe.handler_ns.len(), 8);
+        assert_eq!(probe.handler_ns.min(), 20);
+        // 1000 lies in 992..=1023, recorded at its midpoint.
+        let max = probe.handler_ns.max();
+        assert!((992..=1023).contains(&max), "{max}");
+    }
+
+    #[test]
+    fn sampled_hits_count_every_hit() {
+        let mut agg = Aggregator::new(1);
+        agg.probes_mut()[0].mode = mode::SAMPLE;
+        agg.record(&hit(0, 10));
+        agg.probes_mut()[0].set_sampled_hits(100);
+        assert_eq!(agg.probes()[0].hits(), 100);
+        assert_eq!(agg.probes()[0].received, 1);
+        agg.tick(Duration::from_secs(1));
+        assert!((agg.probes()[0].rate.per_second() - 100.0).abs() < 1e-9);
     }
 
     #[test]

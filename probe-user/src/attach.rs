@@ -22,7 +22,7 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, RingBuf},
     programs::UProbe,
 };
-use probe_common::ArgsConfig;
+use probe_common::{ProbeConfig, khist};
 
 use crate::spec::ProbeKind;
 
@@ -31,14 +31,6 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 const PROG_UPROBE: &str = "probetop_uprobe";
 const PROG_URETPROBE: &str = "probetop_uretprobe";
-const PROG_UPROBE_ARGS: &str = "probetop_uprobe_args";
-const PROG_URETPROBE_ARGS: &str = "probetop_uretprobe_args";
-const PROGRAMS: [&str; 4] = [
-    PROG_UPROBE,
-    PROG_URETPROBE,
-    PROG_UPROBE_ARGS,
-    PROG_URETPROBE_ARGS,
-];
 const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe";
 
 #[derive(Debug, thiserror::Error)]
@@ -110,8 +102,8 @@ pub struct AttachRequest<'a> {
     pub file_offset: u64,
     /// File offset of a USDT semaphore: the kernel counts it up while attached.
     pub semaphore_offset: Option<u64>,
-    /// Argument values to capture with each hit.
-    pub args: Option<ArgsConfig>,
+    /// How hits reach user space, and which arguments to capture.
+    pub config: ProbeConfig,
     /// Fire only in this process.
     pub pid: u32,
 }
@@ -163,10 +155,14 @@ impl Attachment {
         let pmu = UprobePmu::read().map_err(AttachError::NoUprobePmu)?;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", options.ring_bytes)
-            .map_max_entries("ARGS", options.probe_count.max(1))
+            .map_max_entries("CONFIG", options.probe_count.max(1))
+            .map_max_entries(
+                "KERNEL_HISTOGRAM",
+                options.probe_count.max(1) * khist::BUCKETS,
+            )
             .override_global("WAKEUP_BYTES", &options.wakeup_bytes, true)
             .load(EBPF_OBJECT)?;
-        for name in PROGRAMS {
+        for name in [PROG_UPROBE, PROG_URETPROBE] {
             let program: &mut UProbe = ebpf
                 .program_mut(name)
                 .ok_or(AttachError::Unsupported(format!(
@@ -188,29 +184,27 @@ impl Attachment {
     /// Attaches one probe.
     pub fn attach(&mut self, request: &AttachRequest) -> Result<(), AttachError> {
         let retprobe = request.kind == ProbeKind::Uretprobe;
-        let name = match (retprobe, request.args.is_some()) {
-            (false, false) => PROG_UPROBE,
-            (true, false) => PROG_URETPROBE,
-            (false, true) => PROG_UPROBE_ARGS,
-            (true, true) => PROG_URETPROBE_ARGS,
+        let name = if retprobe {
+            PROG_URETPROBE
+        } else {
+            PROG_UPROBE
         };
-        if let Some(args) = &request.args {
-            let map = self
-                .ebpf
-                .map_mut("ARGS")
-                .ok_or(AttachError::MissingMap("ARGS"))?;
-            let mut table: Array<&mut MapData, ArgsConfig> =
-                Array::try_from(map).map_err(|source| AttachError::Map {
-                    name: "ARGS",
-                    source,
-                })?;
-            table
-                .set(request.probe_id, args, 0)
-                .map_err(|source| AttachError::Map {
-                    name: "ARGS",
-                    source,
-                })?;
-        }
+        // The config must be in place before the first hit can fire.
+        let map = self
+            .ebpf
+            .map_mut("CONFIG")
+            .ok_or(AttachError::MissingMap("CONFIG"))?;
+        let mut configs: Array<&mut MapData, ProbeConfig> =
+            Array::try_from(map).map_err(|source| AttachError::Map {
+                name: "CONFIG",
+                source,
+            })?;
+        configs
+            .set(request.probe_id, request.config, 0)
+            .map_err(|source| AttachError::Map {
+                name: "CONFIG",
+                source,
+            })?;
         let program: &UProbe = self
             .ebpf
             .program(name)
@@ -276,29 +270,58 @@ impl Attachment {
         })
     }
 
-    /// Takes the per-probe, per-CPU drop counters (once).
-    pub fn take_drops(&mut self) -> Result<DropCounters, AttachError> {
-        let map = self
-            .ebpf
-            .take_map("DROPS")
-            .ok_or(AttachError::MissingMap("DROPS"))?;
-        let map = PerCpuArray::try_from(map).map_err(|source| AttachError::Map {
-            name: "DROPS",
-            source,
-        })?;
-        Ok(DropCounters { map })
+    /// Takes the kernel-side counters and the per-probe config (once, after attaching).
+    pub fn take_counters(&mut self) -> Result<KernelCounters, AttachError> {
+        fn take<T>(
+            ebpf: &mut Ebpf,
+            name: &'static str,
+            convert: impl FnOnce(aya::maps::Map) -> Result<T, aya::maps::MapError>,
+        ) -> Result<T, AttachError> {
+            let map = ebpf.take_map(name).ok_or(AttachError::MissingMap(name))?;
+            convert(map).map_err(|source| AttachError::Map { name, source })
+        }
+        Ok(KernelCounters {
+            drops: take(&mut self.ebpf, "DROPS", PerCpuArray::try_from)?,
+            sampled_hits: take(&mut self.ebpf, "SAMPLED_HITS", PerCpuArray::try_from)?,
+            histogram: take(&mut self.ebpf, "KERNEL_HISTOGRAM", PerCpuArray::try_from)?,
+            config: take(&mut self.ebpf, "CONFIG", Array::try_from)?,
+        })
     }
 }
 
-/// The kernel's count of hits whose record did not fit in the ring buffer.
-pub struct DropCounters {
-    map: PerCpuArray<MapData, u64>,
+/// What the kernel counts per probe besides ring buffer records, and the per-probe
+/// config, which can change while attached.
+pub struct KernelCounters {
+    drops: PerCpuArray<MapData, u64>,
+    sampled_hits: PerCpuArray<MapData, u64>,
+    histogram: PerCpuArray<MapData, u64>,
+    config: Array<MapData, ProbeConfig>,
 }
 
-impl DropCounters {
-    /// Drops of probe `probe_id` summed over CPUs.
-    pub fn read(&self, probe_id: u32) -> Result<u64, aya::maps::MapError> {
-        Ok(self.map.get(&probe_id, 0)?.iter().sum())
+impl KernelCounters {
+    /// Hits of `probe_id` whose record did not fit in the ring buffer, over all CPUs.
+    pub fn drops(&self, probe_id: u32) -> Result<u64, aya::maps::MapError> {
+        Ok(self.drops.get(&probe_id, 0)?.iter().sum())
+    }
+
+    /// Every hit of a probe in SAMPLE mode, over all CPUs.
+    pub fn sampled_hits(&self, probe_id: u32) -> Result<u64, aya::maps::MapError> {
+        Ok(self.sampled_hits.get(&probe_id, 0)?.iter().sum())
+    }
+
+    /// The in-kernel histogram of `probe_id`: counts per `khist` bucket, over all CPUs.
+    pub fn histogram(&self, probe_id: u32) -> Result<Vec<u64>, aya::maps::MapError> {
+        let first = probe_id * khist::BUCKETS;
+        (first..first + khist::BUCKETS)
+            .map(|index| Ok(self.histogram.get(&index, 0)?.iter().sum()))
+            .collect()
+    }
+
+    /// Switches how `probe_id`'s hits reach user space, from its next hit on.
+    pub fn set_mode(&mut self, probe_id: u32, mode: u32) -> Result<(), aya::maps::MapError> {
+        let mut config = self.config.get(&probe_id, 0)?;
+        config.mode = mode;
+        self.config.set(probe_id, config, 0)
     }
 }
 

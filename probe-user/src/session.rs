@@ -18,7 +18,7 @@ use tokio::{
 
 use crate::aggregate::{Aggregator, Snapshot};
 use crate::attach::{AttachRequest, Attachment, LoadOptions};
-use crate::cli::RunArgs;
+use crate::cli::{Mode, RunArgs};
 use crate::present::{
     self, ProbeLabel,
     export::{self, ProbeReport, Report},
@@ -26,9 +26,10 @@ use crate::present::{
 };
 use crate::resolve::{self, ProbePoint};
 use crate::spec::ProbeSpec;
-use crate::stream::{self, CollectorCommand, HitStream};
+use crate::stream::{self, CollectorCommand, CollectorOptions, HitStream};
 use crate::target::Target;
 use crate::{UsageError, privileges};
+use probe_common::{ProbeConfig, mode};
 
 /// Why measuring stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +80,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     }
 
+    let probe_config = ProbeConfig {
+        mode: match args.mode {
+            Mode::Ring | Mode::Auto => mode::RING,
+            Mode::Sample => mode::SAMPLE,
+            Mode::Kernel => mode::KERNEL_HISTOGRAM,
+        },
+        sample_every: args.sample_every.max(1),
+        ..Default::default()
+    };
+    let collector_options = CollectorOptions {
+        auto_kernel_above: (args.mode == Mode::Auto).then_some(args.auto_above),
+    };
     let mut attachment = Attachment::load(LoadOptions {
         ring_bytes: args.ring_mib << 20,
         probe_count: probes.len() as u32,
@@ -93,7 +106,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             path: &probe.point.attach_path,
             file_offset: probe.point.file_offset,
             semaphore_offset: None,
-            args: None,
+            config: probe_config,
             pid,
         };
         attachment
@@ -101,9 +114,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_context(|| format!("attaching {}", probe.spec))?;
     }
     let ring = attachment.take_ring()?;
-    let drops = attachment.take_drops()?;
+    let counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
+    for probe in aggregator.probes_mut() {
+        probe.mode = probe_config.mode;
+    }
     aggregator.open_window(stream::ktime_now_ns());
+    stream::baseline_kernel_counters(&counters, &mut aggregator);
     let started = Instant::now();
     let started_unix_ms = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -136,8 +153,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (command_tx, command_rx) = mpsc::channel(4);
     let collector = tokio::spawn(stream::collect(
         HitStream::new(ring)?,
-        drops,
+        counters,
         aggregator,
+        collector_options,
         snapshot_tx,
         command_rx,
     ));
@@ -171,6 +189,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         StopReason::TargetExited => eprintln!("probetop: pid {} exited", target.pid),
         StopReason::Signal(name) => eprintln!("probetop: {name}, detached"),
         StopReason::Duration | StopReason::UserQuit => {}
+    }
+    for notice in &aggregator.notices {
+        eprintln!("probetop: {notice}");
     }
     let snapshot = aggregator.snapshot(duration);
     print!("{}", present::summary::table(&labels, &snapshot));

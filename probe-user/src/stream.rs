@@ -18,14 +18,24 @@ use tokio::{
 };
 
 use crate::aggregate::{Aggregator, Snapshot};
-use crate::attach::DropCounters;
+use crate::attach::KernelCounters;
+use probe_common::mode;
 
 /// How often the ring buffer is drained when no wakeup came.
 const POLL_INTERVAL: Duration = Duration::from_millis(25);
 /// How often rates close a tick and a snapshot is published.
 const SNAPSHOT_INTERVAL: Duration = Duration::from_millis(100);
-/// How often the kernel's drop counters are read (a syscall per probe).
-const DROPS_INTERVAL: Duration = Duration::from_millis(500);
+/// How often the kernel's counters are read (a syscall per probe, a few hundred for an
+/// in-kernel histogram).
+const COUNTERS_INTERVAL: Duration = Duration::from_millis(500);
+
+/// How the collector treats hot probes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CollectorOptions {
+    /// Switch a ring buffer probe to in-kernel aggregation once its rate exceeds this
+    /// many hits per second.
+    pub auto_kernel_above: Option<f64>,
+}
 
 /// The ring buffer, readable from tokio.
 pub struct HitStream {
@@ -115,19 +125,21 @@ pub fn ktime_now_ns() -> u64 {
 /// everything aggregated.
 pub async fn collect(
     mut stream: HitStream,
-    drops: DropCounters,
+    mut counters: KernelCounters,
     mut aggregator: Aggregator,
+    options: CollectorOptions,
     snapshots: watch::Sender<Snapshot>,
     mut commands: mpsc::Receiver<CollectorCommand>,
 ) -> Aggregator {
     let started = Instant::now();
     let mut poll = tokio::time::interval(POLL_INTERVAL);
     let mut publish = tokio::time::interval(SNAPSHOT_INTERVAL);
-    let mut read_drops = tokio::time::interval(DROPS_INTERVAL);
-    for timer in [&mut poll, &mut publish, &mut read_drops] {
+    let mut read_counters = tokio::time::interval(COUNTERS_INTERVAL);
+    for timer in [&mut poll, &mut publish, &mut read_counters] {
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     }
     let mut last_tick = Instant::now();
+    let mut counters_frozen = false;
     loop {
         tokio::select! {
             ready = stream.readable() => {
@@ -140,34 +152,95 @@ pub async fn collect(
             _ = poll.tick() => {
                 stream.drain(|record| aggregator.record_any(&record));
             }
-            _ = read_drops.tick() => update_drops(&drops, &mut aggregator),
+            _ = read_counters.tick(), if !counters_frozen => {
+                read_kernel_counters(&counters, &mut aggregator);
+            }
             _ = publish.tick() => {
                 let now = Instant::now();
                 aggregator.tick(now - last_tick);
                 last_tick = now;
+                if let Some(limit) = options.auto_kernel_above {
+                    switch_hot_probes(&mut counters, &mut aggregator, limit);
+                }
                 snapshots.send_replace(aggregator.snapshot(started.elapsed()));
             }
             command = commands.recv() => match command {
                 Some(CollectorCommand::CloseWindow { at_ktime_ns }) => {
                     aggregator.close_window(at_ktime_ns);
+                    // Kernel counts carry no timestamps: take them at the cut, not later.
+                    read_kernel_counters(&counters, &mut aggregator);
+                    counters_frozen = true;
                 }
                 Some(CollectorCommand::Stop) | None => break,
             },
         }
     }
     stream.drain(|record| aggregator.record_any(&record));
-    update_drops(&drops, &mut aggregator);
+    if !counters_frozen {
+        read_kernel_counters(&counters, &mut aggregator);
+    }
     aggregator.unknown_records += stream.malformed;
     snapshots.send_replace(aggregator.snapshot(started.elapsed()));
     aggregator
 }
 
-fn update_drops(drops: &DropCounters, aggregator: &mut Aggregator) {
-    for id in 0..aggregator.probes().len() {
-        // A failed read keeps the last known count; the map lives as long as we do.
-        if let Ok(dropped) = drops.read(id as u32) {
-            aggregator.set_dropped(id, dropped);
+/// Reads drops, and for probes not streaming every hit, the kernel's own counts. A
+/// failed read keeps the last known numbers; the maps live as long as we do.
+fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) {
+    for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
+        let id = id as u32;
+        if let Ok(dropped) = counters.drops(id) {
+            probe.dropped = dropped;
         }
+        if probe.mode == mode::SAMPLE
+            && let Ok(total) = counters.sampled_hits(id)
+        {
+            probe.set_sampled_hits(total);
+        }
+        // A probe switched by auto mode keeps its ring buffer counts and adds these.
+        if (probe.mode == mode::KERNEL_HISTOGRAM || probe.kernel_hits > 0)
+            && let Ok(totals) = counters.histogram(id)
+        {
+            probe.apply_kernel_histogram(&totals);
+        }
+    }
+}
+
+/// Takes the kernel's counts as they are when the window opens: hits counted before are
+/// not measured. Call it before announcing that probes are live.
+pub fn baseline_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) {
+    for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
+        let id = id as u32;
+        let sampled = match probe.mode {
+            mode::SAMPLE => counters.sampled_hits(id).unwrap_or(0),
+            _ => 0,
+        };
+        let histogram = match probe.mode {
+            mode::KERNEL_HISTOGRAM => counters.histogram(id).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        probe.baseline_kernel_counts(sampled, &histogram);
+    }
+}
+
+/// Moves ring buffer probes hotter than `limit` hits/s to in-kernel aggregation, which
+/// costs the target less per hit and user space nothing per hit.
+fn switch_hot_probes(counters: &mut KernelCounters, aggregator: &mut Aggregator, limit: f64) {
+    let mut switched = Vec::new();
+    for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
+        let rate = probe.rate.per_second();
+        if probe.mode == mode::RING
+            && rate > limit
+            && counters.set_mode(id as u32, mode::KERNEL_HISTOGRAM).is_ok()
+        {
+            probe.mode = mode::KERNEL_HISTOGRAM;
+            switched.push((id, rate));
+        }
+    }
+    for (id, rate) in switched {
+        aggregator.notices.push(format!(
+            "probe {id} fires {rate:.0} hits/s, above {limit:.0}: aggregating it in the kernel from now on"
+        ));
     }
 }
 

@@ -115,3 +115,107 @@ mod pod_args {
     // SAFETY: as above.
     unsafe impl aya::Pod for super::HitArgsEvent {}
 }
+
+/// How a probe's hits reach user space; per probe in the `CONFIG` map.
+pub mod mode {
+    /// Every hit is a ring buffer record.
+    pub const RING: u32 = 0;
+    /// Every hit is counted in the kernel; one in `sample_every` is a record.
+    pub const SAMPLE: u32 = 1;
+    /// Every hit lands in an in-kernel per-CPU histogram; no records at all.
+    pub const KERNEL_HISTOGRAM: u32 = 2;
+}
+
+/// Per-probe settings, indexed by probe id in the `CONFIG` map.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ProbeConfig {
+    /// One of [`mode`].
+    pub mode: u32,
+    /// SAMPLE: record one hit in this many (at least 1).
+    pub sample_every: u32,
+    /// Arguments to capture with each record; `count` 0 captures none.
+    pub args: ArgsConfig,
+}
+
+/// Log-linear buckets of the in-kernel histogram: exact below 32 ns, then 16 buckets per
+/// power of two (at most 1/16 relative width, so a bucket's midpoint is within 3.2%).
+pub mod khist {
+    /// Sub-buckets per power of two, as a bit count.
+    const SUB_BITS: u32 = 4;
+    const SUB: u64 = 1 << SUB_BITS;
+    /// Values below this each have their own bucket.
+    const EXACT: u64 = 2 * SUB;
+    /// Highest power of two tracked: 2^39 ns (~550 s); larger values share the last bucket.
+    const MAX_EXP: u32 = 39;
+    /// Buckets per probe.
+    pub const BUCKETS: u32 = EXACT as u32 + (MAX_EXP - SUB_BITS) * SUB as u32;
+
+    /// Bucket of `ns`.
+    #[inline(always)]
+    pub fn bucket(ns: u64) -> u32 {
+        if ns < EXACT {
+            return ns as u32;
+        }
+        let exp = 63 - ns.leading_zeros();
+        if exp > MAX_EXP {
+            return BUCKETS - 1;
+        }
+        let sub = ((ns >> (exp - SUB_BITS)) & (SUB - 1)) as u32;
+        EXACT as u32 + (exp - SUB_BITS - 1) * SUB as u32 + sub
+    }
+
+    /// Lowest and highest value of bucket `index` (inclusive).
+    pub fn bounds(index: u32) -> (u64, u64) {
+        if u64::from(index) < EXACT {
+            return (u64::from(index), u64::from(index));
+        }
+        let rel = index - EXACT as u32;
+        let exp = rel / SUB as u32 + SUB_BITS + 1;
+        let sub = u64::from(rel % SUB as u32);
+        let width = 1u64 << (exp - SUB_BITS);
+        let low = (1u64 << exp) + sub * width;
+        (low, low + width - 1)
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn buckets_cover_values_without_gaps() {
+            let mut expected_low = 0;
+            for index in 0..BUCKETS {
+                let (low, high) = bounds(index);
+                assert_eq!(low, expected_low, "bucket {index}");
+                assert!(high >= low);
+                assert_eq!(bucket(low), index, "low of {index}");
+                assert_eq!(bucket(high), index, "high of {index}");
+                if index >= EXACT as u32 {
+                    // Relative width at most 1/16.
+                    assert!(
+                        (high - low + 1) * 16 <= low,
+                        "bucket {index}: {low}..{high}"
+                    );
+                }
+                expected_low = high + 1;
+            }
+            assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+        }
+
+        #[test]
+        fn known_values() {
+            assert_eq!(bucket(0), 0);
+            assert_eq!(bucket(31), 31);
+            assert_eq!(bounds(bucket(32)), (32, 33));
+            assert_eq!(bounds(bucket(1000)), (992, 1023));
+            assert_eq!(bounds(bucket(1024)), (1024, 1087));
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod_config {
+    // SAFETY: repr(C), integers and arrays of integer structs only, padding spelled out.
+    unsafe impl aya::Pod for super::ProbeConfig {}
+}

@@ -69,6 +69,7 @@ mod tests {
         let snapshot = Snapshot {
             elapsed: std::time::Duration::from_secs(4),
             probes: vec![ProbeSnapshot {
+                mode: probe_common::mode::RING,
                 hits: 100_000,
                 dropped: 0,
                 per_second: 0.0,

@@ -89,7 +89,7 @@ pub fn draw(frame: &mut Frame, screen: &mut Screen) {
         .zip(&snap.probes)
         .map(|(label, probe)| {
             Row::new(
-                std::iter::once(Cell::from(label.display.clone())).chain(
+                std::iter::once(Cell::from(probe_name(label, probe))).chain(
                     columns
                         .iter()
                         .map(|c| Cell::from(Line::from((c.value)(probe)).right_aligned())),
@@ -104,10 +104,20 @@ pub fn draw(frame: &mut Frame, screen: &mut Screen) {
         .block(Block::bordered().title(" handler time per hit "));
     frame.render_stateful_widget(table, body, screen.table);
 
-    frame.render_widget(
-        Paragraph::new(" q quit   \u{2191}\u{2193} select ").dim(),
-        footer,
-    );
+    let footer_text = match &snap.notice {
+        Some(notice) => format!(" {notice}"),
+        None => " q quit   \u{2191}\u{2193} select ".to_string(),
+    };
+    frame.render_widget(Paragraph::new(footer_text).dim(), footer);
+}
+
+/// The probe's name, marked when its hits do not all reach user space as records.
+fn probe_name(label: &ProbeLabel, probe: &ProbeSnapshot) -> String {
+    match probe.mode {
+        probe_common::mode::SAMPLE => format!("{} [sampled]", label.display),
+        probe_common::mode::KERNEL_HISTOGRAM => format!("{} [in-kernel]", label.display),
+        _ => label.display.clone(),
+    }
 }
 
 /// Narrowest the probe name column may get before numeric columns are hidden.
@@ -373,6 +383,7 @@ mod tests {
             ProbeLabel::new(ProbeKind::Uretprobe, "leaf_ret", "/w"),
         ];
         let probe = ProbeSnapshot {
+            mode: probe_common::mode::RING,
             hits: 1234,
             dropped: 0,
             per_second: 20_000.0,
@@ -389,6 +400,7 @@ mod tests {
         };
         let snapshot = Snapshot {
             elapsed: Duration::from_secs(7),
+            notice: None,
             probes: vec![probe, probe],
             events_per_second: 40_000.0,
             received: 2468,
