@@ -478,8 +478,10 @@ mod tests {
 
     #[test]
     fn kernel_histogram_deltas() {
-        let mut probe = ProbeAggregate::default();
-        probe.mode = mode::KERNEL_HISTOGRAM;
+        let mut probe = ProbeAggregate {
+            mode: mode::KERNEL_HISTOGRAM,
+            ..Default::default()
+        };
         let mut totals = vec![0u64; khist::BUCKETS as usize];
         totals[khist::bucket(1000) as usize] = 5;
         probe.apply_kernel_histogram(&totals);
