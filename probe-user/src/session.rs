@@ -37,6 +37,8 @@ pub enum StopReason {
     Duration,
     Signal(&'static str),
     TargetExited,
+    /// The target exec'd another program; the probes no longer fire.
+    TargetExeced,
     UserQuit,
 }
 
@@ -187,6 +189,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     match reason {
         StopReason::TargetExited => eprintln!("probetop: pid {} exited", target.pid),
+        StopReason::TargetExeced => eprintln!(
+            "probetop: pid {} exec'd {}: probes on {} no longer fire; measurements up to the exec follow",
+            target.pid,
+            target
+                .exec_changed()
+                .map_or_else(|| "another program".into(), |p| p.display().to_string()),
+            target.exe.display()
+        ),
         StopReason::Signal(name) => eprintln!("probetop: {name}, detached"),
         StopReason::Duration | StopReason::UserQuit => {}
     }
@@ -301,7 +311,18 @@ fn shutdown_signal(
     if !target.is_alive() {
         bail!("pid {} exited before probes were attached", target.pid);
     }
+    let watched = target.clone();
     Ok(async move {
+        // exec raises no event on a pidfd, so look every quarter second.
+        let execed = async {
+            let mut every = tokio::time::interval(Duration::from_millis(250));
+            loop {
+                every.tick().await;
+                if watched.exec_changed().is_some() {
+                    break;
+                }
+            }
+        };
         let deadline = async {
             match duration {
                 Some(d) => tokio::time::sleep(d).await,
@@ -314,6 +335,7 @@ fn shutdown_signal(
             _ = terminate.recv() => StopReason::Signal("SIGTERM"),
             _ = hangup.recv() => StopReason::Signal("SIGHUP"),
             _ = exited.readable() => StopReason::TargetExited,
+            _ = execed => StopReason::TargetExeced,
         }
     })
 }

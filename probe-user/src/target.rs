@@ -35,6 +35,10 @@ pub struct Target {
     /// Start time in clock ticks since boot (field 22 of /proc/PID/stat): with the pid,
     /// it identifies the process even if the pid is later reused.
     pub start_ticks: u64,
+    /// Device and inode of the executable; they change when the process execs another
+    /// program, whose code the probes no longer cover.
+    #[serde(skip)]
+    pub exe_identity: Option<(u64, u64)>,
 }
 
 impl Target {
@@ -96,7 +100,18 @@ impl Target {
             comm,
             cmdline,
             start_ticks,
+            exe_identity: exe_identity(pid),
         })
+    }
+
+    /// The program the process runs now, if it is no longer the one probed: it called
+    /// exec. `None` while it runs the same executable (or cannot be read).
+    pub fn exec_changed(&self) -> Option<PathBuf> {
+        let now = exe_identity(self.pid)?;
+        if Some(now) == self.exe_identity {
+            return None;
+        }
+        fs::read_link(format!("/proc/{}/exe", self.pid)).ok()
     }
 
     /// A path to the executable that stays valid while the process lives, even if the
@@ -112,6 +127,13 @@ impl Target {
             .and_then(|stat| parse_stat(&stat))
             .is_some_and(|(state, start)| start == self.start_ticks && state != 'Z')
     }
+}
+
+/// (device, inode) of the file `/proc/PID/exe` resolves to.
+fn exe_identity(pid: u32) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt as _;
+    let meta = fs::metadata(format!("/proc/{pid}/exe")).ok()?;
+    Some((meta.dev(), meta.ino()))
 }
 
 /// State and start time from /proc/PID/stat. The command name may hold spaces and
@@ -140,6 +162,8 @@ mod tests {
     fn this_process_is_a_target() {
         let me = Target::open(std::process::id()).expect("own process");
         assert!(me.is_alive());
+        assert!(me.exe_identity.is_some());
+        assert_eq!(me.exec_changed(), None);
         assert!(me.exe.is_absolute());
         assert!(!me.comm.is_empty());
     }

@@ -130,6 +130,7 @@ pub(crate) mod testing {
                 comm: "fixture".into(),
                 cmdline: "fixture --calls 15".into(),
                 start_ticks: 123,
+                exe_identity: None,
             },
             started_unix_ms: 1_700_000_000_000,
             duration_s: 1.5,
