@@ -8,9 +8,11 @@
 //! | --- | --- | --- |
 //! | `.json` | probetop's JSON summary (stable schema) | [`json`] |
 //! | `.hlog` | HdrHistogram interval log (Java `HistogramLogWriter` layout) | [`hlog`] |
+//! | `.hgrm` | HdrHistogram percentile distribution, one file per probe | [`hgrm`] |
 //!
 //! All handler times are nanoseconds.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use hdrhistogram::Histogram;
@@ -19,6 +21,7 @@ use crate::spec::ProbeKind;
 use crate::target::Target;
 
 mod hdr;
+pub mod hgrm;
 pub mod hlog;
 pub mod json;
 
@@ -71,7 +74,7 @@ pub enum ExportError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
-    #[error("unknown export format {0:?}: use .json or .hlog")]
+    #[error("unknown export format {0:?}: use .json, .hlog or .hgrm")]
     UnknownFormat(String),
     #[error("cannot encode the {format} export: {reason}")]
     Encode {
@@ -88,6 +91,10 @@ pub struct ExportFile {
 }
 
 /// Renders `report` in the format named by `path`'s extension.
+///
+/// Every format is one file at `path`, except `.hgrm`: HdrHistogram's plotter reads one
+/// distribution per file (it would join several into one curve), so `run.hgrm` becomes
+/// one `run.<tag>.hgrm` per probe (see [`hgrm`]).
 pub fn render(report: &Report, path: &Path) -> Result<Vec<ExportFile>, ExportError> {
     let ext = path
         .extension()
@@ -103,8 +110,30 @@ pub fn render(report: &Report, path: &Path) -> Result<Vec<ExportFile>, ExportErr
     Ok(match ext.as_str() {
         "json" => one(json::render(report)?),
         "hlog" => one(hlog::render(report)?),
+        "hgrm" => hgrm::render(report)?
+            .into_iter()
+            .map(|(tag, bytes)| ExportFile {
+                path: with_tag(path, &tag),
+                bytes,
+            })
+            .collect(),
         _ => return Err(ExportError::UnknownFormat(ext)),
     })
+}
+
+/// `dir/run.hgrm` -> `dir/run.<tag>.hgrm`.
+fn with_tag(path: &Path, tag: &str) -> PathBuf {
+    let mut name = OsString::new();
+    if let Some(stem) = path.file_stem() {
+        name.push(stem);
+        name.push(".");
+    }
+    name.push(tag);
+    if let Some(ext) = path.extension() {
+        name.push(".");
+        name.push(ext);
+    }
+    path.with_file_name(name)
 }
 
 /// Renders `report` and writes its file(s), named as [`render`] names them.
@@ -474,10 +503,23 @@ mod tests {
     }
 
     #[test]
+    fn hgrm_is_one_file_per_probe() {
+        let files = render(&sample_report(), Path::new("out/run.hgrm")).expect("hgrm");
+        let paths: Vec<&Path> = files.iter().map(|f| f.path.as_path()).collect();
+        assert_eq!(
+            paths,
+            [
+                Path::new("out/run.uprobe_work_unit.hgrm"),
+                Path::new("out/run.uretprobe_leaf_ret.hgrm")
+            ]
+        );
+    }
+
+    #[test]
     fn unknown_extension_is_an_error() {
         let err = render(&sample_report(), Path::new("run.xlsx")).expect_err("unknown");
         assert!(matches!(err, ExportError::UnknownFormat(ref e) if e == "xlsx"));
-        assert!(err.to_string().contains(".hlog"));
+        assert!(err.to_string().contains(".hgrm"));
     }
 
     #[test]
@@ -485,8 +527,8 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("probetop-export-write-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let written = write(&sample_report(), &dir.join("run.hlog")).expect("writes");
-        assert_eq!(written.len(), 1);
+        let written = write(&sample_report(), &dir.join("run.hgrm")).expect("writes");
+        assert_eq!(written.len(), 2);
         for path in &written {
             assert!(std::fs::metadata(path).expect("exists").len() > 0);
         }
@@ -505,7 +547,7 @@ mod tests {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).expect("samples dir");
         let report = super::testing::rich_report();
-        for ext in ["json", "hlog"] {
+        for ext in ["json", "hlog", "hgrm"] {
             for path in write(&report, &dir.join(format!("rich.{ext}"))).expect(ext) {
                 eprintln!("wrote {}", path.display());
             }
