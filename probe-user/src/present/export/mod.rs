@@ -7,6 +7,7 @@
 //! | extension | format | module |
 //! | --- | --- | --- |
 //! | `.json` | probetop's JSON summary (stable schema) | [`json`] |
+//! | `.csv` | one RFC 4180 row per probe | [`csv`] |
 //! | `.hlog` | HdrHistogram interval log (Java `HistogramLogWriter` layout) | [`hlog`] |
 //! | `.hgrm` | HdrHistogram percentile distribution, one file per probe | [`hgrm`] |
 //!
@@ -20,6 +21,7 @@ use hdrhistogram::Histogram;
 use crate::spec::ProbeKind;
 use crate::target::Target;
 
+pub mod csv;
 mod hdr;
 pub mod hgrm;
 pub mod hlog;
@@ -74,7 +76,7 @@ pub enum ExportError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
-    #[error("unknown export format {0:?}: use .json, .hlog or .hgrm")]
+    #[error("unknown export format {0:?}: use .json, .csv, .hlog or .hgrm")]
     UnknownFormat(String),
     #[error("cannot encode the {format} export: {reason}")]
     Encode {
@@ -109,6 +111,7 @@ pub fn render(report: &Report, path: &Path) -> Result<Vec<ExportFile>, ExportErr
     };
     Ok(match ext.as_str() {
         "json" => one(json::render(report)?),
+        "csv" => one(csv::render(report)?),
         "hlog" => one(hlog::render(report)?),
         "hgrm" => hgrm::render(report)?
             .into_iter()
@@ -493,7 +496,7 @@ mod tests {
     #[test]
     fn every_format_renders_by_extension() {
         let report = sample_report();
-        for ext in ["json", "hlog"] {
+        for ext in ["json", "csv", "hlog"] {
             let path = PathBuf::from(format!("out/run.{ext}"));
             let files = render(&report, &path).expect(ext);
             assert_eq!(files.len(), 1, "{ext}");
@@ -547,7 +550,7 @@ mod tests {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).expect("samples dir");
         let report = super::testing::rich_report();
-        for ext in ["json", "hlog", "hgrm"] {
+        for ext in ["json", "csv", "hlog", "hgrm"] {
             for path in write(&report, &dir.join(format!("rich.{ext}"))).expect(ext) {
                 eprintln!("wrote {}", path.display());
             }
