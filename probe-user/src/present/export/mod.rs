@@ -8,6 +8,8 @@
 //! | --- | --- | --- |
 //! | `.json` | probetop's JSON summary (stable schema) | [`json`] |
 //! | `.csv` | one RFC 4180 row per probe | [`csv`] |
+//! | `.html`, `.htm` | self-contained page: summary table and percentile plots | [`html`] |
+//! | `.svg` | the all-probes percentile plot | [`html`] |
 //! | `.hlog` | HdrHistogram interval log (Java `HistogramLogWriter` layout) | [`hlog`] |
 //! | `.hgrm` | HdrHistogram percentile distribution, one file per probe | [`hgrm`] |
 //!
@@ -25,6 +27,7 @@ pub mod csv;
 mod hdr;
 pub mod hgrm;
 pub mod hlog;
+pub mod html;
 pub mod json;
 
 /// The measurements of one probe over a run.
@@ -76,7 +79,7 @@ pub enum ExportError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
-    #[error("unknown export format {0:?}: use .json, .csv, .hlog or .hgrm")]
+    #[error("unknown export format {0:?}: use .json, .csv, .html, .svg, .hlog or .hgrm")]
     UnknownFormat(String),
     #[error("cannot encode the {format} export: {reason}")]
     Encode {
@@ -112,6 +115,8 @@ pub fn render(report: &Report, path: &Path) -> Result<Vec<ExportFile>, ExportErr
     Ok(match ext.as_str() {
         "json" => one(json::render(report)?),
         "csv" => one(csv::render(report)?),
+        "html" | "htm" => one(html::render(report)?),
+        "svg" => one(html::render_svg(report)?),
         "hlog" => one(hlog::render(report)?),
         "hgrm" => hgrm::render(report)?
             .into_iter()
@@ -496,7 +501,7 @@ mod tests {
     #[test]
     fn every_format_renders_by_extension() {
         let report = sample_report();
-        for ext in ["json", "csv", "hlog"] {
+        for ext in ["json", "csv", "html", "HTML", "svg", "hlog"] {
             let path = PathBuf::from(format!("out/run.{ext}"));
             let files = render(&report, &path).expect(ext);
             assert_eq!(files.len(), 1, "{ext}");
@@ -550,7 +555,7 @@ mod tests {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).expect("samples dir");
         let report = super::testing::rich_report();
-        for ext in ["json", "csv", "hlog", "hgrm"] {
+        for ext in ["json", "csv", "html", "svg", "hlog", "hgrm"] {
             for path in write(&report, &dir.join(format!("rich.{ext}"))).expect(ext) {
                 eprintln!("wrote {}", path.display());
             }
