@@ -12,8 +12,10 @@
 //! | `.svg` | the all-probes percentile plot | [`html`] |
 //! | `.hlog` | HdrHistogram interval log (Java `HistogramLogWriter` layout) | [`hlog`] |
 //! | `.hgrm` | HdrHistogram percentile distribution, one file per probe | [`hgrm`] |
+//! | `.prom` | Prometheus text exposition (also served by `--listen`) | [`prometheus`] |
 //!
-//! All handler times are nanoseconds.
+//! All handler times are nanoseconds unless a format says otherwise (Prometheus uses
+//! seconds, as its conventions require).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -29,6 +31,7 @@ pub mod hgrm;
 pub mod hlog;
 pub mod html;
 pub mod json;
+pub mod prometheus;
 
 /// The measurements of one probe over a run.
 #[derive(Debug, Clone)]
@@ -79,7 +82,7 @@ pub enum ExportError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
-    #[error("unknown export format {0:?}: use .json, .csv, .html, .svg, .hlog or .hgrm")]
+    #[error("unknown export format {0:?}: use .json, .csv, .html, .svg, .hlog, .hgrm or .prom")]
     UnknownFormat(String),
     #[error("cannot encode the {format} export: {reason}")]
     Encode {
@@ -118,6 +121,7 @@ pub fn render(report: &Report, path: &Path) -> Result<Vec<ExportFile>, ExportErr
         "html" | "htm" => one(html::render(report)?),
         "svg" => one(html::render_svg(report)?),
         "hlog" => one(hlog::render(report)?),
+        "prom" => one(prometheus::render_prometheus(report).into_bytes()),
         "hgrm" => hgrm::render(report)?
             .into_iter()
             .map(|(tag, bytes)| ExportFile {
@@ -501,7 +505,7 @@ mod tests {
     #[test]
     fn every_format_renders_by_extension() {
         let report = sample_report();
-        for ext in ["json", "csv", "html", "HTML", "svg", "hlog"] {
+        for ext in ["json", "csv", "html", "HTML", "svg", "hlog", "prom"] {
             let path = PathBuf::from(format!("out/run.{ext}"));
             let files = render(&report, &path).expect(ext);
             assert_eq!(files.len(), 1, "{ext}");
@@ -555,7 +559,7 @@ mod tests {
         let dir = PathBuf::from(dir);
         std::fs::create_dir_all(&dir).expect("samples dir");
         let report = super::testing::rich_report();
-        for ext in ["json", "csv", "html", "svg", "hlog", "hgrm"] {
+        for ext in ["json", "csv", "html", "svg", "hlog", "hgrm", "prom"] {
             for path in write(&report, &dir.join(format!("rich.{ext}"))).expect(ext) {
                 eprintln!("wrote {}", path.display());
             }
