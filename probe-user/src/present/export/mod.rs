@@ -1,16 +1,37 @@
 //! Exports: what a run measured, written to files for reports.
 //!
 //! Every format renders one [`Report`], a self-contained copy of the measurements, so
-//! exporters are pure functions and can be tested without probes.
+//! exporters are pure functions and can be tested without probes. [`render`] picks the
+//! format by the output file's extension:
+//!
+//! | extension | format | module |
+//! | --- | --- | --- |
+//! | `.json` | probetop's JSON summary (stable schema) | [`json`] |
+//! | `.csv` | one RFC 4180 row per probe | [`csv`] |
+//! | `.html`, `.htm` | self-contained page: summary table and percentile plots | [`html`] |
+//! | `.svg` | the all-probes percentile plot | [`html`] |
+//! | `.hlog` | HdrHistogram interval log (Java `HistogramLogWriter` layout) | [`hlog`] |
+//! | `.hgrm` | HdrHistogram percentile distribution, one file per probe | [`hgrm`] |
+//! | `.prom` | Prometheus text exposition (also served by `--listen`) | [`prometheus`] |
+//!
+//! All handler times are nanoseconds unless a format says otherwise (Prometheus uses
+//! seconds, as its conventions require).
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use hdrhistogram::Histogram;
 
 use crate::spec::ProbeKind;
 use crate::target::Target;
 
+pub mod csv;
+mod hdr;
+pub mod hgrm;
+pub mod hlog;
+pub mod html;
 pub mod json;
+pub mod prometheus;
 
 /// The measurements of one probe over a run.
 #[derive(Debug, Clone)]
@@ -61,7 +82,7 @@ pub enum ExportError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
-    #[error("unknown export format {0:?}: use .json")]
+    #[error("unknown export format {0:?}: use .json, .csv, .html, .svg, .hlog, .hgrm or .prom")]
     UnknownFormat(String),
     #[error("cannot encode the {format} export: {reason}")]
     Encode {
@@ -70,26 +91,146 @@ pub enum ExportError {
     },
 }
 
+/// One file an export produces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportFile {
+    pub path: PathBuf,
+    pub bytes: Vec<u8>,
+}
+
 /// Renders `report` in the format named by `path`'s extension.
-pub fn render(report: &Report, path: &Path) -> Result<Vec<u8>, ExportError> {
+///
+/// Every format is one file at `path`, except `.hgrm`: HdrHistogram's plotter reads one
+/// distribution per file (it would join several into one curve), so `run.hgrm` becomes
+/// one `run.<tag>.hgrm` per probe (see [`hgrm`]).
+pub fn render(report: &Report, path: &Path) -> Result<Vec<ExportFile>, ExportError> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or_default()
         .to_ascii_lowercase();
-    match ext.as_str() {
-        "json" => json::render(report),
-        _ => Err(ExportError::UnknownFormat(ext)),
-    }
+    let one = |bytes: Vec<u8>| {
+        vec![ExportFile {
+            path: path.to_path_buf(),
+            bytes,
+        }]
+    };
+    Ok(match ext.as_str() {
+        "json" => one(json::render(report)?),
+        "csv" => one(csv::render(report)?),
+        "html" | "htm" => one(html::render(report)?),
+        "svg" => one(html::render_svg(report)?),
+        "hlog" => one(hlog::render(report)?),
+        "prom" => one(prometheus::render_prometheus(report).into_bytes()),
+        "hgrm" => hgrm::render(report)?
+            .into_iter()
+            .map(|(tag, bytes)| ExportFile {
+                path: with_tag(path, &tag),
+                bytes,
+            })
+            .collect(),
+        _ => return Err(ExportError::UnknownFormat(ext)),
+    })
 }
 
-/// Renders `report` and writes it to `path`.
-pub fn write(report: &Report, path: &Path) -> Result<(), ExportError> {
-    let bytes = render(report, path)?;
-    std::fs::write(path, bytes).map_err(|source| ExportError::Write {
-        path: path.to_path_buf(),
-        source,
-    })
+/// `dir/run.hgrm` -> `dir/run.<tag>.hgrm`.
+fn with_tag(path: &Path, tag: &str) -> PathBuf {
+    let mut name = OsString::new();
+    if let Some(stem) = path.file_stem() {
+        name.push(stem);
+        name.push(".");
+    }
+    name.push(tag);
+    if let Some(ext) = path.extension() {
+        name.push(".");
+        name.push(ext);
+    }
+    path.with_file_name(name)
+}
+
+/// Renders `report` and writes its file(s), named as [`render`] names them.
+pub fn write(report: &Report, path: &Path) -> Result<Vec<PathBuf>, ExportError> {
+    let files = render(report, path)?;
+    let mut written = Vec::with_capacity(files.len());
+    for file in files {
+        std::fs::write(&file.path, &file.bytes).map_err(|source| ExportError::Write {
+            path: file.path.clone(),
+            source,
+        })?;
+        written.push(file.path);
+    }
+    Ok(written)
+}
+
+/// A Unix time as UTC calendar fields, for the dates formats print (no time zone
+/// database needed, and exports do not depend on the machine's zone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct UtcTime {
+    pub year: i64,
+    /// 1..=12
+    pub month: u32,
+    /// 1..=31
+    pub day: u32,
+    pub hour: u32,
+    pub minute: u32,
+    pub second: u32,
+    /// 0 = Sunday.
+    pub weekday: u32,
+}
+
+impl UtcTime {
+    pub fn from_unix_ms(ms: u64) -> Self {
+        let secs = ms / 1000;
+        let days = (secs / 86_400) as i64;
+        let rem = secs % 86_400;
+        // Howard Hinnant's civil_from_days: days since 1970-01-01 to a proleptic
+        // Gregorian date.
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        Self {
+            year,
+            month,
+            day,
+            hour: (rem / 3600) as u32,
+            minute: (rem / 60 % 60) as u32,
+            second: (rem % 60) as u32,
+            // 1970-01-01 was a Thursday.
+            weekday: (days + 4).rem_euclid(7) as u32,
+        }
+    }
+
+    /// As Java's `Date.toString()` prints it in UTC: `Tue Nov 14 22:13:20 UTC 2023`.
+    pub fn java_date_string(&self) -> String {
+        const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+        const MONTHS: [&str; 12] = [
+            "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+        ];
+        format!(
+            "{} {} {:02} {:02}:{:02}:{:02} UTC {}",
+            DAYS[self.weekday as usize % 7],
+            MONTHS[(self.month as usize + 11) % 12],
+            self.day,
+            self.hour,
+            self.minute,
+            self.second,
+            self.year
+        )
+    }
+
+    /// ISO 8601: `2023-11-14 22:13:20 UTC`.
+    pub fn iso(&self) -> String {
+        format!(
+            "{}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+            self.year, self.month, self.day, self.hour, self.minute, self.second
+        )
+    }
 }
 
 #[cfg(test)]
@@ -97,7 +238,6 @@ pub(crate) mod testing {
     //! A report with known contents for exporter tests.
     use super::*;
     use crate::aggregate::new_ns_histogram;
-    use std::path::PathBuf;
 
     pub fn sample_report() -> Report {
         let mut a = new_ns_histogram();
@@ -139,5 +279,307 @@ pub(crate) mod testing {
                 probe(1, ProbeKind::Uretprobe, "leaf_ret", b, 2),
             ],
         }
+    }
+
+    /// A harder report: wide value ranges (1 ns to 59 s), counts in the millions, ties
+    /// that round differently in Java and Rust, several intervals per probe (one empty),
+    /// a probe without hits, one spec expanded to two probes, and an object path with
+    /// quotes, a backslash, a comma, a space and a newline.
+    pub fn rich_report() -> Report {
+        // A fixed linear congruential generator: deterministic, no extra dependency.
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as f64 / (1u64 << 31) as f64
+        };
+        let mut log_uniform = |lo: f64, hi: f64| (lo.ln() + next() * (hi / lo).ln()).exp() as u64;
+
+        let mut probes = Vec::new();
+        let mut add = |id: u32,
+                       kind: ProbeKind,
+                       spec: &str,
+                       name: &str,
+                       object: &str,
+                       dropped: u64,
+                       intervals: Vec<Histogram<u64>>| {
+            let mut whole = new_ns_histogram();
+            for h in &intervals {
+                whole.add(h).expect("same bounds");
+            }
+            probes.push(ProbeReport {
+                id,
+                spec: spec.into(),
+                kind,
+                name: name.into(),
+                object: object.into(),
+                address: 0x40_1000 + u64::from(id) * 0x10,
+                file_offset: 0x1000 + u64::from(id) * 0x10,
+                hits: whole.len() + dropped,
+                dropped,
+                intervals: intervals
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, handler_ns)| Interval {
+                        start_s: i as f64,
+                        length_s: 1.0,
+                        handler_ns,
+                    })
+                    .collect(),
+                handler_ns: whole,
+            });
+        };
+
+        let mut wide = Vec::new();
+        for i in 0..3 {
+            let mut h = new_ns_histogram();
+            for _ in 0..(1000 + i * 500) {
+                h.record(log_uniform(1.0, 1e7).max(1)).expect("in range");
+            }
+            wide.push(h);
+        }
+        wide[2].record(59_000_000_000).expect("in range");
+        add(
+            0,
+            ProbeKind::Uprobe,
+            "uprobe:work_unit",
+            "work_unit",
+            "/usr/bin/fixture",
+            0,
+            wide,
+        );
+
+        let mut heavy = Vec::new();
+        for i in 0..3_u64 {
+            let mut h = new_ns_histogram();
+            if i != 1 {
+                h.record_n(250, 1_000_000 * (i + 1)).expect("in range");
+                // Values whose ms and us forms end in 5: half-up (Java) and half-even
+                // (Rust) rounding disagree on them.
+                for v in [1500, 3500, 2500, 1_000_500] {
+                    h.record_n(v, 7 + i).expect("in range");
+                }
+                for _ in 0..200 {
+                    h.record(log_uniform(200.0, 50_000.0)).expect("in range");
+                }
+            }
+            heavy.push(h);
+        }
+        add(
+            1,
+            ProbeKind::Uretprobe,
+            "uretprobe:libc:malloc",
+            "malloc",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+            17,
+            heavy,
+        );
+
+        for (id, name) in [(2, "handle_read"), (3, "handle_write")] {
+            let mut intervals = Vec::new();
+            for _ in 0..2 {
+                let mut h = new_ns_histogram();
+                for _ in 0..300 {
+                    h.record(log_uniform(800.0, 3_000.0)).expect("in range");
+                }
+                intervals.push(h);
+            }
+            add(
+                id,
+                ProbeKind::Uprobe,
+                "uprobe:handle_*",
+                name,
+                "/usr/bin/fixture",
+                0,
+                intervals,
+            );
+        }
+
+        add(
+            4,
+            ProbeKind::Usdt,
+            "usdt:/opt/my app/lib.so:prov:never",
+            "prov:never",
+            "/opt/my \"app\"\\dir,x/lib\nname.so",
+            0,
+            vec![new_ns_histogram()],
+        );
+
+        // Mean 1.0625 exactly: a tie that Java's %.3f rounds up, Rust's {:.3} down.
+        let mut tie = new_ns_histogram();
+        tie.record_n(1, 15).expect("in range");
+        tie.record(2).expect("in range");
+        add(
+            5,
+            ProbeKind::Uprobe,
+            "uprobe:tiny",
+            "tiny",
+            "/usr/bin/fixture",
+            0,
+            vec![tie],
+        );
+
+        Report {
+            target: Target {
+                pid: 31337,
+                exe: PathBuf::from("/usr/bin/fixture"),
+                comm: "fixture".into(),
+                cmdline: "fixture --calls 15 --name \"a b\"".into(),
+                start_ticks: 456,
+            },
+            started_unix_ms: 1_700_000_123_456,
+            duration_s: 3.0,
+            probes,
+        }
+    }
+
+    /// What `tests/java/HlogCheck.java` made of an `.hlog`.
+    pub struct JavaCheck {
+        /// Per tag: `TAG` line and the Java `.hgrm` text (after a `START` line).
+        pub stdout: String,
+        /// The log written again by Java's HistogramLogWriter.
+        pub rewritten: String,
+    }
+
+    /// Runs `tests/java/HlogCheck.java` (Java's HdrHistogram reading `hlog` and writing
+    /// it again). Panics with the reason when Java or Maven fail. The commands, by hand:
+    ///
+    /// ```text
+    /// cd probe-user/tests/java
+    /// mvn -q -f pom.xml dependency:copy-dependencies -DoutputDirectory=target/lib
+    /// java -Duser.timezone=UTC -cp 'target/lib/*' HlogCheck.java FILE.hlog [REWRITTEN.hlog]
+    /// ```
+    pub fn java_check(hlog: &[u8]) -> JavaCheck {
+        use std::process::Command;
+        let java_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java");
+        let lib_dir = java_dir.join("target/lib");
+        let tmp = std::env::temp_dir();
+        let unique = format!("{}-{:?}", std::process::id(), std::thread::current().id())
+            .replace(|c: char| !c.is_ascii_alphanumeric(), "");
+        let log = tmp.join(format!("probetop-java-check-{unique}.hlog"));
+        let rewritten = tmp.join(format!("probetop-java-check-{unique}.java.hlog"));
+        std::fs::write(&log, hlog).expect("write temp .hlog");
+        let mvn = Command::new("mvn")
+            .arg("-q")
+            .arg("-f")
+            .arg(java_dir.join("pom.xml"))
+            .arg("dependency:copy-dependencies")
+            .arg(format!("-DoutputDirectory={}", lib_dir.display()))
+            .output()
+            .expect("run mvn (Maven 3 on PATH)");
+        assert!(
+            mvn.status.success(),
+            "mvn dependency:copy-dependencies failed:\n{}{}",
+            String::from_utf8_lossy(&mvn.stdout),
+            String::from_utf8_lossy(&mvn.stderr)
+        );
+        let java = Command::new("java")
+            .arg("-Duser.timezone=UTC")
+            .arg("-cp")
+            .arg(format!("{}/*", lib_dir.display()))
+            .arg(java_dir.join("HlogCheck.java"))
+            .arg(&log)
+            .arg(&rewritten)
+            .output()
+            .expect("run java (JDK 11+ on PATH)");
+        let rewritten_text = std::fs::read_to_string(&rewritten).unwrap_or_default();
+        let _ = std::fs::remove_file(&log);
+        let _ = std::fs::remove_file(&rewritten);
+        assert!(
+            java.status.success(),
+            "HlogCheck failed:\n{}",
+            String::from_utf8_lossy(&java.stderr)
+        );
+        JavaCheck {
+            stdout: String::from_utf8(java.stdout).expect("utf8 from HlogCheck"),
+            rewritten: rewritten_text,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::sample_report;
+    use super::*;
+
+    #[test]
+    fn every_format_renders_by_extension() {
+        let report = sample_report();
+        for ext in ["json", "csv", "html", "HTML", "svg", "hlog", "prom"] {
+            let path = PathBuf::from(format!("out/run.{ext}"));
+            let files = render(&report, &path).expect(ext);
+            assert_eq!(files.len(), 1, "{ext}");
+            assert_eq!(files[0].path, path);
+            assert!(!files[0].bytes.is_empty(), "{ext}");
+        }
+    }
+
+    #[test]
+    fn hgrm_is_one_file_per_probe() {
+        let files = render(&sample_report(), Path::new("out/run.hgrm")).expect("hgrm");
+        let paths: Vec<&Path> = files.iter().map(|f| f.path.as_path()).collect();
+        assert_eq!(
+            paths,
+            [
+                Path::new("out/run.uprobe_work_unit.hgrm"),
+                Path::new("out/run.uretprobe_leaf_ret.hgrm")
+            ]
+        );
+    }
+
+    #[test]
+    fn unknown_extension_is_an_error() {
+        let err = render(&sample_report(), Path::new("run.xlsx")).expect_err("unknown");
+        assert!(matches!(err, ExportError::UnknownFormat(ref e) if e == "xlsx"));
+        assert!(err.to_string().contains(".hgrm"));
+    }
+
+    #[test]
+    fn write_creates_every_file() {
+        let dir =
+            std::env::temp_dir().join(format!("probetop-export-write-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let written = write(&sample_report(), &dir.join("run.hgrm")).expect("writes");
+        assert_eq!(written.len(), 2);
+        for path in &written {
+            assert!(std::fs::metadata(path).expect("exists").len() > 0);
+        }
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+
+    /// Writes every format of the rich test report into $PROBETOP_EXPORT_SAMPLES_DIR, to
+    /// look at by hand or feed to other tools (promtool, Java, a browser); skipped without
+    /// the variable.
+    #[test]
+    fn write_samples_for_inspection() {
+        let Some(dir) = std::env::var_os("PROBETOP_EXPORT_SAMPLES_DIR") else {
+            eprintln!("skipped: set PROBETOP_EXPORT_SAMPLES_DIR=DIR to write sample exports");
+            return;
+        };
+        let dir = PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("samples dir");
+        let report = super::testing::rich_report();
+        for ext in ["json", "csv", "html", "svg", "hlog", "hgrm", "prom"] {
+            for path in write(&report, &dir.join(format!("rich.{ext}"))).expect(ext) {
+                eprintln!("wrote {}", path.display());
+            }
+        }
+    }
+
+    #[test]
+    fn utc_calendar_fields() {
+        let t = UtcTime::from_unix_ms(1_700_000_000_000);
+        assert_eq!(t.java_date_string(), "Tue Nov 14 22:13:20 UTC 2023");
+        assert_eq!(t.iso(), "2023-11-14 22:13:20 UTC");
+        assert_eq!(
+            UtcTime::from_unix_ms(0).java_date_string(),
+            "Thu Jan 01 00:00:00 UTC 1970"
+        );
+        // A leap day.
+        assert_eq!(
+            UtcTime::from_unix_ms(1_709_164_800_000).iso(),
+            "2024-02-29 00:00:00 UTC"
+        );
     }
 }

@@ -1,0 +1,259 @@
+//! `.hgrm`: the percentile distribution text of HdrHistogram, one file per probe.
+//!
+//! The body is byte for byte what Java's
+//! `histogram.outputPercentileDistribution(out, 5, 1.0)` prints for the probe's whole-run
+//! histogram: values in nanoseconds (scaling ratio 1.0), 5 percentile ticks per half
+//! distance, the `#[Mean ...]`, `#[Max ...]`, `#[Buckets ...]` footer. It is checked
+//! against Java's own output by `hlog`'s Java cross-check test (PROBETOP_JAVA_CHECK=1).
+//!
+//! One line is added before it, a `#` comment naming the probe. HdrHistogram's plotter
+//! (`plotFiles.html`) skips lines starting with `#`, but it reads every other 4-column row
+//! of a file into one curve, so two distributions in one file would plot as one wrong
+//! curve. Hence one file per probe: `run.hgrm` becomes `run.<tag>.hgrm` with the tag of
+//! [`probe_tags`] (the spec made file-name-safe, e.g. `run.uprobe_work_unit.hgrm`), even
+//! for a single probe, so the names are predictable. Units are not written: the format
+//! has no place for them and the plotter asks for them; they are always nanoseconds.
+
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+
+use super::hdr::{
+    java_fixed, java_fixed_width, java_mean, java_std_deviation, one_line, percentile_rows,
+    probe_tags, sub_bucket_count,
+};
+use super::{ExportError, ProbeReport, Report};
+
+/// Percentile ticks per half distance to 100%, as `HistogramLogProcessor` uses.
+const TICKS_PER_HALF_DISTANCE: u32 = 5;
+/// Values are written in the histogram's unit, nanoseconds.
+const VALUE_SCALING_RATIO: f64 = 1.0;
+
+/// One `(tag, file contents)` per probe, in report order.
+pub fn render(report: &Report) -> Result<Vec<(String, Vec<u8>)>, ExportError> {
+    let tags = probe_tags(&report.probes);
+    Ok(report
+        .probes
+        .iter()
+        .zip(tags)
+        .map(|(probe, tag)| {
+            let bytes = render_probe(probe).into_bytes();
+            (tag, bytes)
+        })
+        .collect())
+}
+
+/// A probe's file: the naming comment, then its distribution.
+pub fn render_probe(probe: &ProbeReport) -> String {
+    let mut out = format!(
+        "#probetop probe {}: {} {} in {}, spec {}\n",
+        probe.id,
+        probe.kind,
+        one_line(&probe.name),
+        one_line(&probe.object),
+        one_line(&probe.spec)
+    );
+    out.push_str(&distribution(&probe.handler_ns));
+    out
+}
+
+/// Java's `outputPercentileDistribution(out, 5, 1.0)` of `hist`, as text.
+pub fn distribution(hist: &Histogram<u64>) -> String {
+    let digits = usize::from(hist.sigfig());
+    let ratio = VALUE_SCALING_RATIO;
+    let mut out = String::new();
+    // Writes to a String cannot fail, hence the ignored fmt::Results.
+    let _ = write!(
+        out,
+        "{:>12} {:>14} {:>10} {:>14}\n\n",
+        "Value", "Percentile", "TotalCount", "1/(1-Percentile)"
+    );
+    for row in percentile_rows(hist, TICKS_PER_HALF_DISTANCE) {
+        let value = java_fixed_width(row.value as f64 / ratio, 12, digits);
+        let quantile = row.level / 100.0;
+        // Java's "%2.12f": width 2 never pads a 14-character number.
+        let percentile = java_fixed(quantile, 12);
+        if row.level != 100.0 {
+            let inverse = java_fixed_width(1.0 / (1.0 - quantile), 14, 2);
+            let _ = writeln!(
+                out,
+                "{value} {percentile} {:>10} {inverse}",
+                row.total_count
+            );
+        } else {
+            let _ = writeln!(out, "{value} {percentile} {:>10}", row.total_count);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "#[Mean    = {}, StdDeviation   = {}]",
+        java_fixed_width(java_mean(hist) / ratio, 12, digits),
+        java_fixed_width(java_std_deviation(hist) / ratio, 12, digits)
+    );
+    let _ = writeln!(
+        out,
+        "#[Max     = {}, Total count    = {:>12}]",
+        java_fixed_width(hist.max() as f64 / ratio, 12, digits),
+        hist.len()
+    );
+    let _ = writeln!(
+        out,
+        "#[Buckets = {:>12}, SubBuckets     = {:>12}]",
+        hist.buckets(),
+        sub_bucket_count(hist)
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{rich_report, sample_report};
+    use super::*;
+    use crate::aggregate::new_ns_histogram;
+
+    /// One parsed data row: value, percentile, total count, 1/(1-p) (None on the last row).
+    type Row = (f64, f64, u64, Option<f64>);
+
+    fn parse(text: &str) -> (Vec<Row>, Vec<String>) {
+        let mut rows = Vec::new();
+        let mut footer = Vec::new();
+        for line in text.lines() {
+            if line.starts_with("#[") {
+                footer.push(line.to_string());
+                continue;
+            }
+            if line.starts_with('#') || line.trim().is_empty() || line.contains("Value") {
+                continue;
+            }
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            assert!(cols.len() == 4 || cols.len() == 3, "row {line:?}");
+            rows.push((
+                cols[0].parse().expect("value"),
+                cols[1].parse().expect("percentile"),
+                cols[2].parse().expect("count"),
+                cols.get(3).map(|c| c.parse().expect("1/(1-p)")),
+            ));
+        }
+        (rows, footer)
+    }
+
+    #[test]
+    fn sample_file_exactly() {
+        let report = sample_report();
+        let files = render(&report).expect("renders");
+        assert_eq!(files[0].0, "uprobe_work_unit");
+        let text = String::from_utf8(files[0].1.clone()).expect("utf8");
+        // Java's algorithm for the values 100, 200, 300, 400, 5000 (5000 is in an HDR
+        // bucket of width 4: max 5003, median-equivalent 5002, so the mean is 1200.4).
+        let expected = "\
+#probetop probe 0: uprobe work_unit in /usr/bin/fixture, spec uprobe:work_unit
+       Value     Percentile TotalCount 1/(1-Percentile)
+
+     100.000 0.000000000000          1           1.00
+     100.000 0.100000000000          1           1.11
+     100.000 0.200000000000          1           1.25
+     200.000 0.300000000000          2           1.43
+     200.000 0.400000000000          2           1.67
+     300.000 0.500000000000          3           2.00
+     300.000 0.550000000000          3           2.22
+     300.000 0.600000000000          3           2.50
+     400.000 0.650000000000          4           2.86
+     400.000 0.700000000000          4           3.33
+     400.000 0.750000000000          4           4.00
+     400.000 0.775000000000          4           4.44
+     400.000 0.800000000000          4           5.00
+    5003.000 0.825000000000          5           5.71
+    5003.000 1.000000000000          5
+#[Mean    =     1200.400, StdDeviation   =     1903.429]
+#[Max     =     5003.000, Total count    =            5]
+#[Buckets =           26, SubBuckets     =         2048]
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn numbers_agree_with_the_histogram() {
+        for probe in rich_report().probes {
+            let h = &probe.handler_ns;
+            let (rows, footer) = parse(&render_probe(&probe));
+            assert_eq!(footer.len(), 3);
+            if h.is_empty() {
+                assert!(rows.is_empty());
+                assert!(footer[1].contains("Total count    =            0"));
+                continue;
+            }
+            for (value, p, count, inverse) in &rows {
+                // The value at each tick is the histogram's value at that quantile...
+                let at = h.value_at_quantile(*p);
+                assert_eq!(*value as u64, h.highest_equivalent(at), "p {p}");
+                // ...and the count is every value at or below it.
+                assert_eq!(*count, h.count_between(0, *value as u64), "p {p}");
+                if let Some(inverse) = inverse {
+                    // p is printed to 12 decimals, which 1/(1-p) magnifies near p = 1.
+                    let tolerance = 0.005 + 1e-12 / (1.0 - p).powi(2);
+                    assert!((inverse - 1.0 / (1.0 - p)).abs() <= tolerance, "p {p}");
+                }
+            }
+            let last = rows.last().expect("rows");
+            assert_eq!((last.0 as u64, last.1, last.2), (h.max(), 1.0, h.len()));
+            assert!(footer[1].contains(&format!("Total count    = {:>12}", h.len())));
+            let mean: f64 = footer[0]
+                .split(['=', ','])
+                .nth(1)
+                .expect("mean")
+                .trim()
+                .parse()
+                .expect("mean number");
+            assert!(
+                (mean - h.mean()).abs() < 0.001,
+                "mean {mean} vs {}",
+                h.mean()
+            );
+        }
+    }
+
+    #[test]
+    fn mean_ties_round_half_up_as_java() {
+        // 15 x 1 ns and 1 x 2 ns: mean 1.0625 exactly, "1.063" in Java ("1.062" with
+        // Rust's half-to-even).
+        let mut h = new_ns_histogram();
+        h.record_n(1, 15).expect("in range");
+        h.record(2).expect("in range");
+        assert!(
+            distribution(&h).contains("#[Mean    =        1.063, StdDeviation   =        0.242]")
+        );
+    }
+
+    #[test]
+    fn empty_histogram_has_header_and_footer_only() {
+        assert_eq!(
+            distribution(&new_ns_histogram()),
+            "       Value     Percentile TotalCount 1/(1-Percentile)\n\n\
+             #[Mean    =        0.000, StdDeviation   =        0.000]\n\
+             #[Max     =        0.000, Total count    =            0]\n\
+             #[Buckets =           26, SubBuckets     =         2048]\n"
+        );
+    }
+
+    /// Java's `outputPercentileDistribution` of every probe, via `tests/java/HlogCheck.java`
+    /// reading our `.hlog`, must equal our `.hgrm` bodies byte for byte. Runs only with
+    /// PROBETOP_JAVA_CHECK=1 (needs Java and Maven).
+    #[test]
+    fn java_prints_the_same_distribution() {
+        if std::env::var("PROBETOP_JAVA_CHECK").as_deref() != Ok("1") {
+            eprintln!("skipped: set PROBETOP_JAVA_CHECK=1 to cross-check with Java's HdrHistogram");
+            return;
+        }
+        let report = rich_report();
+        let java = super::super::testing::java_check(
+            &super::super::hlog::render(&report).expect("renders"),
+        );
+        let mut sections = java.stdout.split("TAG ").skip(1);
+        for probe in &report.probes {
+            let section = sections.next().expect("a section per probe");
+            let (_, body) = section.split_once('\n').expect("TAG line");
+            assert_eq!(body, distribution(&probe.handler_ns), "probe {}", probe.id);
+        }
+        assert!(sections.next().is_none());
+    }
+}

@@ -1,0 +1,560 @@
+//! Prometheus text exposition (format 0.0.4), for a future `--listen` endpoint and for
+//! node_exporter's textfile collector (the `.prom` export).
+//!
+//! Per probe, labelled `{probe="<spec>",name="<symbol>",kind="<kind>",object="<path>",id="<id>"}`:
+//!
+//! - `probetop_probe_hits_total` (counter): hits the probe took, received plus dropped.
+//! - `probetop_probe_dropped_total` (counter): hits whose record was dropped.
+//! - `probetop_handler_seconds` (summary): handler time quantiles 0.5, 0.9, 0.99, 0.999
+//!   and 1 (the max), with `_sum` and `_count`. Quantiles are NaN without hits, as
+//!   client libraries write them.
+//! - `probetop_handler_duration_seconds` (histogram): the same handler times in fixed
+//!   1-2-5 log buckets from 100 ns to 10 s, which, unlike quantiles, can be summed
+//!   across probes and instances.
+//!
+//! `name` and `id` go beyond `probe`, `kind`, `object` because one spec can expand to
+//! several probes (`uprobe:handle_*`), whose series would otherwise collide.
+//!
+//! Times come from the HDR histograms (3 significant digits): `_sum` adds each bucket's
+//! middle value, and a bucket bound counts the whole HDR bucket that holds it, so both are
+//! within 0.1% of the exact figures. Numbers are written as Go's `strconv.FormatFloat(v,
+//! 'g', -1, 64)` writes them, like the Go client, so `le` label values match its series.
+
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+
+use super::{ProbeReport, Report};
+
+/// Summary quantiles.
+const QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 1.0];
+
+/// Histogram bucket bounds in ns: 1-2-5 steps per decade, 100 ns to 10 s.
+fn bucket_bounds_ns() -> Vec<u64> {
+    let mut bounds = Vec::new();
+    let mut decade = 100_u64;
+    while decade <= 10_000_000_000 {
+        for step in [1, 2, 5] {
+            let bound = decade * step;
+            if bound <= 10_000_000_000 {
+                bounds.push(bound);
+            }
+        }
+        decade *= 10;
+    }
+    bounds
+}
+
+pub fn render_prometheus(report: &Report) -> String {
+    let mut out = String::new();
+    // Writes to a String cannot fail, hence the ignored fmt::Results.
+    family(
+        &mut out,
+        "probetop_probe_hits_total",
+        "counter",
+        "Hits the probe took: hit records received plus records dropped.",
+    );
+    for p in &report.probes {
+        let _ = writeln!(
+            out,
+            "probetop_probe_hits_total{} {}",
+            labels(p, None),
+            p.hits
+        );
+    }
+    family(
+        &mut out,
+        "probetop_probe_dropped_total",
+        "counter",
+        "Hits whose record the kernel could not queue (ring buffer full).",
+    );
+    for p in &report.probes {
+        let _ = writeln!(
+            out,
+            "probetop_probe_dropped_total{} {}",
+            labels(p, None),
+            p.dropped
+        );
+    }
+
+    family(
+        &mut out,
+        "probetop_handler_seconds",
+        "summary",
+        "Handler time per received hit, from an HDR histogram (3 significant digits).",
+    );
+    for p in &report.probes {
+        let h = &p.handler_ns;
+        for q in QUANTILES {
+            let value = if h.is_empty() {
+                f64::NAN
+            } else {
+                seconds(h.value_at_quantile(q))
+            };
+            let _ = writeln!(
+                out,
+                "probetop_handler_seconds{} {}",
+                labels(p, Some(("quantile", go_float(q)))),
+                go_float(value)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "probetop_handler_seconds_sum{} {}",
+            labels(p, None),
+            go_float(sum_seconds(h))
+        );
+        let _ = writeln!(
+            out,
+            "probetop_handler_seconds_count{} {}",
+            labels(p, None),
+            h.len()
+        );
+    }
+
+    family(
+        &mut out,
+        "probetop_handler_duration_seconds",
+        "histogram",
+        "Handler time per received hit in fixed log buckets, summable across probes.",
+    );
+    let bounds = bucket_bounds_ns();
+    for p in &report.probes {
+        let h = &p.handler_ns;
+        for &bound in &bounds {
+            let _ = writeln!(
+                out,
+                "probetop_handler_duration_seconds_bucket{} {}",
+                labels(p, Some(("le", go_float(seconds(bound))))),
+                count_at_or_below(h, bound)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "probetop_handler_duration_seconds_bucket{} {}",
+            labels(p, Some(("le", "+Inf".into()))),
+            h.len()
+        );
+        let _ = writeln!(
+            out,
+            "probetop_handler_duration_seconds_sum{} {}",
+            labels(p, None),
+            go_float(sum_seconds(h))
+        );
+        let _ = writeln!(
+            out,
+            "probetop_handler_duration_seconds_count{} {}",
+            labels(p, None),
+            h.len()
+        );
+    }
+    out
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {}", escape_help(help));
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn seconds(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+/// Total handler time: each HDR bucket's middle value times its count, summed exactly in
+/// integers (counts in the millions times values up to 60 s overflow f64's exact range).
+fn sum_seconds(h: &Histogram<u64>) -> f64 {
+    let ns: u128 = h
+        .iter_recorded()
+        .map(|v| {
+            u128::from(h.median_equivalent(v.value_iterated_to())) * u128::from(v.count_at_value())
+        })
+        .sum();
+    ns as f64 / 1e9
+}
+
+/// Values at or below `bound_ns`, counting the whole HDR bucket that holds the bound
+/// (values in it are indistinguishable from the bound).
+fn count_at_or_below(h: &Histogram<u64>, bound_ns: u64) -> u64 {
+    if bound_ns >= h.high() {
+        return h.len();
+    }
+    h.count_between(0, bound_ns)
+}
+
+/// `{probe="..",name="..",kind="..",object="..",id=".."}` plus an optional extra label.
+fn labels(p: &ProbeReport, extra: Option<(&str, String)>) -> String {
+    let mut s = format!(
+        "{{probe=\"{}\",name=\"{}\",kind=\"{}\",object=\"{}\",id=\"{}\"",
+        escape_label(&p.spec),
+        escape_label(&p.name),
+        p.kind,
+        escape_label(&p.object),
+        p.id
+    );
+    if let Some((name, value)) = extra {
+        let _ = write!(s, ",{name}=\"{}\"", escape_label(&value));
+    }
+    s.push('}');
+    s
+}
+
+/// Label values escape backslash, double quote and line feed.
+fn escape_label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// HELP text escapes backslash and line feed.
+fn escape_help(s: &str) -> String {
+    s.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+/// Go's `strconv.FormatFloat(v, 'g', -1, 64)`: shortest digits, exponent form when the
+/// decimal exponent is below -4 or at least 6 (Go's fixed threshold for shortest 'g'),
+/// e.g. `1e-07`, `0.0001`, `2.5`, `123456`, `1.234567e+06`, plus the exposition
+/// format's `NaN`, `+Inf`, `-Inf`.
+pub fn go_float(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf" } else { "-Inf" }.into();
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    let sci = format!("{:e}", v);
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if !(-4..6).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{mantissa}e{sign}{:02}", exp.unsigned_abs())
+    } else {
+        // Rust's Display is the same shortest digits in positional form.
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, HashSet};
+
+    use super::super::testing::{rich_report, sample_report};
+    use super::*;
+
+    /// One sample of the text format.
+    #[derive(Debug)]
+    struct Sample {
+        name: String,
+        labels: BTreeMap<String, String>,
+        value: f64,
+    }
+
+    /// A small parser of the text format (0.0.4) that also checks what scrapers insist
+    /// on: HELP and TYPE once per family and before its samples, valid names, escapes
+    /// that undo, samples of a family kept together, no duplicate series.
+    fn parse(text: &str) -> (BTreeMap<String, String>, Vec<Sample>) {
+        let is_name = |s: &str| {
+            let mut chars = s.chars();
+            chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+                && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+        };
+        let mut types: BTreeMap<String, String> = BTreeMap::new();
+        let mut helps: HashSet<String> = HashSet::new();
+        let mut samples = Vec::new();
+        let mut series = HashSet::new();
+        let mut finished_families: HashSet<String> = HashSet::new();
+        let mut current_family: Option<String> = None;
+        assert!(text.ends_with('\n'), "exposition ends with a newline");
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# ") {
+                let mut parts = rest.splitn(3, ' ');
+                let keyword = parts.next().expect("keyword");
+                let name = parts.next().expect("metric name").to_string();
+                let arg = parts.next().expect("argument");
+                assert!(is_name(&name), "bad name {name:?}");
+                match keyword {
+                    "HELP" => assert!(helps.insert(name.clone()), "second HELP for {name}"),
+                    "TYPE" => {
+                        assert!(
+                            ["counter", "gauge", "summary", "histogram", "untyped"].contains(&arg),
+                            "type {arg}"
+                        );
+                        assert!(
+                            types.insert(name.clone(), arg.into()).is_none(),
+                            "second TYPE for {name}"
+                        );
+                    }
+                    other => panic!("unknown comment keyword {other}"),
+                }
+                continue;
+            }
+            assert!(!line.starts_with('#') && !line.is_empty(), "line {line:?}");
+            let name_end = line.find(['{', ' ']).expect("name end");
+            let name = &line[..name_end];
+            assert!(is_name(name), "bad name {name:?}");
+            let mut labels = BTreeMap::new();
+            let mut rest = &line[name_end..];
+            if let Some(body) = rest.strip_prefix('{') {
+                let mut chars = body.char_indices().peekable();
+                loop {
+                    let (start, c) = chars.next().expect("label or }");
+                    if c == '}' {
+                        rest = &body[start + 1..];
+                        break;
+                    }
+                    let eq = body[start..].find('=').expect("=") + start;
+                    let label = &body[start..eq];
+                    assert!(
+                        is_name(label) && !label.starts_with("__"),
+                        "label {label:?}"
+                    );
+                    while chars.peek().expect("more").0 <= eq {
+                        chars.next();
+                    }
+                    assert_eq!(chars.next().expect("quote").1, '"');
+                    let mut value = String::new();
+                    loop {
+                        match chars.next().expect("closing quote").1 {
+                            '"' => break,
+                            '\\' => match chars.next().expect("escape").1 {
+                                '\\' => value.push('\\'),
+                                '"' => value.push('"'),
+                                'n' => value.push('\n'),
+                                other => panic!("bad escape \\{other}"),
+                            },
+                            '\n' => panic!("raw newline in label"),
+                            c => value.push(c),
+                        }
+                    }
+                    assert!(
+                        labels.insert(label.to_string(), value).is_none(),
+                        "dup label"
+                    );
+                    if chars.peek().expect("after value").1 == ',' {
+                        chars.next();
+                    }
+                }
+            }
+            let value_text = rest.strip_prefix(' ').expect("space before value");
+            assert!(!value_text.contains(' '), "timestamps are not written");
+            let value = match value_text {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                "NaN" => f64::NAN,
+                v => v.parse().expect("float value"),
+            };
+            // The family: a histogram or summary's suffixed samples belong to the base.
+            let family = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    name.strip_suffix(suffix).filter(|base| {
+                        types
+                            .get(*base)
+                            .is_some_and(|t| t == "histogram" || t == "summary")
+                    })
+                })
+                .unwrap_or(name)
+                .to_string();
+            assert!(types.contains_key(&family), "no TYPE before {name}");
+            if current_family.as_ref() != Some(&family) {
+                if let Some(previous) = current_family.replace(family.clone()) {
+                    finished_families.insert(previous);
+                }
+                assert!(!finished_families.contains(&family), "{family} split up");
+            }
+            assert!(
+                series.insert(format!("{name}{labels:?}")),
+                "duplicate series {name}{labels:?}"
+            );
+            samples.push(Sample {
+                name: name.to_string(),
+                labels,
+                value,
+            });
+        }
+        (types, samples)
+    }
+
+    fn find<'a>(
+        samples: &'a [Sample],
+        name: &str,
+        id: u32,
+        extra: Option<(&str, &str)>,
+    ) -> &'a Sample {
+        samples
+            .iter()
+            .find(|s| {
+                s.name == name
+                    && s.labels["id"] == id.to_string()
+                    && extra.is_none_or(|(k, v)| s.labels.get(k).is_some_and(|l| l == v))
+            })
+            .unwrap_or_else(|| panic!("{name} of probe {id} {extra:?}"))
+    }
+
+    #[test]
+    fn sample_counters_exactly() {
+        let text = render_prometheus(&sample_report());
+        assert!(text.starts_with(
+            "# HELP probetop_probe_hits_total Hits the probe took: hit records received plus records dropped.\n\
+             # TYPE probetop_probe_hits_total counter\n\
+             probetop_probe_hits_total{probe=\"uprobe:work_unit\",name=\"work_unit\",kind=\"uprobe\",object=\"/usr/bin/fixture\",id=\"0\"} 5\n"
+        ));
+        assert!(text.contains(
+            "probetop_handler_seconds{probe=\"uprobe:work_unit\",name=\"work_unit\",kind=\"uprobe\",object=\"/usr/bin/fixture\",id=\"0\",quantile=\"0.5\"} 3e-07\n"
+        ));
+        assert!(text.contains(",le=\"5e-06\"} 5\n"));
+    }
+
+    #[test]
+    fn parsed_values_match_the_report() {
+        let report = rich_report();
+        let (types, samples) = parse(&render_prometheus(&report));
+        assert_eq!(types["probetop_probe_hits_total"], "counter");
+        assert_eq!(types["probetop_probe_dropped_total"], "counter");
+        assert_eq!(types["probetop_handler_seconds"], "summary");
+        assert_eq!(types["probetop_handler_duration_seconds"], "histogram");
+        for p in &report.probes {
+            let h = &p.handler_ns;
+            let hits = find(&samples, "probetop_probe_hits_total", p.id, None);
+            assert_eq!(hits.value, p.hits as f64);
+            // Escapes undo to the original strings.
+            assert_eq!(hits.labels["probe"], p.spec);
+            assert_eq!(hits.labels["object"], p.object);
+            assert_eq!(hits.labels["name"], p.name);
+            assert_eq!(hits.labels["kind"], p.kind.as_str());
+            assert_eq!(
+                find(&samples, "probetop_probe_dropped_total", p.id, None).value,
+                p.dropped as f64
+            );
+            for (q, label) in [
+                (0.5, "0.5"),
+                (0.9, "0.9"),
+                (0.99, "0.99"),
+                (0.999, "0.999"),
+                (1.0, "1"),
+            ] {
+                let s = find(
+                    &samples,
+                    "probetop_handler_seconds",
+                    p.id,
+                    Some(("quantile", label)),
+                );
+                if h.is_empty() {
+                    assert!(s.value.is_nan());
+                } else {
+                    assert_eq!(s.value, h.value_at_quantile(q) as f64 / 1e9);
+                }
+            }
+            let count = find(&samples, "probetop_handler_seconds_count", p.id, None).value;
+            assert_eq!(count, h.len() as f64);
+            let sum = find(&samples, "probetop_handler_seconds_sum", p.id, None).value;
+            assert!((sum - h.mean() * h.len() as f64 / 1e9).abs() <= 1e-9 * sum.max(1.0));
+
+            // Buckets: ascending bounds, cumulative counts, +Inf equal to _count.
+            let buckets: Vec<(f64, f64)> = samples
+                .iter()
+                .filter(|s| {
+                    s.name == "probetop_handler_duration_seconds_bucket"
+                        && s.labels["id"] == p.id.to_string()
+                })
+                .map(|s| {
+                    let le = match s.labels["le"].as_str() {
+                        "+Inf" => f64::INFINITY,
+                        v => v.parse().expect("le"),
+                    };
+                    (le, s.value)
+                })
+                .collect();
+            assert_eq!(buckets.len(), 26);
+            assert!(
+                buckets
+                    .windows(2)
+                    .all(|w| w[0].0 < w[1].0 && w[0].1 <= w[1].1)
+            );
+            assert_eq!(buckets.last().expect("+Inf").1, h.len() as f64);
+            for (le, n) in &buckets[..25] {
+                let bound = (le * 1e9).round() as u64;
+                assert_eq!(*n as u64, h.count_between(0, bound), "le {le}");
+            }
+            assert_eq!(
+                find(
+                    &samples,
+                    "probetop_handler_duration_seconds_count",
+                    p.id,
+                    None
+                )
+                .value,
+                h.len() as f64
+            );
+        }
+    }
+
+    #[test]
+    fn label_and_help_escaping() {
+        assert_eq!(escape_label("a\\b\"c\nd"), "a\\\\b\\\"c\\nd");
+        assert_eq!(escape_help("a\\b\"c\nd"), "a\\\\b\"c\\nd");
+    }
+
+    #[test]
+    fn floats_as_go_writes_them() {
+        for (v, s) in [
+            (1e-7, "1e-07"),
+            (2.5e-5, "2.5e-05"),
+            (0.0001, "0.0001"),
+            (0.5, "0.5"),
+            (1.0, "1"),
+            (10.0, "10"),
+            (123456.0, "123456"),
+            (999999.0, "999999"),
+            (1234567.0, "1.234567e+06"),
+            (1e21, "1e+21"),
+            (-2.5e-7, "-2.5e-07"),
+            (0.0, "0"),
+            (f64::NAN, "NaN"),
+            (f64::INFINITY, "+Inf"),
+        ] {
+            assert_eq!(go_float(v), s);
+        }
+    }
+
+    /// `promtool check metrics` (Prometheus' own parser and linter) accepts the output.
+    /// promtool is in Debian's `prometheus` package; the test runs only with
+    /// PROBETOP_HAVE_PROMTOOL=1 and then fails clearly if promtool is missing.
+    #[test]
+    fn promtool_accepts_it() {
+        use std::io::Write as _;
+        use std::process::{Command, Stdio};
+        if std::env::var("PROBETOP_HAVE_PROMTOOL").as_deref() != Ok("1") {
+            eprintln!("skipped: set PROBETOP_HAVE_PROMTOOL=1 to check with promtool");
+            return;
+        }
+        let text = render_prometheus(&rich_report());
+        let mut child = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("PROBETOP_HAVE_PROMTOOL=1 but promtool cannot run ({e}): apt-get install prometheus")
+            });
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(text.as_bytes())
+            .expect("write to promtool");
+        let out = child.wait_with_output().expect("promtool finishes");
+        assert!(
+            out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+            "promtool check metrics: {}\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
