@@ -342,6 +342,81 @@ impl Aggregator {
     }
 }
 
+/// Per-interval histograms of every probe, for interval logs. Kept compressed (V2 +
+/// DEFLATE, a few hundred bytes each) because a long run has many intervals; recorded
+/// only when an interval log is exported.
+#[derive(Debug, Clone, Default)]
+pub struct IntervalLog {
+    entries: Vec<IntervalEntry>,
+}
+
+#[derive(Debug, Clone)]
+struct IntervalEntry {
+    probe_id: u32,
+    start_s: f64,
+    length_s: f64,
+    compressed: Vec<u8>,
+}
+
+/// One interval's histogram of one probe, decompressed.
+#[derive(Debug, Clone)]
+pub struct IntervalHistogram {
+    pub start_s: f64,
+    pub length_s: f64,
+    pub handler_ns: Histogram<u64>,
+}
+
+impl IntervalLog {
+    /// Closes the interval `[start_s, start_s + length_s)` of every probe in `aggregator`
+    /// that had hits.
+    pub fn close_interval(&mut self, aggregator: &mut Aggregator, start_s: f64, length_s: f64) {
+        use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
+        let mut serializer = V2DeflateSerializer::new();
+        for (probe_id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
+            let histogram = probe.take_interval();
+            if histogram.is_empty() {
+                continue;
+            }
+            let mut compressed = Vec::new();
+            // Serializing into memory fails only on a histogram too large to encode,
+            // which these bounds rule out; such an interval would be left out.
+            if serializer.serialize(&histogram, &mut compressed).is_ok() {
+                self.entries.push(IntervalEntry {
+                    probe_id: probe_id as u32,
+                    start_s,
+                    length_s,
+                    compressed,
+                });
+            }
+        }
+    }
+
+    /// The intervals of one probe, oldest first.
+    pub fn of_probe(&self, probe_id: u32) -> Vec<IntervalHistogram> {
+        use hdrhistogram::serialization::Deserializer;
+        let mut deserializer = Deserializer::new();
+        self.entries
+            .iter()
+            .filter(|e| e.probe_id == probe_id)
+            .filter_map(|e| {
+                let handler_ns = deserializer
+                    .deserialize(&mut std::io::Cursor::new(&e.compressed))
+                    .ok()?;
+                Some(IntervalHistogram {
+                    start_s: e.start_s,
+                    length_s: e.length_s,
+                    handler_ns,
+                })
+            })
+            .collect()
+    }
+
+    /// Bytes held, for memory accounting.
+    pub fn bytes(&self) -> usize {
+        self.entries.iter().map(|e| e.compressed.len()).sum()
+    }
+}
+
 /// What one probe looks like at a moment: the numbers the UI shows.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ProbeSnapshot {
@@ -507,6 +582,30 @@ mod tests {
         assert_eq!(agg.probes()[0].received, 1);
         agg.tick(Duration::from_secs(1));
         assert!((agg.probes()[0].rate.per_second() - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn interval_log_round_trips_every_count() {
+        let mut agg = Aggregator::new(2);
+        let mut log = IntervalLog::default();
+        for ns in [100, 200, 300] {
+            agg.record(&hit(0, ns));
+        }
+        log.close_interval(&mut agg, 0.0, 1.0);
+        agg.record(&hit(0, 5000));
+        agg.record(&hit(1, 7));
+        log.close_interval(&mut agg, 1.0, 1.0);
+        log.close_interval(&mut agg, 2.0, 1.0);
+        let first = log.of_probe(0);
+        assert_eq!(first.len(), 2, "empty intervals are not kept");
+        assert_eq!(first[0].handler_ns.len(), 3);
+        assert_eq!(first[0].handler_ns.max(), 300);
+        assert_eq!(first[1].start_s, 1.0);
+        assert_eq!(first[1].handler_ns.max(), 5000);
+        let second = log.of_probe(1);
+        assert_eq!(second.len(), 1);
+        assert_eq!(second[0].handler_ns.min(), 7);
+        assert!(log.bytes() > 0);
     }
 
     #[test]

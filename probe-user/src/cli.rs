@@ -41,10 +41,20 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_tui: bool,
 
-    /// Write the measurements at exit; the format follows the extension (.json).
-    /// Repeatable.
+    /// Write the measurements at exit; the format follows the extension: .json, .csv,
+    /// .html, .svg, .hlog (HdrHistogram interval log), .hgrm (one percentile
+    /// distribution per probe), .prom (Prometheus text). Repeatable.
     #[arg(short = 'o', long = "export", value_name = "FILE")]
     pub exports: Vec<PathBuf>,
+
+    /// Interval of the histograms in an .hlog export, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub interval: f64,
+
+    /// Write exports even through a symbolic link (refused by default: probetop runs
+    /// as root).
+    #[arg(long)]
+    pub force: bool,
 
     /// Ring buffer size in MiB (a power of two).
     #[arg(long, value_name = "MIB", default_value_t = 8)]

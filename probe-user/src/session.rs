@@ -16,17 +16,17 @@ use tokio::{
     sync::{mpsc, watch},
 };
 
-use crate::aggregate::{Aggregator, Snapshot};
+use crate::aggregate::{Aggregator, IntervalLog, Snapshot};
 use crate::attach::{AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
 use crate::present::{
     self, ProbeLabel,
-    export::{self, ProbeReport, Report},
+    export::{self, Interval, ProbeReport, Report},
     tui::{self, UiExit},
 };
 use crate::resolve::{self, ProbePoint};
 use crate::spec::ProbeSpec;
-use crate::stream::{self, CollectorCommand, CollectorOptions, HitStream};
+use crate::stream::{self, Collected, CollectorCommand, CollectorOptions, HitStream};
 use crate::target::Target;
 use crate::{UsageError, privileges};
 use probe_common::{ProbeConfig, mode};
@@ -60,6 +60,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             "--duration {d}: give a positive number of seconds"
         )));
     }
+    if !(args.interval.is_finite() && args.interval >= 0.01) {
+        bail!(UsageError(format!(
+            "--interval {}: give at least 0.01 seconds",
+            args.interval
+        )));
+    }
     if !args.ring_mib.is_power_of_two() {
         bail!(UsageError(format!(
             "--ring-mib {}: the kernel needs a power of two (4, 8, 16, ...)",
@@ -91,8 +97,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         sample_every: args.sample_every.max(1),
         ..Default::default()
     };
+    let wants_intervals = args.exports.iter().any(|p| {
+        p.extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("hlog"))
+    });
     let collector_options = CollectorOptions {
         auto_kernel_above: (args.mode == Mode::Auto).then_some(args.auto_above),
+        interval: wants_intervals.then(|| Duration::from_secs_f64(args.interval)),
     };
     let mut attachment = Attachment::load(LoadOptions {
         ring_bytes: args.ring_mib << 20,
@@ -184,7 +195,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let _ = command_tx.send(close).await;
     attachment.detach_all();
     let _ = command_tx.send(CollectorCommand::Stop).await;
-    let aggregator = collector.await.context("the collector task failed")?;
+    let Collected {
+        aggregator,
+        intervals,
+    } = collector.await.context("the collector task failed")?;
     drop(attachment);
 
     match reason {
@@ -206,11 +220,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let snapshot = aggregator.snapshot(duration);
     print!("{}", present::summary::table(&labels, &snapshot));
 
-    let report = build_report(&target, &probes, &aggregator, started_unix_ms, duration);
+    let report = build_report(
+        &target,
+        &probes,
+        &aggregator,
+        &intervals,
+        started_unix_ms,
+        duration,
+    );
     let mut failed = Vec::new();
     for path in &args.exports {
-        match export::write(&report, path) {
-            Ok(()) => eprintln!("probetop: wrote {}", path.display()),
+        match export::write(&report, path, args.force) {
+            Ok(written) => {
+                for file in written {
+                    eprintln!("probetop: wrote {}", file.display());
+                }
+            }
             Err(e) => failed.push(e.to_string()),
         }
     }
@@ -265,6 +290,7 @@ fn build_report(
     target: &Target,
     probes: &[Probe],
     aggregator: &Aggregator,
+    intervals: &IntervalLog,
     started_unix_ms: u64,
     duration: Duration,
 ) -> Report {
@@ -287,7 +313,15 @@ fn build_report(
                 hits: measured.hits(),
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
-                intervals: Vec::new(),
+                intervals: intervals
+                    .of_probe(id as u32)
+                    .into_iter()
+                    .map(|i| Interval {
+                        start_s: i.start_s,
+                        length_s: i.length_s,
+                        handler_ns: i.handler_ns,
+                    })
+                    .collect(),
             })
             .collect(),
     }

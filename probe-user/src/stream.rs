@@ -17,7 +17,7 @@ use tokio::{
     sync::{mpsc, watch},
 };
 
-use crate::aggregate::{Aggregator, Snapshot};
+use crate::aggregate::{Aggregator, IntervalLog, Snapshot};
 use crate::attach::KernelCounters;
 use probe_common::mode;
 
@@ -35,6 +35,15 @@ pub struct CollectorOptions {
     /// Switch a ring buffer probe to in-kernel aggregation once its rate exceeds this
     /// many hits per second.
     pub auto_kernel_above: Option<f64>,
+    /// Keep per-interval histograms of this length (for interval logs).
+    pub interval: Option<Duration>,
+}
+
+/// What the collector hands back when it stops.
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub aggregator: Aggregator,
+    pub intervals: IntervalLog,
 }
 
 /// The ring buffer, readable from tokio.
@@ -130,7 +139,7 @@ pub async fn collect(
     options: CollectorOptions,
     snapshots: watch::Sender<Snapshot>,
     mut commands: mpsc::Receiver<CollectorCommand>,
-) -> Aggregator {
+) -> Collected {
     let started = Instant::now();
     let mut poll = tokio::time::interval(POLL_INTERVAL);
     let mut publish = tokio::time::interval(SNAPSHOT_INTERVAL);
@@ -140,6 +149,13 @@ pub async fn collect(
     }
     let mut last_tick = Instant::now();
     let mut counters_frozen = false;
+    let mut intervals = IntervalLog::default();
+    let interval_length = options.interval.unwrap_or(Duration::MAX);
+    let mut interval_timer = tokio::time::interval_at(
+        tokio::time::Instant::now() + options.interval.unwrap_or(Duration::from_secs(3600)),
+        options.interval.unwrap_or(Duration::from_secs(3600)),
+    );
+    let mut interval_start = Duration::ZERO;
     loop {
         tokio::select! {
             ready = stream.readable() => {
@@ -164,6 +180,13 @@ pub async fn collect(
                 }
                 snapshots.send_replace(aggregator.snapshot(started.elapsed()));
             }
+            _ = interval_timer.tick(), if options.interval.is_some() => {
+                stream.drain(|record| aggregator.record_any(&record));
+                let now = started.elapsed();
+                let length = (now - interval_start).min(interval_length);
+                intervals.close_interval(&mut aggregator, interval_start.as_secs_f64(), length.as_secs_f64());
+                interval_start = now;
+            }
             command = commands.recv() => match command {
                 Some(CollectorCommand::CloseWindow { at_ktime_ns }) => {
                     aggregator.close_window(at_ktime_ns);
@@ -180,8 +203,19 @@ pub async fn collect(
         read_kernel_counters(&counters, &mut aggregator);
     }
     aggregator.unknown_records += stream.malformed;
+    if options.interval.is_some() {
+        let now = started.elapsed();
+        intervals.close_interval(
+            &mut aggregator,
+            interval_start.as_secs_f64(),
+            (now - interval_start).as_secs_f64(),
+        );
+    }
     snapshots.send_replace(aggregator.snapshot(started.elapsed()));
-    aggregator
+    Collected {
+        aggregator,
+        intervals,
+    }
 }
 
 /// Reads drops, and for probes not streaming every hit, the kernel's own counts. A

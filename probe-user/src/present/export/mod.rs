@@ -82,6 +82,10 @@ pub enum ExportError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    #[error(
+        "{0} is a symbolic link: probetop does not write exports through links; remove it, choose another path, or pass --force"
+    )]
+    SymlinkRefused(std::path::PathBuf),
     #[error("unknown export format {0:?}: use .json, .csv, .html, .svg, .hlog, .hgrm or .prom")]
     UnknownFormat(String),
     #[error("cannot encode the {format} export: {reason}")]
@@ -149,17 +153,42 @@ fn with_tag(path: &Path, tag: &str) -> PathBuf {
 }
 
 /// Renders `report` and writes its file(s), named as [`render`] names them.
-pub fn write(report: &Report, path: &Path) -> Result<Vec<PathBuf>, ExportError> {
+///
+/// probetop runs as root, so unless `follow_links` it never writes through a symbolic
+/// link: a link planted where a report will go cannot redirect the write onto another file.
+pub fn write(
+    report: &Report,
+    path: &Path,
+    follow_links: bool,
+) -> Result<Vec<PathBuf>, ExportError> {
     let files = render(report, path)?;
     let mut written = Vec::with_capacity(files.len());
     for file in files {
-        std::fs::write(&file.path, &file.bytes).map_err(|source| ExportError::Write {
-            path: file.path.clone(),
-            source,
-        })?;
+        write_file(&file.path, &file.bytes, follow_links)?;
         written.push(file.path);
     }
     Ok(written)
+}
+
+fn write_file(path: &Path, bytes: &[u8], follow_links: bool) -> Result<(), ExportError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true).mode(0o644);
+    if !follow_links {
+        options.custom_flags(libc::O_NOFOLLOW);
+    }
+    let result = options.open(path).and_then(|mut f| f.write_all(bytes));
+    result.map_err(|source| {
+        if source.raw_os_error() == Some(libc::ELOOP) {
+            ExportError::SymlinkRefused(path.to_path_buf())
+        } else {
+            ExportError::Write {
+                path: path.to_path_buf(),
+                source,
+            }
+        }
+    })
 }
 
 /// A Unix time as UTC calendar fields, for the dates formats print (no time zone
@@ -230,6 +259,42 @@ impl UtcTime {
             "{}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
             self.year, self.month, self.day, self.hour, self.minute, self.second
         )
+    }
+}
+
+#[cfg(test)]
+mod write_tests {
+    use super::testing::sample_report;
+    use super::*;
+
+    #[test]
+    fn symlinks_are_not_followed_unless_forced() {
+        let dir = std::env::temp_dir().join(format!("probetop-export-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let victim = dir.join("victim.txt");
+        std::fs::write(&victim, "keep me").expect("victim");
+        let link = dir.join("run.json");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&victim, &link).expect("symlink");
+
+        let refused = write(&sample_report(), &link, false).expect_err("must refuse");
+        assert!(
+            matches!(refused, ExportError::SymlinkRefused(_)),
+            "{refused}"
+        );
+        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "keep me");
+
+        write(&sample_report(), &link, true).expect("forced");
+        assert!(
+            std::fs::read_to_string(&victim)
+                .expect("read")
+                .contains("probetop")
+        );
+
+        let plain = dir.join("plain.json");
+        write(&sample_report(), &plain, false).expect("regular file");
+        write(&sample_report(), &plain, false).expect("overwrite a regular file");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
