@@ -1,0 +1,1 @@
+//! Resolution checked against real fixtures (fixtures/build, `cargo xtask fixtures`).
