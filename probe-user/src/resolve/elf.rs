@@ -84,8 +84,6 @@ pub struct RawStapsdtNote {
 pub struct ElfImage {
     pub is_64: bool,
     pub big_endian: bool,
-    /// `ET_EXEC`, `ET_DYN`, ...
-    pub e_type: u16,
     pub machine: u16,
     pub segments: Vec<LoadSegment>,
     /// Defined functions and data objects from `.symtab` and `.dynsym`.
@@ -140,18 +138,6 @@ impl ElfImage {
                 && s.vaddr.checked_add(s.filesz).is_some_and(|end| addr < end)
         })
     }
-
-    /// Whether the object is position independent (`ET_DYN`: PIE or shared library).
-    pub fn is_dyn(&self) -> bool {
-        self.e_type == object::elf::ET_DYN
-    }
-
-    /// Function symbols (including IFUNCs).
-    pub fn functions(&self) -> impl Iterator<Item = &ElfSymbol> {
-        self.symbols
-            .iter()
-            .filter(|s| matches!(s.kind, SymbolKind::Function | SymbolKind::Ifunc))
-    }
 }
 
 fn parse_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<ElfImage, ElfError> {
@@ -160,7 +146,6 @@ fn parse_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<El
     let mut image = ElfImage {
         is_64: header.is_class_64(),
         big_endian: header.is_big_endian(),
-        e_type: header.e_type(endian),
         machine: header.e_machine(endian),
         ..ElfImage::default()
     };

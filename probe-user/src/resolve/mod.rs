@@ -92,6 +92,7 @@ pub struct UsdtSite {
 impl UsdtSite {
     /// Runtime address of argument `index` when it is a memory operand that does not
     /// depend on registers (`%rip`-relative or absolute); `Ok(None)` for other operands.
+    #[allow(dead_code)] // For the attach stage's USDT argument specs (not written yet).
     pub fn arg_static_address(
         &self,
         index: usize,
@@ -183,6 +184,7 @@ pub fn resolve_with(
 
 /// Resolves `spec` in the file `path` (its OBJECT, if any, is looked up on this host).
 /// Points have no load bias; `attach_path` is the file's path.
+#[cfg_attr(not(test), allow(dead_code))] // Tests resolve fixtures as files; no CLI path yet.
 pub fn resolve_file(
     path: &Path,
     spec: &ProbeSpec,
@@ -328,11 +330,30 @@ fn resolve_usdt(
         };
         all_names.sort();
         all_names.dedup();
-        let suggestions = suggest::closest(
-            &needle,
-            all_names.iter().map(String::as_str),
-            MAX_SUGGESTIONS,
-        );
+        // With a provider, compare `provider:name` whole; without, compare names and
+        // offer the full `provider:name` of the close ones.
+        let bare = |full: &str| full.split_once(':').map_or(full, |(_, n)| n).to_string();
+        let suggestions: Vec<String> = match &spec.provider {
+            Some(p) => suggest::closest(
+                &format!("{p}:{needle}"),
+                all_names.iter().map(String::as_str),
+                MAX_SUGGESTIONS,
+            ),
+            None => {
+                let bare_names: Vec<String> = all_names.iter().map(|n| bare(n)).collect();
+                let close = suggest::closest(
+                    &needle,
+                    bare_names.iter().map(String::as_str),
+                    MAX_SUGGESTIONS,
+                );
+                all_names
+                    .iter()
+                    .filter(|full| close.contains(&bare(full)))
+                    .take(MAX_SUGGESTIONS)
+                    .cloned()
+                    .collect()
+            }
+        };
         let objects = match objects {
             [one] => one.display.display().to_string(),
             many => format!("{} mapped objects", many.len()),

@@ -56,35 +56,36 @@ pub fn demangle(raw: &str) -> (String, Vec<String>) {
     if let Ok(d) = rustc_demangle::try_demangle(raw) {
         return (format!("{d:#}"), Vec::new());
     }
-    if raw.starts_with("_Z") && raw.len() <= MAX_DEMANGLE_LEN {
-        if let Ok(sym) = cpp_demangle::Symbol::new(raw) {
-            let full = sym.demangle().ok();
-            let no_ret = sym
-                .demangle_with_options(&cpp_demangle::DemangleOptions::new().no_return_type())
-                .ok();
-            // GCC clones (`.cold`, `.constprop.0`, `.isra.0`) are not the function's
-            // entry: they keep their full name but do not answer to the bare name.
-            let no_params = if raw.contains('.') {
-                None
-            } else {
-                sym.demangle_with_options(
-                    &cpp_demangle::DemangleOptions::new()
-                        .no_params()
-                        .no_return_type(),
-                )
-                .ok()
-            };
-            let display = no_ret
-                .or_else(|| full.clone())
-                .unwrap_or_else(|| raw.to_string());
-            let mut keys: Vec<String> = Vec::new();
-            for k in [full, no_params].into_iter().flatten() {
-                if k != display && k != raw && !keys.contains(&k) {
-                    keys.push(k);
-                }
+    if raw.starts_with("_Z")
+        && raw.len() <= MAX_DEMANGLE_LEN
+        && let Ok(sym) = cpp_demangle::Symbol::new(raw)
+    {
+        let full = sym.demangle().ok();
+        let no_ret = sym
+            .demangle_with_options(&cpp_demangle::DemangleOptions::new().no_return_type())
+            .ok();
+        // GCC clones (`.cold`, `.constprop.0`, `.isra.0`) are not the function's
+        // entry: they keep their full name but do not answer to the bare name.
+        let no_params = if raw.contains('.') {
+            None
+        } else {
+            sym.demangle_with_options(
+                &cpp_demangle::DemangleOptions::new()
+                    .no_params()
+                    .no_return_type(),
+            )
+            .ok()
+        };
+        let display = no_ret
+            .or_else(|| full.clone())
+            .unwrap_or_else(|| raw.to_string());
+        let mut keys: Vec<String> = Vec::new();
+        for k in [full, no_params].into_iter().flatten() {
+            if k != display && k != raw && !keys.contains(&k) {
+                keys.push(k);
             }
-            return (display, keys);
         }
+        return (display, keys);
     }
     (raw.to_string(), Vec::new())
 }
@@ -124,8 +125,6 @@ pub struct SymbolTable {
     pub functions: Vec<Function>,
     /// Every defined symbol name (functions and data) to its address.
     addresses: HashMap<String, u64>,
-    /// Function symbols whose address is in no executable segment (reported by `list`).
-    pub skipped: usize,
 }
 
 impl SymbolTable {
@@ -134,7 +133,6 @@ impl SymbolTable {
     pub fn build<'a>(symbols: impl IntoIterator<Item = &'a ElfSymbol>, layout: &ElfImage) -> Self {
         let mut by_address: BTreeMap<u64, (u64, Vec<&'a ElfSymbol>)> = BTreeMap::new();
         let mut addresses = HashMap::new();
-        let mut skipped = 0;
         for sym in symbols {
             addresses.entry(sym.name.clone()).or_insert(sym.address);
             if sym.kind == SymbolKind::Data {
@@ -148,8 +146,8 @@ impl SymbolTable {
         }
         let mut functions = Vec::with_capacity(by_address.len());
         for (address, (size, syms)) in by_address {
+            // Symbols outside executable segments (broken or odd files) cannot be probed.
             let Some(file_offset) = layout.vaddr_to_offset(address, Some(true)) else {
-                skipped += 1;
                 continue;
             };
             let mut names: Vec<SymbolName> = syms.into_iter().map(SymbolName::new).collect();
@@ -171,7 +169,6 @@ impl SymbolTable {
         Self {
             functions,
             addresses,
-            skipped,
         }
     }
 
