@@ -168,7 +168,10 @@ fn parse_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<El
         (SymbolTableKind::Symtab, SHT_SYMTAB),
         (SymbolTableKind::Dynsym, SHT_DYNSYM),
     ] {
-        let table = sections.symbols(endian, data, sh_type)?;
+        // A broken table is skipped, not fatal: separate debug info may stand in.
+        let Ok(table) = sections.symbols(endian, data, sh_type) else {
+            continue;
+        };
         if table_kind == SymbolTableKind::Symtab {
             image.has_symtab = table.len() > 1;
         }

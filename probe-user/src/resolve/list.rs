@@ -28,6 +28,7 @@ pub enum ListedKind {
 }
 
 impl ListedKind {
+    /// The name as printed (`uprobe`, `usdt`).
     pub fn as_str(self) -> &'static str {
         match self {
             ListedKind::Uprobe => "uprobe",

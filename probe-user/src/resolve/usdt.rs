@@ -148,7 +148,12 @@ fn translate(image: &ElfImage, note: UsdtNote) -> Result<UsdtProbe, UsdtNoteErro
         })?;
         (Some(sem), Some(off))
     };
-    let args = parse_args(&note.args);
+    // Argument strings are assembler operands: only x86-64's are understood.
+    let args = if image.machine == object::elf::EM_X86_64 {
+        parse_args(&note.args)
+    } else {
+        Err(UsdtArgError::UnsupportedMachine(image.machine))
+    };
     Ok(UsdtProbe {
         provider: note.provider,
         name: note.name,
@@ -220,6 +225,7 @@ mod tests {
     fn prelink_adjustment_and_offsets() {
         let image = ElfImage {
             is_64: true,
+            machine: object::elf::EM_X86_64,
             segments: vec![
                 LoadSegment {
                     vaddr: 0x1000,
@@ -267,5 +273,15 @@ mod tests {
         // No base in the note: no adjustment.
         assert_eq!(d.address, 0x1130);
         assert!(d.args.is_err());
+        let arm = ElfImage {
+            machine: object::elf::EM_AARCH64,
+            ..image
+        };
+        assert_eq!(
+            probes(&arm)[0].as_ref().map(|p| p.args.clone()),
+            Ok(Err(UsdtArgError::UnsupportedMachine(
+                object::elf::EM_AARCH64
+            )))
+        );
     }
 }

@@ -251,6 +251,8 @@ pub enum UsdtArgError {
     UnknownSymbol(String),
     #[error("a %rip-relative argument without a symbol cannot be resolved")]
     RipWithoutSymbol,
+    #[error("USDT arguments of ELF machine {0} are not supported (x86-64 only)")]
+    UnsupportedMachine(u16),
 }
 
 /// Parses a whole argument string (space-separated arguments).
