@@ -16,7 +16,25 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// List the probe points of a process or a file: functions and USDT probes.
+    List(ListArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// List what process PID has mapped (its executable first).
+    #[arg(short, long, value_name = "PID")]
+    pub pid: Option<u32>,
+
+    /// Without --pid: the ELF file to list, then an optional PATTERN. With --pid: PATTERN.
+    #[arg(value_name = "PATH | PATTERN")]
+    pub operands: Vec<String>,
+
+    /// Print JSON for scripts.
+    #[arg(long)]
+    pub json: bool,
+}
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -51,8 +69,18 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub interval: f64,
 
+    /// Capture up to N argument values with each hit (USDT arguments, function
+    /// arguments in registers, or a uretprobe's return value); the TUI shows the last.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub args: usize,
+
+    /// Refuse a spec that matches more probe points than this.
+    #[arg(long, value_name = "N", default_value_t = crate::resolve::DEFAULT_MAX_PROBES)]
+    pub max_probes: usize,
+
     /// Write exports even through a symbolic link (refused by default: probetop runs
-    /// as root).
+    /// as root); attach uretprobes to Go functions (refused by default: Go moves
+    /// goroutine stacks, which breaks return probes and can crash the target).
     #[arg(long)]
     pub force: bool,
 

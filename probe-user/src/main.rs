@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         None => runtime.block_on(session::run(cli.run)),
-        Some(command) => match command {},
+        Some(cli::Command::List(args)) => session::list(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

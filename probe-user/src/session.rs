@@ -17,15 +17,15 @@ use tokio::{
 };
 
 use crate::aggregate::{Aggregator, IntervalLog, Snapshot};
-use crate::attach::{AttachRequest, Attachment, LoadOptions};
+use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
 use crate::present::{
     self, ProbeLabel,
     export::{self, Interval, ProbeReport, Report},
     tui::{self, UiExit},
 };
-use crate::resolve::{self, ProbePoint};
-use crate::spec::ProbeSpec;
+use crate::resolve::{self, ProbePoint, ResolveOptions};
+use crate::spec::{ProbeKind, ProbeSpec};
 use crate::stream::{self, Collected, CollectorCommand, CollectorOptions, HitStream};
 use crate::target::Target;
 use crate::{UsageError, privileges};
@@ -78,15 +78,36 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         check_export_format(&target, path)?;
     }
 
+    let resolve_options = ResolveOptions {
+        max_probes: args.max_probes,
+        ..Default::default()
+    };
     let mut probes = Vec::new();
     for spec in &specs {
-        for point in resolve::resolve(&target, spec)? {
+        for point in resolve::resolve_with(&target, spec, &resolve_options)? {
             probes.push(Probe {
                 spec: spec.text.clone(),
                 point,
             });
         }
     }
+    if probes.len() > probe_common::MAX_PROBES as usize {
+        bail!(UsageError(format!(
+            "{} probe points in all, more than probetop can attach at once ({}): narrow the specs",
+            probes.len(),
+            probe_common::MAX_PROBES
+        )));
+    }
+    if !args.force {
+        refuse_go_return_probes(&probes)?;
+    }
+    eprintln!(
+        "probetop: {} probe point{} from {} spec{}",
+        probes.len(),
+        if probes.len() == 1 { "" } else { "s" },
+        specs.len(),
+        if specs.len() == 1 { "" } else { "s" }
+    );
 
     let probe_config = ProbeConfig {
         mode: match args.mode {
@@ -113,13 +134,23 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Signals are handled from here on, so an interrupt while attaching still detaches.
     let shutdown = shutdown_signal(&target, args.duration.map(Duration::from_secs_f64))?;
     for (id, probe) in probes.iter().enumerate() {
+        let mut config = probe_config;
+        if args.args > 0 {
+            match attach::args::args_config(&probe.point, args.args) {
+                Ok(captured) => config.args = captured,
+                Err(e) => eprintln!(
+                    "probetop: {}: no argument values for {}: {e}",
+                    probe.spec, probe.point.name
+                ),
+            }
+        }
         let request = AttachRequest {
             probe_id: id as u32,
             kind: probe.point.kind,
             path: &probe.point.attach_path,
             file_offset: probe.point.file_offset,
-            semaphore_offset: None,
-            config: probe_config,
+            semaphore_offset: probe.point.usdt.as_ref().and_then(|u| u.semaphore_offset),
+            config,
             pid,
         };
         attachment
@@ -310,6 +341,8 @@ fn build_report(
                 object: probe.point.object.display().to_string(),
                 address: probe.point.address,
                 file_offset: probe.point.file_offset,
+                mode: measured.mode,
+                last_args: measured.last_args.map(|a| a.values().collect()),
                 hits: measured.hits(),
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
@@ -325,6 +358,28 @@ fn build_report(
             })
             .collect(),
     }
+}
+
+/// Go moves goroutine stacks, so the return address a uretprobe plants can be copied
+/// to a stack the kernel does not track: the probe misfires or the target crashes.
+fn refuse_go_return_probes(probes: &[Probe]) -> anyhow::Result<()> {
+    let mut checked = std::collections::HashMap::new();
+    for probe in probes
+        .iter()
+        .filter(|p| p.point.kind == ProbeKind::Uretprobe)
+    {
+        let is_go = *checked
+            .entry(probe.point.attach_path.clone())
+            .or_insert_with(|| resolve::elf::is_go_binary(&probe.point.attach_path));
+        if is_go {
+            bail!(UsageError(format!(
+                "{}: {} is a Go program, and uretprobes on Go functions break when Go moves a goroutine's stack (the target can crash); use uprobe instead, or --force to attach anyway",
+                probe.spec,
+                probe.point.object.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Resolves when measuring should stop: after `duration`, on SIGINT, SIGTERM or
@@ -383,6 +438,35 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     }
     // SAFETY: the syscall returned a new file descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `probetop list`: every probe point of a process or file that matches a pattern.
+pub fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
+    use crate::resolve::list::{ListSource, list};
+    let mut operands = args.operands.into_iter();
+    let source = match args.pid {
+        Some(pid) => {
+            // The same checks as a probing run, so a bad pid gets the same message.
+            Target::open(pid)?;
+            ListSource::Pid(pid)
+        }
+        None => ListSource::Path(operands.next().map(Into::into).ok_or_else(|| {
+            UsageError("list what? give --pid PID or the path of an ELF file".into())
+        })?),
+    };
+    let pattern = operands.next();
+    if let Some(extra) = operands.next() {
+        bail!(UsageError(format!(
+            "unexpected {extra:?}: list takes [--pid PID | PATH] [PATTERN]"
+        )));
+    }
+    let listing = list(&source, pattern.as_deref())?;
+    if args.json {
+        println!("{}", present::list::render_json(&listing)?);
+    } else {
+        print!("{}", present::list::render_text(&listing));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Presentation: the live terminal UI, the end-of-run summary, and exports.
 pub mod export;
 pub mod format;
+pub mod list;
 pub mod summary;
 pub mod tui;
 

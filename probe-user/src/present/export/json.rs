@@ -23,9 +23,15 @@ struct JsonProbe<'a> {
     object: &'a str,
     address: u64,
     file_offset: u64,
+    /// `ring`, `sample` or `kernel`: how hits reached probetop at the end.
+    mode: &'static str,
     hits: u64,
     dropped: u64,
     handler_ns: HandlerSummary,
+    /// Argument values of the last hit that captured any (`--args`); null where a read
+    /// faulted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_args: Option<&'a [Option<u64>]>,
 }
 
 #[derive(Serialize)]
@@ -61,9 +67,15 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 object: &p.object,
                 address: p.address,
                 file_offset: p.file_offset,
+                mode: match p.mode {
+                    probe_common::mode::SAMPLE => "sample",
+                    probe_common::mode::KERNEL_HISTOGRAM => "kernel",
+                    _ => "ring",
+                },
                 hits: p.hits,
                 dropped: p.dropped,
                 handler_ns: HandlerSummary::of(&p.handler_ns),
+                last_args: p.last_args.as_deref(),
             })
             .collect(),
     };

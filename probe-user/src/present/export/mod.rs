@@ -46,6 +46,11 @@ pub struct ProbeReport {
     pub object: String,
     pub address: u64,
     pub file_offset: u64,
+    /// How hits reached probetop at the end (`probe_common::mode`).
+    pub mode: u32,
+    /// Argument values of the last hit that captured any; `None` inside where a read
+    /// faulted.
+    pub last_args: Option<Vec<Option<u64>>>,
     /// Hits the probe took: records received plus records dropped.
     pub hits: u64,
     pub dropped: u64,
@@ -312,6 +317,8 @@ pub(crate) mod testing {
         let mut b = new_ns_histogram();
         b.record_n(1000, 10).expect("in range");
         let probe = |id: u32, kind, name: &str, hist: Histogram<u64>, dropped| ProbeReport {
+            mode: 0,
+            last_args: None,
             id,
             spec: format!("{kind}:{name}"),
             kind,
@@ -374,6 +381,8 @@ pub(crate) mod testing {
                 whole.add(h).expect("same bounds");
             }
             probes.push(ProbeReport {
+                mode: 0,
+                last_args: None,
                 id,
                 spec: spec.into(),
                 kind,
@@ -492,6 +501,7 @@ pub(crate) mod testing {
                 comm: "fixture".into(),
                 cmdline: "fixture --calls 15 --name \"a b\"".into(),
                 start_ticks: 456,
+                exe_identity: None,
             },
             started_unix_ms: 1_700_000_123_456,
             duration_s: 3.0,
@@ -605,7 +615,7 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("probetop-export-write-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("temp dir");
-        let written = write(&sample_report(), &dir.join("run.hgrm")).expect("writes");
+        let written = write(&sample_report(), &dir.join("run.hgrm"), false).expect("writes");
         assert_eq!(written.len(), 2);
         for path in &written {
             assert!(std::fs::metadata(path).expect("exists").len() > 0);
@@ -626,7 +636,7 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("samples dir");
         let report = super::testing::rich_report();
         for ext in ["json", "csv", "html", "svg", "hlog", "hgrm", "prom"] {
-            for path in write(&report, &dir.join(format!("rich.{ext}"))).expect(ext) {
+            for path in write(&report, &dir.join(format!("rich.{ext}")), false).expect(ext) {
                 eprintln!("wrote {}", path.display());
             }
         }

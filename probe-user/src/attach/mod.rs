@@ -7,6 +7,8 @@
 //! closing its two file descriptors, which the kernel also does if probetop dies, so
 //! no exit path leaves a probe behind.
 
+pub mod args;
+
 use std::{
     ffi::CString,
     fs, io,

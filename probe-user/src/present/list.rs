@@ -1,0 +1,162 @@
+//! `probetop list` output: a text table for people, JSON for tools.
+
+use std::fmt::Write as _;
+
+use crate::resolve::debuginfo::SymbolSource;
+use crate::resolve::list::{ListedKind, Listing};
+
+/// Renders a listing as text: one section per object, one line per point, then
+/// warnings.
+pub fn render_text(listing: &Listing) -> String {
+    let mut out = String::new();
+    for object in &listing.objects {
+        let points: Vec<_> = listing
+            .points
+            .iter()
+            .filter(|p| p.object == object.path)
+            .collect();
+        if points.is_empty() {
+            continue;
+        }
+        let source = match &object.symbols {
+            SymbolSource::Symtab => ".symtab".to_string(),
+            SymbolSource::Dynsym => ".dynsym only (stripped)".to_string(),
+            SymbolSource::BuildId(p) | SymbolSource::DebugLink(p) => p.display().to_string(),
+            SymbolSource::MiniDebugInfo => ".gnu_debugdata".to_string(),
+        };
+        let _ = write!(out, "{}  (symbols: {source}", object.path.display());
+        if let Some(bias) = object.load_bias {
+            let _ = write!(out, ", load bias {bias:#x}");
+        }
+        out.push_str(")\n");
+        let _ = writeln!(
+            out,
+            "  {:<6}  {:>18}  {:>10}  NAME",
+            "KIND", "ADDRESS", "OFFSET"
+        );
+        for p in points {
+            let _ = write!(
+                out,
+                "  {:<6}  {:>#18x}  {:>#10x}  {}",
+                p.kind.as_str(),
+                p.address,
+                p.file_offset,
+                p.name
+            );
+            if p.kind == ListedKind::Usdt {
+                if let (Some(addr), Some(off)) = (p.semaphore_address, p.semaphore_offset) {
+                    let _ = write!(out, "  semaphore={addr:#x} (offset {off:#x})");
+                }
+                if let Some(args) = p.args.as_deref().filter(|a| !a.is_empty()) {
+                    let _ = write!(out, "  args={args:?}");
+                }
+            } else if !p.aliases.is_empty() {
+                let _ = write!(out, "  aliases: {}", p.aliases.join(", "));
+            }
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    let objects = listing
+        .objects
+        .iter()
+        .filter(|o| listing.points.iter().any(|p| p.object == o.path))
+        .count();
+    let _ = writeln!(
+        out,
+        "{} point{} in {} object{}",
+        listing.points.len(),
+        if listing.points.len() == 1 { "" } else { "s" },
+        objects,
+        if objects == 1 { "" } else { "s" }
+    );
+    for w in &listing.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out
+}
+
+/// Renders a listing as pretty-printed JSON (addresses as numbers).
+pub fn render_json(listing: &Listing) -> serde_json::Result<String> {
+    serde_json::to_string_pretty(listing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resolve::list::{ListedObject, ListedPoint};
+    use std::path::PathBuf;
+
+    fn sample() -> Listing {
+        let obj = PathBuf::from("/bin/app");
+        Listing {
+            objects: vec![ListedObject {
+                path: obj.clone(),
+                symbols: SymbolSource::Symtab,
+                load_bias: Some(0x5555_0000_0000),
+            }],
+            points: vec![
+                ListedPoint {
+                    kind: ListedKind::Uprobe,
+                    object: obj.clone(),
+                    name: "ns::f(int)".into(),
+                    symbol: Some("_ZN2ns1fEi".into()),
+                    aliases: vec![],
+                    address: 0x1139,
+                    file_offset: 0x1139,
+                    size: Some(12),
+                    semaphore_address: None,
+                    semaphore_offset: None,
+                    args: None,
+                },
+                ListedPoint {
+                    kind: ListedKind::Usdt,
+                    object: obj,
+                    name: "prov:tick".into(),
+                    symbol: None,
+                    aliases: vec![],
+                    address: 0x1150,
+                    file_offset: 0x1150,
+                    size: None,
+                    semaphore_address: Some(0x4010),
+                    semaphore_offset: Some(0x3010),
+                    args: Some("-4@%edi".into()),
+                },
+            ],
+            warnings: vec!["bad note".into()],
+        }
+    }
+
+    #[test]
+    fn text_table() {
+        let text = render_text(&sample());
+        assert!(
+            text.starts_with("/bin/app  (symbols: .symtab, load bias 0x555500000000)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  uprobe              0x1139      0x1139  ns::f(int)\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("prov:tick  semaphore=0x4010 (offset 0x3010)  args=\"-4@%edi\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("2 points in 1 object\nwarning: bad note\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_fields() {
+        let json: serde_json::Value =
+            serde_json::from_str(&render_json(&sample()).expect("json")).expect("parse");
+        let p = &json["points"][1];
+        assert_eq!(p["kind"], "usdt");
+        assert_eq!(p["semaphore_offset"], 0x3010);
+        assert_eq!(p["args"], "-4@%edi");
+        assert_eq!(json["points"][0]["symbol"], "_ZN2ns1fEi");
+        assert_eq!(json["objects"][0]["symbols"]["kind"], "symtab");
+    }
+}

@@ -1,0 +1,190 @@
+//! `probetop list`: every probe-able point of a process or a file.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::debuginfo::SymbolSource;
+use super::glob::Glob;
+use super::{Loaded, ResolveError, ResolveOptions, Scope};
+use crate::target::Target;
+
+/// What to list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListSource {
+    /// A running process: its executable first, then every mapped object.
+    Pid(u32),
+    /// One ELF file.
+    Path(PathBuf),
+}
+
+/// Kind of a listed point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ListedKind {
+    /// A function (probe-able with uprobe and uretprobe).
+    Uprobe,
+    Usdt,
+}
+
+impl ListedKind {
+    /// The name as printed (`uprobe`, `usdt`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ListedKind::Uprobe => "uprobe",
+            ListedKind::Usdt => "usdt",
+        }
+    }
+}
+
+/// One probe-able point.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListedPoint {
+    pub kind: ListedKind,
+    pub object: PathBuf,
+    /// Demangled symbol, or `provider:name`.
+    pub name: String,
+    /// The symbol as stored (mangled); absent for USDT.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<String>,
+    /// Other symbols at the same address (raw).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub aliases: Vec<String>,
+    pub address: u64,
+    pub file_offset: u64,
+    /// Function size from the symbol table.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semaphore_address: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub semaphore_offset: Option<u64>,
+    /// USDT argument string as stored.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<String>,
+}
+
+/// One object looked at.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListedObject {
+    pub path: PathBuf,
+    /// Where function symbols came from.
+    pub symbols: SymbolSource,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_bias: Option<u64>,
+}
+
+/// The result of `list`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Listing {
+    pub objects: Vec<ListedObject>,
+    pub points: Vec<ListedPoint>,
+    /// Objects that could not be read, malformed notes, and the like.
+    pub warnings: Vec<String>,
+}
+
+/// Lists the probe points of `source` whose name matches `pattern` (a glob over every
+/// spelling: mangled, demangled, without parameters; `provider:name` or `name` for USDT).
+pub fn list(source: &ListSource, pattern: Option<&str>) -> Result<Listing, ResolveError> {
+    list_with(source, pattern, &ResolveOptions::default())
+}
+
+/// [`list`] with explicit options (debug info search paths).
+pub fn list_with(
+    source: &ListSource,
+    pattern: Option<&str>,
+    opts: &ResolveOptions,
+) -> Result<Listing, ResolveError> {
+    let target;
+    let scope = match source {
+        ListSource::Pid(pid) => {
+            target = Target::open(*pid).map_err(|e| ResolveError::Read {
+                path: PathBuf::from(format!("/proc/{pid}")),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            Scope::process(&target)
+        }
+        ListSource::Path(path) => Scope::File(path.clone()),
+    };
+    let glob = pattern.map(Glob::new);
+    let mut listing = Listing {
+        objects: Vec::new(),
+        points: Vec::new(),
+        warnings: Vec::new(),
+    };
+    for r in scope.mapped_objects() {
+        let obj = match Loaded::load(r.clone(), &scope, opts) {
+            Ok(obj) => obj,
+            Err(e) if !r.is_main => {
+                // Mapped non-ELF files (locale archives, caches) are expected: only say
+                // something about ELF files that could not be read.
+                if !matches!(e, ResolveError::Elf { .. }) {
+                    listing.warnings.push(e.to_string());
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        list_object(&obj, glob.as_ref(), &mut listing);
+    }
+    Ok(listing)
+}
+
+fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
+    listing.objects.push(ListedObject {
+        path: obj.r.display.clone(),
+        symbols: obj.source().clone(),
+        load_bias: obj.load_bias,
+    });
+    for f in &obj.symbols().functions {
+        if glob.is_some_and(|g| !f.matches(g)) {
+            continue;
+        }
+        listing.points.push(ListedPoint {
+            kind: ListedKind::Uprobe,
+            object: obj.r.display.clone(),
+            name: f.name.display.clone(),
+            symbol: Some(f.name.raw.clone()),
+            aliases: f.aliases.iter().map(|a| a.raw.clone()).collect(),
+            address: f.address,
+            file_offset: f.file_offset,
+            size: Some(f.size),
+            semaphore_address: None,
+            semaphore_offset: None,
+            args: None,
+        });
+    }
+    for e in &obj.image.note_errors {
+        listing
+            .warnings
+            .push(format!("{}: {e}", obj.r.display.display()));
+    }
+    for probe in obj.usdt() {
+        let probe = match probe {
+            Ok(p) => p,
+            Err(e) => {
+                listing
+                    .warnings
+                    .push(format!("{}: {e}", obj.r.display.display()));
+                continue;
+            }
+        };
+        let full = format!("{}:{}", probe.provider, probe.name);
+        if glob.is_some_and(|g| !g.matches(&full) && !g.matches(&probe.name)) {
+            continue;
+        }
+        listing.points.push(ListedPoint {
+            kind: ListedKind::Usdt,
+            object: obj.r.display.clone(),
+            name: full,
+            symbol: None,
+            aliases: Vec::new(),
+            address: probe.address,
+            file_offset: probe.file_offset,
+            size: None,
+            semaphore_address: probe.semaphore_address,
+            semaphore_offset: probe.semaphore_offset,
+            args: Some(probe.args_raw.clone()),
+        });
+    }
+}
