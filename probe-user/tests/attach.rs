@@ -9,12 +9,6 @@ use common::*;
 
 const CALLS: u64 = 50_000;
 
-fn export_path(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("probetop-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
-
 #[test]
 fn exact_hits_for_uprobes_and_uretprobes() {
     exact_hits_in_mode("ring");
