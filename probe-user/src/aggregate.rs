@@ -114,6 +114,8 @@ pub struct ProbeAggregate {
     pub rate: RateWindow,
     /// Argument values of the latest hit that captured any.
     pub last_args: Option<CapturedArgs>,
+    /// Records received per thread id (threads created after attach included).
+    pub threads: std::collections::HashMap<u32, u64>,
     /// How hits reach user space now (`probe_common::mode`).
     pub mode: u32,
     /// SAMPLE mode: every hit in the window, as the kernel counted them.
@@ -155,6 +157,7 @@ impl Default for ProbeAggregate {
             interval_ns: new_ns_histogram(),
             rate: RateWindow::new(Duration::from_secs(1)),
             last_args: None,
+            threads: Default::default(),
             mode: mode::RING,
             sampled_hits: 0,
             sampled_seen: 0,
@@ -217,8 +220,9 @@ impl ProbeAggregate {
         HandlerSummary::of(&self.handler_ns)
     }
 
-    fn record(&mut self, handler_ns: u64) {
+    fn record(&mut self, handler_ns: u64, tid: u32) {
         self.received += 1;
+        *self.threads.entry(tid).or_default() += 1;
         // In SAMPLE mode the rate follows the kernel's count of every hit.
         if self.mode != mode::SAMPLE {
             self.rate.add(1);
@@ -304,7 +308,7 @@ impl Aggregator {
         }
         match self.probes.get_mut(event.probe_id as usize) {
             Some(probe) => {
-                probe.record(event.handler_ns);
+                probe.record(event.handler_ns, event.tid);
                 true
             }
             None => {
@@ -607,6 +611,20 @@ mod tests {
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].handler_ns.min(), 7);
         assert!(log.bytes() > 0);
+    }
+
+    #[test]
+    fn hits_are_counted_per_thread() {
+        let mut agg = Aggregator::new(1);
+        for tid in [7, 8, 7] {
+            agg.record(&HitEvent {
+                tid,
+                handler_ns: 1,
+                ..Default::default()
+            });
+        }
+        let threads = &agg.probes()[0].threads;
+        assert_eq!((threads[&7], threads[&8], threads.len()), (2, 1, 2));
     }
 
     #[test]

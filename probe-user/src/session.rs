@@ -343,6 +343,12 @@ fn build_report(
                 file_offset: probe.point.file_offset,
                 mode: measured.mode,
                 last_args: measured.last_args.map(|a| a.values().collect()),
+                threads: {
+                    let mut threads: Vec<(u32, u64)> =
+                        measured.threads.iter().map(|(t, n)| (*t, *n)).collect();
+                    threads.sort_unstable();
+                    threads
+                },
                 hits: measured.hits(),
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),

@@ -261,3 +261,67 @@ fn auto_mode_moves_hot_probes_into_the_kernel() {
         "no switch reported: {stderr}"
     );
 }
+
+/// Threads created after attach are probed too, and counted per thread.
+#[test]
+fn threads_created_after_attach_are_probed_and_counted_per_thread() {
+    const THREADS: u64 = 4;
+    let target = started(
+        &fixture("c/threads"),
+        &[
+            "--threads",
+            &THREADS.to_string(),
+            "--calls",
+            &CALLS.to_string(),
+        ],
+    );
+    let report = measure(target.pid(), &["-e", "uprobe:work_unit"], || {
+        target.signal(libc::SIGUSR1)
+    });
+    let lines = target.out().rest();
+    let tids: Vec<String> = lines
+        .iter()
+        .filter_map(|l| {
+            l.strip_prefix("tid=")?
+                .split_whitespace()
+                .next()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(tids.len() as u64, THREADS, "{lines:?}");
+    let probe = probe(&report, "work_unit");
+    assert_eq!(probe["hits"], THREADS * CALLS);
+    let per_thread = probe["threads"].as_object().expect("threads");
+    assert_eq!(per_thread.len() as u64, THREADS, "{per_thread:?}");
+    for tid in &tids {
+        assert_eq!(per_thread[tid.as_str()], CALLS, "thread {tid}");
+    }
+}
+
+/// Another tracer on the same function (bpftrace) and probetop both count every hit.
+#[test]
+fn coexists_with_bpftrace_on_the_same_function() {
+    let target = workload(&["--calls", &CALLS.to_string(), "--wait-signal"]);
+    let exe = fixture("c/workload");
+    let mut bpftrace = Running::spawn({
+        let mut cmd = std::process::Command::new("bpftrace");
+        cmd.args(["-p", &target.pid().to_string(), "-e"])
+            .arg(format!(
+                "uprobe:{}:work_unit {{ @hits = count(); }}",
+                exe.display()
+            ));
+        cmd
+    });
+    bpftrace.out().wait_for("Attaching");
+    let report = measure(target.pid(), &["-e", "uprobe:work_unit"], || {
+        target.signal(libc::SIGUSR1)
+    });
+    assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
+    // bpftrace -p exits with its target and prints its map.
+    bpftrace.wait();
+    let printed = bpftrace.out().rest().join("\n");
+    assert!(
+        printed.contains(&format!("@hits: {CALLS}")),
+        "bpftrace saw: {printed}"
+    );
+}
