@@ -62,6 +62,9 @@ const APT_PACKAGES: &[&str] = &[
     "g++",
     "make",
     "python3",
+    "prometheus", // promtool validates the metrics export; a real server scrapes it
+    "maven",      // fetches HdrHistogram's Java reader for the .hlog cross-check
+    "openjdk-17-jdk-headless", // runs it
 ];
 
 const ROOT_REQUIRED: &str = "integration tests attach real probes: run as root";
@@ -124,6 +127,7 @@ fn run_task(cli: Cli) -> Result<()> {
 
 fn setup(ctx: &Ctx) -> Result<()> {
     setup_apt(ctx)?;
+    setup_go()?;
     setup_nightly(ctx)?;
     setup_stable_components(ctx)?;
     setup_nightly_components(ctx)?;
@@ -201,7 +205,11 @@ fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
         "--exclude",
         EBPF_PACKAGE,
     ])
-    .env("PROBETOP_FIXTURES", ctx.root.join("fixtures/build"));
+    .env("PROBETOP_FIXTURES", ctx.root.join("fixtures/build"))
+    // Both are installed by setup, so the cross-checks against the reference
+    // implementations (Java's HdrHistogram reader, Prometheus's promtool) always run.
+    .env("PROBETOP_JAVA_CHECK", "1")
+    .env("PROBETOP_HAVE_PROMTOOL", "1");
     if !harness_args.is_empty() {
         cmd.arg("--").args(harness_args);
     }
@@ -288,6 +296,28 @@ fn setup_apt(ctx: &Ctx) -> Result<()> {
     };
     run(&mut apt(&["update", "-q"]))?;
     run(apt(&["install", "-y", "-q"]).args(&missing))
+}
+
+/// The Go fixture needs a Go toolchain: the machine's own (/usr/local/go) when there is
+/// one, else Debian's.
+fn setup_go() -> Result<()> {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("go").is_file()));
+    if on_path || Path::new("/usr/local/go/bin/go").is_file() {
+        println!("setup: go: ok");
+        return Ok(());
+    }
+    println!("setup: go: installing golang-go");
+    ensure!(is_root()?, "installing golang-go needs root");
+    let apt = |args: &[&str]| {
+        let mut cmd = Command::new("apt-get");
+        cmd.args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null());
+        cmd
+    };
+    run(&mut apt(&["update", "-q"]))?;
+    run(&mut apt(&["install", "-y", "-q", "golang-go"]))
 }
 
 fn setup_nightly(ctx: &Ctx) -> Result<()> {
