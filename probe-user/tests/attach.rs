@@ -305,10 +305,13 @@ fn coexists_with_bpftrace_on_the_same_function() {
     let exe = fixture("c/workload");
     let mut bpftrace = Running::spawn({
         let mut cmd = std::process::Command::new("bpftrace");
+        // bpftrace's -p does not scope uprobes to the process (other tests run the
+        // same binary), so filter on the pid as well.
         cmd.args(["-p", &target.pid().to_string(), "-e"])
             .arg(format!(
-                "uprobe:{}:work_unit {{ @hits = count(); }}",
-                exe.display()
+                "uprobe:{}:work_unit /pid == {}/ {{ @hits = count(); }}",
+                exe.display(),
+                target.pid()
             ));
         cmd
     });
