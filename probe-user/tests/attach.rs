@@ -328,3 +328,51 @@ fn coexists_with_bpftrace_on_the_same_function() {
         "bpftrace saw: {printed}"
     );
 }
+
+/// A target whose executable was deleted (or replaced) on disk after it started is still
+/// probed: symbols are read and probes attached through /proc/PID/exe.
+#[test]
+fn probes_a_target_whose_binary_was_deleted() {
+    let dir = std::env::temp_dir().join(format!("probetop-deleted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let copy = dir.join("workload");
+    std::fs::copy(fixture("c/workload"), &copy).expect("copy fixture");
+    let target = started(&copy, &["--calls", &CALLS.to_string(), "--wait-signal"]);
+    std::fs::remove_file(&copy).expect("delete the binary");
+    // And something else now stands at its path.
+    std::fs::write(&copy, b"not an ELF file").expect("replace");
+    let report = measure(
+        target.pid(),
+        &["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"],
+        || target.signal(libc::SIGUSR1),
+    );
+    assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
+    assert_eq!(probe(&report, "leaf_ret")["hits"], CALLS);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A target that execs another program is reported, and what was measured up to the
+/// exec is kept and exported.
+#[test]
+fn stops_and_keeps_measurements_when_the_target_execs() {
+    let target = started(&fixture("c/execer"), &["--calls", &CALLS.to_string()]);
+    let json = export_path("execer.json");
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
+        .arg(&json)
+        .args(["-e", "uprobe:work_unit"]);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("exec");
+    let status = probetop.wait();
+    let stderr = probetop.err().rest().join("\n");
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("exec'd") && stderr.contains("sleep"),
+        "{stderr}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
+}
