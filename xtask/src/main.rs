@@ -48,6 +48,13 @@ enum Task {
     },
     /// Run probetop against the C workload fixture.
     Demo,
+    /// The overload tests for longer: every CPU hits a probe as fast as it can, in each
+    /// mode; every hit must be accounted for and probetop's memory stay flat.
+    Soak {
+        /// Seconds per mode.
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
+    },
 }
 
 /// apt packages the tests, fixtures and tooling use that a fresh Debian 12 machine of the
@@ -119,6 +126,7 @@ fn run_task(cli: Cli) -> Result<()> {
         Task::Lint => lint(&ctx),
         Task::Test { harness_args } => test(&ctx, &harness_args),
         Task::Demo => demo(&ctx),
+        Task::Soak { seconds } => soak(&ctx, seconds),
     }
 }
 
@@ -218,6 +226,27 @@ fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
         bail!("the tests passed, but {e:#}");
     }
     Ok(())
+}
+
+fn soak(ctx: &Ctx, seconds: u32) -> Result<()> {
+    ensure!(is_root()?, ROOT_REQUIRED);
+    setup(ctx)?;
+    fixtures(ctx)?;
+    build(ctx)?;
+    // One mode at a time: parallel floods would share the CPUs and halve each other.
+    run(ctx
+        .cargo()
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "probe-user",
+            "--test",
+            "overload",
+        ])
+        .args(["--", "--test-threads", "1", "--nocapture"])
+        .env("PROBETOP_FIXTURES", ctx.root.join("fixtures/build"))
+        .env("PROBETOP_SOAK_SECONDS", seconds.to_string()))
 }
 
 fn demo(ctx: &Ctx) -> Result<()> {
