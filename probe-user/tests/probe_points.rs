@@ -262,3 +262,82 @@ fn python_ctypes_library_usdt_with_semaphore() {
     assert_eq!(call["last_args"][0], COUNT - 1);
     assert_eq!(probe(&report, "pyprobes:done")["hits"], 1);
 }
+
+/// Non-PIE, and stripped copies whose symbols come from a debuglink file or from
+/// MiniDebugInfo: every kind attaches by pid with exact counts.
+#[test]
+fn non_pie_and_stripped_binaries() {
+    for binary in ["c/probes-nopie", "c/probes-debuglink", "c/probes-minidebug"] {
+        let target = started(
+            &fixture(binary),
+            &["--wait-signal", "--count", &count_arg()],
+        );
+        let report = measure(
+            target.pid(),
+            &[
+                "-e",
+                "uprobe:probe_add",
+                "-e",
+                "uretprobe:probe_leaf",
+                "-e",
+                "usdt:fixture:tick",
+            ],
+            || target.signal(libc::SIGUSR1),
+        );
+        for name in ["probe_add", "probe_leaf", "fixture:tick"] {
+            assert_eq!(probe(&report, name)["hits"], COUNT, "{binary} {name}");
+        }
+    }
+}
+
+/// A function of a shared library named by library name, entry and return, and specs
+/// read from a file.
+#[test]
+fn library_functions_by_library_name_from_a_spec_file() {
+    let script = fixture("python/pyprobes.py");
+    let mut command = std::process::Command::new("python3");
+    command
+        .arg(&script)
+        .args(["--wait-signal", "--count", &count_arg()]);
+    let target = Running::spawn(command);
+    target.out().wait_for("ready pid=");
+    let specs = export_path("specs.txt");
+    std::fs::write(
+        &specs,
+        "# the library's entry points\nuprobe:libpyprobes:pyprobes_call\n\nuretprobe:libpyprobes:pyprobes_call  # and returns\n",
+    )
+    .expect("spec file");
+    let report = measure(
+        target.pid(),
+        &["-f", specs.to_str().expect("utf-8 path")],
+        || target.signal(libc::SIGUSR1),
+    );
+    let probes = report["probes"].as_array().expect("probes");
+    assert_eq!(probes.len(), 2, "{report}");
+    for p in probes {
+        assert_eq!(p["hits"], COUNT, "{}", p["spec"]);
+        assert!(
+            p["object"]
+                .as_str()
+                .is_some_and(|o| o.ends_with("libpyprobes.so")),
+            "{}",
+            p["object"]
+        );
+    }
+}
+
+#[test]
+fn rust_return_probes() {
+    let mut target = started(
+        &fixture("rust/rustfix-legacy"),
+        &["--wait-stdin", "--count", &count_arg()],
+    );
+    let report = measure(
+        target.pid(),
+        &["--args", "1", "-e", "uretprobe:rustfix::trace_me"],
+        || target.send_line(),
+    );
+    let p = probe(&report, "rustfix::trace_me");
+    assert_eq!(p["hits"], COUNT);
+    assert!(p["last_args"][0].is_u64(), "return value captured: {p}");
+}
