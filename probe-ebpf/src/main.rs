@@ -6,6 +6,8 @@
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
 
+mod dispatch;
+
 use aya_ebpf::{
     EbpfContext as _, Global,
     helpers::{

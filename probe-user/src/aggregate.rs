@@ -126,6 +126,8 @@ pub struct ProbeAggregate {
     pub kernel_hits: u64,
     /// The in-kernel histogram's bucket totals at the last read, to take deltas.
     kernel_seen: Vec<u64>,
+    /// Cost class, calibration basis and measured dispatch: the whole cost of a hit.
+    pub cost: crate::cost::ProbeCost,
 }
 
 /// Argument values captured with one hit.
@@ -163,6 +165,7 @@ impl Default for ProbeAggregate {
             sampled_seen: 0,
             kernel_hits: 0,
             kernel_seen: Vec::new(),
+            cost: Default::default(),
         }
     }
 }
@@ -252,6 +255,9 @@ pub struct Aggregator {
     pub outside_window: u64,
     /// Things the user should know about the run (mode switches), oldest first.
     pub notices: Vec<String>,
+    /// Kernel dispatches in the target that matched none of the probes (another
+    /// tool's uprobes), when dispatch is measured.
+    pub other_dispatch: Option<crate::cost::dispatch::SlotTotal>,
     /// CLOCK_MONOTONIC ns: the window opens once every probe is attached ...
     window_start_ns: u64,
     /// ... and closes when measuring stops.
@@ -265,6 +271,7 @@ impl Aggregator {
             unknown_records: 0,
             outside_window: 0,
             notices: Vec::new(),
+            other_dispatch: None,
             window_start_ns: 0,
             window_end_ns: u64::MAX,
         }
@@ -431,6 +438,10 @@ pub struct ProbeSnapshot {
     /// Hits per second over the last second.
     pub per_second: f64,
     pub handler: HandlerSummary,
+    /// Estimated whole cost of one hit to the traced thread, ns (see `cost`).
+    pub whole_cost_ns: Option<f64>,
+    /// Share of one CPU these hits take from the target: hits/s x whole cost.
+    pub cpu_share: Option<f64>,
 }
 
 /// Every probe at a moment, plus totals; cheap to clone and send to the UI.
@@ -447,18 +458,37 @@ pub struct Snapshot {
     pub dropped: u64,
 }
 
+impl Snapshot {
+    /// Share of one CPU all probes take from the target: the sum over the probes with
+    /// an estimate; `None` when none has one.
+    pub fn cpu_share(&self) -> Option<f64> {
+        let shares = self.probes.iter().filter_map(|p| p.cpu_share);
+        shares.fold(None, |total, share| Some(total.unwrap_or(0.0) + share))
+    }
+}
+
 impl Aggregator {
     /// The current numbers of every probe.
     pub fn snapshot(&self, elapsed: Duration) -> Snapshot {
         let probes: Vec<ProbeSnapshot> = self
             .probes
             .iter()
-            .map(|p| ProbeSnapshot {
-                mode: p.mode,
-                hits: p.hits(),
-                dropped: p.dropped,
-                per_second: p.rate.per_second(),
-                handler: p.summary(),
+            .map(|p| {
+                let handler = p.summary();
+                let per_second = p.rate.per_second();
+                let whole_cost_ns = p
+                    .cost
+                    .estimate(p.mode, (handler.count > 0).then_some(handler.mean))
+                    .map(|e| e.whole_ns);
+                ProbeSnapshot {
+                    mode: p.mode,
+                    hits: p.hits(),
+                    dropped: p.dropped,
+                    per_second,
+                    handler,
+                    whole_cost_ns,
+                    cpu_share: whole_cost_ns.map(|ns| crate::cost::cpu_share(ns, per_second)),
+                }
             })
             .collect();
         Snapshot {

@@ -19,6 +19,35 @@ pub struct Cli {
 pub enum Command {
     /// List the probe points of a process or a file: functions and USDT probes.
     List(ListArgs),
+    /// Measure what a probe hit costs on this machine, per cost class, and cache it
+    /// for whole-cost estimates.
+    Calibrate(CalibrateArgs),
+    /// The calibration's workload (run by `calibrate` itself).
+    #[command(name = "__calibrate-workload", hide = true)]
+    CalibrateWorkload,
+}
+
+#[derive(Debug, Args)]
+pub struct CalibrateArgs {
+    /// A few seconds instead of about twenty (fewer, shorter repetitions).
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Repetitions of every case (default 15, quick 7).
+    #[arg(long, value_name = "N")]
+    pub reps: Option<usize>,
+
+    /// Skip the dispatch-measurement phase (fentry/fexit).
+    #[arg(long)]
+    pub no_dispatch: bool,
+
+    /// Print the calibration as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Do not write the result to the cache (~/.cache/probetop).
+    #[arg(long)]
+    pub no_save: bool,
 }
 
 #[derive(Debug, Args)]
@@ -107,6 +136,18 @@ pub struct RunArgs {
     /// With --mode auto: the hits/s above which a probe is aggregated in the kernel.
     #[arg(long, value_name = "HITS_PER_S", default_value_t = 200_000.0)]
     pub auto_above: f64,
+
+    /// Do not measure kernel dispatch time (fentry/fexit around the kernel's uprobe
+    /// handling, ~100 ns per hit more on the target while on); whole cost then comes
+    /// from calibration alone.
+    #[arg(long)]
+    pub no_dispatch: bool,
+
+    /// Turn on the kernel's BPF run statistics for the run (costs every BPF program on
+    /// the host ~20-40 ns per run) to report what other BPF programs on the target's
+    /// probes cost; they go off again when probetop exits.
+    #[arg(long)]
+    pub bpf_stats: bool,
 }
 
 /// How hits reach user space.

@@ -8,6 +8,7 @@
 pub mod aggregate;
 pub mod attach;
 pub mod cli;
+pub mod cost;
 pub mod present;
 pub mod privileges;
 pub mod resolve;

@@ -8,6 +8,16 @@ use probe_user::{UsageError, cli, session};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    // The calibration's child measures its own CPU time: no runtime threads beside it.
+    if let Some(cli::Command::CalibrateWorkload) = cli.command {
+        return match probe_user::cost::workload::child_main() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("probetop: calibration workload: {error:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -22,6 +32,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None => runtime.block_on(session::run(cli.run)),
         Some(cli::Command::List(args)) => session::list(args),
+        Some(cli::Command::Calibrate(args)) => session::calibrate(args),
+        Some(cli::Command::CalibrateWorkload) => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

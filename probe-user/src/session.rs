@@ -28,7 +28,7 @@ use crate::resolve::{self, ProbePoint, ResolveOptions};
 use crate::spec::{ProbeKind, ProbeSpec};
 use crate::stream::{self, Collected, CollectorCommand, CollectorOptions, HitStream};
 use crate::target::Target;
-use crate::{UsageError, privileges};
+use crate::{UsageError, cost, privileges};
 use probe_common::{ProbeConfig, mode};
 
 /// Why measuring stopped.
@@ -130,11 +130,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         auto_kernel_above: (args.mode == Mode::Auto).then_some(args.auto_above),
         interval: wants_intervals.then(|| Duration::from_secs_f64(args.interval)),
     };
+    let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
+    let prepared = cost::prepare(&points);
+    let dispatch_wanted =
+        !args.no_dispatch && probes.len() <= cost::dispatch::MAX_DISPATCH_PROBES as usize;
+    if !args.no_dispatch && !dispatch_wanted {
+        eprintln!(
+            "probetop: kernel dispatch time is measured for at most {} probes; whole cost per hit comes from calibration alone",
+            cost::dispatch::MAX_DISPATCH_PROBES
+        );
+    }
     let mut attachment = Attachment::load(LoadOptions {
         ring_bytes,
         probe_count: probes.len() as u32,
+        dispatch_tgid: dispatch_wanted.then_some(pid),
         ..Default::default()
     })?;
+    let dispatch = if !dispatch_wanted {
+        None
+    } else {
+        cost::start_dispatch(&mut attachment, &prepared.sites)
+    };
     // Signals are handled from here on, so an interrupt while attaching still detaches.
     let shutdown = shutdown_signal(&target, args.duration.map(Duration::from_secs_f64))?;
     for (id, probe) in probes.iter().enumerate() {
@@ -162,11 +178,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .with_context(|| format!("attaching {}", probe.spec))?;
     }
     let ring = attachment.take_ring()?;
-    let counters = attachment.take_counters()?;
+    let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
     for probe in aggregator.probes_mut() {
         probe.mode = probe_config.mode;
     }
+    cost::install(&mut aggregator, prepared.costs, dispatch.is_some());
+    if let Some(dispatch) = dispatch {
+        counters.set_dispatch(dispatch);
+    }
+    let others = cost::bpf_stats::Others::start(pid, args.bpf_stats);
     aggregator.open_window(stream::ktime_now_ns());
     stream::baseline_kernel_counters(&counters, &mut aggregator);
     let started = Instant::now();
@@ -189,12 +210,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let labels: Vec<ProbeLabel> = probes
         .iter()
-        .map(|p| {
-            ProbeLabel::new(
+        .zip(aggregator.probes())
+        .map(|(p, measured)| {
+            let mut label = ProbeLabel::new(
                 p.point.kind,
                 &p.point.name,
                 &p.point.object.display().to_string(),
-            )
+            );
+            // Single-stepped and refused sites are marked where the probe is named.
+            if let Some(tag) = cost::label_tag(&measured.cost) {
+                label.display = format!("{} {tag}", label.display);
+            }
+            label
         })
         .collect();
     let (snapshot_tx, snapshot_rx) = watch::channel(Snapshot::default());
@@ -254,8 +281,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let snapshot = aggregator.snapshot(duration);
     print!("{}", present::summary::table(&labels, &snapshot));
+    let other_programs = others.finish();
+    eprint!("{}", cost::report(&labels, &snapshot, &aggregator));
+    eprint!("{}", cost::bpf_stats::render(&other_programs));
 
-    let report = build_report(
+    let mut report = build_report(
         &target,
         &probes,
         &aggregator,
@@ -263,6 +293,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         started_unix_ms,
         duration,
     );
+    report.cost = cost::run_report(&aggregator, duration, other_programs);
     let mut failed = Vec::new();
     for path in &args.exports {
         match export::write(&report, path, args.force) {
@@ -315,6 +346,7 @@ fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
         started_unix_ms: 0,
         duration_s: 0.0,
         probes: Vec::new(),
+        cost: Default::default(),
     };
     export::render(&empty, path)
         .map_err(|e| UsageError(format!("--export {}: {e}", path.display())))?;
@@ -356,6 +388,7 @@ fn build_report(
                 hits: measured.hits(),
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
+                cost: cost::probe_report(measured, duration),
                 intervals: intervals
                     .of_probe(id as u32)
                     .into_iter()
@@ -367,6 +400,7 @@ fn build_report(
                     .collect(),
             })
             .collect(),
+        cost: Default::default(),
     }
 }
 
@@ -448,6 +482,37 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     }
     // SAFETY: the syscall returned a new file descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `probetop calibrate`: measures what a hit costs here, prints it, caches it.
+pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
+    use cost::calibrate::{self, CalibrateOptions};
+    privileges::check()?;
+    let mut options = if args.quick {
+        CalibrateOptions::quick()
+    } else {
+        CalibrateOptions::full()
+    };
+    if let Some(reps) = args.reps {
+        if reps < 3 {
+            bail!(UsageError(format!(
+                "--reps {reps}: give at least 3 (a median and quartiles need them)"
+            )));
+        }
+        options.reps = reps;
+    }
+    options.dispatch = !args.no_dispatch;
+    let calibration = calibrate::run(options, |phase| eprintln!("probetop calibrate: {phase}"))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&calibration)?);
+    } else {
+        print!("{}", calibration.render_text());
+    }
+    if !args.no_save {
+        let path = calibrate::save(&calibration)?;
+        eprintln!("probetop calibrate: saved {}", path.display());
+    }
+    Ok(())
 }
 
 /// `probetop list`: every probe point of a process or file that matches a pattern.

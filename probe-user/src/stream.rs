@@ -192,6 +192,9 @@ pub async fn collect(
                     aggregator.close_window(at_ktime_ns);
                     // Kernel counts carry no timestamps: take them at the cut, not later.
                     read_kernel_counters(&counters, &mut aggregator);
+                    if let Some(dispatch) = counters.dispatch() {
+                        crate::cost::read_dispatch(dispatch, &mut aggregator, true);
+                    }
                     counters_frozen = true;
                 }
                 Some(CollectorCommand::Stop) | None => break,
@@ -201,6 +204,9 @@ pub async fn collect(
     stream.drain(|record| aggregator.record_any(&record));
     if !counters_frozen {
         read_kernel_counters(&counters, &mut aggregator);
+        if let Some(dispatch) = counters.dispatch() {
+            crate::cost::read_dispatch(dispatch, &mut aggregator, true);
+        }
     }
     aggregator.unknown_records += stream.malformed;
     if options.interval.is_some() {
@@ -221,6 +227,9 @@ pub async fn collect(
 /// Reads drops, and for probes not streaming every hit, the kernel's own counts. A
 /// failed read keeps the last known numbers; the maps live as long as we do.
 fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) {
+    if let Some(dispatch) = counters.dispatch() {
+        crate::cost::read_dispatch(dispatch, aggregator, false);
+    }
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let id = id as u32;
         if let Ok(dropped) = counters.drops(id) {
@@ -243,6 +252,9 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
 /// Takes the kernel's counts as they are when the window opens: hits counted before are
 /// not measured. Call it before announcing that probes are live.
 pub fn baseline_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) {
+    if let Some(dispatch) = counters.dispatch() {
+        crate::cost::baseline_dispatch(dispatch, aggregator);
+    }
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let id = id as u32;
         let sampled = match probe.mode {

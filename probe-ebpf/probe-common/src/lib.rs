@@ -219,3 +219,62 @@ mod pod_config {
     // SAFETY: repr(C), integers and arrays of integer structs only, padding spelled out.
     unsafe impl aya::Pod for super::ProbeConfig {}
 }
+
+/// Kernel dispatch time: fentry/fexit programs around the kernel's uprobe handling
+/// measure, per hit of the target, the in-kernel time from the top of the uprobe path
+/// to its end (lookup, handlers, emulation or single-step setup), which a clock inside
+/// the probe's own handler cannot see.
+pub mod dispatch {
+    /// Slots per probe in the dispatch totals and histograms: hits of its entry
+    /// breakpoint, and returns through the uretprobe trampoline.
+    pub const SLOTS_PER_PROBE: u32 = 2;
+    /// Slot offset of the entry breakpoint (uprobe, USDT, a uretprobe's entry).
+    pub const ENTRY: u32 = 0;
+    /// Slot offset of the return (uretprobe).
+    pub const RETURN: u32 = 1;
+    /// The trap flag in eflags: set when the kernel leaves a hit to single-step the
+    /// probed instruction out of line, the second half of which comes back later.
+    pub const X86_EFLAGS_TF: u64 = 0x100;
+    /// Byte offset of `ip` in x86-64 `struct pt_regs`.
+    pub const PT_REGS_IP: usize = 128;
+    /// Byte offset of `flags` in x86-64 `struct pt_regs`.
+    pub const PT_REGS_FLAGS: usize = 144;
+    /// The `int3` the kernel plants is one byte: the trap leaves `ip` just after it.
+    pub const SWBP_INSN_SIZE: u64 = 1;
+}
+
+/// One CPU's dispatch in flight: set at fentry, read at fexit.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DispatchState {
+    /// The thread in the kernel's uprobe path on this CPU, 0 for none.
+    pub tid: u32,
+    /// Non-zero: the first half of a single-stepped hit ended; its second half (after
+    /// the out-of-line step) adds to `acc_ns`.
+    pub pending_sstep: u32,
+    /// `bpf_ktime_get_ns()` at fentry.
+    pub start_ns: u64,
+    /// Time of the halves already ended.
+    pub acc_ns: u64,
+    /// The probed address (entry) or the probed function (return) in the target.
+    pub addr: u64,
+    /// [`dispatch::ENTRY`] or [`dispatch::RETURN`].
+    pub kind: u32,
+    pub _pad: u32,
+}
+
+/// Dispatches counted in one slot, per CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DispatchTotal {
+    pub count: u64,
+    pub sum_ns: u64,
+}
+
+#[cfg(feature = "user")]
+mod pod_dispatch {
+    // SAFETY: repr(C), integers only, padding spelled out.
+    unsafe impl aya::Pod for super::DispatchState {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::DispatchTotal {}
+}

@@ -33,6 +33,8 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 const PROG_UPROBE: &str = "probetop_uprobe";
 const PROG_URETPROBE: &str = "probetop_uretprobe";
+/// A program that does nothing (calibration's baseline).
+const PROG_EMPTY: &str = "probetop_empty";
 const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe";
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +82,9 @@ pub struct LoadOptions {
     pub wakeup_bytes: u64,
     /// How many probes will be attached: sizes the per-probe maps.
     pub probe_count: u32,
+    /// Size the kernel dispatch maps for this process's probes (see `cost::dispatch`);
+    /// `None` leaves them minimal.
+    pub dispatch_tgid: Option<u32>,
 }
 
 impl Default for LoadOptions {
@@ -88,6 +93,7 @@ impl Default for LoadOptions {
             ring_bytes: probe_common::DEFAULT_RING_BYTES,
             wakeup_bytes: probe_common::DEFAULT_WAKEUP_BYTES,
             probe_count: 1,
+            dispatch_tgid: None,
         }
     }
 }
@@ -155,15 +161,19 @@ impl Attachment {
     /// Loads and verifies the programs; nothing is attached yet.
     pub fn load(options: LoadOptions) -> Result<Self, AttachError> {
         let pmu = UprobePmu::read().map_err(AttachError::NoUprobePmu)?;
-        let mut ebpf = EbpfLoader::new()
+        let dispatch =
+            crate::cost::dispatch::MapSizes::new(options.dispatch_tgid, options.probe_count);
+        let mut loader = EbpfLoader::new();
+        loader
             .map_max_entries("EVENTS", options.ring_bytes)
             .map_max_entries("CONFIG", options.probe_count.max(1))
             .map_max_entries(
                 "KERNEL_HISTOGRAM",
                 options.probe_count.max(1) * khist::BUCKETS,
             )
-            .override_global("WAKEUP_BYTES", &options.wakeup_bytes, true)
-            .load(EBPF_OBJECT)?;
+            .override_global("WAKEUP_BYTES", &options.wakeup_bytes, true);
+        dispatch.apply(&mut loader);
+        let mut ebpf = loader.load(EBPF_OBJECT)?;
         for name in [PROG_UPROBE, PROG_URETPROBE] {
             let program: &mut UProbe = ebpf
                 .program_mut(name)
@@ -185,12 +195,53 @@ impl Attachment {
 
     /// Attaches one probe.
     pub fn attach(&mut self, request: &AttachRequest) -> Result<(), AttachError> {
-        let retprobe = request.kind == ProbeKind::Uretprobe;
-        let name = if retprobe {
+        let name = if request.kind == ProbeKind::Uretprobe {
             PROG_URETPROBE
         } else {
             PROG_UPROBE
         };
+        self.attach_program(request, name)
+    }
+
+    /// Attaches one probe running a program that does nothing (`probetop calibrate`'s
+    /// baseline), loading that program first if needed.
+    pub fn attach_empty(&mut self, request: &AttachRequest) -> Result<(), AttachError> {
+        let name = PROG_EMPTY;
+        let program: &mut UProbe = self
+            .ebpf
+            .program_mut(name)
+            .ok_or(AttachError::Unsupported(format!(
+                "the eBPF object lacks {name}"
+            )))?
+            .try_into()
+            .map_err(|source| AttachError::Program { name, source })?;
+        if program.fd().is_err() {
+            program
+                .load()
+                .map_err(|source| AttachError::Program { name, source })?;
+        }
+        self.attach_program(request, name)
+    }
+
+    /// Detaches one probe.
+    pub fn detach(&mut self, probe_id: u32) {
+        if let Some(slot) = self.links.get_mut(probe_id as usize) {
+            *slot = None;
+        }
+    }
+
+    /// The loaded object, for `cost::dispatch` to load and attach its programs and
+    /// take its maps.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    fn attach_program(
+        &mut self,
+        request: &AttachRequest,
+        name: &'static str,
+    ) -> Result<(), AttachError> {
+        let retprobe = request.kind == ProbeKind::Uretprobe;
         // The config must be in place before the first hit can fire.
         let map = self
             .ebpf
@@ -287,6 +338,7 @@ impl Attachment {
             sampled_hits: take(&mut self.ebpf, "SAMPLED_HITS", PerCpuArray::try_from)?,
             histogram: take(&mut self.ebpf, "KERNEL_HISTOGRAM", PerCpuArray::try_from)?,
             config: take(&mut self.ebpf, "CONFIG", Array::try_from)?,
+            dispatch: None,
         })
     }
 }
@@ -298,9 +350,21 @@ pub struct KernelCounters {
     sampled_hits: PerCpuArray<MapData, u64>,
     histogram: PerCpuArray<MapData, u64>,
     config: Array<MapData, ProbeConfig>,
+    /// Kernel dispatch measurement, when it runs (`cost::dispatch`).
+    dispatch: Option<crate::cost::dispatch::Dispatch>,
 }
 
 impl KernelCounters {
+    /// Hands over the dispatch measurement, read with the other counters.
+    pub fn set_dispatch(&mut self, dispatch: crate::cost::dispatch::Dispatch) {
+        self.dispatch = Some(dispatch);
+    }
+
+    /// The dispatch measurement, if it runs.
+    pub fn dispatch(&self) -> Option<&crate::cost::dispatch::Dispatch> {
+        self.dispatch.as_ref()
+    }
+
     /// Hits of `probe_id` whose record did not fit in the ring buffer, over all CPUs.
     pub fn drops(&self, probe_id: u32) -> Result<u64, aya::maps::MapError> {
         Ok(self.drops.get(&probe_id, 0)?.iter().sum())

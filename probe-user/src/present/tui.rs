@@ -397,6 +397,8 @@ mod tests {
                 p999: 5000,
                 max: 30_000,
             },
+            whole_cost_ns: None,
+            cpu_share: None,
         };
         let snapshot = Snapshot {
             elapsed: Duration::from_secs(7),

@@ -34,6 +34,55 @@ struct JsonProbe<'a> {
     last_args: Option<&'a [Option<u64>]>,
     /// Records received per thread: `{"tid": count}`.
     threads: std::collections::BTreeMap<String, u64>,
+    /// What the kernel does with the probed instruction on every hit (`emulated-push`,
+    /// `emulated-nop`, `emulated-branch`, `optimized`, `single-stepped`, `refused`,
+    /// `unknown`); null if not looked at.
+    cost_class: Option<&'static str>,
+    /// The probed instruction, AT&T syntax.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    probed_instruction: Option<&'a str>,
+    /// Estimated whole cost of one hit to the traced thread (trap, kernel dispatch,
+    /// handler, way back), ns; null without a calibration for this machine.
+    whole_cost_ns: Option<f64>,
+    /// How `whole_cost_ns` was estimated: `dispatch-and-calibration` or `calibration`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    whole_cost_method: Option<&'static str>,
+    /// Share of one CPU the probe took from the target over the run (whole cost x
+    /// hits / duration; 0.01 is 1% of a CPU).
+    cpu_share: Option<f64>,
+    /// Kernel dispatch time, measured with fentry/fexit, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dispatch_ns: Option<JsonDispatch>,
+}
+
+/// Kernel dispatch time of one probe: entry breakpoint hits and uretprobe returns.
+#[derive(Serialize)]
+struct JsonDispatch {
+    /// Mean dispatch per hit of the probe (entry mean plus return mean).
+    per_hit_mean: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    entry: Option<HandlerSummary>,
+    #[serde(rename = "return", skip_serializing_if = "Option::is_none")]
+    ret: Option<HandlerSummary>,
+}
+
+/// Run-wide cost.
+#[derive(Serialize)]
+struct JsonCost<'a> {
+    /// Share of one CPU all estimated probes took from the target.
+    cpu_share: Option<f64>,
+    /// Kernel dispatches in the target that matched none of the probes (another
+    /// tool's uprobes), when dispatch was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    other_uprobe_dispatch: Option<JsonOtherDispatch>,
+    /// Other BPF programs on probes of objects the target maps.
+    other_bpf_programs: &'a [crate::cost::bpf_stats::OtherProgram],
+}
+
+#[derive(Serialize)]
+struct JsonOtherDispatch {
+    count: u64,
+    mean_ns: Option<f64>,
 }
 
 #[derive(Serialize)]
@@ -44,6 +93,7 @@ struct JsonReport<'a> {
     started_unix_ms: u64,
     duration_s: f64,
     probes: Vec<JsonProbe<'a>>,
+    cost: JsonCost<'a>,
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
@@ -83,8 +133,31 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     .iter()
                     .map(|(tid, n)| (tid.to_string(), *n))
                     .collect(),
+                cost_class: p.cost.site.as_ref().map(|s| s.class.as_str()),
+                probed_instruction: p
+                    .cost
+                    .site
+                    .as_ref()
+                    .map(|s| s.instruction.as_str())
+                    .filter(|i| !i.is_empty()),
+                whole_cost_ns: p.cost.whole_cost_ns,
+                whole_cost_method: p.cost.method.map(|m| m.as_str()),
+                cpu_share: p.cost.cpu_share,
+                dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
+                    per_hit_mean: d.per_hit_ns(),
+                    entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
+                    ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
+                }),
             })
             .collect(),
+        cost: JsonCost {
+            cpu_share: report.cost.cpu_share,
+            other_uprobe_dispatch: report.cost.other_dispatch.map(|o| JsonOtherDispatch {
+                count: o.count,
+                mean_ns: o.mean(),
+            }),
+            other_bpf_programs: &report.cost.other_programs,
+        },
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",

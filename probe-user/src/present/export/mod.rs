@@ -58,6 +58,8 @@ pub struct ProbeReport {
     pub dropped: u64,
     /// Handler time of every received hit, ns.
     pub handler_ns: Histogram<u64>,
+    /// Cost class, whole cost per hit, CPU share, measured dispatch.
+    pub cost: crate::cost::ProbeCostReport,
     /// Handler time per interval, oldest first (for interval logs and time series).
     pub intervals: Vec<Interval>,
 }
@@ -79,6 +81,8 @@ pub struct Report {
     pub started_unix_ms: u64,
     pub duration_s: f64,
     pub probes: Vec<ProbeReport>,
+    /// What all probes cost the target, and other BPF programs on its probes.
+    pub cost: crate::cost::RunCostReport,
 }
 
 /// Why an export could not be written.
@@ -337,6 +341,7 @@ pub(crate) mod testing {
                 handler_ns: hist.clone(),
             }],
             handler_ns: hist,
+            cost: Default::default(),
         };
         Report {
             target: Target {
@@ -353,6 +358,7 @@ pub(crate) mod testing {
                 probe(0, ProbeKind::Uprobe, "work_unit", a, 0),
                 probe(1, ProbeKind::Uretprobe, "leaf_ret", b, 2),
             ],
+            cost: Default::default(),
         }
     }
 
@@ -406,6 +412,7 @@ pub(crate) mod testing {
                     })
                     .collect(),
                 handler_ns: whole,
+                cost: Default::default(),
             });
         };
 
@@ -510,6 +517,7 @@ pub(crate) mod testing {
             started_unix_ms: 1_700_000_123_456,
             duration_s: 3.0,
             probes,
+            cost: Default::default(),
         }
     }
 

@@ -1,0 +1,603 @@
+//! Other BPF programs already on the target's code (another agent's uprobes, a running
+//! bpftrace): which, where, and what they cost per run.
+//!
+//! They are found two ways, because tools attach two ways:
+//! - every process's perf event file descriptors, asked with `BPF_TASK_FD_QUERY`
+//!   (what `bpftool perf` does): uprobes bound with `PERF_EVENT_IOC_SET_BPF` (older
+//!   bpftrace) or with a BPF link, with the file and offset;
+//! - every BPF link: `perf_event` links of uprobe type carry the file name and offset
+//!   on 6.x kernels, `uprobe_multi` links the path and pid.
+//!
+//! A probe counts as on the target when its file is one the target maps. Per-process
+//! filters of perf-event uprobes are not visible from outside, so such a probe may fire
+//! only in other processes: it is listed as on the target's objects, not as firing.
+//!
+//! Run counts and run time come from the kernel's BPF statistics, which cost every BPF
+//! program on the host ~20-40 ns per run while on: off unless `--bpf-stats`, which turns
+//! them on with `BPF_ENABLE_STATS` (they go off by themselves when the returned file
+//! descriptor closes, whichever way probetop exits).
+
+use std::{
+    collections::HashSet,
+    ffi::CStr,
+    fs,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    path::Path,
+};
+
+use serde::Serialize;
+
+use crate::resolve::maps::{FileId, MapEntry, read_maps};
+
+/// One BPF program on one probe point of an object the target maps.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OtherProgram {
+    pub prog_id: u32,
+    /// The program's name as loaded (up to 15 characters).
+    pub name: String,
+    /// `uprobe`, `uretprobe` or `uprobe_multi`.
+    pub kind: &'static str,
+    /// The probed file as the attaching tool named it.
+    pub file: String,
+    /// File offset of the probe (the first of a uprobe_multi link's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    /// How many offsets a uprobe_multi link has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// The process a uprobe_multi link is limited to (0: all).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub only_pid: Option<u32>,
+    /// A process holding it, and its name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder_pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holder_comm: Option<String>,
+    /// Runs and run time over the measurement window (BPF stats on), or since the
+    /// stats were turned on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_count: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_time_ns: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub avg_run_ns: Option<f64>,
+}
+
+/// Turns the kernel's BPF run statistics on for as long as the value lives.
+pub struct StatsGuard {
+    _fd: OwnedFd,
+}
+
+impl StatsGuard {
+    /// `BPF_ENABLE_STATS(BPF_STATS_RUN_TIME)`.
+    pub fn enable() -> Result<Self, aya::sys::SyscallError> {
+        Ok(Self {
+            _fd: aya::sys::enable_stats(aya::sys::Stats::RunTime)?,
+        })
+    }
+}
+
+/// Whether the kernel keeps BPF run statistics now (sysctl or an enable fd).
+pub fn stats_enabled() -> bool {
+    fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() != "0")
+}
+
+/// Finds the BPF programs on uprobes of objects `pid` maps, other than those of the
+/// processes in `exclude_pids` and the programs in `exclude_progs`.
+pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherProgram> {
+    let Ok(maps) = read_maps(pid) else {
+        return Vec::new();
+    };
+    let mapped: Vec<&MapEntry> = maps.iter().filter(|m| m.is_file()).collect();
+    let on_target = |file: &str| -> bool {
+        match FileId::of(Path::new(file)) {
+            Ok(id) => mapped.iter().any(|m| id.matches(m)),
+            Err(_) => mapped.iter().any(|m| m.path.as_deref() == Some(file)),
+        }
+    };
+    let mut found = Vec::new();
+    let mut seen = HashSet::new();
+    for query in perf_event_queries(exclude_pids) {
+        if exclude_progs.contains(&query.prog_id) || !on_target(&query.file) {
+            continue;
+        }
+        if seen.insert((query.prog_id, query.file.clone(), query.offset)) {
+            found.push(OtherProgram {
+                prog_id: query.prog_id,
+                name: String::new(),
+                kind: query.kind,
+                file: query.file,
+                offset: Some(query.offset),
+                count: None,
+                only_pid: None,
+                holder_pid: Some(query.pid),
+                holder_comm: comm(query.pid),
+                run_count: None,
+                run_time_ns: None,
+                avg_run_ns: None,
+            });
+        }
+    }
+    for link in uprobe_links() {
+        if exclude_progs.contains(&link.prog_id) || !on_target(&link.file) {
+            continue;
+        }
+        if link.only_pid.is_some_and(|p| p != 0 && p != pid) {
+            continue;
+        }
+        if seen.insert((link.prog_id, link.file.clone(), link.offset.unwrap_or(0))) {
+            found.push(OtherProgram {
+                prog_id: link.prog_id,
+                name: String::new(),
+                kind: link.kind,
+                file: link.file,
+                offset: link.offset,
+                count: link.count,
+                only_pid: link.only_pid,
+                holder_pid: None,
+                holder_comm: None,
+                run_count: None,
+                run_time_ns: None,
+                avg_run_ns: None,
+            });
+        }
+    }
+    let names = program_stats();
+    for program in &mut found {
+        if let Some(stats) = names.iter().find(|s| s.id == program.prog_id) {
+            program.name = stats.name.clone();
+        }
+    }
+    found
+}
+
+/// The other programs on the target's probes over one run.
+pub struct Others {
+    programs: Vec<OtherProgram>,
+    before: Vec<ProgramStats>,
+    stats_on: bool,
+    _guard: Option<StatsGuard>,
+}
+
+impl Others {
+    /// Finds them and, if stats are on (or `enable_stats` turns them on), takes the
+    /// run counts as the window opens.
+    pub fn start(pid: u32, enable_stats: bool) -> Self {
+        let guard = if enable_stats {
+            match StatsGuard::enable() {
+                Ok(guard) => Some(guard),
+                Err(e) => {
+                    eprintln!("probetop: cannot turn the kernel's BPF statistics on: {e}");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        // The sysctl does not show stats turned on through an enable fd.
+        let stats_on = guard.is_some() || stats_enabled();
+        let me = std::process::id();
+        let programs = find(pid, &[me], &programs_held_by(me));
+        Self {
+            programs,
+            before: if stats_on {
+                program_stats()
+            } else {
+                Vec::new()
+            },
+            stats_on,
+            _guard: guard,
+        }
+    }
+
+    /// The programs with their runs over the window (stats on), turning stats off
+    /// again if this turned them on.
+    pub fn finish(mut self) -> Vec<OtherProgram> {
+        if self.stats_on {
+            apply_stats(&mut self.programs, &self.before, &program_stats());
+        }
+        self.programs
+    }
+}
+
+/// Lines for stderr; empty when there are none.
+pub fn render(programs: &[OtherProgram]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    if programs.is_empty() {
+        return out;
+    }
+    let _ = writeln!(
+        out,
+        "probetop: {} other BPF program{} on probes of objects the target maps:",
+        programs.len(),
+        if programs.len() == 1 { "" } else { "s" }
+    );
+    for p in programs {
+        let mut line = format!("  prog {} {:?} {}", p.prog_id, p.name, p.kind);
+        let _ = write!(line, " {}", p.file);
+        if let Some(offset) = p.offset {
+            let _ = write!(line, "+{offset:#x}");
+        }
+        if let Some(count) = p.count.filter(|c| *c > 1) {
+            let _ = write!(line, " ({count} offsets)");
+        }
+        if let Some(pid) = p.holder_pid {
+            let _ = write!(line, " held by pid {pid}");
+            if let Some(comm) = &p.holder_comm {
+                let _ = write!(line, " ({comm})");
+            }
+        }
+        match (p.run_count, p.avg_run_ns) {
+            (Some(runs), Some(avg)) => {
+                let _ = write!(
+                    line,
+                    ": {runs} runs, {avg:.0} ns per run (its program only)"
+                );
+            }
+            (Some(runs), None) => {
+                let _ = write!(line, ": {runs} runs");
+            }
+            _ => line.push_str(": run counts need --bpf-stats"),
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// One program's cumulative statistics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgramStats {
+    pub id: u32,
+    pub name: String,
+    pub run_count: u64,
+    pub run_time_ns: u64,
+}
+
+/// Every loaded program's statistics (zero while stats are off).
+pub fn program_stats() -> Vec<ProgramStats> {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .map(|p| ProgramStats {
+            id: p.id(),
+            name: p.name_as_str().unwrap_or_default().to_string(),
+            run_count: p.run_count(),
+            run_time_ns: u64::try_from(p.run_time().as_nanos()).unwrap_or(u64::MAX),
+        })
+        .collect()
+}
+
+/// Sets each program's runs and run time to what happened since `before`.
+pub fn apply_stats(programs: &mut [OtherProgram], before: &[ProgramStats], after: &[ProgramStats]) {
+    for program in programs {
+        let Some(now) = after.iter().find(|s| s.id == program.prog_id) else {
+            continue;
+        };
+        let then = before.iter().find(|s| s.id == program.prog_id);
+        let runs = now.run_count - then.map_or(0, |t| t.run_count.min(now.run_count));
+        let time = now.run_time_ns - then.map_or(0, |t| t.run_time_ns.min(now.run_time_ns));
+        program.run_count = Some(runs);
+        program.run_time_ns = Some(time);
+        program.avg_run_ns = (runs > 0).then(|| time as f64 / runs as f64);
+    }
+}
+
+/// Ids of the BPF programs process `pid` holds open (from /proc/PID/fdinfo).
+pub fn programs_held_by(pid: u32) -> Vec<u32> {
+    let mut ids = Vec::new();
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return ids;
+    };
+    for entry in dir.flatten() {
+        let Ok(info) = fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        ids.extend(
+            info.lines()
+                .filter_map(|l| l.strip_prefix("prog_id:"))
+                .filter_map(|id| id.trim().parse::<u32>().ok()),
+        );
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+fn comm(pid: u32) -> Option<String> {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .ok()
+        .map(|c| c.trim().to_string())
+}
+
+/// A uprobe perf event with a BPF program, as `BPF_TASK_FD_QUERY` describes it.
+struct FdQuery {
+    pid: u32,
+    prog_id: u32,
+    kind: &'static str,
+    file: String,
+    offset: u64,
+}
+
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+const BPF_TASK_FD_QUERY: libc::c_long = 20;
+const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
+const BPF_LINK_GET_NEXT_ID: libc::c_long = 31;
+const BPF_FD_TYPE_UPROBE: u32 = 4;
+const BPF_FD_TYPE_URETPROBE: u32 = 5;
+const BPF_LINK_TYPE_PERF_EVENT: u32 = 7;
+const BPF_LINK_TYPE_UPROBE_MULTI: u32 = 12;
+const BPF_PERF_EVENT_UPROBE: u32 = 1;
+const BPF_PERF_EVENT_URETPROBE: u32 = 2;
+const PATH_MAX: usize = 4096;
+
+/// `union bpf_attr` for `BPF_TASK_FD_QUERY`.
+#[repr(C)]
+#[derive(Default)]
+struct TaskFdQueryAttr {
+    pid: u32,
+    fd: u32,
+    flags: u32,
+    buf_len: u32,
+    buf: u64,
+    prog_id: u32,
+    fd_type: u32,
+    probe_offset: u64,
+    probe_addr: u64,
+}
+
+fn bpf(cmd: libc::c_long, attr: *mut u8, size: usize) -> libc::c_long {
+    // SAFETY: attr points to a bpf_attr prefix of `size` bytes the caller owns, with any
+    // buffers it names alive for the call; the kernel checks the rest.
+    unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size as u32) }
+}
+
+/// Every uprobe perf event with a BPF program held by a process not in `exclude`.
+fn perf_event_queries(exclude: &[u32]) -> Vec<FdQuery> {
+    let mut out = Vec::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return out;
+    };
+    for proc_entry in procs.flatten() {
+        let Some(pid) = proc_entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if exclude.contains(&pid) {
+            continue;
+        }
+        let Ok(fds) = fs::read_dir(proc_entry.path().join("fd")) else {
+            continue;
+        };
+        for fd_entry in fds.flatten() {
+            let is_perf = fs::read_link(fd_entry.path())
+                .is_ok_and(|l| l.as_os_str() == "anon_inode:[perf_event]");
+            let Some(fd) = fd_entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            if !is_perf {
+                continue;
+            }
+            let mut buf = vec![0u8; PATH_MAX];
+            let mut attr = TaskFdQueryAttr {
+                pid,
+                fd,
+                buf_len: buf.len() as u32,
+                buf: buf.as_mut_ptr() as u64,
+                ..Default::default()
+            };
+            let size = size_of::<TaskFdQueryAttr>();
+            if bpf(BPF_TASK_FD_QUERY, (&raw mut attr).cast(), size) < 0 {
+                // No program on it, or not a probe: nothing to report.
+                continue;
+            }
+            let kind = match attr.fd_type {
+                BPF_FD_TYPE_UPROBE => "uprobe",
+                BPF_FD_TYPE_URETPROBE => "uretprobe",
+                _ => continue,
+            };
+            out.push(FdQuery {
+                pid,
+                prog_id: attr.prog_id,
+                kind,
+                file: c_string(&buf),
+                offset: attr.probe_offset,
+            });
+        }
+    }
+    out
+}
+
+fn c_string(buf: &[u8]) -> String {
+    CStr::from_bytes_until_nul(buf)
+        .map(|c| c.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// A uprobe link.
+struct UprobeLink {
+    prog_id: u32,
+    kind: &'static str,
+    file: String,
+    offset: Option<u64>,
+    count: Option<u32>,
+    only_pid: Option<u32>,
+}
+
+/// `struct bpf_link_info` is at most this large on the kernels probetop supports; a
+/// larger buffer is fine as long as its tail is zero.
+const LINK_INFO_SIZE: usize = 256;
+
+fn uprobe_links() -> Vec<UprobeLink> {
+    let mut out = Vec::new();
+    let mut id = 0u32;
+    loop {
+        // { start_id, next_id, open_flags }
+        let mut next = [id, 0u32, 0u32];
+        if bpf(BPF_LINK_GET_NEXT_ID, next.as_mut_ptr().cast(), 12) < 0 {
+            break;
+        }
+        id = next[1];
+        let mut by_id = [id, 0u32, 0u32];
+        let fd = bpf(BPF_LINK_GET_FD_BY_ID, by_id.as_mut_ptr().cast(), 12);
+        if fd < 0 {
+            // Gone meanwhile, or not ours to open.
+            continue;
+        }
+        // SAFETY: the syscall returned a new file descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        if let Some(link) = describe_link(&fd) {
+            out.push(link);
+        }
+    }
+    out
+}
+
+/// `BPF_OBJ_GET_INFO_BY_FD` into `info`; false on failure.
+fn link_info(fd: &OwnedFd, info: &mut [u8; LINK_INFO_SIZE]) -> bool {
+    #[repr(C)]
+    struct InfoAttr {
+        bpf_fd: u32,
+        info_len: u32,
+        info: u64,
+    }
+    let mut attr = InfoAttr {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: LINK_INFO_SIZE as u32,
+        info: info.as_mut_ptr() as u64,
+    };
+    bpf(
+        BPF_OBJ_GET_INFO_BY_FD,
+        (&raw mut attr).cast(),
+        size_of::<InfoAttr>(),
+    ) >= 0
+}
+
+fn u32_at(info: &[u8], at: usize) -> u32 {
+    info.get(at..at + 4)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u32::from_ne_bytes)
+}
+
+fn put_u64(info: &mut [u8], at: usize, value: u64) {
+    info[at..at + 8].copy_from_slice(&value.to_ne_bytes());
+}
+
+fn put_u32(info: &mut [u8], at: usize, value: u32) {
+    info[at..at + 4].copy_from_slice(&value.to_ne_bytes());
+}
+
+/// Reads a link's type, and for uprobe links where they sit. Offsets follow
+/// `struct bpf_link_info` (include/uapi/linux/bpf.h): type, id, prog_id, then the
+/// union at 16.
+fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
+    let mut info = [0u8; LINK_INFO_SIZE];
+    if !link_info(fd, &mut info) {
+        return None;
+    }
+    let link_type = u32_at(&info, 0);
+    let prog_id = u32_at(&info, 8);
+    let mut path = vec![0u8; PATH_MAX];
+    match link_type {
+        BPF_LINK_TYPE_PERF_EVENT => {
+            // perf_event: { type @16, pad, uprobe { file_name @24, name_len @32,
+            // offset @36, cookie @40, ref_ctr_offset @48 } }
+            let mut info = [0u8; LINK_INFO_SIZE];
+            put_u64(&mut info, 24, path.as_mut_ptr() as u64);
+            put_u32(&mut info, 32, path.len() as u32);
+            if !link_info(fd, &mut info) {
+                return None;
+            }
+            let kind = match u32_at(&info, 16) {
+                BPF_PERF_EVENT_UPROBE => "uprobe",
+                BPF_PERF_EVENT_URETPROBE => "uretprobe",
+                _ => return None,
+            };
+            Some(UprobeLink {
+                prog_id,
+                kind,
+                file: c_string(&path),
+                offset: Some(u64::from(u32_at(&info, 36))),
+                count: None,
+                only_pid: None,
+            })
+        }
+        BPF_LINK_TYPE_UPROBE_MULTI => {
+            // uprobe_multi: { path @16, offsets @24, ref_ctr_offsets @32, cookies @40,
+            // path_size @48, count @52, flags @56, pid @60 }
+            let mut info = [0u8; LINK_INFO_SIZE];
+            put_u64(&mut info, 16, path.as_mut_ptr() as u64);
+            put_u32(&mut info, 48, path.len() as u32);
+            if !link_info(fd, &mut info) {
+                return None;
+            }
+            let count = u32_at(&info, 52);
+            // Again for the first offset, now that the count is known.
+            let mut offsets = vec![0u64; count as usize];
+            let mut with_offsets = [0u8; LINK_INFO_SIZE];
+            put_u64(&mut with_offsets, 16, path.as_mut_ptr() as u64);
+            put_u32(&mut with_offsets, 48, path.len() as u32);
+            put_u64(&mut with_offsets, 24, offsets.as_mut_ptr() as u64);
+            put_u32(&mut with_offsets, 52, count);
+            let offset = (count > 0 && link_info(fd, &mut with_offsets))
+                .then(|| offsets.first().copied())
+                .flatten();
+            Some(UprobeLink {
+                prog_id,
+                kind: "uprobe_multi",
+                file: c_string(&path),
+                offset,
+                count: Some(count),
+                only_pid: Some(u32_at(&info, 60)),
+            })
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_deltas() {
+        let mut programs = vec![OtherProgram {
+            prog_id: 7,
+            name: "p".into(),
+            kind: "uprobe",
+            file: "/bin/x".into(),
+            offset: Some(0x10),
+            count: None,
+            only_pid: None,
+            holder_pid: None,
+            holder_comm: None,
+            run_count: None,
+            run_time_ns: None,
+            avg_run_ns: None,
+        }];
+        let stat = |runs, time| ProgramStats {
+            id: 7,
+            name: "p".into(),
+            run_count: runs,
+            run_time_ns: time,
+        };
+        apply_stats(&mut programs, &[stat(10, 1000)], &[stat(110, 21_000)]);
+        assert_eq!(programs[0].run_count, Some(100));
+        assert_eq!(programs[0].avg_run_ns, Some(200.0));
+    }
+
+    #[test]
+    fn task_fd_query_attr_layout() {
+        // include/uapi/linux/bpf.h: buf at 16, prog_id at 24, probe_offset at 32.
+        assert_eq!(std::mem::offset_of!(TaskFdQueryAttr, buf), 16);
+        assert_eq!(std::mem::offset_of!(TaskFdQueryAttr, prog_id), 24);
+        assert_eq!(std::mem::offset_of!(TaskFdQueryAttr, probe_offset), 32);
+        assert_eq!(size_of::<TaskFdQueryAttr>(), 48);
+    }
+}

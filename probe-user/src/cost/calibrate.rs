@@ -1,0 +1,1192 @@
+//! `probetop calibrate`: what a probe hit costs the traced thread on this machine,
+//! measured, per cost class.
+//!
+//! A child process (this binary, `__calibrate-workload`) calls workload functions in a
+//! loop and reports the CPU time per call of its own thread (CLOCK_THREAD_CPUTIME_ID,
+//! which includes the kernel's uprobe handling on that thread). The parent attaches a
+//! probe, has the child run, detaches, has it run again unprobed: the difference is
+//! the cost of one hit. Every case is repeated; each repetition visits the cases in a
+//! fresh random order and alternates probed-first and unprobed-first, so drift and
+//! order effects spread over all cases instead of biasing one. Each row reports the
+//! median, the quartiles and a bootstrap 95% interval of the median.
+//!
+//! Phase one uses a program that does nothing, to price the kernel's machinery alone,
+//! then probetop's own handler. Phase two, when the kernel lets fentry/fexit attach,
+//! runs probetop's handler with dispatch measurement on and keeps, per class, the part
+//! of the whole cost the dispatch clock does not see (the trap and the way back): the
+//! residual that turns a live dispatch measurement into a whole-cost estimate.
+//!
+//! Results are cached per kernel release and CPU model.
+
+use std::{
+    io::{self, BufRead as _, BufReader, Write as _},
+    os::fd::AsRawFd as _,
+    path::{Path, PathBuf},
+    process::{Child, ChildStdin, Command, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+        mpsc,
+    },
+    thread,
+    time::{Duration, Instant},
+};
+
+use aya::maps::{MapData, PerCpuArray, RingBuf};
+use probe_common::{HitEvent, ProbeConfig, dispatch as slots, khist, mode};
+use serde::{Deserialize, Serialize};
+
+use super::classes::KernelRules;
+use super::dispatch::{Dispatch, ProbeSite, SlotTotal};
+use super::stats::{Summary, XorShift};
+use super::workload::Func;
+use crate::attach::{AttachRequest, Attachment, LoadOptions};
+use crate::resolve::maps::{FileId, read_maps};
+use crate::spec::ProbeKind;
+
+/// The hidden subcommand the child runs.
+pub const WORKLOAD_SUBCOMMAND: &str = "__calibrate-workload";
+
+/// Version of the cache file's layout.
+const FORMAT: u32 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    #[error("the calibration workload: {0}")]
+    Child(String),
+    #[error("cannot start the calibration workload: {0}")]
+    Spawn(io::Error),
+    #[error("cannot find the workload in this binary's mappings: {0}")]
+    Locate(String),
+    #[error(transparent)]
+    Attach(#[from] crate::attach::AttachError),
+    #[error("reading a map: {0}")]
+    Map(#[from] aya::maps::MapError),
+    #[error("cannot write {path}: {source}")]
+    Save { path: PathBuf, source: io::Error },
+    #[error("cannot encode the calibration: {0}")]
+    Encode(#[from] serde_json::Error),
+}
+
+/// How long and how carefully to measure.
+#[derive(Debug, Clone, Copy)]
+pub struct CalibrateOptions {
+    /// Repetitions of every case.
+    pub reps: usize,
+    /// Calls per measured run of a case costing about a microsecond per hit
+    /// (single-stepped cases get a tenth).
+    pub calls: u64,
+    /// Calls per run of the unattached USDT loop (a few ns each).
+    pub unattached_calls: u64,
+    /// Also measure with dispatch measurement on (phase two).
+    pub dispatch: bool,
+}
+
+impl CalibrateOptions {
+    /// About 20 seconds on a 2-vCPU VM.
+    pub fn full() -> Self {
+        Self {
+            reps: 15,
+            calls: 60_000,
+            unattached_calls: 10_000_000,
+            dispatch: true,
+        }
+    }
+
+    /// A few seconds, for tests.
+    pub fn quick() -> Self {
+        Self {
+            reps: 7,
+            calls: 15_000,
+            unattached_calls: 2_000_000,
+            dispatch: true,
+        }
+    }
+}
+
+/// Calls before each measured run: first-hit work (page faults, the rewrite of an
+/// optimized probe) stays out of the measurement.
+const WARMUP: u64 = 200;
+
+/// One measured case of phase one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Case {
+    /// A loop calling a function that holds an unattached USDT site: ns per call.
+    UsdtUnattached,
+    /// A USDT site (a nop) with a probe running an empty program.
+    UsdtHit,
+    /// A uprobe on `push %rbp` (emulated), empty program.
+    UprobeEmulated,
+    /// A uprobe on a %rip-relative `mov` (single-stepped), empty program.
+    UprobeSingleStepped,
+    /// A uprobe on a 5-byte nop (optimized on 6.18+), empty program.
+    UprobeOptimized,
+    /// A uretprobe on a function starting with `push %rbp`, empty program: the entry
+    /// breakpoint and the return.
+    Uretprobe,
+    /// probetop's handler streaming to the ring buffer, minus [`Case::UprobeEmulated`].
+    HandlerRing,
+    /// probetop's handler counting in the kernel, minus [`Case::UprobeEmulated`].
+    HandlerKernel,
+}
+
+impl Case {
+    pub const ALL: [Case; 8] = [
+        Case::UsdtUnattached,
+        Case::UsdtHit,
+        Case::UprobeEmulated,
+        Case::UprobeSingleStepped,
+        Case::UprobeOptimized,
+        Case::Uretprobe,
+        Case::HandlerRing,
+        Case::HandlerKernel,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Case::UsdtUnattached => "USDT site, not attached (ns per loop call)",
+            Case::UsdtHit => "USDT hit (nop, empty program)",
+            Case::UprobeEmulated => "uprobe, emulated (push %rbp, empty program)",
+            Case::UprobeSingleStepped => "uprobe, single-stepped (%rip-rel mov, empty)",
+            Case::UprobeOptimized => "uprobe, 5-byte nop (empty program)",
+            Case::Uretprobe => "uretprobe (entry push %rbp + return, empty)",
+            Case::HandlerRing => "probetop handler on top, ring buffer",
+            Case::HandlerKernel => "probetop handler on top, in-kernel histogram",
+        }
+    }
+
+    fn func(self) -> Func {
+        match self {
+            Case::UsdtUnattached | Case::UsdtHit => Func::Usdt,
+            Case::UprobeEmulated | Case::HandlerRing | Case::HandlerKernel => Func::Emulated,
+            Case::UprobeSingleStepped => Func::SingleStepped,
+            Case::UprobeOptimized => Func::Nop5,
+            Case::Uretprobe => Func::Ret,
+        }
+    }
+
+    /// Probe id in phase one's attachment.
+    fn probe_id(self) -> u32 {
+        match self {
+            Case::UsdtUnattached | Case::UsdtHit => 0,
+            Case::UprobeEmulated => 1,
+            Case::UprobeSingleStepped => 2,
+            Case::UprobeOptimized => 3,
+            Case::Uretprobe => 4,
+            Case::HandlerRing => 5,
+            Case::HandlerKernel => 6,
+        }
+    }
+}
+
+/// One case of phase two: probetop's ring handler with dispatch measurement on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DispatchCase {
+    /// A USDT site: emulated nop.
+    Usdt,
+    /// `push %rbp`: emulated push.
+    Emulated,
+    SingleStepped,
+    Optimized,
+    /// A uretprobe on a `push %rbp` function: entry and return.
+    Uretprobe,
+}
+
+impl DispatchCase {
+    pub const ALL: [DispatchCase; 5] = [
+        DispatchCase::Usdt,
+        DispatchCase::Emulated,
+        DispatchCase::SingleStepped,
+        DispatchCase::Optimized,
+        DispatchCase::Uretprobe,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            DispatchCase::Usdt => "USDT hit (nop)",
+            DispatchCase::Emulated => "uprobe, emulated (push %rbp)",
+            DispatchCase::SingleStepped => "uprobe, single-stepped",
+            DispatchCase::Optimized => "uprobe, 5-byte nop",
+            DispatchCase::Uretprobe => "uretprobe (entry + return)",
+        }
+    }
+
+    fn func(self) -> Func {
+        match self {
+            DispatchCase::Usdt => Func::Usdt,
+            DispatchCase::Emulated => Func::Emulated,
+            DispatchCase::SingleStepped => Func::SingleStepped,
+            DispatchCase::Optimized => Func::Nop5,
+            DispatchCase::Uretprobe => Func::Ret,
+        }
+    }
+
+    fn kind(self) -> ProbeKind {
+        match self {
+            DispatchCase::Usdt => ProbeKind::Usdt,
+            DispatchCase::Uretprobe => ProbeKind::Uretprobe,
+            _ => ProbeKind::Uprobe,
+        }
+    }
+
+    fn probe_id(self) -> u32 {
+        match self {
+            DispatchCase::Usdt => 0,
+            DispatchCase::Emulated => 1,
+            DispatchCase::SingleStepped => 2,
+            DispatchCase::Optimized => 3,
+            DispatchCase::Uretprobe => 4,
+        }
+    }
+}
+
+/// One row of phase one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    pub case: Case,
+    pub label: String,
+    /// ns per hit (per call for the unattached row), summarised.
+    pub ns: Summary,
+    /// Every repetition's value, in the order measured.
+    pub samples: Vec<f64>,
+}
+
+/// One row of phase two.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DispatchRow {
+    pub case: DispatchCase,
+    pub label: String,
+    /// Whole cost per hit with probetop's ring handler and dispatch measurement on.
+    pub whole_ns: Summary,
+    /// Dispatch measured per hit (entry plus return).
+    pub dispatch_ns: Summary,
+    /// Whole minus dispatch, per repetition: what a live dispatch measurement misses.
+    pub residual_ns: Summary,
+}
+
+/// Everything `probetop calibrate` measured; cached as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub format: u32,
+    pub kernel_release: String,
+    pub cpu_model: String,
+    pub cpus: usize,
+    pub created_unix_s: u64,
+    pub reps: usize,
+    pub calls: u64,
+    /// The kernel optimizes probed 5-byte nops (the optimized row is one).
+    pub optimizes_nop5: bool,
+    pub rows: Vec<Row>,
+    /// Handler time (probetop's bpf_ktime window) per hit during the handler rows.
+    pub handler_ring_ns: Option<Summary>,
+    pub handler_kernel_ns: Option<Summary>,
+    pub dispatch: Vec<DispatchRow>,
+    /// Why phase two did not run (fentry/fexit refused), verbatim.
+    pub dispatch_error: Option<String>,
+}
+
+impl Calibration {
+    /// The summary of one phase-one case.
+    pub fn row(&self, case: Case) -> Option<&Summary> {
+        self.rows.iter().find(|r| r.case == case).map(|r| &r.ns)
+    }
+
+    /// The phase-two row of one case.
+    pub fn dispatch_row(&self, case: DispatchCase) -> Option<&DispatchRow> {
+        self.dispatch.iter().find(|r| r.case == case)
+    }
+
+    /// Whether the medians are ordered as the mechanisms say: an unattached site <
+    /// a USDT hit (emulated nop) < an emulated uprobe (push) < a single-stepped one,
+    /// every cost positive. Err names the first violation.
+    pub fn check_order(&self) -> Result<(), String> {
+        let chain = [
+            Case::UsdtUnattached,
+            Case::UsdtHit,
+            Case::UprobeEmulated,
+            Case::UprobeSingleStepped,
+        ];
+        for case in Case::ALL {
+            match self.row(case) {
+                None => return Err(format!("no row for {case:?}")),
+                Some(s) if s.median <= 0.0 && !matches!(case, Case::HandlerKernel) => {
+                    return Err(format!(
+                        "{}: median {} ns is not positive",
+                        case.label(),
+                        s.median
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        for pair in chain.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            let (Some(x), Some(y)) = (self.row(a), self.row(b)) else {
+                continue;
+            };
+            if x.median >= y.median {
+                return Err(format!(
+                    "{} ({:.1} ns) is not below {} ({:.1} ns)",
+                    a.label(),
+                    x.median,
+                    b.label(),
+                    y.median
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether this calibration was made on the running kernel and CPU.
+    pub fn matches_this_machine(&self) -> bool {
+        let machine = Machine::current();
+        self.format == FORMAT
+            && self.kernel_release == machine.kernel_release
+            && self.cpu_model == machine.cpu_model
+    }
+
+    /// Renders the table people read.
+    pub fn render_text(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "kernel {}, {} ({} CPU{}); {} interleaved repetitions of every case",
+            self.kernel_release,
+            self.cpu_model,
+            self.cpus,
+            if self.cpus == 1 { "" } else { "s" },
+            self.reps
+        );
+        let _ = writeln!(
+            out,
+            "\n{:<46} {:>10} {:>19} {:>19}",
+            "cost to the traced thread per hit", "median ns", "IQR", "95% CI of median"
+        );
+        for row in &self.rows {
+            let mut label = row.label.clone();
+            if row.case == Case::UprobeOptimized && !self.optimizes_nop5 {
+                label.push_str(" [not optimized here]");
+            }
+            let _ = writeln!(
+                out,
+                "{:<46} {:>10} {:>19} {:>19}",
+                label,
+                fmt_ns(row.ns.median),
+                format!("{}-{}", fmt_ns(row.ns.q1), fmt_ns(row.ns.q3)),
+                format!("{}-{}", fmt_ns(row.ns.ci_low), fmt_ns(row.ns.ci_high)),
+            );
+        }
+        if let (Some(ring), Some(kernel)) = (&self.handler_ring_ns, &self.handler_kernel_ns) {
+            let _ = writeln!(
+                out,
+                "(probetop's own handler-time clock read {} ns per hit with the ring buffer, {} ns in-kernel)",
+                fmt_ns(ring.median),
+                fmt_ns(kernel.median)
+            );
+        }
+        match (&self.dispatch_error, self.dispatch.is_empty()) {
+            (Some(e), _) => {
+                let _ = writeln!(out, "\ndispatch measurement unavailable: {e}");
+            }
+            (None, false) => {
+                let _ = writeln!(
+                    out,
+                    "\n{:<46} {:>10} {:>10} {:>10}",
+                    "probetop ring handler + dispatch clock on", "whole", "dispatch", "residual"
+                );
+                for row in &self.dispatch {
+                    let _ = writeln!(
+                        out,
+                        "{:<46} {:>10} {:>10} {:>10}",
+                        row.label,
+                        fmt_ns(row.whole_ns.median),
+                        fmt_ns(row.dispatch_ns.median),
+                        fmt_ns(row.residual_ns.median)
+                    );
+                }
+                let _ = writeln!(
+                    out,
+                    "(dispatch: kernel time from the uprobe path's entry to its exit, fentry/fexit; residual: the trap and the way back it cannot see)"
+                );
+            }
+            (None, true) => {}
+        }
+        let _ = match self.check_order() {
+            Ok(()) => writeln!(
+                out,
+                "\nordered as expected: unattached USDT < USDT hit < emulated uprobe < single-stepped uprobe"
+            ),
+            Err(e) => writeln!(out, "\nNOT ordered as expected: {e}"),
+        };
+        out
+    }
+}
+
+fn fmt_ns(ns: f64) -> String {
+    if ns.abs() < 10.0 {
+        format!("{ns:.2}")
+    } else if ns.abs() < 100.0 {
+        format!("{ns:.1}")
+    } else {
+        format!("{ns:.0}")
+    }
+}
+
+/// The kernel release and CPU model calibrations are keyed by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Machine {
+    pub kernel_release: String,
+    pub cpu_model: String,
+    pub cpus: usize,
+}
+
+impl Machine {
+    pub fn current() -> Self {
+        let kernel_release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "unknown".into());
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| {
+                let (key, value) = l.split_once(':')?;
+                (key.trim() == "model name").then(|| value.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown CPU".into());
+        let cpus = thread::available_parallelism().map_or(1, |n| n.get());
+        Self {
+            kernel_release,
+            cpu_model,
+            cpus,
+        }
+    }
+
+    /// `calibration-<release>-<cpu hash>.json`.
+    pub fn cache_file_name(&self) -> String {
+        // FNV-1a: stable across builds, unlike std's hasher.
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.cpu_model.bytes() {
+            hash ^= u64::from(b);
+            hash = hash.wrapping_mul(0x0100_0000_01b3);
+        }
+        let release: String = self
+            .kernel_release
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("calibration-{release}-{:08x}.json", hash as u32)
+    }
+}
+
+/// `$XDG_CACHE_HOME/probetop` or `$HOME/.cache/probetop`.
+pub fn cache_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("probetop"))
+}
+
+/// Where this machine's calibration is cached.
+pub fn cache_path() -> Option<PathBuf> {
+    Some(cache_dir()?.join(Machine::current().cache_file_name()))
+}
+
+/// This machine's cached calibration, if there is one that parses and matches.
+pub fn load_cached() -> Option<Calibration> {
+    let path = cache_path()?;
+    let text = std::fs::read_to_string(path).ok()?;
+    let calibration: Calibration = serde_json::from_str(&text).ok()?;
+    calibration.matches_this_machine().then_some(calibration)
+}
+
+/// Writes `calibration` to the cache; returns the path.
+pub fn save(calibration: &Calibration) -> Result<PathBuf, CalibrateError> {
+    let dir = cache_dir().ok_or_else(|| CalibrateError::Save {
+        path: PathBuf::from("~/.cache/probetop"),
+        source: io::Error::other("neither XDG_CACHE_HOME nor HOME is set"),
+    })?;
+    let path = dir.join(Machine::current().cache_file_name());
+    let save_err = |source| CalibrateError::Save {
+        path: path.clone(),
+        source,
+    };
+    std::fs::create_dir_all(&dir).map_err(save_err)?;
+    let mut text = serde_json::to_string_pretty(calibration)?;
+    text.push('\n');
+    // Written beside, then renamed: a reader never sees half a file.
+    let partial = path.with_extension("json.partial");
+    std::fs::write(&partial, text).map_err(save_err)?;
+    std::fs::rename(&partial, &path).map_err(save_err)?;
+    Ok(path)
+}
+
+/// Runs the calibration; `progress` gets one line per phase.
+pub fn run(
+    options: CalibrateOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<Calibration, CalibrateError> {
+    let machine = Machine::current();
+    let offsets = Offsets::of_self()?;
+    let mut child = Workload::spawn()?;
+    let mut rng = XorShift::new(0x70b3_70b3 ^ u64::from(child.pid()));
+
+    progress("phase 1: the kernel's machinery (empty program) and probetop's handler");
+    let phase_one = phase_one(&mut child, &offsets, &options, &mut rng)?;
+    let (dispatch, dispatch_error) = if options.dispatch {
+        progress("phase 2: dispatch measurement (fentry/fexit) and what it does not see");
+        match phase_two(&mut child, &offsets, &options, &mut rng) {
+            Ok(rows) => (rows, None),
+            Err(PhaseTwoError::Refused(e)) => (Vec::new(), Some(e)),
+            Err(PhaseTwoError::Other(e)) => return Err(e),
+        }
+    } else {
+        (Vec::new(), Some("not requested".to_string()))
+    };
+    let rows = Case::ALL
+        .iter()
+        .filter_map(|case| {
+            let samples = phase_one.samples.get(case)?.clone();
+            Some(Row {
+                case: *case,
+                label: case.label().to_string(),
+                ns: Summary::of(&samples)?,
+                samples,
+            })
+        })
+        .collect();
+    Ok(Calibration {
+        format: FORMAT,
+        kernel_release: machine.kernel_release,
+        cpu_model: machine.cpu_model,
+        cpus: machine.cpus,
+        created_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        reps: options.reps,
+        calls: options.calls,
+        optimizes_nop5: KernelRules::running().optimizes_nop5,
+        rows,
+        handler_ring_ns: Summary::of(&phase_one.handler_ring),
+        handler_kernel_ns: Summary::of(&phase_one.handler_kernel),
+        dispatch,
+        dispatch_error,
+    })
+}
+
+/// File offsets of the probed instructions in this binary (the child is the same file).
+struct Offsets {
+    by_func: Vec<(Func, u64)>,
+    exe: FileId,
+}
+
+impl Offsets {
+    fn of_self() -> Result<Self, CalibrateError> {
+        let exe = FileId::of(Path::new("/proc/self/exe"))
+            .map_err(|e| CalibrateError::Locate(format!("/proc/self/exe: {e}")))?;
+        let maps = read_maps(std::process::id())
+            .map_err(|e| CalibrateError::Locate(format!("/proc/self/maps: {e}")))?;
+        let mut by_func = Vec::new();
+        for func in Func::ALL {
+            let addr = func.probed_address();
+            let entry = maps
+                .iter()
+                .find(|m| m.start <= addr && addr < m.end && exe.matches(m))
+                .ok_or_else(|| {
+                    CalibrateError::Locate(format!(
+                        "{func:?} at {addr:#x} is in no mapping of the executable"
+                    ))
+                })?;
+            by_func.push((func, addr - entry.start + entry.offset));
+        }
+        Ok(Self { by_func, exe })
+    }
+
+    fn of(&self, func: Func) -> u64 {
+        self.by_func
+            .iter()
+            .find(|(f, _)| *f == func)
+            .map_or(0, |(_, off)| *off)
+    }
+
+    /// Runtime address of `func`'s probed instruction in process `pid`.
+    fn vaddr_in(&self, pid: u32, func: Func) -> Option<u64> {
+        let offset = self.of(func);
+        read_maps(pid).ok()?.iter().find_map(|m| {
+            let len = m.end - m.start;
+            (self.exe.matches(m) && m.offset <= offset && offset < m.offset + len)
+                .then(|| m.start + (offset - m.offset))
+        })
+    }
+}
+
+/// The child process running the workload; killed when dropped.
+struct Workload {
+    child: Child,
+    stdin: ChildStdin,
+    replies: mpsc::Receiver<String>,
+}
+
+/// Longest a run may take before the child is declared stuck.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+impl Workload {
+    fn spawn() -> Result<Self, CalibrateError> {
+        let mut child = Command::new("/proc/self/exe")
+            .arg(WORKLOAD_SUBCOMMAND)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(CalibrateError::Spawn)?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CalibrateError::Child("no pipes to the child".into()));
+        };
+        let (tx, replies) = mpsc::channel();
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut workload = Self {
+            child,
+            stdin,
+            replies,
+        };
+        match workload.replies.recv_timeout(RUN_TIMEOUT) {
+            Ok(line) if line == "ready" => Ok(workload),
+            Ok(line) => Err(CalibrateError::Child(format!(
+                "said {line:?} instead of ready"
+            ))),
+            Err(_) => {
+                let status = workload.child.try_wait().ok().flatten();
+                Err(CalibrateError::Child(format!(
+                    "did not start ({})",
+                    status.map_or_else(|| "no answer".to_string(), |s| s.to_string())
+                )))
+            }
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Runs `calls` calls of `func` in the child; `while_running` is called every few
+    /// ms until the reply comes (to drain the ring buffer). Returns ns per call.
+    fn run(
+        &mut self,
+        func: Func,
+        calls: u64,
+        mut while_running: impl FnMut(),
+    ) -> Result<f64, CalibrateError> {
+        let name = match func {
+            Func::Emulated => "emulated",
+            Func::SingleStepped => "sstep",
+            Func::Nop5 => "nop5",
+            Func::Ret => "ret",
+            Func::Usdt => "usdt",
+        };
+        writeln!(self.stdin, "run {name} {calls} {WARMUP}")
+            .and_then(|()| self.stdin.flush())
+            .map_err(|e| CalibrateError::Child(format!("cannot send a command: {e}")))?;
+        let deadline = Instant::now() + RUN_TIMEOUT;
+        loop {
+            match self.replies.recv_timeout(Duration::from_millis(5)) {
+                Ok(line) => {
+                    return line
+                        .strip_prefix("ns ")
+                        .and_then(|v| v.parse().ok())
+                        .ok_or_else(|| CalibrateError::Child(format!("replied {line:?}")));
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
+                    while_running();
+                }
+                Err(_) => {
+                    return Err(CalibrateError::Child(
+                        "stopped answering (did it die?)".into(),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Workload {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads hit records off the ring buffer, keeping count and handler-time totals.
+struct RingReader {
+    ring: RingBuf<MapData>,
+    records: u64,
+    handler_sum_ns: u64,
+}
+
+impl RingReader {
+    fn drain(&mut self) {
+        while let Some(item) = self.ring.next() {
+            if item.len() >= size_of::<HitEvent>() {
+                // SAFETY: the record holds a whole HitEvent, a plain-integer repr(C)
+                // type; read_unaligned makes no alignment demand.
+                let hit = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<HitEvent>()) };
+                self.handler_sum_ns += hit.handler_ns;
+            }
+            self.records += 1;
+        }
+    }
+}
+
+/// Drains the ring in a background thread while the child runs, as the live collector
+/// does, so the handler's cost includes a consumer working beside it.
+struct Drainer {
+    stop: Arc<AtomicBool>,
+    records: Arc<AtomicU64>,
+    handler_sum_ns: Arc<AtomicU64>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl Drainer {
+    fn start(ring: RingBuf<MapData>) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let records = Arc::new(AtomicU64::new(0));
+        let handler_sum_ns = Arc::new(AtomicU64::new(0));
+        let (s, r, h) = (stop.clone(), records.clone(), handler_sum_ns.clone());
+        let thread = thread::spawn(move || {
+            let mut reader = RingReader {
+                ring,
+                records: 0,
+                handler_sum_ns: 0,
+            };
+            while !s.load(Ordering::Relaxed) {
+                reader.drain();
+                r.store(reader.records, Ordering::Release);
+                h.store(reader.handler_sum_ns, Ordering::Release);
+                // As the live collector: woken by the handler once 64 KiB are queued,
+                // else every 25 ms. A consumer that is not woken leaves the queue above
+                // the threshold, and then every hit forces a wakeup (~800 ns more).
+                let mut fd = libc::pollfd {
+                    fd: reader.ring.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd for the duration of the call; the ring
+                // buffer keeps its fd open while the reader owns it.
+                unsafe { libc::poll(&mut fd, 1, 25) };
+            }
+        });
+        Self {
+            stop,
+            records,
+            handler_sum_ns,
+            thread: Some(thread),
+        }
+    }
+
+    fn totals(&self) -> (u64, u64) {
+        (
+            self.records.load(Ordering::Acquire),
+            self.handler_sum_ns.load(Ordering::Acquire),
+        )
+    }
+
+    /// Waits until at least `records` were read, at most a second.
+    fn wait_for(&self, records: u64) -> (u64, u64) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            let totals = self.totals();
+            if totals.0 >= records || Instant::now() >= deadline {
+                return totals;
+            }
+            thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+impl Drop for Drainer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Calls per run of a case costing ~1 us per hit; single-stepped hits cost ~12x.
+fn calls_for(func: Func, options: &CalibrateOptions) -> u64 {
+    match func {
+        Func::SingleStepped => (options.calls / 10).max(100),
+        _ => options.calls,
+    }
+}
+
+fn request<'a>(
+    probe_id: u32,
+    kind: ProbeKind,
+    path: &'a Path,
+    file_offset: u64,
+    mode: u32,
+    pid: u32,
+) -> AttachRequest<'a> {
+    AttachRequest {
+        probe_id,
+        kind,
+        path,
+        file_offset,
+        semaphore_offset: None,
+        config: ProbeConfig {
+            mode,
+            sample_every: 1,
+            ..Default::default()
+        },
+        pid,
+    }
+}
+
+#[derive(Default)]
+struct PhaseOne {
+    samples: std::collections::HashMap<Case, Vec<f64>>,
+    handler_ring: Vec<f64>,
+    handler_kernel: Vec<f64>,
+}
+
+fn phase_one(
+    child: &mut Workload,
+    offsets: &Offsets,
+    options: &CalibrateOptions,
+    rng: &mut XorShift,
+) -> Result<PhaseOne, CalibrateError> {
+    let pid = child.pid();
+    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let mut attachment = Attachment::load(LoadOptions {
+        probe_count: 7,
+        ..Default::default()
+    })?;
+    let drainer = Drainer::start(attachment.take_ring()?);
+    let mut out = PhaseOne::default();
+    for rep in 0..options.reps {
+        let mut cases = Case::ALL.to_vec();
+        rng.shuffle(&mut cases);
+        for case in cases {
+            let func = case.func();
+            if case == Case::UsdtUnattached {
+                let ns = child.run(func, options.unattached_calls, || {})?;
+                out.samples.entry(case).or_default().push(ns);
+                continue;
+            }
+            let calls = calls_for(func, options);
+            let kind = match case {
+                Case::Uretprobe => ProbeKind::Uretprobe,
+                Case::UsdtHit => ProbeKind::Usdt,
+                _ => ProbeKind::Uprobe,
+            };
+            let mode = match case {
+                Case::HandlerKernel => mode::KERNEL_HISTOGRAM,
+                _ => mode::RING,
+            };
+            let req = request(case.probe_id(), kind, &exe, offsets.of(func), mode, pid);
+            let handlers = matches!(case, Case::HandlerRing | Case::HandlerKernel);
+            let mut probed = f64::NAN;
+            let mut unprobed = f64::NAN;
+            // Alternate which run comes first, so drift does not bias the difference.
+            for probed_now in [rep % 2 == 1, rep % 2 == 0] {
+                if !probed_now {
+                    unprobed = child.run(func, calls, || {})?;
+                    continue;
+                }
+                let ring_before = drainer.totals();
+                let hist_before = if case == Case::HandlerKernel {
+                    kernel_histogram(&mut attachment, case.probe_id())?
+                } else {
+                    Vec::new()
+                };
+                if handlers {
+                    attachment.attach(&req)?;
+                } else {
+                    attachment.attach_empty(&req)?;
+                }
+                let ns = child.run(func, calls, || {});
+                attachment.detach(case.probe_id());
+                probed = ns?;
+                match case {
+                    Case::HandlerRing => {
+                        let after = drainer.wait_for(ring_before.0 + calls + WARMUP);
+                        let records = after.0 - ring_before.0;
+                        if records > 0 {
+                            out.handler_ring
+                                .push((after.1 - ring_before.1) as f64 / records as f64);
+                        }
+                    }
+                    Case::HandlerKernel => {
+                        let after = kernel_histogram(&mut attachment, case.probe_id())?;
+                        if let Some(mean) = histogram_mean(&after, &hist_before) {
+                            out.handler_kernel.push(mean);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            out.samples.entry(case).or_default().push(probed - unprobed);
+        }
+    }
+    drop(drainer);
+    // The handler rows are what probetop's handler adds to the empty program's cost:
+    // subtract the emulated uprobe measured in the same repetition.
+    if let Some(base) = out.samples.get(&Case::UprobeEmulated).cloned() {
+        for case in [Case::HandlerRing, Case::HandlerKernel] {
+            if let Some(samples) = out.samples.get_mut(&case) {
+                for (s, b) in samples.iter_mut().zip(&base) {
+                    *s -= b;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The in-kernel histogram of `probe_id` (`khist` counts over CPUs), read in place.
+fn kernel_histogram(
+    attachment: &mut Attachment,
+    probe_id: u32,
+) -> Result<Vec<u64>, CalibrateError> {
+    let map = attachment
+        .ebpf_mut()
+        .map("KERNEL_HISTOGRAM")
+        .ok_or_else(|| CalibrateError::Child("the eBPF object lacks KERNEL_HISTOGRAM".into()))?;
+    let hist: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)?;
+    let first = probe_id * khist::BUCKETS;
+    (first..first + khist::BUCKETS)
+        .map(|index| Ok(hist.get(&index, 0)?.iter().sum()))
+        .collect()
+}
+
+/// Mean of the counts added since `before`, each at its bucket's midpoint.
+fn histogram_mean(after: &[u64], before: &[u64]) -> Option<f64> {
+    let mut count = 0u64;
+    let mut sum = 0f64;
+    for (index, total) in after.iter().enumerate() {
+        let new = total.saturating_sub(before.get(index).copied().unwrap_or(0));
+        if new > 0 {
+            let (low, high) = khist::bounds(index as u32);
+            count += new;
+            sum += new as f64 * (low as f64 + high as f64) / 2.0;
+        }
+    }
+    (count > 0).then(|| sum / count as f64)
+}
+
+enum PhaseTwoError {
+    /// The kernel refused the fentry/fexit programs: reported, not fatal.
+    Refused(String),
+    Other(CalibrateError),
+}
+
+impl From<CalibrateError> for PhaseTwoError {
+    fn from(e: CalibrateError) -> Self {
+        PhaseTwoError::Other(e)
+    }
+}
+
+fn phase_two(
+    child: &mut Workload,
+    offsets: &Offsets,
+    options: &CalibrateOptions,
+    rng: &mut XorShift,
+) -> Result<Vec<DispatchRow>, PhaseTwoError> {
+    let pid = child.pid();
+    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let cases = DispatchCase::ALL;
+    let mut attachment = Attachment::load(LoadOptions {
+        probe_count: cases.len() as u32,
+        dispatch_tgid: Some(pid),
+        ..Default::default()
+    })
+    .map_err(CalibrateError::from)?;
+    let sites: Vec<ProbeSite> = cases
+        .iter()
+        .map(|c| ProbeSite {
+            kind: c.kind(),
+            vaddr: offsets.vaddr_in(pid, c.func()),
+        })
+        .collect();
+    let dispatch = Dispatch::start(attachment.ebpf_mut(), &sites)
+        .map_err(|e| PhaseTwoError::Refused(e.to_string()))?;
+    let drainer = Drainer::start(attachment.take_ring().map_err(CalibrateError::from)?);
+    let mut whole: std::collections::HashMap<DispatchCase, Vec<f64>> = Default::default();
+    let mut measured: std::collections::HashMap<DispatchCase, Vec<f64>> = Default::default();
+    for rep in 0..options.reps {
+        let mut order = cases.to_vec();
+        rng.shuffle(&mut order);
+        for case in order {
+            let func = case.func();
+            let calls = calls_for(func, options);
+            let id = case.probe_id();
+            let req = request(id, case.kind(), &exe, offsets.of(func), mode::RING, pid);
+            let mut probed = f64::NAN;
+            let mut unprobed = f64::NAN;
+            let mut per_hit = f64::NAN;
+            for probed_now in [rep % 2 == 1, rep % 2 == 0] {
+                if !probed_now {
+                    unprobed = child.run(func, calls, || {})?;
+                    continue;
+                }
+                let before = slot_totals(&dispatch, id)?;
+                attachment.attach(&req).map_err(CalibrateError::from)?;
+                let ns = child.run(func, calls, || {});
+                attachment.detach(id);
+                probed = ns?;
+                let after = slot_totals(&dispatch, id)?;
+                let mean = |a: SlotTotal, b: SlotTotal| {
+                    let count = a.count.saturating_sub(b.count);
+                    (count > 0).then(|| a.sum_ns.saturating_sub(b.sum_ns) as f64 / count as f64)
+                };
+                per_hit =
+                    mean(after.0, before.0).unwrap_or(0.0) + mean(after.1, before.1).unwrap_or(0.0);
+            }
+            whole.entry(case).or_default().push(probed - unprobed);
+            measured.entry(case).or_default().push(per_hit);
+        }
+    }
+    drop(drainer);
+    if measured.values().flatten().all(|v| *v == 0.0) {
+        return Err(PhaseTwoError::Refused(
+            "fentry/fexit attached but measured no dispatch in the workload".into(),
+        ));
+    }
+    Ok(cases
+        .iter()
+        .filter_map(|case| {
+            let w = whole.get(case)?;
+            let d = measured.get(case)?;
+            let residual: Vec<f64> = w.iter().zip(d).map(|(w, d)| w - d).collect();
+            Some(DispatchRow {
+                case: *case,
+                label: case.label().to_string(),
+                whole_ns: Summary::of(w)?,
+                dispatch_ns: Summary::of(d)?,
+                residual_ns: Summary::of(&residual)?,
+            })
+        })
+        .collect())
+}
+
+fn slot_totals(dispatch: &Dispatch, id: u32) -> Result<(SlotTotal, SlotTotal), CalibrateError> {
+    Ok((
+        dispatch.total(id, slots::ENTRY)?,
+        dispatch.total(id, slots::RETURN)?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(median: f64) -> Summary {
+        Summary {
+            n: 3,
+            median,
+            q1: median,
+            q3: median,
+            ci_low: median,
+            ci_high: median,
+        }
+    }
+
+    fn calibration(medians: &[(Case, f64)]) -> Calibration {
+        Calibration {
+            format: FORMAT,
+            kernel_release: "6.18".into(),
+            cpu_model: "test".into(),
+            cpus: 2,
+            created_unix_s: 0,
+            reps: 3,
+            calls: 1,
+            optimizes_nop5: true,
+            rows: medians
+                .iter()
+                .map(|(case, m)| Row {
+                    case: *case,
+                    label: case.label().into(),
+                    ns: summary(*m),
+                    samples: vec![*m; 3],
+                })
+                .collect(),
+            handler_ring_ns: None,
+            handler_kernel_ns: None,
+            dispatch: Vec::new(),
+            dispatch_error: None,
+        }
+    }
+
+    #[test]
+    fn order_check() {
+        let good = [
+            (Case::UsdtUnattached, 2.0),
+            (Case::UsdtHit, 500.0),
+            (Case::UprobeEmulated, 700.0),
+            (Case::UprobeSingleStepped, 9000.0),
+            (Case::UprobeOptimized, 400.0),
+            (Case::Uretprobe, 1200.0),
+            (Case::HandlerRing, 300.0),
+            (Case::HandlerKernel, 100.0),
+        ];
+        assert_eq!(calibration(&good).check_order(), Ok(()));
+        let mut bad = good;
+        bad[3].1 = 600.0;
+        assert!(calibration(&bad).check_order().is_err());
+        let mut negative = good;
+        negative[5].1 = -1.0;
+        assert!(calibration(&negative).check_order().is_err());
+        assert!(calibration(&good[..3]).check_order().is_err());
+        let text = calibration(&good).render_text();
+        assert!(text.contains("ordered as expected"), "{text}");
+    }
+
+    #[test]
+    fn cache_file_name_is_stable_and_safe() {
+        let m = Machine {
+            kernel_release: "6.18.44-fc/v657".into(),
+            cpu_model: "Intel(R) Xeon(R)".into(),
+            cpus: 2,
+        };
+        let name = m.cache_file_name();
+        assert!(name.starts_with("calibration-6.18.44-fc_v657-"), "{name}");
+        assert!(name.ends_with(".json"));
+        assert_eq!(name, m.cache_file_name());
+    }
+
+    #[test]
+    fn histogram_mean_of_new_counts() {
+        let mut before = vec![0u64; khist::BUCKETS as usize];
+        let mut after = before.clone();
+        after[10] = 4;
+        before[10] = 2;
+        assert_eq!(histogram_mean(&after, &before), Some(10.0));
+        assert_eq!(histogram_mean(&before, &before), None);
+    }
+
+    #[test]
+    fn round_trips_as_json() {
+        let c = calibration(&[(Case::UsdtHit, 5.0)]);
+        let text = serde_json::to_string(&c).expect("encode");
+        let back: Calibration = serde_json::from_str(&text).expect("decode");
+        assert_eq!(back, c);
+    }
+}

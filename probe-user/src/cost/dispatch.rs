@@ -1,0 +1,506 @@
+//! Kernel dispatch time, measured: fentry/fexit programs (BPF trampolines) around the
+//! kernel's uprobe handling, filtered to the target and joined to the probe that fired
+//! by the probed address (see probe-ebpf/src/dispatch.rs).
+//!
+//! The kernel may refuse them (no BTF, no BPF trampolines, a function it does not let
+//! be traced); then [`Dispatch::start`] says why, once, and the whole-cost estimate
+//! falls back to calibration alone.
+
+use std::collections::HashSet;
+
+use aya::{
+    Btf, Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData, MapError, PerCpuArray},
+    programs::{FEntry, FExit, ProgramError},
+};
+use hdrhistogram::Histogram;
+use probe_common::{DispatchTotal, dispatch, khist};
+
+use crate::aggregate::{HIGHEST_TRACKABLE_NS, new_ns_histogram};
+use crate::spec::ProbeKind;
+
+/// The function every breakpoint hit goes through; without it nothing is measured.
+pub const NOTIFY_FN: &str = "uprobe_notify_resume";
+/// A hit of an optimized probe (Linux 6.18+).
+pub const SYSCALL_FN: &str = "handle_syscall_uprobe";
+/// A return through the uretprobe trampoline, and the consumer call that names the
+/// returning function.
+pub const RETURN_FN: &str = "uprobe_handle_trampoline";
+pub const RETURN_FUNC_FN: &str = "uretprobe_dispatcher";
+
+#[derive(Debug, thiserror::Error)]
+pub enum DispatchError {
+    #[error("cannot read the kernel's BTF (/sys/kernel/btf/vmlinux): {0}")]
+    Btf(#[from] aya::BtfError),
+    #[error("the eBPF object lacks {0}")]
+    MissingProgram(&'static str),
+    #[error("the eBPF object lacks the map {0}")]
+    MissingMap(&'static str),
+    #[error("{kind} on {function} refused: {}", describe(source))]
+    Refused {
+        kind: &'static str,
+        function: &'static str,
+        source: ProgramError,
+    },
+    #[error("map {name}: {source}")]
+    Map {
+        name: &'static str,
+        source: MapError,
+    },
+}
+
+/// A program error in one line: the syscall's error, and the verifier's log if it
+/// has one (an empty log means the kernel refused before verifying).
+fn describe(error: &ProgramError) -> String {
+    match error {
+        ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            let log = verifier_log.to_string();
+            let log = log.trim();
+            if log.is_empty() {
+                format!(
+                    "BPF_PROG_LOAD failed with {io_error}, before the verifier ran (empty verifier log)"
+                )
+            } else {
+                format!("BPF_PROG_LOAD failed with {io_error}; verifier: {log}")
+            }
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Most probes measured for dispatch: its maps hold a histogram per probe per CPU
+/// (~10 KiB each), so very wide runs go without.
+pub const MAX_DISPATCH_PROBES: u32 = 512;
+
+/// Load-time sizes of the dispatch maps, and the target's pid.
+pub struct MapSizes {
+    tgid: u32,
+    other_slot: u32,
+    slots: u32,
+    hist: u32,
+    addrs: u32,
+}
+
+impl MapSizes {
+    /// Sizes for `probe_count` probes in process `tgid`; minimal when `tgid` is None.
+    pub fn new(tgid: Option<u32>, probe_count: u32) -> Self {
+        match tgid {
+            Some(tgid) => {
+                let other_slot = probe_count * dispatch::SLOTS_PER_PROBE;
+                let slots = other_slot + 1;
+                Self {
+                    tgid,
+                    other_slot,
+                    slots,
+                    hist: slots * khist::BUCKETS,
+                    addrs: probe_count.max(1),
+                }
+            }
+            None => Self {
+                tgid: 0,
+                other_slot: 0,
+                slots: 1,
+                hist: 1,
+                addrs: 1,
+            },
+        }
+    }
+
+    /// Applies the sizes and the pid to the loader.
+    pub fn apply<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+        loader
+            .map_max_entries("DISPATCH_TOTAL", self.slots)
+            .map_max_entries("DISPATCH_HIST", self.hist)
+            .map_max_entries("ENTRY_SLOT", self.addrs)
+            .map_max_entries("RETURN_SLOT", self.addrs)
+            .override_global("DISPATCH_TGID", &self.tgid, true)
+            .override_global("DISPATCH_OTHER_SLOT", &self.other_slot, true);
+    }
+}
+
+/// Where one probe sits in the target, for the join.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProbeSite {
+    pub kind: ProbeKind,
+    /// Runtime address of the probed instruction in the target; `None` if the object
+    /// is not mapped (its dispatches then count as unattributed).
+    pub vaddr: Option<u64>,
+}
+
+/// Dispatch totals of one slot, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotTotal {
+    pub count: u64,
+    pub sum_ns: u64,
+}
+
+impl SlotTotal {
+    fn since(self, base: SlotTotal) -> SlotTotal {
+        SlotTotal {
+            count: self.count.saturating_sub(base.count),
+            sum_ns: self.sum_ns.saturating_sub(base.sum_ns),
+        }
+    }
+
+    /// Mean per dispatch, ns.
+    pub fn mean(self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum_ns as f64 / self.count as f64)
+    }
+}
+
+/// Running dispatch measurement: its maps (the programs stay attached as long as the
+/// attachment that owns them).
+pub struct Dispatch {
+    totals: PerCpuArray<MapData, DispatchTotal>,
+    hist: PerCpuArray<MapData, u64>,
+    lost: PerCpuArray<MapData, u64>,
+    probe_count: u32,
+    /// The unattributed slot's totals when the window opened.
+    other_base: std::cell::Cell<SlotTotal>,
+    /// Which optional hooks are missing, for the user.
+    pub notes: Vec<String>,
+}
+
+impl Dispatch {
+    /// Fills the address maps from `sites` (indexed by probe id), then loads and
+    /// attaches the fentry/fexit programs. The attachment must have been loaded with
+    /// `dispatch_tgid` set to the target's pid.
+    pub fn start(ebpf: &mut Ebpf, sites: &[ProbeSite]) -> Result<Self, DispatchError> {
+        fill_slots(ebpf, sites)?;
+        let btf = Btf::from_sys_fs()?;
+        let required = attach_fentry(ebpf, &btf, "probetop_notify_enter", NOTIFY_FN)
+            .and_then(|()| attach_fexit(ebpf, &btf, "probetop_notify_exit", NOTIFY_FN));
+        if let Err(e) = required {
+            unload(ebpf, &["probetop_notify_enter", "probetop_notify_exit"]);
+            return Err(e);
+        }
+        let mut notes = Vec::new();
+        // Optional: kernels without optimized probes lack the function; a failure
+        // here only leaves those hits unmeasured.
+        let syscall = attach_fentry(ebpf, &btf, "probetop_syscall_enter", SYSCALL_FN)
+            .and_then(|()| attach_fexit(ebpf, &btf, "probetop_syscall_exit", SYSCALL_FN));
+        if let Err(e) = syscall {
+            unload(ebpf, &["probetop_syscall_enter", "probetop_syscall_exit"]);
+            notes.push(format!("optimized-probe hits not measured: {e}"));
+        }
+        let returns = attach_fentry(ebpf, &btf, "probetop_return_func", RETURN_FUNC_FN)
+            .and_then(|()| attach_fentry(ebpf, &btf, "probetop_return_enter", RETURN_FN))
+            .and_then(|()| attach_fexit(ebpf, &btf, "probetop_return_exit", RETURN_FN));
+        if let Err(e) = returns {
+            unload(
+                ebpf,
+                &[
+                    "probetop_return_func",
+                    "probetop_return_enter",
+                    "probetop_return_exit",
+                ],
+            );
+            notes.push(format!("uretprobe returns not measured: {e}"));
+        }
+        fn take<T>(
+            ebpf: &mut Ebpf,
+            name: &'static str,
+            convert: impl FnOnce(aya::maps::Map) -> Result<T, MapError>,
+        ) -> Result<T, DispatchError> {
+            let map = ebpf.take_map(name).ok_or(DispatchError::MissingMap(name))?;
+            convert(map).map_err(|source| DispatchError::Map { name, source })
+        }
+        Ok(Self {
+            totals: take(ebpf, "DISPATCH_TOTAL", PerCpuArray::try_from)?,
+            hist: take(ebpf, "DISPATCH_HIST", PerCpuArray::try_from)?,
+            lost: take(ebpf, "DISPATCH_LOST", PerCpuArray::try_from)?,
+            probe_count: sites.len() as u32,
+            other_base: Default::default(),
+            notes,
+        })
+    }
+
+    /// Totals of `probe_id`'s entry (`dispatch::ENTRY`) or return slot.
+    pub fn total(&self, probe_id: u32, which: u32) -> Result<SlotTotal, MapError> {
+        self.slot_total(probe_id * dispatch::SLOTS_PER_PROBE + which)
+    }
+
+    /// Dispatches in the target that matched none of the probes.
+    pub fn other(&self) -> Result<SlotTotal, MapError> {
+        self.slot_total(self.probe_count * dispatch::SLOTS_PER_PROBE)
+    }
+
+    /// Sets the baseline [`Dispatch::other_since_base`] subtracts.
+    pub fn set_other_base(&self, base: SlotTotal) {
+        self.other_base.set(base);
+    }
+
+    /// Unattributed dispatches since the baseline.
+    pub fn other_since_base(&self) -> Result<SlotTotal, MapError> {
+        Ok(self.other()?.since(self.other_base.get()))
+    }
+
+    /// Dispatches not measured (their start was on another CPU).
+    pub fn lost(&self) -> Result<u64, MapError> {
+        Ok(self.lost.get(&0, 0)?.iter().sum())
+    }
+
+    fn slot_total(&self, slot: u32) -> Result<SlotTotal, MapError> {
+        let per_cpu = self.totals.get(&slot, 0)?;
+        Ok(per_cpu
+            .iter()
+            .fold(SlotTotal::default(), |acc, t| SlotTotal {
+                count: acc.count + t.count,
+                sum_ns: acc.sum_ns + t.sum_ns,
+            }))
+    }
+
+    /// The histogram counts of one probe slot, over all CPUs (`khist` buckets).
+    pub fn histogram(&self, probe_id: u32, which: u32) -> Result<Vec<u64>, MapError> {
+        let slot = probe_id * dispatch::SLOTS_PER_PROBE + which;
+        let first = slot * khist::BUCKETS;
+        (first..first + khist::BUCKETS)
+            .map(|index| Ok(self.hist.get(&index, 0)?.iter().sum()))
+            .collect()
+    }
+
+    pub fn probe_count(&self) -> u32 {
+        self.probe_count
+    }
+}
+
+/// Fills ENTRY_SLOT and RETURN_SLOT. A function with both a uprobe and a uretprobe has
+/// one breakpoint: its entry dispatches go to the uprobe, whose handler runs there.
+fn fill_slots(ebpf: &mut Ebpf, sites: &[ProbeSite]) -> Result<(), DispatchError> {
+    let mut entry: Vec<(u64, u32)> = Vec::new();
+    let mut taken_by_entry_probe = HashSet::new();
+    let mut returns: Vec<(u64, u32)> = Vec::new();
+    for (id, site) in sites.iter().enumerate() {
+        let Some(vaddr) = site.vaddr else { continue };
+        let id = id as u32;
+        if site.kind == ProbeKind::Uretprobe {
+            returns.push((vaddr, id * dispatch::SLOTS_PER_PROBE + dispatch::RETURN));
+        } else if taken_by_entry_probe.insert(vaddr) {
+            entry.push((vaddr, id * dispatch::SLOTS_PER_PROBE + dispatch::ENTRY));
+        }
+    }
+    for (id, site) in sites.iter().enumerate() {
+        if site.kind == ProbeKind::Uretprobe
+            && let Some(vaddr) = site.vaddr
+            && !taken_by_entry_probe.contains(&vaddr)
+            && !entry.iter().any(|(a, _)| *a == vaddr)
+        {
+            entry.push((
+                vaddr,
+                id as u32 * dispatch::SLOTS_PER_PROBE + dispatch::ENTRY,
+            ));
+        }
+    }
+    let mut put = |name: &'static str, pairs: &[(u64, u32)]| -> Result<(), DispatchError> {
+        let map = ebpf.map_mut(name).ok_or(DispatchError::MissingMap(name))?;
+        let mut map: BpfHashMap<&mut MapData, u64, u32> =
+            BpfHashMap::try_from(map).map_err(|source| DispatchError::Map { name, source })?;
+        for (addr, slot) in pairs {
+            map.insert(addr, slot, 0)
+                .map_err(|source| DispatchError::Map { name, source })?;
+        }
+        Ok(())
+    };
+    put("ENTRY_SLOT", &entry)?;
+    put("RETURN_SLOT", &returns)
+}
+
+/// Detaches and unloads programs of a half-attached hook (the kernel may have taken
+/// the first and refused the second); errors mean there was nothing to unload.
+fn unload(ebpf: &mut Ebpf, names: &[&str]) {
+    for name in names {
+        match ebpf.program_mut(name) {
+            Some(aya::programs::Program::FEntry(p)) => {
+                let _ = p.unload();
+            }
+            Some(aya::programs::Program::FExit(p)) => {
+                let _ = p.unload();
+            }
+            _ => {}
+        }
+    }
+}
+
+fn attach_fentry(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    program: &'static str,
+    function: &'static str,
+) -> Result<(), DispatchError> {
+    let refused = |source| DispatchError::Refused {
+        kind: "fentry",
+        function,
+        source,
+    };
+    let prog: &mut FEntry = ebpf
+        .program_mut(program)
+        .ok_or(DispatchError::MissingProgram(program))?
+        .try_into()
+        .map_err(refused)?;
+    prog.load(function, btf).map_err(refused)?;
+    prog.attach().map_err(refused)?;
+    Ok(())
+}
+
+fn attach_fexit(
+    ebpf: &mut Ebpf,
+    btf: &Btf,
+    program: &'static str,
+    function: &'static str,
+) -> Result<(), DispatchError> {
+    let refused = |source| DispatchError::Refused {
+        kind: "fexit",
+        function,
+        source,
+    };
+    let prog: &mut FExit = ebpf
+        .program_mut(program)
+        .ok_or(DispatchError::MissingProgram(program))?
+        .try_into()
+        .map_err(refused)?;
+    prog.load(function, btf).map_err(refused)?;
+    prog.attach().map_err(refused)?;
+    Ok(())
+}
+
+/// Dispatch measured for one probe over the measurement window.
+#[derive(Debug, Clone)]
+pub struct DispatchMeasure {
+    /// Entry breakpoint dispatches (uprobe, USDT, or a lone uretprobe's entry).
+    pub entry: SlotTotal,
+    /// Returns through the uretprobe trampoline.
+    pub ret: SlotTotal,
+    pub entry_ns: Histogram<u64>,
+    pub return_ns: Histogram<u64>,
+    entry_base: SlotTotal,
+    ret_base: SlotTotal,
+    entry_hist_base: Vec<u64>,
+    ret_hist_base: Vec<u64>,
+}
+
+impl Default for DispatchMeasure {
+    fn default() -> Self {
+        Self {
+            entry: SlotTotal::default(),
+            ret: SlotTotal::default(),
+            entry_ns: new_ns_histogram(),
+            return_ns: new_ns_histogram(),
+            entry_base: SlotTotal::default(),
+            ret_base: SlotTotal::default(),
+            entry_hist_base: Vec::new(),
+            ret_hist_base: Vec::new(),
+        }
+    }
+}
+
+impl DispatchMeasure {
+    /// Takes the kernel's cumulative numbers as they are when the window opens.
+    pub fn baseline(&mut self, entry: SlotTotal, ret: SlotTotal) {
+        self.entry_base = entry;
+        self.ret_base = ret;
+        self.entry = SlotTotal::default();
+        self.ret = SlotTotal::default();
+    }
+
+    /// Sets the totals from the kernel's cumulative numbers.
+    pub fn update(&mut self, entry: SlotTotal, ret: SlotTotal) {
+        self.entry = entry.since(self.entry_base);
+        self.ret = ret.since(self.ret_base);
+    }
+
+    /// Baselines of the histograms (read once when the window opens).
+    pub fn baseline_histograms(&mut self, entry: Vec<u64>, ret: Vec<u64>) {
+        self.entry_hist_base = entry;
+        self.ret_hist_base = ret;
+    }
+
+    /// Rebuilds the histograms from the kernel's cumulative counts.
+    pub fn set_histograms(&mut self, entry: &[u64], ret: &[u64]) {
+        self.entry_ns = to_histogram(entry, &self.entry_hist_base);
+        self.return_ns = to_histogram(ret, &self.ret_hist_base);
+    }
+
+    /// Whether anything was measured.
+    pub fn measured(&self) -> bool {
+        self.entry.count > 0 || self.ret.count > 0
+    }
+
+    /// Dispatch time per hit of the probe: its mean entry dispatch plus its mean
+    /// return dispatch (a hit of a uretprobe is one of each).
+    pub fn per_hit_ns(&self) -> Option<f64> {
+        match (self.entry.mean(), self.ret.mean()) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0.0) + b.unwrap_or(0.0)),
+        }
+    }
+}
+
+/// An HDR histogram from `khist` bucket counts (minus a baseline), each count at its
+/// bucket's midpoint (within 3.2%).
+fn to_histogram(totals: &[u64], base: &[u64]) -> Histogram<u64> {
+    let mut hist = new_ns_histogram();
+    for (index, total) in totals.iter().enumerate() {
+        let new = total.saturating_sub(base.get(index).copied().unwrap_or(0));
+        if new == 0 {
+            continue;
+        }
+        let (low, high) = khist::bounds(index as u32);
+        let ns = (low + (high - low) / 2).clamp(1, HIGHEST_TRACKABLE_NS);
+        hist.saturating_record_n(ns, new);
+    }
+    hist
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_hit_adds_entry_and_return_means() {
+        let mut m = DispatchMeasure::default();
+        assert_eq!(m.per_hit_ns(), None);
+        m.baseline(
+            SlotTotal {
+                count: 10,
+                sum_ns: 1000,
+            },
+            SlotTotal::default(),
+        );
+        m.update(
+            SlotTotal {
+                count: 30,
+                sum_ns: 41_000,
+            },
+            SlotTotal {
+                count: 20,
+                sum_ns: 10_000,
+            },
+        );
+        assert_eq!(m.entry.count, 20);
+        assert_eq!(m.per_hit_ns(), Some(2000.0 + 500.0));
+    }
+
+    #[test]
+    fn histograms_from_bucket_counts() {
+        let mut totals = vec![0u64; khist::BUCKETS as usize];
+        totals[khist::bucket(1000) as usize] = 7;
+        let mut base = vec![0u64; khist::BUCKETS as usize];
+        base[khist::bucket(1000) as usize] = 2;
+        let hist = to_histogram(&totals, &base);
+        assert_eq!(hist.len(), 5);
+        assert!((992..=1023).contains(&hist.max()));
+    }
+
+    #[test]
+    fn map_sizes() {
+        let on = MapSizes::new(Some(42), 3);
+        assert_eq!(on.other_slot, 6);
+        assert_eq!(on.slots, 7);
+        assert_eq!(on.hist, 7 * khist::BUCKETS);
+        let off = MapSizes::new(None, 3);
+        assert_eq!((off.tgid, off.slots, off.hist), (0, 1, 1));
+    }
+}

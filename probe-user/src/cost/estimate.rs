@@ -1,0 +1,338 @@
+//! The whole cost of a hit, per probe: what each hit costs the traced thread, and what
+//! share of a CPU the probe takes from the target at its current rate.
+//!
+//! Two ways, best first:
+//!
+//! 1. **dispatch + residual**: the kernel dispatch time measured live for this probe
+//!    (fentry/fexit, see [`super::dispatch`]), plus the part it cannot see (the trap,
+//!    the entry into the kernel and the way back to user space), calibrated for the
+//!    probe's cost class with dispatch measurement on.
+//! 2. **calibration**: the calibrated cost of a hit of the probe's class with an empty
+//!    program, plus what probetop's handler adds in the probe's mode, corrected by how
+//!    far the live handler time differs from the handler time during calibration.
+//!
+//! Without a calibration for this kernel and CPU there is no estimate: `None`, never a
+//! guess.
+
+use serde::Serialize;
+
+use super::calibrate::{Calibration, Case, DispatchCase};
+use super::classes::{CostClass, SiteClass};
+use super::dispatch::DispatchMeasure;
+use crate::spec::ProbeKind;
+use probe_common::mode;
+
+/// Calibrated numbers for one probe (its class and kind), ns per hit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct CostBasis {
+    /// A hit with an empty program: trap, lookup, emulation or step, way back.
+    pub base_ns: Option<f64>,
+    /// What probetop's handler adds with the ring buffer, and its own clock's reading
+    /// meanwhile.
+    pub on_top_ring_ns: Option<f64>,
+    pub handler_ring_ns: Option<f64>,
+    /// The same in in-kernel histogram mode.
+    pub on_top_kernel_ns: Option<f64>,
+    pub handler_kernel_ns: Option<f64>,
+    /// Whole cost minus measured dispatch, with dispatch measurement on.
+    pub residual_ns: Option<f64>,
+}
+
+/// How an estimate was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    /// Measured dispatch plus the calibrated residual of the class.
+    DispatchAndCalibration,
+    /// The calibrated cost of the class plus probetop's handler.
+    Calibration,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::DispatchAndCalibration => "dispatch-and-calibration",
+            Method::Calibration => "calibration",
+        }
+    }
+}
+
+/// The calibration row pricing an entry breakpoint of `class`.
+fn entry_case(class: CostClass) -> Option<Case> {
+    match class {
+        CostClass::EmulatedNop => Some(Case::UsdtHit),
+        CostClass::EmulatedPush | CostClass::EmulatedBranch => Some(Case::UprobeEmulated),
+        CostClass::SingleStepped => Some(Case::UprobeSingleStepped),
+        CostClass::Optimized => Some(Case::UprobeOptimized),
+        CostClass::Refused | CostClass::Unknown => None,
+    }
+}
+
+fn entry_dispatch_case(class: CostClass) -> Option<DispatchCase> {
+    match class {
+        CostClass::EmulatedNop => Some(DispatchCase::Usdt),
+        CostClass::EmulatedPush | CostClass::EmulatedBranch => Some(DispatchCase::Emulated),
+        CostClass::SingleStepped => Some(DispatchCase::SingleStepped),
+        CostClass::Optimized => Some(DispatchCase::Optimized),
+        CostClass::Refused | CostClass::Unknown => None,
+    }
+}
+
+/// The calibrated basis of a probe of `kind` on an instruction of `class`.
+/// `shares_entry`: a uretprobe whose function also has an entry probe, whose
+/// breakpoint it shares (its own cost is then the return alone).
+pub fn basis(
+    cal: &Calibration,
+    class: CostClass,
+    kind: ProbeKind,
+    shares_entry: bool,
+) -> CostBasis {
+    let median = |case: Case| cal.row(case).map(|s| s.median);
+    let residual = |case: DispatchCase| cal.dispatch_row(case).map(|r| r.residual_ns.median);
+    let entry = entry_case(class).and_then(median);
+    let entry_residual = entry_dispatch_case(class).and_then(residual);
+    let (base_ns, residual_ns) = if kind == ProbeKind::Uretprobe {
+        // The calibrated uretprobe starts with push %rbp: swap in this entry's class.
+        let emulated = median(Case::UprobeEmulated);
+        let ret = median(Case::Uretprobe);
+        let emulated_residual = residual(DispatchCase::Emulated);
+        let ret_residual = residual(DispatchCase::Uretprobe);
+        let return_only = ret.zip(emulated).map(|(r, e)| r - e);
+        let return_only_residual = ret_residual.zip(emulated_residual).map(|(r, e)| r - e);
+        if shares_entry {
+            (return_only, return_only_residual)
+        } else {
+            (
+                return_only.zip(entry).map(|(r, e)| r + e),
+                return_only_residual.zip(entry_residual).map(|(r, e)| r + e),
+            )
+        }
+    } else {
+        (entry, entry_residual)
+    };
+    CostBasis {
+        base_ns,
+        on_top_ring_ns: median(Case::HandlerRing),
+        handler_ring_ns: cal.handler_ring_ns.map(|s| s.median),
+        on_top_kernel_ns: median(Case::HandlerKernel),
+        handler_kernel_ns: cal.handler_kernel_ns.map(|s| s.median),
+        residual_ns,
+    }
+}
+
+/// Everything known about one probe's cost.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeCost {
+    /// The probed instruction's class (`None`: not looked at).
+    pub site: Option<SiteClass>,
+    /// From this machine's calibration, if there is one.
+    pub basis: Option<CostBasis>,
+    /// Measured live, when dispatch measurement runs.
+    pub dispatch: Option<DispatchMeasure>,
+}
+
+/// An estimate and how it was made.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    pub whole_ns: f64,
+    pub method: Method,
+}
+
+impl ProbeCost {
+    /// The whole cost of one hit, ns; `handler_mean_ns` is the live handler time.
+    pub fn estimate(&self, probe_mode: u32, handler_mean_ns: Option<f64>) -> Option<Estimate> {
+        let class = self.site.as_ref().map(|s| s.class)?;
+        if matches!(class, CostClass::Refused | CostClass::Unknown) {
+            return None;
+        }
+        let basis = self.basis?;
+        let measured = self.dispatch.as_ref().and_then(DispatchMeasure::per_hit_ns);
+        if let (Some(dispatch), Some(residual)) = (measured, basis.residual_ns) {
+            return Some(Estimate {
+                whole_ns: (dispatch + residual).max(0.0),
+                method: Method::DispatchAndCalibration,
+            });
+        }
+        let base = basis.base_ns?;
+        let (on_top, handler_cal, correct) = match probe_mode {
+            mode::KERNEL_HISTOGRAM => (basis.on_top_kernel_ns?, basis.handler_kernel_ns, true),
+            // Most sampled hits only count in the kernel; their handler time is seen on
+            // the sampled ones only.
+            mode::SAMPLE => (basis.on_top_kernel_ns?, None, false),
+            _ => (basis.on_top_ring_ns?, basis.handler_ring_ns, true),
+        };
+        let correction = match (correct, handler_mean_ns, handler_cal) {
+            (true, Some(live), Some(cal)) => live - cal,
+            _ => 0.0,
+        };
+        Some(Estimate {
+            whole_ns: (base + on_top + correction).max(0.0),
+            method: Method::Calibration,
+        })
+    }
+}
+
+/// Share of one CPU that `rate` hits/s at `whole_ns` each take (1.0 is a whole CPU).
+pub fn cpu_share(whole_ns: f64, per_second: f64) -> f64 {
+    whole_ns * per_second / 1e9
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::calibrate::{DispatchRow, Row};
+    use super::super::stats::Summary;
+    use super::*;
+
+    fn s(median: f64) -> Summary {
+        Summary {
+            n: 1,
+            median,
+            q1: median,
+            q3: median,
+            ci_low: median,
+            ci_high: median,
+        }
+    }
+
+    fn cal() -> Calibration {
+        let rows = [
+            (Case::UsdtUnattached, 2.0),
+            (Case::UsdtHit, 500.0),
+            (Case::UprobeEmulated, 700.0),
+            (Case::UprobeSingleStepped, 9000.0),
+            (Case::UprobeOptimized, 400.0),
+            (Case::Uretprobe, 1500.0),
+            (Case::HandlerRing, 300.0),
+            (Case::HandlerKernel, 100.0),
+        ];
+        let dispatch = [
+            (DispatchCase::Usdt, 200.0),
+            (DispatchCase::Emulated, 250.0),
+            (DispatchCase::SingleStepped, 8000.0),
+            (DispatchCase::Optimized, 150.0),
+            (DispatchCase::Uretprobe, 600.0),
+        ];
+        Calibration {
+            format: 1,
+            kernel_release: "k".into(),
+            cpu_model: "c".into(),
+            cpus: 2,
+            created_unix_s: 0,
+            reps: 1,
+            calls: 1,
+            optimizes_nop5: true,
+            rows: rows
+                .iter()
+                .map(|(case, m)| Row {
+                    case: *case,
+                    label: String::new(),
+                    ns: s(*m),
+                    samples: vec![*m],
+                })
+                .collect(),
+            handler_ring_ns: Some(s(150.0)),
+            handler_kernel_ns: Some(s(40.0)),
+            dispatch: dispatch
+                .iter()
+                .map(|(case, r)| DispatchRow {
+                    case: *case,
+                    label: String::new(),
+                    whole_ns: s(0.0),
+                    dispatch_ns: s(0.0),
+                    residual_ns: s(*r),
+                })
+                .collect(),
+            dispatch_error: None,
+        }
+    }
+
+    fn site(class: CostClass) -> Option<SiteClass> {
+        Some(SiteClass {
+            class,
+            instruction: String::new(),
+            reason: None,
+        })
+    }
+
+    #[test]
+    fn calibration_only() {
+        let cost = ProbeCost {
+            site: site(CostClass::EmulatedPush),
+            basis: Some(basis(
+                &cal(),
+                CostClass::EmulatedPush,
+                ProbeKind::Uprobe,
+                false,
+            )),
+            dispatch: None,
+        };
+        // 700 + 300, handler as calibrated.
+        let e = cost.estimate(mode::RING, Some(150.0)).expect("estimate");
+        assert_eq!(e.whole_ns, 1000.0);
+        assert_eq!(e.method, Method::Calibration);
+        // A handler 200 ns slower than in calibration (argument capture) costs 200 more.
+        assert_eq!(
+            cost.estimate(mode::RING, Some(350.0)).unwrap().whole_ns,
+            1200.0
+        );
+        assert_eq!(
+            cost.estimate(mode::KERNEL_HISTOGRAM, Some(40.0))
+                .unwrap()
+                .whole_ns,
+            800.0
+        );
+    }
+
+    #[test]
+    fn dispatch_plus_residual() {
+        let mut measure = DispatchMeasure::default();
+        measure.update(
+            super::super::dispatch::SlotTotal {
+                count: 10,
+                sum_ns: 7000,
+            },
+            Default::default(),
+        );
+        let cost = ProbeCost {
+            site: site(CostClass::SingleStepped),
+            basis: Some(basis(
+                &cal(),
+                CostClass::SingleStepped,
+                ProbeKind::Uprobe,
+                false,
+            )),
+            dispatch: Some(measure),
+        };
+        let e = cost.estimate(mode::RING, Some(150.0)).expect("estimate");
+        assert_eq!(e.whole_ns, 700.0 + 8000.0);
+        assert_eq!(e.method, Method::DispatchAndCalibration);
+    }
+
+    #[test]
+    fn uretprobes_swap_in_their_entry_class() {
+        let c = cal();
+        let alone = basis(&c, CostClass::SingleStepped, ProbeKind::Uretprobe, false);
+        // return part 1500 - 700, entry single-stepped 9000.
+        assert_eq!(alone.base_ns, Some(800.0 + 9000.0));
+        assert_eq!(alone.residual_ns, Some(350.0 + 8000.0));
+        let shared = basis(&c, CostClass::SingleStepped, ProbeKind::Uretprobe, true);
+        assert_eq!(shared.base_ns, Some(800.0));
+    }
+
+    #[test]
+    fn no_estimate_without_calibration_or_for_refused_sites() {
+        let cost = ProbeCost {
+            site: site(CostClass::EmulatedPush),
+            basis: None,
+            dispatch: None,
+        };
+        assert_eq!(cost.estimate(mode::RING, Some(100.0)), None);
+        let refused = ProbeCost {
+            site: site(CostClass::Refused),
+            basis: Some(basis(&cal(), CostClass::Refused, ProbeKind::Uprobe, false)),
+            dispatch: None,
+        };
+        assert_eq!(refused.estimate(mode::RING, None), None);
+        assert!((cpu_share(1000.0, 10_000.0) - 0.01).abs() < 1e-12);
+    }
+}

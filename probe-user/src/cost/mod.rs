@@ -1,0 +1,317 @@
+//! The whole cost of a hit: what a probe costs the traced process, per probe, live.
+//!
+//! The handler time probetop has always shown is only the part inside its own BPF
+//! program. A hit also costs the trap into the kernel, the uprobe lookup, emulating or
+//! single-stepping the probed instruction, and the way back: several times more. This
+//! module puts the pieces together:
+//!
+//! - [`classes`]: the cost class of each probe site, from the probed instruction;
+//! - [`dispatch`]: kernel dispatch time measured live with fentry/fexit;
+//! - [`calibrate`]: `probetop calibrate`, per-class costs measured on this machine;
+//! - [`estimate`]: the whole cost per hit and the CPU share, per probe;
+//! - [`bpf_stats`]: other BPF programs on the target's probes, and what they cost.
+
+pub mod bpf_stats;
+pub mod calibrate;
+pub mod classes;
+pub mod dispatch;
+pub mod estimate;
+pub mod stats;
+pub mod workload;
+
+use std::fmt::Write as _;
+
+pub use estimate::{ProbeCost, cpu_share};
+
+use crate::aggregate::{Aggregator, HandlerSummary, Snapshot};
+use crate::present::ProbeLabel;
+use crate::resolve::ProbePoint;
+use crate::spec::ProbeKind;
+use calibrate::Calibration;
+use classes::{CostClass, KernelRules};
+use dispatch::{Dispatch, ProbeSite};
+use probe_common::dispatch as slots;
+
+/// What the cost module knows about a run's probes before they are attached.
+pub struct Prepared {
+    /// Per probe id.
+    pub costs: Vec<ProbeCost>,
+    /// Per probe id: where it sits in the target, for dispatch measurement.
+    pub sites: Vec<ProbeSite>,
+    /// This machine's calibration, if cached.
+    pub calibration: Option<Calibration>,
+}
+
+/// Classifies every probe site and looks up this machine's calibration.
+pub fn prepare(points: &[&ProbePoint]) -> Prepared {
+    let rules = KernelRules::running();
+    let calibration = calibrate::load_cached();
+    let sites: Vec<ProbeSite> = points
+        .iter()
+        .map(|p| ProbeSite {
+            kind: p.kind,
+            vaddr: p.load_bias.map(|bias| p.address.wrapping_add(bias)),
+        })
+        .collect();
+    let costs =
+        points
+            .iter()
+            .enumerate()
+            .map(|(id, p)| {
+                let site = classes::classify_file(&p.attach_path, p.file_offset, rules)
+                    .unwrap_or_else(|_| classes::SiteClass {
+                        class: CostClass::Unknown,
+                        instruction: String::new(),
+                        reason: Some("cannot read the probed file"),
+                    });
+                // A uretprobe shares its entry breakpoint with an entry probe on the same
+                // function, whose cost that breakpoint then is.
+                let shares_entry = p.kind == ProbeKind::Uretprobe
+                    && points.iter().enumerate().any(|(other, q)| {
+                        other != id
+                            && q.kind != ProbeKind::Uretprobe
+                            && q.attach_path == p.attach_path
+                            && q.file_offset == p.file_offset
+                    });
+                ProbeCost {
+                    basis: calibration
+                        .as_ref()
+                        .map(|c| estimate::basis(c, site.class, p.kind, shares_entry)),
+                    site: Some(site),
+                    dispatch: None,
+                }
+            })
+            .collect();
+    Prepared {
+        costs,
+        sites,
+        calibration,
+    }
+}
+
+/// Starts dispatch measurement on a loaded attachment (loaded with `dispatch_tgid`);
+/// `None`, after saying why once, when the kernel refuses.
+pub fn start_dispatch(
+    attachment: &mut crate::attach::Attachment,
+    sites: &[ProbeSite],
+) -> Option<Dispatch> {
+    match Dispatch::start(attachment.ebpf_mut(), sites) {
+        Ok(d) => {
+            for note in &d.notes {
+                eprintln!("probetop: dispatch: {note}");
+            }
+            Some(d)
+        }
+        Err(e) => {
+            eprintln!(
+                "probetop: kernel dispatch time not measured ({e}); whole cost per hit comes from calibration alone"
+            );
+            None
+        }
+    }
+}
+
+/// Hands each probe its cost knowledge; `dispatch_on` readies the live measurement.
+pub fn install(aggregator: &mut Aggregator, costs: Vec<ProbeCost>, dispatch_on: bool) {
+    for (probe, mut cost) in aggregator.probes_mut().iter_mut().zip(costs) {
+        if dispatch_on {
+            cost.dispatch = Some(Default::default());
+        }
+        probe.cost = cost;
+    }
+    if dispatch_on {
+        aggregator.other_dispatch = Some(Default::default());
+    }
+}
+
+/// Takes the kernel's dispatch totals (and histograms) as the window opens.
+pub fn baseline_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator) {
+    for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
+        let id = id as u32;
+        let Some(measure) = probe.cost.dispatch.as_mut() else {
+            continue;
+        };
+        let entry = dispatch.total(id, slots::ENTRY).unwrap_or_default();
+        let ret = dispatch.total(id, slots::RETURN).unwrap_or_default();
+        measure.baseline(entry, ret);
+        measure.baseline_histograms(
+            dispatch.histogram(id, slots::ENTRY).unwrap_or_default(),
+            dispatch.histogram(id, slots::RETURN).unwrap_or_default(),
+        );
+    }
+    dispatch.set_other_base(dispatch.other().unwrap_or_default());
+    if let Some(other) = aggregator.other_dispatch.as_mut() {
+        *other = Default::default();
+    }
+}
+
+/// Reads the kernel's dispatch totals into the aggregator; with `histograms`, the
+/// histograms too (hundreds of reads per probe: at the end of a run, not every tick).
+/// A failed read keeps the last numbers.
+pub fn read_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator, histograms: bool) {
+    for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
+        let id = id as u32;
+        let Some(measure) = probe.cost.dispatch.as_mut() else {
+            continue;
+        };
+        if let (Ok(entry), Ok(ret)) = (
+            dispatch.total(id, slots::ENTRY),
+            dispatch.total(id, slots::RETURN),
+        ) {
+            measure.update(entry, ret);
+        }
+        if histograms
+            && let (Ok(entry), Ok(ret)) = (
+                dispatch.histogram(id, slots::ENTRY),
+                dispatch.histogram(id, slots::RETURN),
+            )
+        {
+            measure.set_histograms(&entry, &ret);
+        }
+    }
+    if let (Some(other), Ok(now)) = (
+        aggregator.other_dispatch.as_mut(),
+        dispatch.other_since_base(),
+    ) {
+        *other = now;
+    }
+}
+
+/// A cost tag for a probe's name on screen: only the classes worth a second look.
+pub fn label_tag(cost: &ProbeCost) -> Option<&'static str> {
+    match cost.site.as_ref()?.class {
+        CostClass::SingleStepped => Some("[sstep]"),
+        CostClass::Refused => Some("[refused]"),
+        CostClass::Optimized => Some("[opt]"),
+        _ => None,
+    }
+}
+
+/// The end-of-run cost report, for stderr: the total CPU share, then one line per
+/// probe with its class, whole cost per hit, rate and share, and how it was estimated.
+pub fn report(labels: &[ProbeLabel], snapshot: &Snapshot, aggregator: &Aggregator) -> String {
+    let mut out = String::new();
+    match snapshot.cpu_share() {
+        Some(share) => {
+            let _ = writeln!(
+                out,
+                "probetop: these probes cost the target {} of a CPU (hits/s x whole cost per hit, estimated)",
+                percent(share)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "probetop: no whole-cost estimate: run `probetop calibrate` once on this machine (kernel and CPU) to get one"
+            );
+        }
+    }
+    for ((label, snap), probe) in labels.iter().zip(&snapshot.probes).zip(aggregator.probes()) {
+        let cost = &probe.cost;
+        let class = cost.site.as_ref().map_or("unknown".to_string(), |s| {
+            format!("{} ({})", s.class, s.instruction)
+        });
+        let mut line = format!("  {}  {class}", label.display);
+        match (snap.whole_cost_ns, snap.cpu_share) {
+            (Some(whole), Some(share)) => {
+                let _ = write!(
+                    line,
+                    ": {whole:.0} ns/hit x {:.0}/s = {} of a CPU",
+                    snap.per_second,
+                    percent(share)
+                );
+            }
+            _ => line.push_str(": whole cost not estimated"),
+        }
+        let handler = HandlerSummary::of(&probe.handler_ns);
+        if handler.count > 0 {
+            let _ = write!(line, "; handler {:.0} ns", handler.mean);
+        }
+        if let Some(per_hit) = cost.dispatch.as_ref().and_then(|d| d.per_hit_ns()) {
+            let _ = write!(line, "; dispatch {per_hit:.0} ns measured");
+        }
+        if let Some(estimate) =
+            cost.estimate(probe.mode, (handler.count > 0).then_some(handler.mean))
+        {
+            let _ = write!(line, " [{}]", estimate.method.as_str());
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(other) = aggregator.other_dispatch.filter(|o| o.count > 0) {
+        let _ = writeln!(
+            out,
+            "  other uprobes in the target (not probetop's): {} hits, {:.0} ns kernel dispatch each",
+            other.count,
+            other.mean().unwrap_or(0.0)
+        );
+    }
+    out
+}
+
+fn percent(share: f64) -> String {
+    let p = share * 100.0;
+    if p < 0.1 {
+        format!("{p:.3}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
+/// A probe's cost over a whole run, for exports.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeCostReport {
+    pub site: Option<classes::SiteClass>,
+    pub whole_cost_ns: Option<f64>,
+    pub method: Option<estimate::Method>,
+    /// Share of one CPU over the run: whole cost x hits / duration.
+    pub cpu_share: Option<f64>,
+    pub dispatch: Option<dispatch::DispatchMeasure>,
+}
+
+/// The run's cost beyond single probes, for exports.
+#[derive(Debug, Clone, Default)]
+pub struct RunCostReport {
+    /// Share of one CPU all estimated probes took over the run.
+    pub cpu_share: Option<f64>,
+    /// Kernel dispatches in the target matching none of the probes.
+    pub other_dispatch: Option<dispatch::SlotTotal>,
+    pub other_programs: Vec<bpf_stats::OtherProgram>,
+}
+
+/// The cost of one probe over a run of `duration`.
+pub fn probe_report(
+    probe: &crate::aggregate::ProbeAggregate,
+    duration: std::time::Duration,
+) -> ProbeCostReport {
+    let handler = HandlerSummary::of(&probe.handler_ns);
+    let estimate = probe
+        .cost
+        .estimate(probe.mode, (handler.count > 0).then_some(handler.mean));
+    let seconds = duration.as_secs_f64();
+    ProbeCostReport {
+        site: probe.cost.site.clone(),
+        whole_cost_ns: estimate.map(|e| e.whole_ns),
+        method: estimate.map(|e| e.method),
+        cpu_share: estimate
+            .filter(|_| seconds > 0.0)
+            .map(|e| cpu_share(e.whole_ns, probe.hits() as f64 / seconds)),
+        dispatch: probe.cost.dispatch.clone().filter(|d| d.measured()),
+    }
+}
+
+/// The run's totals over `duration`.
+pub fn run_report(
+    aggregator: &Aggregator,
+    duration: std::time::Duration,
+    other_programs: Vec<bpf_stats::OtherProgram>,
+) -> RunCostReport {
+    let shares = aggregator
+        .probes()
+        .iter()
+        .filter_map(|p| probe_report(p, duration).cpu_share);
+    RunCostReport {
+        cpu_share: shares.fold(None, |total, s| Some(total.unwrap_or(0.0) + s)),
+        other_dispatch: aggregator.other_dispatch,
+        other_programs,
+    }
+}
