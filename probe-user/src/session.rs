@@ -282,7 +282,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let snapshot = aggregator.snapshot(duration);
     print!("{}", present::summary::table(&labels, &snapshot));
     let other_programs = others.finish();
-    eprint!("{}", cost::report(&labels, &snapshot, &aggregator));
+    eprint!("{}", cost::report(&labels, &aggregator, duration));
     eprint!("{}", cost::bpf_stats::render(&other_programs));
 
     let mut report = build_report(

@@ -83,7 +83,7 @@ pub struct CalibrateOptions {
 }
 
 impl CalibrateOptions {
-    /// About 20 seconds on a 2-vCPU VM.
+    /// About 40 seconds on a 2-vCPU VM.
     pub fn full() -> Self {
         Self {
             reps: 15,

@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 
 pub use estimate::{ProbeCost, cpu_share};
 
-use crate::aggregate::{Aggregator, HandlerSummary, Snapshot};
+use crate::aggregate::{Aggregator, HandlerSummary};
 use crate::present::ProbeLabel;
 use crate::resolve::ProbePoint;
 use crate::spec::ProbeKind;
@@ -188,14 +188,28 @@ pub fn label_tag(cost: &ProbeCost) -> Option<&'static str> {
 }
 
 /// The end-of-run cost report, for stderr: the total CPU share, then one line per
-/// probe with its class, whole cost per hit, rate and share, and how it was estimated.
-pub fn report(labels: &[ProbeLabel], snapshot: &Snapshot, aggregator: &Aggregator) -> String {
+/// probe with its class, whole cost per hit, average rate and share over the run, and
+/// how the cost was estimated.
+pub fn report(
+    labels: &[ProbeLabel],
+    aggregator: &Aggregator,
+    duration: std::time::Duration,
+) -> String {
     let mut out = String::new();
-    match snapshot.cpu_share() {
+    let reports: Vec<ProbeCostReport> = aggregator
+        .probes()
+        .iter()
+        .map(|p| probe_report(p, duration))
+        .collect();
+    let total = reports
+        .iter()
+        .filter_map(|r| r.cpu_share)
+        .fold(None, |t: Option<f64>, s| Some(t.unwrap_or(0.0) + s));
+    match total {
         Some(share) => {
             let _ = writeln!(
                 out,
-                "probetop: these probes cost the target {} of a CPU (hits/s x whole cost per hit, estimated)",
+                "probetop: these probes cost the target {} of a CPU over the run (hits/s x whole cost per hit, estimated)",
                 percent(share)
             );
         }
@@ -206,18 +220,18 @@ pub fn report(labels: &[ProbeLabel], snapshot: &Snapshot, aggregator: &Aggregato
             );
         }
     }
-    for ((label, snap), probe) in labels.iter().zip(&snapshot.probes).zip(aggregator.probes()) {
-        let cost = &probe.cost;
-        let class = cost.site.as_ref().map_or("unknown".to_string(), |s| {
+    let seconds = duration.as_secs_f64().max(f64::MIN_POSITIVE);
+    for ((label, probe), report) in labels.iter().zip(aggregator.probes()).zip(&reports) {
+        let class = report.site.as_ref().map_or("unknown".to_string(), |s| {
             format!("{} ({})", s.class, s.instruction)
         });
         let mut line = format!("  {}  {class}", label.display);
-        match (snap.whole_cost_ns, snap.cpu_share) {
+        match (report.whole_cost_ns, report.cpu_share) {
             (Some(whole), Some(share)) => {
                 let _ = write!(
                     line,
                     ": {whole:.0} ns/hit x {:.0}/s = {} of a CPU",
-                    snap.per_second,
+                    probe.hits() as f64 / seconds,
                     percent(share)
                 );
             }
@@ -227,13 +241,11 @@ pub fn report(labels: &[ProbeLabel], snapshot: &Snapshot, aggregator: &Aggregato
         if handler.count > 0 {
             let _ = write!(line, "; handler {:.0} ns", handler.mean);
         }
-        if let Some(per_hit) = cost.dispatch.as_ref().and_then(|d| d.per_hit_ns()) {
+        if let Some(per_hit) = report.dispatch.as_ref().and_then(|d| d.per_hit_ns()) {
             let _ = write!(line, "; dispatch {per_hit:.0} ns measured");
         }
-        if let Some(estimate) =
-            cost.estimate(probe.mode, (handler.count > 0).then_some(handler.mean))
-        {
-            let _ = write!(line, " [{}]", estimate.method.as_str());
+        if let Some(method) = report.method {
+            let _ = write!(line, " [{}]", method.as_str());
         }
         let _ = writeln!(out, "{line}");
     }

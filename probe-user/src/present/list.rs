@@ -31,16 +31,17 @@ pub fn render_text(listing: &Listing) -> String {
         out.push_str(")\n");
         let _ = writeln!(
             out,
-            "  {:<6}  {:>18}  {:>10}  NAME",
-            "KIND", "ADDRESS", "OFFSET"
+            "  {:<6}  {:>18}  {:>10}  {:<14}  NAME",
+            "KIND", "ADDRESS", "OFFSET", "COST CLASS"
         );
         for p in points {
             let _ = write!(
                 out,
-                "  {:<6}  {:>#18x}  {:>#10x}  {}",
+                "  {:<6}  {:>#18x}  {:>#10x}  {:<14}  {}",
                 p.kind.as_str(),
                 p.address,
                 p.file_offset,
+                p.cost_class.map_or("-", |c| c.as_str()),
                 p.name
             );
             if p.kind == ListedKind::Usdt {
@@ -84,6 +85,7 @@ pub fn render_json(listing: &Listing) -> serde_json::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cost::classes::CostClass;
     use crate::resolve::list::{ListedObject, ListedPoint};
     use std::path::PathBuf;
 
@@ -108,6 +110,8 @@ mod tests {
                     semaphore_address: None,
                     semaphore_offset: None,
                     args: None,
+                    cost_class: Some(CostClass::EmulatedPush),
+                    instruction: Some("push %rbp".into()),
                 },
                 ListedPoint {
                     kind: ListedKind::Usdt,
@@ -121,6 +125,8 @@ mod tests {
                     semaphore_address: Some(0x4010),
                     semaphore_offset: Some(0x3010),
                     args: Some("-4@%edi".into()),
+                    cost_class: Some(CostClass::EmulatedNop),
+                    instruction: Some("nop".into()),
                 },
             ],
             warnings: vec!["bad note".into()],
@@ -135,7 +141,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("  uprobe              0x1139      0x1139  ns::f(int)\n"),
+            text.contains("  uprobe              0x1139      0x1139  emulated-push   ns::f(int)\n"),
             "{text}"
         );
         assert!(
@@ -156,6 +162,8 @@ mod tests {
         assert_eq!(p["kind"], "usdt");
         assert_eq!(p["semaphore_offset"], 0x3010);
         assert_eq!(p["args"], "-4@%edi");
+        assert_eq!(p["cost_class"], "emulated-nop");
+        assert_eq!(json["points"][0]["instruction"], "push %rbp");
         assert_eq!(json["points"][0]["symbol"], "_ZN2ns1fEi");
         assert_eq!(json["objects"][0]["symbols"]["kind"], "symtab");
     }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use super::debuginfo::SymbolSource;
 use super::glob::Glob;
 use super::{Loaded, ResolveError, ResolveOptions, Scope};
+use crate::cost::classes::{self, CostClass, KernelRules};
 use crate::target::Target;
 
 /// What to list.
@@ -62,6 +63,13 @@ pub struct ListedPoint {
     /// USDT argument string as stored.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<String>,
+    /// What the kernel does with the instruction at this point on every hit
+    /// (`cost::classes`); absent if the file could not be read there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost_class: Option<CostClass>,
+    /// That instruction, AT&T syntax.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instruction: Option<String>,
 }
 
 /// One object looked at.
@@ -131,6 +139,20 @@ pub fn list_with(
 }
 
 fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
+    // One open per object: each point's class reads its first instruction.
+    let file = std::fs::File::open(&obj.r.read_path).ok();
+    let rules = KernelRules::running();
+    let class_at = |offset: u64| {
+        file.as_ref()
+            .and_then(|f| classes::classify_at(f, offset, rules).ok())
+            .map(|c| {
+                (
+                    c.class,
+                    (!c.instruction.is_empty()).then_some(c.instruction),
+                )
+            })
+            .unwrap_or((CostClass::Unknown, None))
+    };
     listing.objects.push(ListedObject {
         path: obj.r.display.clone(),
         symbols: obj.source().clone(),
@@ -140,6 +162,7 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
         if glob.is_some_and(|g| !f.matches(g)) {
             continue;
         }
+        let (cost_class, instruction) = class_at(f.file_offset);
         listing.points.push(ListedPoint {
             kind: ListedKind::Uprobe,
             object: obj.r.display.clone(),
@@ -152,6 +175,8 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
             semaphore_address: None,
             semaphore_offset: None,
             args: None,
+            cost_class: file.is_some().then_some(cost_class),
+            instruction,
         });
     }
     for e in &obj.image.note_errors {
@@ -173,6 +198,7 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
         if glob.is_some_and(|g| !g.matches(&full) && !g.matches(&probe.name)) {
             continue;
         }
+        let (cost_class, instruction) = class_at(probe.file_offset);
         listing.points.push(ListedPoint {
             kind: ListedKind::Usdt,
             object: obj.r.display.clone(),
@@ -185,6 +211,8 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
             semaphore_address: probe.semaphore_address,
             semaphore_offset: probe.semaphore_offset,
             args: Some(probe.args_raw.clone()),
+            cost_class: file.is_some().then_some(cost_class),
+            instruction,
         });
     }
 }

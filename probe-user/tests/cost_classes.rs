@@ -1,0 +1,153 @@
+//! Cost classes of real probe sites, checked against objdump's reading of the same
+//! bytes: USDT sites are nops (emulated), frame-pointer prologues are `push %rbp`
+//! (emulated), and the calibration workload in probetop's own binary has one function
+//! per class.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+
+/// `probetop list --json PATH`: the points.
+fn listed(path: &Path) -> Vec<serde_json::Value> {
+    let out = probetop()
+        .args(["list", "--json"])
+        .arg(path)
+        .output()
+        .expect("probetop list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    listing["points"].as_array().expect("points").clone()
+}
+
+/// objdump's first instruction at `address` of `path`: (mnemonic, operands).
+fn objdump_first(path: &Path, address: u64) -> Option<(String, String)> {
+    let out = std::process::Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn", "-M", "att"])
+        .arg(format!("--start-address={address:#x}"))
+        .arg(format!("--stop-address={:#x}", address + 16))
+        .arg(path)
+        .output()
+        .expect("objdump (binutils) runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let prefix = format!("{address:x}:");
+    let line = text.lines().find(|l| l.trim_start().starts_with(&prefix))?;
+    let insn = line.split_once(':')?.1.trim();
+    let (mnemonic, operands) = insn.split_once(char::is_whitespace).unwrap_or((insn, ""));
+    Some((mnemonic.to_string(), operands.trim().to_string()))
+}
+
+/// The class the kernel's rules give the common prologue instructions, by objdump's
+/// reading; None for instructions this cross-check does not cover.
+fn expected_class(mnemonic: &str, operands: &str) -> Option<&'static str> {
+    match mnemonic {
+        "push" if operands.starts_with('%') && !operands.starts_with("%r") => Some("emulated-push"),
+        "push" if operands.starts_with("%r") => Some("emulated-push"),
+        "nop" if operands.is_empty() => Some("emulated-nop"),
+        "endbr64" | "mov" | "movl" | "movq" | "lea" | "sub" | "xor" | "ret" | "test" | "cmp"
+        | "imul" => Some("single-stepped"),
+        "jmp" if !operands.starts_with('*') => Some("emulated-branch"),
+        _ => None,
+    }
+}
+
+fn check_against_objdump(relative: &str) -> usize {
+    let path = fixture(relative);
+    let mut checked = 0;
+    for point in listed(&path) {
+        let address = point["address"].as_u64().expect("address");
+        let class = point["cost_class"].as_str().expect("cost_class");
+        let Some((mnemonic, operands)) = objdump_first(&path, address) else {
+            continue;
+        };
+        if let Some(expected) = expected_class(&mnemonic, &operands) {
+            assert_eq!(
+                class, expected,
+                "{relative}: {} at {address:#x} is `{mnemonic} {operands}`",
+                point["name"]
+            );
+            checked += 1;
+        }
+    }
+    checked
+}
+
+#[test]
+fn usdt_sites_are_emulated_nops() {
+    let path = fixture("c/probes");
+    let usdt: Vec<_> = listed(&path)
+        .into_iter()
+        .filter(|p| p["kind"] == "usdt")
+        .collect();
+    assert!(usdt.len() >= 5, "{usdt:?}");
+    for p in &usdt {
+        assert_eq!(p["cost_class"], "emulated-nop", "{p}");
+        assert_eq!(p["instruction"], "nop", "{p}");
+    }
+}
+
+#[test]
+fn fixture_functions_agree_with_objdump() {
+    for relative in ["c/probes", "c/probes-nopie", "c/workload", "cpp/cppfix"] {
+        let checked = check_against_objdump(relative);
+        assert!(
+            checked >= 3,
+            "{relative}: only {checked} points cross-checked"
+        );
+    }
+}
+
+#[test]
+fn workload_functions_start_with_push() {
+    let path = fixture("c/workload");
+    let points = listed(&path);
+    for name in ["work_unit", "leaf_ret"] {
+        let p = points
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} listed"));
+        assert_eq!(p["cost_class"], "emulated-push", "{p}");
+        assert_eq!(p["instruction"], "push %rbp", "{p}");
+    }
+}
+
+#[test]
+fn calibration_workload_has_one_function_per_class() {
+    let path = Path::new(env!("CARGO_BIN_EXE_probetop"));
+    let points = listed(path);
+    let class_of = |name: &str| {
+        let p = points
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} listed"));
+        (
+            p["cost_class"].as_str().unwrap_or_default().to_string(),
+            p["instruction"].as_str().unwrap_or_default().to_string(),
+        )
+    };
+    assert_eq!(class_of("probetop_cal_emulated").0, "emulated-push");
+    let (class, insn) = class_of("probetop_cal_sstep");
+    assert_eq!(class, "single-stepped");
+    assert!(insn.contains("(%rip)"), "{insn}");
+    let nop5 = class_of("probetop_cal_nop5").0;
+    let optimizing = std::fs::read_to_string("/proc/kallsyms")
+        .is_ok_and(|k| k.lines().any(|l| l.ends_with(" arch_uprobe_optimize")));
+    assert_eq!(
+        nop5,
+        if optimizing {
+            "optimized"
+        } else {
+            "emulated-nop"
+        }
+    );
+    // The USDT note emitted with global_asm! resolves, at the nop.
+    assert_eq!(
+        class_of("probetop:calibrate"),
+        ("emulated-nop".into(), "nop".into())
+    );
+}
