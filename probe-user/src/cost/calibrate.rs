@@ -4,11 +4,12 @@
 //! A child process (this binary, `__calibrate-workload`) calls workload functions in a
 //! loop and reports the CPU time per call of its own thread (CLOCK_THREAD_CPUTIME_ID,
 //! which includes the kernel's uprobe handling on that thread). The parent attaches a
-//! probe, has the child run, detaches, has it run again unprobed: the difference is
-//! the cost of one hit. Every case is repeated; each repetition visits the cases in a
-//! fresh random order and alternates probed-first and unprobed-first, so drift and
-//! order effects spread over all cases instead of biasing one. Each row reports the
-//! median, the quartiles and a bootstrap 95% interval of the median.
+//! probe to each probed function once; the child runs a probed function, then its
+//! unprobed twin (the same code at another address): the difference is the cost of
+//! one hit. Every case is repeated; each repetition visits the cases in a fresh random
+//! order and alternates probed-first and twin-first, so drift and order effects spread
+//! over all cases instead of biasing one. Each row reports the median, the quartiles
+//! and a bootstrap 95% interval of the median.
 //!
 //! Phase one uses a program that does nothing, to price the kernel's machinery alone,
 //! then probetop's own handler. Phase two, when the kernel lets fentry/fexit attach,
@@ -83,21 +84,21 @@ pub struct CalibrateOptions {
 }
 
 impl CalibrateOptions {
-    /// About 40 seconds on a 2-vCPU VM.
+    /// About 20 seconds on a 2-vCPU VM.
     pub fn full() -> Self {
         Self {
-            reps: 15,
+            reps: 31,
             calls: 60_000,
             unattached_calls: 10_000_000,
             dispatch: true,
         }
     }
 
-    /// A few seconds, for tests.
+    /// About 5 seconds, for tests.
     pub fn quick() -> Self {
         Self {
-            reps: 7,
-            calls: 15_000,
+            reps: 15,
+            calls: 20_000,
             unattached_calls: 2_000_000,
             dispatch: true,
         }
@@ -158,11 +159,22 @@ impl Case {
 
     fn func(self) -> Func {
         match self {
-            Case::UsdtUnattached | Case::UsdtHit => Func::Usdt,
-            Case::UprobeEmulated | Case::HandlerRing | Case::HandlerKernel => Func::Emulated,
+            Case::UsdtUnattached => Func::UsdtTwin,
+            Case::UsdtHit => Func::Usdt,
+            Case::UprobeEmulated => Func::Emulated,
+            Case::HandlerRing => Func::EmulatedRing,
+            Case::HandlerKernel => Func::EmulatedKernel,
             Case::UprobeSingleStepped => Func::SingleStepped,
             Case::UprobeOptimized => Func::Nop5,
             Case::Uretprobe => Func::Ret,
+        }
+    }
+
+    fn kind(self) -> ProbeKind {
+        match self {
+            Case::Uretprobe => ProbeKind::Uretprobe,
+            Case::UsdtHit => ProbeKind::Usdt,
+            _ => ProbeKind::Uprobe,
         }
     }
 
@@ -686,42 +698,38 @@ impl Workload {
         self.child.id()
     }
 
-    /// Runs `calls` calls of `func` in the child; `while_running` is called every few
-    /// ms until the reply comes (to drain the ring buffer). Returns ns per call.
-    fn run(
-        &mut self,
-        func: Func,
-        calls: u64,
-        mut while_running: impl FnMut(),
-    ) -> Result<f64, CalibrateError> {
-        let name = match func {
-            Func::Emulated => "emulated",
-            Func::SingleStepped => "sstep",
-            Func::Nop5 => "nop5",
-            Func::Ret => "ret",
-            Func::Usdt => "usdt",
-        };
+    /// Runs `calls` calls of `func` in the child; returns ns per call.
+    fn run(&mut self, func: Func, calls: u64) -> Result<f64, CalibrateError> {
+        let name = func.name();
         writeln!(self.stdin, "run {name} {calls} {WARMUP}")
             .and_then(|()| self.stdin.flush())
             .map_err(|e| CalibrateError::Child(format!("cannot send a command: {e}")))?;
-        let deadline = Instant::now() + RUN_TIMEOUT;
-        loop {
-            match self.replies.recv_timeout(Duration::from_millis(5)) {
-                Ok(line) => {
-                    return line
-                        .strip_prefix("ns ")
-                        .and_then(|v| v.parse().ok())
-                        .ok_or_else(|| CalibrateError::Child(format!("replied {line:?}")));
-                }
-                Err(mpsc::RecvTimeoutError::Timeout) if Instant::now() < deadline => {
-                    while_running();
-                }
-                Err(_) => {
-                    return Err(CalibrateError::Child(
-                        "stopped answering (did it die?)".into(),
-                    ));
-                }
-            }
+        match self.replies.recv_timeout(RUN_TIMEOUT) {
+            Ok(line) => line
+                .strip_prefix("ns ")
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(|| CalibrateError::Child(format!("replied {line:?}"))),
+            Err(_) => Err(CalibrateError::Child(
+                "stopped answering (did it die?)".into(),
+            )),
+        }
+    }
+
+    /// Runs probed `func` and its unprobed twin back to back, the twin first unless
+    /// `probed_first` (alternated so drift does not bias the difference); returns
+    /// (probed, unprobed) ns per call.
+    fn run_pair(
+        &mut self,
+        func: Func,
+        calls: u64,
+        probed_first: bool,
+    ) -> Result<(f64, f64), CalibrateError> {
+        if probed_first {
+            let probed = self.run(func, calls)?;
+            Ok((probed, self.run(func.twin(), calls)?))
+        } else {
+            let unprobed = self.run(func.twin(), calls)?;
+            Ok((self.run(func, calls)?, unprobed))
         }
     }
 }
@@ -879,6 +887,29 @@ fn phase_one(
         probe_count: 7,
         ..Default::default()
     })?;
+    // Every probe stays attached for the whole phase: detaching waits for the
+    // kernel's grace periods (~0.5 s each here), and each probed function has an
+    // unprobed twin for the baseline anyway.
+    for case in Case::ALL.into_iter().filter(|c| *c != Case::UsdtUnattached) {
+        let mode = match case {
+            Case::HandlerKernel => mode::KERNEL_HISTOGRAM,
+            _ => mode::RING,
+        };
+        let func = case.func();
+        let req = request(
+            case.probe_id(),
+            case.kind(),
+            &exe,
+            offsets.of(func),
+            mode,
+            pid,
+        );
+        if matches!(case, Case::HandlerRing | Case::HandlerKernel) {
+            attachment.attach(&req)?;
+        } else {
+            attachment.attach_empty(&req)?;
+        }
+    }
     let drainer = Drainer::start(attachment.take_ring()?);
     let mut out = PhaseOne::default();
     for rep in 0..options.reps {
@@ -887,61 +918,34 @@ fn phase_one(
         for case in cases {
             let func = case.func();
             if case == Case::UsdtUnattached {
-                let ns = child.run(func, options.unattached_calls, || {})?;
+                let ns = child.run(func, options.unattached_calls)?;
                 out.samples.entry(case).or_default().push(ns);
                 continue;
             }
             let calls = calls_for(func, options);
-            let kind = match case {
-                Case::Uretprobe => ProbeKind::Uretprobe,
-                Case::UsdtHit => ProbeKind::Usdt,
-                _ => ProbeKind::Uprobe,
+            let ring_before = drainer.totals();
+            let hist_before = if case == Case::HandlerKernel {
+                kernel_histogram(&mut attachment, case.probe_id())?
+            } else {
+                Vec::new()
             };
-            let mode = match case {
-                Case::HandlerKernel => mode::KERNEL_HISTOGRAM,
-                _ => mode::RING,
-            };
-            let req = request(case.probe_id(), kind, &exe, offsets.of(func), mode, pid);
-            let handlers = matches!(case, Case::HandlerRing | Case::HandlerKernel);
-            let mut probed = f64::NAN;
-            let mut unprobed = f64::NAN;
-            // Alternate which run comes first, so drift does not bias the difference.
-            for probed_now in [rep % 2 == 1, rep % 2 == 0] {
-                if !probed_now {
-                    unprobed = child.run(func, calls, || {})?;
-                    continue;
-                }
-                let ring_before = drainer.totals();
-                let hist_before = if case == Case::HandlerKernel {
-                    kernel_histogram(&mut attachment, case.probe_id())?
-                } else {
-                    Vec::new()
-                };
-                if handlers {
-                    attachment.attach(&req)?;
-                } else {
-                    attachment.attach_empty(&req)?;
-                }
-                let ns = child.run(func, calls, || {});
-                attachment.detach(case.probe_id());
-                probed = ns?;
-                match case {
-                    Case::HandlerRing => {
-                        let after = drainer.wait_for(ring_before.0 + calls + WARMUP);
-                        let records = after.0 - ring_before.0;
-                        if records > 0 {
-                            out.handler_ring
-                                .push((after.1 - ring_before.1) as f64 / records as f64);
-                        }
+            let (probed, unprobed) = child.run_pair(func, calls, rep % 2 == 1)?;
+            match case {
+                Case::HandlerRing => {
+                    let after = drainer.wait_for(ring_before.0 + calls + WARMUP);
+                    let records = after.0 - ring_before.0;
+                    if records > 0 {
+                        out.handler_ring
+                            .push((after.1 - ring_before.1) as f64 / records as f64);
                     }
-                    Case::HandlerKernel => {
-                        let after = kernel_histogram(&mut attachment, case.probe_id())?;
-                        if let Some(mean) = histogram_mean(&after, &hist_before) {
-                            out.handler_kernel.push(mean);
-                        }
-                    }
-                    _ => {}
                 }
+                Case::HandlerKernel => {
+                    let after = kernel_histogram(&mut attachment, case.probe_id())?;
+                    if let Some(mean) = histogram_mean(&after, &hist_before) {
+                        out.handler_kernel.push(mean);
+                    }
+                }
+                _ => {}
             }
             out.samples.entry(case).or_default().push(probed - unprobed);
         }
@@ -1028,6 +1032,18 @@ fn phase_two(
         .collect();
     let dispatch = Dispatch::start(attachment.ebpf_mut(), &sites)
         .map_err(|e| PhaseTwoError::Refused(e.to_string()))?;
+    for case in cases {
+        let func = case.func();
+        let req = request(
+            case.probe_id(),
+            case.kind(),
+            &exe,
+            offsets.of(func),
+            mode::RING,
+            pid,
+        );
+        attachment.attach(&req).map_err(CalibrateError::from)?;
+    }
     let drainer = Drainer::start(attachment.take_ring().map_err(CalibrateError::from)?);
     let mut whole: std::collections::HashMap<DispatchCase, Vec<f64>> = Default::default();
     let mut measured: std::collections::HashMap<DispatchCase, Vec<f64>> = Default::default();
@@ -1038,28 +1054,15 @@ fn phase_two(
             let func = case.func();
             let calls = calls_for(func, options);
             let id = case.probe_id();
-            let req = request(id, case.kind(), &exe, offsets.of(func), mode::RING, pid);
-            let mut probed = f64::NAN;
-            let mut unprobed = f64::NAN;
-            let mut per_hit = f64::NAN;
-            for probed_now in [rep % 2 == 1, rep % 2 == 0] {
-                if !probed_now {
-                    unprobed = child.run(func, calls, || {})?;
-                    continue;
-                }
-                let before = slot_totals(&dispatch, id)?;
-                attachment.attach(&req).map_err(CalibrateError::from)?;
-                let ns = child.run(func, calls, || {});
-                attachment.detach(id);
-                probed = ns?;
-                let after = slot_totals(&dispatch, id)?;
-                let mean = |a: SlotTotal, b: SlotTotal| {
-                    let count = a.count.saturating_sub(b.count);
-                    (count > 0).then(|| a.sum_ns.saturating_sub(b.sum_ns) as f64 / count as f64)
-                };
-                per_hit =
-                    mean(after.0, before.0).unwrap_or(0.0) + mean(after.1, before.1).unwrap_or(0.0);
-            }
+            let before = slot_totals(&dispatch, id)?;
+            let (probed, unprobed) = child.run_pair(func, calls, rep % 2 == 1)?;
+            let after = slot_totals(&dispatch, id)?;
+            let mean = |a: SlotTotal, b: SlotTotal| {
+                let count = a.count.saturating_sub(b.count);
+                (count > 0).then(|| a.sum_ns.saturating_sub(b.sum_ns) as f64 / count as f64)
+            };
+            let per_hit =
+                mean(after.0, before.0).unwrap_or(0.0) + mean(after.1, before.1).unwrap_or(0.0);
             whole.entry(case).or_default().push(probed - unprobed);
             measured.entry(case).or_default().push(per_hit);
         }

@@ -2,62 +2,107 @@
 //! instruction is fixed in assembly, so each probes one cost class, plus a USDT site
 //! with its `.note.stapsdt` note. `probetop calibrate` runs them in a child process
 //! (this binary again, hidden subcommand `__calibrate-workload`) that measures its own
-//! CPU time per call while the parent attaches and detaches probes.
+//! CPU time per call while the parent keeps probes attached to some functions; each
+//! probed function has an unprobed twin with the same code for the baseline.
 
 use std::{
     io::{self, BufRead as _, Write as _},
     time::Duration,
 };
 
-// Every function takes and returns a u64 so the loop cannot drop the calls; each
-// starts on its own 64-byte line, so no probed instruction crosses a page.
-std::arch::global_asm!(
-    ".pushsection .text.probetop_calibrate,\"ax\",@progbits",
-    // push %rbp: emulated.
-    ".p2align 6",
-    ".globl probetop_cal_emulated",
-    ".type probetop_cal_emulated,@function",
-    "probetop_cal_emulated:",
+/// One workload function in its own 64-byte line of `.text` (so no probed
+/// instruction crosses a page), taking and returning a u64 so the loop cannot drop
+/// the calls.
+macro_rules! workload_fn {
+    ($name:literal, $($line:literal),+ $(,)?) => {
+        std::arch::global_asm!(
+            concat!(
+                ".pushsection .text.probetop_calibrate,\"ax\",@progbits\n",
+                ".p2align 6\n",
+                ".globl ", $name, "\n",
+                ".type ", $name, ",@function\n",
+                $name, ":\n",
+                $($line, "\n",)+
+                ".size ", $name, ", .-", $name, "\n",
+                ".popsection\n",
+            ),
+            options(att_syntax)
+        );
+    };
+}
+
+// push %rbp: emulated. Three probed copies (empty program, probetop's ring handler,
+// probetop's in-kernel handler, all attached at once) and an unprobed twin.
+workload_fn!(
+    "probetop_cal_emulated",
     "push %rbp",
     "mov %rsp, %rbp",
     "mov %rdi, %rax",
     "pop %rbp",
-    "ret",
-    ".size probetop_cal_emulated, .-probetop_cal_emulated",
-    // A %rip-relative load: single-stepped out of line.
-    ".p2align 6",
-    ".globl probetop_cal_sstep",
-    ".type probetop_cal_sstep,@function",
-    "probetop_cal_sstep:",
+    "ret"
+);
+workload_fn!(
+    "probetop_cal_ring",
+    "push %rbp",
+    "mov %rsp, %rbp",
+    "mov %rdi, %rax",
+    "pop %rbp",
+    "ret"
+);
+workload_fn!(
+    "probetop_cal_kernel",
+    "push %rbp",
+    "mov %rsp, %rbp",
+    "mov %rdi, %rax",
+    "pop %rbp",
+    "ret"
+);
+workload_fn!(
+    "probetop_cal_emulated_twin",
+    "push %rbp",
+    "mov %rsp, %rbp",
+    "mov %rdi, %rax",
+    "pop %rbp",
+    "ret"
+);
+// A %rip-relative load: single-stepped out of line.
+workload_fn!(
+    "probetop_cal_sstep",
     "mov probetop_cal_data(%rip), %rax",
     "add %rdi, %rax",
-    "ret",
-    ".size probetop_cal_sstep, .-probetop_cal_sstep",
-    // nopl 0x0(%rax,%rax,1): optimized on 6.18+, emulated before.
-    ".p2align 6",
-    ".globl probetop_cal_nop5",
-    ".type probetop_cal_nop5,@function",
-    "probetop_cal_nop5:",
+    "ret"
+);
+workload_fn!(
+    "probetop_cal_sstep_twin",
+    "mov probetop_cal_data(%rip), %rax",
+    "add %rdi, %rax",
+    "ret"
+);
+// nopl 0x0(%rax,%rax,1): optimized on 6.18+, emulated before.
+workload_fn!(
+    "probetop_cal_nop5",
     ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
     "mov %rdi, %rax",
-    "ret",
-    ".size probetop_cal_nop5, .-probetop_cal_nop5",
-    // The uretprobe's function: entry `push %rbp` (emulated), then the return.
-    ".p2align 6",
-    ".globl probetop_cal_ret",
-    ".type probetop_cal_ret,@function",
-    "probetop_cal_ret:",
+    "ret"
+);
+workload_fn!(
+    "probetop_cal_nop5_twin",
+    ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+    "mov %rdi, %rax",
+    "ret"
+);
+// The uretprobe's function: entry `push %rbp` (emulated), then the return.
+workload_fn!(
+    "probetop_cal_ret",
     "push %rbp",
     "mov %rsp, %rbp",
     "mov %rdi, %rax",
     "pop %rbp",
-    "ret",
-    ".size probetop_cal_ret, .-probetop_cal_ret",
-    // A USDT site as sys/sdt.h emits it: a one-byte nop, described by a note.
-    ".p2align 6",
-    ".globl probetop_cal_usdt",
-    ".type probetop_cal_usdt,@function",
-    "probetop_cal_usdt:",
+    "ret"
+);
+// A USDT site as sys/sdt.h emits it, a one-byte nop, described by the note below.
+workload_fn!(
+    "probetop_cal_usdt",
     "push %rbp",
     "mov %rsp, %rbp",
     ".globl probetop_cal_usdt_site",
@@ -66,8 +111,18 @@ std::arch::global_asm!(
     "mov %rdi, %rax",
     "pop %rbp",
     "ret",
-    ".size probetop_cal_usdt, .-probetop_cal_usdt",
-    ".popsection",
+);
+workload_fn!(
+    "probetop_cal_usdt_twin",
+    "push %rbp",
+    "mov %rsp, %rbp",
+    "nop",
+    "mov %rdi, %rax",
+    "pop %rbp",
+    "ret"
+);
+
+std::arch::global_asm!(
     ".pushsection .data.probetop_calibrate,\"aw\",@progbits",
     ".p2align 3",
     "probetop_cal_data:",
@@ -107,10 +162,16 @@ std::arch::global_asm!(
 
 unsafe extern "C" {
     fn probetop_cal_emulated(x: u64) -> u64;
+    fn probetop_cal_ring(x: u64) -> u64;
+    fn probetop_cal_kernel(x: u64) -> u64;
+    fn probetop_cal_emulated_twin(x: u64) -> u64;
     fn probetop_cal_sstep(x: u64) -> u64;
+    fn probetop_cal_sstep_twin(x: u64) -> u64;
     fn probetop_cal_nop5(x: u64) -> u64;
+    fn probetop_cal_nop5_twin(x: u64) -> u64;
     fn probetop_cal_ret(x: u64) -> u64;
     fn probetop_cal_usdt(x: u64) -> u64;
+    fn probetop_cal_usdt_twin(x: u64) -> u64;
     static probetop_cal_usdt_site: u8;
 }
 
@@ -119,6 +180,10 @@ unsafe extern "C" {
 pub enum Func {
     /// Starts with `push %rbp`.
     Emulated,
+    /// The same, for probetop's ring buffer handler.
+    EmulatedRing,
+    /// The same, for probetop's in-kernel histogram handler.
+    EmulatedKernel,
     /// Starts with a %rip-relative `mov`.
     SingleStepped,
     /// Starts with a 5-byte nop.
@@ -127,24 +192,41 @@ pub enum Func {
     Ret,
     /// Holds a USDT site (a nop) after its prologue.
     Usdt,
+    /// Unprobed twins: the same code, for the baseline of each run.
+    EmulatedTwin,
+    SingleSteppedTwin,
+    Nop5Twin,
+    UsdtTwin,
 }
 
 impl Func {
-    pub const ALL: [Func; 5] = [
+    pub const ALL: [Func; 11] = [
         Func::Emulated,
+        Func::EmulatedRing,
+        Func::EmulatedKernel,
         Func::SingleStepped,
         Func::Nop5,
         Func::Ret,
         Func::Usdt,
+        Func::EmulatedTwin,
+        Func::SingleSteppedTwin,
+        Func::Nop5Twin,
+        Func::UsdtTwin,
     ];
 
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
             Func::Emulated => "emulated",
+            Func::EmulatedRing => "ring",
+            Func::EmulatedKernel => "kernel",
             Func::SingleStepped => "sstep",
             Func::Nop5 => "nop5",
             Func::Ret => "ret",
             Func::Usdt => "usdt",
+            Func::EmulatedTwin => "emulated-twin",
+            Func::SingleSteppedTwin => "sstep-twin",
+            Func::Nop5Twin => "nop5-twin",
+            Func::UsdtTwin => "usdt-twin",
         }
     }
 
@@ -152,13 +234,32 @@ impl Func {
         Self::ALL.into_iter().find(|f| f.name() == name)
     }
 
+    /// The unprobed function with the same code.
+    pub fn twin(self) -> Func {
+        match self {
+            Func::Emulated | Func::EmulatedRing | Func::EmulatedKernel | Func::Ret => {
+                Func::EmulatedTwin
+            }
+            Func::SingleStepped => Func::SingleSteppedTwin,
+            Func::Nop5 => Func::Nop5Twin,
+            Func::Usdt => Func::UsdtTwin,
+            twin => twin,
+        }
+    }
+
     fn pointer(self) -> unsafe extern "C" fn(u64) -> u64 {
         match self {
             Func::Emulated => probetop_cal_emulated,
+            Func::EmulatedRing => probetop_cal_ring,
+            Func::EmulatedKernel => probetop_cal_kernel,
             Func::SingleStepped => probetop_cal_sstep,
             Func::Nop5 => probetop_cal_nop5,
             Func::Ret => probetop_cal_ret,
             Func::Usdt => probetop_cal_usdt,
+            Func::EmulatedTwin => probetop_cal_emulated_twin,
+            Func::SingleSteppedTwin => probetop_cal_sstep_twin,
+            Func::Nop5Twin => probetop_cal_nop5_twin,
+            Func::UsdtTwin => probetop_cal_usdt_twin,
         }
     }
 
@@ -255,8 +356,17 @@ mod tests {
             unsafe { std::slice::from_raw_parts(f.probed_address() as *const u8, 15) }.to_vec()
         };
         let class = |f: Func| classify(&bytes(f), f.probed_address() & 0xfff, rules).class;
-        assert_eq!(class(Func::Emulated), CostClass::EmulatedPush);
-        assert_eq!(class(Func::Ret), CostClass::EmulatedPush);
+        for f in [
+            Func::Emulated,
+            Func::EmulatedRing,
+            Func::EmulatedKernel,
+            Func::EmulatedTwin,
+            Func::Ret,
+        ] {
+            assert_eq!(class(f), CostClass::EmulatedPush, "{f:?}");
+        }
+        assert_eq!(class(Func::SingleSteppedTwin), CostClass::SingleStepped);
+        assert_eq!(class(Func::Nop5Twin), CostClass::Optimized);
         assert_eq!(class(Func::SingleStepped), CostClass::SingleStepped);
         assert_eq!(class(Func::Nop5), CostClass::Optimized);
         assert_eq!(class(Func::Usdt), CostClass::EmulatedNop);
@@ -269,7 +379,10 @@ mod tests {
 
     #[test]
     fn the_functions_return_their_argument() {
-        for f in [Func::Emulated, Func::Nop5, Func::Ret, Func::Usdt] {
+        for f in Func::ALL
+            .into_iter()
+            .filter(|f| !matches!(f, Func::SingleStepped | Func::SingleSteppedTwin))
+        {
             // SAFETY: the workload functions read only their argument and their data.
             assert_eq!(unsafe { f.pointer()(42) }, 42, "{f:?}");
         }
