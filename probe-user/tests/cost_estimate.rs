@@ -1,0 +1,111 @@
+//! The whole-cost estimate per hit against the truth: the fixture's own CPU time per
+//! call with and without the probe. The estimate must lie within 25% of it.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// CPU ns per call of every full batch the fixture reports until `until` says stop.
+fn batches(target: &Running, mut until: impl FnMut() -> bool) -> Vec<f64> {
+    let mut out = Vec::new();
+    while !until() {
+        let Some(line) = target.out().next() else {
+            break;
+        };
+        if line.starts_with("batch") {
+            out.push(field(&line, "ns_per_call"));
+        }
+    }
+    out
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    assert!(!values.is_empty());
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+#[test]
+fn whole_cost_estimate_matches_the_fixtures_own_cost() {
+    let cache = std::env::temp_dir().join(format!("probetop-estimate-{}", std::process::id()));
+    let calibrated = probetop()
+        .args(["calibrate", "--quick"])
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .expect("probetop calibrate");
+    assert!(
+        calibrated.status.success(),
+        "{}",
+        String::from_utf8_lossy(&calibrated.stderr)
+    );
+
+    // Unpaced, as the calibration's loops: ~0.4 ms per batch unprobed, ~0.1 s probed.
+    let target = workload(&["--forever", "--batch", "100000"]);
+    let start = Instant::now();
+    target.out().skip_buffered();
+    let unprobed = median(batches(&target, || {
+        start.elapsed() > Duration::from_secs(1)
+    }));
+
+    let json = std::env::temp_dir().join(format!("probetop-estimate-{}.json", std::process::id()));
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--duration",
+        "4",
+    ])
+    .args(["-e", "uprobe:work_unit", "--export"])
+    .arg(&json)
+    .env("XDG_CACHE_HOME", &cache);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    // Lines written before the probe went live may still be in the pipe: wait for the
+    // first batch that was probed (a probe hit costs hundreds of times a call), and
+    // skip it too, as it was probed only in part.
+    while let Some(line) = target.out().next() {
+        if line.starts_with("batch") && field(&line, "ns_per_call") > 50.0 * unprobed.max(1.0) {
+            break;
+        }
+    }
+    let attached_for = Instant::now();
+    let probed = batches(&target, || attached_for.elapsed() > Duration::from_secs(3));
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    assert!(
+        probed.len() >= 5,
+        "only {} probed batches: {probed:?}",
+        probed.len()
+    );
+    let measured = median(probed.clone()) - unprobed;
+
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let probe = &report["probes"][0];
+    assert_eq!(probe["cost_class"], "emulated-push", "{probe}");
+    let estimate = probe["whole_cost_ns"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no whole_cost_ns: {probe}"));
+    let share = probe["cpu_share"].as_f64().expect("cpu_share");
+    assert!(share > 0.0 && share < 1.0, "{share}");
+    let error = (estimate - measured).abs() / measured;
+    eprintln!(
+        "whole cost per hit: estimated {estimate:.0} ns ({}), measured {measured:.0} ns",
+        probe["whole_cost_method"]
+    );
+    assert!(
+        error <= 0.25,
+        "estimate {estimate:.0} ns/hit, measured {measured:.0} ns/hit ({:.0}% off); probed batches {probed:?}, unprobed {unprobed:.1}, method {}",
+        error * 100.0,
+        probe["whole_cost_method"]
+    );
+    let _ = std::fs::remove_dir_all(&cache);
+    let _ = std::fs::remove_file(&json);
+}
