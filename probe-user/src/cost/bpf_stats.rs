@@ -39,9 +39,8 @@ pub struct OtherProgram {
     pub kind: &'static str,
     /// The probed file as the attaching tool named it.
     pub file: String,
-    /// File offset of the probe (the first of a uprobe_multi link's).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub offset: Option<u64>,
+    /// File offsets of its probes in that file (of a uprobe_multi link, the first).
+    pub offsets: Vec<u64>,
     /// How many offsets a uprobe_multi link has.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<u32>,
@@ -95,28 +94,46 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
             Err(_) => mapped.iter().any(|m| m.path.as_deref() == Some(file)),
         }
     };
-    let mut found = Vec::new();
+    // One entry per program, file and holder: run statistics are per program anyway.
+    let mut found: Vec<OtherProgram> = Vec::new();
+    let mut add = |program: OtherProgram| {
+        let same = found.iter_mut().find(|p| {
+            p.prog_id == program.prog_id
+                && p.kind == program.kind
+                && p.file == program.file
+                && p.holder_pid == program.holder_pid
+        });
+        match same {
+            Some(p) => {
+                for offset in program.offsets {
+                    if !p.offsets.contains(&offset) {
+                        p.offsets.push(offset);
+                    }
+                }
+            }
+            None => found.push(program),
+        }
+    };
     let mut seen = HashSet::new();
     for query in perf_event_queries(exclude_pids) {
         if exclude_progs.contains(&query.prog_id) || !on_target(&query.file) {
             continue;
         }
-        if seen.insert((query.prog_id, query.file.clone(), query.offset)) {
-            found.push(OtherProgram {
-                prog_id: query.prog_id,
-                name: String::new(),
-                kind: query.kind,
-                file: query.file,
-                offset: Some(query.offset),
-                count: None,
-                only_pid: None,
-                holder_pid: Some(query.pid),
-                holder_comm: comm(query.pid),
-                run_count: None,
-                run_time_ns: None,
-                avg_run_ns: None,
-            });
-        }
+        seen.insert((query.prog_id, query.file.clone(), query.offset));
+        add(OtherProgram {
+            prog_id: query.prog_id,
+            name: String::new(),
+            kind: query.kind,
+            file: query.file,
+            offsets: vec![query.offset],
+            count: None,
+            only_pid: None,
+            holder_pid: Some(query.pid),
+            holder_comm: comm(query.pid),
+            run_count: None,
+            run_time_ns: None,
+            avg_run_ns: None,
+        });
     }
     for link in uprobe_links() {
         if exclude_progs.contains(&link.prog_id) || !on_target(&link.file) {
@@ -125,22 +142,24 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
         if link.only_pid.is_some_and(|p| p != 0 && p != pid) {
             continue;
         }
-        if seen.insert((link.prog_id, link.file.clone(), link.offset.unwrap_or(0))) {
-            found.push(OtherProgram {
-                prog_id: link.prog_id,
-                name: String::new(),
-                kind: link.kind,
-                file: link.file,
-                offset: link.offset,
-                count: link.count,
-                only_pid: link.only_pid,
-                holder_pid: None,
-                holder_comm: None,
-                run_count: None,
-                run_time_ns: None,
-                avg_run_ns: None,
-            });
+        // A perf link's event is usually also held open by its tool: seen above.
+        if seen.contains(&(link.prog_id, link.file.clone(), link.offset.unwrap_or(0))) {
+            continue;
         }
+        add(OtherProgram {
+            prog_id: link.prog_id,
+            name: String::new(),
+            kind: link.kind,
+            file: link.file,
+            offsets: link.offset.into_iter().collect(),
+            count: link.count,
+            only_pid: link.only_pid,
+            holder_pid: None,
+            holder_comm: None,
+            run_count: None,
+            run_time_ns: None,
+            avg_run_ns: None,
+        });
     }
     let names = program_stats();
     for program in &mut found {
@@ -216,11 +235,17 @@ pub fn render(programs: &[OtherProgram]) -> String {
     for p in programs {
         let mut line = format!("  prog {} {:?} {}", p.prog_id, p.name, p.kind);
         let _ = write!(line, " {}", p.file);
-        if let Some(offset) = p.offset {
-            let _ = write!(line, "+{offset:#x}");
-        }
-        if let Some(count) = p.count.filter(|c| *c > 1) {
-            let _ = write!(line, " ({count} offsets)");
+        match p.offsets.as_slice() {
+            [one] => {
+                let _ = write!(line, "+{one:#x}");
+            }
+            many => {
+                let _ = write!(
+                    line,
+                    " ({} offsets)",
+                    p.count.map_or(many.len(), |c| c as usize)
+                );
+            }
         }
         if let Some(pid) = p.holder_pid {
             let _ = write!(line, " held by pid {pid}");
@@ -572,7 +597,7 @@ mod tests {
             name: "p".into(),
             kind: "uprobe",
             file: "/bin/x".into(),
-            offset: Some(0x10),
+            offsets: vec![0x10],
             count: None,
             only_pid: None,
             holder_pid: None,

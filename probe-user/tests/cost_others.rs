@@ -1,0 +1,95 @@
+//! Another tracer's program on the target (bpftrace) is found, with its run count and
+//! run time when `--bpf-stats` is given; the statistics go off again when probetop
+//! exits.
+
+mod common;
+
+use common::*;
+
+/// The kernel's run count of program `id` (0 if gone).
+fn run_count(id: u32) -> u64 {
+    aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .find(|p| p.id() == id)
+        .map_or(0, |p| p.run_count())
+}
+
+#[test]
+fn finds_bpftrace_on_the_target_and_prices_it() {
+    let stats_were_on = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
+        .is_ok_and(|v| v.trim() != "0");
+    let target = workload(&["--forever", "--batch", "10000", "--rate", "20000"]);
+    let exe = fixture("c/workload");
+    let mut bpftrace = Running::spawn({
+        let mut cmd = std::process::Command::new("bpftrace");
+        // -p does not scope uprobes: filter on the pid too (other tests share the file).
+        cmd.args(["-p", &target.pid().to_string(), "-e"])
+            .arg(format!(
+                "uprobe:{}:leaf_ret /pid == {}/ {{ @hits = count(); }}",
+                exe.display(),
+                target.pid()
+            ));
+        cmd
+    });
+    bpftrace.out().wait_for("Attaching");
+
+    let json = std::env::temp_dir().join(format!("probetop-others-{}.json", std::process::id()));
+    let mut probetop = Running::spawn({
+        let mut cmd = probetop();
+        cmd.args([
+            "--pid",
+            &target.pid().to_string(),
+            "--no-tui",
+            "--duration",
+            "2",
+        ])
+        .args(["--bpf-stats", "-e", "uprobe:work_unit", "--export"])
+        .arg(&json);
+        cmd
+    });
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let stderr = probetop.err().rest().join("\n");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let others = report["cost"]["other_bpf_programs"]
+        .as_array()
+        .expect("other_bpf_programs");
+    let found = others
+        .iter()
+        .find(|p| {
+            p["holder_pid"] == bpftrace.pid()
+                && p["file"]
+                    .as_str()
+                    .is_some_and(|f| f.ends_with("c/workload"))
+        })
+        .unwrap_or_else(|| panic!("bpftrace's probe not listed: {others:#?}\n{stderr}"));
+    assert_eq!(found["kind"], "uprobe");
+    assert_eq!(
+        found["offsets"].as_array().map(Vec::len),
+        Some(1),
+        "{found}"
+    );
+    let runs = found["run_count"]
+        .as_u64()
+        .expect("run_count with --bpf-stats");
+    assert!(runs > 1000, "{found}");
+    assert!(
+        found["avg_run_ns"].as_f64().expect("avg_run_ns") > 0.0,
+        "{found}"
+    );
+    assert!(stderr.contains("bpftrace"), "{stderr}");
+    // probetop's own programs are not "other".
+    assert!(
+        others.iter().all(|p| p["holder_pid"] != probetop.pid()),
+        "{others:#?}"
+    );
+
+    // Statistics are off again (unless something else keeps them on).
+    if !stats_were_on {
+        let id = found["prog_id"].as_u64().expect("prog_id") as u32;
+        let before = run_count(id);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        assert_eq!(run_count(id), before, "BPF statistics still counting");
+    }
+    let _ = std::fs::remove_file(&json);
+}
