@@ -240,7 +240,7 @@ fn finish(kind: u32, slots: &HashMap<u64, u32>) {
 fn slot_of(slots: &HashMap<u64, u32>, addr: u64) -> u32 {
     // SAFETY: the value is a plain u32 copied out at once; user space fills the map
     // before attaching and never changes an entry afterwards.
-    match unsafe { slots.get(&addr) } {
+    match unsafe { slots.get(addr) } {
         Some(slot) => *slot,
         None => DISPATCH_OTHER_SLOT.load(),
     }

@@ -318,8 +318,8 @@ fn kernel_class(
             Some("loads %ss: the kernel refuses to probe it"),
         );
     }
-    if !good(&GOOD_INSNS_64, op1) && !(p.opcode.len() == 2 && good(&GOOD_2BYTE_INSNS, p.opcode[1]))
-    {
+    let two_byte_good = p.opcode.len() == 2 && good(&GOOD_2BYTE_INSNS, p.opcode[1]);
+    if !(good(&GOOD_INSNS_64, op1) || two_byte_good) {
         return (
             CostClass::Refused,
             Some("the kernel refuses to probe this opcode"),
