@@ -29,7 +29,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// A few seconds instead of about twenty (fewer, shorter repetitions).
+    /// About 6 seconds instead of a minute (fewer, shorter repetitions).
     #[arg(long)]
     pub quick: bool,
 

@@ -84,7 +84,7 @@ pub struct CalibrateOptions {
 }
 
 impl CalibrateOptions {
-    /// About 20 seconds on a 2-vCPU VM.
+    /// About a minute on a 2-vCPU VM.
     pub fn full() -> Self {
         Self {
             reps: 31,
