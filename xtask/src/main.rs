@@ -310,12 +310,17 @@ fn setup_apt(ctx: &Ctx) -> Result<()> {
         return Ok(());
     }
     println!("setup: apt packages: installing {}", missing.join(" "));
+    apt_install(&missing)
+}
+
+/// `apt-get update` then `apt-get install` of `packages`, as root, without prompts or
+/// debconf dialogs: CI has no terminal and no stdin.
+fn apt_install(packages: &[&str]) -> Result<()> {
     ensure!(
         is_root()?,
         "installing apt packages {} needs root",
-        missing.join(" ")
+        packages.join(" ")
     );
-    // No prompts, no debconf dialogs: CI has no terminal and no stdin.
     let apt = |args: &[&str]| {
         let mut cmd = Command::new("apt-get");
         cmd.args(args)
@@ -324,7 +329,7 @@ fn setup_apt(ctx: &Ctx) -> Result<()> {
         cmd
     };
     run(&mut apt(&["update", "-q"]))?;
-    run(apt(&["install", "-y", "-q"]).args(&missing))
+    run(apt(&["install", "-y", "-q"]).args(packages))
 }
 
 /// The Go fixture needs a Go toolchain: the machine's own (/usr/local/go) when there is
@@ -337,16 +342,7 @@ fn setup_go() -> Result<()> {
         return Ok(());
     }
     println!("setup: go: installing golang-go");
-    ensure!(is_root()?, "installing golang-go needs root");
-    let apt = |args: &[&str]| {
-        let mut cmd = Command::new("apt-get");
-        cmd.args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null());
-        cmd
-    };
-    run(&mut apt(&["update", "-q"]))?;
-    run(&mut apt(&["install", "-y", "-q", "golang-go"]))
+    apt_install(&["golang-go"])
 }
 
 fn setup_nightly(ctx: &Ctx) -> Result<()> {
