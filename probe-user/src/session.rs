@@ -35,6 +35,15 @@ use crate::target::Target;
 use crate::{UsageError, privileges};
 use probe_common::{ProbeConfig, mode};
 
+/// Like eprintln!, but a failed write is ignored: after SIGHUP the terminal is gone, and
+/// eprintln! would panic (and abort) before the exports are written.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 /// Why measuring stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StopReason {
@@ -301,8 +310,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let started_unix_ms = closed_unix_ms.saturating_sub(duration.as_millis() as u64);
 
     match reason {
-        StopReason::TargetExited => eprintln!("probetop: pid {} exited", target.pid),
-        StopReason::TargetExeced => eprintln!(
+        StopReason::TargetExited => say!("probetop: pid {} exited", target.pid),
+        StopReason::TargetExeced => say!(
             "probetop: pid {} exec'd {}: probes on {} no longer fire; measurements up to the exec follow",
             target.pid,
             target
@@ -310,14 +319,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .map_or_else(|| "another program".into(), |p| p.display().to_string()),
             target.exe.display()
         ),
-        StopReason::Signal(name) => eprintln!("probetop: {name}, detached"),
+        StopReason::Signal(name) => say!("probetop: {name}, detached"),
         StopReason::Duration | StopReason::UserQuit => {}
     }
     for notice in &aggregator.notices {
-        eprintln!("probetop: {notice}");
+        say!("probetop: {notice}");
     }
     let snapshot = aggregator.snapshot(duration);
-    print!("{}", present::summary::table(&labels, &snapshot));
+    // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
+    // before the exports are written, so a failed write is ignored.
+    {
+        use std::io::Write as _;
+        let mut out = io::stdout().lock();
+        let _ = out
+            .write_all(present::summary::table(&labels, &snapshot).as_bytes())
+            .and_then(|()| out.flush());
+    }
 
     let report = build_report(
         &target,
@@ -332,7 +349,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         match export::write(&report, path, args.force) {
             Ok(written) => {
                 for file in written {
-                    eprintln!("probetop: wrote {}", file.display());
+                    say!("probetop: wrote {}", file.display());
                 }
             }
             Err(e) => failed.push(e.to_string()),
