@@ -450,6 +450,45 @@ impl Aggregator {
     }
 }
 
+/// What a report needs of one probe, copied out of the collector while it runs (the
+/// interval histogram and the UI's series stay behind: half the memory of a clone).
+#[derive(Debug, Clone)]
+pub struct ProbeMeasurements {
+    pub mode: u32,
+    pub hits: u64,
+    pub dropped: u64,
+    pub last_args: Option<CapturedArgs>,
+    pub handler_ns: Histogram<u64>,
+}
+
+/// Everything a report needs, measured so far.
+#[derive(Debug, Clone, Default)]
+pub struct Measurements {
+    /// CLOCK_MONOTONIC ns at which the window opened (or was last reset).
+    pub window_start_ns: u64,
+    pub probes: Vec<ProbeMeasurements>,
+}
+
+impl Aggregator {
+    /// A copy of what reports need.
+    pub fn measurements(&self) -> Measurements {
+        Measurements {
+            window_start_ns: self.window_start_ns,
+            probes: self
+                .probes
+                .iter()
+                .map(|p| ProbeMeasurements {
+                    mode: p.mode,
+                    hits: p.hits(),
+                    dropped: p.dropped,
+                    last_args: p.last_args,
+                    handler_ns: p.handler_ns.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Per-interval histograms of every probe, for interval logs. Kept compressed (V2 +
 /// DEFLATE, a few hundred bytes each) because a long run has many intervals; recorded
 /// only when an interval log is exported.

@@ -17,7 +17,7 @@ use tokio::{
     sync::{mpsc, oneshot, watch},
 };
 
-use crate::aggregate::{Aggregator, IntervalLog, Snapshot};
+use crate::aggregate::{Aggregator, IntervalLog, ProbeMeasurements, Snapshot};
 use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
 use crate::present::{
@@ -29,7 +29,7 @@ use crate::present::{
 use crate::resolve::{self, ProbePoint, ResolveOptions};
 use crate::spec::{ProbeKind, ProbeSpec};
 use crate::stream::{
-    self, Collected, CollectorCommand, CollectorLinks, CollectorOptions, HitStream,
+    self, Collected, CollectorCommand, CollectorLinks, CollectorOptions, Copied, HitStream,
 };
 use crate::target::Target;
 use crate::{UsageError, privileges};
@@ -339,7 +339,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let report = build_report(
         &target,
         &probes,
-        &aggregator,
+        &aggregator.measurements().probes,
         &intervals,
         started_unix_ms,
         duration,
@@ -380,17 +380,17 @@ impl ReportSource {
             })
             .await
             .ok()?;
-        let Collected {
-            aggregator,
+        let Copied {
+            measurements,
             intervals,
         } = copy.await.ok()?;
         let now_ktime_ns = stream::ktime_now_ns();
         let duration =
-            Duration::from_nanos(now_ktime_ns.saturating_sub(aggregator.window_start_ns()));
+            Duration::from_nanos(now_ktime_ns.saturating_sub(measurements.window_start_ns));
         Some(build_report(
             &self.target,
             &self.probes,
-            &aggregator,
+            &measurements.probes,
             &intervals,
             unix_now_ms().saturating_sub(duration.as_millis() as u64),
             duration,
@@ -554,7 +554,7 @@ fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
 fn build_report(
     target: &Target,
     probes: &[Probe],
-    aggregator: &Aggregator,
+    measured: &[ProbeMeasurements],
     intervals: &IntervalLog,
     started_unix_ms: u64,
     duration: Duration,
@@ -565,7 +565,7 @@ fn build_report(
         duration_s: duration.as_secs_f64(),
         probes: probes
             .iter()
-            .zip(aggregator.probes())
+            .zip(measured)
             .enumerate()
             .map(|(id, (probe, measured))| ProbeReport {
                 id: id as u32,
@@ -577,7 +577,7 @@ fn build_report(
                 file_offset: probe.point.file_offset,
                 mode: measured.mode,
                 last_args: measured.last_args.map(|a| a.values().collect()),
-                hits: measured.hits(),
+                hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
                 intervals: intervals

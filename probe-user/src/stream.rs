@@ -17,7 +17,7 @@ use tokio::{
     sync::{mpsc, oneshot, watch},
 };
 
-use crate::aggregate::{Aggregator, IntervalLog, OwnUsage, Snapshot};
+use crate::aggregate::{Aggregator, IntervalLog, Measurements, OwnUsage, Snapshot};
 use crate::attach::KernelCounters;
 use probe_common::mode;
 
@@ -59,6 +59,14 @@ impl Default for CollectorOptions {
 #[derive(Debug, Default)]
 pub struct Collected {
     pub aggregator: Aggregator,
+    pub intervals: IntervalLog,
+}
+
+/// A copy of the measurements so far ([`CollectorCommand::Copy`]).
+#[derive(Debug, Default)]
+pub struct Copied {
+    pub measurements: Measurements,
+    /// Empty unless asked for.
     pub intervals: IntervalLog,
 }
 
@@ -133,11 +141,11 @@ pub enum CollectorCommand {
     CloseWindow { at_ktime_ns: u64 },
     /// Restart every histogram and count: only hits from `at_ktime_ns` on count.
     Reset { at_ktime_ns: u64 },
-    /// Drain what is queued and send a copy of everything measured so far (with the
-    /// interval log if `with_intervals`), for exports and scrapes while running.
+    /// Drain what is queued and send a copy of what reports need (with the interval log
+    /// if `with_intervals`), for exports and scrapes while running.
     Copy {
         with_intervals: bool,
-        reply: oneshot::Sender<Collected>,
+        reply: oneshot::Sender<Copied>,
     },
     /// Drain what is queued, then return the aggregator.
     Stop,
@@ -175,8 +183,9 @@ pub async fn collect(
     let CollectorLinks {
         snapshots,
         mut commands,
-        focus,
+        mut focus,
     } = links;
+    let mut focus_open = true;
     let interval_length = options.interval.max(Duration::from_millis(10));
     let mut started = Instant::now();
     let mut poll = tokio::time::interval(POLL_INTERVAL);
@@ -202,13 +211,14 @@ pub async fn collect(
     let mut interval_start = Duration::ZERO;
     let mut own_meter = OwnUsageMeter::default();
     let mut own = OwnUsage::default();
-    let snapshot = |aggregator: &Aggregator, elapsed: Duration, own: OwnUsage| {
-        let mut snapshot = aggregator.snapshot(elapsed);
-        snapshot.interval = interval_length;
-        snapshot.own = own;
-        snapshot.focus = focus.borrow().and_then(|id| aggregator.focus_detail(id));
-        snapshot
-    };
+    let snapshot =
+        |aggregator: &Aggregator, elapsed: Duration, own: OwnUsage, focus: Option<u32>| {
+            let mut snapshot = aggregator.snapshot(elapsed);
+            snapshot.interval = interval_length;
+            snapshot.own = own;
+            snapshot.focus = focus.and_then(|id| aggregator.focus_detail(id));
+            snapshot
+        };
     loop {
         tokio::select! {
             ready = stream.readable() => {
@@ -234,7 +244,16 @@ pub async fn collect(
                 if let Some(limit) = options.auto_kernel_above {
                     switch_hot_probes(&mut counters, &mut aggregator, limit);
                 }
-                snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own));
+                snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, *focus.borrow()));
+            }
+            // A new selection gets its details at once rather than at the next tick.
+            changed = focus.changed(), if focus_open => {
+                if changed.is_err() {
+                    focus_open = false;
+                } else {
+                    let focused = *focus.borrow_and_update();
+                    snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, focused));
+                }
             }
             _ = interval_timer.tick() => {
                 stream.drain(|record| aggregator.record_any(&record));
@@ -269,13 +288,13 @@ pub async fn collect(
                     started = Instant::now();
                     interval_start = Duration::ZERO;
                     interval_timer.reset();
-                    snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own));
+                    snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, *focus.borrow()));
                 }
                 Some(CollectorCommand::Copy { with_intervals, reply }) => {
                     stream.drain(|record| aggregator.record_any(&record));
                     // The asker may have given up; nothing to do then.
-                    let _ = reply.send(Collected {
-                        aggregator: aggregator.clone(),
+                    let _ = reply.send(Copied {
+                        measurements: aggregator.measurements(),
                         intervals: if with_intervals { intervals.clone() } else { IntervalLog::default() },
                     });
                 }
@@ -296,7 +315,12 @@ pub async fn collect(
             (now - interval_start).as_secs_f64(),
         );
     }
-    snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own));
+    snapshots.send_replace(snapshot(
+        &aggregator,
+        started.elapsed(),
+        own,
+        *focus.borrow(),
+    ));
     Collected {
         aggregator,
         intervals,

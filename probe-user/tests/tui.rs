@@ -191,7 +191,7 @@ fn sort_filter_select_detach_reset_export_quit() {
     // Select with keys: the detail pane follows the selection.
     tmux.keys(&["Home", "Down"]);
     let screen = tmux.wait_for("second row selected", |s| {
-        detail_title(s) == "uprobe:work_unit"
+        detail_title(s) == "uprobe:work_unit" && s.contains("handler time by percentile")
     });
     assert!(screen.contains("handler time by percentile"), "{screen}");
     assert!(screen.contains("99.99%"), "{screen}");
@@ -222,8 +222,10 @@ fn sort_filter_select_detach_reset_export_quit() {
     });
     assert!(screen.contains("[off]"), "{screen}");
     tmux.keys(&["Space"]);
-    tmux.wait_for("attached again", |s| {
-        s.contains("3/3 attached") && !s.contains("[off]")
+    tmux.wait_for("attached again and counting", |s| {
+        s.contains("3/3 attached")
+            && !s.contains("[off]")
+            && row_of(s, "uprobe:work_unit").split_whitespace().nth(2) != Some("0")
     });
 
     // Reset: counts restart (the clock too).
@@ -377,8 +379,8 @@ fn sgr_parameters(text: &str) -> Vec<u32> {
             break;
         };
         if rest[end..].starts_with('m') {
-            let mut params = rest[..end].split(';').filter_map(|p| p.parse::<u32>().ok());
-            while let Some(p) = params.next() {
+            let params = rest[..end].split(';').filter_map(|p| p.parse::<u32>().ok());
+            for p in params {
                 out.push(p);
                 // 38;5;N and 38;2;R;G;B: the rest are the colour, not attributes.
                 if p == 38 || p == 48 {

@@ -212,18 +212,19 @@ pub async fn run<R>(
                 dirty = true;
             }
             _ = frames.tick(), if dirty => {
-                let rows = app.rows();
-                let selected = app.selected_probe(&rows).map(|id| id as u32);
-                focus.send_if_modified(|current| {
-                    let changed = *current != selected;
-                    *current = selected;
-                    changed
-                });
                 // Writing to the terminal can block; keep it off the collector's worker.
                 tokio::task::block_in_place(|| session.terminal.draw(|frame| draw(frame, &app)))?;
                 dirty = false;
             }
         }
+        // The collector computes the selected probe's details; tell it at once.
+        let rows = app.rows();
+        let selected = app.selected_probe(&rows).map(|id| id as u32);
+        focus.send_if_modified(|current| {
+            let changed = *current != selected;
+            *current = selected;
+            changed
+        });
         // A new message starts its own expiry.
         if app.message != message_shown {
             message_shown.clone_from(&app.message);
