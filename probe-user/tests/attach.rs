@@ -121,7 +121,8 @@ fn detaches_when(stop: Stop) {
         .args(["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"]);
     match stop {
         Stop::Duration => {
-            cmd.args(["--duration", "3"]);
+            // Long enough to measure a probed batch even on a loaded machine.
+            cmd.args(["--duration", "6"]);
         }
         Stop::Panic => {
             cmd.env("PROBETOP_TEST_PANIC_AFTER_ATTACH", "1");

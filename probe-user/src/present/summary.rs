@@ -83,6 +83,7 @@ mod tests {
                     p999: 5000,
                     max: 30_000,
                 },
+                ..Default::default()
             }],
             ..Default::default()
         };
