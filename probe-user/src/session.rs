@@ -28,7 +28,7 @@ use crate::resolve::{self, ProbePoint, ResolveOptions};
 use crate::spec::{ProbeKind, ProbeSpec};
 use crate::stream::{self, Collected, CollectorCommand, CollectorOptions, HitStream};
 use crate::target::Target;
-use crate::{UsageError, privileges};
+use crate::{UsageError, preset, privileges};
 use probe_common::{ProbeConfig, mode};
 
 /// Why measuring stopped.
@@ -284,9 +284,14 @@ fn collect_specs(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
             .with_context(|| format!("cannot read spec file {}", file.display()))?;
         texts.extend(spec_lines(&content));
     }
+    for name in &args.presets {
+        let text = preset::text(name).map_err(|e| UsageError(format!("--preset: {e}")))?;
+        texts.extend(spec_lines(text));
+    }
     if texts.is_empty() {
         bail!(UsageError(
-            "no probes: give at least one -e SPEC, for example -e uprobe:my_func".into()
+            "no probes: give at least one -e SPEC (for example -e uprobe:my_func) or a --preset"
+                .into()
         ));
     }
     texts
