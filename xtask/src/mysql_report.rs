@@ -579,7 +579,7 @@ impl Report {
             run.sysbench.p95_ms,
             run.mariadbd_us_per_query(),
             run.tool_cores() * 100.0,
-            run.hits(),
+            run.hits() + run.bpftrace_counts.values().sum::<u64>(),
             run.dropped()
         );
         ensure!(
