@@ -305,10 +305,13 @@ fn coexists_with_bpftrace_on_the_same_function() {
     let exe = fixture("c/workload");
     let mut bpftrace = Running::spawn({
         let mut cmd = std::process::Command::new("bpftrace");
+        // bpftrace 0.17's -p does not scope uprobes to the pid: without the predicate it
+        // also counts the workloads of the tests running beside this one.
         cmd.args(["-p", &target.pid().to_string(), "-e"])
             .arg(format!(
-                "uprobe:{}:work_unit {{ @hits = count(); }}",
-                exe.display()
+                "uprobe:{}:work_unit /pid == {}/ {{ @hits = count(); }}",
+                exe.display(),
+                target.pid()
             ));
         cmd
     });
