@@ -76,7 +76,7 @@ enum Task {
         /// --out is given.
         #[arg(long)]
         quick: bool,
-        /// Seconds of each sysbench run [default: 15, --quick: 3].
+        /// Seconds of each sysbench run [default: 10, --quick: 3].
         #[arg(long)]
         duration: Option<f64>,
         /// Runs of every cell and variant [default: 3, --quick: 1].
@@ -209,7 +209,7 @@ fn run_task(cli: Cli) -> Result<()> {
                 None if quick => ctx.target_dir().join("mysql-report-quick"),
                 None => ctx.root.join("docs"),
             };
-            let duration = duration.unwrap_or(if quick { 3.0 } else { 15.0 });
+            let duration = duration.unwrap_or(if quick { 3.0 } else { 10.0 });
             ensure!(
                 duration.is_finite() && duration >= 1.0,
                 "--duration: give at least 1 second"

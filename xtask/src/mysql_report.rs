@@ -100,6 +100,8 @@ struct Run {
     mariadbd_user_s: f64,
     mariadbd_sys_s: f64,
     tool_s: f64,
+    /// From SIGINT to the tool's exit: detaching every probe.
+    stop_s: f64,
     sysbench_s: f64,
     host: HostCpu,
     /// Per probe (probetop): spec, hits, dropped, handler_ns summary.
@@ -158,7 +160,7 @@ impl Run {
             "p95_ms": self.sysbench.p95_ms, "avg_ms": self.sysbench.avg_ms,
             "sysbench_s": self.sysbench.seconds, "errors": self.sysbench.errors,
             "wall_s": self.wall_s, "mariadbd_user_s": self.mariadbd_user_s,
-            "mariadbd_sys_s": self.mariadbd_sys_s, "tool_cpu_s": self.tool_s,
+            "mariadbd_sys_s": self.mariadbd_sys_s, "tool_cpu_s": self.tool_s, "tool_stop_s": self.stop_s,
             "sysbench_cpu_s": self.sysbench_s, "host_busy_s": self.host.busy,
             "host_steal_s": self.host.steal, "host_idle_s": self.host.idle,
             "probes": self.probes, "bpftrace_counts": self.bpftrace_counts,
@@ -183,6 +185,8 @@ struct Report {
     bpftrace_file: PathBuf,
     work: PathBuf,
     runs: Vec<Run>,
+    /// The trap calibration: per case, (user, system) ns per call of every repeat.
+    traps: Vec<(TrapCase, Vec<(f64, f64)>)>,
     commands: BTreeMap<&'static str, String>,
 }
 
@@ -210,7 +214,7 @@ pub fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
     fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let started = Instant::now();
     let uptime_before = uptime();
-    let runs_per_phase = options.tests.len() * options.threads.len() * 3;
+    let runs_per_phase = options.tests.len() * options.threads.len() * 3 + TRAP_CASES.len();
     let single = if options.per_probe {
         probes.len() + 1
     } else {
@@ -220,7 +224,11 @@ pub fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
     println!(
         "mysql-report: {total_runs} sysbench runs of {} s, about {:.0} min",
         options.duration,
-        f64::from(total_runs) * (options.duration + 5.0) / 60.0 + 1.0
+        (f64::from(total_runs) * (options.duration + 5.0)
+            + f64::from(options.repeats * (options.tests.len() * options.threads.len()) as u32)
+                * 15.0)
+            / 60.0
+            + 2.0
     );
 
     let server = Mariadb::start(&ServerOptions::default())?;
@@ -239,6 +247,7 @@ pub fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
         bpftrace_file,
         work,
         runs: Vec::new(),
+        traps: Vec::new(),
         commands: BTreeMap::new(),
         server,
         options,
@@ -250,6 +259,7 @@ pub fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
         "prepare",
         show(report.sysbench.command("oltp_read_only").arg("prepare")),
     );
+    report.trap_calibration()?;
     report.warm_up()?;
     report.main_phase()?;
     if report.options.per_probe {
@@ -369,6 +379,45 @@ fn bpftrace_script(probes: &[PresetProbe]) -> String {
     script
 }
 
+/// The trap calibration program (see trapcost.c).
+const TRAPCOST_C: &str = include_str!("trapcost.c");
+
+/// One case of the trap calibration: which function runs, and which specs probe it.
+#[derive(Debug, Clone, PartialEq)]
+struct TrapCase {
+    label: &'static str,
+    function: &'static str,
+    specs: &'static [&'static str],
+}
+
+const TRAP_CASES: &[TrapCase] = &[
+    TrapCase {
+        label: "no probe",
+        function: "f_push",
+        specs: &[],
+    },
+    TrapCase {
+        label: "uprobe, first instruction `push %rbp` (emulated)",
+        function: "f_push",
+        specs: &["uprobe:f_push"],
+    },
+    TrapCase {
+        label: "uretprobe (entry trap, emulated, + return trap)",
+        function: "f_push",
+        specs: &["uretprobe:f_push"],
+    },
+    TrapCase {
+        label: "uprobe + uretprobe on the same function",
+        function: "f_push",
+        specs: &["uprobe:f_push", "uretprobe:f_push"],
+    },
+    TrapCase {
+        label: "uprobe, first instruction `cmp $8,%edi` (single-stepped)",
+        function: "f_cmp",
+        specs: &["uprobe:f_cmp"],
+    },
+];
+
 /// `uptime`'s line, or why not.
 fn uptime() -> String {
     Command::new("uptime")
@@ -378,6 +427,96 @@ fn uptime() -> String {
 }
 
 impl Report {
+    /// What a hit costs a thread that does nothing else: probetop on a small program's
+    /// function whose first instruction is emulated or single-stepped, as entry and
+    /// return probe. Explains the per-hit costs measured in mariadbd.
+    fn trap_calibration(&mut self) -> Result<()> {
+        let source = self.work.join("trapcost.c");
+        let binary = self.work.join("trapcost");
+        fs::write(&source, TRAPCOST_C).with_context(|| format!("writing {}", source.display()))?;
+        crate::run(
+            Command::new("cc")
+                .args(["-O2", "-o"])
+                .arg(&binary)
+                .arg(&source),
+        )?;
+        let calls: u64 = if self.options.quick { 20_000 } else { 100_000 };
+        let mut results: Vec<(TrapCase, Vec<(f64, f64)>)> =
+            TRAP_CASES.iter().map(|c| (c.clone(), Vec::new())).collect();
+        for repeat in 0..self.options.repeats {
+            for case in rotated(TRAP_CASES, repeat as usize) {
+                let measured = self.trap_run(&binary, &case, calls)?;
+                println!(
+                    "mysql-report: trap calibration: {}: user {:.0} ns, system {:.0} ns per call",
+                    case.label, measured.0, measured.1
+                );
+                if let Some((_, values)) = results.iter_mut().find(|(c, _)| *c == case) {
+                    values.push(measured);
+                }
+            }
+        }
+        self.commands.insert(
+            "trapcost",
+            format!(
+                "cc -O2 -o trapcost xtask/src/trapcost.c && ./trapcost {calls} f_push  # then \
+                 probetop --pid PID --no-tui -e uprobe:f_push, and a line on its stdin"
+            ),
+        );
+        self.traps = results;
+        Ok(())
+    }
+
+    /// One calibration run: (user, system) ns per call.
+    fn trap_run(&self, binary: &Path, case: &TrapCase, calls: u64) -> Result<(f64, f64)> {
+        let mut cmd = Command::new(binary);
+        cmd.arg(calls.to_string())
+            .arg(case.function)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", show(&cmd)))?;
+        let guard = KillOnDrop(&mut child);
+        let stdout = guard.0.stdout.take().context("trapcost's stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = lines.next().transpose()?.unwrap_or_default();
+        ensure!(
+            ready.starts_with("ready pid="),
+            "trapcost printed {ready:?}"
+        );
+        let mut tool = None;
+        if !case.specs.is_empty() {
+            let mut p = Command::new(&self.probetop);
+            p.arg("--pid").arg(guard.0.id().to_string()).arg("--no-tui");
+            for spec in case.specs {
+                p.args(["-e", spec]);
+            }
+            tool = Some(Tool::start(p, "attached", Stream::Stderr)?);
+        }
+        {
+            use std::io::Write as _;
+            let stdin = guard.0.stdin.as_mut().context("trapcost's stdin")?;
+            stdin.write_all(b"go\n")?;
+            stdin.flush()?;
+        }
+        let result = lines.next().transpose()?.unwrap_or_default();
+        let status = guard.0.wait()?;
+        ensure!(status.success(), "trapcost failed ({status}): {result}");
+        if let Some(mut tool) = tool {
+            // It stops by itself when the target exits.
+            tool.stop()?;
+        }
+        let field = |key: &str| -> Result<f64> {
+            result
+                .split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|v| v.parse().ok())
+                .with_context(|| format!("no {key}= in trapcost's {result:?}"))
+        };
+        Ok((field("user_ns")?, field("sys_ns")?))
+    }
+
     /// A short run of every test first: the buffer pool, the table cache and the
     /// prepared-statement paths are warm before anything is measured.
     fn warm_up(&mut self) -> Result<()> {
@@ -528,10 +667,12 @@ impl Report {
         let (mu1, ms1) = process_cpu(self.server.pid(), false)?;
         let host = HostCpu::now()?.since(host0);
 
+        let stopping = Instant::now();
         let output = match tool.as_mut() {
             Some(t) => Some(t.stop()?),
             None => None,
         };
+        let stop_s = stopping.elapsed().as_secs_f64();
         let sysbench = result?;
         let mut run = Run {
             test: test.to_string(),
@@ -544,6 +685,7 @@ impl Report {
             mariadbd_user_s: mu1 - mu0,
             mariadbd_sys_s: ms1 - ms0,
             tool_s: tool1 - tool0,
+            stop_s,
             sysbench_s: kids1 - kids0,
             host,
             probes: Vec::new(),
@@ -729,7 +871,9 @@ impl Tool {
     pub fn stop(&mut self) -> Result<String> {
         // SAFETY: kill(2) on our own unreaped child's pid: it cannot name another process.
         unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // bpftrace takes seconds to exit: it detaches probe by probe, and the kernel waits
+        // for an RCU grace period each time, which the machine's load stretches.
+        let deadline = Instant::now() + Duration::from_secs(300);
         let status = loop {
             if let Some(status) = self.child.try_wait().context("waiting for a tool")? {
                 break status;
@@ -737,7 +881,7 @@ impl Tool {
             if Instant::now() > deadline {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
-                bail!("{} did not stop within 60 s of SIGINT", self.command);
+                bail!("{} did not stop within 300 s of SIGINT", self.command);
             }
             thread::sleep(Duration::from_millis(20));
         };
@@ -761,6 +905,18 @@ impl Drop for Tool {
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.child.kill();
             let _ = self.child.wait();
+        }
+    }
+}
+
+/// Kills and reaps a child on drop unless it was already reaped.
+struct KillOnDrop<'a>(&'a mut Child);
+
+impl Drop for KillOnDrop<'_> {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
         }
     }
 }
@@ -878,6 +1034,11 @@ impl Report {
                 "first_instruction": p.first_insn, "emulated": p.emulated,
             })).collect::<Vec<_>>(),
             "runs": self.runs.iter().map(Run::to_json).collect::<Vec<_>>(),
+            "trap_calibration": self.traps.iter().map(|(c, v)| json!({
+                "case": c.label, "specs": c.specs,
+                "user_ns_per_call": v.iter().map(|(u, _)| *u).collect::<Vec<_>>(),
+                "sys_ns_per_call": v.iter().map(|(_, s)| *s).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
         });
         let raw_path = files.join("runs.json");
         fs::write(&raw_path, serde_json::to_string_pretty(&raw)?)
@@ -944,6 +1105,7 @@ impl Report {
 
         self.overhead_table(w);
         self.per_hit_table(w);
+        self.trap_table(w);
         if o.per_probe {
             self.single_table(w);
         }
@@ -1002,12 +1164,15 @@ impl Report {
              the sysbench run, per statement; a probe's trap and handler run in the \
              probed thread, so they land in it. Tool CPU is probetop's (or bpftrace's) own \
              process. Added CPU per 10k QPS is (mariadbd + tool CPU per statement) minus \
-             mariadbd's without probes, as percent of one core at 10,000 statements/s.\n"
+             mariadbd's without probes, as percent of one core at 10,000 statements/s. \
+             Other load is the CPU of every other process on the machine during the run \
+             (from /proc/stat), in cores of the 2: the noise the interleaving spreads. \
+             Detach is the time from SIGINT to the tool's exit.\n"
         );
         let _ = writeln!(
             w,
-            "| test | threads | probes | QPS | QPS drop | p95 ms | p95 increase | mariadbd us/query | tool CPU % of a core | added CPU per 10k QPS | probe hits/query |\n\
-             |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "| test | threads | probes | QPS | QPS drop | p95 ms | p95 increase | mariadbd us/query | tool CPU % of a core | added CPU per 10k QPS | probe hits/query | other load (cores) | detach s |\n\
+             |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for (test, threads) in self.cells() {
             let base = self.runs_of(&test, threads, &Variant::None, false);
@@ -1022,6 +1187,8 @@ impl Report {
                 let tool = spread(runs.iter().map(|r| r.tool_cores() * 100.0));
                 let total = spread(runs.iter().map(|r| r.total_us_per_query()));
                 let hits = spread(runs.iter().map(|r| self.hits_per_query(r)));
+                let background = spread(runs.iter().map(|r| r.background_cores()));
+                let detach = spread(runs.iter().map(|r| r.stop_s));
                 let (drop, increase, added) = if variant == Variant::None {
                     ("-".to_string(), "-".to_string(), "-".to_string())
                 } else {
@@ -1034,7 +1201,7 @@ impl Report {
                 };
                 let _ = writeln!(
                     w,
-                    "| {test} | {threads} | {} | {} | {drop} | {} | {increase} | {} | {} | {added} | {} |",
+                    "| {test} | {threads} | {} | {} | {drop} | {} | {increase} | {} | {} | {added} | {} | {:.2} | {} |",
                     variant.label(),
                     show_spread(qps, 0),
                     show_spread(p95, 2),
@@ -1048,6 +1215,12 @@ impl Report {
                         "-".into()
                     } else {
                         format!("{:.2}", med(hits))
+                    },
+                    med(background),
+                    if variant == Variant::None {
+                        "-".into()
+                    } else {
+                        format!("{:.1}", med(detach))
                     },
                 );
             }
@@ -1072,14 +1245,17 @@ impl Report {
             w,
             "### What one hit costs the server\n\n\
              The added mariadbd CPU per statement (medians) divided by the probe hits per \
-             statement: the trap, the kernel's uprobe dispatch, the BPF program and the \
-             return to user space, as the probed thread pays them. Small differences are \
-             within the noise of the runs (see the spreads above).\n"
+             statement. The system part is the trap, the kernel's uprobe dispatch, the BPF \
+             program and the return to user space, as the probed thread pays them; the \
+             total also holds what the server does differently when it runs slower \
+             (InnoDB spin loops, fewer statements per wakeup) and, for a single-stepped \
+             site, the user-mode step itself. Small differences are within the noise of \
+             the runs (see the spreads above).\n"
         );
         let _ = writeln!(
             w,
-            "| test | threads | probes | hits/query | added mariadbd us/query | of which system time | us per hit |\n\
-             |---|---:|---|---:|---:|---:|---:|"
+            "| test | threads | probes | hits/query | added mariadbd us/query | of which system | us per hit | system us per hit |\n\
+             |---|---:|---|---:|---:|---:|---:|---:|"
         );
         for (test, threads) in self.cells() {
             let base = self.runs_of(&test, threads, &Variant::None, false);
@@ -1092,17 +1268,60 @@ impl Report {
                 let hits = med(spread(runs.iter().map(|r| self.hits_per_query(r))));
                 let _ = writeln!(
                     w,
-                    "| {test} | {threads} | {} | {hits:.2} | {:.2} | {:.2} | {} |",
+                    "| {test} | {threads} | {} | {hits:.2} | {:.2} | {:.2} | {} | {} |",
                     variant.label(),
                     cpu - base_cpu,
                     sys - base_sys,
-                    if hits > 0.0 {
-                        format!("{:.2}", (cpu - base_cpu) / hits)
-                    } else {
-                        "-".into()
-                    }
+                    per(cpu - base_cpu, hits),
+                    per(sys - base_sys, hits),
                 );
             }
+        }
+        let _ = writeln!(w);
+    }
+
+    fn trap_table(&self, w: &mut String) {
+        if self.traps.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            w,
+            "### The trap alone\n\n\
+             probetop (`--no-tui`, ring mode, as above) on a small program that only calls \
+             one function in a loop (`xtask/src/trapcost.c`), CPU time per call from \
+             getrusage; medians of {} runs. This is the price of a hit with nothing of \
+             mariadbd around it: the breakpoint trap, the kernel's uprobe lookup, the BPF \
+             program, the return to user space, and for the single-stepped site a second \
+             trap after executing the copied instruction out of line.\n",
+            self.options.repeats
+        );
+        let _ = writeln!(
+            w,
+            "| case | user ns/call | system ns/call | added ns per call |\n|---|---:|---:|---:|"
+        );
+        let total = |v: &[(f64, f64)]| {
+            med(spread(v.iter().map(|(u, _)| *u))) + med(spread(v.iter().map(|(_, s)| *s)))
+        };
+        let base = self
+            .traps
+            .iter()
+            .find(|(c, _)| c.specs.is_empty())
+            .map_or(f64::NAN, |(_, v)| total(v));
+        for (case, values) in &self.traps {
+            let user = med(spread(values.iter().map(|(u, _)| *u)));
+            let sys = med(spread(values.iter().map(|(_, s)| *s)));
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {} |",
+                case.label,
+                fmt0(user),
+                fmt0(sys),
+                if case.specs.is_empty() {
+                    "-".into()
+                } else {
+                    fmt0(total(values) - base)
+                }
+            );
         }
         let _ = writeln!(w);
     }
@@ -1112,6 +1331,7 @@ impl Report {
         let threads = self.options.threads.iter().copied().min().unwrap_or(2);
         let base = self.runs_of(&test, threads, &Variant::None, true);
         let base_cpu = med(spread(base.iter().map(|r| r.mariadbd_us_per_query())));
+        let base_sys = med(spread(base.iter().map(|r| r.mariadbd_sys_us_per_query())));
         let base_qps = med(spread(base.iter().map(|r| r.sysbench.qps)));
         let _ = writeln!(
             w,
@@ -1129,8 +1349,8 @@ impl Report {
         );
         let _ = writeln!(
             w,
-            "| probe | first instruction | kernel | hits/query | QPS drop | added mariadbd us/query | us per hit | handler p50 ns |\n\
-             |---|---|---|---:|---:|---:|---:|---:|"
+            "| probe | first instruction | kernel | hits/query | QPS drop | added mariadbd us/query | of which system | us per hit | system us per hit | handler p50 ns |\n\
+             |---|---|---|---:|---:|---:|---:|---:|---:|---:|"
         );
         for p in &self.probes {
             let variant = Variant::Single(p.spec.clone());
@@ -1139,6 +1359,7 @@ impl Report {
                 continue;
             }
             let cpu = med(spread(runs.iter().map(|r| r.mariadbd_us_per_query())));
+            let sys = med(spread(runs.iter().map(|r| r.mariadbd_sys_us_per_query())));
             let qps = med(spread(runs.iter().map(|r| r.sysbench.qps)));
             let hits = med(spread(runs.iter().map(|r| self.hits_per_query(r))));
             let p50 = med(spread(runs.iter().filter_map(|r| {
@@ -1155,16 +1376,14 @@ impl Report {
             };
             let _ = writeln!(
                 w,
-                "| `{}` | `{}` | {kernel} | {hits:.2} | {} | {:.2} | {} | {} |",
+                "| `{}` | `{}` | {kernel} | {hits:.2} | {} | {:.2} | {:.2} | {} | {} | {} |",
                 p.spec,
                 p.first_insn,
                 pct(qps, base_qps),
                 cpu - base_cpu,
-                if hits > 0.0 {
-                    format!("{:.2}", (cpu - base_cpu) / hits)
-                } else {
-                    "-".into()
-                },
+                sys - base_sys,
+                per(cpu - base_cpu, hits),
+                per(sys - base_sys, hits),
                 fmt0(p50)
             );
         }
@@ -1363,6 +1582,7 @@ impl Report {
             "probetop",
             "bpftrace",
             "probetop-single",
+            "trapcost",
         ] {
             if let Some(cmd) = self.commands.get(key) {
                 let _ = writeln!(w, "# {key}\n{cmd}");
@@ -1373,6 +1593,15 @@ impl Report {
             "```\n\nThe bpftrace script (`mysql.bt`):\n\n```\n{}```\n",
             self.bpftrace_script
         );
+    }
+}
+
+/// `total / hits` with two decimals, `-` without hits.
+fn per(total: f64, hits: f64) -> String {
+    if hits > 0.0 && total.is_finite() {
+        format!("{:.2}", total / hits)
+    } else {
+        "-".into()
     }
 }
 
