@@ -51,6 +51,12 @@ pub struct RunArgs {
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub spec_file: Option<PathBuf>,
 
+    /// Attach a built-in set of probes, repeatable: `mysql` (MySQL and MariaDB's
+    /// request path: do_command, dispatch_command and its return, mysql_parse,
+    /// mysqld_stmt_execute, mysql_execute_command).
+    #[arg(long = "preset", value_name = "NAME")]
+    pub presets: Vec<String>,
+
     /// Stop after this many seconds.
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,

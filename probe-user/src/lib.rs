@@ -9,6 +9,7 @@ pub mod aggregate;
 pub mod attach;
 pub mod cli;
 pub mod present;
+pub mod preset;
 pub mod privileges;
 pub mod resolve;
 pub mod session;

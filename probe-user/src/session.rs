@@ -32,7 +32,7 @@ use crate::stream::{
     self, Collected, CollectorCommand, CollectorLinks, CollectorOptions, Copied, HitStream,
 };
 use crate::target::Target;
-use crate::{UsageError, privileges};
+use crate::{UsageError, preset, privileges};
 use probe_common::{ProbeConfig, mode};
 
 /// Like eprintln!, but a failed write is ignored: after SIGHUP the terminal is gone, and
@@ -522,9 +522,14 @@ fn collect_specs(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
             .with_context(|| format!("cannot read spec file {}", file.display()))?;
         texts.extend(spec_lines(&content));
     }
+    for name in &args.presets {
+        let text = preset::text(name).map_err(|e| UsageError(format!("--preset: {e}")))?;
+        texts.extend(spec_lines(text));
+    }
     if texts.is_empty() {
         bail!(UsageError(
-            "no probes: give at least one -e SPEC, for example -e uprobe:my_func".into()
+            "no probes: give at least one -e SPEC (for example -e uprobe:my_func) or a --preset"
+                .into()
         ));
     }
     texts

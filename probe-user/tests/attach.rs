@@ -306,8 +306,8 @@ fn coexists_with_bpftrace_on_the_same_function() {
     let exe = fixture("c/workload");
     let mut bpftrace = Running::spawn({
         let mut cmd = std::process::Command::new("bpftrace");
-        // bpftrace's -p does not scope uprobes to the process (other tests run the
-        // same binary), so filter on the pid as well.
+        // bpftrace 0.17's -p does not scope uprobes to the pid: without the predicate it
+        // also counts the workloads of the tests running beside this one.
         cmd.args(["-p", &target.pid().to_string(), "-e"])
             .arg(format!(
                 "uprobe:{}:work_unit /pid == {}/ {{ @hits = count(); }}",
