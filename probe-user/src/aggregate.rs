@@ -117,6 +117,8 @@ pub struct ProbeAggregate {
     pub rate: RateWindow,
     /// Argument values of the latest hit that captured any.
     pub last_args: Option<CapturedArgs>,
+    /// Records received per thread id (threads created after attach included).
+    pub threads: std::collections::HashMap<u32, u64>,
     /// How hits reach user space now (`probe_common::mode`).
     pub mode: u32,
     /// SAMPLE mode: every hit in the window, as the kernel counted them.
@@ -172,6 +174,7 @@ impl Default for ProbeAggregate {
             interval_ns: new_ns_histogram(),
             rate: RateWindow::new(Duration::from_secs(1)),
             last_args: None,
+            threads: Default::default(),
             mode: mode::RING,
             sampled_hits: 0,
             sampled_seen: 0,
@@ -248,6 +251,7 @@ impl ProbeAggregate {
     /// Forgets everything measured; the kernel's cumulative counts become the new zero.
     fn reset(&mut self) {
         self.received = 0;
+        self.threads.clear();
         self.dropped_base += self.dropped;
         self.dropped = 0;
         self.handler_ns.reset();
@@ -303,8 +307,9 @@ impl ProbeAggregate {
         self.interval_ns.reset();
     }
 
-    fn record(&mut self, handler_ns: u64) {
+    fn record(&mut self, handler_ns: u64, tid: u32) {
         self.received += 1;
+        *self.threads.entry(tid).or_default() += 1;
         // In SAMPLE mode the rate follows the kernel's count of every hit.
         if self.mode != mode::SAMPLE {
             self.rate.add(1);
@@ -390,7 +395,7 @@ impl Aggregator {
         }
         match self.probes.get_mut(event.probe_id as usize) {
             Some(probe) => {
-                probe.record(event.handler_ns);
+                probe.record(event.handler_ns, event.tid);
                 true
             }
             None => {
@@ -458,6 +463,8 @@ pub struct ProbeMeasurements {
     pub hits: u64,
     pub dropped: u64,
     pub last_args: Option<CapturedArgs>,
+    /// Records received per thread id, sorted by thread id.
+    pub threads: Vec<(u32, u64)>,
     pub handler_ns: Histogram<u64>,
 }
 
@@ -482,6 +489,12 @@ impl Aggregator {
                     hits: p.hits(),
                     dropped: p.dropped,
                     last_args: p.last_args,
+                    threads: {
+                        let mut threads: Vec<(u32, u64)> =
+                            p.threads.iter().map(|(t, n)| (*t, *n)).collect();
+                        threads.sort_unstable();
+                        threads
+                    },
                     handler_ns: p.handler_ns.clone(),
                 })
                 .collect(),
@@ -854,7 +867,8 @@ mod tests {
             agg.record(&hit(0, ns));
         }
         log.close_interval(&mut agg, 0.0, 1.0);
-        agg.record(&hit(0, 5000));
+        // Below 2048 every value is its own bucket at 3 significant digits.
+        agg.record(&hit(0, 1500));
         agg.record(&hit(1, 7));
         log.close_interval(&mut agg, 1.0, 1.0);
         log.close_interval(&mut agg, 2.0, 1.0);
@@ -863,11 +877,25 @@ mod tests {
         assert_eq!(first[0].handler_ns.len(), 3);
         assert_eq!(first[0].handler_ns.max(), 300);
         assert_eq!(first[1].start_s, 1.0);
-        assert_eq!(first[1].handler_ns.max(), 5000);
+        assert_eq!(first[1].handler_ns.max(), 1500);
         let second = log.of_probe(1);
         assert_eq!(second.len(), 1);
         assert_eq!(second[0].handler_ns.min(), 7);
         assert!(log.bytes() > 0);
+    }
+
+    #[test]
+    fn hits_are_counted_per_thread() {
+        let mut agg = Aggregator::new(1);
+        for tid in [7, 8, 7] {
+            agg.record(&HitEvent {
+                tid,
+                handler_ns: 1,
+                ..Default::default()
+            });
+        }
+        let threads = &agg.probes()[0].threads;
+        assert_eq!((threads[&7], threads[&8], threads.len()), (2, 1, 2));
     }
 
     #[test]

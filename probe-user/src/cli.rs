@@ -95,6 +95,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "MIB", default_value_t = 8)]
     pub ring_mib: u32,
 
+    /// Ring buffer size in KiB instead (a power of two, at least 4): a tiny buffer
+    /// overflows at once, which tests drop accounting.
+    #[arg(long, value_name = "KIB", conflicts_with = "ring_mib", hide = true)]
+    pub ring_kib: Option<u32>,
+
     /// How hits reach probetop: `ring` streams every hit; `sample` streams one hit in
     /// --sample-every and counts all in the kernel; `kernel` aggregates in the kernel
     /// (cheapest per hit, histogram within 3.2%, no per-hit records); `auto` streams

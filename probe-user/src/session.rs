@@ -80,12 +80,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             args.interval
         )));
     }
-    if !args.ring_mib.is_power_of_two() {
-        bail!(UsageError(format!(
-            "--ring-mib {}: the kernel needs a power of two (4, 8, 16, ...)",
-            args.ring_mib
-        )));
-    }
+    let ring_bytes = match args.ring_kib {
+        Some(kib) => kib.checked_mul(1 << 10),
+        None => args.ring_mib.checked_mul(1 << 20),
+    };
+    let ring_bytes = match ring_bytes {
+        Some(bytes) if bytes.is_power_of_two() && bytes >= 4096 => bytes,
+        _ => bail!(UsageError(
+            "the ring buffer size must be a power of two, at least 4 KiB and below 4 GiB (--ring-mib 4, 8, 16, ...)".into()
+        )),
+    };
     privileges::check()?;
     let target = Target::open(pid)?;
     for path in &args.exports {
@@ -151,7 +155,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let mut attachment = Attachment::load(LoadOptions {
-        ring_bytes: args.ring_mib << 20,
+        ring_bytes,
         probe_count: probes.len() as u32,
         ..Default::default()
     })?;
@@ -577,6 +581,7 @@ fn build_report(
                 file_offset: probe.point.file_offset,
                 mode: measured.mode,
                 last_args: measured.last_args.map(|a| a.values().collect()),
+                threads: measured.threads.clone(),
                 hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),

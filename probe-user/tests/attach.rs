@@ -9,12 +9,6 @@ use common::*;
 
 const CALLS: u64 = 50_000;
 
-fn export_path(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("probetop-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir.join(name)
-}
-
 #[test]
 fn exact_hits_for_uprobes_and_uretprobes() {
     exact_hits_in_mode("ring");
@@ -266,4 +260,125 @@ fn auto_mode_moves_hot_probes_into_the_kernel() {
         stderr.contains("aggregating it in the kernel"),
         "no switch reported: {stderr}"
     );
+}
+
+/// Threads created after attach are probed too, and counted per thread.
+#[test]
+fn threads_created_after_attach_are_probed_and_counted_per_thread() {
+    const THREADS: u64 = 4;
+    let target = started(
+        &fixture("c/threads"),
+        &[
+            "--threads",
+            &THREADS.to_string(),
+            "--calls",
+            &CALLS.to_string(),
+        ],
+    );
+    let report = measure(target.pid(), &["-e", "uprobe:work_unit"], || {
+        target.signal(libc::SIGUSR1)
+    });
+    let lines = target.out().rest();
+    let tids: Vec<String> = lines
+        .iter()
+        .filter_map(|l| {
+            l.strip_prefix("tid=")?
+                .split_whitespace()
+                .next()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(tids.len() as u64, THREADS, "{lines:?}");
+    let probe = probe(&report, "work_unit");
+    assert_eq!(probe["hits"], THREADS * CALLS);
+    let per_thread = probe["threads"].as_object().expect("threads");
+    assert_eq!(per_thread.len() as u64, THREADS, "{per_thread:?}");
+    for tid in &tids {
+        assert_eq!(per_thread[tid.as_str()], CALLS, "thread {tid}");
+    }
+}
+
+/// Another tracer on the same function (bpftrace) and probetop both count every hit.
+#[test]
+fn coexists_with_bpftrace_on_the_same_function() {
+    let target = workload(&["--calls", &CALLS.to_string(), "--wait-signal"]);
+    let exe = fixture("c/workload");
+    let mut bpftrace = Running::spawn({
+        let mut cmd = std::process::Command::new("bpftrace");
+        // bpftrace's -p does not scope uprobes to the process (other tests run the
+        // same binary), so filter on the pid as well.
+        cmd.args(["-p", &target.pid().to_string(), "-e"])
+            .arg(format!(
+                "uprobe:{}:work_unit /pid == {}/ {{ @hits = count(); }}",
+                exe.display(),
+                target.pid()
+            ));
+        cmd
+    });
+    bpftrace.out().wait_for("Attaching");
+    let report = measure(target.pid(), &["-e", "uprobe:work_unit"], || {
+        target.signal(libc::SIGUSR1)
+    });
+    assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
+    // bpftrace -p exits with its target and prints its map.
+    bpftrace.wait();
+    let printed = bpftrace.out().rest().join("\n");
+    assert!(
+        printed.contains(&format!("@hits: {CALLS}")),
+        "bpftrace saw: {printed}"
+    );
+}
+
+/// A target whose executable was deleted or replaced on disk, before or after probes
+/// were attached, is still probed: symbols are read and probes attached through
+/// /proc/PID/exe, which the kernel resolves to the mapped inode.
+#[test]
+fn probes_a_target_whose_binary_was_deleted_or_replaced() {
+    let dir = std::env::temp_dir().join(format!("probetop-deleted-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let copy = dir.join("workload");
+    std::fs::copy(fixture("c/workload"), &copy).expect("copy fixture");
+    let target = started(&copy, &["--calls", &CALLS.to_string(), "--wait-signal"]);
+    std::fs::remove_file(&copy).expect("delete the binary");
+    // And something else now stands at its path.
+    std::fs::write(&copy, b"not an ELF file").expect("replace");
+    let report = measure(
+        target.pid(),
+        &["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"],
+        || {
+            // Replaced again while the probes are live.
+            std::fs::remove_file(&copy).expect("delete the stand-in");
+            std::fs::copy("/bin/true", &copy).expect("another program at the path");
+            target.signal(libc::SIGUSR1)
+        },
+    );
+    assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
+    assert_eq!(probe(&report, "leaf_ret")["hits"], CALLS);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A target that execs another program is reported, and what was measured up to the
+/// exec is kept and exported.
+#[test]
+fn stops_and_keeps_measurements_when_the_target_execs() {
+    let target = started(&fixture("c/execer"), &["--calls", &CALLS.to_string()]);
+    let json = export_path("execer.json");
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
+        .arg(&json)
+        .args(["-e", "uprobe:work_unit"]);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("exec");
+    let status = probetop.wait();
+    let stderr = probetop.err().rest().join("\n");
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("exec'd") && stderr.contains("sleep"),
+        "{stderr}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
 }

@@ -99,3 +99,67 @@ fn without_privileges() {
         .expect("run setpriv");
     assert_clean_failure(&out, 1, "needs root");
 }
+
+#[test]
+fn kernel_threads_and_zombies_are_refused() {
+    // kthreadd is pid 2.
+    assert_clean_failure(
+        &run(&["--pid", "2", "-e", "uprobe:x", "--no-tui"]),
+        1,
+        "kernel thread",
+    );
+    // A child that exited and was not reaped yet is a zombie.
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    let pid = child.id();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+    }) {
+        assert!(std::time::Instant::now() < deadline, "no zombie");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_clean_failure(
+        &run(&["--pid", &pid.to_string(), "-e", "uprobe:x", "--no-tui"]),
+        1,
+        "zombie",
+    );
+    let _ = child.wait();
+}
+
+#[test]
+fn a_spec_matching_thousands_of_symbols_is_capped() {
+    let target = workload(&["--calls", "1", "--wait-signal"]);
+    let out = run(&[
+        "--pid",
+        &target.pid().to_string(),
+        "-e",
+        "uprobe:libc:*",
+        "--no-tui",
+    ]);
+    assert_clean_failure(&out, 1, "--max-probes");
+    assert!(stderr(&out).contains("matches"), "{}", stderr(&out));
+}
+
+#[test]
+fn refuses_to_run_setuid() {
+    use std::os::unix::fs::PermissionsExt as _;
+    // A setuid-root copy run by nobody: real uid 65534, effective uid 0.
+    let dir = std::env::temp_dir().join(format!("probetop-setuid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod dir");
+    let copy = dir.join("probetop");
+    std::fs::copy(env!("CARGO_BIN_EXE_probetop"), &copy).expect("copy binary");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o4755)).expect("setuid");
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&copy)
+        .args(["--pid", "1", "-e", "uprobe:x", "--no-tui"])
+        .output()
+        .expect("run setpriv");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_clean_failure(&out, 1, "refuses to run setuid");
+}

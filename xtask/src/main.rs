@@ -1,1 +1,826 @@
-fn main() {}
+//! `cargo xtask`: probetop's developer and CI tasks.
+//!
+//! Everything shells out with plain [`Command`]s and echoes each one (`+ cmd`) before
+//! running it, so a CI log shows exactly what happened and any step can be rerun by hand.
+//! Read-only probes (`dpkg-query`, `rustup ... list`) are echoed only with `--verbose`,
+//! so a `setup` with nothing to do stays one line per item.
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::io::{BufRead as _, BufReader, IsTerminal as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+use std::{env, fs, thread};
+
+use anyhow::{Context as _, Result, bail, ensure};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "probetop's setup, build, test and demo tasks"
+)]
+struct Cli {
+    /// Also echo the read-only commands that check what is installed.
+    #[arg(short, long, global = true)]
+    verbose: bool,
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what a fresh machine lacks (apt packages, rustup components, bpf-linker).
+    Setup,
+    /// Build every fixture into fixtures/build/<lang>/.
+    Fixtures,
+    /// cargo build --release (also builds the eBPF object through probe-user's build.rs).
+    Build,
+    /// rustfmt check and clippy with warnings denied.
+    Lint,
+    /// setup, lint, fixtures, build, then the whole test suite (as root).
+    Test {
+        /// Passed to the test harness: `cargo xtask test -- --test-threads 1`.
+        #[arg(last = true)]
+        harness_args: Vec<String>,
+    },
+    /// Run probetop against the C workload fixture.
+    Demo,
+    /// The overload tests for longer: every CPU hits a probe as fast as it can, in each
+    /// mode; every hit must be accounted for and probetop's memory stay flat.
+    Soak {
+        /// Seconds per mode.
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
+    },
+}
+
+/// apt packages the tests, fixtures and tooling use that a fresh Debian 12 machine of the
+/// project's kind lacks.
+const APT_PACKAGES: &[&str] = &[
+    "systemtap-sdt-dev", // sys/sdt.h for USDT fixtures
+    "bpftrace",          // the peer tool probetop is measured against
+    "bpftool",           // loaded programs and their run_time_ns/run_cnt
+    "tmux",              // a terminal for the TUI without one (CI)
+    "binutils",          // objdump/readelf on fixtures
+    "xz-utils",
+    "g++",
+    "make",
+    "python3",
+    "prometheus", // promtool validates the metrics export; a real server scrapes it
+    "maven",      // fetches HdrHistogram's Java reader for the .hlog cross-check
+    "openjdk-17-jdk-headless", // runs it
+];
+
+const ROOT_REQUIRED: &str = "integration tests attach real probes: run as root";
+
+struct Ctx {
+    root: PathBuf,
+    verbose: bool,
+}
+
+fn main() -> ExitCode {
+    forget_proxy_toolchain();
+    // Print the error chain ourselves: with RUST_BACKTRACE=1 (set on this machine)
+    // returning the error from main would add a backtrace to every failed command.
+    match run_task(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// rustup's proxy runs us with RUSTUP_TOOLCHAIN set to the toolchain it picked for
+/// `cargo xtask` (stable, or nightly after `cargo +nightly xtask`), and every cargo we
+/// start would inherit it and ignore what the workspace would pick. Drop it unless the
+/// user set it themselves (rustup then reports its source as `env`).
+fn forget_proxy_toolchain() {
+    let from_proxy = env::var_os("RUSTUP_TOOLCHAIN_SOURCE").is_some_and(|s| s != "env");
+    if from_proxy {
+        // SAFETY: first thing in main, before any thread exists that could read the
+        // environment concurrently.
+        unsafe {
+            env::remove_var("RUSTUP_TOOLCHAIN");
+            env::remove_var("RUSTUP_TOOLCHAIN_SOURCE");
+        }
+    }
+}
+
+fn run_task(cli: Cli) -> Result<()> {
+    let ctx = Ctx {
+        // Compile-time path of xtask/; the repository root is its parent.
+        root: Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .context("xtask's manifest directory has no parent")?
+            .to_path_buf(),
+        verbose: cli.verbose,
+    };
+    match cli.task {
+        Task::Setup => setup(&ctx),
+        Task::Fixtures => fixtures(&ctx),
+        Task::Build => build(&ctx),
+        Task::Lint => lint(&ctx),
+        Task::Test { harness_args } => test(&ctx, &harness_args),
+        Task::Demo => demo(&ctx),
+        Task::Soak { seconds } => soak(&ctx, seconds),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tasks
+
+fn setup(ctx: &Ctx) -> Result<()> {
+    setup_apt(ctx)?;
+    setup_go()?;
+    setup_nightly(ctx)?;
+    setup_stable_components(ctx)?;
+    setup_nightly_components(ctx)?;
+    setup_bpf_linker(ctx)?;
+    Ok(())
+}
+
+fn fixtures(ctx: &Ctx) -> Result<()> {
+    run(Command::new("make")
+        .arg("-C")
+        .arg(ctx.root.join("fixtures")))
+}
+
+fn build(ctx: &Ctx) -> Result<()> {
+    run(ctx.cargo().args(["build", "--release"]))
+}
+
+/// The eBPF crate, which only builds for bpfel-unknown-none with nightly: next to the
+/// host crates, feature unification hands its probe-common dependency aya (and so std),
+/// and clippy fails with a duplicate `panic_impl`. It is linted on its own target.
+const EBPF_PACKAGE: &str = "probe-ebpf";
+
+fn lint(ctx: &Ctx) -> Result<()> {
+    // Run every check so one CI round reports every problem, then fail if any did.
+    let results = [
+        run(ctx.cargo().args(["fmt", "--all", "--check"])),
+        run(ctx.cargo().args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            EBPF_PACKAGE,
+            "--all-targets",
+            "--release",
+            "--",
+            "-D",
+            "warnings",
+        ])),
+        run(ctx.cargo().args([
+            "+nightly",
+            "clippy",
+            "--package",
+            EBPF_PACKAGE,
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--release",
+            "--",
+            "-D",
+            "warnings",
+        ])),
+    ];
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| format!("{e:#}")))
+        .collect();
+    ensure!(failed.is_empty(), "lint failed:\n  {}", failed.join("\n  "));
+    Ok(())
+}
+
+fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
+    ensure!(is_root()?, ROOT_REQUIRED);
+    setup(ctx)?;
+    // A lint failure fails the run, but only at the end: with builds this slow, one CI
+    // round should also say whether the tests pass.
+    let lint = lint(ctx);
+    fixtures(ctx)?;
+    build(ctx)?;
+    // --release everywhere: the tests then reuse the release build (2 cores here).
+    let mut cmd = ctx.cargo();
+    cmd.args([
+        "test",
+        "--release",
+        "--workspace",
+        "--exclude",
+        EBPF_PACKAGE,
+    ])
+    .env("PROBETOP_FIXTURES", ctx.root.join("fixtures/build"))
+    // Both are installed by setup, so the cross-checks against the reference
+    // implementations (Java's HdrHistogram reader, Prometheus's promtool) always run.
+    .env("PROBETOP_JAVA_CHECK", "1")
+    .env("PROBETOP_HAVE_PROMTOOL", "1");
+    if !harness_args.is_empty() {
+        cmd.arg("--").args(harness_args);
+    }
+    run(&mut cmd)?;
+    if let Err(e) = lint {
+        bail!("the tests passed, but {e:#}");
+    }
+    Ok(())
+}
+
+fn soak(ctx: &Ctx, seconds: u32) -> Result<()> {
+    ensure!(is_root()?, ROOT_REQUIRED);
+    setup(ctx)?;
+    fixtures(ctx)?;
+    build(ctx)?;
+    // One mode at a time: parallel floods would share the CPUs and halve each other.
+    run(ctx
+        .cargo()
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "probe-user",
+            "--test",
+            "overload",
+        ])
+        .args(["--", "--test-threads", "1", "--nocapture"])
+        .env("PROBETOP_FIXTURES", ctx.root.join("fixtures/build"))
+        .env("PROBETOP_SOAK_SECONDS", seconds.to_string()))
+}
+
+fn demo(ctx: &Ctx) -> Result<()> {
+    ensure!(
+        is_root()?,
+        "probetop attaches real probes: run the demo as root"
+    );
+    setup(ctx)?;
+    fixtures(ctx)?;
+    build(ctx)?;
+
+    let probetop = ctx.target_dir().join("release/probetop");
+    ensure!(
+        probetop.is_file(),
+        "{} is missing after the build",
+        probetop.display()
+    );
+    // No terminal (CI): a short, non-interactive run instead of the TUI.
+    let interactive = std::io::stdin().is_terminal();
+
+    let workload = ctx.root.join("fixtures/build/c/workload");
+    let mut fixture = Fixture::start(
+        Command::new(&workload).args(["--forever", "--rate", "20000"]),
+        !interactive,
+    )?;
+
+    let mut cmd = Command::new(&probetop);
+    cmd.arg("--pid").arg(fixture.pid.to_string());
+    for probe in [
+        "uprobe:work_unit",
+        "uretprobe:work_unit",
+        "uprobe:leaf_ret",
+        "uretprobe:leaf_ret",
+    ] {
+        cmd.args(["-e", probe]);
+    }
+    if !interactive {
+        cmd.args(["--no-tui", "--duration", "5"]);
+    }
+    // Foreground with the terminal inherited; the fixture is stopped whatever happens.
+    let result = run(&mut cmd);
+    fixture.stop();
+    result
+}
+
+// ---------------------------------------------------------------------------------------
+// setup items
+
+fn setup_apt(ctx: &Ctx) -> Result<()> {
+    let mut missing = Vec::new();
+    for &pkg in APT_PACKAGES {
+        let out = ctx.query(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))?;
+        // Anything but this (not known, removed, config-files only, half-installed) needs
+        // an install; dpkg-query fails outright for a package it has never seen.
+        if !(out.status.success() && out.stdout.trim() == "install ok installed") {
+            missing.push(pkg);
+        }
+    }
+    if missing.is_empty() {
+        println!("setup: apt packages: ok");
+        return Ok(());
+    }
+    println!("setup: apt packages: installing {}", missing.join(" "));
+    apt_install(&missing)
+}
+
+/// `apt-get update` then `apt-get install` of `packages`, as root, without prompts or
+/// debconf dialogs: CI has no terminal and no stdin.
+fn apt_install(packages: &[&str]) -> Result<()> {
+    ensure!(
+        is_root()?,
+        "installing apt packages {} needs root",
+        packages.join(" ")
+    );
+    let apt = |args: &[&str]| {
+        let mut cmd = Command::new("apt-get");
+        cmd.args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null());
+        cmd
+    };
+    run(&mut apt(&["update", "-q"]))?;
+    run(apt(&["install", "-y", "-q"]).args(packages))
+}
+
+/// The Go fixture needs a Go toolchain: the machine's own (/usr/local/go) when there is
+/// one, else Debian's.
+fn setup_go() -> Result<()> {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("go").is_file()));
+    if on_path || Path::new("/usr/local/go/bin/go").is_file() {
+        println!("setup: go: ok");
+        return Ok(());
+    }
+    println!("setup: go: installing golang-go");
+    apt_install(&["golang-go"])
+}
+
+fn setup_nightly(ctx: &Ctx) -> Result<()> {
+    let out = ctx.query_ok(Command::new("rustup").args(["toolchain", "list"]))?;
+    if out.lines().any(|l| l.starts_with("nightly")) {
+        println!("setup: nightly toolchain: ok");
+        return Ok(());
+    }
+    // Not installed here on purpose: the machine pins which nightly it ships, and
+    // RUSTUP_AUTO_INSTALL=0 means nothing should pull a toolchain behind our back.
+    bail!(
+        "the nightly toolchain is missing (`rustup toolchain list` has no nightly); the eBPF \
+         programs need it. Install it with `rustup toolchain install nightly --profile minimal \
+         --component rust-src`, then rerun `cargo xtask setup`"
+    )
+}
+
+/// `cargo xtask lint` runs rustfmt and clippy of the workspace's toolchain (stable here)
+/// on the host crates; a minimal-profile toolchain lacks both.
+fn setup_stable_components(ctx: &Ctx) -> Result<()> {
+    setup_components(ctx, None, &["rustfmt", "clippy"])
+}
+
+/// Nightly builds the eBPF crate with -Z build-std=core (compiled from rust-src) and
+/// lints it with its clippy.
+fn setup_nightly_components(ctx: &Ctx) -> Result<()> {
+    setup_components(ctx, Some("nightly"), &["rust-src", "clippy"])
+}
+
+/// Adds the `components` a toolchain (None: the one active at the root) lacks.
+fn setup_components(ctx: &Ctx, toolchain: Option<&str>, components: &[&str]) -> Result<()> {
+    let toolchain_args = |cmd: &mut Command| {
+        if let Some(t) = toolchain {
+            cmd.args(["--toolchain", t]);
+        }
+        cmd.current_dir(&ctx.root);
+    };
+    let mut list = Command::new("rustup");
+    list.args(["component", "list", "--installed"]);
+    toolchain_args(&mut list);
+    let installed = ctx.query_ok(&mut list)?;
+    let missing: Vec<&str> = components
+        .iter()
+        .copied()
+        .filter(|c| !installed.lines().any(|l| has_component(l, c)))
+        .collect();
+    let item = format!(
+        "{} {}",
+        toolchain.unwrap_or("default toolchain"),
+        components.join(", ")
+    );
+    if missing.is_empty() {
+        println!("setup: {item}: ok");
+        return Ok(());
+    }
+    println!("setup: {item}: installing {}", missing.join(" "));
+    let mut add = Command::new("rustup");
+    add.args(["component", "add"]).args(&missing);
+    toolchain_args(&mut add);
+    run(&mut add)
+}
+
+/// `rustup component list` prints `rust-src` but `clippy-x86_64-unknown-linux-gnu`.
+fn has_component(line: &str, component: &str) -> bool {
+    let line = line.trim();
+    line == component
+        || line
+            .strip_prefix(component)
+            .is_some_and(|rest| rest.starts_with('-'))
+}
+
+/// bpf-linker links the eBPF object with LLVM, and must use the same LLVM major as the
+/// nightly rustc that emits the bitcode. It is built against nightly's own libLLVM
+/// (no system LLVM needed), and a marker records which major it was built for, so a
+/// nightly with a new LLVM triggers a rebuild.
+fn setup_bpf_linker(ctx: &Ctx) -> Result<()> {
+    let verbose =
+        ctx.query_ok(Command::new("rustc").args(["+nightly", "--version", "--verbose"]))?;
+    let major = llvm_major(&verbose)?;
+    let cargo_home = cargo_home()?;
+    let marker = cargo_home.join("probetop/bpf-linker.llvm");
+
+    let marked = fs::read_to_string(&marker).is_ok_and(|m| m.trim() == major);
+    if marked && bpf_linker_runs(ctx)? {
+        println!("setup: bpf-linker (LLVM {major}): ok");
+        return Ok(());
+    }
+    println!("setup: bpf-linker (LLVM {major}): building against nightly's libLLVM (~3 min)");
+
+    // LLVM_PREFIX/lib must hold libLLVM.so for bpf-linker's build (llvm-sys links
+    // -lLLVM) and the soname file itself: the binary's rpath points there, and without it
+    // bpf-linker only runs where rustup puts nightly's lib/ on LD_LIBRARY_PATH.
+    let prefix = cargo_home.join(format!("probetop/llvm-{major}"));
+    let lib = prefix.join("lib");
+    fs::create_dir_all(&lib).with_context(|| format!("creating {}", lib.display()))?;
+    let sysroot = ctx.query_ok(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?;
+    let so = nightly_libllvm(&Path::new(sysroot.trim()).join("lib"))?;
+    let so_name = so
+        .file_name()
+        .context("libLLVM path has no file name")?
+        .to_owned();
+    for link in [lib.join("libLLVM.so"), lib.join(&so_name)] {
+        replace_symlink(&so, &link)?;
+    }
+
+    let mut install = Command::new("cargo");
+    install
+        .args([
+            "+nightly",
+            "install",
+            "bpf-linker",
+            "--locked",
+            "--no-default-features",
+            "--features",
+        ])
+        .arg(format!("llvm-{major}"))
+        .arg("--force")
+        .env("LLVM_PREFIX", &prefix)
+        // cargo install would build in (and leave its objects behind in) a target dir
+        // set for the workspace; without one it uses a temporary directory.
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR")
+        .stdin(Stdio::null());
+    run(&mut install)?;
+
+    ensure!(
+        bpf_linker_runs(ctx)?,
+        "bpf-linker was installed into {} but `bpf-linker --version` does not run: is {} on \
+         PATH?",
+        cargo_home.join("bin").display(),
+        cargo_home.join("bin").display()
+    );
+    fs::write(&marker, format!("{major}\n"))
+        .with_context(|| format!("writing {}", marker.display()))?;
+    println!("setup: bpf-linker (LLVM {major}): installed");
+    Ok(())
+}
+
+/// "LLVM version: 22.1.4" in `rustc -vV` -> "22".
+fn llvm_major(rustc_verbose: &str) -> Result<String> {
+    let version = rustc_verbose
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version:"))
+        .context("`rustc +nightly --version --verbose` prints no LLVM version")?
+        .trim();
+    let major = version.split('.').next().unwrap_or_default();
+    ensure!(
+        !major.is_empty() && major.bytes().all(|b| b.is_ascii_digit()),
+        "cannot read the LLVM major from {version:?}"
+    );
+    Ok(major.to_owned())
+}
+
+/// The real libLLVM of a toolchain: `libLLVM.so.<ver>-rust-...` (its
+/// `libLLVM-<major>-rust-...so` sibling is not the soname bpf-linker ends up needing).
+fn nightly_libllvm(lib: &Path) -> Result<PathBuf> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(lib).with_context(|| format!("listing {}", lib.display()))? {
+        let entry = entry.with_context(|| format!("listing {}", lib.display()))?;
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("libLLVM.so.")
+        {
+            found.push(entry.path());
+        }
+    }
+    match found.as_slice() {
+        [so] => Ok(so.clone()),
+        [] => bail!("no libLLVM.so.* in {}", lib.display()),
+        _ => bail!("several libLLVM.so.* in {}: {found:?}", lib.display()),
+    }
+}
+
+fn replace_symlink(target: &Path, link: &Path) -> Result<()> {
+    if link.symlink_metadata().is_ok() {
+        fs::remove_file(link).with_context(|| format!("removing {}", link.display()))?;
+    }
+    println!("+ ln -s {} {}", target.display(), link.display());
+    std::os::unix::fs::symlink(target, link)
+        .with_context(|| format!("linking {} -> {}", link.display(), target.display()))
+}
+
+/// Whether `bpf-linker --version` runs from PATH the way rustc will run it. Without
+/// LD_LIBRARY_PATH: under `cargo +nightly` rustup puts nightly's lib/ there, which would
+/// hide a missing or stale libLLVM link in the prefix.
+fn bpf_linker_runs(ctx: &Ctx) -> Result<bool> {
+    let mut cmd = Command::new("bpf-linker");
+    cmd.arg("--version").env_remove("LD_LIBRARY_PATH");
+    ctx.echo_query(&cmd);
+    Ok(cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success()))
+}
+
+fn cargo_home() -> Result<PathBuf> {
+    if let Some(home) = env::var_os("CARGO_HOME").filter(|h| !h.is_empty()) {
+        return Ok(PathBuf::from(home));
+    }
+    let home = env::var_os("HOME").context("neither CARGO_HOME nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".cargo"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Demo fixture
+
+/// A background fixture process, stopped on [`Fixture::stop`] or on drop (error paths).
+struct Fixture {
+    child: Child,
+    pid: u32,
+    relay: Option<JoinHandle<()>>,
+}
+
+impl Fixture {
+    /// Starts the fixture and waits for its `ready pid=<pid>` line, so probes attach to a
+    /// process that has finished exec. Its later output is relayed to stderr when `relay`
+    /// (no TUI to disturb) and dropped otherwise; it is always drained, so a full pipe
+    /// never stalls the fixture.
+    fn start(cmd: &mut Command, relay: bool) -> Result<Self> {
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+        echo(cmd);
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", show(cmd)))?;
+        let stdout = child.stdout.take();
+        // Owned by the guard from here on: every early return below stops the process.
+        let mut fixture = Fixture {
+            pid: child.id(),
+            child,
+            relay: None,
+        };
+        let mut reader = BufReader::new(stdout.context("the fixture's stdout was not captured")?);
+        let mut line = String::new();
+        reader
+            .read_line(&mut line)
+            .context("reading the fixture's ready line")?;
+        let expected = format!("ready pid={}", fixture.pid);
+        ensure!(
+            line.trim() == expected,
+            "the fixture printed {line:?} instead of `{expected}`"
+        );
+        fixture.relay = Some(thread::spawn(move || {
+            for line in reader.lines() {
+                match line {
+                    Ok(line) if relay => eprintln!("workload: {line}"),
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        }));
+        Ok(fixture)
+    }
+
+    /// SIGTERM first so the workload prints its `done` line, SIGKILL if it lingers.
+    fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let mut term = Command::new("kill");
+        term.args(["-TERM", &self.pid.to_string()]);
+        echo(&term);
+        let termed = term.status().is_ok_and(|s| s.success());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while termed && Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if let Some(relay) = self.relay.take() {
+            let _ = relay.join();
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Running commands
+
+impl Ctx {
+    /// cargo from PATH (the rustup proxy, so `+nightly` works), run at the workspace root.
+    fn cargo(&self) -> Command {
+        let mut cmd = Command::new("cargo");
+        cmd.current_dir(&self.root);
+        cmd
+    }
+
+    /// Where cargo puts build outputs: CARGO_TARGET_DIR if set (relative to the root,
+    /// where cargo runs), else <root>/target.
+    fn target_dir(&self) -> PathBuf {
+        match env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
+            Some(dir) => self.root.join(dir),
+            None => self.root.join("target"),
+        }
+    }
+
+    fn echo_query(&self, cmd: &Command) {
+        if self.verbose {
+            echo(cmd);
+        }
+    }
+
+    /// Runs a read-only check and captures its output, whatever its exit status.
+    fn query(&self, cmd: &mut Command) -> Result<Output> {
+        self.echo_query(cmd);
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running {}", show(cmd)))?;
+        Ok(Output {
+            status: out.status,
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        })
+    }
+
+    /// Like [`Ctx::query`], but the command must succeed; returns its stdout.
+    fn query_ok(&self, cmd: &mut Command) -> Result<String> {
+        let out = self.query(cmd)?;
+        ensure!(
+            out.status.success(),
+            "{} failed ({}): {}",
+            show(cmd),
+            out.status,
+            out.stderr.trim()
+        );
+        Ok(out.stdout)
+    }
+}
+
+struct Output {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Echoes and runs a command with inherited stdio; a non-zero exit is an error.
+fn run(cmd: &mut Command) -> Result<()> {
+    echo(cmd);
+    let status = cmd
+        .status()
+        .with_context(|| format!("running {}", show(cmd)))?;
+    ensure!(status.success(), "`{}` failed: {status}", show(cmd));
+    Ok(())
+}
+
+fn echo(cmd: &Command) {
+    eprintln!("+ {}", show(cmd));
+}
+
+/// A command as a shell line: `(cd DIR &&) VAR=value prog args`, quoted where needed.
+fn show(cmd: &Command) -> String {
+    let mut line = String::new();
+    if let Some(dir) = cmd.get_current_dir() {
+        let _ = write!(line, "cd {} && ", quote(dir.as_os_str()));
+    }
+    let removed: Vec<_> = cmd.get_envs().filter(|(_, v)| v.is_none()).collect();
+    if !removed.is_empty() {
+        line.push_str("env");
+        for (key, _) in removed {
+            let _ = write!(line, " -u {}", key.to_string_lossy());
+        }
+        line.push(' ');
+    }
+    for (key, value) in cmd.get_envs() {
+        if let Some(value) = value {
+            let _ = write!(line, "{}={} ", key.to_string_lossy(), quote(value));
+        }
+    }
+    line.push_str(&quote(cmd.get_program()));
+    for arg in cmd.get_args() {
+        line.push(' ');
+        line.push_str(&quote(arg));
+    }
+    line
+}
+
+fn quote(s: &OsStr) -> String {
+    let s = s.to_string_lossy();
+    let plain = !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:+,@%".contains(&b));
+    if plain {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// Effective uid 0, read from /proc so xtask needs no libc bindings.
+fn is_root() -> Result<bool> {
+    let status = fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().nth(1))
+        .context("no effective uid in /proc/self/status")?;
+    Ok(euid == "0")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_llvm_major() {
+        let vv = "rustc 1.97.0-nightly (e50aa6fba 2026-05-19)\nbinary: rustc\n\
+                  LLVM version: 22.1.4\n";
+        assert_eq!(llvm_major(vv).ok().as_deref(), Some("22"));
+        assert!(llvm_major("rustc 1.0\n").is_err());
+    }
+
+    #[test]
+    fn matches_components() {
+        assert!(has_component("rust-src", "rust-src"));
+        assert!(has_component("clippy-x86_64-unknown-linux-gnu", "clippy"));
+        assert!(!has_component("rust-src-extra", "rust-src-e"));
+        assert!(!has_component("rustfmt-preview-x", "rust"));
+    }
+
+    fn alive(pid: u32) -> bool {
+        // A reaped child has no /proc entry; stop() always reaps.
+        Path::new(&format!("/proc/{pid}")).exists()
+    }
+
+    #[test]
+    fn fixture_is_stopped_on_drop() {
+        // `exec` keeps the shell's pid, so `$$` is the pid of the process we spawned.
+        let fixture = Fixture::start(
+            Command::new("sh").args(["-c", "echo ready pid=$$; exec sleep 60"]),
+            false,
+        )
+        .expect("the fake fixture starts");
+        let pid = fixture.pid;
+        assert!(alive(pid));
+        drop(fixture);
+        assert!(!alive(pid));
+    }
+
+    #[test]
+    fn fixture_without_ready_line_is_stopped() {
+        let err = Fixture::start(
+            Command::new("sh").args(["-c", "echo hello; exec sleep 60"]),
+            false,
+        )
+        .err()
+        .expect("a fixture that never says ready is an error");
+        // The error names the pid it expected, which is the spawned process: it must
+        // not outlive the error.
+        let msg = format!("{err:#}");
+        let pid = msg
+            .split_once("ready pid=")
+            .and_then(|(_, rest)| rest.split('`').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .expect("the error names the pid");
+        assert!(!alive(pid), "left running: {msg}");
+    }
+
+    #[test]
+    fn shows_commands() {
+        let mut cmd = Command::new("cargo");
+        cmd.args(["install", "a b"]).env("LLVM_PREFIX", "/p");
+        assert_eq!(show(&cmd), "LLVM_PREFIX=/p cargo install 'a b'");
+        cmd.env_remove("CARGO_TARGET_DIR").current_dir("/r");
+        assert_eq!(
+            show(&cmd),
+            "cd /r && env -u CARGO_TARGET_DIR LLVM_PREFIX=/p cargo install 'a b'"
+        );
+    }
+}

@@ -54,7 +54,11 @@ impl SymbolName {
 /// are also valid C++ manglings, and only rustc-demangle knows to drop the hash.
 pub fn demangle(raw: &str) -> (String, Vec<String>) {
     if let Ok(d) = rustc_demangle::try_demangle(raw) {
-        return (format!("{d:#}"), Vec::new());
+        let display = format!("{d:#}");
+        // v0 prints inherent methods as `<crate::Type>::method`; legacy mangling, and
+        // users, write `crate::Type::method`. Answer to both.
+        let keys = rust_inherent_path(&display).into_iter().collect();
+        return (display, keys);
     }
     if raw.starts_with("_Z")
         && raw.len() <= MAX_DEMANGLE_LEN
@@ -88,6 +92,27 @@ pub fn demangle(raw: &str) -> (String, Vec<String>) {
         return (display, keys);
     }
     (raw.to_string(), Vec::new())
+}
+
+/// `<a::B>::c` as `a::B::c`, for inherent impls only (`<a::B as Trait>::c` stays).
+fn rust_inherent_path(name: &str) -> Option<String> {
+    let rest = name.strip_prefix('<')?;
+    let mut depth = 1usize;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    let (self_type, after) = (&rest[..i], &rest[i + 1..]);
+                    return (!self_type.contains(" as ") && after.starts_with("::"))
+                        .then(|| format!("{self_type}{after}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// A function entry point: one address, one or more names.
@@ -193,6 +218,21 @@ impl SymbolTable {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn rust_v0_inherent_methods_answer_to_the_plain_path() {
+        assert_eq!(
+            rust_inherent_path("<rustfix::Worker>::step").as_deref(),
+            Some("rustfix::Worker::step")
+        );
+        assert_eq!(
+            rust_inherent_path("<alloc::vec::Vec<u8>>::push").as_deref(),
+            Some("alloc::vec::Vec<u8>::push")
+        );
+        assert_eq!(rust_inherent_path("<a::B as core::fmt::Debug>::fmt"), None);
+        assert_eq!(rust_inherent_path("rustfix::trace_me"), None);
+    }
+
     use super::*;
 
     #[test]

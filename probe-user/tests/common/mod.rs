@@ -100,7 +100,7 @@ pub struct Running {
 impl Running {
     pub fn spawn(mut command: Command) -> Self {
         let mut child = command
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -116,6 +116,14 @@ impl Running {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Writes a line to the child's stdin (fixtures started with `--wait-stdin` go on).
+    pub fn send_line(&mut self) {
+        use std::io::Write as _;
+        let stdin = self.child.stdin.as_mut().expect("stdin piped");
+        stdin.write_all(b"go\n").expect("write to child");
+        stdin.flush().expect("flush child stdin");
     }
 
     pub fn out(&self) -> &Lines {
@@ -158,11 +166,50 @@ impl Drop for Running {
 
 /// The foundation fixture, started and waiting for SIGUSR1 (`--wait-signal`).
 pub fn workload(args: &[&str]) -> Running {
-    let mut command = Command::new(fixture("c/workload"));
+    started(&fixture("c/workload"), args)
+}
+
+/// Starts `program` with `args` and waits for its `ready pid=` line.
+pub fn started(program: &std::path::Path, args: &[&str]) -> Running {
+    let mut command = Command::new(program);
     command.args(args);
     let running = Running::spawn(command);
     running.out().wait_for("ready pid=");
     running
+}
+
+/// Temporary path for an export, unique to this test process.
+pub fn export_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("probetop-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir.join(name)
+}
+
+/// Runs probetop on `pid` with `args` until the target exits, after `release` lets the
+/// target go once probes are live; returns the JSON export.
+pub fn measure(pid: u32, args: &[&str], release: impl FnOnce()) -> serde_json::Value {
+    let json = export_path(&format!("measure-{pid}.json"));
+    let mut cmd = probetop();
+    cmd.args(["--pid", &pid.to_string(), "--no-tui", "--export"])
+        .arg(&json)
+        .args(args);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    release();
+    let status = probetop.wait();
+    let stderr = probetop.err().rest();
+    assert!(status.success(), "probetop {args:?} failed: {stderr:?}");
+    serde_json::from_slice(&std::fs::read(&json).expect("export written")).expect("JSON")
+}
+
+/// Probe `name`'s entry in a JSON export.
+pub fn probe<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no probe named {name:?} in {report}"))
 }
 
 /// BPF program and link ids held open by process `pid` (from /proc/PID/fdinfo).

@@ -32,6 +32,8 @@ struct JsonProbe<'a> {
     /// faulted.
     #[serde(skip_serializing_if = "Option::is_none")]
     last_args: Option<&'a [Option<u64>]>,
+    /// Records received per thread: `{"tid": count}`.
+    threads: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Serialize)]
@@ -76,6 +78,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 dropped: p.dropped,
                 handler_ns: HandlerSummary::of(&p.handler_ns),
                 last_args: p.last_args.as_deref(),
+                threads: p
+                    .threads
+                    .iter()
+                    .map(|(tid, n)| (tid.to_string(), *n))
+                    .collect(),
             })
             .collect(),
     };

@@ -51,6 +51,8 @@ pub struct ProbeReport {
     /// Argument values of the last hit that captured any; `None` inside where a read
     /// faulted.
     pub last_args: Option<Vec<Option<u64>>>,
+    /// Records received per thread id, sorted by thread id.
+    pub threads: Vec<(u32, u64)>,
     /// Hits the probe took: records received plus records dropped.
     pub hits: u64,
     pub dropped: u64,
@@ -319,6 +321,7 @@ pub(crate) mod testing {
         let probe = |id: u32, kind, name: &str, hist: Histogram<u64>, dropped| ProbeReport {
             mode: 0,
             last_args: None,
+            threads: Vec::new(),
             id,
             spec: format!("{kind}:{name}"),
             kind,
@@ -383,6 +386,7 @@ pub(crate) mod testing {
             probes.push(ProbeReport {
                 mode: 0,
                 last_args: None,
+                threads: Vec::new(),
                 id,
                 spec: spec.into(),
                 kind,

@@ -1,0 +1,78 @@
+//! `probetop list` agrees with bpftrace's own listing of the same files.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+
+/// bpftrace's names for `kind` probes in `path` (the part after `kind:path:`).
+fn bpftrace_list(kind: &str, path: &std::path::Path) -> BTreeSet<String> {
+    let prefix = format!("{kind}:{}:", path.display());
+    let out = std::process::Command::new("bpftrace")
+        .args(["-l", &format!("{prefix}*")])
+        .output()
+        .expect("bpftrace is installed by `cargo xtask setup`");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+        .collect()
+}
+
+/// probetop's listing of `path`: (function symbols as stored, USDT provider:name).
+fn probetop_list(path: &std::path::Path) -> (BTreeSet<String>, BTreeSet<String>) {
+    let out = probetop()
+        .args(["list", "--json"])
+        .arg(path)
+        .output()
+        .expect("probetop list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let mut functions = BTreeSet::new();
+    let mut usdt = BTreeSet::new();
+    for point in listing["points"].as_array().expect("points") {
+        match point["kind"].as_str() {
+            Some("uprobe") => {
+                functions.insert(point["symbol"].as_str().expect("symbol").to_string());
+                for alias in point["aliases"].as_array().into_iter().flatten() {
+                    functions.insert(alias.as_str().expect("alias").to_string());
+                }
+            }
+            Some("usdt") => {
+                usdt.insert(point["name"].as_str().expect("name").to_string());
+            }
+            other => panic!("unexpected kind {other:?}"),
+        }
+    }
+    (functions, usdt)
+}
+
+#[test]
+fn agrees_with_bpftrace() {
+    for relative in [
+        "c/probes",
+        "c/probes-nopie",
+        "cpp/cppfix",
+        "go/gofix",
+        "python/libpyprobes.so",
+    ] {
+        let path = fixture(relative);
+        let (functions, usdt) = probetop_list(&path);
+        assert!(!functions.is_empty(), "{relative}: no functions");
+        assert_eq!(
+            functions,
+            bpftrace_list("uprobe", &path),
+            "{relative}: functions"
+        );
+        assert_eq!(usdt, bpftrace_list("usdt", &path), "{relative}: usdt");
+    }
+}

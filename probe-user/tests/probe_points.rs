@@ -1,0 +1,338 @@
+//! Probe points as users name them, attached by pid to fixtures in C, C++, Rust, Go and
+//! Python: exact hit counts, USDT argument values, semaphores.
+
+mod common;
+
+use common::*;
+
+const COUNT: u64 = 500;
+
+fn count_arg() -> String {
+    COUNT.to_string()
+}
+
+/// Starts a fixture that waits for SIGUSR1, attaches probetop with `args`, lets the
+/// fixture make its COUNT passes, and returns probetop's JSON export.
+fn measure_fixture(binary: &str, args: &[&str]) -> serde_json::Value {
+    let target = started(
+        &fixture(binary),
+        &["--wait-signal", "--count", &count_arg()],
+    );
+    measure(target.pid(), args, || target.signal(libc::SIGUSR1))
+}
+
+#[test]
+fn c_usdt_arguments_and_function_values_read_back() {
+    let report = measure_fixture(
+        "c/probes",
+        &[
+            "--args",
+            "4",
+            "-e",
+            "usdt:fixture:tick",
+            "-e",
+            "usdt:fixture:globals",
+            "-e",
+            "usdt:fixture:indexed",
+            "-e",
+            "usdt:fixture:constant",
+            "-e",
+            "uprobe:probe_add",
+            "-e",
+            "uretprobe:probe_leaf",
+        ],
+    );
+    let last = COUNT - 1;
+    for name in [
+        "fixture:tick",
+        "fixture:globals",
+        "fixture:indexed",
+        "fixture:constant",
+        "probe_add",
+        "probe_leaf",
+    ] {
+        assert_eq!(probe(&report, name)["hits"], COUNT, "{name}");
+        assert_eq!(probe(&report, name)["dropped"], 0, "{name}");
+    }
+    let args = |name: &str| -> Vec<serde_json::Value> {
+        probe(&report, name)["last_args"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no last_args"))
+            .clone()
+    };
+    // DTRACE_PROBE4(fixture, tick, i, arr, c, s) with c = (unsigned char)i, s = (short)i.
+    let tick = args("fixture:tick");
+    assert_eq!(tick[0], last);
+    assert!(
+        tick[1].as_u64().is_some_and(|p| p > 0x1000),
+        "arr pointer {}",
+        tick[1]
+    );
+    assert_eq!(tick[2], last & 0xff);
+    assert_eq!(tick[3], last);
+    // fixture_counter (incremented once per call), fixture_table[2], local_static: gcc -O2
+    // passes all three %rip-relative.
+    assert_eq!(args("fixture:globals"), [COUNT, 3, last]);
+    // arr[i & 3], arr[(i + 1) & 3] with arr = {10, 20, 30, 40}: indexed operands.
+    let arr = [10u64, 20, 30, 40];
+    assert_eq!(
+        args("fixture:indexed"),
+        [arr[(last & 3) as usize], arr[((last + 1) & 3) as usize]]
+    );
+    assert_eq!(args("fixture:constant"), [42]);
+    // probe_add(n, 1): the first two System V argument registers.
+    assert_eq!(args("probe_add")[..2], [last, 1]);
+    // probe_leaf returns x * 3 + 1.
+    assert_eq!(args("probe_leaf"), [last * 3 + 1]);
+}
+
+/// The semaphore's value in the target, read (never written) through /proc/PID/mem.
+fn semaphore(pid: u32, probe_name: &str) -> u16 {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let out = probetop()
+        .args(["list", "--json", "--pid", &pid.to_string(), probe_name])
+        .output()
+        .expect("probetop list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).expect("list JSON");
+    let point = &listing["points"][0];
+    let object = point["object"].as_str().expect("object");
+    let bias = listing["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .find(|o| o["path"] == object)
+        .and_then(|o| o["load_bias"].as_u64())
+        .expect("load bias");
+    let address = bias
+        + point["semaphore_address"]
+            .as_u64()
+            .expect("has a semaphore");
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
+    mem.seek(SeekFrom::Start(address)).expect("seek");
+    let mut value = [0u8; 2];
+    mem.read_exact(&mut value).expect("read semaphore");
+    u16::from_ne_bytes(value)
+}
+
+/// The kernel raises the semaphore while probetop is attached and drops it on every
+/// exit, a SIGKILL included; the guarded probe fires while attached.
+#[test]
+fn semaphores_are_raised_only_while_attached() {
+    for stop in [libc::SIGINT, libc::SIGKILL] {
+        let target = started(
+            &fixture("c/probes"),
+            &["--wait-signal", "--count", &count_arg()],
+        );
+        let name = "fixture_sema:tick";
+        assert_eq!(semaphore(target.pid(), name), 0, "before attach");
+        let mut cmd = probetop();
+        cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
+            .args(["-e", "usdt:fixture_sema:tick"]);
+        let mut probetop = Running::spawn(cmd);
+        probetop.err().wait_for("attached");
+        assert_eq!(semaphore(target.pid(), name), 1, "while attached");
+        probetop.signal(stop);
+        probetop.wait();
+        assert_eq!(semaphore(target.pid(), name), 0, "after signal {stop}");
+    }
+    // And while attached, the guarded probe fires on every pass.
+    let target = started(
+        &fixture("c/probes"),
+        &["--wait-signal", "--count", &count_arg()],
+    );
+    let report = measure(target.pid(), &["-e", "usdt:fixture_sema:*"], || {
+        target.signal(libc::SIGUSR1)
+    });
+    assert_eq!(probe(&report, "fixture_sema:tick")["hits"], COUNT);
+    assert_eq!(probe(&report, "fixture_sema:twice")["hits"], COUNT);
+}
+
+#[test]
+fn cpp_by_demangled_name_and_glob() {
+    let report = measure_fixture(
+        "cpp/cppfix",
+        &[
+            "-e",
+            "uprobe:dispatch_command",
+            "-e",
+            "uprobe:shop::Cart::add*",
+            "-e",
+            "uretprobe:shop::detail::helper",
+        ],
+    );
+    let probes = report["probes"].as_array().expect("probes");
+    assert_eq!(
+        probes.len(),
+        4,
+        "dispatch_command, two add overloads, helper: {report}"
+    );
+    for p in probes {
+        assert_eq!(p["hits"], COUNT, "{}", p["name"]);
+    }
+    assert!(probes.iter().any(|p| p["name"] == "shop::Cart::add(int)"));
+    assert!(
+        probes
+            .iter()
+            .any(|p| p["name"] == "shop::Cart::add(shop::Item const&)")
+    );
+}
+
+#[test]
+fn rust_legacy_and_v0_symbols() {
+    for binary in ["rust/rustfix-legacy", "rust/rustfix-v0"] {
+        let mut target = started(&fixture(binary), &["--wait-stdin", "--count", &count_arg()]);
+        let report = measure(
+            target.pid(),
+            &[
+                "-e",
+                "uprobe:rustfix::trace_me",
+                "-e",
+                "uprobe:rustfix::Worker::step",
+            ],
+            || target.send_line(),
+        );
+        let probes = report["probes"].as_array().expect("probes");
+        assert_eq!(probes.len(), 2, "{binary}: {report}");
+        for p in probes {
+            assert_eq!(p["hits"], COUNT, "{binary} {}", p["spec"]);
+        }
+    }
+}
+
+#[test]
+fn go_functions_and_refused_return_probes() {
+    let target = started(
+        &fixture("go/gofix"),
+        &["--wait-signal", "--count", &count_arg()],
+    );
+    let refused = probetop()
+        .args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["-e", "uretprobe:main.traceMe"])
+        .output()
+        .expect("probetop");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("Go") && stderr.contains("--force"),
+        "{stderr}"
+    );
+
+    let report = measure(
+        target.pid(),
+        &[
+            "-e",
+            "uprobe:main.traceMe",
+            "-e",
+            "uprobe:main.(*Worker).Step",
+        ],
+        || target.signal(libc::SIGUSR1),
+    );
+    assert_eq!(probe(&report, "main.traceMe")["hits"], COUNT);
+    assert_eq!(probe(&report, "main.(*Worker).Step")["hits"], COUNT);
+}
+
+#[test]
+fn python_ctypes_library_usdt_with_semaphore() {
+    let script = fixture("python/pyprobes.py");
+    let mut command = std::process::Command::new("python3");
+    command
+        .arg(&script)
+        .args(["--wait-signal", "--count", &count_arg()]);
+    let target = Running::spawn(command);
+    target.out().wait_for("ready pid=");
+    let report = measure(
+        target.pid(),
+        &[
+            "--args",
+            "2",
+            "-e",
+            "usdt:pyprobes:call",
+            "-e",
+            "usdt:libpyprobes:pyprobes:done",
+        ],
+        || target.signal(libc::SIGUSR1),
+    );
+    let call = probe(&report, "pyprobes:call");
+    assert_eq!(call["hits"], COUNT);
+    assert_eq!(call["last_args"][0], COUNT - 1);
+    assert_eq!(probe(&report, "pyprobes:done")["hits"], 1);
+}
+
+/// Non-PIE, and stripped copies whose symbols come from a debuglink file or from
+/// MiniDebugInfo: every kind attaches by pid with exact counts.
+#[test]
+fn non_pie_and_stripped_binaries() {
+    for binary in ["c/probes-nopie", "c/probes-debuglink", "c/probes-minidebug"] {
+        let report = measure_fixture(
+            binary,
+            &[
+                "-e",
+                "uprobe:probe_add",
+                "-e",
+                "uretprobe:probe_leaf",
+                "-e",
+                "usdt:fixture:tick",
+            ],
+        );
+        for name in ["probe_add", "probe_leaf", "fixture:tick"] {
+            assert_eq!(probe(&report, name)["hits"], COUNT, "{binary} {name}");
+        }
+    }
+}
+
+/// A function of a shared library named by library name, entry and return, and specs
+/// read from a file.
+#[test]
+fn library_functions_by_library_name_from_a_spec_file() {
+    let script = fixture("python/pyprobes.py");
+    let mut command = std::process::Command::new("python3");
+    command
+        .arg(&script)
+        .args(["--wait-signal", "--count", &count_arg()]);
+    let target = Running::spawn(command);
+    target.out().wait_for("ready pid=");
+    let specs = export_path("specs.txt");
+    std::fs::write(
+        &specs,
+        "# the library's entry points\nuprobe:libpyprobes:pyprobes_call\n\nuretprobe:libpyprobes:pyprobes_call  # and returns\n",
+    )
+    .expect("spec file");
+    let report = measure(
+        target.pid(),
+        &["-f", specs.to_str().expect("utf-8 path")],
+        || target.signal(libc::SIGUSR1),
+    );
+    let probes = report["probes"].as_array().expect("probes");
+    assert_eq!(probes.len(), 2, "{report}");
+    for p in probes {
+        assert_eq!(p["hits"], COUNT, "{}", p["spec"]);
+        assert!(
+            p["object"]
+                .as_str()
+                .is_some_and(|o| o.ends_with("libpyprobes.so")),
+            "{}",
+            p["object"]
+        );
+    }
+}
+
+#[test]
+fn rust_return_probes() {
+    let mut target = started(
+        &fixture("rust/rustfix-legacy"),
+        &["--wait-stdin", "--count", &count_arg()],
+    );
+    let report = measure(
+        target.pid(),
+        &["--args", "1", "-e", "uretprobe:rustfix::trace_me"],
+        || target.send_line(),
+    );
+    let p = probe(&report, "rustfix::trace_me");
+    assert_eq!(p["hits"], COUNT);
+    assert!(p["last_args"][0].is_u64(), "return value captured: {p}");
+}
