@@ -251,6 +251,7 @@ impl ProbeAggregate {
     /// Forgets everything measured; the kernel's cumulative counts become the new zero.
     fn reset(&mut self) {
         self.received = 0;
+        self.threads.clear();
         self.dropped_base += self.dropped;
         self.dropped = 0;
         self.handler_ns.reset();
@@ -465,6 +466,8 @@ pub struct ProbeMeasurements {
     pub threads: Vec<(u32, u64)>,
     pub dropped: u64,
     pub last_args: Option<CapturedArgs>,
+    /// Records received per thread id, sorted by thread id.
+    pub threads: Vec<(u32, u64)>,
     pub handler_ns: Histogram<u64>,
 }
 
@@ -495,6 +498,12 @@ impl Aggregator {
                     },
                     dropped: p.dropped,
                     last_args: p.last_args,
+                    threads: {
+                        let mut threads: Vec<(u32, u64)> =
+                            p.threads.iter().map(|(t, n)| (*t, *n)).collect();
+                        threads.sort_unstable();
+                        threads
+                    },
                     handler_ns: p.handler_ns.clone(),
                 })
                 .collect(),

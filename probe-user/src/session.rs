@@ -255,7 +255,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.await
     } else {
         let (request_tx, mut request_rx) = mpsc::channel(8);
-        let (event_tx, event_rx) = mpsc::channel(16);
+        // Each request yields at most one event and at most 8 requests queue, so the
+        // session's sends (awaited while the UI is not polled) always find room.
+        let (event_tx, event_rx) = mpsc::channel(64);
         let app = tui::App::new(
             tui::TargetLine {
                 pid: target.pid,

@@ -23,7 +23,15 @@ impl Tmux {
             socket: format!("probetop-test-{name}-{}", std::process::id()),
         };
         let status = Command::new("tmux")
-            .args(["-L", &tmux.socket, "-f", "/dev/null", "new-session", "-d"])
+            .args([
+                "-u",
+                "-L",
+                &tmux.socket,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+            ])
             .args(["-x", &width.to_string(), "-y", &height.to_string()])
             .arg("-c")
             .arg(dir)
