@@ -462,8 +462,6 @@ impl Aggregator {
 pub struct ProbeMeasurements {
     pub mode: u32,
     pub hits: u64,
-    /// Records received per thread id, sorted by thread id.
-    pub threads: Vec<(u32, u64)>,
     pub dropped: u64,
     pub last_args: Option<CapturedArgs>,
     /// Records received per thread id, sorted by thread id.
@@ -490,12 +488,6 @@ impl Aggregator {
                 .map(|p| ProbeMeasurements {
                     mode: p.mode,
                     hits: p.hits(),
-                    threads: {
-                        let mut threads: Vec<(u32, u64)> =
-                            p.threads.iter().map(|(t, n)| (*t, *n)).collect();
-                        threads.sort_unstable();
-                        threads
-                    },
                     dropped: p.dropped,
                     last_args: p.last_args,
                     threads: {
