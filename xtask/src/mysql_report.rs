@@ -214,7 +214,7 @@ pub fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
     fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let started = Instant::now();
     let uptime_before = uptime();
-    let runs_per_phase = options.tests.len() * options.threads.len() * 3 + TRAP_CASES.len();
+    let runs_per_phase = options.tests.len() * options.threads.len() * 3;
     let single = if options.per_probe {
         probes.len() + 1
     } else {
@@ -222,13 +222,11 @@ pub fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
     };
     let total_runs = (runs_per_phase + single) as u32 * options.repeats;
     println!(
-        "mysql-report: {total_runs} sysbench runs of {} s, about {:.0} min",
+        "mysql-report: {total_runs} sysbench runs of {} s and a trap calibration, about {:.0} min",
         options.duration,
-        (f64::from(total_runs) * (options.duration + 5.0)
-            + f64::from(options.repeats * (options.tests.len() * options.threads.len()) as u32)
-                * 15.0)
-            / 60.0
-            + 2.0
+        // Measured: a run takes its duration plus ~4.5 s (attach, detach, the pause
+        // between runs); setup, warm-up and the calibration about a minute.
+        f64::from(total_runs) * (options.duration + 4.5) / 60.0 + 1.0
     );
 
     let server = Mariadb::start(&ServerOptions::default())?;
@@ -444,7 +442,7 @@ impl Report {
         let mut results: Vec<(TrapCase, Vec<(f64, f64)>)> =
             TRAP_CASES.iter().map(|c| (c.clone(), Vec::new())).collect();
         for repeat in 0..self.options.repeats {
-            for case in rotated(TRAP_CASES, repeat as usize) {
+            for case in shuffled(TRAP_CASES, u64::from(repeat)) {
                 let measured = self.trap_run(&binary, &case, calls)?;
                 println!(
                     "mysql-report: trap calibration: {}: user {:.0} ns, system {:.0} ns per call",
@@ -566,7 +564,10 @@ impl Report {
         let mut variants = vec![Variant::None];
         variants.extend(fired.into_iter().map(Variant::Single));
         for repeat in 0..self.options.repeats {
-            for variant in rotated(&variants, repeat as usize) {
+            // Shuffled, not rotated: with six variants a rotation keeps the same
+            // neighbours in every repeat, and a periodic background job then lands on
+            // the same variant each time.
+            for variant in shuffled(&variants, u64::from(repeat)) {
                 let run = self.measure(&test, threads, &variant, repeat, true)?;
                 self.runs.push(run);
             }
@@ -740,6 +741,24 @@ fn rotated<T: Clone>(items: &[T], by: usize) -> Vec<T> {
     (0..items.len())
         .map(|i| items[(i + by) % n].clone())
         .collect()
+}
+
+/// `items` in an order fixed by `seed` (Fisher-Yates with xorshift64*): reproducible
+/// from one report to the next, different from one repeat to the next.
+fn shuffled<T: Clone>(items: &[T], seed: u64) -> Vec<T> {
+    let mut state = seed.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    };
+    let mut out = items.to_vec();
+    for i in (1..out.len()).rev() {
+        let j = (next() % (i as u64 + 1)) as usize;
+        out.swap(i, j);
+    }
+    out
 }
 
 fn cpu_sum((user, system): (f64, f64)) -> f64 {
@@ -1337,8 +1356,8 @@ impl Report {
             w,
             "### One probe at a time\n\n\
              {test} with {threads} threads, probetop attached with one spec of the preset \
-             (interleaved with runs without probes: {} QPS, {:.1} us of mariadbd CPU per \
-             query, medians). The first instruction decides how the kernel resumes the \
+             (in a shuffled order with runs without probes: {} QPS, {:.1} us of mariadbd \
+             CPU per query, medians). The first instruction decides how the kernel resumes the \
              probed thread: it emulates a relative jmp/call, jcc, nop and push of a \
              register; any other instruction is copied out of line and single-stepped, \
              a second trap. A uretprobe traps at the return address the uprobe planted at \
@@ -1349,8 +1368,8 @@ impl Report {
         );
         let _ = writeln!(
             w,
-            "| probe | first instruction | kernel | hits/query | QPS drop | added mariadbd us/query | of which system | us per hit | system us per hit | handler p50 ns |\n\
-             |---|---|---|---:|---:|---:|---:|---:|---:|---:|"
+            "| probe | first instruction | kernel | hits/query | QPS drop | added mariadbd us/query | of which system | us per hit | system us per hit | handler p50 ns | other load (cores) |\n\
+             |---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         for p in &self.probes {
             let variant = Variant::Single(p.spec.clone());
@@ -1362,6 +1381,7 @@ impl Report {
             let sys = med(spread(runs.iter().map(|r| r.mariadbd_sys_us_per_query())));
             let qps = med(spread(runs.iter().map(|r| r.sysbench.qps)));
             let hits = med(spread(runs.iter().map(|r| self.hits_per_query(r))));
+            let background = spread(runs.iter().map(|r| r.background_cores()));
             let p50 = med(spread(runs.iter().filter_map(|r| {
                 r.probes
                     .first()
@@ -1376,7 +1396,7 @@ impl Report {
             };
             let _ = writeln!(
                 w,
-                "| `{}` | `{}` | {kernel} | {hits:.2} | {} | {:.2} | {:.2} | {} | {} | {} |",
+                "| `{}` | `{}` | {kernel} | {hits:.2} | {} | {:.2} | {:.2} | {} | {} | {} | {} |",
                 p.spec,
                 p.first_insn,
                 pct(qps, base_qps),
@@ -1384,7 +1404,8 @@ impl Report {
                 sys - base_sys,
                 per(cpu - base_cpu, hits),
                 per(sys - base_sys, hits),
-                fmt0(p50)
+                fmt0(p50),
+                show_spread(background, 2)
             );
         }
         let _ = writeln!(w);
@@ -1715,6 +1736,16 @@ mod tests {
     fn rotates_variants() {
         assert_eq!(rotated(&[1, 2, 3], 0), [1, 2, 3]);
         assert_eq!(rotated(&[1, 2, 3], 4), [2, 3, 1]);
+        let items: Vec<u32> = (0..6).collect();
+        let a = shuffled(&items, 0);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, items, "a permutation");
+        assert_eq!(a, shuffled(&items, 0), "reproducible");
+        assert!(
+            (1..5).any(|seed| shuffled(&items, seed) != a),
+            "varies with the seed"
+        );
     }
 
     #[test]
