@@ -18,6 +18,7 @@ use clap::{Parser, Subcommand};
 
 mod mysql;
 mod mysql_report;
+mod bench;
 
 #[derive(Parser)]
 #[command(
@@ -58,6 +59,9 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u32,
     },
+    /// Measure probetop against bpftrace (per-hit cost, throughput, attach latency,
+    /// memory, calibration); writes docs/performance.{md,json}. As root.
+    Bench(bench::BenchArgs),
     /// Start a private mariadbd (temporary datadir, unix socket only), prepare sysbench's
     /// tables, run one sysbench test (optionally with probetop attached), stop it.
     MysqlSysbench {
@@ -241,6 +245,7 @@ fn run_task(cli: Cli) -> Result<()> {
                 },
             )
         }
+        Task::Bench(args) => bench::run(&ctx, &args),
     }
 }
 
