@@ -1152,8 +1152,9 @@ impl Bench {
             cmd.args(["-e", spec]);
         }
         let (tool, watch) = watch_attach("probetop", &mut cmd, "probetop: attached")?;
+        // `probetop: N probe point(s) from M spec(s)`
         let probes = tool
-            .seen("probe points from")
+            .seen(" from ")
             .and_then(|l| l.text.split_whitespace().nth(1)?.parse().ok())
             .unwrap_or(0);
         let (exit_s, _) = drive_and_stop(db, tool)?;
@@ -1283,6 +1284,8 @@ struct MemoryRun {
     probes: usize,
     /// VmHWM, KiB, one per repetition.
     peak_kib: Vec<u64>,
+    /// libc functions the kernel refused to probe, replaced by others.
+    replaced: Vec<String>,
 }
 
 impl Bench {
@@ -1321,48 +1324,95 @@ impl Bench {
         for probes in [1usize, 100, 1000] {
             // Spread over the alphabet rather than the first N, which would all be __*.
             let step = names.len() / probes;
-            let specs: String = (0..probes)
-                .map(|i| format!("uprobe:libc:{}\n", names[i * step]))
-                .collect();
-            let file = self.work.path.join(format!("memory-{probes}.spec"));
-            fs::write(&file, specs).with_context(|| format!("writing {}", file.display()))?;
+            let mut chosen: Vec<&str> = (0..probes).map(|i| names[i * step].as_str()).collect();
+            // Replacements for functions the kernel refuses to probe: uprobes cannot
+            // decode some first instructions (the VEX-encoded one of
+            // __memset_avx2_unaligned, for one) and probetop then attaches nothing.
+            let mut spare = names
+                .iter()
+                .map(|n| n.as_str())
+                .filter(|n| !chosen.contains(n))
+                .collect::<Vec<_>>()
+                .into_iter();
             let mut run = MemoryRun {
                 probes,
                 peak_kib: Vec::new(),
+                replaced: Vec::new(),
             };
-            for _ in 0..self.settings.memory_reps {
-                let mut cmd = self.probetop();
-                cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "-f"])
-                    .arg(&file)
-                    .args(["--duration", "2"]);
-                let mut tool = Proc::spawn("probetop", &mut cmd)?;
-                let attached = tool.wait_for("probetop: attached", PATIENCE)?;
-                let n: usize = attached
-                    .text
-                    .split_whitespace()
-                    .nth(2)
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(0);
-                ensure!(n == probes, "probetop attached {n} probes, not {probes}");
-                let mut peak = 0;
-                while tool.running() {
-                    if let Some(kib) = status_kib(tool.pid(), "VmHWM:") {
-                        peak = kib;
+            let file = self.work.path.join(format!("memory-{probes}.spec"));
+            while run.peak_kib.len() < self.settings.memory_reps {
+                let specs: String = chosen
+                    .iter()
+                    .map(|n| format!("uprobe:libc:{n}\n"))
+                    .collect();
+                fs::write(&file, specs).with_context(|| format!("writing {}", file.display()))?;
+                match self.peak_rss(target.pid(), &file, probes)? {
+                    Ok(kib) => {
+                        eprintln!("bench: memory: {probes} probes: VmHWM {kib} KiB");
+                        run.peak_kib.push(kib);
                     }
-                    thread::sleep(Duration::from_millis(20));
+                    Err(refused) => {
+                        let slot = chosen.iter().position(|n| *n == refused.as_str());
+                        let (Some(slot), Some(other)) = (slot, spare.next()) else {
+                            bail!("probetop refused {refused}, and it cannot be replaced");
+                        };
+                        ensure!(run.replaced.len() < 200, "too many libc functions refused");
+                        eprintln!(
+                            "bench: memory: the kernel refuses a uprobe on {refused}; using {other}"
+                        );
+                        run.replaced.push(refused);
+                        chosen[slot] = other;
+                    }
                 }
-                let status = tool.wait(PATIENCE)?;
-                ensure!(
-                    status.success(),
-                    "probetop exited with {status}: {}",
-                    tool.rest_text()
-                );
-                eprintln!("bench: memory: {probes} probes: VmHWM {peak} KiB");
-                run.peak_kib.push(peak);
             }
             runs.push(run);
         }
         Ok(runs)
+    }
+
+    /// Runs probetop with the specs in `file` for 2 s and returns its peak RSS in KiB,
+    /// or `Err(function)` when attaching to that libc function was refused.
+    fn peak_rss(&self, pid: u32, file: &Path, probes: usize) -> Result<Result<u64, String>> {
+        let mut cmd = self.probetop();
+        cmd.args(["--pid", &pid.to_string(), "--no-tui", "-f"])
+            .arg(file)
+            .args(["--duration", "2"]);
+        let mut tool = Proc::spawn("probetop", &mut cmd)?;
+        let attached = match tool.wait_for("probetop: attached", PATIENCE) {
+            Ok(line) => line,
+            Err(e) => {
+                // `probetop: attaching uprobe:libc:NAME: cannot attach ...`
+                let refused = tool.drain().iter().find_map(|l| {
+                    let rest = l.text.split("attaching uprobe:libc:").nth(1)?;
+                    Some(rest.split(':').next()?.to_string())
+                });
+                return match refused {
+                    Some(name) => Ok(Err(name)),
+                    None => Err(e),
+                };
+            }
+        };
+        let n: usize = attached
+            .text
+            .split_whitespace()
+            .nth(2)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        ensure!(n == probes, "probetop attached {n} probes, not {probes}");
+        let mut peak = 0;
+        while tool.running() {
+            if let Some(kib) = status_kib(tool.pid(), "VmHWM:") {
+                peak = kib;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        let status = tool.wait(PATIENCE)?;
+        ensure!(
+            status.success(),
+            "probetop exited with {status}: {}",
+            tool.rest_text()
+        );
+        Ok(Ok(peak))
     }
 }
 
@@ -1594,7 +1644,6 @@ impl Proc {
             .find(|l| l.text.contains(needle))
             .cloned()
     }
-
 
     /// Every line: those seen and those left until end of output (after exit).
     fn drain(&self) -> Vec<Line> {
@@ -2349,7 +2398,9 @@ fn to_json(run: &RunInfo, results: &Results) -> Value {
     if let Some(mem) = &results.memory {
         out["memory"] = json!(
             mem.iter()
-                .map(|r| json!({"probes": r.probes, "vmhwm_kib": r.peak_kib}))
+                .map(
+                    |r| json!({"probes": r.probes, "vmhwm_kib": r.peak_kib, "refused": r.replaced})
+                )
                 .collect::<Vec<_>>()
         );
     }
