@@ -16,9 +16,9 @@ use std::{env, fs, thread};
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod mysql;
 mod mysql_report;
-mod bench;
 
 #[derive(Parser)]
 #[command(
