@@ -3,7 +3,7 @@
 //! Pure state and arithmetic, no I/O: the stream stage feeds it, the present stage reads
 //! [`ProbeAggregate::summary`] and the histograms themselves.
 
-use std::time::Duration;
+use std::{collections::VecDeque, time::Duration};
 
 use hdrhistogram::Histogram;
 use probe_common::{HitEvent, MAX_ARGS, khist, mode};
@@ -105,8 +105,11 @@ impl RateWindow {
 pub struct ProbeAggregate {
     /// Hit records received.
     pub received: u64,
-    /// Hits whose record the kernel could not queue (ring buffer full).
+    /// Hits whose record the kernel could not queue (ring buffer full), since attach or
+    /// the last reset.
     pub dropped: u64,
+    /// The kernel's cumulative drop count at the last reset.
+    dropped_base: u64,
     /// Handler time of every received hit since attach (or the last reset).
     pub handler_ns: Histogram<u64>,
     /// Handler time since the last interval rollover (`take_interval`).
@@ -128,7 +131,21 @@ pub struct ProbeAggregate {
     kernel_seen: Vec<u64>,
     /// Cost class, calibration basis and measured dispatch: the whole cost of a hit.
     pub cost: crate::cost::ProbeCost,
+    /// `hits()` and `dropped` when the last live interval closed, to take deltas.
+    hits_at_roll: u64,
+    dropped_at_roll: u64,
+    /// The last closed live interval ([`Aggregator::roll_interval`]).
+    pub last_interval: IntervalSummary,
+    /// Its percentile distribution.
+    pub last_interval_curve: PercentileCurve,
+    /// One point per closed live interval, oldest first, over the last [`HISTORY_SPAN`].
+    pub history: VecDeque<HistoryPoint>,
 }
+
+/// How far back the per-probe time series reaches.
+pub const HISTORY_SPAN: Duration = Duration::from_secs(60);
+/// At most this many history points are kept per probe, whatever the interval.
+const HISTORY_MAX_POINTS: usize = 600;
 
 /// Argument values captured with one hit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -166,6 +183,12 @@ impl Default for ProbeAggregate {
             kernel_hits: 0,
             kernel_seen: Vec::new(),
             cost: Default::default(),
+            dropped_base: 0,
+            hits_at_roll: 0,
+            dropped_at_roll: 0,
+            last_interval: IntervalSummary::default(),
+            last_interval_curve: PercentileCurve::default(),
+            history: VecDeque::new(),
         }
     }
 }
@@ -221,6 +244,71 @@ impl ProbeAggregate {
 
     pub fn summary(&self) -> HandlerSummary {
         HandlerSummary::of(&self.handler_ns)
+    }
+
+    /// Takes the kernel's cumulative drop count; drops before the last reset do not count.
+    pub fn set_dropped_total(&mut self, total: u64) {
+        self.dropped = total.saturating_sub(self.dropped_base);
+    }
+
+    /// Forgets everything measured; the kernel's cumulative counts become the new zero.
+    fn reset(&mut self) {
+        self.received = 0;
+        self.threads.clear();
+        self.dropped_base += self.dropped;
+        self.dropped = 0;
+        self.handler_ns.reset();
+        self.interval_ns.reset();
+        self.rate = RateWindow::new(self.rate.window);
+        // sampled_seen and kernel_seen stay: they are the kernel's totals, now the baseline.
+        self.sampled_hits = 0;
+        self.kernel_hits = 0;
+        self.hits_at_roll = 0;
+        self.dropped_at_roll = 0;
+        self.last_interval = IntervalSummary::default();
+        self.last_interval_curve = PercentileCurve::default();
+        self.history.clear();
+        self.threads.clear();
+    }
+
+    /// Closes a live interval that lasted `length`: its numbers become `last_interval`
+    /// and a history point. The interval histogram itself is left for the caller (the
+    /// interval log takes it, or [`Self::clear_interval`] drops it).
+    fn roll_interval(&mut self, length: Duration) {
+        let hits = self.hits();
+        let seconds = length.as_secs_f64();
+        let interval_hits = hits.saturating_sub(self.hits_at_roll);
+        let handler = HandlerSummary::of(&self.interval_ns);
+        self.last_interval = IntervalSummary {
+            length,
+            hits: interval_hits,
+            dropped: self.dropped.saturating_sub(self.dropped_at_roll),
+            per_second: if seconds > 0.0 {
+                interval_hits as f64 / seconds
+            } else {
+                0.0
+            },
+            handler,
+        };
+        self.last_interval_curve = PercentileCurve::of(&self.interval_ns);
+        self.hits_at_roll = hits;
+        self.dropped_at_roll = self.dropped;
+        self.history.push_back(HistoryPoint {
+            length,
+            per_second: self.last_interval.per_second,
+            p99_ns: (handler.count > 0).then_some(handler.p99),
+        });
+        let mut span: Duration = self.history.iter().map(|h| h.length).sum();
+        while (span > HISTORY_SPAN || self.history.len() > HISTORY_MAX_POINTS)
+            && let Some(oldest) = self.history.pop_front()
+        {
+            span = span.saturating_sub(oldest.length);
+        }
+    }
+
+    /// Empties the interval histogram (when no interval log keeps it).
+    pub fn clear_interval(&mut self) {
+        self.interval_ns.reset();
     }
 
     fn record(&mut self, handler_ns: u64, tid: u32) {
@@ -328,7 +416,7 @@ impl Aggregator {
     /// Sets the kernel's drop count for a probe (it is cumulative in the kernel).
     pub fn set_dropped(&mut self, probe_id: usize, dropped: u64) {
         if let Some(probe) = self.probes.get_mut(probe_id) {
-            probe.dropped = dropped;
+            probe.set_dropped_total(dropped);
         }
     }
 
@@ -350,6 +438,78 @@ impl Aggregator {
     /// Total records received over all probes.
     pub fn received(&self) -> u64 {
         self.probes.iter().map(|p| p.received).sum()
+    }
+
+    /// CLOCK_MONOTONIC ns at which the measurement window opened (or was last reset).
+    pub fn window_start_ns(&self) -> u64 {
+        self.window_start_ns
+    }
+
+    /// Restarts every histogram and count as if the window had just opened at `ktime_ns`;
+    /// notices stay.
+    pub fn reset(&mut self, ktime_ns: u64) {
+        self.window_start_ns = ktime_ns;
+        for probe in &mut self.probes {
+            probe.reset();
+        }
+    }
+
+    /// Closes a live interval of `length` for every probe (see
+    /// [`ProbeAggregate::roll_interval`]).
+    pub fn roll_interval(&mut self, length: Duration) {
+        for probe in &mut self.probes {
+            probe.roll_interval(length);
+        }
+    }
+}
+
+/// What a report needs of one probe, copied out of the collector while it runs (the
+/// interval histogram and the UI's series stay behind: half the memory of a clone).
+#[derive(Debug, Clone)]
+pub struct ProbeMeasurements {
+    pub mode: u32,
+    pub hits: u64,
+    pub dropped: u64,
+    pub last_args: Option<CapturedArgs>,
+    /// Records received per thread id, sorted by thread id.
+    pub threads: Vec<(u32, u64)>,
+    pub handler_ns: Histogram<u64>,
+    /// Cost class, calibration basis and measured dispatch.
+    pub cost: crate::cost::ProbeCost,
+}
+
+/// Everything a report needs, measured so far.
+#[derive(Debug, Clone, Default)]
+pub struct Measurements {
+    /// CLOCK_MONOTONIC ns at which the window opened (or was last reset).
+    pub window_start_ns: u64,
+    pub probes: Vec<ProbeMeasurements>,
+}
+
+impl Aggregator {
+    /// A copy of what reports need.
+    pub fn measurements(&self) -> Measurements {
+        Measurements {
+            window_start_ns: self.window_start_ns,
+            probes: self
+                .probes
+                .iter()
+                .map(|p| ProbeMeasurements {
+                    mode: p.mode,
+                    hits: p.hits(),
+                    dropped: p.dropped,
+                    last_args: p.last_args,
+                    threads: {
+                        let mut threads: Vec<(u32, u64)> =
+                            p.threads.iter().map(|(t, n)| (*t, *n)).collect();
+                        threads.sort_unstable();
+                        threads
+                    },
+                    handler_ns: p.handler_ns.clone(),
+                    cost: p.cost.clone(),
+                })
+                .collect(),
+        }
     }
 }
 
@@ -438,16 +598,103 @@ pub struct ProbeSnapshot {
     /// Hits per second over the last second.
     pub per_second: f64,
     pub handler: HandlerSummary,
-    /// Estimated whole cost of one hit to the traced thread, ns (see `cost`).
+    /// What one hit costs the target in all, trap and return included, ns; `None`
+    /// until measured.
     pub whole_cost_ns: Option<f64>,
-    /// Share of one CPU these hits take from the target: hits/s x whole cost.
+    /// Share of one CPU the probe's hits cost the target (0.5 = half a CPU); `None`
+    /// until measured.
     pub cpu_share: Option<f64>,
+    /// Argument values of the latest hit that captured any (`--args`).
+    pub last_args: Option<CapturedArgs>,
+    /// The last closed live interval.
+    pub interval: IntervalSummary,
+}
+
+/// The numbers of one probe over one closed live interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct IntervalSummary {
+    /// How long the interval lasted; zero before the first one closed.
+    pub length: Duration,
+    pub hits: u64,
+    pub dropped: u64,
+    pub per_second: f64,
+    pub handler: HandlerSummary,
+}
+
+/// One point of a probe's time series: one closed live interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HistoryPoint {
+    pub length: Duration,
+    pub per_second: f64,
+    /// `None` when the interval had no recorded handler time.
+    pub p99_ns: Option<u64>,
+}
+
+/// Steps per decade of `1/(1-p)` at which [`PercentileCurve`] samples.
+pub const CURVE_STEPS_PER_DECADE: u32 = 8;
+/// Decades of `1/(1-p)` sampled: 5 reaches the 99.999th percentile.
+pub const CURVE_DECADES: u32 = 5;
+
+/// A percentile distribution sampled as HdrHistogram's plotter draws it: evenly on the
+/// `log10(1/(1-p))` axis, from the 0th to the 99.999th percentile.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PercentileCurve {
+    /// (percentile in 0..=100, value in ns), ascending; empty without hits.
+    pub points: Vec<(f64, u64)>,
+    /// The largest value recorded (the 100th percentile).
+    pub max: u64,
+    pub count: u64,
+}
+
+impl PercentileCurve {
+    /// The quantiles sampled (0..1), ascending.
+    pub fn quantiles() -> impl Iterator<Item = f64> {
+        (0..=CURVE_DECADES * CURVE_STEPS_PER_DECADE)
+            .map(|i| 1.0 - 10f64.powf(-f64::from(i) / f64::from(CURVE_STEPS_PER_DECADE)))
+    }
+
+    /// Samples `hist` in one pass over its counts.
+    pub fn of(hist: &Histogram<u64>) -> Self {
+        if hist.is_empty() {
+            return Self::default();
+        }
+        let points = Self::quantiles()
+            .zip(hist.value_at_quantiles(Self::quantiles()))
+            .map(|(q, v)| (q * 100.0, v))
+            .collect();
+        Self {
+            points,
+            max: hist.max(),
+            count: hist.len(),
+        }
+    }
+}
+
+/// Details of the probe the UI has selected, computed only for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct FocusDetail {
+    pub probe_id: u32,
+    /// The distribution since attach (or reset).
+    pub cumulative: PercentileCurve,
+    /// The distribution of the last closed live interval.
+    pub interval: PercentileCurve,
+    /// hits/s and p99 per closed live interval, oldest first.
+    pub history: Vec<HistoryPoint>,
+}
+
+/// probetop's own use of the machine, measured by the collector.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct OwnUsage {
+    /// Share of one CPU over the last measurement (0.5 = half a CPU).
+    pub cpu_share: Option<f64>,
+    /// Resident memory, bytes.
+    pub rss_bytes: Option<u64>,
 }
 
 /// Every probe at a moment, plus totals; cheap to clone and send to the UI.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Snapshot {
-    /// Time since the probes were attached.
+    /// Time since the probes were attached (or the last reset).
     pub elapsed: Duration,
     /// The latest notice, if any.
     pub notice: Option<String>,
@@ -456,6 +703,12 @@ pub struct Snapshot {
     pub events_per_second: f64,
     pub received: u64,
     pub dropped: u64,
+    /// Length of a live interval (the UI's last-interval view and time series).
+    pub interval: Duration,
+    /// The selected probe's distributions and time series.
+    pub focus: Option<FocusDetail>,
+    /// probetop's own CPU and memory.
+    pub own: OwnUsage,
 }
 
 impl Snapshot {
@@ -488,6 +741,8 @@ impl Aggregator {
                     handler,
                     whole_cost_ns,
                     cpu_share: whole_cost_ns.map(|ns| crate::cost::cpu_share(ns, per_second)),
+                    last_args: p.last_args,
+                    interval: p.last_interval,
                 }
             })
             .collect();
@@ -498,7 +753,21 @@ impl Aggregator {
             received: self.received(),
             dropped: probes.iter().map(|p| p.dropped).sum(),
             probes,
+            interval: Duration::ZERO,
+            focus: None,
+            own: OwnUsage::default(),
         }
+    }
+
+    /// The distributions and time series of probe `probe_id`; `None` for an unknown id.
+    pub fn focus_detail(&self, probe_id: u32) -> Option<FocusDetail> {
+        let probe = self.probes.get(probe_id as usize)?;
+        Some(FocusDetail {
+            probe_id,
+            cumulative: PercentileCurve::of(&probe.handler_ns),
+            interval: probe.last_interval_curve.clone(),
+            history: probe.history.iter().copied().collect(),
+        })
     }
 }
 
@@ -696,6 +965,128 @@ mod tests {
         assert_eq!(snap.probes[1].hits, 6);
         assert!((snap.events_per_second - 3.0).abs() < 1e-9);
         assert_eq!(snap.probes[1].handler.max, 30);
+    }
+
+    #[test]
+    fn percentile_curve_matches_value_at_quantile() {
+        let mut hist = new_ns_histogram();
+        let mut state: u64 = 7;
+        for _ in 0..50_000 {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            hist.record(80 + (state >> 40) % 5_000).expect("in range");
+        }
+        hist.record(1_000_000).expect("in range");
+        let curve = PercentileCurve::of(&hist);
+        assert_eq!(
+            curve.points.len() as u32,
+            CURVE_DECADES * CURVE_STEPS_PER_DECADE + 1
+        );
+        for ((p, v), q) in curve.points.iter().zip(PercentileCurve::quantiles()) {
+            assert!((p / 100.0 - q).abs() < 1e-12);
+            assert_eq!(*v, hist.value_at_quantile(q), "q={q}");
+        }
+        assert!((curve.points.last().expect("points").0 - 99.999).abs() < 1e-9);
+        assert_eq!(curve.max, hist.max());
+        assert_eq!(
+            PercentileCurve::of(&new_ns_histogram()),
+            PercentileCurve::default()
+        );
+    }
+
+    #[test]
+    fn live_intervals_and_history() {
+        let mut agg = Aggregator::new(1);
+        for ns in [100, 200, 300, 400] {
+            agg.record(&hit(0, ns));
+        }
+        agg.roll_interval(Duration::from_secs(2));
+        let p = &agg.probes()[0];
+        assert_eq!(p.last_interval.hits, 4);
+        assert!((p.last_interval.per_second - 2.0).abs() < 1e-9);
+        assert_eq!(p.last_interval.handler.max, 400);
+        assert_eq!(p.last_interval_curve.count, 4);
+        agg.probes_mut()[0].clear_interval();
+        agg.record(&hit(0, 50));
+        agg.set_dropped(0, 1);
+        agg.roll_interval(Duration::from_secs(1));
+        let p = &agg.probes()[0];
+        assert_eq!(p.last_interval.hits, 2, "one received, one dropped");
+        assert_eq!(p.last_interval.dropped, 1);
+        assert_eq!(p.history.len(), 2);
+        assert_eq!(
+            p.history[1].p99_ns,
+            Some(50),
+            "the cleared interval starts afresh"
+        );
+        // Only the last minute is kept.
+        for _ in 0..100 {
+            agg.roll_interval(Duration::from_secs(1));
+        }
+        assert_eq!(agg.probes()[0].history.len(), 60);
+        let detail = agg.focus_detail(0).expect("probe 0");
+        assert_eq!(detail.history.len(), 60);
+        assert_eq!(detail.cumulative.count, 5);
+        assert!(agg.focus_detail(1).is_none());
+    }
+
+    #[test]
+    fn reset_restarts_counts_against_kernel_totals() {
+        let mut agg = Aggregator::new(1);
+        agg.open_window(100);
+        agg.record(&HitEvent {
+            ktime_ns: 150,
+            handler_ns: 10,
+            ..Default::default()
+        });
+        agg.set_dropped(0, 5);
+        agg.roll_interval(Duration::from_secs(1));
+        agg.reset(1000);
+        assert_eq!(agg.window_start_ns(), 1000);
+        let p = &agg.probes()[0];
+        assert_eq!((p.hits(), p.dropped, p.handler_ns.len()), (0, 0, 0));
+        assert!(p.history.is_empty());
+        // Hits from before the reset no longer count; the kernel's total is the new zero.
+        agg.record(&HitEvent {
+            ktime_ns: 999,
+            handler_ns: 10,
+            ..Default::default()
+        });
+        agg.record(&HitEvent {
+            ktime_ns: 1001,
+            handler_ns: 20,
+            ..Default::default()
+        });
+        agg.set_dropped(0, 7);
+        let p = &agg.probes()[0];
+        assert_eq!((p.received, p.dropped, p.hits()), (1, 2, 3));
+        agg.roll_interval(Duration::from_secs(1));
+        assert_eq!(agg.probes()[0].last_interval.hits, 3);
+    }
+
+    #[test]
+    fn reset_keeps_kernel_baselines() {
+        let mut probe = ProbeAggregate {
+            mode: mode::KERNEL_HISTOGRAM,
+            ..Default::default()
+        };
+        let mut totals = vec![0u64; khist::BUCKETS as usize];
+        totals[khist::bucket(1000) as usize] = 5;
+        probe.apply_kernel_histogram(&totals);
+        probe.reset();
+        assert_eq!(probe.hits(), 0);
+        totals[khist::bucket(1000) as usize] = 8;
+        probe.apply_kernel_histogram(&totals);
+        assert_eq!(probe.hits(), 3);
+        let mut sampled = ProbeAggregate {
+            mode: mode::SAMPLE,
+            ..Default::default()
+        };
+        sampled.set_sampled_hits(100);
+        sampled.reset();
+        sampled.set_sampled_hits(130);
+        assert_eq!(sampled.hits(), 30);
     }
 
     #[test]

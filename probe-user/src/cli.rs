@@ -80,6 +80,12 @@ pub struct RunArgs {
     #[arg(short = 'f', long = "file", value_name = "FILE")]
     pub spec_file: Option<PathBuf>,
 
+    /// Attach a built-in set of probes, repeatable: `mysql` (MySQL and MariaDB's
+    /// request path: do_command, dispatch_command and its return, mysql_parse,
+    /// mysqld_stmt_execute, mysql_execute_command).
+    #[arg(long = "preset", value_name = "NAME")]
+    pub presets: Vec<String>,
+
     /// Stop after this many seconds.
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
@@ -94,9 +100,16 @@ pub struct RunArgs {
     #[arg(short = 'o', long = "export", value_name = "FILE")]
     pub exports: Vec<PathBuf>,
 
-    /// Interval of the histograms in an .hlog export, in seconds.
+    /// Interval of the histograms in an .hlog export, and of the TUI's last-interval
+    /// view (`i`) and time series, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub interval: f64,
+
+    /// Serve the live measurements in the Prometheus text format at
+    /// http://ADDR:PORT/metrics (fleet mode), with or without the TUI. Port 0 picks a
+    /// free port; the address served is printed on stderr.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<std::net::SocketAddr>,
 
     /// Capture up to N argument values with each hit (USDT arguments, function
     /// arguments in registers, or a uretprobe's return value); the TUI shows the last.

@@ -10,6 +10,7 @@ pub mod attach;
 pub mod cli;
 pub mod cost;
 pub mod present;
+pub mod preset;
 pub mod privileges;
 pub mod resolve;
 pub mod session;

@@ -5,31 +5,44 @@ use std::{
     future::Future,
     io,
     os::fd::{FromRawFd as _, OwnedFd},
-    path::Path,
-    time::{Duration, Instant, SystemTime},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, SystemTime},
 };
 
 use anyhow::{Context as _, bail};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     signal::unix::{SignalKind, signal},
-    sync::{mpsc, watch},
+    sync::{mpsc, oneshot, watch},
 };
 
-use crate::aggregate::{Aggregator, IntervalLog, Snapshot};
+use crate::aggregate::{Aggregator, IntervalLog, ProbeMeasurements, Snapshot};
 use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
 use crate::present::{
     self, ProbeLabel,
     export::{self, Interval, ProbeReport, Report},
-    tui::{self, UiExit},
+    listen,
+    tui::{self, UiEvent, UiExit, UiLinks, UiRequest},
 };
 use crate::resolve::{self, ProbePoint, ResolveOptions};
 use crate::spec::{ProbeKind, ProbeSpec};
-use crate::stream::{self, Collected, CollectorCommand, CollectorOptions, HitStream};
+use crate::stream::{
+    self, Collected, CollectorCommand, CollectorLinks, CollectorOptions, Copied, HitStream,
+};
 use crate::target::Target;
-use crate::{UsageError, cost, privileges};
+use crate::{UsageError, cost, preset, privileges};
 use probe_common::{ProbeConfig, mode};
+
+/// Like eprintln!, but a failed write is ignored: after SIGHUP the terminal is gone, and
+/// eprintln! would panic (and abort) before the exports are written.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
 
 /// Why measuring stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +56,7 @@ pub enum StopReason {
 }
 
 /// A resolved probe with the spec that asked for it.
+#[derive(Debug, Clone)]
 struct Probe {
     spec: String,
     point: ProbePoint,
@@ -128,7 +142,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     let collector_options = CollectorOptions {
         auto_kernel_above: (args.mode == Mode::Auto).then_some(args.auto_above),
-        interval: wants_intervals.then(|| Duration::from_secs_f64(args.interval)),
+        interval: Duration::from_secs_f64(args.interval),
+        keep_interval_log: wants_intervals,
+    };
+    // Bound before anything is attached, so a taken port fails fast.
+    let listener = match args.listen {
+        Some(addr) => Some(
+            listen::bind(addr)
+                .await
+                .with_context(|| format!("--listen {addr}: cannot listen there"))?,
+        ),
+        None => None,
     };
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
     let prepared = cost::prepare(&points);
@@ -190,11 +214,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let others = cost::bpf_stats::Others::start(pid, args.bpf_stats);
     aggregator.open_window(stream::ktime_now_ns());
     stream::baseline_kernel_counters(&counters, &mut aggregator);
-    let started = Instant::now();
-    let started_unix_ms = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
     eprintln!(
         "probetop: attached {} probe{} to pid {} ({})",
         probes.len(),
@@ -225,24 +244,76 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         })
         .collect();
     let (snapshot_tx, snapshot_rx) = watch::channel(Snapshot::default());
-    let (command_tx, command_rx) = mpsc::channel(4);
+    let (command_tx, command_rx) = mpsc::channel(16);
+    let (focus_tx, focus_rx) = watch::channel(None);
     let collector = tokio::spawn(stream::collect(
         HitStream::new(ring)?,
         counters,
         aggregator,
         collector_options,
-        snapshot_tx,
-        command_rx,
+        CollectorLinks {
+            snapshots: snapshot_tx,
+            commands: command_rx,
+            focus: focus_rx,
+        },
     ));
+    let source = Arc::new(ReportSource {
+        target: target.clone(),
+        probes: probes.clone(),
+        commands: command_tx.clone(),
+    });
+
+    let server = listener.map(|listener| {
+        match listener.local_addr() {
+            Ok(addr) => eprintln!("probetop: serving metrics on http://{addr}/metrics"),
+            Err(e) => eprintln!("probetop: serving metrics (address unknown: {e})"),
+        }
+        let source = source.clone();
+        tokio::spawn(listen::serve(listener, move || {
+            let source = source.clone();
+            async move {
+                let report = source.report(false).await?;
+                Some(export::prometheus::render_prometheus(&report))
+            }
+        }))
+    });
 
     let reason = if args.no_tui {
         shutdown.await
     } else {
-        let target_line = tui::TargetLine {
-            pid: target.pid,
-            comm: target.comm.clone(),
+        let (request_tx, mut request_rx) = mpsc::channel(8);
+        // Each request yields at most one event and at most 8 requests queue, so the
+        // session's sends (awaited while the UI is not polled) always find room.
+        let (event_tx, event_rx) = mpsc::channel(64);
+        let app = tui::App::new(
+            tui::TargetLine {
+                pid: target.pid,
+                comm: target.comm.clone(),
+            },
+            labels.clone(),
+            args.args > 0,
+            tui::Theme::from_env(),
+        );
+        let ui = tui::run(
+            app,
+            UiLinks {
+                snapshots: snapshot_rx.clone(),
+                focus: focus_tx,
+                requests: request_tx,
+                events: event_rx,
+            },
+            shutdown,
+        );
+        tokio::pin!(ui);
+        let exit = loop {
+            tokio::select! {
+                exit = &mut ui => break exit?,
+                Some(request) = request_rx.recv() => {
+                    handle_request(request, &mut attachment, &source, &args.exports, args.force, &event_tx).await;
+                }
+            }
         };
-        match tui::run(target_line, labels.clone(), snapshot_rx.clone(), shutdown).await? {
+        match exit {
             UiExit::Quit => StopReason::UserQuit,
             UiExit::Shutdown(reason) => reason,
         }
@@ -250,22 +321,30 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // One cut for every probe, although the kernel detaches them one at a time. A send
     // fails only if the collector is gone, and then its result says what happened.
+    let close_ktime_ns = stream::ktime_now_ns();
+    let closed_unix_ms = unix_now_ms();
     let close = CollectorCommand::CloseWindow {
-        at_ktime_ns: stream::ktime_now_ns(),
+        at_ktime_ns: close_ktime_ns,
     };
-    let duration = started.elapsed();
     let _ = command_tx.send(close).await;
     attachment.detach_all();
+    if let Some(server) = server {
+        server.abort();
+    }
     let _ = command_tx.send(CollectorCommand::Stop).await;
     let Collected {
         aggregator,
         intervals,
     } = collector.await.context("the collector task failed")?;
     drop(attachment);
+    // Measured from the window's opening (or the last reset) to the cut.
+    let duration =
+        Duration::from_nanos(close_ktime_ns.saturating_sub(aggregator.window_start_ns()));
+    let started_unix_ms = closed_unix_ms.saturating_sub(duration.as_millis() as u64);
 
     match reason {
-        StopReason::TargetExited => eprintln!("probetop: pid {} exited", target.pid),
-        StopReason::TargetExeced => eprintln!(
+        StopReason::TargetExited => say!("probetop: pid {} exited", target.pid),
+        StopReason::TargetExeced => say!(
             "probetop: pid {} exec'd {}: probes on {} no longer fire; measurements up to the exec follow",
             target.pid,
             target
@@ -273,22 +352,35 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .map_or_else(|| "another program".into(), |p| p.display().to_string()),
             target.exe.display()
         ),
-        StopReason::Signal(name) => eprintln!("probetop: {name}, detached"),
+        StopReason::Signal(name) => say!("probetop: {name}, detached"),
         StopReason::Duration | StopReason::UserQuit => {}
     }
     for notice in &aggregator.notices {
-        eprintln!("probetop: {notice}");
+        say!("probetop: {notice}");
     }
     let snapshot = aggregator.snapshot(duration);
-    print!("{}", present::summary::table(&labels, &snapshot));
+    // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
+    // before the exports are written, so a failed write is ignored.
+    {
+        use std::io::Write as _;
+        let mut out = io::stdout().lock();
+        let _ = out
+            .write_all(present::summary::table(&labels, &snapshot).as_bytes())
+            .and_then(|()| out.flush());
+    }
     let other_programs = others.finish();
-    eprint!("{}", cost::report(&labels, &aggregator, duration));
-    eprint!("{}", cost::bpf_stats::render(&other_programs));
+    {
+        // As above: a terminal gone after SIGHUP must not stop the exports.
+        use std::io::Write as _;
+        let mut err = io::stderr().lock();
+        let _ = err.write_all(cost::report(&labels, &aggregator, duration).as_bytes());
+        let _ = err.write_all(cost::bpf_stats::render(&other_programs).as_bytes());
+    }
 
     let mut report = build_report(
         &target,
         &probes,
-        &aggregator,
+        &aggregator.measurements().probes,
         &intervals,
         started_unix_ms,
         duration,
@@ -299,7 +391,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         match export::write(&report, path, args.force) {
             Ok(written) => {
                 for file in written {
-                    eprintln!("probetop: wrote {}", file.display());
+                    say!("probetop: wrote {}", file.display());
                 }
             }
             Err(e) => failed.push(e.to_string()),
@@ -311,6 +403,155 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What a report needs besides the measurements, and the way to ask the collector for
+/// them while it runs (exports on `e`, scrapes of `--listen`).
+struct ReportSource {
+    target: Target,
+    probes: Vec<Probe>,
+    commands: mpsc::Sender<CollectorCommand>,
+}
+
+impl ReportSource {
+    /// A report of everything measured up to now; `None` once the collector has stopped.
+    async fn report(&self, with_intervals: bool) -> Option<Report> {
+        let (reply, copy) = oneshot::channel();
+        self.commands
+            .send(CollectorCommand::Copy {
+                with_intervals,
+                reply,
+            })
+            .await
+            .ok()?;
+        let Copied {
+            measurements,
+            intervals,
+        } = copy.await.ok()?;
+        let now_ktime_ns = stream::ktime_now_ns();
+        let duration =
+            Duration::from_nanos(now_ktime_ns.saturating_sub(measurements.window_start_ns));
+        Some(build_report(
+            &self.target,
+            &self.probes,
+            &measurements.probes,
+            &intervals,
+            unix_now_ms().saturating_sub(duration.as_millis() as u64),
+            duration,
+        ))
+    }
+}
+
+/// Carries out what the UI asked; the outcome goes back to it as an event.
+async fn handle_request(
+    request: UiRequest,
+    attachment: &mut Attachment,
+    source: &Arc<ReportSource>,
+    exports: &[PathBuf],
+    force: bool,
+    events: &mpsc::Sender<UiEvent>,
+) {
+    // The UI may be gone already (it quit); its events then have nowhere to go.
+    match request {
+        UiRequest::ToggleAttach(probe_id) => {
+            let event = if attachment.is_attached(probe_id) {
+                attachment.detach(probe_id);
+                UiEvent::Attached {
+                    probe_id,
+                    attached: false,
+                }
+            } else {
+                match attachment.reattach(probe_id) {
+                    Ok(()) => UiEvent::Attached {
+                        probe_id,
+                        attached: true,
+                    },
+                    Err(e) => {
+                        UiEvent::Message(format!("cannot attach probe {probe_id} again: {e}"))
+                    }
+                }
+            };
+            let _ = events.send(event).await;
+        }
+        UiRequest::Reset => {
+            let reset = CollectorCommand::Reset {
+                at_ktime_ns: stream::ktime_now_ns(),
+            };
+            if source.commands.send(reset).await.is_err() {
+                let _ = events
+                    .send(UiEvent::Message(
+                        "reset failed: the collector has stopped".into(),
+                    ))
+                    .await;
+            }
+        }
+        UiRequest::Export => {
+            // Copying, rendering and writing happen off the UI's and the session's path.
+            let source = source.clone();
+            let events = events.clone();
+            let paths = snapshot_export_paths(exports, source.target.pid, unix_now_ms() / 1000);
+            tokio::spawn(async move {
+                let message = match source.report(true).await {
+                    Some(report) => {
+                        tokio::task::spawn_blocking(move || write_exports(&report, &paths, force))
+                            .await
+                            .unwrap_or_else(|e| format!("export failed: {e}"))
+                    }
+                    None => "export failed: the collector has stopped".into(),
+                };
+                let _ = events.send(UiEvent::Message(message)).await;
+            });
+        }
+    }
+}
+
+/// Writes `report` to every path; one line saying what was written or what failed.
+fn write_exports(report: &Report, paths: &[PathBuf], force: bool) -> String {
+    let mut written = Vec::new();
+    let mut failed = Vec::new();
+    for path in paths {
+        match export::write(report, path, force) {
+            Ok(files) => written.extend(files.iter().map(|f| f.display().to_string())),
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    match (written.is_empty(), failed.is_empty()) {
+        (_, true) => format!("wrote {}", written.join(", ")),
+        (true, false) => format!("export failed: {}", failed.join("; ")),
+        (false, false) => format!(
+            "wrote {}; failed: {}",
+            written.join(", "),
+            failed.join("; ")
+        ),
+    }
+}
+
+/// Where `e` writes: beside each `--export` path, with the time in its name
+/// (`run.json` -> `run-<unix time>.json`) so the exit's export does not overwrite it;
+/// without `--export`, `probetop-<pid>-<unix time>.json` in the working directory.
+fn snapshot_export_paths(exports: &[PathBuf], pid: u32, unix_secs: u64) -> Vec<PathBuf> {
+    if exports.is_empty() {
+        return vec![PathBuf::from(format!("probetop-{pid}-{unix_secs}.json"))];
+    }
+    exports
+        .iter()
+        .map(|path| {
+            let mut name = path.file_stem().unwrap_or_default().to_os_string();
+            name.push(format!("-{unix_secs}"));
+            if let Some(ext) = path.extension() {
+                name.push(".");
+                name.push(ext);
+            }
+            path.with_file_name(name)
+        })
+        .collect()
+}
+
+fn unix_now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 /// Specs from -e and -f, parsed; a malformed one is a usage error with a caret.
 fn collect_specs(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
     let mut texts: Vec<String> = args.probes.clone();
@@ -319,9 +560,14 @@ fn collect_specs(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
             .with_context(|| format!("cannot read spec file {}", file.display()))?;
         texts.extend(spec_lines(&content));
     }
+    for name in &args.presets {
+        let text = preset::text(name).map_err(|e| UsageError(format!("--preset: {e}")))?;
+        texts.extend(spec_lines(text));
+    }
     if texts.is_empty() {
         bail!(UsageError(
-            "no probes: give at least one -e SPEC, for example -e uprobe:my_func".into()
+            "no probes: give at least one -e SPEC (for example -e uprobe:my_func) or a --preset"
+                .into()
         ));
     }
     texts
@@ -356,7 +602,7 @@ fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
 fn build_report(
     target: &Target,
     probes: &[Probe],
-    aggregator: &Aggregator,
+    measured: &[ProbeMeasurements],
     intervals: &IntervalLog,
     started_unix_ms: u64,
     duration: Duration,
@@ -367,7 +613,7 @@ fn build_report(
         duration_s: duration.as_secs_f64(),
         probes: probes
             .iter()
-            .zip(aggregator.probes())
+            .zip(measured)
             .enumerate()
             .map(|(id, (probe, measured))| ProbeReport {
                 id: id as u32,
@@ -379,13 +625,8 @@ fn build_report(
                 file_offset: probe.point.file_offset,
                 mode: measured.mode,
                 last_args: measured.last_args.map(|a| a.values().collect()),
-                threads: {
-                    let mut threads: Vec<(u32, u64)> =
-                        measured.threads.iter().map(|(t, n)| (*t, *n)).collect();
-                    threads.sort_unstable();
-                    threads
-                },
-                hits: measured.hits(),
+                threads: measured.threads.clone(),
+                hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
                 cost: cost::probe_report(measured, duration),
@@ -553,5 +794,24 @@ mod tests {
         let lines: Vec<String> =
             spec_lines("# probes\nuprobe:a\n\n  uretprobe:b  # return\n#x\n").collect();
         assert_eq!(lines, ["uprobe:a", "uretprobe:b"]);
+    }
+
+    #[test]
+    fn snapshot_exports_are_named_by_time() {
+        assert_eq!(
+            snapshot_export_paths(&[], 42, 1_700_000_000),
+            [PathBuf::from("probetop-42-1700000000.json")]
+        );
+        assert_eq!(
+            snapshot_export_paths(
+                &[PathBuf::from("/tmp/out/run.json"), PathBuf::from("r.hgrm")],
+                42,
+                7
+            ),
+            [
+                PathBuf::from("/tmp/out/run-7.json"),
+                PathBuf::from("r-7.hgrm")
+            ]
+        );
     }
 }

@@ -14,10 +14,10 @@ use aya::maps::{MapData, RingBuf};
 use probe_common::{HitArgsEvent, HitEvent};
 use tokio::{
     io::{Interest, unix::AsyncFd},
-    sync::{mpsc, watch},
+    sync::{mpsc, oneshot, watch},
 };
 
-use crate::aggregate::{Aggregator, IntervalLog, Snapshot};
+use crate::aggregate::{Aggregator, IntervalLog, Measurements, OwnUsage, Snapshot};
 use crate::attach::KernelCounters;
 use probe_common::mode;
 
@@ -29,20 +29,44 @@ const SNAPSHOT_INTERVAL: Duration = Duration::from_millis(100);
 /// in-kernel histogram).
 const COUNTERS_INTERVAL: Duration = Duration::from_millis(500);
 
-/// How the collector treats hot probes.
-#[derive(Debug, Clone, Copy, Default)]
+/// How often probetop measures its own CPU and memory.
+const OWN_USAGE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How the collector treats hot probes and intervals.
+#[derive(Debug, Clone, Copy)]
 pub struct CollectorOptions {
     /// Switch a ring buffer probe to in-kernel aggregation once its rate exceeds this
     /// many hits per second.
     pub auto_kernel_above: Option<f64>,
-    /// Keep per-interval histograms of this length (for interval logs).
-    pub interval: Option<Duration>,
+    /// Length of a live interval: the UI's last-interval view and time series, and the
+    /// histograms of an interval log.
+    pub interval: Duration,
+    /// Keep every interval's histograms (for interval logs).
+    pub keep_interval_log: bool,
+}
+
+impl Default for CollectorOptions {
+    fn default() -> Self {
+        Self {
+            auto_kernel_above: None,
+            interval: Duration::from_secs(1),
+            keep_interval_log: false,
+        }
+    }
 }
 
 /// What the collector hands back when it stops.
 #[derive(Debug, Default)]
 pub struct Collected {
     pub aggregator: Aggregator,
+    pub intervals: IntervalLog,
+}
+
+/// A copy of the measurements so far ([`CollectorCommand::Copy`]).
+#[derive(Debug, Default)]
+pub struct Copied {
+    pub measurements: Measurements,
+    /// Empty unless asked for.
     pub intervals: IntervalLog,
 }
 
@@ -111,10 +135,18 @@ impl Record {
 }
 
 /// Requests to the collector task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum CollectorCommand {
     /// From now on count only hits up to `at_ktime_ns` (CLOCK_MONOTONIC).
     CloseWindow { at_ktime_ns: u64 },
+    /// Restart every histogram and count: only hits from `at_ktime_ns` on count.
+    Reset { at_ktime_ns: u64 },
+    /// Drain what is queued and send a copy of what reports need (with the interval log
+    /// if `with_intervals`), for exports and scrapes while running.
+    Copy {
+        with_intervals: bool,
+        reply: oneshot::Sender<Copied>,
+    },
     /// Drain what is queued, then return the aggregator.
     Stop,
 }
@@ -130,6 +162,15 @@ pub fn ktime_now_ns() -> u64 {
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
+/// Where the collector's output goes and what steers it.
+pub struct CollectorLinks {
+    /// A snapshot every [`SNAPSHOT_INTERVAL`].
+    pub snapshots: watch::Sender<Snapshot>,
+    pub commands: mpsc::Receiver<CollectorCommand>,
+    /// The probe the UI shows in detail: its distributions go into every snapshot.
+    pub focus: watch::Receiver<Option<u32>>,
+}
+
 /// Runs until [`CollectorCommand::Stop`] or until every sender is gone, then returns
 /// everything aggregated.
 pub async fn collect(
@@ -137,25 +178,47 @@ pub async fn collect(
     mut counters: KernelCounters,
     mut aggregator: Aggregator,
     options: CollectorOptions,
-    snapshots: watch::Sender<Snapshot>,
-    mut commands: mpsc::Receiver<CollectorCommand>,
+    links: CollectorLinks,
 ) -> Collected {
-    let started = Instant::now();
+    let CollectorLinks {
+        snapshots,
+        mut commands,
+        mut focus,
+    } = links;
+    let mut focus_open = true;
+    let interval_length = options.interval.max(Duration::from_millis(10));
+    let mut started = Instant::now();
     let mut poll = tokio::time::interval(POLL_INTERVAL);
     let mut publish = tokio::time::interval(SNAPSHOT_INTERVAL);
     let mut read_counters = tokio::time::interval(COUNTERS_INTERVAL);
-    for timer in [&mut poll, &mut publish, &mut read_counters] {
+    let mut read_own_usage = tokio::time::interval(OWN_USAGE_INTERVAL);
+    let mut interval_timer = tokio::time::interval_at(
+        tokio::time::Instant::now() + interval_length,
+        interval_length,
+    );
+    for timer in [
+        &mut poll,
+        &mut publish,
+        &mut read_counters,
+        &mut read_own_usage,
+        &mut interval_timer,
+    ] {
         timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     }
     let mut last_tick = Instant::now();
     let mut counters_frozen = false;
     let mut intervals = IntervalLog::default();
-    let interval_length = options.interval.unwrap_or(Duration::MAX);
-    let mut interval_timer = tokio::time::interval_at(
-        tokio::time::Instant::now() + options.interval.unwrap_or(Duration::from_secs(3600)),
-        options.interval.unwrap_or(Duration::from_secs(3600)),
-    );
     let mut interval_start = Duration::ZERO;
+    let mut own_meter = OwnUsageMeter::default();
+    let mut own = OwnUsage::default();
+    let snapshot =
+        |aggregator: &Aggregator, elapsed: Duration, own: OwnUsage, focus: Option<u32>| {
+            let mut snapshot = aggregator.snapshot(elapsed);
+            snapshot.interval = interval_length;
+            snapshot.own = own;
+            snapshot.focus = focus.and_then(|id| aggregator.focus_detail(id));
+            snapshot
+        };
     loop {
         tokio::select! {
             ready = stream.readable() => {
@@ -171,6 +234,9 @@ pub async fn collect(
             _ = read_counters.tick(), if !counters_frozen => {
                 read_kernel_counters(&counters, &mut aggregator);
             }
+            _ = read_own_usage.tick() => {
+                own = own_meter.measure();
+            }
             _ = publish.tick() => {
                 let now = Instant::now();
                 aggregator.tick(now - last_tick);
@@ -178,13 +244,31 @@ pub async fn collect(
                 if let Some(limit) = options.auto_kernel_above {
                     switch_hot_probes(&mut counters, &mut aggregator, limit);
                 }
-                snapshots.send_replace(aggregator.snapshot(started.elapsed()));
+                snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, *focus.borrow()));
             }
-            _ = interval_timer.tick(), if options.interval.is_some() => {
+            // A new selection gets its details at once rather than at the next tick.
+            changed = focus.changed(), if focus_open => {
+                if changed.is_err() {
+                    focus_open = false;
+                } else {
+                    let focused = *focus.borrow_and_update();
+                    snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, focused));
+                }
+            }
+            _ = interval_timer.tick() => {
                 stream.drain(|record| aggregator.record_any(&record));
                 let now = started.elapsed();
-                let length = (now - interval_start).min(interval_length);
-                intervals.close_interval(&mut aggregator, interval_start.as_secs_f64(), length.as_secs_f64());
+                let length = now.saturating_sub(interval_start);
+                aggregator.roll_interval(length);
+                if options.keep_interval_log {
+                    intervals.close_interval(
+                        &mut aggregator,
+                        interval_start.as_secs_f64(),
+                        length.min(interval_length).as_secs_f64(),
+                    );
+                } else {
+                    aggregator.probes_mut().iter_mut().for_each(|p| p.clear_interval());
+                }
                 interval_start = now;
             }
             command = commands.recv() => match command {
@@ -196,6 +280,29 @@ pub async fn collect(
                         crate::cost::read_dispatch(dispatch, &mut aggregator, true);
                     }
                     counters_frozen = true;
+                }
+                Some(CollectorCommand::Reset { at_ktime_ns }) => {
+                    // Fold in what the kernel counted so far, so that it becomes the
+                    // baseline the reset starts from.
+                    stream.drain(|record| aggregator.record_any(&record));
+                    read_kernel_counters(&counters, &mut aggregator);
+                    aggregator.reset(at_ktime_ns);
+                    if let Some(dispatch) = counters.dispatch() {
+                        crate::cost::baseline_dispatch(dispatch, &mut aggregator);
+                    }
+                    intervals = IntervalLog::default();
+                    started = Instant::now();
+                    interval_start = Duration::ZERO;
+                    interval_timer.reset();
+                    snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, *focus.borrow()));
+                }
+                Some(CollectorCommand::Copy { with_intervals, reply }) => {
+                    stream.drain(|record| aggregator.record_any(&record));
+                    // The asker may have given up; nothing to do then.
+                    let _ = reply.send(Copied {
+                        measurements: aggregator.measurements(),
+                        intervals: if with_intervals { intervals.clone() } else { IntervalLog::default() },
+                    });
                 }
                 Some(CollectorCommand::Stop) | None => break,
             },
@@ -209,7 +316,7 @@ pub async fn collect(
         }
     }
     aggregator.unknown_records += stream.malformed;
-    if options.interval.is_some() {
+    if options.keep_interval_log {
         let now = started.elapsed();
         intervals.close_interval(
             &mut aggregator,
@@ -217,11 +324,71 @@ pub async fn collect(
             (now - interval_start).as_secs_f64(),
         );
     }
-    snapshots.send_replace(aggregator.snapshot(started.elapsed()));
+    snapshots.send_replace(snapshot(
+        &aggregator,
+        started.elapsed(),
+        own,
+        *focus.borrow(),
+    ));
     Collected {
         aggregator,
         intervals,
     }
+}
+
+/// probetop's own CPU time and resident memory, from /proc/self (read by the collector,
+/// never by the UI's render path).
+#[derive(Debug, Default)]
+struct OwnUsageMeter {
+    /// (when, utime + stime in clock ticks) at the last reading.
+    last: Option<(Instant, u64)>,
+}
+
+impl OwnUsageMeter {
+    fn measure(&mut self) -> OwnUsage {
+        let now = Instant::now();
+        let ticks = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|stat| cpu_ticks_of_stat(&stat));
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let cpu_share = match (self.last, ticks) {
+            (Some((then, before)), Some(ticks)) if ticks_per_second > 0 => {
+                let seconds = (now - then).as_secs_f64();
+                (seconds > 0.0).then(|| {
+                    ticks.saturating_sub(before) as f64 / ticks_per_second as f64 / seconds
+                })
+            }
+            _ => None,
+        };
+        self.last = ticks.map(|t| (now, t));
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let rss_bytes = std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|statm| resident_pages_of_statm(&statm))
+            .filter(|_| page_size > 0)
+            .map(|pages| pages * page_size as u64);
+        OwnUsage {
+            cpu_share,
+            rss_bytes,
+        }
+    }
+}
+
+/// utime + stime (fields 14 and 15) of a /proc/PID/stat line. The command name (field 2)
+/// may hold spaces and parentheses, so fields are counted after its closing `)`.
+fn cpu_ticks_of_stat(stat: &str) -> Option<u64> {
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_comm.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Resident pages, the second field of /proc/PID/statm.
+fn resident_pages_of_statm(statm: &str) -> Option<u64> {
+    statm.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Reads drops, and for probes not streaming every hit, the kernel's own counts. A
@@ -233,7 +400,7 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let id = id as u32;
         if let Ok(dropped) = counters.drops(id) {
-            probe.dropped = dropped;
+            probe.set_dropped_total(dropped);
         }
         if probe.mode == mode::SAMPLE
             && let Ok(total) = counters.sampled_hits(id)
@@ -319,5 +486,21 @@ mod tests {
             Some(Record::HitWithArgs(with_args))
         );
         assert_eq!(Record::parse(&[0u8; 31]), None);
+    }
+
+    #[test]
+    fn own_usage_fields() {
+        // A command name with spaces and a parenthesis must not shift the fields.
+        let stat = "1234 (a b) c) S 1 2 3 4 5 6 7 8 9 10 250 17 0 0 20 0 1 0";
+        assert_eq!(cpu_ticks_of_stat(stat), Some(267));
+        assert_eq!(
+            resident_pages_of_statm("5000 1200 300 10 0 900 0\n"),
+            Some(1200)
+        );
+        let mut meter = OwnUsageMeter::default();
+        let first = meter.measure();
+        assert!(first.rss_bytes.is_some_and(|b| b > 0));
+        assert_eq!(first.cpu_share, None, "no rate from one reading");
+        assert!(meter.measure().cpu_share.is_some());
     }
 }

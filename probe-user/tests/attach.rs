@@ -121,7 +121,8 @@ fn detaches_when(stop: Stop) {
         .args(["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"]);
     match stop {
         Stop::Duration => {
-            cmd.args(["--duration", "3"]);
+            // Long enough to measure a probed batch even on a loaded machine.
+            cmd.args(["--duration", "6"]);
         }
         Stop::Panic => {
             cmd.env("PROBETOP_TEST_PANIC_AFTER_ATTACH", "1");
@@ -305,8 +306,8 @@ fn coexists_with_bpftrace_on_the_same_function() {
     let exe = fixture("c/workload");
     let mut bpftrace = Running::spawn({
         let mut cmd = std::process::Command::new("bpftrace");
-        // bpftrace's -p does not scope uprobes to the process (other tests run the
-        // same binary), so filter on the pid as well.
+        // bpftrace 0.17's -p does not scope uprobes to the pid: without the predicate it
+        // also counts the workloads of the tests running beside this one.
         cmd.args(["-p", &target.pid().to_string(), "-e"])
             .arg(format!(
                 "uprobe:{}:work_unit /pid == {}/ {{ @hits = count(); }}",
@@ -329,10 +330,11 @@ fn coexists_with_bpftrace_on_the_same_function() {
     );
 }
 
-/// A target whose executable was deleted (or replaced) on disk after it started is still
-/// probed: symbols are read and probes attached through /proc/PID/exe.
+/// A target whose executable was deleted or replaced on disk, before or after probes
+/// were attached, is still probed: symbols are read and probes attached through
+/// /proc/PID/exe, which the kernel resolves to the mapped inode.
 #[test]
-fn probes_a_target_whose_binary_was_deleted() {
+fn probes_a_target_whose_binary_was_deleted_or_replaced() {
     let dir = std::env::temp_dir().join(format!("probetop-deleted-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let copy = dir.join("workload");
@@ -344,7 +346,12 @@ fn probes_a_target_whose_binary_was_deleted() {
     let report = measure(
         target.pid(),
         &["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"],
-        || target.signal(libc::SIGUSR1),
+        || {
+            // Replaced again while the probes are live.
+            std::fs::remove_file(&copy).expect("delete the stand-in");
+            std::fs::copy("/bin/true", &copy).expect("another program at the path");
+            target.signal(libc::SIGUSR1)
+        },
     );
     assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
     assert_eq!(probe(&report, "leaf_ret")["hits"], CALLS);

@@ -11,14 +11,20 @@ fn count_arg() -> String {
     COUNT.to_string()
 }
 
-#[test]
-fn c_usdt_arguments_and_function_values_read_back() {
+/// Starts a fixture that waits for SIGUSR1, attaches probetop with `args`, lets the
+/// fixture make its COUNT passes, and returns probetop's JSON export.
+fn measure_fixture(binary: &str, args: &[&str]) -> serde_json::Value {
     let target = started(
-        &fixture("c/probes"),
+        &fixture(binary),
         &["--wait-signal", "--count", &count_arg()],
     );
-    let report = measure(
-        target.pid(),
+    measure(target.pid(), args, || target.signal(libc::SIGUSR1))
+}
+
+#[test]
+fn c_usdt_arguments_and_function_values_read_back() {
+    let report = measure_fixture(
+        "c/probes",
         &[
             "--args",
             "4",
@@ -35,7 +41,6 @@ fn c_usdt_arguments_and_function_values_read_back() {
             "-e",
             "uretprobe:probe_leaf",
         ],
-        || target.signal(libc::SIGUSR1),
     );
     let last = COUNT - 1;
     for name in [
@@ -149,12 +154,8 @@ fn semaphores_are_raised_only_while_attached() {
 
 #[test]
 fn cpp_by_demangled_name_and_glob() {
-    let target = started(
-        &fixture("cpp/cppfix"),
-        &["--wait-signal", "--count", &count_arg()],
-    );
-    let report = measure(
-        target.pid(),
+    let report = measure_fixture(
+        "cpp/cppfix",
         &[
             "-e",
             "uprobe:dispatch_command",
@@ -163,7 +164,6 @@ fn cpp_by_demangled_name_and_glob() {
             "-e",
             "uretprobe:shop::detail::helper",
         ],
-        || target.signal(libc::SIGUSR1),
     );
     let probes = report["probes"].as_array().expect("probes");
     assert_eq!(
@@ -268,12 +268,8 @@ fn python_ctypes_library_usdt_with_semaphore() {
 #[test]
 fn non_pie_and_stripped_binaries() {
     for binary in ["c/probes-nopie", "c/probes-debuglink", "c/probes-minidebug"] {
-        let target = started(
-            &fixture(binary),
-            &["--wait-signal", "--count", &count_arg()],
-        );
-        let report = measure(
-            target.pid(),
+        let report = measure_fixture(
+            binary,
             &[
                 "-e",
                 "uprobe:probe_add",
@@ -282,7 +278,6 @@ fn non_pie_and_stripped_binaries() {
                 "-e",
                 "usdt:fixture:tick",
             ],
-            || target.signal(libc::SIGUSR1),
         );
         for name in ["probe_add", "probe_leaf", "fixture:tick"] {
             assert_eq!(probe(&report, name)["hits"], COUNT, "{binary} {name}");

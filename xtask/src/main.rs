@@ -16,6 +16,10 @@ use std::{env, fs, thread};
 use anyhow::{Context as _, Result, bail, ensure};
 use clap::{Parser, Subcommand};
 
+mod bench;
+mod mysql;
+mod mysql_report;
+
 #[derive(Parser)]
 #[command(
     name = "cargo xtask",
@@ -55,6 +59,76 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u32,
     },
+    /// Measure probetop against bpftrace (per-hit cost, throughput, attach latency,
+    /// memory, calibration); writes docs/performance.{md,json}. As root.
+    Bench(bench::BenchArgs),
+    /// Start a private mariadbd (temporary datadir, unix socket only), prepare sysbench's
+    /// tables, run one sysbench test (optionally with probetop attached), stop it.
+    MysqlSysbench {
+        #[command(flatten)]
+        load: SysbenchArgs,
+        /// Seconds of the run.
+        #[arg(long, default_value_t = 10.0)]
+        time: f64,
+        /// Attach `probetop --preset mysql --no-tui` during the run and print its summary.
+        #[arg(long)]
+        probe: bool,
+    },
+    /// Start a private mariadbd under a sysbench load and keep it up until Enter (or
+    /// stdin closes): for trying `probetop --pid PID --preset mysql` by hand.
+    MysqlServe {
+        #[command(flatten)]
+        load: SysbenchArgs,
+    },
+    /// Measure what probing a live mariadbd costs it (probetop against bpftrace, under
+    /// sysbench); writes docs/mysqld.md and docs/mysqld/.
+    MysqlReport {
+        /// A short try: 3 s runs, one repeat, written under the target directory unless
+        /// --out is given.
+        #[arg(long)]
+        quick: bool,
+        /// Seconds of each sysbench run [default: 10, --quick: 3].
+        #[arg(long)]
+        duration: Option<f64>,
+        /// Runs of every cell and variant [default: 3, --quick: 1].
+        #[arg(long)]
+        repeats: Option<u32>,
+        /// sysbench tests.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "oltp_read_only,oltp_point_select,oltp_read_write"
+        )]
+        tests: Vec<String>,
+        /// Client thread counts.
+        #[arg(long, value_delimiter = ',', default_value = "2,8")]
+        threads: Vec<u32>,
+        /// Skip pricing each probe on its own.
+        #[arg(long)]
+        no_per_probe: bool,
+        /// Directory for mysqld.md and mysqld/ [default: docs, --quick:
+        /// <target>/mysql-report-quick].
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, default_value_t = 4)]
+        tables: u32,
+        #[arg(long, default_value_t = 10_000)]
+        table_size: u32,
+    },
+}
+
+#[derive(clap::Args)]
+struct SysbenchArgs {
+    /// sysbench test: oltp_read_only, oltp_point_select, oltp_read_write, ...
+    #[arg(long, default_value = "oltp_read_only")]
+    test: String,
+    /// Client connections.
+    #[arg(long, default_value_t = 2)]
+    threads: u32,
+    #[arg(long, default_value_t = 4)]
+    tables: u32,
+    #[arg(long, default_value_t = 10_000)]
+    table_size: u32,
 }
 
 /// apt packages the tests, fixtures and tooling use that a fresh Debian 12 machine of the
@@ -72,6 +146,8 @@ const APT_PACKAGES: &[&str] = &[
     "prometheus", // promtool validates the metrics export; a real server scrapes it
     "maven",      // fetches HdrHistogram's Java reader for the .hlog cross-check
     "openjdk-17-jdk-headless", // runs it
+    "mariadb-server", // a live mysqld to probe (tests/mysql.rs, cargo xtask mysql-*)
+    "sysbench",   // its load
 ];
 
 const ROOT_REQUIRED: &str = "integration tests attach real probes: run as root";
@@ -127,6 +203,49 @@ fn run_task(cli: Cli) -> Result<()> {
         Task::Test { harness_args } => test(&ctx, &harness_args),
         Task::Demo => demo(&ctx),
         Task::Soak { seconds } => soak(&ctx, seconds),
+        Task::MysqlSysbench { load, time, probe } => mysql_sysbench(&ctx, &load, time, probe),
+        Task::MysqlServe { load } => mysql_serve(&ctx, &load),
+        Task::MysqlReport {
+            quick,
+            duration,
+            repeats,
+            tests,
+            threads,
+            no_per_probe,
+            out,
+            tables,
+            table_size,
+        } => {
+            let out = match out {
+                Some(dir) => dir,
+                None if quick => ctx.target_dir().join("mysql-report-quick"),
+                None => ctx.root.join("docs"),
+            };
+            let duration = duration.unwrap_or(if quick { 3.0 } else { 10.0 });
+            ensure!(
+                duration.is_finite() && duration >= 1.0,
+                "--duration: give at least 1 second"
+            );
+            ensure!(
+                !tests.is_empty() && !threads.is_empty(),
+                "--tests and --threads need at least one value each"
+            );
+            mysql_report::mysql_report(
+                &ctx,
+                mysql_report::ReportOptions {
+                    quick,
+                    duration,
+                    repeats: repeats.unwrap_or(if quick { 1 } else { 3 }).max(1),
+                    tests,
+                    threads,
+                    per_probe: !no_per_probe,
+                    out,
+                    tables,
+                    table_size,
+                },
+            )
+        }
+        Task::Bench(args) => bench::run(&ctx, &args),
     }
 }
 
@@ -135,7 +254,7 @@ fn run_task(cli: Cli) -> Result<()> {
 
 fn setup(ctx: &Ctx) -> Result<()> {
     setup_apt(ctx)?;
-    setup_go()?;
+    setup_go(ctx)?;
     setup_nightly(ctx)?;
     setup_stable_components(ctx)?;
     setup_nightly_components(ctx)?;
@@ -292,44 +411,116 @@ fn demo(ctx: &Ctx) -> Result<()> {
     result
 }
 
+/// `cargo xtask mysql-sysbench`: one sysbench run against a private server.
+fn mysql_sysbench(ctx: &Ctx, load: &SysbenchArgs, time: f64, probe: bool) -> Result<()> {
+    ensure!(
+        is_root()?,
+        "mariadbd runs as root here and probetop needs it: run as root"
+    );
+    install_apt(ctx, mysql::PACKAGES)?;
+    if probe {
+        build(ctx)?;
+    }
+    let server = mysql::Mariadb::start(&mysql::ServerOptions::default())?;
+    let sysbench = mysql::Sysbench::new(&server, load.tables, load.table_size);
+    sysbench.prepare()?;
+    let mut probetop = if probe {
+        let mut cmd = Command::new(ctx.target_dir().join("release/probetop"));
+        cmd.arg("--pid")
+            .arg(server.pid().to_string())
+            .args(["--preset", "mysql", "--no-tui"]);
+        echo(&cmd);
+        Some(mysql_report::Tool::start(
+            cmd,
+            "attached",
+            mysql_report::Stream::Stderr,
+        )?)
+    } else {
+        None
+    };
+    let result = sysbench.run(&load.test, load.threads, time)?;
+    println!(
+        "mysql-sysbench: {} threads={}: {} queries ({:.0}/s), {} transactions, p95 {:.2} ms",
+        load.test, load.threads, result.queries, result.qps, result.transactions, result.p95_ms
+    );
+    if let Some(extra) = mysql::extra_commands_per_connection(&load.test, load.tables) {
+        println!(
+            "mysql-sysbench: dispatch_command should have run {} times ({} queries + {} \
+             connections x {extra} prepare/close/quit commands)",
+            result.queries + extra * u64::from(load.threads),
+            result.queries,
+            load.threads
+        );
+    }
+    if let Some(tool) = probetop.as_mut() {
+        print!("{}", tool.stop()?);
+    }
+    ensure!(server.ping(), "mariadbd stopped answering");
+    Ok(())
+}
+
+/// `cargo xtask mysql-serve`: a private server under load until Enter.
+fn mysql_serve(ctx: &Ctx, load: &SysbenchArgs) -> Result<()> {
+    ensure!(
+        is_root()?,
+        "mariadbd runs as root here and probetop needs it: run as root"
+    );
+    install_apt(ctx, mysql::PACKAGES)?;
+    let server = mysql::Mariadb::start(&mysql::ServerOptions::default())?;
+    let sysbench = mysql::Sysbench::new(&server, load.tables, load.table_size);
+    sysbench.prepare()?;
+    // --time=0: no time limit; the child is killed below.
+    let mut cmd = sysbench.command(&load.test);
+    cmd.arg(format!("--threads={}", load.threads)).args([
+        "--time=0",
+        "--report-interval=10",
+        "run",
+    ]);
+    echo(&cmd);
+    let mut load_child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", show(&cmd)))?;
+    println!(
+        "\nmariadbd pid {} (socket {}, logs in {}) is under {} with {} threads. Try:\n\n  \
+         {} --pid {} --preset mysql\n\nPress Enter to stop.\n",
+        server.pid(),
+        server.socket().display(),
+        server.dir().display(),
+        load.test,
+        load.threads,
+        ctx.target_dir().join("release/probetop").display(),
+        server.pid()
+    );
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    let _ = load_child.kill();
+    let _ = load_child.wait();
+    Ok(())
+}
+
 // ---------------------------------------------------------------------------------------
 // setup items
 
 fn setup_apt(ctx: &Ctx) -> Result<()> {
-    let mut missing = Vec::new();
-    for &pkg in APT_PACKAGES {
+    install_apt(ctx, APT_PACKAGES)?;
+    println!("setup: apt packages: ok");
+    Ok(())
+}
+
+/// Installs the `packages` that are missing, without starting any service they ship
+/// (see [`mysql::install_missing`]).
+fn install_apt(ctx: &Ctx, packages: &[&str]) -> Result<()> {
+    mysql::install_missing(packages, |pkg| {
         let out = ctx.query(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))?;
         // Anything but this (not known, removed, config-files only, half-installed) needs
         // an install; dpkg-query fails outright for a package it has never seen.
-        if !(out.status.success() && out.stdout.trim() == "install ok installed") {
-            missing.push(pkg);
-        }
-    }
-    if missing.is_empty() {
-        println!("setup: apt packages: ok");
-        return Ok(());
-    }
-    println!("setup: apt packages: installing {}", missing.join(" "));
-    ensure!(
-        is_root()?,
-        "installing apt packages {} needs root",
-        missing.join(" ")
-    );
-    // No prompts, no debconf dialogs: CI has no terminal and no stdin.
-    let apt = |args: &[&str]| {
-        let mut cmd = Command::new("apt-get");
-        cmd.args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null());
-        cmd
-    };
-    run(&mut apt(&["update", "-q"]))?;
-    run(apt(&["install", "-y", "-q"]).args(&missing))
+        Ok(!(out.status.success() && out.stdout.trim() == "install ok installed"))
+    })
 }
 
 /// The Go fixture needs a Go toolchain: the machine's own (/usr/local/go) when there is
 /// one, else Debian's.
-fn setup_go() -> Result<()> {
+fn setup_go(ctx: &Ctx) -> Result<()> {
     let on_path = std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("go").is_file()));
     if on_path || Path::new("/usr/local/go/bin/go").is_file() {
@@ -337,16 +528,7 @@ fn setup_go() -> Result<()> {
         return Ok(());
     }
     println!("setup: go: installing golang-go");
-    ensure!(is_root()?, "installing golang-go needs root");
-    let apt = |args: &[&str]| {
-        let mut cmd = Command::new("apt-get");
-        cmd.args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .stdin(Stdio::null());
-        cmd
-    };
-    run(&mut apt(&["update", "-q"]))?;
-    run(&mut apt(&["install", "-y", "-q", "golang-go"]))
+    install_apt(ctx, &["golang-go"])
 }
 
 fn setup_nightly(ctx: &Ctx) -> Result<()> {

@@ -16,7 +16,7 @@ use std::{
         fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
         unix::ffi::OsStrExt as _,
     },
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use aya::{
@@ -150,11 +150,27 @@ pub struct ProbeLink {
     _perf_event: OwnedFd,
 }
 
+/// An [`AttachRequest`] kept to attach the same probe again after a detach. Its config
+/// is not kept: it stays in the kernel's per-probe map, where the collector may have
+/// changed it since.
+#[derive(Debug, Clone)]
+struct StoredRequest {
+    /// The program the probe runs.
+    program: &'static str,
+    kind: ProbeKind,
+    path: PathBuf,
+    file_offset: u64,
+    semaphore_offset: Option<u64>,
+    pid: u32,
+}
+
 /// The loaded programs, their maps, and every attached probe.
 pub struct Attachment {
     ebpf: Ebpf,
     pmu: UprobePmu,
     links: Vec<Option<ProbeLink>>,
+    /// Indexed by probe id, like `links`.
+    requests: Vec<Option<StoredRequest>>,
 }
 
 impl Attachment {
@@ -190,6 +206,7 @@ impl Attachment {
             ebpf,
             pmu,
             links: Vec::new(),
+            requests: Vec::new(),
         })
     }
 
@@ -223,13 +240,6 @@ impl Attachment {
         self.attach_program(request, name)
     }
 
-    /// Detaches one probe.
-    pub fn detach(&mut self, probe_id: u32) {
-        if let Some(slot) = self.links.get_mut(probe_id as usize) {
-            *slot = None;
-        }
-    }
-
     /// The loaded object, for `cost::dispatch` to load and attach its programs and
     /// take its maps.
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
@@ -241,7 +251,6 @@ impl Attachment {
         request: &AttachRequest,
         name: &'static str,
     ) -> Result<(), AttachError> {
-        let retprobe = request.kind == ProbeKind::Uretprobe;
         // The config must be in place before the first hit can fire.
         let map = self
             .ebpf
@@ -258,6 +267,30 @@ impl Attachment {
                 name: "CONFIG",
                 source,
             })?;
+        let stored = StoredRequest {
+            program: name,
+            kind: request.kind,
+            path: request.path.to_path_buf(),
+            file_offset: request.file_offset,
+            semaphore_offset: request.semaphore_offset,
+            pid: request.pid,
+        };
+        let link = self.open_link(request.probe_id, &stored)?;
+        let slot = request.probe_id as usize;
+        if self.links.len() <= slot {
+            self.links.resize_with(slot + 1, || None);
+        }
+        if self.requests.len() <= slot {
+            self.requests.resize_with(slot + 1, || None);
+        }
+        self.links[slot] = Some(link);
+        self.requests[slot] = Some(stored);
+        Ok(())
+    }
+
+    /// Opens the perf event of a probe and binds the program to it.
+    fn open_link(&self, probe_id: u32, request: &StoredRequest) -> Result<ProbeLink, AttachError> {
+        let name = request.program;
         let program: &UProbe = self
             .ebpf
             .program(name)
@@ -272,10 +305,10 @@ impl Attachment {
         let path_text = request.path.display().to_string();
         let perf_event = open_uprobe_event(
             self.pmu,
-            request.path,
+            &request.path,
             request.file_offset,
             request.semaphore_offset.unwrap_or(0),
-            retprobe,
+            request.kind == ProbeKind::Uretprobe,
             request.pid,
         )
         .map_err(|source| AttachError::PerfEventOpen {
@@ -284,25 +317,54 @@ impl Attachment {
             offset: request.file_offset,
             source,
         })?;
-        let link = link_perf_event(
-            program_fd.as_fd(),
-            perf_event.as_fd(),
-            u64::from(request.probe_id),
-        )
-        .map_err(|source| AttachError::Link {
-            kind: request.kind,
-            path: path_text,
-            offset: request.file_offset,
-            source,
-        })?;
-        let slot = request.probe_id as usize;
+        let link = link_perf_event(program_fd.as_fd(), perf_event.as_fd(), u64::from(probe_id))
+            .map_err(|source| AttachError::Link {
+                kind: request.kind,
+                path: path_text,
+                offset: request.file_offset,
+                source,
+            })?;
+        Ok(ProbeLink {
+            _link: link,
+            _perf_event: perf_event,
+        })
+    }
+
+    /// Whether probe `probe_id` is attached now.
+    pub fn is_attached(&self, probe_id: u32) -> bool {
+        self.links
+            .get(probe_id as usize)
+            .is_some_and(Option::is_some)
+    }
+
+    /// Detaches one probe; it can be attached again with [`Self::reattach`]. Returns
+    /// whether it was attached.
+    pub fn detach(&mut self, probe_id: u32) -> bool {
+        self.links
+            .get_mut(probe_id as usize)
+            .and_then(Option::take)
+            .is_some()
+    }
+
+    /// Attaches a probe detached by [`Self::detach`] again, as its original request
+    /// asked; nothing happens if it is attached.
+    pub fn reattach(&mut self, probe_id: u32) -> Result<(), AttachError> {
+        if self.is_attached(probe_id) {
+            return Ok(());
+        }
+        let slot = probe_id as usize;
+        let request = self
+            .requests
+            .get(slot)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| {
+                AttachError::Unsupported(format!("probe {probe_id} was never attached"))
+            })?;
+        let link = self.open_link(probe_id, request)?;
         if self.links.len() <= slot {
             self.links.resize_with(slot + 1, || None);
         }
-        self.links[slot] = Some(ProbeLink {
-            _link: link,
-            _perf_event: perf_event,
-        });
+        self.links[slot] = Some(link);
         Ok(())
     }
 

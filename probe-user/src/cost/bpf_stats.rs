@@ -186,7 +186,9 @@ impl Others {
             match StatsGuard::enable() {
                 Ok(guard) => Some(guard),
                 Err(e) => {
-                    eprintln!("probetop: cannot turn the kernel's BPF statistics on: {e}");
+                    super::say(&format!(
+                        "probetop: cannot turn the kernel's BPF statistics on: {e}"
+                    ));
                     None
                 }
             }

@@ -98,14 +98,14 @@ pub fn start_dispatch(
     match Dispatch::start(attachment.ebpf_mut(), sites) {
         Ok(d) => {
             for note in &d.notes {
-                eprintln!("probetop: dispatch: {note}");
+                say(&format!("probetop: dispatch: {note}"));
             }
             Some(d)
         }
         Err(e) => {
-            eprintln!(
+            say(&format!(
                 "probetop: kernel dispatch time not measured ({e}); whole cost per hit comes from calibration alone"
-            );
+            ));
             None
         }
     }
@@ -196,11 +196,9 @@ pub fn report(
     duration: std::time::Duration,
 ) -> String {
     let mut out = String::new();
-    let reports: Vec<ProbeCostReport> = aggregator
-        .probes()
-        .iter()
-        .map(|p| probe_report(p, duration))
-        .collect();
+    let measured = aggregator.measurements().probes;
+    let reports: Vec<ProbeCostReport> =
+        measured.iter().map(|p| probe_report(p, duration)).collect();
     let total = reports
         .iter()
         .filter_map(|r| r.cpu_share)
@@ -221,7 +219,7 @@ pub fn report(
         }
     }
     let seconds = duration.as_secs_f64().max(f64::MIN_POSITIVE);
-    for ((label, probe), report) in labels.iter().zip(aggregator.probes()).zip(&reports) {
+    for ((label, probe), report) in labels.iter().zip(&measured).zip(&reports) {
         let class = report.site.as_ref().map_or("unknown".to_string(), |s| {
             format!("{} ({})", s.class, s.instruction)
         });
@@ -231,7 +229,7 @@ pub fn report(
                 let _ = write!(
                     line,
                     ": {whole:.0} ns/hit x {:.0}/s = {} of a CPU",
-                    probe.hits() as f64 / seconds,
+                    probe.hits as f64 / seconds,
                     percent(share)
                 );
             }
@@ -258,6 +256,13 @@ pub fn report(
         );
     }
     out
+}
+
+/// One line on stderr; a failed write is ignored (a terminal gone after SIGHUP must
+/// not stop a run, nor its exports).
+pub(crate) fn say(line: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 fn percent(share: f64) -> String {
@@ -292,7 +297,7 @@ pub struct RunCostReport {
 
 /// The cost of one probe over a run of `duration`.
 pub fn probe_report(
-    probe: &crate::aggregate::ProbeAggregate,
+    probe: &crate::aggregate::ProbeMeasurements,
     duration: std::time::Duration,
 ) -> ProbeCostReport {
     let handler = HandlerSummary::of(&probe.handler_ns);
@@ -306,7 +311,7 @@ pub fn probe_report(
         method: estimate.map(|e| e.method),
         cpu_share: estimate
             .filter(|_| seconds > 0.0)
-            .map(|e| cpu_share(e.whole_ns, probe.hits() as f64 / seconds)),
+            .map(|e| cpu_share(e.whole_ns, probe.hits as f64 / seconds)),
         dispatch: probe.cost.dispatch.clone().filter(|d| d.measured()),
     }
 }
@@ -318,11 +323,15 @@ pub fn run_report(
     other_programs: Vec<bpf_stats::OtherProgram>,
 ) -> RunCostReport {
     let shares = aggregator
-        .probes()
+        .measurements()
+        .probes
         .iter()
-        .filter_map(|p| probe_report(p, duration).cpu_share);
+        .filter_map(|p| probe_report(p, duration).cpu_share)
+        .collect::<Vec<_>>();
     RunCostReport {
-        cpu_share: shares.fold(None, |total, s| Some(total.unwrap_or(0.0) + s)),
+        cpu_share: shares
+            .into_iter()
+            .fold(None, |total, s| Some(total.unwrap_or(0.0) + s)),
         other_dispatch: aggregator.other_dispatch,
         other_programs,
     }

@@ -45,6 +45,50 @@ pub fn count(value: f64) -> String {
     format!("{value:.0}")
 }
 
+/// Bytes with a binary unit: `512B`, `12.3KiB`, `45.6MiB`.
+pub fn bytes(value: u64) -> String {
+    const UNITS: [(f64, &str); 3] = [
+        (1_073_741_824.0, "GiB"),
+        (1_048_576.0, "MiB"),
+        (1024.0, "KiB"),
+    ];
+    for (scale, unit) in UNITS {
+        let v = value as f64 / scale;
+        if v >= 1.0 {
+            return format!("{}{unit}", three_digits(v));
+        }
+    }
+    format!("{value}B")
+}
+
+/// A share of one CPU as a percentage: `0.0%`, `12.3%`, `150%`.
+pub fn percent(share: f64) -> String {
+    let p = share * 100.0;
+    if p >= 100.0 {
+        format!("{p:.0}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
+/// A short duration in seconds: `1s`, `0.5s`, `2.25s`.
+pub fn seconds(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    let text = format!("{s:.2}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    format!("{text}s")
+}
+
+/// A duration as a clock: `0:07`, `12:34`, `1:02:03`.
+pub fn clock(elapsed: std::time::Duration) -> String {
+    let s = elapsed.as_secs();
+    if s >= 3600 {
+        format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+    } else {
+        format!("{}:{:02}", s / 60, s % 60)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,5 +110,17 @@ mod tests {
         assert_eq!(count(12_345.0), "12.3k");
         assert_eq!(count(4_560_000.0), "4.56M");
         assert_eq!(count(0.4), "0");
+    }
+
+    #[test]
+    fn bytes_percent_clock() {
+        assert_eq!(bytes(512), "512B");
+        assert_eq!(bytes(12_900_000), "12.3MiB");
+        assert_eq!(percent(0.123), "12.3%");
+        assert_eq!(percent(1.5), "150%");
+        assert_eq!(clock(std::time::Duration::from_secs(67)), "1:07");
+        assert_eq!(seconds(std::time::Duration::from_secs(1)), "1s");
+        assert_eq!(seconds(std::time::Duration::from_millis(2250)), "2.25s");
+        assert_eq!(clock(std::time::Duration::from_secs(3723)), "1:02:03");
     }
 }

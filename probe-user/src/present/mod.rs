@@ -2,6 +2,7 @@
 pub mod export;
 pub mod format;
 pub mod list;
+pub mod listen;
 pub mod summary;
 pub mod tui;
 

@@ -83,8 +83,7 @@ mod tests {
                     p999: 5000,
                     max: 30_000,
                 },
-                whole_cost_ns: None,
-                cpu_share: None,
+                ..Default::default()
             }],
             ..Default::default()
         };

@@ -1,0 +1,375 @@
+//! The detail pane of the selected probe: its numbers, its percentile distribution on
+//! HdrHistogram's log axis, hits/s and p99 over the last minute, and the argument
+//! values of its last hit.
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Layout, Rect},
+    text::{Line, Span},
+    widgets::{Block, Paragraph},
+};
+
+use super::app::{App, View};
+use super::plot::{Plot, Series};
+use super::table::ellipsize;
+use crate::aggregate::{CapturedArgs, FocusDetail, HISTORY_SPAN, HistoryPoint, PercentileCurve};
+use crate::present::format;
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
+    let theme = app.theme;
+    let Some(id) = probe else {
+        frame.render_widget(Block::bordered().title(" detail "), area);
+        return;
+    };
+    let label = &app.labels[id];
+    let inner_width = area.width.saturating_sub(2) as usize;
+    let name = ellipsize(&label.display, inner_width.saturating_sub(4));
+    let object_room = inner_width.saturating_sub(name.chars().count() + 8);
+    let mut block = Block::bordered().title(Span::styled(format!(" {name} "), theme.title()));
+    if object_room > 8 {
+        block = block.title(
+            Line::from(format!(" {} ", ellipsize_left(&label.object, object_room))).right_aligned(),
+        );
+    }
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+
+    let mut lines = vec![
+        totals_line(app, id),
+        percentiles_line(app, id, inner.width as usize),
+    ];
+    if app.args_on {
+        lines.push(args_line(
+            app.snapshot.probes.get(id).and_then(|p| p.last_args),
+        ));
+    }
+    let text_height = (lines.len() as u16).min(inner.height);
+    let [text_area, charts] =
+        Layout::vertical([Constraint::Length(text_height), Constraint::Fill(1)]).areas(inner);
+    frame.render_widget(Paragraph::new(lines), text_area);
+    if charts.height < 4 {
+        return;
+    }
+
+    let focus = app
+        .snapshot
+        .focus
+        .as_ref()
+        .filter(|f| f.probe_id as usize == id);
+    let [left, right] =
+        Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)])
+            .spacing(1)
+            .areas(charts);
+    match focus {
+        Some(focus) => {
+            percentile_pane(frame, left, app, focus);
+            history_pane(frame, right, app, &focus.history);
+        }
+        None => {
+            let why = if app.paused {
+                "paused: this probe's distribution shows once resumed"
+            } else {
+                "collecting..."
+            };
+            frame.render_widget(Paragraph::new(why).style(theme.dim()), charts);
+        }
+    }
+}
+
+/// Keeps the end of a path, which names the file: `…/lib/x86_64/libc.so.6`.
+fn ellipsize_left(text: &str, width: usize) -> String {
+    let count = text.chars().count();
+    if count <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let tail: String = text.chars().skip(count - (width - 1)).collect();
+    format!("…{tail}")
+}
+
+fn totals_line(app: &App, id: usize) -> Line<'static> {
+    let theme = app.theme;
+    let n = app.numbers(id);
+    let probe = app.snapshot.probes.get(id);
+    let mode = match probe.map(|p| p.mode) {
+        Some(probe_common::mode::SAMPLE) => "sampled",
+        Some(probe_common::mode::KERNEL_HISTOGRAM) => "in-kernel histogram",
+        _ => "every hit streamed",
+    };
+    let state = if app.is_attached(id) {
+        mode
+    } else {
+        "detached"
+    };
+    let drops = Span::styled(
+        format!("drops {}", n.dropped),
+        if n.dropped > 0 {
+            theme.warning()
+        } else {
+            Default::default()
+        },
+    );
+    let cost = n.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f);
+    let cpu = n.cpu_share.map_or_else(|| "-".into(), format::percent);
+    Line::from(vec![
+        Span::raw(format!(
+            "hits {} · {}/s · ",
+            n.hits,
+            format::count(n.per_second)
+        )),
+        drops,
+        Span::raw(format!(" · cost/hit {cost} · cpu {cpu} · {state}")),
+    ])
+}
+
+fn percentiles_line(app: &App, id: usize, width: usize) -> Line<'static> {
+    let n = app.numbers(id);
+    let h = n.handler;
+    if h.count == 0 {
+        let when = match app.view {
+            View::Cumulative => "yet",
+            View::Interval => "in the last interval",
+        };
+        return Line::from(format!("handler time: no hits {when}")).style(app.theme.dim());
+    }
+    let numbers = format!(
+        "min {} p50 {} p90 {} p99 {} p99.9 {} max {} mean {}",
+        format::ns(h.min),
+        format::ns(h.p50),
+        format::ns(h.p90),
+        format::ns(h.p99),
+        format::ns(h.p999),
+        format::ns(h.max),
+        format::ns_f(h.mean),
+    );
+    // Say what the numbers are when there is room.
+    let prefixed = format!("handler time {numbers}");
+    Line::from(if prefixed.chars().count() <= width {
+        prefixed
+    } else {
+        numbers
+    })
+}
+
+/// `args 42 (0x2a) · ? · 7`: decimal and hex, `?` where reading faulted.
+fn args_line(args: Option<CapturedArgs>) -> Line<'static> {
+    let Some(args) = args else {
+        return Line::from("last args: none captured yet");
+    };
+    if args.count == 0 {
+        return Line::from("last args: none");
+    }
+    let values: Vec<String> = args
+        .values()
+        .map(|v| match v {
+            Some(v) if v < 10 => v.to_string(),
+            Some(v) => format!("{v} ({v:#x})"),
+            None => "?".into(),
+        })
+        .collect();
+    Line::from(format!("last args: {}", values.join(" · ")))
+}
+
+/// Percentile labels on the `log10(1/(1-p))` axis: one per decade.
+const PERCENTILE_LABELS: [&str; 6] = ["0%", "90%", "99%", "99.9%", "99.99%", "99.999%"];
+
+/// x position of a percentile on HdrHistogram's plot: `log10(1/(1-p))`.
+fn percentile_x(percentile: f64) -> f64 {
+    let rest = 1.0 - percentile / 100.0;
+    if rest <= 0.0 {
+        PERCENTILE_LABELS.len() as f64 - 1.0
+    } else {
+        (-rest.log10()).clamp(0.0, PERCENTILE_LABELS.len() as f64 - 1.0)
+    }
+}
+
+/// Round-number labels for the log ns axis: `100ns`, `1us`, `10ms`.
+fn decade_label(exponent: i32) -> String {
+    const UNITS: [(i32, &str); 4] = [(9, "s"), (6, "ms"), (3, "us"), (0, "ns")];
+    for (scale, unit) in UNITS {
+        if exponent >= scale {
+            return format!("{}{unit}", 10u64.pow((exponent - scale) as u32));
+        }
+    }
+    "1ns".into()
+}
+
+fn percentile_pane(frame: &mut Frame, area: Rect, app: &App, focus: &FocusDetail) {
+    let theme = app.theme;
+    let (curve, what): (&PercentileCurve, String) = match app.view {
+        View::Cumulative => (&focus.cumulative, "since attach".into()),
+        View::Interval => (
+            &focus.interval,
+            format!("last {}", format::seconds(app.snapshot.interval)),
+        ),
+    };
+    let [title, plot_area] =
+        Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(area);
+    frame.render_widget(
+        Paragraph::new(format!("handler time by percentile, {what}")).style(theme.title()),
+        title,
+    );
+    if curve.points.is_empty() {
+        frame.render_widget(Paragraph::new("no hits").style(theme.dim()), plot_area);
+        return;
+    }
+    let points: Vec<(f64, f64)> = curve
+        .points
+        .iter()
+        .map(|&(p, v)| (percentile_x(p), (v.max(1) as f64).log10()))
+        .collect();
+    let lowest = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let highest = points.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+    let lo = lowest.floor() as i32;
+    let hi = (highest.ceil() as i32).max(lo + 1);
+    let series = [Series {
+        points: &points,
+        color: theme.distribution(),
+    }];
+    Plot {
+        x_bounds: [0.0, PERCENTILE_LABELS.len() as f64 - 1.0],
+        y_bounds: [f64::from(lo), f64::from(hi)],
+        x_labels: PERCENTILE_LABELS
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (i as f64, t.to_string()))
+            .collect(),
+        y_labels: (lo..=hi).map(|e| (f64::from(e), decade_label(e))).collect(),
+        series: series.into(),
+        label_style: theme.dim(),
+    }
+    .render(frame, plot_area);
+}
+
+/// Points of a time series over the last minute: x in seconds before now (0 = the end of
+/// the last closed interval).
+fn series_points(
+    history: &[HistoryPoint],
+    value: impl Fn(&HistoryPoint) -> Option<f64>,
+) -> Vec<(f64, f64)> {
+    let mut end = 0.0;
+    let mut points: Vec<(f64, f64)> = history
+        .iter()
+        .rev()
+        .filter_map(|h| {
+            let x = -end;
+            end += h.length.as_secs_f64();
+            value(h).map(|v| (x, v))
+        })
+        .collect();
+    points.reverse();
+    points
+}
+
+fn history_pane(frame: &mut Frame, area: Rect, app: &App, history: &[HistoryPoint]) {
+    let theme = app.theme;
+    let [rate_area, p99_area] =
+        Layout::vertical([Constraint::Fill(1), Constraint::Fill(1)]).areas(area);
+    TimeSeries {
+        name: "hits/s",
+        points: series_points(history, |h| Some(h.per_second)),
+        label: format::count,
+        color: theme.rate(),
+    }
+    .render(frame, rate_area, app);
+    TimeSeries {
+        name: "p99",
+        points: series_points(history, |h| h.p99_ns.map(|v| v as f64)),
+        label: |v| format::ns(v.round() as u64),
+        color: theme.latency(),
+    }
+    .render(frame, p99_area, app);
+}
+
+/// One quantity over the last minute, with its latest value in the title.
+struct TimeSeries {
+    name: &'static str,
+    points: Vec<(f64, f64)>,
+    label: fn(f64) -> String,
+    color: ratatui::style::Color,
+}
+
+impl TimeSeries {
+    fn render(&self, frame: &mut Frame, area: Rect, app: &App) {
+        let theme = app.theme;
+        let span = HISTORY_SPAN.as_secs_f64();
+        let [title, plot_area] =
+            Layout::vertical([Constraint::Length(1), Constraint::Fill(1)]).areas(area);
+        let now = self
+            .points
+            .last()
+            .filter(|p| p.0 == 0.0)
+            .map_or_else(|| "-".into(), |p| (self.label)(p.1));
+        frame.render_widget(
+            Paragraph::new(format!("{}, last {span:.0}s: {now}", self.name)).style(theme.title()),
+            title,
+        );
+        if self.points.is_empty() {
+            frame.render_widget(Paragraph::new("no data yet").style(theme.dim()), plot_area);
+            return;
+        }
+        let top = self.points.iter().map(|p| p.1).fold(0.0, f64::max);
+        let top = if top > 0.0 { top * 1.1 } else { 1.0 };
+        Plot {
+            x_bounds: [-span, 0.0],
+            y_bounds: [0.0, top],
+            x_labels: vec![
+                (-span, format!("-{span:.0}s")),
+                (-span / 2.0, format!("-{:.0}s", span / 2.0)),
+                (0.0, "now".to_string()),
+            ],
+            y_labels: vec![(0.0, "0".into()), (top, (self.label)(top))],
+            series: vec![Series {
+                points: &self.points,
+                color: self.color,
+            }],
+            label_style: theme.dim(),
+        }
+        .render(frame, plot_area);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn percentiles_on_the_log_axis() {
+        assert_eq!(percentile_x(0.0), 0.0);
+        assert!((percentile_x(90.0) - 1.0).abs() < 1e-9);
+        assert!((percentile_x(99.9) - 3.0).abs() < 1e-9);
+        assert_eq!(percentile_x(100.0), 5.0);
+    }
+
+    #[test]
+    fn decade_labels() {
+        assert_eq!(decade_label(0), "1ns");
+        assert_eq!(decade_label(2), "100ns");
+        assert_eq!(decade_label(3), "1us");
+        assert_eq!(decade_label(7), "10ms");
+        assert_eq!(decade_label(9), "1s");
+    }
+
+    #[test]
+    fn history_ends_now() {
+        let point = |per_second| HistoryPoint {
+            length: Duration::from_secs(1),
+            per_second,
+            p99_ns: None,
+        };
+        let points = series_points(&[point(1.0), point(2.0), point(3.0)], |h| {
+            Some(h.per_second)
+        });
+        assert_eq!(points, [(-2.0, 1.0), (-1.0, 2.0), (0.0, 3.0)]);
+        assert!(series_points(&[point(1.0)], |h| h.p99_ns.map(|v| v as f64)).is_empty());
+    }
+
+    #[test]
+    fn paths_keep_their_end() {
+        assert_eq!(ellipsize_left("/usr/lib/libc.so.6", 10), "…libc.so.6");
+        assert_eq!(ellipsize_left("/bin/w", 10), "/bin/w");
+    }
+}

@@ -1,0 +1,358 @@
+//! The probe table: one row per probe, sorted and filtered; numeric columns drop by
+//! priority so it fits 80 columns.
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Flex, Rect},
+    text::{Line, Span},
+    widgets::{Block, Cell, Paragraph, Row, Table, TableState},
+};
+
+use super::app::{App, Numbers, View, effective_offset, visible_rows};
+use crate::present::format;
+
+/// Narrowest the probe name column may get before numeric columns are hidden.
+pub const NAME_MIN_WIDTH: u16 = 18;
+pub const COLUMN_SPACING: u16 = 1;
+
+/// What the table can be sorted by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortColumn {
+    Name,
+    Hits,
+    PerSecond,
+    CpuShare,
+    WholeCost,
+    Min,
+    P50,
+    P90,
+    P99,
+    P999,
+    Max,
+    Mean,
+    Drops,
+}
+
+impl SortColumn {
+    /// The value sorted on; `None` sorts last (no data yet).
+    pub fn key(self, n: &Numbers) -> Option<f64> {
+        let has_hits = n.handler.count > 0;
+        let handler = |v: u64| has_hits.then_some(v as f64);
+        match self {
+            Self::Name => None,
+            Self::Hits => Some(n.hits as f64),
+            Self::PerSecond => Some(n.per_second),
+            Self::CpuShare => n.cpu_share,
+            Self::WholeCost => n.whole_cost_ns,
+            Self::Min => handler(n.handler.min),
+            Self::P50 => handler(n.handler.p50),
+            Self::P90 => handler(n.handler.p90),
+            Self::P99 => handler(n.handler.p99),
+            Self::P999 => handler(n.handler.p999),
+            Self::Max => handler(n.handler.max),
+            Self::Mean => has_hits.then_some(n.handler.mean),
+            Self::Drops => Some(n.dropped as f64),
+        }
+    }
+
+    /// Names read A to Z; numbers read biggest first, as in top.
+    pub fn descending_by_default(self) -> bool {
+        self != Self::Name
+    }
+}
+
+/// A numeric column of the probe table.
+pub struct Column {
+    pub title: &'static str,
+    pub width: u16,
+    /// Lower is kept longer when the terminal is narrow.
+    pub priority: u8,
+    pub sort: SortColumn,
+    pub value: fn(&Numbers) -> String,
+}
+
+/// A handler-time cell: blank without hits.
+fn handler_ns(n: &Numbers, value: u64) -> String {
+    if n.handler.count == 0 {
+        "-".into()
+    } else {
+        format::ns(value)
+    }
+}
+
+/// Hit counts in full while they fit the column.
+fn hits(value: u64) -> String {
+    if value < 1_000_000_000 {
+        value.to_string()
+    } else {
+        format::count(value as f64)
+    }
+}
+
+pub const COLUMNS: [Column; 12] = [
+    Column {
+        title: "HITS",
+        width: 9,
+        priority: 0,
+        sort: SortColumn::Hits,
+        value: |n| hits(n.hits),
+    },
+    Column {
+        title: "HITS/S",
+        width: 7,
+        priority: 0,
+        sort: SortColumn::PerSecond,
+        value: |n| format::count(n.per_second),
+    },
+    Column {
+        title: "CPU%",
+        width: 6,
+        priority: 0,
+        sort: SortColumn::CpuShare,
+        value: |n| n.cpu_share.map_or_else(|| "-".into(), format::percent),
+    },
+    Column {
+        title: "COST",
+        width: 6,
+        priority: 0,
+        sort: SortColumn::WholeCost,
+        value: |n| n.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f),
+    },
+    Column {
+        title: "MIN",
+        width: 6,
+        priority: 2,
+        sort: SortColumn::Min,
+        value: |n| handler_ns(n, n.handler.min),
+    },
+    Column {
+        title: "P50",
+        width: 6,
+        priority: 0,
+        sort: SortColumn::P50,
+        value: |n| handler_ns(n, n.handler.p50),
+    },
+    Column {
+        title: "P90",
+        width: 6,
+        priority: 3,
+        sort: SortColumn::P90,
+        value: |n| handler_ns(n, n.handler.p90),
+    },
+    Column {
+        title: "P99",
+        width: 6,
+        priority: 0,
+        sort: SortColumn::P99,
+        value: |n| handler_ns(n, n.handler.p99),
+    },
+    Column {
+        title: "P99.9",
+        width: 6,
+        priority: 1,
+        sort: SortColumn::P999,
+        value: |n| handler_ns(n, n.handler.p999),
+    },
+    Column {
+        title: "MAX",
+        width: 6,
+        priority: 0,
+        sort: SortColumn::Max,
+        value: |n| handler_ns(n, n.handler.max),
+    },
+    Column {
+        title: "MEAN",
+        width: 6,
+        priority: 3,
+        sort: SortColumn::Mean,
+        value: |n| {
+            if n.handler.count == 0 {
+                "-".into()
+            } else {
+                format::ns_f(n.handler.mean)
+            }
+        },
+    },
+    Column {
+        title: "DROPS",
+        width: 6,
+        priority: 0,
+        sort: SortColumn::Drops,
+        value: |n| n.dropped.to_string(),
+    },
+];
+
+/// The numeric columns that fit beside a readable probe name in `width` cells, least
+/// important dropped first.
+pub fn visible_columns(width: u16) -> Vec<&'static Column> {
+    let mut shown: Vec<&Column> = COLUMNS.iter().collect();
+    let needed = |cols: &[&Column]| {
+        NAME_MIN_WIDTH + cols.iter().map(|c| c.width + COLUMN_SPACING).sum::<u16>()
+    };
+    for priority in (0..=3).rev() {
+        if needed(&shown) <= width {
+            break;
+        }
+        // Even the essential columns do not fit: keep what fits, left to right.
+        if priority == 0 {
+            let mut used = NAME_MIN_WIDTH;
+            shown.retain(|c| {
+                used += c.width + COLUMN_SPACING;
+                used <= width
+            });
+            break;
+        }
+        shown.retain(|c| c.priority < priority);
+    }
+    shown
+}
+
+const SORT_MARK_DESCENDING: &str = "▼";
+const SORT_MARK_ASCENDING: &str = "▲";
+
+/// `text` cut to `width` characters, with an ellipsis where it was cut.
+pub fn ellipsize(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut cut: String = text.chars().take(width - 1).collect();
+    cut.push('…');
+    cut
+}
+
+/// The probe's name with what sets it apart: detached, sampled, aggregated in the kernel.
+fn probe_name(app: &App, id: usize, width: usize) -> String {
+    let label = &app.labels[id];
+    let mode = app.snapshot.probes.get(id).map(|p| p.mode);
+    // Narrow columns get short marks, so the name stays readable.
+    let short = width < 30;
+    let mark = if !app.is_attached(id) {
+        if short { " [off]" } else { " [detached]" }
+    } else {
+        match mode {
+            Some(probe_common::mode::SAMPLE) => {
+                if short {
+                    " [s]"
+                } else {
+                    " [sampled]"
+                }
+            }
+            Some(probe_common::mode::KERNEL_HISTOGRAM) => {
+                if short {
+                    " [k]"
+                } else {
+                    " [in-kernel]"
+                }
+            }
+            _ => "",
+        }
+    };
+    let room = width.saturating_sub(mark.chars().count());
+    format!("{}{mark}", ellipsize(&label.display, room))
+}
+
+pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+    let theme = app.theme;
+    let inner_width = area.width.saturating_sub(2);
+    let columns = visible_columns(inner_width);
+    let sort_column = app.effective_sort_column();
+    let mark = if app.sort.descending {
+        SORT_MARK_DESCENDING
+    } else {
+        SORT_MARK_ASCENDING
+    };
+    let title_cell = |title: &str, sorted: bool, right: bool| {
+        let text = if sorted {
+            format!("{title}{mark}")
+        } else {
+            title.to_string()
+        };
+        let style = if sorted {
+            theme.sorted_header()
+        } else {
+            theme.header()
+        };
+        let line = Line::from(Span::styled(text, style));
+        Cell::from(if right { line.right_aligned() } else { line })
+    };
+    let head = Row::new(
+        std::iter::once(title_cell("PROBE", sort_column == SortColumn::Name, false)).chain(
+            columns
+                .iter()
+                .map(|c| title_cell(c.title, sort_column == c.sort, true)),
+        ),
+    );
+    let name_width = {
+        let numeric: u16 = columns.iter().map(|c| c.width + COLUMN_SPACING).sum();
+        inner_width.saturating_sub(numeric).max(NAME_MIN_WIDTH) as usize
+    };
+    let rows = app.rows();
+    let selected_id = app.selected_probe(&rows);
+    let selected_row = selected_id.and_then(|id| rows.iter().position(|&r| r == id));
+    let visible = visible_rows(area);
+    let offset = effective_offset(app.offset, selected_row, visible, rows.len());
+    let table_rows = rows.iter().map(|&id| {
+        let numbers = app.numbers(id);
+        let row = Row::new(
+            std::iter::once(Cell::from(probe_name(app, id, name_width))).chain(columns.iter().map(
+                |c| {
+                    let text = (c.value)(&numbers);
+                    let mut line = Line::from(text).right_aligned();
+                    if c.sort == SortColumn::Drops && numbers.dropped > 0 {
+                        line = line.style(theme.warning());
+                    }
+                    Cell::from(line)
+                },
+            )),
+        );
+        if app.is_attached(id) {
+            row
+        } else {
+            row.style(theme.detached())
+        }
+    });
+    let widths = std::iter::once(Constraint::Min(NAME_MIN_WIDTH))
+        .chain(columns.iter().map(|c| Constraint::Length(c.width)));
+    let view = match app.view {
+        View::Cumulative => " cumulative ".to_string(),
+        View::Interval => format!(" last {} interval ", format::seconds(app.snapshot.interval)),
+    };
+    let shown = if app.filter.is_empty() {
+        format!(" {} probes ", app.labels.len())
+    } else {
+        format!(" {} of {} probes ", rows.len(), app.labels.len())
+    };
+    let mut block = Block::bordered()
+        .title(Line::from(vec![
+            Span::styled(" handler time per hit ", theme.title()),
+            Span::raw("·"),
+            Span::raw(view),
+        ]))
+        .title(Line::from(shown).right_aligned());
+    if let Some(notice) = &app.snapshot.notice {
+        block = block.title_bottom(Line::from(format!(" {notice} ")).style(theme.dim()));
+    }
+    let table = Table::new(table_rows, widths)
+        .header(head)
+        .flex(Flex::Start)
+        .column_spacing(COLUMN_SPACING)
+        .row_highlight_style(theme.selected_row())
+        .block(block);
+    let mut state = TableState::new()
+        .with_offset(offset)
+        .with_selected(selected_row);
+    frame.render_stateful_widget(table, area, &mut state);
+
+    if rows.is_empty() && area.height > 3 {
+        let text = if app.filter.is_empty() {
+            "no probes".to_string()
+        } else {
+            format!("no probe matches \"{}\"", app.filter)
+        };
+        let line = Rect::new(area.x + 2, area.y + 2, area.width.saturating_sub(4), 1);
+        frame.render_widget(Paragraph::new(text).style(theme.dim()), line);
+    }
+}

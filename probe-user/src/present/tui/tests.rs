@@ -1,0 +1,636 @@
+//! Every screen and overlay rendered on ratatui's TestBackend and compared with the
+//! committed snapshots in `snapshots/` (review changes with `cargo insta review`, or
+//! accept them with `INSTA_UPDATE=always`); and the interactions that change the state.
+
+use std::time::Duration;
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+use ratatui::{Terminal, backend::TestBackend, style::Color};
+
+use super::*;
+use crate::aggregate::{
+    CapturedArgs, FocusDetail, HandlerSummary, HistoryPoint, IntervalSummary, OwnUsage,
+    PercentileCurve, ProbeSnapshot,
+};
+use crate::present::ProbeLabel;
+use crate::spec::ProbeKind;
+
+fn labels() -> Vec<ProbeLabel> {
+    vec![
+        ProbeLabel::new(ProbeKind::Uprobe, "work_unit", "/opt/fixtures/c/workload"),
+        ProbeLabel::new(
+            ProbeKind::Uretprobe,
+            "work_unit",
+            "/opt/fixtures/c/workload",
+        ),
+        ProbeLabel::new(ProbeKind::Uprobe, "leaf_ret", "/opt/fixtures/c/workload"),
+        ProbeLabel::new(
+            ProbeKind::Uprobe,
+            "malloc",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        ),
+    ]
+}
+
+fn summary(base: u64, count: u64) -> HandlerSummary {
+    HandlerSummary {
+        count,
+        min: base / 2,
+        mean: base as f64 * 1.1,
+        p50: base,
+        p90: base * 3 / 2,
+        p99: base * 4,
+        p999: base * 12,
+        max: base * 300,
+    }
+}
+
+fn probe(hits: u64, per_second: f64, base: u64) -> ProbeSnapshot {
+    ProbeSnapshot {
+        mode: probe_common::mode::RING,
+        hits,
+        dropped: 0,
+        per_second,
+        handler: summary(base, hits),
+        interval: IntervalSummary {
+            length: Duration::from_secs(1),
+            hits: per_second as u64,
+            dropped: 0,
+            per_second,
+            handler: summary(base + 10, per_second as u64),
+        },
+        ..Default::default()
+    }
+}
+
+/// A curve shaped like a real handler-time distribution: flat, then a tail.
+fn curve(base: u64) -> PercentileCurve {
+    let points = PercentileCurve::quantiles()
+        .enumerate()
+        .map(|(i, q)| {
+            (
+                q * 100.0,
+                base + (base as f64 * 0.02 * (i * i) as f64) as u64,
+            )
+        })
+        .collect::<Vec<_>>();
+    PercentileCurve {
+        max: points.last().map_or(0, |p| p.1) * 2,
+        count: 120_000,
+        points,
+    }
+}
+
+fn history() -> Vec<HistoryPoint> {
+    (0..60)
+        .map(|i| HistoryPoint {
+            length: Duration::from_secs(1),
+            per_second: 20_000.0 + 5_000.0 * ((i as f64) / 6.0).sin(),
+            p99_ns: Some(400 + (i % 7) * 30),
+        })
+        .collect()
+}
+
+fn snapshot() -> Snapshot {
+    let mut leaf = probe(98_000, 19_500.0, 120);
+    leaf.last_args = Some(CapturedArgs {
+        count: 3,
+        faulted: 0b100,
+        values: [42, 0x7f00_dead_beef, 0, 0, 0, 0],
+    });
+    let mut malloc = probe(4_100, 800.0, 240);
+    malloc.dropped = 17;
+    malloc.mode = probe_common::mode::KERNEL_HISTOGRAM;
+    Snapshot {
+        elapsed: Duration::from_secs(67),
+        notice: None,
+        probes: vec![
+            probe(120_000, 20_000.0, 110),
+            probe(120_000, 20_100.0, 140),
+            leaf,
+            malloc,
+        ],
+        events_per_second: 60_400.0,
+        received: 342_083,
+        dropped: 17,
+        interval: Duration::from_secs(1),
+        focus: Some(FocusDetail {
+            probe_id: 1,
+            cumulative: curve(140),
+            interval: curve(150),
+            history: history(),
+        }),
+        own: OwnUsage {
+            cpu_share: Some(0.012),
+            rss_bytes: Some(14_300_000),
+        },
+    }
+}
+
+fn app(width: u16, height: u16) -> App {
+    let mut app = App::new(
+        TargetLine {
+            pid: 4242,
+            comm: "workload".into(),
+        },
+        labels(),
+        true,
+        Theme::default(),
+    );
+    app.resize(width, height);
+    app.update(snapshot());
+    app
+}
+
+fn render(app: &App) -> Terminal<TestBackend> {
+    let mut terminal =
+        Terminal::new(TestBackend::new(app.size.0, app.size.1)).expect("test backend");
+    terminal.draw(|frame| draw(frame, app)).expect("draw");
+    terminal
+}
+
+fn text(app: &App) -> String {
+    render(app).backend().to_string()
+}
+
+fn key(code: KeyCode) -> KeyEvent {
+    KeyEvent::new(code, KeyModifiers::NONE)
+}
+
+fn type_keys(app: &mut App, keys: &str) {
+    for c in keys.chars() {
+        app.on_key(&key(KeyCode::Char(c)));
+    }
+}
+
+/// Probe ids in table order.
+fn order(app: &App) -> Vec<usize> {
+    app.rows()
+}
+
+// ---------------------------------------------------------------------------------------
+// Screens
+
+#[test]
+fn screen_main_wide() {
+    insta::assert_snapshot!(render(&app(120, 36)).backend());
+}
+
+#[test]
+fn screen_main_80x24() {
+    let mut app = app(80, 24);
+    // The detail pane shows the probe the focus is for.
+    app.selected = Some(1);
+    insta::assert_snapshot!(render(&app).backend());
+}
+
+#[test]
+fn screen_empty_before_the_first_snapshot() {
+    let mut app = App::new(
+        TargetLine {
+            pid: 4242,
+            comm: "workload".into(),
+        },
+        labels(),
+        false,
+        Theme::default(),
+    );
+    app.resize(80, 24);
+    insta::assert_snapshot!(render(&app).backend());
+}
+
+#[test]
+fn screen_no_hits_yet() {
+    let mut app = app(80, 24);
+    let mut empty = Snapshot {
+        probes: vec![ProbeSnapshot::default(); 4],
+        interval: Duration::from_secs(1),
+        ..Default::default()
+    };
+    empty.focus = Some(FocusDetail {
+        probe_id: 0,
+        ..Default::default()
+    });
+    app.update(empty);
+    insta::assert_snapshot!(render(&app).backend());
+}
+
+#[test]
+fn screen_help_overlay() {
+    let mut app = app(80, 24);
+    app.on_key(&key(KeyCode::Char('?')));
+    assert!(app.help);
+    insta::assert_snapshot!(render(&app).backend());
+}
+
+#[test]
+fn screen_filter_being_typed() {
+    let mut app = app(80, 24);
+    type_keys(&mut app, "/leaf");
+    assert!(app.editing_filter);
+    insta::assert_snapshot!(render(&app).backend());
+}
+
+#[test]
+fn screen_filter_matching_nothing() {
+    let mut app = app(80, 24);
+    type_keys(&mut app, "/nothing");
+    app.on_key(&key(KeyCode::Enter));
+    insta::assert_snapshot!(render(&app).backend());
+}
+
+#[test]
+fn screen_interval_view() {
+    let mut app = app(100, 30);
+    app.selected = Some(1);
+    app.on_key(&key(KeyCode::Char('i')));
+    assert_eq!(app.view, View::Interval);
+    insta::assert_snapshot!(render(&app).backend());
+}
+
+#[test]
+fn screen_paused_with_a_detached_probe_and_a_message() {
+    let mut app = app(80, 24);
+    app.selected = Some(2);
+    app.on_key(&key(KeyCode::Char('p')));
+    app.apply(UiEvent::Attached {
+        probe_id: 0,
+        attached: false,
+    });
+    insta::assert_snapshot!(render(&app).backend());
+}
+
+#[test]
+fn screen_sorted_by_name_ascending_with_a_notice() {
+    let mut app = app(100, 30);
+    app.sort = Sort {
+        column: SortColumn::Name,
+        descending: false,
+    };
+    let mut snap = snapshot();
+    snap.notice = Some(
+        "probe 3 fires 250000 hits/s, above 200000: aggregating it in the kernel from now on"
+            .into(),
+    );
+    app.update(snap);
+    insta::assert_snapshot!(render(&app).backend());
+}
+
+#[test]
+fn screen_short_terminal_hides_the_detail_pane() {
+    insta::assert_snapshot!(render(&app(100, 14)).backend());
+}
+
+#[test]
+fn screen_too_small() {
+    insta::assert_snapshot!(render(&app(30, 6)).backend());
+}
+
+#[test]
+fn every_size_down_to_80x24_and_below_draws() {
+    for width in [20, 40, 60, 79, 80, 81, 120, 200] {
+        for height in [1, 5, 8, 12, 16, 23, 24, 50] {
+            let mut app = app(width, height);
+            app.help = height > 10;
+            render(&app);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Contents
+
+#[test]
+fn status_line_has_everything() {
+    let screen = text(&app(120, 36));
+    let status = screen.lines().next().expect("status line");
+    for part in [
+        "probetop",
+        "pid 4242 (workload)",
+        "4/4 probes attached",
+        "60.4k events/s",
+        "17 drops",
+        "self: cpu 1.2%, rss 13.6MiB",
+        "1:07",
+    ] {
+        assert!(status.contains(part), "{part} missing from {status:?}");
+    }
+}
+
+#[test]
+fn columns_fit_80() {
+    let screen = text(&app(80, 24));
+    for title in [
+        "HITS", "HITS/S", "CPU%", "COST", "P50", "P99", "MAX", "DROPS",
+    ] {
+        assert!(screen.contains(title), "{title} missing:\n{screen}");
+    }
+    // The status line keeps probetop's own cost at 80 columns.
+    let status = screen.lines().next().expect("status line");
+    for part in [
+        "pid 4242 workload",
+        "4/4 attached",
+        "60.4k ev/s",
+        "17 drops",
+        "self 1.2% 13.6MiB",
+    ] {
+        assert!(status.contains(part), "{part} missing from {status:?}");
+    }
+}
+
+#[test]
+fn detail_shows_the_selected_probe() {
+    let mut app = app(120, 36);
+    app.selected = Some(2);
+    let screen = text(&app);
+    assert!(
+        screen.contains("last args: 42 (0x2a) · 139641712656111 (0x7f00deadbeef) · ?"),
+        "{screen}"
+    );
+    assert!(screen.contains("uprobe:leaf_ret"), "{screen}");
+    app.selected = Some(1);
+    let screen = text(&app);
+    assert!(screen.contains("99.999%"), "{screen}");
+    assert!(screen.contains("hits/s, last 60s"), "{screen}");
+    assert!(screen.contains("p99, last 60s"), "{screen}");
+}
+
+#[test]
+fn no_color_draws_no_colour() {
+    let mut plain = app(100, 30);
+    plain.theme = Theme::NO_COLOR;
+    plain.selected = Some(1);
+    let terminal = render(&plain);
+    let buffer = terminal.backend().buffer();
+    for cell in buffer.content() {
+        assert_eq!(cell.fg, Color::Reset, "{cell:?}");
+        assert_eq!(cell.bg, Color::Reset, "{cell:?}");
+    }
+    let mut colored = app(100, 30);
+    colored.selected = Some(1);
+    let terminal = render(&colored);
+    assert!(
+        terminal
+            .backend()
+            .buffer()
+            .content()
+            .iter()
+            .any(|c| c.fg != Color::Reset),
+        "colour is on by default"
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Interactions
+
+#[test]
+fn default_sort_falls_back_to_hits_per_second() {
+    let app = app(80, 24);
+    assert_eq!(app.sort.column, SortColumn::CpuShare);
+    assert_eq!(app.effective_sort_column(), SortColumn::PerSecond);
+    assert_eq!(order(&app), [1, 0, 2, 3]);
+}
+
+#[test]
+fn cpu_share_sorts_once_measured() {
+    let mut app = app(80, 24);
+    let mut snap = snapshot();
+    for (probe, share) in snap
+        .probes
+        .iter_mut()
+        .zip([Some(0.01), None, Some(0.2), Some(0.05)])
+    {
+        probe.cpu_share = share;
+    }
+    app.update(snap);
+    assert_eq!(app.effective_sort_column(), SortColumn::CpuShare);
+    // Unmeasured rows go last, whichever the direction.
+    assert_eq!(order(&app), [2, 3, 0, 1]);
+    app.on_key(&key(KeyCode::Char('I')));
+    assert_eq!(order(&app), [0, 3, 2, 1]);
+}
+
+#[test]
+fn sort_moves_between_columns() {
+    let mut app = app(80, 24);
+    for _ in 0..20 {
+        app.on_key(&key(KeyCode::Char('<')));
+    }
+    assert_eq!(app.sort.column, SortColumn::Name);
+    assert!(!app.sort.descending, "names read A to Z");
+    assert_eq!(order(&app), [2, 3, 0, 1]);
+    app.on_key(&key(KeyCode::Char('>')));
+    assert_eq!(app.sort.column, SortColumn::Hits);
+    assert!(app.sort.descending);
+    assert_eq!(order(&app), [0, 1, 2, 3]);
+    // At 80 columns MIN is hidden, so the next column right of COST is P50.
+    type_keys(&mut app, ">>>>");
+    assert_eq!(app.sort.column, SortColumn::P50);
+    assert_eq!(order(&app), [3, 1, 2, 0]);
+    for _ in 0..20 {
+        app.on_key(&key(KeyCode::Char('>')));
+    }
+    assert_eq!(app.sort.column, SortColumn::Drops);
+    assert_eq!(order(&app)[0], 3);
+}
+
+#[test]
+fn filter_by_name_or_object() {
+    let mut app = app(80, 24);
+    type_keys(&mut app, "/WORK_");
+    assert_eq!(order(&app), [1, 0]);
+    app.on_key(&key(KeyCode::Enter));
+    assert!(!app.editing_filter);
+    assert_eq!(app.filter, "WORK_");
+    // The object counts too: every probe in workload matches.
+    type_keys(&mut app, "/");
+    app.on_key(&key(KeyCode::Backspace));
+    assert_eq!(order(&app), [1, 0, 2]);
+    app.on_key(&KeyEvent::new(KeyCode::Char('u'), KeyModifiers::CONTROL));
+    type_keys(&mut app, "libc");
+    assert_eq!(order(&app), [3]);
+    app.on_key(&key(KeyCode::Esc));
+    assert!(app.filter.is_empty());
+    assert_eq!(order(&app).len(), 4);
+    // Esc with a kept filter clears it rather than quitting.
+    type_keys(&mut app, "/leaf");
+    app.on_key(&key(KeyCode::Enter));
+    assert_eq!(app.on_key(&key(KeyCode::Esc)), Effect::Redraw);
+    assert_eq!(app.on_key(&key(KeyCode::Esc)), Effect::Quit);
+}
+
+#[test]
+fn selection_follows_the_probe_when_rows_move() {
+    let mut app = app(80, 24);
+    assert_eq!(app.selected_probe(&app.rows()), Some(1));
+    app.on_key(&key(KeyCode::Down));
+    assert_eq!(app.selected, Some(0));
+    // Re-sorted by name, the same probe stays selected on another row.
+    app.sort = Sort {
+        column: SortColumn::Name,
+        descending: false,
+    };
+    assert_eq!(app.selected_probe(&app.rows()), Some(0));
+    app.on_key(&key(KeyCode::End));
+    assert_eq!(app.selected, Some(1));
+    app.on_key(&key(KeyCode::Home));
+    assert_eq!(app.selected, Some(2));
+    assert_eq!(app.on_key(&key(KeyCode::Up)), Effect::Nothing);
+    // Filtered out: the first row shown is selected.
+    type_keys(&mut app, "/malloc");
+    assert_eq!(app.selected_probe(&app.rows()), Some(3));
+}
+
+#[test]
+fn keys_ask_the_session() {
+    let mut app = app(80, 24);
+    assert_eq!(
+        app.on_key(&key(KeyCode::Char('r'))),
+        Effect::Send(UiRequest::Reset)
+    );
+    assert_eq!(
+        app.on_key(&key(KeyCode::Char('e'))),
+        Effect::Send(UiRequest::Export)
+    );
+    assert_eq!(
+        app.on_key(&key(KeyCode::Char(' '))),
+        Effect::Send(UiRequest::ToggleAttach(1))
+    );
+    assert_eq!(app.on_key(&key(KeyCode::Char('q'))), Effect::Quit);
+    assert_eq!(
+        app.on_key(&KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL)),
+        Effect::Quit
+    );
+    // While typing a filter, letters are text.
+    type_keys(&mut app, "/q");
+    assert_eq!(app.filter, "q");
+}
+
+#[test]
+fn help_closes_on_any_key() {
+    let mut app = app(80, 24);
+    app.on_key(&key(KeyCode::Char('?')));
+    assert_eq!(app.on_key(&key(KeyCode::Char('q'))), Effect::Redraw);
+    assert!(!app.help);
+}
+
+#[test]
+fn pause_freezes_the_display() {
+    let mut app = app(80, 24);
+    app.on_key(&key(KeyCode::Char('p')));
+    let mut newer = snapshot();
+    newer.probes[0].hits += 1;
+    assert!(!app.update(newer.clone()), "paused");
+    assert_eq!(app.snapshot.probes[0].hits, 120_000);
+    app.on_key(&key(KeyCode::Char('p')));
+    assert!(app.update(newer));
+    assert_eq!(app.snapshot.probes[0].hits, 120_001);
+}
+
+#[test]
+fn redraws_only_for_visible_changes() {
+    let mut app = app(80, 24);
+    let mut same = snapshot();
+    same.elapsed += Duration::from_millis(300);
+    assert!(!app.update(same), "the clock shows whole seconds");
+    let mut later = snapshot();
+    later.elapsed += Duration::from_secs(1);
+    assert!(app.update(later));
+}
+
+fn click(app: &mut App, column: u16, row: u16) -> Effect {
+    app.on_mouse(&MouseEvent {
+        kind: MouseEventKind::Down(MouseButton::Left),
+        column,
+        row,
+        modifiers: KeyModifiers::NONE,
+    })
+}
+
+#[test]
+fn mouse_selects_sorts_and_scrolls() {
+    let mut app = app(80, 24);
+    // Rows start below the status line, the border and the header: row 3 is the first.
+    let first_row = order(&app)[0];
+    assert_eq!(click(&mut app, 5, 4), Effect::Redraw);
+    assert_eq!(app.selected, Some(order(&app)[1]));
+    assert_ne!(app.selected, Some(first_row));
+    // The PROBE title sorts by name; clicking it again inverts.
+    assert_eq!(click(&mut app, 3, 2), Effect::Redraw);
+    assert_eq!(app.sort.column, SortColumn::Name);
+    assert!(!app.sort.descending);
+    click(&mut app, 3, 2);
+    assert!(app.sort.descending);
+    // The HITS title: right of the 18-wide name column and its spacing.
+    let screen = text(&app);
+    let header = screen.lines().nth(2).expect("header");
+    let hits_at = header
+        .chars()
+        .collect::<Vec<_>>()
+        .windows(4)
+        .position(|w| w.iter().collect::<String>() == "HITS")
+        .expect("HITS title") as u16;
+    click(&mut app, hits_at + 1, 2);
+    assert_eq!(app.sort.column, SortColumn::Hits);
+    let scroll = |app: &mut App, kind| {
+        app.on_mouse(&MouseEvent {
+            kind,
+            column: 10,
+            row: 10,
+            modifiers: KeyModifiers::NONE,
+        })
+    };
+    app.selected = Some(order(&app)[0]);
+    scroll(&mut app, MouseEventKind::ScrollDown);
+    assert_eq!(app.selected, Some(order(&app)[1]));
+    scroll(&mut app, MouseEventKind::ScrollUp);
+    assert_eq!(app.selected, Some(order(&app)[0]));
+}
+
+#[test]
+fn many_probes_scroll_with_the_selection() {
+    let mut app = App::new(
+        TargetLine {
+            pid: 1,
+            comm: "many".into(),
+        },
+        (0..40)
+            .map(|i| ProbeLabel::new(ProbeKind::Uprobe, &format!("f{i:02}"), "/bin/many"))
+            .collect(),
+        false,
+        Theme::default(),
+    );
+    app.resize(80, 24);
+    app.update(Snapshot {
+        probes: (0..40)
+            .map(|i| probe(1000 + i, 10.0 * i as f64, 100))
+            .collect(),
+        interval: Duration::from_secs(1),
+        ..Default::default()
+    });
+    app.on_key(&key(KeyCode::End));
+    assert_eq!(app.selected, Some(0), "lowest rate last");
+    let screen = text(&app);
+    assert!(screen.contains("uprobe:f00"), "{screen}");
+    assert!(app.offset > 0);
+    app.on_key(&key(KeyCode::PageUp));
+    app.on_key(&key(KeyCode::Home));
+    assert_eq!(app.offset, 0);
+    assert!(text(&app).contains("uprobe:f39"));
+}
+
+#[test]
+fn session_events_update_the_state() {
+    let mut app = app(80, 24);
+    app.apply(UiEvent::Attached {
+        probe_id: 3,
+        attached: false,
+    });
+    assert!(!app.is_attached(3));
+    assert!(text(&app).contains("3/4 attached"));
+    app.apply(UiEvent::Message("wrote /tmp/x.json".into()));
+    assert!(text(&app).contains("wrote /tmp/x.json"));
+    // The next key clears it.
+    assert_eq!(app.on_key(&key(KeyCode::F(12))), Effect::Redraw);
+    assert_eq!(app.message, None);
+}

@@ -1,0 +1,93 @@
+//! Presets: named sets of probe specs for well-known programs (`--preset mysql`).
+//!
+//! A preset is data, not code: a file in `presets/` at the repository root, in the same
+//! format as `-f FILE`, compiled into the binary so `probetop --preset NAME` needs
+//! nothing else on the machine. The file name without `.txt` is the preset's name.
+
+use std::fmt;
+
+/// Every preset: (name, text of `presets/NAME.txt`).
+const PRESETS: &[(&str, &str)] = &[("mysql", include_str!("../../presets/mysql.txt"))];
+
+/// A preset name probetop does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct UnknownPreset {
+    pub name: String,
+}
+
+impl fmt::Display for UnknownPreset {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown preset {:?}: the presets are {}",
+            self.name,
+            names().collect::<Vec<_>>().join(", ")
+        )
+    }
+}
+
+/// The names of every preset, in the order they are listed.
+pub fn names() -> impl Iterator<Item = &'static str> {
+    PRESETS.iter().map(|(name, _)| *name)
+}
+
+/// The spec file text of preset `name`.
+pub fn text(name: &str) -> Result<&'static str, UnknownPreset> {
+    PRESETS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, text)| *text)
+        .ok_or_else(|| UnknownPreset {
+            name: name.to_string(),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::{ProbeKind, ProbeSpec};
+
+    /// Lines that are specs, as `-f` reads them.
+    fn specs(text: &str) -> Vec<ProbeSpec> {
+        text.lines()
+            .map(|l| l.split('#').next().unwrap_or("").trim())
+            .filter(|l| !l.is_empty())
+            .map(|l| ProbeSpec::parse(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .collect()
+    }
+
+    #[test]
+    fn every_preset_parses() {
+        for name in names() {
+            let text = text(name).expect("listed presets exist");
+            assert!(!specs(text).is_empty(), "preset {name} has no specs");
+        }
+    }
+
+    #[test]
+    fn mysql_is_the_request_path() {
+        let got: Vec<(ProbeKind, String)> = specs(text("mysql").expect("mysql preset"))
+            .into_iter()
+            .map(|s| (s.kind, s.name))
+            .collect();
+        let want = [
+            (ProbeKind::Uprobe, "do_command"),
+            (ProbeKind::Uprobe, "dispatch_command"),
+            (ProbeKind::Uretprobe, "dispatch_command"),
+            (ProbeKind::Uprobe, "mysql_parse"),
+            (ProbeKind::Uprobe, "mysqld_stmt_execute"),
+            (ProbeKind::Uprobe, "mysql_execute_command"),
+        ]
+        .map(|(k, n)| (k, n.to_string()));
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn unknown_names_list_the_presets() {
+        let err = text("postgres").expect_err("no such preset");
+        assert_eq!(
+            err.to_string(),
+            "unknown preset \"postgres\": the presets are mysql"
+        );
+    }
+}

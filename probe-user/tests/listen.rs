@@ -1,0 +1,317 @@
+//! Fleet mode: `--listen` serves the live measurements in the Prometheus text format.
+//! Checked with promtool (Debian `prometheus`: `promtool check metrics`) and scraped by a
+//! real Prometheus server on loopback, whose stored values must equal probetop's own.
+//! Everything stays on 127.0.0.1.
+
+mod common;
+
+use std::{
+    collections::BTreeMap,
+    io::{Read as _, Write as _},
+    net::{SocketAddr, TcpStream},
+    path::PathBuf,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+/// A minimal HTTP/1.1 GET: (status code, head, body).
+fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
+    let mut stream = TcpStream::connect_timeout(&addr, PATIENCE).expect("connect");
+    stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).expect("reply");
+    let (head, body) = reply.split_once("\r\n\r\n").expect("a head and a body");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    (status, head.to_string(), body.to_string())
+}
+
+/// `probetop_probe_hits_total` per probe id, from exposition text.
+fn hits_by_id(metrics: &str) -> BTreeMap<String, u64> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("probetop_probe_hits_total{"))
+        .map(|l| {
+            let id = l
+                .split("id=\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .unwrap_or_else(|| panic!("no id label in {l}"))
+                .to_string();
+            let value = l
+                .rsplit(' ')
+                .next()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no value in {l}"));
+            (id, value)
+        })
+        .collect()
+}
+
+/// Starts probetop headless with `--listen 127.0.0.1:0`; returns it, once its probes
+/// are attached and it serves, and the address.
+fn probetop_listening(pid: u32, extra: &[&str]) -> (Running, SocketAddr) {
+    let mut command = probetop();
+    command
+        .args([
+            "--pid",
+            &pid.to_string(),
+            "--no-tui",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"])
+        .args(extra);
+    let running = Running::spawn(command);
+    let line = running.err().wait_for("serving metrics on http://");
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.strip_suffix("/metrics"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (running, addr)
+}
+
+fn forever_workload() -> Running {
+    let mut command = Command::new(fixture("c/workload"));
+    command.args(["--forever", "--rate", "2000"]);
+    let running = Running::spawn(command);
+    running.out().wait_for("ready pid=");
+    running
+}
+
+#[test]
+fn metrics_pass_promtool_and_other_paths_are_refused() {
+    let target = forever_workload();
+    let (mut probetop, addr) = probetop_listening(target.pid(), &[]);
+    assert!(addr.ip().is_loopback());
+
+    // Wait for hits so every family has samples.
+    let deadline = Instant::now() + PATIENCE;
+    let metrics = loop {
+        let (status, head, body) = http(addr, "GET", "/metrics");
+        assert_eq!(status, 200, "{head}");
+        assert!(
+            head.to_ascii_lowercase()
+                .contains("content-type: text/plain; version=0.0.4"),
+            "{head}"
+        );
+        if hits_by_id(&body).values().all(|&h| h > 0) && hits_by_id(&body).len() == 2 {
+            break body;
+        }
+        assert!(Instant::now() < deadline, "no hits served:\n{body}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for family in [
+        "probetop_probe_hits_total",
+        "probetop_probe_dropped_total",
+        "probetop_handler_seconds",
+        "probetop_handler_duration_seconds_bucket",
+    ] {
+        assert!(metrics.contains(family), "{family} missing:\n{metrics}");
+    }
+    assert!(metrics.contains(r#"probe="uprobe:work_unit""#), "{metrics}");
+    assert!(
+        metrics.contains(r#"probe="uretprobe:leaf_ret""#),
+        "{metrics}"
+    );
+
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool (Debian package prometheus)");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(metrics.as_bytes())
+        .expect("feed promtool");
+    let checked = promtool.wait_with_output().expect("promtool");
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}\n{metrics}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+
+    // Counters only grow.
+    let later = hits_by_id(&http(addr, "GET", "/metrics").2);
+    for (id, hits) in hits_by_id(&metrics) {
+        assert!(
+            later[&id] >= hits,
+            "probe {id}: {} after {hits}",
+            later[&id]
+        );
+    }
+
+    let (status, head, body) = http(addr, "HEAD", "/metrics");
+    assert_eq!(status, 200, "{head}");
+    assert!(body.is_empty(), "HEAD has no body: {body:?}");
+    assert_eq!(http(addr, "GET", "/").0, 404);
+    assert_eq!(http(addr, "GET", "/metrics/x").0, 404);
+    assert_eq!(http(addr, "POST", "/metrics").0, 405);
+
+    probetop.signal(libc::SIGTERM);
+    assert!(probetop.wait().success());
+    // The port is closed with the run.
+    assert!(TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err());
+}
+
+/// A Prometheus server of its own on loopback, with its data in a temp dir.
+struct Prometheus {
+    running: Running,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Prometheus {
+    fn start(scrape: SocketAddr) -> Self {
+        let dir = std::env::temp_dir().join(format!("probetop-prometheus-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).expect("temp dir");
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: probetop\n    static_configs:\n      - targets: ['{scrape}']\n"
+            ),
+        )
+        .expect("config");
+        // A free loopback port: taken from the kernel, then handed to Prometheus.
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port");
+        let mut command = Command::new("prometheus");
+        command
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"));
+        let running = Running::spawn(command);
+        let prometheus = Self { running, addr, dir };
+        let deadline = Instant::now() + PATIENCE;
+        while !TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+            .is_ok_and(|_| http(addr, "GET", "/-/ready").0 == 200)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "prometheus did not become ready on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        prometheus
+    }
+
+    /// `probetop_probe_hits_total` per probe id, as Prometheus stored it last.
+    fn hits_by_id(&self) -> BTreeMap<String, u64> {
+        let (status, head, body) = http(
+            self.addr,
+            "GET",
+            "/api/v1/query?query=probetop_probe_hits_total",
+        );
+        assert_eq!(status, 200, "{head}\n{body}");
+        let reply: serde_json::Value = serde_json::from_str(&body).expect("query JSON");
+        assert_eq!(reply["status"], "success", "{body}");
+        reply["data"]["result"]
+            .as_array()
+            .expect("a vector")
+            .iter()
+            .map(|sample| {
+                let id = sample["metric"]["id"]
+                    .as_str()
+                    .expect("id label")
+                    .to_string();
+                let value = sample["value"][1]
+                    .as_str()
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .expect("a value") as u64;
+                (id, value)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.running.child.kill();
+        let _ = self.running.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn a_real_prometheus_scrapes_what_probetop_reports() {
+    let target = forever_workload();
+    let json = std::env::temp_dir().join(format!("probetop-listen-{}.json", std::process::id()));
+    let (mut probetop, addr) =
+        probetop_listening(target.pid(), &["--export", &json.display().to_string()]);
+    let prometheus = Prometheus::start(addr);
+
+    // Scraped while live.
+    let deadline = Instant::now() + PATIENCE;
+    while prometheus.hits_by_id().values().filter(|&&h| h > 0).count() < 2 {
+        assert!(Instant::now() < deadline, "prometheus stored no hits");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+
+    // Freeze the target so the counts stop moving, then compare once Prometheus has
+    // scraped the final numbers.
+    target.signal(libc::SIGSTOP);
+    let deadline = Instant::now() + PATIENCE;
+    let served = loop {
+        let before = hits_by_id(&http(addr, "GET", "/metrics").2);
+        std::thread::sleep(Duration::from_millis(1200));
+        let after = hits_by_id(&http(addr, "GET", "/metrics").2);
+        if before == after {
+            break after;
+        }
+        assert!(Instant::now() < deadline, "counts kept moving");
+    };
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let stored = prometheus.hits_by_id();
+        if stored == served {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "prometheus has {stored:?}, probetop serves {served:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(served.len(), 2);
+    assert!(served.values().all(|&h| h > 0), "{served:?}");
+
+    // And the run's own export says the same.
+    probetop.signal(libc::SIGINT);
+    assert!(probetop.wait().success());
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    for probe in report["probes"].as_array().expect("probes") {
+        let id = probe["id"].to_string();
+        assert_eq!(
+            probe["hits"].as_u64(),
+            served.get(&id).copied(),
+            "probe {id}"
+        );
+    }
+    let _ = std::fs::remove_file(&json);
+    target.signal(libc::SIGCONT);
+}

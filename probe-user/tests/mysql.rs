@@ -1,0 +1,290 @@
+//! probetop on a live MariaDB server under sysbench, with `--preset mysql`: every client
+//! command counted exactly, nothing dropped, the server healthy after probetop detaches,
+//! and nothing of probetop's left in the kernel.
+//!
+//! Needs Debian's mariadb-server and sysbench (`cargo xtask setup` installs both). The
+//! server is private to the test: its own datadir in a temporary directory, a unix
+//! socket, no network, stopped when the test ends.
+
+mod common;
+
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+const MARIADBD: &str = "/usr/sbin/mariadbd";
+const TABLES: u64 = 2;
+const THREADS: u64 = 2;
+
+/// A private mariadbd, stopped and its directory removed on drop.
+struct Server {
+    child: Child,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+impl Server {
+    fn start() -> Self {
+        for tool in [MARIADBD, "/usr/bin/mariadb-install-db", "/usr/bin/sysbench"] {
+            assert!(
+                Path::new(tool).exists(),
+                "{tool} is missing: `cargo xtask setup` installs mariadb-server and sysbench"
+            );
+        }
+        let dir =
+            std::env::temp_dir().join(format!("probetop-test-mariadb-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let datadir = dir.join("data");
+        let install = Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", datadir.display()))
+            .args([
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .expect("run mariadb-install-db");
+        assert!(
+            install.status.success(),
+            "mariadb-install-db failed: {}{}",
+            String::from_utf8_lossy(&install.stdout),
+            String::from_utf8_lossy(&install.stderr)
+        );
+        let socket = dir.join("mysqld.sock");
+        let mut cmd = Command::new(MARIADBD);
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", datadir.display()))
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+            .arg(format!("--log-error={}", dir.join("error.log").display()))
+            .arg(format!("--tmpdir={}", dir.display()))
+            // As root (the tests attach probes), on the socket only.
+            .args(["--user=root", "--skip-networking", "--skip-name-resolve"])
+            .args([
+                "--innodb-buffer-pool-size=64M",
+                "--innodb-flush-log-at-trx-commit=2",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: runs in the forked child before exec and only calls prctl, which is
+        // async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                // If the test process dies (or the test thread ends) without dropping
+                // the guard, the server still shuts down.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("start mariadbd");
+        let mut server = Server { child, dir, socket };
+        let deadline = Instant::now() + PATIENCE;
+        while server.query("SELECT 1").is_err() {
+            if let Ok(Some(status)) = server.child.try_wait() {
+                panic!("mariadbd exited ({status}): {}", server.error_log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mariadbd does not answer: {}",
+                server.error_log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        server
+            .query("CREATE DATABASE sbtest")
+            .expect("create sbtest");
+        server
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn error_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("error.log")).unwrap_or_default()
+    }
+
+    /// The mariadb client's tab-separated answer, or its error.
+    fn query(&self, sql: &str) -> Result<String, String> {
+        let out = Command::new("mariadb")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket.display()))
+            .args(["--user=root", "--batch", "--skip-column-names", "-e", sql])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    fn sysbench(&self, test: &str) -> Command {
+        let mut cmd = Command::new("sysbench");
+        cmd.arg(test)
+            .arg("--db-driver=mysql")
+            .arg(format!("--mysql-socket={}", self.socket.display()))
+            .args(["--mysql-user=root", "--mysql-db=sbtest"])
+            .arg(format!("--tables={TABLES}"))
+            .arg("--table-size=1000")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs a sysbench test; returns its "queries: N" count.
+    fn run_sysbench(&self, test: &str, extra: &[&str], seconds: u32) -> u64 {
+        let out = self
+            .sysbench(test)
+            .arg(format!("--threads={THREADS}"))
+            .arg(format!("--time={seconds}"))
+            .args(extra)
+            .arg("run")
+            .output()
+            .expect("run sysbench");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "sysbench failed: {text}");
+        let count = |key: &str| -> u64 {
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix(key))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no {key:?} in sysbench's output: {text}"))
+        };
+        assert_eq!(count("ignored errors:"), 0, "{text}");
+        assert_eq!(count("reconnects:"), 0, "{text}");
+        count("queries:")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SIGTERM is mariadbd's clean shutdown; SIGKILL if it lingers.
+        // SAFETY: kill(2) on our own unreaped child's pid.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + PATIENCE;
+        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Client commands a sysbench oltp_read_only connection sends besides the statements it
+/// counts, with server-side prepared statements (its default): one COM_STMT_PREPARE at
+/// the start and one COM_STMT_CLOSE at the end for each statement it prepares (BEGIN,
+/// COMMIT, and five SELECTs per table: oltp_common.lua), and COM_QUIT. The handshake,
+/// which names the database, is not a command.
+const PREPARED_EXTRA_PER_CONNECTION: u64 = 2 * (2 + 5 * TABLES) + 1;
+/// With --db-ps-mode=disable sysbench emulates its statements on the client: only
+/// COM_QUIT is extra.
+const TEXT_EXTRA_PER_CONNECTION: u64 = 1;
+
+#[test]
+fn counts_every_command_of_a_live_mariadbd() {
+    let server = Server::start();
+    let prepare = server
+        .sysbench("oltp_read_only")
+        .arg("prepare")
+        .output()
+        .expect("sysbench prepare");
+    assert!(
+        prepare.status.success(),
+        "sysbench prepare: {}",
+        String::from_utf8_lossy(&prepare.stderr)
+    );
+
+    let json = export_path("mysql.json");
+    let mut cmd = probetop();
+    cmd.args(["--pid", &server.pid().to_string()])
+        .args(["--preset", "mysql", "--no-tui", "--export"])
+        .arg(&json);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached 6 probes");
+    let (held_programs, held_links) = bpf_ids_of(probetop.pid());
+    assert!(
+        !held_programs.is_empty() && held_links.len() == 6,
+        "{held_programs:?} {held_links:?}"
+    );
+
+    // The binary protocol (sysbench's default): COM_STMT_EXECUTE.
+    let prepared = server.run_sysbench("oltp_read_only", &[], 10);
+    // The text protocol: COM_QUERY, which goes through mysql_parse.
+    let text = server.run_sysbench("oltp_read_only", &["--db-ps-mode=disable"], 2);
+
+    probetop.signal(libc::SIGINT);
+    let status = probetop.wait();
+    let stderr = probetop.err().rest();
+    assert!(status.success(), "probetop failed: {stderr:?}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("export written")).expect("JSON");
+    let hits = |kind: &str, name: &str| -> u64 {
+        let probe = report["probes"]
+            .as_array()
+            .expect("probes")
+            .iter()
+            .find(|p| p["kind"] == kind && p["name"].as_str().is_some_and(|n| n.starts_with(name)))
+            .unwrap_or_else(|| panic!("no {kind} {name} in {report}"));
+        assert_eq!(probe["dropped"], 0, "{probe}");
+        probe["hits"].as_u64().expect("hits")
+    };
+
+    let commands = prepared
+        + THREADS * PREPARED_EXTRA_PER_CONNECTION
+        + text
+        + THREADS * TEXT_EXTRA_PER_CONNECTION;
+    let summary = format!("{prepared} prepared + {text} text statements; {report}");
+    assert_eq!(hits("uprobe", "dispatch_command("), commands, "{summary}");
+    assert_eq!(
+        hits("uretprobe", "dispatch_command("),
+        commands,
+        "{summary}"
+    );
+    assert_eq!(hits("uprobe", "do_command("), commands, "{summary}");
+    assert_eq!(
+        hits("uprobe", "mysqld_stmt_execute("),
+        prepared,
+        "{summary}"
+    );
+    assert_eq!(hits("uprobe", "mysql_parse("), text, "{summary}");
+    assert_eq!(
+        hits("uprobe", "mysql_execute_command("),
+        prepared + text,
+        "{summary}"
+    );
+
+    // The server is unharmed and answers.
+    assert_eq!(server.query("SELECT 1").as_deref(), Ok("1"));
+    assert!(Path::new(&format!("/proc/{}", server.pid())).exists());
+
+    // Nothing probetop held is still loaded. The kernel frees programs and links
+    // asynchronously after the last fd closes: allow it a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (programs, links) = loaded_bpf_ids();
+        let left_programs: Vec<_> = held_programs
+            .iter()
+            .filter(|p| programs.contains(p))
+            .collect();
+        let left_links: Vec<_> = held_links.iter().filter(|l| links.contains(l)).collect();
+        if left_programs.is_empty() && left_links.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still loaded after probetop exited: programs {left_programs:?}, links {left_links:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

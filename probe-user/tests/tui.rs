@@ -1,0 +1,402 @@
+//! The live TUI driven as a person would, in tmux (send-keys to type, capture-pane to
+//! read the screen), against the C workload fixture: sort, filter, select with keys and
+//! the mouse, detach and re-attach, reset, export, quit. Needs tmux (Debian `tmux`).
+
+mod common;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use common::*;
+
+/// A tmux server of its own (`-L`), killed when the test ends, pass or fail.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(name: &str, width: u16, height: u16, dir: &Path, command: &str) -> Self {
+        let tmux = Self {
+            socket: format!("probetop-test-{name}-{}", std::process::id()),
+        };
+        let status = Command::new("tmux")
+            .args([
+                "-u",
+                "-L",
+                &tmux.socket,
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+            ])
+            .args(["-x", &width.to_string(), "-y", &height.to_string()])
+            .arg("-c")
+            .arg(dir)
+            // Keep the pane after probetop exits, to read what it printed.
+            .args(["-e", "LANG=C.UTF-8"])
+            .arg(format!("{command}; echo probetop-exit=$?; sleep 600"))
+            .status()
+            .expect("run tmux (Debian package tmux)");
+        assert!(status.success(), "tmux new-session failed");
+        tmux
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let status = Command::new("tmux")
+            .args(["-L", &self.socket, "send-keys", "-t", "0"])
+            .args(keys)
+            .status()
+            .expect("tmux send-keys");
+        assert!(status.success());
+        // Let the UI take them in before the next step looks.
+        std::thread::sleep(Duration::from_millis(150));
+    }
+
+    /// Types `text` as it is (escape sequences included, as a terminal would send).
+    fn literal(&self, text: &str) {
+        self.keys(&["-l", text]);
+    }
+
+    fn screen(&self) -> String {
+        self.capture(false)
+    }
+
+    /// With `escapes`, the screen's SGR sequences (colours, bold, reverse) are kept.
+    fn capture(&self, escapes: bool) -> String {
+        let mut command = Command::new("tmux");
+        command.args(["-L", &self.socket, "capture-pane", "-p", "-t", "0"]);
+        if escapes {
+            command.arg("-e");
+        }
+        let out = command.output().expect("tmux capture-pane");
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the screen satisfies `ready`; panics with the last screen otherwise.
+    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let screen = self.screen();
+            if ready(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("probetop-tui-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+/// The probe names of the table's rows, top to bottom.
+fn table_rows(screen: &str) -> Vec<String> {
+    screen
+        .lines()
+        .skip(3)
+        .take_while(|line| line.starts_with('│'))
+        .filter_map(|line| {
+            let name = line.trim_start_matches('│').split_whitespace().next()?;
+            name.contains(':').then(|| name.to_string())
+        })
+        .collect()
+}
+
+/// The probe named in the detail pane's title.
+fn detail_title(screen: &str) -> String {
+    screen
+        .lines()
+        .skip(3)
+        .find(|line| line.starts_with("┌ ") && !line.contains("handler time per hit"))
+        .and_then(|line| line.trim_start_matches("┌ ").split_whitespace().next())
+        .unwrap_or_default()
+        .to_string()
+}
+
+fn row_of<'a>(screen: &'a str, name: &str) -> &'a str {
+    screen
+        .lines()
+        .find(|line| line.starts_with('│') && line.contains(name))
+        .unwrap_or_else(|| panic!("no row for {name}:\n{screen}"))
+}
+
+fn shell_quote(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
+}
+
+#[test]
+fn sort_filter_select_detach_reset_export_quit() {
+    let target = {
+        let mut command = Command::new(fixture("c/workload"));
+        command.args(["--forever", "--rate", "5000"]);
+        let running = Running::spawn(command);
+        running.out().wait_for("ready pid=");
+        running
+    };
+    let dir = temp_dir("main");
+    let command = format!(
+        "{} --pid {} -e uprobe:work_unit -e uretprobe:work_unit -e uprobe:leaf_ret --args 1 --export {} --export {} 2>{}",
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
+        target.pid(),
+        shell_quote(&dir.join("final.json")),
+        shell_quote(&dir.join("final.csv")),
+        shell_quote(&dir.join("stderr.txt")),
+    );
+    let tmux = Tmux::start("main", 100, 30, &dir, &command);
+
+    // Live: every probe counting, the status line complete.
+    let screen = tmux.wait_for("three probes with hits", |s| {
+        table_rows(s).len() == 3 && s.contains("3/3 attached") && !s.contains("  0 ev/s")
+    });
+    let status = screen.lines().next().unwrap_or_default();
+    assert!(
+        status.contains(&format!("pid {}", target.pid())),
+        "{status}"
+    );
+    assert!(status.contains("workload"), "{status}");
+    assert!(
+        status.contains("self"),
+        "probetop's own cpu and memory: {status}"
+    );
+    assert!(
+        screen.contains("HITS/S▼"),
+        "default sort, hits/s while no CPU share:\n{screen}"
+    );
+
+    // Sort by name: as far left as the sort goes; then the other way round.
+    tmux.keys(&["<", "<", "<", "<", "<", "<", "<", "<"]);
+    let screen = tmux.wait_for("sorted by name", |s| s.contains("PROBE▲"));
+    assert_eq!(
+        table_rows(&screen),
+        ["uprobe:leaf_ret", "uprobe:work_unit", "uretprobe:work_unit"]
+    );
+    tmux.keys(&["I"]);
+    let screen = tmux.wait_for("sorted by name, descending", |s| s.contains("PROBE▼"));
+    assert_eq!(
+        table_rows(&screen),
+        ["uretprobe:work_unit", "uprobe:work_unit", "uprobe:leaf_ret"]
+    );
+
+    // Select with keys: the detail pane follows the selection.
+    tmux.keys(&["Home", "Down"]);
+    let screen = tmux.wait_for("second row selected", |s| {
+        detail_title(s) == "uprobe:work_unit" && s.contains("handler time by percentile")
+    });
+    assert!(screen.contains("handler time by percentile"), "{screen}");
+    assert!(screen.contains("99.99%"), "{screen}");
+    assert!(
+        screen.contains("last args:"),
+        "--args shows the last values:\n{screen}"
+    );
+    // ... and with the mouse (SGR mouse reports, as a terminal sends them): the third
+    // row is on screen line 6.
+    tmux.literal("\x1b[<0;10;6M");
+    tmux.wait_for("third row clicked", |s| {
+        detail_title(s) == "uprobe:leaf_ret"
+    });
+    tmux.literal("\x1b[<64;10;20M");
+    tmux.wait_for("wheel up", |s| detail_title(s) == "uprobe:work_unit");
+
+    // Detach the selected probe: marked, and it stops counting, so sorted by hits/s it
+    // goes last; then attach it again.
+    tmux.keys(&["Space"]);
+    tmux.wait_for("detached", |s| {
+        s.contains("2/3 attached") && row_of(s, "uprobe:work_unit").contains("[off]")
+    });
+    tmux.keys(&[">", ">"]);
+    let screen = tmux.wait_for("detached probe last by hits/s", |s| {
+        s.contains("HITS/S▼")
+            && table_rows(s).last().map(String::as_str) == Some("uprobe:work_unit")
+            && row_of(s, "uprobe:work_unit").split_whitespace().nth(3) == Some("0")
+    });
+    assert!(screen.contains("[off]"), "{screen}");
+    tmux.keys(&["Space"]);
+    tmux.wait_for("attached again and counting", |s| {
+        s.contains("3/3 attached")
+            && !s.contains("[off]")
+            && row_of(s, "uprobe:work_unit").split_whitespace().nth(2) != Some("0")
+    });
+
+    // Reset: counts restart (the clock too).
+    tmux.keys(&["r"]);
+    tmux.wait_for("reset", |s| {
+        s.lines().next().is_some_and(|l| l.contains(" 0:00"))
+    });
+
+    // Filter.
+    tmux.keys(&["/", "l", "e", "a", "f"]);
+    let screen = tmux.wait_for("filter typed", |s| s.contains("1 of 3 probes"));
+    assert_eq!(table_rows(&screen), ["uprobe:leaf_ret"]);
+    tmux.keys(&["Enter"]);
+    tmux.wait_for("filter kept", |s| {
+        detail_title(s) == "uprobe:leaf_ret" && s.contains("/leaf") && s.contains("q quit")
+    });
+
+    // Help overlay lists every key; any key closes it.
+    tmux.keys(&["?"]);
+    let screen = tmux.wait_for("help", |s| s.contains(" keys "));
+    for key in ["pause", "reset", "detach", "export", "filter", "invert"] {
+        assert!(screen.contains(key), "{key} not in help:\n{screen}");
+    }
+    tmux.keys(&["x"]);
+    tmux.wait_for("help closed", |s| !s.contains(" keys "));
+
+    // Export now: the formats of --export, named by the time, without stopping.
+    tmux.keys(&["e"]);
+    let screen = tmux.wait_for("export written", |s| s.contains("wrote "));
+    let written: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("temp dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("final-"))
+        })
+        .collect();
+    assert_eq!(written.len(), 2, "{written:?}\n{screen}");
+    let json_path = written
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("a .json snapshot");
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(json_path).expect("read export")).expect("JSON");
+    assert_eq!(report["target"]["pid"], target.pid());
+    let probes = report["probes"].as_array().expect("probes");
+    let specs: Vec<&str> = probes
+        .iter()
+        .map(|p| p["spec"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        specs,
+        ["uprobe:work_unit", "uretprobe:work_unit", "uprobe:leaf_ret"]
+    );
+    for probe in probes {
+        let hits = probe["hits"].as_u64().expect("hits");
+        assert!(hits > 0, "{probe}");
+        assert_eq!(probe["handler_ns"]["count"].as_u64(), Some(hits), "{probe}");
+    }
+    let csv_path = written
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "csv"))
+        .expect("a .csv snapshot");
+    let csv = std::fs::read_to_string(csv_path).expect("read csv");
+    assert_eq!(csv.lines().count(), 4, "a header and three probes:\n{csv}");
+    // Still running after the export.
+    assert!(tmux.screen().contains("3/3 attached"));
+
+    // Quit: detaches, prints the summary, writes the --export files.
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for("probetop exited", |s| s.contains("probetop-exit="));
+    assert!(screen.contains("probetop-exit=0"), "{screen}");
+    assert!(screen.contains("PROBE"), "summary table:\n{screen}");
+    let final_report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("final.json")).expect("final export"))
+            .expect("JSON");
+    assert_eq!(final_report["probes"].as_array().map(Vec::len), Some(3));
+    assert!(dir.join("final.csv").exists());
+    let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
+    assert!(stderr.contains("attached 3 probes"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn resizes_and_honours_no_color() {
+    let target = {
+        let mut command = Command::new(fixture("c/workload"));
+        command.args(["--forever", "--rate", "1000"]);
+        let running = Running::spawn(command);
+        running.out().wait_for("ready pid=");
+        running
+    };
+    let dir = temp_dir("nocolor");
+    let command = format!(
+        "NO_COLOR=1 {} --pid {} -e uprobe:work_unit -e uprobe:leaf_ret 2>/dev/null",
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
+        target.pid(),
+    );
+    let tmux = Tmux::start("nocolor", 120, 40, &dir, &command);
+    tmux.wait_for("probes live", |s| {
+        table_rows(s).len() == 2 && s.contains("hits/s, last")
+    });
+    let styled = tmux.capture(true);
+    for sgr in sgr_parameters(&styled) {
+        let colour = matches!(sgr, 30..=38 | 40..=48 | 90..=97 | 100..=107);
+        assert!(!colour, "colour {sgr} drawn with NO_COLOR:\n{styled:?}");
+    }
+    assert!(
+        !sgr_parameters(&styled).is_empty(),
+        "reverse and bold still mark things"
+    );
+
+    // Down to 80x24, then too small, then back: the screen follows.
+    for (width, height) in [(80, 24), (60, 16), (30, 6), (100, 30)] {
+        let status = Command::new("tmux")
+            .args(["-L", &tmux.socket, "resize-window", "-t", "0"])
+            .args(["-x", &width.to_string(), "-y", &height.to_string()])
+            .status()
+            .expect("tmux resize-window");
+        assert!(status.success());
+        let screen = tmux.wait_for(&format!("{width}x{height}"), |s| {
+            let lines: Vec<&str> = s.lines().collect();
+            if width < 40 {
+                s.contains("needs at least")
+            } else {
+                lines.first().is_some_and(|l| l.contains("attached"))
+                    && lines.iter().any(|l| l.contains("uprobe:leaf_ret"))
+            }
+        });
+        if width == 80 {
+            for title in ["HITS", "HITS/S", "P50", "P99", "MAX", "DROPS"] {
+                assert!(screen.contains(title), "{title} at 80x24:\n{screen}");
+            }
+            assert!(screen.contains("handler time by percentile"), "{screen}");
+        }
+    }
+    tmux.keys(&["q"]);
+    tmux.wait_for("probetop exited", |s| s.contains("probetop-exit=0"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every SGR parameter in `text` (`ESC [ 1 ; 36 m` gives 1 and 36), with 38/48
+/// extended colours reported as 38/48.
+fn sgr_parameters(text: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("\x1b[") {
+        rest = &rest[start + 2..];
+        let Some(end) = rest.find(|c: char| !(c.is_ascii_digit() || c == ';')) else {
+            break;
+        };
+        if rest[end..].starts_with('m') {
+            let params = rest[..end].split(';').filter_map(|p| p.parse::<u32>().ok());
+            for p in params {
+                out.push(p);
+                // 38;5;N and 38;2;R;G;B: the rest are the colour, not attributes.
+                if p == 38 || p == 48 {
+                    break;
+                }
+            }
+        }
+        rest = &rest[end..];
+    }
+    out
+}

@@ -1,0 +1,732 @@
+//! A private MariaDB server and sysbench against it, for `cargo xtask mysql-*`.
+//!
+//! [`Mariadb`] is Debian's `mariadbd` started as our child on a datadir of its own in a
+//! temporary directory, reachable only through a unix socket (`--skip-networking`), and
+//! shut down when the guard drops. No system service is involved: the package's own
+//! server (`/var/lib/mysql`, `/run/mysqld`) is never started, and [`install_missing`]
+//! keeps `apt-get install` from starting it.
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+use std::{fs, thread};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+use crate::{echo, run, show};
+
+/// The server (mariadbd, mariadb-install-db, the mariadb client) and the load generator.
+pub const PACKAGES: &[&str] = &["mariadb-server", "sysbench"];
+
+pub const MARIADBD: &str = "/usr/sbin/mariadbd";
+
+/// Where Debian's maintainer scripts ask whether they may start a service.
+const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
+
+/// The package's own server, as its unit/init script would start it.
+const PACKAGED_PID_FILE: &str = "/run/mysqld/mysqld.pid";
+const PACKAGED_SOCKET: &str = "/run/mysqld/mysqld.sock";
+
+/// The database sysbench works in.
+pub const DATABASE: &str = "sbtest";
+
+// ---------------------------------------------------------------------------------------
+// Installing without starting services
+
+/// `apt-get install`s the `packages` that are not installed, without letting their
+/// maintainer scripts start any service.
+///
+/// Debian's mariadb-server postinst starts (restarts) the system server through
+/// `deb-systemd-invoke`/`invoke-rc.d`, and both ask `/usr/sbin/policy-rc.d` first: exit
+/// status 101 means "action forbidden". So during the install a policy-rc.d that
+/// answers 101 is put in place ([`NoServiceStarts`]) unless the machine already has one
+/// (containers and this VM ship one that forbids everything; it is left alone). If a
+/// policy of the machine's let the server start anyway, it is stopped afterwards with
+/// the package's own `mariadb-admin shutdown` ([`stop_packaged_server`]): never
+/// systemctl or service.
+pub fn install_missing(packages: &[&str], missing: impl Fn(&str) -> Result<bool>) -> Result<()> {
+    let mut todo = Vec::new();
+    for &pkg in packages {
+        if missing(pkg)? {
+            todo.push(pkg);
+        }
+    }
+    if todo.is_empty() {
+        return Ok(());
+    }
+    println!("setup: apt packages: installing {}", todo.join(" "));
+    ensure!(
+        crate::is_root()?,
+        "installing apt packages {} needs root",
+        todo.join(" ")
+    );
+    // No prompts, no debconf dialogs: CI has no terminal and no stdin.
+    let apt = |args: &[&str]| {
+        let mut cmd = Command::new("apt-get");
+        cmd.args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .stdin(Stdio::null());
+        cmd
+    };
+    run(&mut apt(&["update", "-q"]))?;
+    let policy = NoServiceStarts::new()?;
+    let installed = run(apt(&["install", "-y", "-q"]).args(&todo));
+    drop(policy);
+    installed?;
+    stop_packaged_server()
+}
+
+/// A `policy-rc.d` forbidding every service action, removed on drop; does nothing when
+/// the machine has its own.
+pub struct NoServiceStarts {
+    created: Option<PathBuf>,
+}
+
+impl NoServiceStarts {
+    pub fn new() -> Result<Self> {
+        let path = Path::new(POLICY_RC_D);
+        if path.symlink_metadata().is_ok() {
+            return Ok(Self { created: None });
+        }
+        println!("+ write {POLICY_RC_D} (exit 101: no service starts during the install)");
+        fs::write(
+            path,
+            "#!/bin/sh\n# Written by probetop's `cargo xtask` for one apt-get install, then \
+             removed:\n# 101 = action forbidden, so no package starts its service.\nexit 101\n",
+        )
+        .with_context(|| format!("writing {POLICY_RC_D}"))?;
+        let guard = Self {
+            created: Some(path.to_path_buf()),
+        };
+        fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+            .with_context(|| format!("making {POLICY_RC_D} executable"))?;
+        Ok(guard)
+    }
+}
+
+impl Drop for NoServiceStarts {
+    fn drop(&mut self) {
+        if let Some(path) = self.created.take() {
+            println!("+ rm {}", path.display());
+            if let Err(e) = fs::remove_file(&path) {
+                eprintln!("xtask: cannot remove {}: {e}", path.display());
+            }
+        }
+    }
+}
+
+/// Stops the package's system server if something started it, with the package's own
+/// tool over its socket (root logs in through unix_socket authentication).
+pub fn stop_packaged_server() -> Result<()> {
+    let Some(pid) = fs::read_to_string(PACKAGED_PID_FILE)
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .filter(|pid| Path::new(&format!("/proc/{pid}")).exists())
+    else {
+        return Ok(());
+    };
+    println!(
+        "setup: the system MariaDB server (pid {pid}) was started by the install: stopping it"
+    );
+    run(Command::new("mariadb-admin").args([
+        "--no-defaults",
+        &format!("--socket={PACKAGED_SOCKET}"),
+        "--user=root",
+        "shutdown",
+    ]))?;
+    wait_gone(pid, Duration::from_secs(60))
+}
+
+fn wait_gone(pid: u32, patience: Duration) -> Result<()> {
+    let deadline = Instant::now() + patience;
+    while Path::new(&format!("/proc/{pid}")).exists() {
+        ensure!(
+            Instant::now() < deadline,
+            "pid {pid} still runs after {patience:?}"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The private server
+
+/// How the private server is configured.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// InnoDB buffer pool: small, but it holds sysbench's tables, so the load is CPU-bound.
+    pub buffer_pool_mib: u32,
+    pub max_connections: u32,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            buffer_pool_mib: 256,
+            max_connections: 64,
+        }
+    }
+}
+
+/// A private mariadbd, shut down (and its directory removed) on drop.
+pub struct Mariadb {
+    child: Child,
+    pid: u32,
+    dir: PathBuf,
+    socket: PathBuf,
+    /// The server's command line, for reports.
+    pub command_line: String,
+}
+
+impl Mariadb {
+    /// Creates a datadir in a new temporary directory and starts mariadbd on it; returns
+    /// once the server answers on its socket.
+    pub fn start(options: &ServerOptions) -> Result<Self> {
+        let dir = temp_dir("probetop-mariadb")?;
+        let datadir = dir.join("data");
+        let socket = dir.join("mysqld.sock");
+
+        let mut install = Command::new("mariadb-install-db");
+        install
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", datadir.display()))
+            // mariadbd refuses to run as root unless told to; we are root (BPF needs it).
+            .arg("--user=root")
+            // root@localhost without a password: the socket is private to us.
+            .arg("--auth-root-authentication-method=normal")
+            .arg("--skip-test-db");
+        let log = dir.join("install.log");
+        echo(&install);
+        let status = install
+            .stdin(Stdio::null())
+            .stdout(file(&log)?)
+            .stderr(file(&log)?)
+            .status()
+            .with_context(|| format!("running {}", show(&install)));
+        let ok = status.as_ref().is_ok_and(|s| s.success());
+        if !ok {
+            let tail = tail(&log, 20);
+            let _ = fs::remove_dir_all(&dir);
+            bail!(
+                "`{}` failed ({}); its log ends:\n{tail}",
+                show(&install),
+                match status {
+                    Ok(s) => s.to_string(),
+                    Err(e) => format!("{e:#}"),
+                }
+            );
+        }
+
+        let mut cmd = Command::new(MARIADBD);
+        cmd.arg("--no-defaults")
+            .arg(format!("--datadir={}", datadir.display()))
+            .arg(format!("--socket={}", socket.display()))
+            .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
+            .arg(format!("--log-error={}", dir.join("error.log").display()))
+            .arg(format!("--tmpdir={}", dir.display()))
+            .arg("--user=root")
+            // The unix socket only: nothing listens on the network, not even loopback.
+            .arg("--skip-networking")
+            .arg("--skip-name-resolve")
+            .arg(format!(
+                "--innodb-buffer-pool-size={}M",
+                options.buffer_pool_mib
+            ))
+            .arg("--innodb-log-file-size=64M")
+            // A throwaway benchmark server: commits need not reach the disk, so the
+            // read-write load measures CPU, as the read-only ones do, not fsync.
+            .arg("--innodb-flush-log-at-trx-commit=2")
+            .arg(format!("--max-connections={}", options.max_connections))
+            .stdin(Stdio::null())
+            .stdout(file(&dir.join("mariadbd.out"))?)
+            .stderr(file(&dir.join("mariadbd.out"))?)
+            // Its own process group: a Ctrl-C at the terminal goes to xtask, whose guard
+            // (or the parent-death signal below) then shuts the server down cleanly.
+            .process_group(0);
+        let parent = std::process::id();
+        // SAFETY: the closure runs in the forked child before exec and calls only prctl
+        // and getppid, which are async-signal-safe; it allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                // SIGTERM (mariadbd's shutdown signal) when xtask dies however it dies,
+                // so no server outlives a killed report.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died before prctl: then nobody would stop us.
+                if libc::getppid() as u32 != parent {
+                    return Err(std::io::Error::other(
+                        "xtask exited while starting mariadbd",
+                    ));
+                }
+                Ok(())
+            });
+        }
+        echo(&cmd);
+        let command_line = show(&cmd);
+        let child = match cmd.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(e).with_context(|| format!("starting {command_line}"));
+            }
+        };
+        // The guard owns the process and the directory from here on.
+        let mut server = Mariadb {
+            pid: child.id(),
+            child,
+            dir,
+            socket,
+            command_line,
+        };
+        server.wait_ready(Duration::from_secs(120))?;
+        server.query(&format!("CREATE DATABASE IF NOT EXISTS {DATABASE}"))?;
+        Ok(server)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The temporary directory holding the datadir, socket and logs.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn wait_ready(&mut self, patience: Duration) -> Result<()> {
+        let deadline = Instant::now() + patience;
+        loop {
+            if let Some(status) = self.child.try_wait().context("waiting for mariadbd")? {
+                bail!(
+                    "mariadbd exited while starting ({status}); {} ends:\n{}",
+                    self.dir.join("error.log").display(),
+                    tail(&self.dir.join("error.log"), 20)
+                );
+            }
+            if self.socket.exists() && self.ping() {
+                return Ok(());
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "mariadbd did not answer on {} within {patience:?}; {} ends:\n{}",
+                self.socket.display(),
+                self.dir.join("error.log").display(),
+                tail(&self.dir.join("error.log"), 20)
+            );
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Whether the server answers `mariadb-admin ping`.
+    pub fn ping(&self) -> bool {
+        Command::new("mariadb-admin")
+            .arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket.display()))
+            .args(["--user=root", "--connect-timeout=5", "ping"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Runs SQL with the mariadb client; returns its tab-separated output without headers.
+    pub fn query(&self, sql: &str) -> Result<String> {
+        let mut cmd = Command::new("mariadb");
+        cmd.arg("--no-defaults")
+            .arg(format!("--socket={}", self.socket.display()))
+            .args(["--user=root", "--batch", "--skip-column-names", "-e", sql]);
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running {}", show(&cmd)))?;
+        ensure!(
+            out.status.success(),
+            "`{}` failed ({}): {}",
+            show(&cmd),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Whether the server process still runs.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// SIGTERM (a clean InnoDB shutdown), SIGKILL if it takes over a minute.
+    pub fn stop(&mut self) -> Result<()> {
+        if !self.is_running() {
+            return Ok(());
+        }
+        println!("+ kill -TERM {}  # mariadbd", self.pid);
+        // SAFETY: kill(2) on our own unreaped child's pid: it cannot name another process.
+        unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if !self.is_running() {
+                return Ok(());
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        bail!(
+            "mariadbd (pid {}) ignored SIGTERM for 60 s: killed",
+            self.pid
+        )
+    }
+}
+
+impl Drop for Mariadb {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop() {
+            eprintln!("xtask: {e:#}");
+        }
+        if std::env::var_os("PROBETOP_KEEP_MARIADB").is_some() {
+            eprintln!("xtask: kept {} (PROBETOP_KEEP_MARIADB)", self.dir.display());
+        } else if let Err(e) = fs::remove_dir_all(&self.dir) {
+            eprintln!("xtask: cannot remove {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// A new directory under the system's temporary directory.
+fn temp_dir(prefix: &str) -> Result<PathBuf> {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{nanos}", std::process::id()));
+    fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+fn file(path: &Path) -> Result<fs::File> {
+    fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))
+}
+
+/// The last `lines` lines of a log, for error messages.
+fn tail(path: &Path, lines: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+// ---------------------------------------------------------------------------------------
+// sysbench
+
+/// sysbench's OLTP tests against a server's socket.
+#[derive(Debug, Clone)]
+pub struct Sysbench {
+    pub socket: PathBuf,
+    pub tables: u32,
+    pub table_size: u32,
+}
+
+/// What one `sysbench ... run` reported.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SysbenchResult {
+    /// Every statement executed ("queries: total"), BEGIN/COMMIT included.
+    pub queries: u64,
+    pub transactions: u64,
+    pub qps: f64,
+    pub tps: f64,
+    /// Latency of one event (a transaction), milliseconds.
+    pub avg_ms: f64,
+    pub p95_ms: f64,
+    pub seconds: f64,
+    pub errors: u64,
+    pub reconnects: u64,
+}
+
+impl Sysbench {
+    pub fn new(server: &Mariadb, tables: u32, table_size: u32) -> Self {
+        Self {
+            socket: server.socket().to_path_buf(),
+            tables,
+            table_size,
+        }
+    }
+
+    /// `sysbench TEST --db-driver=mysql ...` without the command (prepare/run).
+    pub fn command(&self, test: &str) -> Command {
+        let mut cmd = Command::new("sysbench");
+        cmd.arg(test)
+            .arg("--db-driver=mysql")
+            .arg(format!("--mysql-socket={}", self.socket.display()))
+            .arg("--mysql-user=root")
+            .arg(format!("--mysql-db={DATABASE}"))
+            .arg(format!("--tables={}", self.tables))
+            .arg(format!("--table-size={}", self.table_size))
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// Creates and fills the tables (every OLTP test shares them).
+    pub fn prepare(&self) -> Result<()> {
+        let mut cmd = self.command("oltp_read_only");
+        cmd.arg("prepare").stdout(Stdio::null());
+        run(&mut cmd)
+    }
+
+    /// The command that runs `test` for `seconds` with `threads` client connections.
+    pub fn run_command(&self, test: &str, threads: u32, seconds: f64) -> Command {
+        let mut cmd = self.command(test);
+        cmd.arg(format!("--threads={threads}"))
+            // sysbench takes whole seconds; 0 would mean "no limit".
+            .arg(format!("--time={}", seconds.round().max(1.0) as u64))
+            .arg("--percentile=95")
+            .arg("run");
+        cmd
+    }
+
+    /// Runs `test` and parses what sysbench reports.
+    pub fn run(&self, test: &str, threads: u32, seconds: f64) -> Result<SysbenchResult> {
+        let mut cmd = self.run_command(test, threads, seconds);
+        echo(&cmd);
+        let out = cmd
+            .output()
+            .with_context(|| format!("running {}", show(&cmd)))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        ensure!(
+            out.status.success(),
+            "`{}` failed ({}): {}{}",
+            show(&cmd),
+            out.status,
+            stdout.trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        parse_sysbench(&stdout)
+    }
+}
+
+/// Client commands a sysbench OLTP connection sends besides the statements it counts
+/// (as measured on dispatch_command: see docs/mysqld.md): one COM_STMT_PREPARE when it
+/// starts and one COM_STMT_CLOSE when it ends for every statement it prepares, and
+/// COM_QUIT. The handshake and the database named in it are no commands.
+pub fn extra_commands_per_connection(test: &str, tables: u32) -> Option<u64> {
+    // oltp_common.lua: BEGIN and COMMIT are prepared once; each kind of statement once
+    // per table.
+    let per_table = match test {
+        // point_selects only, and no BEGIN/COMMIT.
+        "oltp_point_select" => return Some(2 * u64::from(tables) + 1),
+        // point, simple range, sum, order, distinct.
+        "oltp_read_only" => 5,
+        // the above, index and non-index updates, delete and insert.
+        "oltp_read_write" => 9,
+        _ => return None,
+    };
+    let prepared = 2 + per_table * u64::from(tables);
+    Some(2 * prepared + 1)
+}
+
+/// Reads sysbench 1.0's report.
+pub fn parse_sysbench(text: &str) -> Result<SysbenchResult> {
+    // "    queries:                             40160  (8028.19 per sec.)"
+    fn counted(text: &str, key: &str) -> Result<(u64, f64)> {
+        let line = text
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with(key))
+            .with_context(|| format!("no `{key}` line in sysbench's output:\n{text}"))?;
+        let rest = line[key.len()..].trim();
+        let count = rest
+            .split_whitespace()
+            .next()
+            .and_then(|n| n.parse().ok())
+            .with_context(|| format!("cannot read {line:?}"))?;
+        let rate = rest
+            .split_once('(')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0.0);
+        Ok((count, rate))
+    }
+    // "         95th percentile:                       10.09"
+    fn value(text: &str, key: &str) -> Result<f64> {
+        let line = text
+            .lines()
+            .map(str::trim)
+            .find(|l| l.starts_with(key))
+            .with_context(|| format!("no `{key}` line in sysbench's output:\n{text}"))?;
+        line[key.len()..]
+            .trim()
+            .trim_end_matches('s')
+            .parse()
+            .with_context(|| format!("cannot read {line:?}"))
+    }
+    let (transactions, tps) = counted(text, "transactions:")?;
+    let (queries, qps) = counted(text, "queries:")?;
+    let (errors, _) = counted(text, "ignored errors:")?;
+    let (reconnects, _) = counted(text, "reconnects:")?;
+    Ok(SysbenchResult {
+        queries,
+        transactions,
+        qps,
+        tps,
+        avg_ms: value(text, "avg:")?,
+        p95_ms: value(text, "95th percentile:")?,
+        seconds: value(text, "total time:")?,
+        errors,
+        reconnects,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// CPU accounting from /proc
+
+/// Clock ticks per second of /proc's CPU times.
+pub fn clock_ticks() -> f64 {
+    // SAFETY: sysconf only reads a configuration value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz > 0 { hz as f64 } else { 100.0 }
+}
+
+/// CPU seconds of one process (all its threads) so far: (user, system), or, with
+/// `children`, of its children it has waited for.
+pub fn process_cpu(pid: u32, children: bool) -> Result<(f64, f64)> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    // The command name is in parentheses and may hold anything: count after the last ')'.
+    let after = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .with_context(|| format!("malformed {path}"))?;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14-17 of stat(5) (utime stime cutime cstime) are 11-14 after the name
+    // (state is field 3, index 0 here).
+    let at = if children { 13 } else { 11 };
+    let read = |i: usize| -> Result<f64> {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|ticks| ticks as f64 / clock_ticks())
+            .with_context(|| format!("no CPU time field {i} in {path}"))
+    };
+    Ok((read(at)?, read(at + 1)?))
+}
+
+/// Machine-wide CPU seconds from /proc/stat, summed over CPUs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostCpu {
+    /// user + nice + system + irq + softirq.
+    pub busy: f64,
+    pub idle: f64,
+    /// Time the hypervisor ran something else while a vCPU wanted to run.
+    pub steal: f64,
+}
+
+impl HostCpu {
+    pub fn now() -> Result<Self> {
+        let stat = fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
+        let line = stat
+            .lines()
+            .find(|l| l.starts_with("cpu "))
+            .context("no cpu line in /proc/stat")?;
+        let v: Vec<f64> = line
+            .split_whitespace()
+            .skip(1)
+            .map(|x| x.parse::<u64>().map(|t| t as f64 / clock_ticks()))
+            .collect::<Result<_, _>>()
+            .context("malformed cpu line in /proc/stat")?;
+        let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
+        Ok(Self {
+            busy: at(0) + at(1) + at(2) + at(5) + at(6),
+            idle: at(3) + at(4),
+            steal: at(7),
+        })
+    }
+
+    pub fn since(self, earlier: Self) -> Self {
+        Self {
+            busy: self.busy - earlier.busy,
+            idle: self.idle - earlier.idle,
+            steal: self.steal - earlier.steal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REPORT: &str = "\
+SQL statistics:
+    queries performed:
+        read:                            35140
+        write:                           0
+        other:                           5020
+        total:                           40160
+    transactions:                        2510   (501.76 per sec.)
+    queries:                             40160  (8028.19 per sec.)
+    ignored errors:                      0      (0.00 per sec.)
+    reconnects:                          0      (0.00 per sec.)
+
+General statistics:
+    total time:                          5.0019s
+    total number of events:              2510
+
+Latency (ms):
+         min:                                    0.89
+         avg:                                    3.98
+         max:                                   18.16
+         95th percentile:                       10.09
+         sum:                                 9984.76
+";
+
+    #[test]
+    fn reads_sysbench_reports() {
+        let r = parse_sysbench(REPORT).expect("parses");
+        assert_eq!(
+            r,
+            SysbenchResult {
+                queries: 40160,
+                transactions: 2510,
+                qps: 8028.19,
+                tps: 501.76,
+                avg_ms: 3.98,
+                p95_ms: 10.09,
+                seconds: 5.0019,
+                errors: 0,
+                reconnects: 0,
+            }
+        );
+        assert!(parse_sysbench("FATAL: error").is_err());
+    }
+
+    #[test]
+    fn counts_connection_overhead() {
+        // Measured: 2 threads of oltp_point_select on 4 tables added 18 commands.
+        assert_eq!(
+            extra_commands_per_connection("oltp_point_select", 4),
+            Some(9)
+        );
+        // 2 + 5*2 statements prepared and closed, and COM_QUIT.
+        assert_eq!(extra_commands_per_connection("oltp_read_only", 2), Some(25));
+        assert_eq!(
+            extra_commands_per_connection("oltp_read_write", 4),
+            Some(77)
+        );
+        assert_eq!(extra_commands_per_connection("bulk_insert", 4), None);
+    }
+
+    #[test]
+    fn reads_own_cpu_time() {
+        let (user, system) = process_cpu(std::process::id(), false).expect("own stat");
+        assert!(user >= 0.0 && system >= 0.0);
+        let host = HostCpu::now().expect("/proc/stat");
+        assert!(host.busy > 0.0 && host.idle > 0.0);
+    }
+}
