@@ -17,6 +17,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod fuzz;
 mod mysql;
 mod mysql_report;
 
@@ -44,7 +45,8 @@ enum Task {
     Build,
     /// rustfmt check and clippy with warnings denied.
     Lint,
-    /// setup, lint, fixtures, build, then the whole test suite (as root).
+    /// setup, lint, fixtures, build, the whole test suite (as root), then a short fuzzing
+    /// round per fuzz target.
     Test {
         /// Passed to the test harness: `cargo xtask test -- --test-threads 1`.
         #[arg(last = true)]
@@ -52,6 +54,15 @@ enum Task {
     },
     /// Run probetop against the C workload fixture.
     Demo,
+    /// Build probe-user's fuzz targets (cargo fuzz, nightly) and run each from its
+    /// committed corpus; fails on any crash.
+    Fuzz {
+        /// Seconds of fuzzing per target.
+        #[arg(long, default_value_t = 30)]
+        seconds: u64,
+        /// Only these targets (default: all).
+        targets: Vec<String>,
+    },
     /// The overload tests for longer: every CPU hits a probe as fast as it can, in each
     /// mode; every hit must be accounted for and probetop's memory stay flat.
     Soak {
@@ -246,6 +257,7 @@ fn run_task(cli: Cli) -> Result<()> {
             )
         }
         Task::Bench(args) => bench::run(&ctx, &args),
+        Task::Fuzz { seconds, targets } => fuzz::fuzz(&ctx, seconds, &targets),
     }
 }
 
@@ -341,9 +353,18 @@ fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
         cmd.arg("--").args(harness_args);
     }
     run(&mut cmd)?;
-    if let Err(e) = lint {
-        bail!("the tests passed, but {e:#}");
-    }
+    // A short round per fuzz target: replays the committed corpus (every past crasher
+    // included) and explores a little further.
+    let fuzzed = fuzz::fuzz(ctx, fuzz::SECONDS_IN_TEST, &[]);
+    let failed: Vec<String> = [lint, fuzzed]
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| format!("{e:#}")))
+        .collect();
+    ensure!(
+        failed.is_empty(),
+        "the tests passed, but:\n  {}",
+        failed.join("\n  ")
+    );
     Ok(())
 }
 

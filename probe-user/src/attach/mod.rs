@@ -28,7 +28,8 @@ use probe_common::{ProbeConfig, khist};
 
 use crate::spec::ProbeKind;
 
-/// The eBPF object built by build.rs from probe-ebpf.
+/// The eBPF object built by build.rs from probe-ebpf; empty in builds made with
+/// `AYA_BUILD_SKIP=1` (see build.rs).
 static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probetop-ebpf"));
 
 const PROG_UPROBE: &str = "probetop_uprobe";
@@ -71,6 +72,10 @@ pub enum AttachError {
     },
     #[error("{0}")]
     Unsupported(String),
+    #[error(
+        "this probetop was built without its eBPF programs (AYA_BUILD_SKIP was set): rebuild without it"
+    )]
+    NoEbpfObject,
 }
 
 /// Load-time settings of the eBPF programs.
@@ -176,6 +181,9 @@ pub struct Attachment {
 impl Attachment {
     /// Loads and verifies the programs; nothing is attached yet.
     pub fn load(options: LoadOptions) -> Result<Self, AttachError> {
+        if EBPF_OBJECT.is_empty() {
+            return Err(AttachError::NoEbpfObject);
+        }
         let pmu = UprobePmu::read().map_err(AttachError::NoUprobePmu)?;
         let dispatch =
             crate::cost::dispatch::MapSizes::new(options.dispatch_tgid, options.probe_count);

@@ -14,6 +14,11 @@ use object::{Endianness, FileKind};
 
 /// Longest symbol name kept; longer ones are skipped as garbage.
 const MAX_NAME_LEN: usize = 64 * 1024;
+/// Bytes of symbol names kept per byte of file. Names are read out of the file's string
+/// tables, so a real file's add up to less than its size (a little more where a linker
+/// shares common suffixes); a hostile file can point every symbol at one long name,
+/// which without this budget makes the names quadratic in the file's size.
+const NAME_BYTES_PER_FILE_BYTE: usize = 4;
 
 /// Note type of a SystemTap SDT probe descriptor.
 pub const NT_STAPSDT: u32 = 3;
@@ -97,8 +102,9 @@ pub struct ElfImage {
     /// Address of `.stapsdt.base`, for prelink adjustment of USDT locations.
     pub stapsdt_base: Option<u64>,
     pub stapsdt_notes: Vec<RawStapsdtNote>,
-    /// Problems met while reading notes (truncated or malformed): reported, not fatal.
-    pub note_errors: Vec<String>,
+    /// Problems met while reading symbols and notes (truncated, malformed, too large):
+    /// reported, not fatal.
+    pub read_errors: Vec<String>,
     /// Built by the Go toolchain (it has `.go.buildinfo` or `.gopclntab`).
     pub is_go: bool,
 }
@@ -180,7 +186,8 @@ fn parse_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<El
             Ok(b".go.buildinfo" | b".gopclntab")
         )
     });
-    for (table_kind, sh_type) in [
+    let mut name_budget = data.len().saturating_mul(NAME_BYTES_PER_FILE_BYTE);
+    'tables: for (table_kind, sh_type) in [
         (SymbolTableKind::Symtab, SHT_SYMTAB),
         (SymbolTableKind::Dynsym, SHT_DYNSYM),
     ] {
@@ -215,8 +222,17 @@ fn parse_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<El
             if name.is_empty() || name.len() > MAX_NAME_LEN {
                 continue;
             }
+            // Lossy conversion borrows valid UTF-8: the budget is checked before a copy.
+            let name = String::from_utf8_lossy(name);
+            let Some(left) = name_budget.checked_sub(name.len()) else {
+                image.read_errors.push(format!(
+                    "symbol names add up to more than {NAME_BYTES_PER_FILE_BYTE} times the file's size: the rest are ignored"
+                ));
+                break 'tables;
+            };
+            name_budget = left;
             image.symbols.push(ElfSymbol {
-                name: String::from_utf8_lossy(name).into_owned(),
+                name: name.into_owned(),
                 address,
                 size: sym.st_size(endian).into(),
                 kind,
@@ -255,7 +271,7 @@ fn parse_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<El
             Err(e) => {
                 if is_stapsdt {
                     image
-                        .note_errors
+                        .read_errors
                         .push(format!("unreadable .note.stapsdt: {e}"));
                 }
                 continue;
@@ -277,7 +293,7 @@ fn parse_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<El
                 Err(e) => {
                     let what = String::from_utf8_lossy(name);
                     image
-                        .note_errors
+                        .read_errors
                         .push(format!("truncated note in {what}: {e}"));
                     break;
                 }
@@ -344,6 +360,112 @@ mod tests {
         assert_eq!(parse_debuglink(b"abc", false), None);
         assert_eq!(parse_debuglink(b"../x\0\0\0\0\0\0\0\0", false), None);
         assert_eq!(parse_debuglink(b"abc\0\x01\x02", false), None);
+    }
+
+    /// A minimal ELF64 file whose `.symtab` has one function per entry of `names`, each
+    /// an offset into `strtab`.
+    fn elf_with_symbols(names: &[u32], strtab: &[u8]) -> Vec<u8> {
+        let symtab_off = 64usize;
+        let symtab_len = 24 * (names.len() + 1);
+        let strtab_off = symtab_off + symtab_len;
+        let shoff = (strtab_off + strtab.len()).next_multiple_of(8);
+        let mut f = vec![0u8; 64];
+        f[..4].copy_from_slice(b"\x7fELF");
+        f[4] = 2; // 64-bit
+        f[5] = 1; // little endian
+        f[6] = 1;
+        f[16..18].copy_from_slice(&3u16.to_le_bytes()); // ET_DYN
+        f[18..20].copy_from_slice(&62u16.to_le_bytes()); // x86-64
+        f[20..24].copy_from_slice(&1u32.to_le_bytes());
+        f[40..48].copy_from_slice(&(shoff as u64).to_le_bytes());
+        f[52..54].copy_from_slice(&64u16.to_le_bytes());
+        f[58..60].copy_from_slice(&64u16.to_le_bytes()); // e_shentsize
+        f[60..62].copy_from_slice(&4u16.to_le_bytes()); // e_shnum
+        f[62..64].copy_from_slice(&3u16.to_le_bytes()); // e_shstrndx
+        f.extend_from_slice(&[0u8; 24]); // the null symbol
+        for (i, &name) in names.iter().enumerate() {
+            f.extend_from_slice(&name.to_le_bytes());
+            f.push(0x12); // STB_GLOBAL, STT_FUNC
+            f.push(0);
+            f.extend_from_slice(&1u16.to_le_bytes()); // defined
+            f.extend_from_slice(&(0x1000 + i as u64).to_le_bytes());
+            f.extend_from_slice(&8u64.to_le_bytes());
+        }
+        f.extend_from_slice(strtab);
+        f.resize(shoff, 0);
+        let section =
+            |f: &mut Vec<u8>, ty: u32, off: usize, len: usize, link: u32, entsize: u64| {
+                f.extend_from_slice(&0u32.to_le_bytes());
+                f.extend_from_slice(&ty.to_le_bytes());
+                f.extend_from_slice(&[0u8; 16]); // flags, addr
+                f.extend_from_slice(&(off as u64).to_le_bytes());
+                f.extend_from_slice(&(len as u64).to_le_bytes());
+                f.extend_from_slice(&link.to_le_bytes());
+                f.extend_from_slice(&1u32.to_le_bytes()); // sh_info: first global
+                f.extend_from_slice(&8u64.to_le_bytes());
+                f.extend_from_slice(&entsize.to_le_bytes());
+            };
+        section(&mut f, 0, 0, 0, 0, 0);
+        section(&mut f, SHT_SYMTAB, symtab_off, symtab_len, 2, 24);
+        section(
+            &mut f,
+            object::elf::SHT_STRTAB,
+            strtab_off,
+            strtab.len(),
+            0,
+            0,
+        );
+        // Section names: all empty, the string table's leading NUL.
+        section(&mut f, object::elf::SHT_STRTAB, strtab_off, 1, 0, 0);
+        f
+    }
+
+    #[test]
+    fn symbols_sharing_one_long_name_stay_within_the_name_budget() {
+        // Found by the elf_image fuzz target's heap bound: 2000 symbols naming the same
+        // 60 KB string made 120 MB of names out of a 110 KB file.
+        let mut strtab = vec![0u8];
+        strtab.extend(std::iter::repeat_n(b'f', 60_000));
+        strtab.push(0);
+        let file = elf_with_symbols(&[1; 2000], &strtab);
+        let image = ElfImage::parse(&file).expect("parses");
+        let total: usize = image.symbols.iter().map(|s| s.name.len()).sum();
+        assert!(
+            total <= NAME_BYTES_PER_FILE_BYTE * file.len(),
+            "{total} bytes"
+        );
+        assert!(!image.symbols.is_empty(), "the first names are kept");
+        assert!(
+            image.read_errors.iter().any(|e| e.contains("symbol names")),
+            "{:?}",
+            image.read_errors
+        );
+        // Distinct names, as real files have, are all kept.
+        let mut strtab = vec![0u8];
+        let mut names = Vec::new();
+        for i in 0..2000 {
+            names.push(strtab.len() as u32);
+            strtab.extend_from_slice(format!("function_number_{i}\0").as_bytes());
+        }
+        let image = ElfImage::parse(&elf_with_symbols(&names, &strtab)).expect("parses");
+        assert_eq!(image.symbols.len(), 2000);
+        assert!(image.read_errors.is_empty(), "{:?}", image.read_errors);
+    }
+
+    #[test]
+    fn real_files_are_within_the_name_budget() {
+        for path in ["/proc/self/exe", "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"] {
+            let Ok(data) = std::fs::read(path) else {
+                continue;
+            };
+            let image = ElfImage::parse(&data).expect("parses");
+            assert!(!image.symbols.is_empty(), "{path}");
+            assert!(
+                image.read_errors.is_empty(),
+                "{path}: {:?}",
+                image.read_errors
+            );
+        }
     }
 
     #[test]

@@ -179,7 +179,7 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
             instruction,
         });
     }
-    for e in &obj.image.note_errors {
+    for e in &obj.image.read_errors {
         listing
             .warnings
             .push(format!("{}: {e}", obj.r.display.display()));

@@ -2,7 +2,8 @@
 //! address folded into one entry, and matched by exact name or glob against every
 //! spelling people use (mangled, demangled, demangled without parameters).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::{self, Write as _};
 
 use super::elf::{Binding, ElfImage, ElfSymbol, SymbolKind};
 use super::glob::Glob;
@@ -10,6 +11,18 @@ use super::glob::Glob;
 /// C++ names longer than this are not demangled (kept mangled): bounds the demangler's
 /// work on hostile input.
 const MAX_DEMANGLE_LEN: usize = 16 * 1024;
+/// Longest demangled spelling kept, in bytes and in bytes per mangled byte. Back
+/// references (C++ substitutions, Rust v0 backrefs) make the output exponential in the
+/// input: a 200-byte hostile name demangles to megabytes, a 300-byte one to gigabytes,
+/// in time to match. Real names grow at most 16x (LLVM's, measured); a spelling that
+/// would be longer is abandoned as it is written, and the name stays as stored.
+const MAX_DEMANGLED_LEN: usize = 64 * 1024;
+const MAX_DEMANGLED_GROWTH: usize = 32;
+/// Nesting the C++ demangler's parser may reach (its default is 96). It backtracks, so a
+/// malformed name nested just under the limit costs time exponential in the limit: a
+/// 100-byte name takes 170 ms at 96, 5 ms at 64. Of 97,770 names from libstdc++, LLVM,
+/// HotSpot and bpftrace, 3 nest deeper; they stay mangled.
+const CPP_PARSE_DEPTH: u32 = 64;
 
 /// One spelling of a function: the stored name and its demangled forms.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,8 +66,16 @@ impl SymbolName {
 /// Demangles `raw` into (display name, further keys). Rust first: legacy Rust symbols
 /// are also valid C++ manglings, and only rustc-demangle knows to drop the hash.
 pub fn demangle(raw: &str) -> (String, Vec<String>) {
+    let cap = raw
+        .len()
+        .saturating_mul(MAX_DEMANGLED_GROWTH)
+        .min(MAX_DEMANGLED_LEN);
     if let Ok(d) = rustc_demangle::try_demangle(raw) {
-        let display = format!("{d:#}");
+        let mut display = CappedString::new(cap);
+        if write!(display, "{d:#}").is_err() {
+            return (raw.to_string(), Vec::new());
+        }
+        let display = display.out;
         // v0 prints inherent methods as `<crate::Type>::method`; legacy mangling, and
         // users, write `crate::Type::method`. Answer to both.
         let keys = rust_inherent_path(&display).into_iter().collect();
@@ -62,23 +83,29 @@ pub fn demangle(raw: &str) -> (String, Vec<String>) {
     }
     if raw.starts_with("_Z")
         && raw.len() <= MAX_DEMANGLE_LEN
-        && let Ok(sym) = cpp_demangle::Symbol::new(raw)
+        && let Ok(sym) = cpp_demangle::Symbol::new_with_options(
+            raw,
+            &cpp_demangle::ParseOptions::default().recursion_limit(CPP_PARSE_DEPTH),
+        )
     {
-        let full = sym.demangle().ok();
-        let no_ret = sym
-            .demangle_with_options(&cpp_demangle::DemangleOptions::new().no_return_type())
-            .ok();
+        let spell = |options: &cpp_demangle::DemangleOptions| {
+            let mut out = CappedString::new(cap);
+            sym.structured_demangle(&mut out, options)
+                .ok()
+                .map(|()| out.out)
+        };
+        let full = spell(&cpp_demangle::DemangleOptions::new());
+        let no_ret = spell(&cpp_demangle::DemangleOptions::new().no_return_type());
         // GCC clones (`.cold`, `.constprop.0`, `.isra.0`) are not the function's
         // entry: they keep their full name but do not answer to the bare name.
         let no_params = if raw.contains('.') {
             None
         } else {
-            sym.demangle_with_options(
+            spell(
                 &cpp_demangle::DemangleOptions::new()
                     .no_params()
                     .no_return_type(),
             )
-            .ok()
         };
         let display = no_ret
             .or_else(|| full.clone())
@@ -92,6 +119,32 @@ pub fn demangle(raw: &str) -> (String, Vec<String>) {
         return (display, keys);
     }
     (raw.to_string(), Vec::new())
+}
+
+/// A `String` that refuses to grow past `cap` bytes: the write fails, which makes the
+/// demanglers stop at once rather than finish an exponential expansion.
+struct CappedString {
+    out: String,
+    cap: usize,
+}
+
+impl CappedString {
+    fn new(cap: usize) -> Self {
+        Self {
+            out: String::new(),
+            cap,
+        }
+    }
+}
+
+impl fmt::Write for CappedString {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.out.len().saturating_add(s.len()) > self.cap {
+            return Err(fmt::Error);
+        }
+        self.out.push_str(s);
+        Ok(())
+    }
 }
 
 /// `<a::B>::c` as `a::B::c`, for inherent impls only (`<a::B as Trait>::c` stays).
@@ -158,6 +211,10 @@ impl SymbolTable {
     pub fn build<'a>(symbols: impl IntoIterator<Item = &'a ElfSymbol>, layout: &ElfImage) -> Self {
         let mut by_address: BTreeMap<u64, (u64, Vec<&'a ElfSymbol>)> = BTreeMap::new();
         let mut addresses = HashMap::new();
+        // (address, name) pairs already taken: the first of duplicates (.symtab's, as
+        // it comes first) is kept. A set, not a scan of the address's list, which a file
+        // with thousands of names at one address would make quadratic.
+        let mut seen: HashSet<(u64, &'a str)> = HashSet::new();
         for sym in symbols {
             addresses.entry(sym.name.clone()).or_insert(sym.address);
             if sym.kind == SymbolKind::Data {
@@ -165,7 +222,7 @@ impl SymbolTable {
             }
             let entry = by_address.entry(sym.address).or_insert((0, Vec::new()));
             entry.0 = entry.0.max(sym.size);
-            if !entry.1.iter().any(|s| s.name == sym.name) {
+            if seen.insert((sym.address, sym.name.as_str())) {
                 entry.1.push(sym);
             }
         }
@@ -260,6 +317,101 @@ mod tests {
         let (display, keys) = demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE");
         assert_eq!(display, "core::ptr::drop_in_place");
         assert!(keys.is_empty());
+    }
+
+    /// `_Z1f` with parameters A<A,A>, A<A<A,A>,A<A,A>>, ...: each level doubles the
+    /// demangled text, 10 bytes of input per level.
+    fn exponential_cpp_name(levels: usize) -> String {
+        fn sub(i: usize) -> String {
+            const DIGITS: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ";
+            let (mut n, mut digits) = (i - 1, Vec::new());
+            loop {
+                digits.push(DIGITS[n % 36]);
+                n /= 36;
+                if n == 0 {
+                    break;
+                }
+            }
+            digits.reverse();
+            format!("S{}_", String::from_utf8_lossy(&digits))
+        }
+        let mut name = String::from("_Z1f1AIS_S_E");
+        for k in 1..levels {
+            name.push_str(&format!("S_I{0}{0}E", sub(k)));
+        }
+        name
+    }
+
+    #[test]
+    fn exponential_demanglings_are_abandoned() {
+        // A few levels are a legitimate name, demangled as usual.
+        let small = exponential_cpp_name(3);
+        let (display, _) = demangle(&small);
+        assert!(display.starts_with("f(A<A, A>"), "{display}");
+        // 64 levels would be 2^64 bytes: this returns at once, the name as stored.
+        let huge = exponential_cpp_name(64);
+        let (display, keys) = demangle(&huge);
+        assert_eq!(display, huge);
+        // Without parameters it is short, and still answers to that.
+        assert_eq!(keys, vec!["f".to_string()]);
+        // Found by the demangle fuzz target: 389 bytes that made 5 MB of heap.
+        let found = "_ZSt9use_cafetISt10money_ZNSt10fileerPDorppEvKSt2l_ZNSbIwSt11char_traitsItrsafetISt10moneypunctIwLb0EEERKT_RKSt6l_ZNSbIwSt12char_traitsItrsIcSaISt11char_traitsItrsaftraitsnctIwLb0EEERKT_RKSt6l_ZNSbIwSt12char_trastisIrtIcSaISt12char_traitrsIcSaISt11char_traitsItrsaftraitsnctIwLb0EEERKT_RKSt6l_ZNSbIwSt12char_trastisIrtsItrsaftraitsItrsafetItrsafetISt10moncSaI4_mESaocalIwEE8_eM_moveEPwPKwm";
+        let (display, keys) = demangle(found);
+        for s in std::iter::once(&display).chain(&keys) {
+            assert!(
+                s.len() <= found.len() * MAX_DEMANGLED_GROWTH,
+                "{} bytes",
+                s.len()
+            );
+        }
+    }
+
+    #[test]
+    fn backtracking_names_are_refused_quickly() {
+        // Found by the demangle fuzz target (a timeout): malformed names whose parse
+        // backtracks at every level of nesting. 200 of them took 30 s at the
+        // demangler's default depth.
+        let name = format!("_ZSt1aI{}", "St1aI".repeat(16));
+        let start = std::time::Instant::now();
+        for _ in 0..200 {
+            assert_eq!(demangle(&name).0, name);
+        }
+        let took = start.elapsed();
+        assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    }
+
+    #[test]
+    fn many_aliases_at_one_address_are_deduplicated_in_linear_time() {
+        let layout = ElfImage {
+            segments: vec![crate::resolve::elf::LoadSegment {
+                vaddr: 0x1000,
+                memsz: 0x1000,
+                offset: 0x1000,
+                filesz: 0x1000,
+                executable: true,
+            }],
+            ..ElfImage::default()
+        };
+        let sym = |name: String, binding| ElfSymbol {
+            name,
+            address: 0x1010,
+            size: 8,
+            kind: SymbolKind::Function,
+            binding,
+            table: crate::resolve::elf::SymbolTableKind::Symtab,
+        };
+        // Each name twice (.symtab, then .dynsym): the first is kept. 50,000 names made
+        // the old scan of the address's list do over a billion comparisons.
+        let n = 50_000;
+        let mut symbols: Vec<ElfSymbol> = (0..n)
+            .map(|i| sym(format!("f{i}"), Binding::Local))
+            .collect();
+        symbols.extend((0..n).map(|i| sym(format!("f{i}"), Binding::Global)));
+        let table = SymbolTable::build(&symbols, &layout);
+        assert_eq!(table.functions.len(), 1);
+        let f = &table.functions[0];
+        assert_eq!(f.names().count(), n);
+        assert!(f.names().all(|name| name.binding == Binding::Local));
     }
 
     #[test]

@@ -1,0 +1,6 @@
+//! See probe_user_fuzz::usdt_args.
+#![no_main]
+
+probe_user_fuzz::install_meter!();
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| probe_user_fuzz::usdt_args(data));
