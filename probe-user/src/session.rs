@@ -100,9 +100,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_probes: args.max_probes,
         ..Default::default()
     };
+    let resolver = resolve::Resolver::new(&target, resolve_options);
     let mut probes = Vec::new();
     for spec in &specs {
-        for point in resolve::resolve_with(&target, spec, &resolve_options)? {
+        for point in resolver.resolve(spec)? {
             probes.push(Probe {
                 spec: spec.text.clone(),
                 point,

@@ -55,6 +55,13 @@ pub struct BenchArgs {
     /// of every part, <target>/bench/ otherwise.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Probes of the cost part (default: all three).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    sites: Vec<Site>,
+    /// Another probetop binary (say, a build from before an optimisation) to measure in the
+    /// cost part too, interleaved with this one: its before/after ratio.
+    #[arg(long, value_name = "PROBETOP")]
+    compare: Option<PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -88,6 +95,10 @@ struct Settings {
     memory_reps: usize,
     /// Rounds of the calibration-only cases (unattached USDT, single step).
     calibration_rounds: usize,
+    /// Probes of the cost part.
+    sites: Vec<Site>,
+    /// A second probetop measured in the cost part.
+    compare: Option<PathBuf>,
 }
 
 impl Settings {
@@ -109,6 +120,12 @@ impl Settings {
             attach_reps: if quick { 1 } else { 3 },
             memory_reps: if quick { 1 } else { 3 },
             calibration_rounds: if quick { 2 } else { 5 },
+            sites: if args.sites.is_empty() {
+                COST_SITES.to_vec()
+            } else {
+                args.sites.clone()
+            },
+            compare: args.compare.clone(),
         }
     }
 }
@@ -138,8 +155,13 @@ pub fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
         parts.dedup();
         parts
     };
-    let complete =
-        parts.len() == 5 && !settings.quick && args.rounds.is_none() && args.seconds.is_none();
+    // Only a complete run with the default settings replaces the committed results.
+    let complete = parts.len() == 5
+        && !settings.quick
+        && args.rounds.is_none()
+        && args.seconds.is_none()
+        && args.sites.is_empty()
+        && args.compare.is_none();
     let out_dir = match &args.out {
         Some(dir) => dir.clone(),
         None if complete => ctx.root.join("docs"),
@@ -334,8 +356,8 @@ impl Drop for WorkDir {
 // 1. Cost per hit
 
 /// Where a cost case's probe sits in the workload fixture.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Site {
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Site {
     /// Entry of work_unit, whose first instruction (`push %rbp`) the kernel emulates.
     Uprobe,
     /// Return of work_unit.
@@ -343,6 +365,7 @@ enum Site {
     /// The USDT probe workload:unit inside work_unit (a nop).
     Usdt,
     /// `workload_xol`, a register move the kernel must single-step out of line.
+    #[value(skip)]
     SingleStep,
 }
 
@@ -390,6 +413,10 @@ enum Tool {
     Hist,
     ProbetopRing,
     ProbetopKernel,
+    /// The `--compare` binary, ring mode.
+    CompareRing,
+    /// The `--compare` binary, in-kernel mode.
+    CompareKernel,
 }
 
 impl Tool {
@@ -401,6 +428,8 @@ impl Tool {
             Tool::Hist => "bpftrace hist()",
             Tool::ProbetopRing => "probetop ring",
             Tool::ProbetopKernel => "probetop kernel",
+            Tool::CompareRing => "compared ring",
+            Tool::CompareKernel => "compared kernel",
         }
     }
 
@@ -412,11 +441,20 @@ impl Tool {
             Tool::Hist => "bpftrace_hist",
             Tool::ProbetopRing => "probetop_ring",
             Tool::ProbetopKernel => "probetop_kernel",
+            Tool::CompareRing => "compared_ring",
+            Tool::CompareKernel => "compared_kernel",
         }
     }
 
     fn is_probetop(self) -> bool {
-        matches!(self, Tool::ProbetopRing | Tool::ProbetopKernel)
+        matches!(
+            self,
+            Tool::ProbetopRing | Tool::ProbetopKernel | Tool::CompareRing | Tool::CompareKernel
+        )
+    }
+
+    fn is_ring(self) -> bool {
+        matches!(self, Tool::ProbetopRing | Tool::CompareRing)
     }
 
     /// The bpftrace program for `site` of the process `pid`.
@@ -427,7 +465,7 @@ impl Tool {
             Tool::EmptyPidFilter => format!("{probe} /pid == {pid}/ {{ }}"),
             Tool::Count => format!("{probe} {{ @ = count(); }}"),
             Tool::Hist => format!("{probe} {{ $t = nsecs; @ = hist(nsecs - $t); }}"),
-            Tool::ProbetopRing | Tool::ProbetopKernel => String::new(),
+            _ => String::new(),
         }
     }
 }
@@ -594,7 +632,7 @@ impl Workload {
 impl Bench {
     fn cost(&self) -> Result<CostResults> {
         let mut cases = Vec::new();
-        for site in [Site::Uprobe, Site::Uretprobe, Site::Usdt] {
+        for &site in &self.settings.sites {
             let mut tools = vec![
                 Tool::Empty,
                 Tool::Count,
@@ -602,6 +640,9 @@ impl Bench {
                 Tool::ProbetopRing,
                 Tool::ProbetopKernel,
             ];
+            if self.settings.compare.is_some() {
+                tools.extend([Tool::CompareRing, Tool::CompareKernel]);
+            }
             // The predicate costs the same whatever fires it: measured once.
             if site == Site::Uprobe {
                 tools.insert(1, Tool::EmptyPidFilter);
@@ -701,12 +742,15 @@ impl Bench {
     /// Starts the tool of `case` on the workload and returns once its probe is live.
     fn start_tool(&self, pid: u32, exe: &Path, case: Case) -> Result<Proc> {
         if case.tool.is_probetop() {
-            let mode = if case.tool == Tool::ProbetopRing {
+            let mode = if case.tool.is_ring() {
                 "ring"
             } else {
                 "kernel"
             };
-            let mut cmd = self.probetop();
+            let mut cmd = match (&self.settings.compare, case.tool) {
+                (Some(other), Tool::CompareRing | Tool::CompareKernel) => Command::new(other),
+                _ => self.probetop(),
+            };
             cmd.args(["--pid", &pid.to_string(), "--no-tui", "--mode", mode])
                 .args(["-e", case.site.probetop_spec()]);
             let tool = Proc::spawn("probetop", &mut cmd)?;
@@ -1297,22 +1341,37 @@ impl Bench {
             &target.pid().to_string(),
             "--json",
         ]))?;
-        // Functions of libc that have one probe point each and a name that is no glob.
-        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        // Functions of libc that have one probe point each, a name that is no glob, and a
+        // first instruction the kernel will put a uprobe on: it refuses a lock prefix
+        // (pthread_spin_lock) and VEX/EVEX encodings (the *_avx2 string functions), and
+        // probetop then attaches nothing. Each refusal caught later costs a whole run.
+        let mut counts: BTreeMap<String, (usize, bool)> = BTreeMap::new();
+        let mut images: BTreeMap<String, Vec<u8>> = BTreeMap::new();
         for point in listing["points"].as_array().into_iter().flatten() {
-            let in_libc = point["object"]
-                .as_str()
-                .is_some_and(|o| o.contains("/libc.so"));
-            if in_libc
-                && point["kind"] == "uprobe"
-                && let Some(name) = point["name"].as_str()
-            {
-                *counts.entry(name.to_string()).or_default() += 1;
+            let Some(object) = point["object"].as_str().filter(|o| o.contains("/libc.so")) else {
+                continue;
+            };
+            if point["kind"] != "uprobe" {
+                continue;
             }
+            let Some(name) = point["name"].as_str() else {
+                continue;
+            };
+            if !images.contains_key(object) {
+                let bytes = fs::read(object).with_context(|| format!("reading {object}"))?;
+                images.insert(object.to_string(), bytes);
+            }
+            let first = point["file_offset"]
+                .as_u64()
+                .and_then(|o| images.get(object)?.get(usize::try_from(o).ok()?).copied());
+            let probeable = first.is_some_and(|b| !matches!(b, 0xf0 | 0xc4 | 0xc5 | 0x62));
+            let entry = counts.entry(name.to_string()).or_insert((0, true));
+            entry.0 += 1;
+            entry.1 &= probeable;
         }
         let names: Vec<&String> = counts
             .iter()
-            .filter(|(n, c)| **c == 1 && !n.contains(['*', '?', '[', '#', ' ']))
+            .filter(|(n, (c, ok))| *c == 1 && *ok && !n.contains(['*', '?', '[', '#', ' ']))
             .map(|(n, _)| n)
             .collect();
         ensure!(
@@ -2044,13 +2103,15 @@ fn render_markdown(run: &RunInfo, results: &Results) -> String {
     md
 }
 
-const COST_TOOLS: [Tool; 6] = [
+const COST_TOOLS: [Tool; 8] = [
     Tool::Empty,
     Tool::EmptyPidFilter,
     Tool::Count,
     Tool::Hist,
     Tool::ProbetopRing,
     Tool::ProbetopKernel,
+    Tool::CompareRing,
+    Tool::CompareKernel,
 ];
 const COST_SITES: [Site; 3] = [Site::Uprobe, Site::Uretprobe, Site::Usdt];
 
@@ -2067,14 +2128,22 @@ fn render_cost(md: &mut String, cost: &CostResults, s: &Settings) {
         s.batch,
         spread(&cost.baselines(Site::Uprobe)).show(2)
     );
+    let tools: Vec<Tool> = COST_TOOLS
+        .into_iter()
+        .filter(|t| cost.cases.iter().any(|c| c.tool == *t))
+        .collect();
+    let sites: Vec<Site> = COST_SITES
+        .into_iter()
+        .filter(|s| cost.cases.iter().any(|c| c.site == *s))
+        .collect();
     let _ = write!(md, "| probe |");
-    for tool in COST_TOOLS {
+    for tool in &tools {
         let _ = write!(md, " {} |", tool.label());
     }
-    let _ = writeln!(md, "\n|---|{}", "---|".repeat(COST_TOOLS.len()));
-    for site in COST_SITES {
+    let _ = writeln!(md, "\n|---|{}", "---|".repeat(tools.len()));
+    for &site in &sites {
         let _ = write!(md, "| {} |", site.label());
-        for tool in COST_TOOLS {
+        for &tool in &tools {
             let _ = write!(md, " {} |", spread(&cost.per_hit(site, tool)).show(0));
         }
         md.push('\n');
@@ -2090,7 +2159,7 @@ fn render_cost(md: &mut String, cost: &CostResults, s: &Settings) {
         "| probe | bpftrace count() | bpftrace hist() | probetop ring | probetop kernel | ring / count() | kernel / count() | ring / hist() | kernel / hist() |"
     );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
-    for site in COST_SITES {
+    for &site in &sites {
         let _ = write!(md, "| {} |", site.label());
         for tool in [
             Tool::Count,
@@ -2109,6 +2178,24 @@ fn render_cost(md: &mut String, cost: &CostResults, s: &Settings) {
             let _ = write!(md, " {}x |", spread(&cost.added_ratio(site, a, b)).show(2));
         }
         md.push('\n');
+    }
+    if let Some(other) = &s.compare {
+        let _ = writeln!(
+            md,
+            "\nAgainst `{}` (`--compare`), added over the empty program, this build / that \
+             one, round by round:\n",
+            other.display()
+        );
+        let _ = writeln!(md, "| probe | ring | kernel |\n|---|---|---|");
+        for &site in &sites {
+            let _ = writeln!(
+                md,
+                "| {} | {}x | {}x |",
+                site.label(),
+                spread(&cost.added_ratio(site, Tool::ProbetopRing, Tool::CompareRing)).show(2),
+                spread(&cost.added_ratio(site, Tool::ProbetopKernel, Tool::CompareKernel)).show(2),
+            );
+        }
     }
     let pid_filter = cost.paired(
         Case {

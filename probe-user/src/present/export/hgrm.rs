@@ -23,6 +23,7 @@ use super::hdr::{
     probe_tags, sub_bucket_count,
 };
 use super::{ExportError, ProbeReport, Report};
+use crate::aggregate::full_range;
 
 /// Percentile ticks per half distance to 100%, as `HistogramLogProcessor` uses.
 const TICKS_PER_HALF_DISTANCE: u32 = 5;
@@ -53,7 +54,9 @@ pub fn render_probe(probe: &ProbeReport) -> String {
         one_line(&probe.object),
         one_line(&probe.spec)
     );
-    out.push_str(&distribution(&probe.handler_ns));
+    // The footer's bucket count is that of probetop's full bounds, whatever size the live
+    // histogram grew to (see aggregate::new_ns_histogram).
+    out.push_str(&distribution(&full_range(&probe.handler_ns)));
     out
 }
 

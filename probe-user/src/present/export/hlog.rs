@@ -35,6 +35,7 @@ use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
 
 use super::hdr::{java_fixed, one_line, probe_tags};
 use super::{ExportError, Report, UtcTime};
+use crate::aggregate::full_range;
 
 /// Java's `HistogramLogWriter.HISTOGRAM_LOG_FORMAT_VERSION` (HdrHistogram 2.1.10+).
 const LOG_FORMAT_VERSION: &str = "1.3";
@@ -97,8 +98,10 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let mut encoded = Vec::new();
     for (start, length, hist, tag) in lines {
         encoded.clear();
+        // With probetop's full bounds in the header, whatever size the live histogram grew
+        // to (see aggregate::new_ns_histogram).
         serializer
-            .serialize(hist, &mut encoded)
+            .serialize(&full_range(hist), &mut encoded)
             .map_err(|e| ExportError::Encode {
                 format: "hlog",
                 reason: format!("histogram of {tag}: {e}"),
