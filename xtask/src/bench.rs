@@ -1478,54 +1478,48 @@ impl Bench {
 // ---------------------------------------------------------------------------------------
 // 5. Calibration
 
-#[derive(Debug, Clone)]
-enum Calibration {
-    /// `probetop calibrate`'s own table.
-    Probetop(String),
-    Measured(CalibrationTable),
+/// `probetop calibrate`'s table, and the same mechanisms measured by the bench its own way
+/// (bpftrace's empty program on the workload fixture): two methods that must agree.
+#[derive(Debug, Clone, Default)]
+struct Calibration {
+    /// `probetop calibrate --json`, when it ran.
+    probetop: Option<Value>,
+    /// Why it did not.
+    probetop_error: Option<String>,
+    cross_check: CalibrationTable,
 }
 
 #[derive(Debug, Clone, Default)]
 struct CalibrationTable {
-    /// (mechanism, ns per hit by round).
-    rows: Vec<(&'static str, Vec<f64>)>,
+    /// (mechanism, `probetop calibrate`'s case of it, ns per hit by round).
+    rows: Vec<(&'static str, &'static str, Vec<f64>)>,
     warnings: Vec<String>,
 }
 
 impl Bench {
     fn calibration(&self, cost: Option<&CostResults>) -> Result<Calibration> {
-        // TODO(calibrate): `probetop calibrate` is being written on another branch. Once
-        // it exists, its table is what this part reports; the measurement below stays as
-        // the fallback and as a cross-check of its numbers.
-        let has_calibrate = self
+        let mut calibration = Calibration::default();
+        eprintln!("bench: calibration: probetop calibrate (about a minute)");
+        let out = self
             .probetop()
-            .args(["calibrate", "--help"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if has_calibrate {
-            let out = self
-                .probetop()
-                .arg("calibrate")
-                .stdin(Stdio::null())
-                .output()
-                .context("running probetop calibrate")?;
-            if out.status.success() {
-                return Ok(Calibration::Probetop(
-                    String::from_utf8_lossy(&out.stdout).into_owned(),
-                ));
+            .args(["calibrate", "--json"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .context("running probetop calibrate")?;
+        if out.status.success() {
+            match serde_json::from_slice::<Value>(&out.stdout) {
+                Ok(v) => calibration.probetop = Some(v),
+                Err(e) => calibration.probetop_error = Some(format!("unreadable JSON: {e}")),
             }
-            eprintln!(
-                "bench: probetop calibrate failed ({}); measuring instead: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
+        } else {
+            calibration.probetop_error = Some(format!("probetop calibrate: {}", out.status));
         }
         let rounds = self.settings.calibration_rounds;
-        let mut table = CalibrationTable::default();
+        let table = &mut calibration.cross_check;
         table.rows.push((
-            "USDT compiled in, not attached",
+            "USDT compiled in, not attached (ns per call)",
+            "usdt-unattached",
             self.unattached_usdt(rounds)?,
         ));
         // The empty-program cases of the cost part, or measured here without it.
@@ -1555,21 +1549,25 @@ impl Bench {
         table.warnings.extend(xol.warnings.iter().cloned());
         table.rows.push((
             "USDT (nop), empty program",
+            "usdt-hit",
             empties.per_hit(Site::Usdt, Tool::Empty),
         ));
         table.rows.push((
             "uprobe on push %rbp (emulated), empty program",
+            "uprobe-emulated",
             empties.per_hit(Site::Uprobe, Tool::Empty),
         ));
         table.rows.push((
             "uprobe on mov (single-stepped), empty program",
+            "uprobe-single-stepped",
             xol.per_hit(Site::SingleStep, Tool::Empty),
         ));
         table.rows.push((
             "uretprobe, empty program",
+            "uretprobe",
             empties.per_hit(Site::Uretprobe, Tool::Empty),
         ));
-        Ok(Calibration::Measured(table))
+        Ok(calibration)
     }
 
     /// The workload with its USDT site against the same code without it, both unprobed:
@@ -2361,25 +2359,88 @@ fn render_memory(md: &mut String, mem: &[MemoryRun]) {
 
 fn render_calibration(md: &mut String, c: &Calibration) {
     let _ = writeln!(md, "### 5. Calibration\n");
-    match c {
-        Calibration::Probetop(table) => {
-            let _ = writeln!(md, "`probetop calibrate`:\n\n```\n{}```\n", table);
-        }
-        Calibration::Measured(table) => {
+    let rows = c
+        .probetop
+        .as_ref()
+        .and_then(|v| v["rows"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    if rows.is_empty() {
+        let _ = writeln!(
+            md,
+            "`probetop calibrate` gave no table: {}\n",
+            c.probetop_error.as_deref().unwrap_or("no rows")
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "`probetop calibrate`: what the probe mechanisms cost the traced thread per hit \
+             (its own workload, empty programs), median, IQR and 95% bootstrap interval of \
+             the median over {} repetitions.\n",
+            c.probetop
+                .as_ref()
+                .and_then(|v| v["reps"].as_u64())
+                .unwrap_or(0)
+        );
+        let _ = writeln!(
+            md,
+            "| mechanism | median ns | IQR | 95% CI |\n|---|---|---|---|"
+        );
+        for row in &rows {
+            let ns = &row["ns"];
+            let f = |k: &str| ns[k].as_f64().unwrap_or(f64::NAN);
+            let decimals = if f("median") < 10.0 { 2 } else { 0 };
             let _ = writeln!(
                 md,
-                "What the probe mechanisms cost here, per hit, with bpftrace's empty program \
-                 on the workload fixture (`probetop calibrate` did not exist when this ran). \
-                 ns per hit, median (IQR) over rounds.\n"
+                "| {} | {:.*} | {:.*}-{:.*} | {:.*}-{:.*} |",
+                row["label"].as_str().unwrap_or("?"),
+                decimals,
+                f("median"),
+                decimals,
+                f("q1"),
+                decimals,
+                f("q3"),
+                decimals,
+                f("ci_low"),
+                decimals,
+                f("ci_high"),
             );
-            let _ = writeln!(md, "| mechanism | ns per hit |\n|---|---|");
-            for (name, values) in &table.rows {
-                let _ = writeln!(md, "| {name} | {} |", spread(values).show(1));
-            }
-            md.push('\n');
-            warnings(md, &table.warnings);
         }
+        md.push('\n');
     }
+    let calibrated = |case: &str| {
+        rows.iter()
+            .find(|r| r["case"] == case)
+            .and_then(|r| r["ns"]["median"].as_f64())
+    };
+    let _ = writeln!(
+        md,
+        "Cross-check, a second method: the bench's workload fixture with bpftrace's empty \
+         program, per-hit CPU time against an unprobed baseline, median (IQR) over rounds.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| mechanism | bench, ns per hit | probetop calibrate | bench / calibrate |\n|---|---|---|---|"
+    );
+    for (name, case, values) in &c.cross_check.rows {
+        let measured = spread(values);
+        let decimals = if measured.median < 10.0 { 2 } else { 0 };
+        let (cal, ratio) = match calibrated(case) {
+            Some(cal) if cal > 0.0 && measured.n > 0 => (
+                format!("{cal:.*}", decimals),
+                format!("{:.2}", measured.median / cal),
+            ),
+            Some(cal) => (format!("{cal:.*}", decimals), "-".into()),
+            None => ("-".into(), "-".into()),
+        };
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {cal} | {ratio} |",
+            measured.show(decimals)
+        );
+    }
+    md.push('\n');
+    warnings(md, &c.cross_check.warnings);
 }
 
 fn warnings(md: &mut String, warnings: &[String]) {
@@ -2492,16 +2553,17 @@ fn to_json(run: &RunInfo, results: &Results) -> Value {
         );
     }
     if let Some(c) = &results.calibration {
-        out["calibration"] = match c {
-            Calibration::Probetop(table) => json!({"source": "probetop calibrate", "table": table}),
-            Calibration::Measured(t) => json!({
-                "source": "bench",
-                "rows": t.rows.iter().map(|(name, v)| json!({
-                    "mechanism": name, "ns_per_hit": spread(v).json(),
+        out["calibration"] = json!({
+            "probetop_calibrate": c.probetop,
+            "probetop_calibrate_error": c.probetop_error,
+            "cross_check": {
+                "method": "bench workload fixture, bpftrace empty program",
+                "rows": c.cross_check.rows.iter().map(|(name, case, v)| json!({
+                    "mechanism": name, "case": case, "ns_per_hit": spread(v).json(),
                 })).collect::<Vec<_>>(),
-                "warnings": t.warnings,
-            }),
-        };
+                "warnings": c.cross_check.warnings,
+            },
+        });
     }
     out
 }
