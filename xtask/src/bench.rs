@@ -1159,16 +1159,23 @@ impl Bench {
             };
             for rep in 0..self.settings.attach_reps {
                 // Alternate which tool goes first: the second finds the binary's pages cached.
-                let order = if rep % 2 == 0 {
-                    [false, true]
-                } else {
-                    [true, false]
-                };
-                for bpftrace in order {
-                    let run = if bpftrace {
-                        self.attach_bpftrace(&db, &bpftrace_probes)?
-                    } else {
-                        self.attach_probetop(&db, &specs)?
+                let mut order = vec![AttachTool::Probetop, AttachTool::Bpftrace];
+                if self.settings.compare.is_some() {
+                    order.push(AttachTool::Compared);
+                }
+                if rep % 2 == 1 {
+                    order.reverse();
+                }
+                for tool in order {
+                    let run = match tool {
+                        AttachTool::Bpftrace => self.attach_bpftrace(&db, &bpftrace_probes)?,
+                        AttachTool::Probetop => {
+                            self.attach_probetop(&self.probetop, "probetop", &db, &specs)?
+                        }
+                        AttachTool::Compared => {
+                            let bin = self.settings.compare.as_ref().context("no --compare")?;
+                            self.attach_probetop(bin, "compared", &db, &specs)?
+                        }
                     };
                     eprintln!(
                         "bench: attach {name}: {} {} probes live after {:.3} s, exit {:.2} s, {} hits",
@@ -1182,9 +1189,15 @@ impl Bench {
         Ok(results)
     }
 
-    fn attach_probetop(&self, db: &MariaDb, specs: &[String]) -> Result<AttachRun> {
+    fn attach_probetop(
+        &self,
+        bin: &Path,
+        tool_name: &'static str,
+        db: &MariaDb,
+        specs: &[String],
+    ) -> Result<AttachRun> {
         let export = self.work.path.join("attach.json");
-        let mut cmd = self.probetop();
+        let mut cmd = Command::new(bin);
         cmd.args([
             "--pid",
             &db.server.pid().to_string(),
@@ -1210,7 +1223,7 @@ impl Bench {
             .filter_map(|p| p["hits"].as_u64())
             .sum();
         Ok(AttachRun {
-            tool: "probetop",
+            tool: tool_name,
             probes,
             live_s: watch.live_s,
             said_s: watch.said_s,
@@ -1244,6 +1257,15 @@ impl Bench {
             hits,
         })
     }
+}
+
+/// The tools of the attach part, in the order of a repetition.
+#[derive(Debug, Clone, Copy)]
+enum AttachTool {
+    Probetop,
+    Bpftrace,
+    /// The `--compare` binary.
+    Compared,
 }
 
 struct AttachWatch {
@@ -1328,6 +1350,8 @@ struct MemoryRun {
     probes: usize,
     /// VmHWM, KiB, one per repetition.
     peak_kib: Vec<u64>,
+    /// The same of the `--compare` binary, measured in turn.
+    compared_peak_kib: Vec<u64>,
     /// libc functions the kernel refused to probe, replaced by others.
     replaced: Vec<String>,
 }
@@ -1396,6 +1420,7 @@ impl Bench {
             let mut run = MemoryRun {
                 probes,
                 peak_kib: Vec::new(),
+                compared_peak_kib: Vec::new(),
                 replaced: Vec::new(),
             };
             let file = self.work.path.join(format!("memory-{probes}.spec"));
@@ -1405,10 +1430,23 @@ impl Bench {
                     .map(|n| format!("uprobe:libc:{n}\n"))
                     .collect();
                 fs::write(&file, specs).with_context(|| format!("writing {}", file.display()))?;
-                match self.peak_rss(target.pid(), &file, probes)? {
+                match self.peak_rss(&self.probetop, target.pid(), &file, probes)? {
                     Ok(kib) => {
                         eprintln!("bench: memory: {probes} probes: VmHWM {kib} KiB");
                         run.peak_kib.push(kib);
+                        if let Some(bin) = &self.settings.compare {
+                            match self.peak_rss(bin, target.pid(), &file, probes)? {
+                                Ok(kib) => {
+                                    eprintln!(
+                                        "bench: memory: {probes} probes: compared VmHWM {kib} KiB"
+                                    );
+                                    run.compared_peak_kib.push(kib);
+                                }
+                                Err(refused) => {
+                                    bail!("the compared probetop refused {refused}, this one not")
+                                }
+                            }
+                        }
                     }
                     Err(refused) => {
                         let slot = chosen.iter().position(|n| *n == refused.as_str());
@@ -1431,8 +1469,14 @@ impl Bench {
 
     /// Runs probetop with the specs in `file` for 2 s and returns its peak RSS in KiB,
     /// or `Err(function)` when attaching to that libc function was refused.
-    fn peak_rss(&self, pid: u32, file: &Path, probes: usize) -> Result<Result<u64, String>> {
-        let mut cmd = self.probetop();
+    fn peak_rss(
+        &self,
+        bin: &Path,
+        pid: u32,
+        file: &Path,
+        probes: usize,
+    ) -> Result<Result<u64, String>> {
+        let mut cmd = Command::new(bin);
         cmd.args(["--pid", &pid.to_string(), "--no-tui", "-f"])
             .arg(file)
             .args(["--duration", "2"]);
@@ -2340,6 +2384,38 @@ fn render_attach(md: &mut String, a: &AttachResults) {
         )
         .show(3)
     );
+    let compared = a
+        .sets
+        .iter()
+        .any(|s| s.runs.iter().any(|r| r.tool == "compared"));
+    if compared {
+        let _ = writeln!(
+            md,
+            "Against the `--compare` build, seconds until live, median (IQR):\n\n\
+             | probes | this build | compared build | compared / this |\n|---|---|---|---|"
+        );
+        for set in &a.sets {
+            let live = |tool: &str| {
+                spread(
+                    &set.runs
+                        .iter()
+                        .filter(|r| r.tool == tool)
+                        .map(|r| r.live_s)
+                        .collect::<Vec<_>>(),
+                )
+            };
+            let (this, other) = (live("probetop"), live("compared"));
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.2} |",
+                set.name,
+                this.show(2),
+                other.show(2),
+                other.median / this.median
+            );
+        }
+        md.push('\n');
+    }
 }
 
 fn render_memory(md: &mut String, mem: &[MemoryRun]) {
@@ -2349,10 +2425,31 @@ fn render_memory(md: &mut String, mem: &[MemoryRun]) {
         "probetop's peak RSS (VmHWM) attached to the workload with N entry probes on distinct \
          libc functions (`-f` spec file), ring mode, 2 s.\n"
     );
-    let _ = writeln!(md, "| probes | VmHWM, MiB |\n|---|---|");
+    let compared = mem.iter().any(|r| !r.compared_peak_kib.is_empty());
+    if compared {
+        let _ = writeln!(
+            md,
+            "| probes | VmHWM, MiB | `--compare` build, MiB | this / compared |\n|---|---|---|---|"
+        );
+    } else {
+        let _ = writeln!(md, "| probes | VmHWM, MiB |\n|---|---|");
+    }
+    let mib = |kib: &[u64]| spread(&kib.iter().map(|k| *k as f64 / 1024.0).collect::<Vec<_>>());
     for run in mem {
-        let mib: Vec<f64> = run.peak_kib.iter().map(|k| *k as f64 / 1024.0).collect();
-        let _ = writeln!(md, "| {} | {} |", run.probes, spread(&mib).show(1));
+        let this = mib(&run.peak_kib);
+        if compared {
+            let other = mib(&run.compared_peak_kib);
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.2} |",
+                run.probes,
+                this.show(1),
+                other.show(1),
+                this.median / other.median
+            );
+        } else {
+            let _ = writeln!(md, "| {} | {} |", run.probes, this.show(1));
+        }
     }
     md.push('\n');
 }
@@ -2547,7 +2644,7 @@ fn to_json(run: &RunInfo, results: &Results) -> Value {
         out["memory"] = json!(
             mem.iter()
                 .map(
-                    |r| json!({"probes": r.probes, "vmhwm_kib": r.peak_kib, "refused": r.replaced})
+                    |r| json!({"probes": r.probes, "vmhwm_kib": r.peak_kib, "compared_vmhwm_kib": r.compared_peak_kib, "refused": r.replaced})
                 )
                 .collect::<Vec<_>>()
         );
