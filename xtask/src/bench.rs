@@ -1159,16 +1159,23 @@ impl Bench {
             };
             for rep in 0..self.settings.attach_reps {
                 // Alternate which tool goes first: the second finds the binary's pages cached.
-                let order = if rep % 2 == 0 {
-                    [false, true]
-                } else {
-                    [true, false]
-                };
-                for bpftrace in order {
-                    let run = if bpftrace {
-                        self.attach_bpftrace(&db, &bpftrace_probes)?
-                    } else {
-                        self.attach_probetop(&db, &specs)?
+                let mut order = vec![AttachTool::Probetop, AttachTool::Bpftrace];
+                if self.settings.compare.is_some() {
+                    order.push(AttachTool::Compared);
+                }
+                if rep % 2 == 1 {
+                    order.reverse();
+                }
+                for tool in order {
+                    let run = match tool {
+                        AttachTool::Bpftrace => self.attach_bpftrace(&db, &bpftrace_probes)?,
+                        AttachTool::Probetop => {
+                            self.attach_probetop(&self.probetop, "probetop", &db, &specs)?
+                        }
+                        AttachTool::Compared => {
+                            let bin = self.settings.compare.as_ref().context("no --compare")?;
+                            self.attach_probetop(bin, "compared", &db, &specs)?
+                        }
                     };
                     eprintln!(
                         "bench: attach {name}: {} {} probes live after {:.3} s, exit {:.2} s, {} hits",
@@ -1182,9 +1189,15 @@ impl Bench {
         Ok(results)
     }
 
-    fn attach_probetop(&self, db: &MariaDb, specs: &[String]) -> Result<AttachRun> {
+    fn attach_probetop(
+        &self,
+        bin: &Path,
+        tool_name: &'static str,
+        db: &MariaDb,
+        specs: &[String],
+    ) -> Result<AttachRun> {
         let export = self.work.path.join("attach.json");
-        let mut cmd = self.probetop();
+        let mut cmd = Command::new(bin);
         cmd.args([
             "--pid",
             &db.server.pid().to_string(),
@@ -1210,7 +1223,7 @@ impl Bench {
             .filter_map(|p| p["hits"].as_u64())
             .sum();
         Ok(AttachRun {
-            tool: "probetop",
+            tool: tool_name,
             probes,
             live_s: watch.live_s,
             said_s: watch.said_s,
@@ -1244,6 +1257,15 @@ impl Bench {
             hits,
         })
     }
+}
+
+/// The tools of the attach part, in the order of a repetition.
+#[derive(Debug, Clone, Copy)]
+enum AttachTool {
+    Probetop,
+    Bpftrace,
+    /// The `--compare` binary.
+    Compared,
 }
 
 struct AttachWatch {
@@ -1328,6 +1350,8 @@ struct MemoryRun {
     probes: usize,
     /// VmHWM, KiB, one per repetition.
     peak_kib: Vec<u64>,
+    /// The same of the `--compare` binary, measured in turn.
+    compared_peak_kib: Vec<u64>,
     /// libc functions the kernel refused to probe, replaced by others.
     replaced: Vec<String>,
 }
@@ -1396,6 +1420,7 @@ impl Bench {
             let mut run = MemoryRun {
                 probes,
                 peak_kib: Vec::new(),
+                compared_peak_kib: Vec::new(),
                 replaced: Vec::new(),
             };
             let file = self.work.path.join(format!("memory-{probes}.spec"));
@@ -1405,10 +1430,23 @@ impl Bench {
                     .map(|n| format!("uprobe:libc:{n}\n"))
                     .collect();
                 fs::write(&file, specs).with_context(|| format!("writing {}", file.display()))?;
-                match self.peak_rss(target.pid(), &file, probes)? {
+                match self.peak_rss(&self.probetop, target.pid(), &file, probes)? {
                     Ok(kib) => {
                         eprintln!("bench: memory: {probes} probes: VmHWM {kib} KiB");
                         run.peak_kib.push(kib);
+                        if let Some(bin) = &self.settings.compare {
+                            match self.peak_rss(bin, target.pid(), &file, probes)? {
+                                Ok(kib) => {
+                                    eprintln!(
+                                        "bench: memory: {probes} probes: compared VmHWM {kib} KiB"
+                                    );
+                                    run.compared_peak_kib.push(kib);
+                                }
+                                Err(refused) => {
+                                    bail!("the compared probetop refused {refused}, this one not")
+                                }
+                            }
+                        }
                     }
                     Err(refused) => {
                         let slot = chosen.iter().position(|n| *n == refused.as_str());
@@ -1431,8 +1469,14 @@ impl Bench {
 
     /// Runs probetop with the specs in `file` for 2 s and returns its peak RSS in KiB,
     /// or `Err(function)` when attaching to that libc function was refused.
-    fn peak_rss(&self, pid: u32, file: &Path, probes: usize) -> Result<Result<u64, String>> {
-        let mut cmd = self.probetop();
+    fn peak_rss(
+        &self,
+        bin: &Path,
+        pid: u32,
+        file: &Path,
+        probes: usize,
+    ) -> Result<Result<u64, String>> {
+        let mut cmd = Command::new(bin);
         cmd.args(["--pid", &pid.to_string(), "--no-tui", "-f"])
             .arg(file)
             .args(["--duration", "2"]);
@@ -1478,54 +1522,48 @@ impl Bench {
 // ---------------------------------------------------------------------------------------
 // 5. Calibration
 
-#[derive(Debug, Clone)]
-enum Calibration {
-    /// `probetop calibrate`'s own table.
-    Probetop(String),
-    Measured(CalibrationTable),
+/// `probetop calibrate`'s table, and the same mechanisms measured by the bench its own way
+/// (bpftrace's empty program on the workload fixture): two methods that must agree.
+#[derive(Debug, Clone, Default)]
+struct Calibration {
+    /// `probetop calibrate --json`, when it ran.
+    probetop: Option<Value>,
+    /// Why it did not.
+    probetop_error: Option<String>,
+    cross_check: CalibrationTable,
 }
 
 #[derive(Debug, Clone, Default)]
 struct CalibrationTable {
-    /// (mechanism, ns per hit by round).
-    rows: Vec<(&'static str, Vec<f64>)>,
+    /// (mechanism, `probetop calibrate`'s case of it, ns per hit by round).
+    rows: Vec<(&'static str, &'static str, Vec<f64>)>,
     warnings: Vec<String>,
 }
 
 impl Bench {
     fn calibration(&self, cost: Option<&CostResults>) -> Result<Calibration> {
-        // TODO(calibrate): `probetop calibrate` is being written on another branch. Once
-        // it exists, its table is what this part reports; the measurement below stays as
-        // the fallback and as a cross-check of its numbers.
-        let has_calibrate = self
+        let mut calibration = Calibration::default();
+        eprintln!("bench: calibration: probetop calibrate (about a minute)");
+        let out = self
             .probetop()
-            .args(["calibrate", "--help"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if has_calibrate {
-            let out = self
-                .probetop()
-                .arg("calibrate")
-                .stdin(Stdio::null())
-                .output()
-                .context("running probetop calibrate")?;
-            if out.status.success() {
-                return Ok(Calibration::Probetop(
-                    String::from_utf8_lossy(&out.stdout).into_owned(),
-                ));
+            .args(["calibrate", "--json"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .context("running probetop calibrate")?;
+        if out.status.success() {
+            match serde_json::from_slice::<Value>(&out.stdout) {
+                Ok(v) => calibration.probetop = Some(v),
+                Err(e) => calibration.probetop_error = Some(format!("unreadable JSON: {e}")),
             }
-            eprintln!(
-                "bench: probetop calibrate failed ({}); measuring instead: {}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
+        } else {
+            calibration.probetop_error = Some(format!("probetop calibrate: {}", out.status));
         }
         let rounds = self.settings.calibration_rounds;
-        let mut table = CalibrationTable::default();
+        let table = &mut calibration.cross_check;
         table.rows.push((
-            "USDT compiled in, not attached",
+            "USDT compiled in, not attached (ns per call)",
+            "usdt-unattached",
             self.unattached_usdt(rounds)?,
         ));
         // The empty-program cases of the cost part, or measured here without it.
@@ -1555,21 +1593,25 @@ impl Bench {
         table.warnings.extend(xol.warnings.iter().cloned());
         table.rows.push((
             "USDT (nop), empty program",
+            "usdt-hit",
             empties.per_hit(Site::Usdt, Tool::Empty),
         ));
         table.rows.push((
             "uprobe on push %rbp (emulated), empty program",
+            "uprobe-emulated",
             empties.per_hit(Site::Uprobe, Tool::Empty),
         ));
         table.rows.push((
             "uprobe on mov (single-stepped), empty program",
+            "uprobe-single-stepped",
             xol.per_hit(Site::SingleStep, Tool::Empty),
         ));
         table.rows.push((
             "uretprobe, empty program",
+            "uretprobe",
             empties.per_hit(Site::Uretprobe, Tool::Empty),
         ));
-        Ok(Calibration::Measured(table))
+        Ok(calibration)
     }
 
     /// The workload with its USDT site against the same code without it, both unprobed:
@@ -2342,6 +2384,38 @@ fn render_attach(md: &mut String, a: &AttachResults) {
         )
         .show(3)
     );
+    let compared = a
+        .sets
+        .iter()
+        .any(|s| s.runs.iter().any(|r| r.tool == "compared"));
+    if compared {
+        let _ = writeln!(
+            md,
+            "Against the `--compare` build, seconds until live, median (IQR):\n\n\
+             | probes | this build | compared build | compared / this |\n|---|---|---|---|"
+        );
+        for set in &a.sets {
+            let live = |tool: &str| {
+                spread(
+                    &set.runs
+                        .iter()
+                        .filter(|r| r.tool == tool)
+                        .map(|r| r.live_s)
+                        .collect::<Vec<_>>(),
+                )
+            };
+            let (this, other) = (live("probetop"), live("compared"));
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.2} |",
+                set.name,
+                this.show(2),
+                other.show(2),
+                other.median / this.median
+            );
+        }
+        md.push('\n');
+    }
 }
 
 fn render_memory(md: &mut String, mem: &[MemoryRun]) {
@@ -2351,35 +2425,119 @@ fn render_memory(md: &mut String, mem: &[MemoryRun]) {
         "probetop's peak RSS (VmHWM) attached to the workload with N entry probes on distinct \
          libc functions (`-f` spec file), ring mode, 2 s.\n"
     );
-    let _ = writeln!(md, "| probes | VmHWM, MiB |\n|---|---|");
+    let compared = mem.iter().any(|r| !r.compared_peak_kib.is_empty());
+    if compared {
+        let _ = writeln!(
+            md,
+            "| probes | VmHWM, MiB | `--compare` build, MiB | this / compared |\n|---|---|---|---|"
+        );
+    } else {
+        let _ = writeln!(md, "| probes | VmHWM, MiB |\n|---|---|");
+    }
+    let mib = |kib: &[u64]| spread(&kib.iter().map(|k| *k as f64 / 1024.0).collect::<Vec<_>>());
     for run in mem {
-        let mib: Vec<f64> = run.peak_kib.iter().map(|k| *k as f64 / 1024.0).collect();
-        let _ = writeln!(md, "| {} | {} |", run.probes, spread(&mib).show(1));
+        let this = mib(&run.peak_kib);
+        if compared {
+            let other = mib(&run.compared_peak_kib);
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.2} |",
+                run.probes,
+                this.show(1),
+                other.show(1),
+                this.median / other.median
+            );
+        } else {
+            let _ = writeln!(md, "| {} | {} |", run.probes, this.show(1));
+        }
     }
     md.push('\n');
 }
 
 fn render_calibration(md: &mut String, c: &Calibration) {
     let _ = writeln!(md, "### 5. Calibration\n");
-    match c {
-        Calibration::Probetop(table) => {
-            let _ = writeln!(md, "`probetop calibrate`:\n\n```\n{}```\n", table);
-        }
-        Calibration::Measured(table) => {
+    let rows = c
+        .probetop
+        .as_ref()
+        .and_then(|v| v["rows"].as_array())
+        .cloned()
+        .unwrap_or_default();
+    if rows.is_empty() {
+        let _ = writeln!(
+            md,
+            "`probetop calibrate` gave no table: {}\n",
+            c.probetop_error.as_deref().unwrap_or("no rows")
+        );
+    } else {
+        let _ = writeln!(
+            md,
+            "`probetop calibrate`: what the probe mechanisms cost the traced thread per hit \
+             (its own workload, empty programs), median, IQR and 95% bootstrap interval of \
+             the median over {} repetitions.\n",
+            c.probetop
+                .as_ref()
+                .and_then(|v| v["reps"].as_u64())
+                .unwrap_or(0)
+        );
+        let _ = writeln!(
+            md,
+            "| mechanism | median ns | IQR | 95% CI |\n|---|---|---|---|"
+        );
+        for row in &rows {
+            let ns = &row["ns"];
+            let f = |k: &str| ns[k].as_f64().unwrap_or(f64::NAN);
+            let decimals = if f("median") < 10.0 { 2 } else { 0 };
             let _ = writeln!(
                 md,
-                "What the probe mechanisms cost here, per hit, with bpftrace's empty program \
-                 on the workload fixture (`probetop calibrate` did not exist when this ran). \
-                 ns per hit, median (IQR) over rounds.\n"
+                "| {} | {:.*} | {:.*}-{:.*} | {:.*}-{:.*} |",
+                row["label"].as_str().unwrap_or("?"),
+                decimals,
+                f("median"),
+                decimals,
+                f("q1"),
+                decimals,
+                f("q3"),
+                decimals,
+                f("ci_low"),
+                decimals,
+                f("ci_high"),
             );
-            let _ = writeln!(md, "| mechanism | ns per hit |\n|---|---|");
-            for (name, values) in &table.rows {
-                let _ = writeln!(md, "| {name} | {} |", spread(values).show(1));
-            }
-            md.push('\n');
-            warnings(md, &table.warnings);
         }
+        md.push('\n');
     }
+    let calibrated = |case: &str| {
+        rows.iter()
+            .find(|r| r["case"] == case)
+            .and_then(|r| r["ns"]["median"].as_f64())
+    };
+    let _ = writeln!(
+        md,
+        "Cross-check, a second method: the bench's workload fixture with bpftrace's empty \
+         program, per-hit CPU time against an unprobed baseline, median (IQR) over rounds.\n"
+    );
+    let _ = writeln!(
+        md,
+        "| mechanism | bench, ns per hit | probetop calibrate | bench / calibrate |\n|---|---|---|---|"
+    );
+    for (name, case, values) in &c.cross_check.rows {
+        let measured = spread(values);
+        let decimals = if measured.median < 10.0 { 2 } else { 0 };
+        let (cal, ratio) = match calibrated(case) {
+            Some(cal) if cal > 0.0 && measured.n > 0 => (
+                format!("{cal:.*}", decimals),
+                format!("{:.2}", measured.median / cal),
+            ),
+            Some(cal) => (format!("{cal:.*}", decimals), "-".into()),
+            None => ("-".into(), "-".into()),
+        };
+        let _ = writeln!(
+            md,
+            "| {name} | {} | {cal} | {ratio} |",
+            measured.show(decimals)
+        );
+    }
+    md.push('\n');
+    warnings(md, &c.cross_check.warnings);
 }
 
 fn warnings(md: &mut String, warnings: &[String]) {
@@ -2486,22 +2644,23 @@ fn to_json(run: &RunInfo, results: &Results) -> Value {
         out["memory"] = json!(
             mem.iter()
                 .map(
-                    |r| json!({"probes": r.probes, "vmhwm_kib": r.peak_kib, "refused": r.replaced})
+                    |r| json!({"probes": r.probes, "vmhwm_kib": r.peak_kib, "compared_vmhwm_kib": r.compared_peak_kib, "refused": r.replaced})
                 )
                 .collect::<Vec<_>>()
         );
     }
     if let Some(c) = &results.calibration {
-        out["calibration"] = match c {
-            Calibration::Probetop(table) => json!({"source": "probetop calibrate", "table": table}),
-            Calibration::Measured(t) => json!({
-                "source": "bench",
-                "rows": t.rows.iter().map(|(name, v)| json!({
-                    "mechanism": name, "ns_per_hit": spread(v).json(),
+        out["calibration"] = json!({
+            "probetop_calibrate": c.probetop,
+            "probetop_calibrate_error": c.probetop_error,
+            "cross_check": {
+                "method": "bench workload fixture, bpftrace empty program",
+                "rows": c.cross_check.rows.iter().map(|(name, case, v)| json!({
+                    "mechanism": name, "case": case, "ns_per_hit": spread(v).json(),
                 })).collect::<Vec<_>>(),
-                "warnings": t.warnings,
-            }),
-        };
+                "warnings": c.cross_check.warnings,
+            },
+        });
     }
     out
 }
