@@ -586,7 +586,7 @@ pub fn run(
             .map_or(0, |d| d.as_secs()),
         reps: options.reps,
         calls: options.calls,
-        optimizes_nop5: KernelRules::running().optimizes_nop5,
+        optimizes_nop5: KernelRules::running().optimizes_nop5(),
         rows,
         handler_ring_ns: Summary::of(&phase_one.handler_ring),
         handler_kernel_ns: Summary::of(&phase_one.handler_kernel),

@@ -110,26 +110,39 @@ pub struct SiteClass {
 /// What the running kernel does beyond the rules every supported kernel shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct KernelRules {
-    /// The kernel optimizes probed 5-byte nops (Linux 6.18+, `arch_uprobe_optimize`).
-    pub optimizes_nop5: bool,
+    /// The kernel optimizes probed 5-byte nops (Linux 6.18+, `arch_uprobe_optimize`);
+    /// `None`: ask the running kernel, only when a 5-byte nop is classified.
+    pub optimizes_nop5: Option<bool>,
 }
 
 impl KernelRules {
-    /// The rules of the running kernel (looked up once).
+    /// The rules of the running kernel, looked up when first needed: the lookup reads
+    /// /proc/kallsyms (~60 ms of kernel formatting here), which most resolves never need.
     pub fn running() -> Self {
-        static RULES: OnceLock<KernelRules> = OnceLock::new();
-        *RULES.get_or_init(|| KernelRules {
-            optimizes_nop5: kernel_has_symbol("arch_uprobe_optimize"),
-        })
+        Self {
+            optimizes_nop5: None,
+        }
+    }
+
+    /// Whether probed 5-byte nops are optimized.
+    pub fn optimizes_nop5(self) -> bool {
+        static RUNNING: OnceLock<bool> = OnceLock::new();
+        self.optimizes_nop5
+            .unwrap_or_else(|| *RUNNING.get_or_init(|| kernel_has_symbol("arch_uprobe_optimize")))
     }
 }
 
-/// Whether /proc/kallsyms names `symbol` (a function the kernel was built with).
+/// Whether /proc/kallsyms names `symbol` (a function the kernel was built with); reads
+/// until the first match.
 fn kernel_has_symbol(symbol: &str) -> bool {
-    std::fs::read_to_string("/proc/kallsyms").is_ok_and(|text| {
-        text.lines()
-            .any(|line| line.split_whitespace().nth(2) == Some(symbol))
-    })
+    use std::io::BufRead as _;
+    let Ok(file) = std::fs::File::open("/proc/kallsyms") else {
+        return false;
+    };
+    std::io::BufReader::with_capacity(1 << 16, file)
+        .lines()
+        .map_while(Result::ok)
+        .any(|line| line.split_whitespace().nth(2) == Some(symbol))
 }
 
 /// Longest x86 instruction.
@@ -330,10 +343,10 @@ fn kernel_class(
     let is_nop = op1 == 0x90 && p.opcode.len() == 1;
     let is_nopl = p.opcode == [0x0f, 0x1f] && modrm_reg == Some(0);
     // can_optimize (6.18): 64-bit, a 5-byte nop, not across a page.
-    if rules.optimizes_nop5
-        && len == 5
+    if len == 5
         && (is_nop || is_nopl)
         && PAGE_SIZE - (page_offset % PAGE_SIZE) >= 5
+        && rules.optimizes_nop5()
     {
         return (
             CostClass::Optimized,
@@ -403,10 +416,10 @@ mod tests {
     use super::*;
 
     const OLD: KernelRules = KernelRules {
-        optimizes_nop5: false,
+        optimizes_nop5: Some(false),
     };
     const NEW: KernelRules = KernelRules {
-        optimizes_nop5: true,
+        optimizes_nop5: Some(true),
     };
 
     fn class(bytes: &[u8]) -> CostClass {

@@ -348,7 +348,7 @@ mod tests {
     #[test]
     fn first_instructions_have_their_classes() {
         let rules = KernelRules {
-            optimizes_nop5: true,
+            optimizes_nop5: Some(true),
         };
         let bytes = |f: Func| {
             // SAFETY: the address is inside this binary's text, which holds at least 15

@@ -172,7 +172,12 @@ fn parse_compatible(data: &[u8], object: &ElfImage) -> Option<ElfImage> {
 /// Reads a file, refusing files larger than `cap`.
 pub fn read_capped(path: &Path, cap: u64) -> io::Result<Vec<u8>> {
     let file = std::fs::File::open(path)?;
-    let mut data = Vec::new();
+    // Sized from the file's length up front: growing by doubling copied a 25 MiB
+    // mariadbd several times over, a tenth of resolving it.
+    let expected = file
+        .metadata()
+        .map_or(0, |m| m.len().min(cap.saturating_add(1)));
+    let mut data = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
     file.take(cap.saturating_add(1)).read_to_end(&mut data)?;
     if data.len() as u64 > cap {
         return Err(io::Error::new(
