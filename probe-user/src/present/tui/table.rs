@@ -229,7 +229,12 @@ fn probe_name(app: &App, id: usize, width: usize) -> String {
     let mode = app.snapshot.probes.get(id).map(|p| p.mode);
     // Narrow columns get short marks, so the name stays readable.
     let short = width < 30;
-    let mark = if !app.is_attached(id) {
+    let retired = app
+        .before_exec(id)
+        .map(|exec| format!(" [before exec {exec}]"));
+    let mark = if let Some(retired) = &retired {
+        if short { " [old]" } else { retired.as_str() }
+    } else if !app.is_attached(id) {
         if short { " [off]" } else { " [detached]" }
     } else {
         match mode {
