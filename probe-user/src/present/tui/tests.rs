@@ -691,3 +691,29 @@ fn a_followed_exec_marks_the_old_rows_and_adds_the_new() {
         Effect::Send(UiRequest::ToggleAttach(4))
     );
 }
+
+#[test]
+fn counts_too_wide_for_their_column_are_abbreviated_not_cut() {
+    let mut app = app(100, 30);
+    let mut snapshot = snapshot();
+    snapshot.probes[0].hits = 1_234_567_890;
+    snapshot.probes[3].dropped = 1_028_349;
+    snapshot.dropped = 1_028_349;
+    app.update(snapshot);
+    let screen = text(&app);
+    let row = |name: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(&format!("│{name} ")))
+            .unwrap_or_else(|| panic!("no {name} row:\n{screen}"))
+            .to_string()
+    };
+    assert!(row("uprobe:malloc").contains(" 1.03M│"), "{screen}");
+    assert!(
+        !row("uprobe:malloc").contains("028349"),
+        "a cut number:\n{screen}"
+    );
+    assert!(row("uprobe:work_unit").contains(" 1.23G "), "{screen}");
+    // Counts that fit stay exact.
+    assert!(row("uprobe:leaf_ret").contains(" 98000 "), "{screen}");
+}
