@@ -347,11 +347,11 @@ async fn attach(
         pid,
         comm: target.comm.clone(),
     });
-    follow.current = target;
     for line in &unmatched {
         links.teller.tell(format!("exec {generation}: {line}"));
     }
     if probes.is_empty() {
+        follow.current = target;
         let attached = attached_now(links);
         links.teller.followed(
             links.labels,
@@ -413,6 +413,9 @@ async fn attach(
         }
         Err(_) => return None,
     }
+    // From here on this is the program probed: its next exec is the one to notice.
+    // (Had the run stopped above, the end would say which program the probes were on.)
+    follow.current = target;
     let mut attached = 0;
     for (offset, (probe, config)) in probes.iter().zip(configs).enumerate() {
         let id = (first + offset) as u32;
