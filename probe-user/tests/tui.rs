@@ -37,8 +37,12 @@ impl Tmux {
             .args(["-x", &width.to_string(), "-y", &height.to_string()])
             .arg("-c")
             .arg(dir)
-            // Keep the pane after probetop exits, to read what it printed.
             .args(["-e", "LANG=C.UTF-8"])
+            // No cached calibration: one cached on this machine by anything else
+            // would give every probe a CPU share and change the default sort.
+            .arg("-e")
+            .arg(format!("XDG_CACHE_HOME={}", dir.join("cache").display()))
+            // Keep the pane after probetop exits, to read what it printed.
             .arg(format!("{command}; echo probetop-exit=$?; sleep 600"))
             .status()
             .expect("run tmux (Debian package tmux)");
