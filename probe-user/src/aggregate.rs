@@ -491,6 +491,14 @@ impl Aggregator {
         &self.probes
     }
 
+    /// Appends probes (of a program the target exec'd); returns the id of the first.
+    /// They count from now on, within the same window as the others.
+    pub fn add_probes(&mut self, probes: Vec<ProbeAggregate>) -> usize {
+        let first = self.probes.len();
+        self.probes.extend(probes);
+        first
+    }
+
     pub fn probes_mut(&mut self) -> &mut [ProbeAggregate] {
         &mut self.probes
     }
@@ -1179,6 +1187,29 @@ mod tests {
             reference.saturating_record(ns);
         }
         assert_eq!(full, reference);
+    }
+
+    #[test]
+    fn added_probes_take_the_next_ids() {
+        let mut agg = Aggregator::new(1);
+        agg.open_window(100);
+        agg.record(&HitEvent {
+            ktime_ns: 150,
+            handler_ns: 10,
+            ..Default::default()
+        });
+        let first = agg.add_probes(vec![ProbeAggregate::default(); 2]);
+        assert_eq!(first, 1);
+        agg.record(&HitEvent {
+            probe_id: 2,
+            ktime_ns: 200,
+            handler_ns: 20,
+            ..Default::default()
+        });
+        let hits: Vec<u64> = agg.probes().iter().map(ProbeAggregate::hits).collect();
+        assert_eq!(hits, [1, 0, 1]);
+        assert_eq!(agg.unknown_records, 0);
+        assert_eq!(agg.snapshot(Duration::from_secs(1)).probes.len(), 3);
     }
 
     #[test]

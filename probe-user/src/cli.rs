@@ -94,6 +94,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_tui: bool,
 
+    /// When the target execs another program, keep going: detach its probes (their
+    /// measurements are kept, marked as before the exec), resolve the same specs in the
+    /// new program and attach them there. Without it, an exec ends the run.
+    #[arg(long)]
+    pub follow_exec: bool,
+
     /// Write the measurements at exit; the format follows the extension: .json, .csv,
     /// .html, .svg, .hlog (HdrHistogram interval log), .hgrm (one percentile
     /// distribution per probe), .prom (Prometheus text). Repeatable.

@@ -1,12 +1,15 @@
 //! One probing run, start to finish: specs -> resolve -> attach -> stream -> aggregate
-//! -> present, then detach and export.
+//! -> present, then detach and export; with `--follow-exec`, again in every program the
+//! target execs ([`follow`]).
+
+mod follow;
 
 use std::{
     future::Future,
     io,
     os::fd::{FromRawFd as _, OwnedFd},
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{Arc, RwLock},
     time::{Duration, SystemTime},
 };
 
@@ -22,7 +25,7 @@ use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
 use crate::present::{
     self, ProbeLabel,
-    export::{self, Interval, ProbeReport, Report},
+    export::{self, ExecReport, Interval, ProbeReport, Report},
     listen,
     tui::{self, UiEvent, UiExit, UiLinks, UiRequest},
 };
@@ -31,7 +34,7 @@ use crate::spec::{ProbeKind, ProbeSpec};
 use crate::stream::{
     self, Collected, CollectorCommand, CollectorLinks, CollectorOptions, Copied, HitStream,
 };
-use crate::target::Target;
+use crate::target::{PinnedExe, Target};
 use crate::{UsageError, cost, preset, privileges};
 use probe_common::{ProbeConfig, mode};
 
@@ -55,11 +58,85 @@ pub enum StopReason {
     UserQuit,
 }
 
-/// A resolved probe with the spec that asked for it.
+/// A resolved probe with the spec that asked for it, and the program it was resolved
+/// in.
 #[derive(Debug, Clone)]
 struct Probe {
     spec: String,
     point: ProbePoint,
+    /// Execs of the target followed before it was attached (`--follow-exec`).
+    generation: u32,
+    /// The program the target ran then.
+    exe: PathBuf,
+}
+
+impl Probe {
+    /// A point resolved in `target`'s executable is attached through `pin`, the file
+    /// that was read, rather than `/proc/PID/exe`, which names whatever runs now.
+    fn new(
+        spec: &ProbeSpec,
+        mut point: ProbePoint,
+        generation: u32,
+        target: &Target,
+        pin: &PinnedExe,
+    ) -> Self {
+        if point.attach_path == target.exe_link() {
+            point.attach_path = pin.path();
+        }
+        Self {
+            spec: spec.text.clone(),
+            point,
+            generation,
+            exe: target.exe.clone(),
+        }
+    }
+
+    /// How the probe is named on screen; single-stepped and refused sites are marked.
+    fn label(&self, cost: &cost::ProbeCost) -> ProbeLabel {
+        let mut label = ProbeLabel::new(
+            self.point.kind,
+            &self.point.name,
+            &self.point.object.display().to_string(),
+        );
+        if let Some(tag) = cost::label_tag(cost) {
+            label.display = format!("{} {tag}", label.display);
+        }
+        label
+    }
+
+    /// The kernel's view of the probe, under id `probe_id`.
+    fn request(&self, probe_id: u32, config: ProbeConfig, pid: u32) -> AttachRequest<'_> {
+        AttachRequest {
+            probe_id,
+            kind: self.point.kind,
+            path: &self.point.attach_path,
+            file_offset: self.point.file_offset,
+            semaphore_offset: self.point.usdt.as_ref().and_then(|u| u.semaphore_offset),
+            config,
+            pid,
+        }
+    }
+}
+
+/// The config of a probe: the run's mode, and its argument recipes with `--args`
+/// (a probe whose arguments cannot be read still attaches; `say` says why).
+fn probe_config(
+    base: ProbeConfig,
+    probe: &Probe,
+    args: usize,
+    say: &mut dyn FnMut(String),
+) -> ProbeConfig {
+    let mut config = base;
+    if args > 0 {
+        match attach::args::args_config(&probe.point, args) {
+            Ok(captured) => config.args = captured,
+            Err(e) => say(format!(
+                "{}: no argument values for {}: {e}",
+                probe.spec, probe.point.name
+            )),
+        }
+    }
+    config
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
@@ -100,16 +177,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         max_probes: args.max_probes,
         ..Default::default()
     };
-    let resolver = resolve::Resolver::new(&target, resolve_options);
+    // Held open for the whole run: probes on the executable are attached through it.
+    let pin = target
+        .pin_exe()
+        .with_context(|| format!("cannot open the executable of pid {pid}"))?;
+    let resolver = resolve::Resolver::new(&target, resolve_options.clone());
     let mut probes = Vec::new();
     for spec in &specs {
         for point in resolver.resolve(spec)? {
-            probes.push(Probe {
-                spec: spec.text.clone(),
-                point,
-            });
+            probes.push(Probe::new(spec, point, 0, &target, &pin));
         }
     }
+    // The parsed objects (whole files, symbol tables) are not needed while measuring.
+    drop(resolver);
     if probes.len() > probe_common::MAX_PROBES as usize {
         bail!(UsageError(format!(
             "{} probe points in all, more than probetop can attach at once ({}): narrow the specs",
@@ -128,7 +208,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         if specs.len() == 1 { "" } else { "s" }
     );
 
-    let probe_config = ProbeConfig {
+    let base_config = ProbeConfig {
         mode: match args.mode {
             Mode::Ring | Mode::Auto => mode::RING,
             Mode::Sample => mode::SAMPLE,
@@ -168,6 +248,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut attachment = Attachment::load(LoadOptions {
         ring_bytes,
         probe_count: probes.len() as u32,
+        spare_probes: if args.follow_exec {
+            follow::spare_probes(probes.len() as u32)
+        } else {
+            0
+        },
         dispatch_tgid: dispatch_wanted.then_some(pid),
         ..Default::default()
     })?;
@@ -177,38 +262,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         cost::start_dispatch(&mut attachment, &prepared.sites)
     };
     // Signals are handled from here on, so an interrupt while attaching still detaches.
-    let shutdown = shutdown_signal(&target, args.duration.map(Duration::from_secs_f64))?;
+    let shutdown = shutdown_signal(
+        &target,
+        args.duration.map(Duration::from_secs_f64),
+        !args.follow_exec,
+    )?;
     for (id, probe) in probes.iter().enumerate() {
-        let mut config = probe_config;
-        if args.args > 0 {
-            match attach::args::args_config(&probe.point, args.args) {
-                Ok(captured) => config.args = captured,
-                Err(e) => eprintln!(
-                    "probetop: {}: no argument values for {}: {e}",
-                    probe.spec, probe.point.name
-                ),
-            }
-        }
-        let request = AttachRequest {
-            probe_id: id as u32,
-            kind: probe.point.kind,
-            path: &probe.point.attach_path,
-            file_offset: probe.point.file_offset,
-            semaphore_offset: probe.point.usdt.as_ref().and_then(|u| u.semaphore_offset),
-            config,
-            pid,
-        };
+        let config = probe_config(base_config, probe, args.args, &mut |line| {
+            eprintln!("probetop: {line}")
+        });
         attachment
-            .attach(&request)
+            .attach(&probe.request(id as u32, config, pid))
             .with_context(|| format!("attaching {}", probe.spec))?;
     }
     let ring = attachment.take_ring()?;
     let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
     for probe in aggregator.probes_mut() {
-        probe.mode = probe_config.mode;
+        probe.mode = base_config.mode;
     }
-    cost::install(&mut aggregator, prepared.costs, dispatch.is_some());
+    let dispatch_running = dispatch.is_some();
+    cost::install(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {
         counters.set_dispatch(dispatch);
     }
@@ -228,21 +302,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         panic!("PROBETOP_TEST_PANIC_AFTER_ATTACH is set");
     }
 
-    let labels: Vec<ProbeLabel> = probes
+    let mut labels: Vec<ProbeLabel> = probes
         .iter()
         .zip(aggregator.probes())
-        .map(|(p, measured)| {
-            let mut label = ProbeLabel::new(
-                p.point.kind,
-                &p.point.name,
-                &p.point.object.display().to_string(),
-            );
-            // Single-stepped and refused sites are marked where the probe is named.
-            if let Some(tag) = cost::label_tag(&measured.cost) {
-                label.display = format!("{} {tag}", label.display);
-            }
-            label
-        })
+        .map(|(p, measured)| p.label(&measured.cost))
         .collect();
     let (snapshot_tx, snapshot_rx) = watch::channel(Snapshot::default());
     let (command_tx, command_rx) = mpsc::channel(16);
@@ -258,10 +321,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             focus: focus_rx,
         },
     ));
+    let live: Vec<u32> = (0..probes.len() as u32).collect();
     let source = Arc::new(ReportSource {
         target: target.clone(),
-        probes: probes.clone(),
+        rows: RwLock::new(Rows {
+            probes,
+            execs: Vec::new(),
+        }),
         commands: command_tx.clone(),
+    });
+    let mut follow = args.follow_exec.then(|| {
+        follow::Follow::new(follow::Setup {
+            specs: specs.clone(),
+            resolve_options: resolve_options.clone(),
+            force: args.force,
+            args: args.args,
+            base_config,
+            target: target.clone(),
+            live,
+            dispatch_running,
+        })
     });
 
     let server = listener.map(|listener| {
@@ -279,13 +358,41 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }))
     });
 
+    // What happened while the TUI had the terminal, told again on stderr at the end.
+    let mut notes = Vec::new();
     let reason = if args.no_tui {
-        shutdown.await
+        let mut teller = follow::Teller::Stderr;
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                reason = &mut shutdown => break reason,
+                event = follow::next_event(&mut follow) => {
+                    let mut links = follow::Links {
+                        attachment: &mut attachment,
+                        source: &source,
+                        labels: &mut labels,
+                        teller: &mut teller,
+                    };
+                    if let Some(reason) = follow::on_event(event, &mut follow, &mut links).await {
+                        break reason;
+                    }
+                }
+            }
+        }
     } else {
         let (request_tx, mut request_rx) = mpsc::channel(8);
         // Each request yields at most one event and at most 8 requests queue, so the
-        // session's sends (awaited while the UI is not polled) always find room.
+        // session's sends (awaited while the UI is not polled) always find room; events
+        // of an exec are sent without waiting (see follow::Teller).
         let (event_tx, event_rx) = mpsc::channel(64);
+        let mut teller = follow::Teller::Ui {
+            events: event_tx.clone(),
+            target: tui::TargetLine {
+                pid: target.pid,
+                comm: target.comm.clone(),
+            },
+            notes: &mut notes,
+        };
         let app = tui::App::new(
             tui::TargetLine {
                 pid: target.pid,
@@ -311,6 +418,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 exit = &mut ui => break exit?,
                 Some(request) = request_rx.recv() => {
                     handle_request(request, &mut attachment, &source, &args.exports, args.force, &event_tx).await;
+                }
+                event = follow::next_event(&mut follow) => {
+                    let mut links = follow::Links {
+                        attachment: &mut attachment,
+                        source: &source,
+                        labels: &mut labels,
+                        teller: &mut teller,
+                    };
+                    if let Some(reason) = follow::on_event(event, &mut follow, &mut links).await {
+                        break UiExit::Shutdown(reason);
+                    }
                 }
             }
         };
@@ -338,20 +456,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         intervals,
     } = collector.await.context("the collector task failed")?;
     drop(attachment);
+    // Held until no probe can be attached through it again (`space`): its number must
+    // not name another file meanwhile.
+    drop(pin);
     // Measured from the window's opening (or the last reset) to the cut.
     let duration =
         Duration::from_nanos(close_ktime_ns.saturating_sub(aggregator.window_start_ns()));
     let started_unix_ms = closed_unix_ms.saturating_sub(duration.as_millis() as u64);
 
+    for note in &notes {
+        say!("probetop: {note}");
+    }
+    // The program probed last: the first one, unless execs were followed.
+    let current = follow.as_ref().map_or(&target, |f| f.current());
     match reason {
         StopReason::TargetExited => say!("probetop: pid {} exited", target.pid),
         StopReason::TargetExeced => say!(
             "probetop: pid {} exec'd {}: probes on {} no longer fire; measurements up to the exec follow",
             target.pid,
-            target
+            current
                 .exec_changed()
                 .map_or_else(|| "another program".into(), |p| p.display().to_string()),
-            target.exe.display()
+            current.exe.display()
         ),
         StopReason::Signal(name) => say!("probetop: {name}, detached"),
         StopReason::Duration | StopReason::UserQuit => {}
@@ -378,9 +504,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let _ = err.write_all(cost::bpf_stats::render(&other_programs).as_bytes());
     }
 
+    let rows = source.rows();
     let mut report = build_report(
         &target,
-        &probes,
+        &rows,
         &aggregator.measurements().probes,
         &intervals,
         started_unix_ms,
@@ -404,15 +531,43 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Every probe row of the run, and the execs followed: rows are only ever appended
+/// (`--follow-exec`), so a probe id indexes them for the whole run.
+#[derive(Debug, Clone, Default)]
+struct Rows {
+    probes: Vec<Probe>,
+    execs: Vec<ExecReport>,
+}
+
 /// What a report needs besides the measurements, and the way to ask the collector for
 /// them while it runs (exports on `e`, scrapes of `--listen`).
 struct ReportSource {
     target: Target,
-    probes: Vec<Probe>,
+    /// Written by the session when it follows an exec; read by reports.
+    rows: RwLock<Rows>,
     commands: mpsc::Sender<CollectorCommand>,
 }
 
 impl ReportSource {
+    /// A copy of the rows now.
+    fn rows(&self) -> Rows {
+        // Nothing panics while holding the lock; if something did, the rows are whole.
+        self.rows
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Changes the rows (the session, following an exec).
+    fn update_rows(&self, change: impl FnOnce(&mut Rows)) {
+        change(
+            &mut self
+                .rows
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+    }
+
     /// A report of everything measured up to now; `None` once the collector has stopped.
     async fn report(&self, with_intervals: bool) -> Option<Report> {
         let (reply, copy) = oneshot::channel();
@@ -432,7 +587,7 @@ impl ReportSource {
             Duration::from_nanos(now_ktime_ns.saturating_sub(measurements.window_start_ns));
         Some(build_report(
             &self.target,
-            &self.probes,
+            &self.rows(),
             &measurements.probes,
             &intervals,
             unix_now_ms().saturating_sub(duration.as_millis() as u64),
@@ -594,6 +749,7 @@ fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
         duration_s: 0.0,
         probes: Vec::new(),
         cost: Default::default(),
+        execs: Vec::new(),
     };
     export::render(&empty, path)
         .map_err(|e| UsageError(format!("--export {}: {e}", path.display())))?;
@@ -602,7 +758,7 @@ fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
 
 fn build_report(
     target: &Target,
-    probes: &[Probe],
+    rows: &Rows,
     measured: &[ProbeMeasurements],
     intervals: &IntervalLog,
     started_unix_ms: u64,
@@ -612,7 +768,8 @@ fn build_report(
         target: target.clone(),
         started_unix_ms,
         duration_s: duration.as_secs_f64(),
-        probes: probes
+        probes: rows
+            .probes
             .iter()
             .zip(measured)
             .enumerate()
@@ -624,6 +781,8 @@ fn build_report(
                 object: probe.point.object.display().to_string(),
                 address: probe.point.address,
                 file_offset: probe.point.file_offset,
+                generation: probe.generation,
+                exe: probe.exe.display().to_string(),
                 mode: measured.mode,
                 last_args: measured.last_args.map(|a| a.values().collect()),
                 threads: measured.threads.clone(),
@@ -643,6 +802,7 @@ fn build_report(
             })
             .collect(),
         cost: Default::default(),
+        execs: rows.execs.clone(),
     }
 }
 
@@ -669,10 +829,12 @@ fn refuse_go_return_probes(probes: &[Probe]) -> anyhow::Result<()> {
 }
 
 /// Resolves when measuring should stop: after `duration`, on SIGINT, SIGTERM or
-/// SIGHUP (a lost terminal), or when the target exits.
+/// SIGHUP (a lost terminal), when the target exits, or with `stop_on_exec` when it
+/// execs another program.
 fn shutdown_signal(
     target: &Target,
     duration: Option<Duration>,
+    stop_on_exec: bool,
 ) -> anyhow::Result<impl Future<Output = StopReason> + use<>> {
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
@@ -683,6 +845,7 @@ fn shutdown_signal(
         unsafe { AsyncFd::register_with_interest(pidfd_open(target.pid)?, Interest::READABLE) }
             .map_err(io::Error::from)?;
     // The pidfd names whatever process has the pid now; make sure that is still ours.
+    // An exec keeps the pid, the start time and the pidfd: only an exit ends it.
     if !target.is_alive() {
         bail!("pid {} exited before probes were attached", target.pid);
     }
@@ -690,7 +853,11 @@ fn shutdown_signal(
     Ok(async move {
         // exec raises no event on a pidfd, so look every quarter second.
         let execed = async {
-            let mut every = tokio::time::interval(Duration::from_millis(250));
+            if !stop_on_exec {
+                // Followed instead (see follow::next_event).
+                return std::future::pending().await;
+            }
+            let mut every = tokio::time::interval(follow::EXEC_POLL);
             loop {
                 every.tick().await;
                 if watched.exec_changed().is_some() {

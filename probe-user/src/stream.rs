@@ -11,13 +11,13 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use probe_common::{HitArgsEvent, HitEvent};
+use probe_common::{HitArgsEvent, HitEvent, ProbeConfig};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     sync::{mpsc, oneshot, watch},
 };
 
-use crate::aggregate::{Aggregator, IntervalLog, Measurements, OwnUsage, Snapshot};
+use crate::aggregate::{Aggregator, IntervalLog, Measurements, OwnUsage, ProbeAggregate, Snapshot};
 use crate::attach::KernelCounters;
 use probe_common::mode;
 
@@ -146,6 +146,14 @@ pub enum CollectorCommand {
     Copy {
         with_intervals: bool,
         reply: oneshot::Sender<Copied>,
+    },
+    /// Append probes (of a program the target exec'd) to the aggregator, with their
+    /// kernel configs written (the collector owns the CONFIG map) and their kernel
+    /// counters baselined. The reply comes once they are in, before any can be hit, or
+    /// says why they could not be added (then none was).
+    AddProbes {
+        probes: Vec<(ProbeAggregate, ProbeConfig)>,
+        reply: oneshot::Sender<Result<(), String>>,
     },
     /// Drain what is queued, then return the aggregator.
     Stop,
@@ -304,6 +312,11 @@ pub async fn collect(
                         intervals: if with_intervals { intervals.clone() } else { IntervalLog::default() },
                     });
                 }
+                Some(CollectorCommand::AddProbes { probes, reply }) => {
+                    let result = add_probes(&mut counters, &mut aggregator, probes);
+                    // The session waits for this before attaching them.
+                    let _ = reply.send(result);
+                }
                 Some(CollectorCommand::Stop) | None => break,
             },
         }
@@ -422,8 +435,40 @@ pub fn baseline_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggr
     if let Some(dispatch) = counters.dispatch() {
         crate::cost::baseline_dispatch(dispatch, aggregator);
     }
-    for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
-        let id = id as u32;
+    let all = 0..aggregator.probes().len();
+    baseline_probes(counters, aggregator, all);
+}
+
+/// Writes the configs of new probes (ids following the aggregator's), then appends
+/// them, baselined.
+fn add_probes(
+    counters: &mut KernelCounters,
+    aggregator: &mut Aggregator,
+    probes: Vec<(ProbeAggregate, ProbeConfig)>,
+) -> Result<(), String> {
+    let first = aggregator.probes().len();
+    for (offset, (_, config)) in probes.iter().enumerate() {
+        let id = (first + offset) as u32;
+        counters
+            .set_config(id, *config)
+            .map_err(|e| format!("cannot configure probe {id}: {e}"))?;
+    }
+    aggregator.add_probes(probes.into_iter().map(|(probe, _)| probe).collect());
+    let end = aggregator.probes().len();
+    baseline_probes(counters, aggregator, first..end);
+    Ok(())
+}
+
+/// [`baseline_kernel_counters`] for the probes `ids` alone, without dispatch.
+fn baseline_probes(
+    counters: &KernelCounters,
+    aggregator: &mut Aggregator,
+    ids: std::ops::Range<usize>,
+) {
+    let first = ids.start;
+    let probes = aggregator.probes_mut().get_mut(ids).unwrap_or_default();
+    for (offset, probe) in probes.iter_mut().enumerate() {
+        let id = (first + offset) as u32;
         let sampled = match probe.mode {
             mode::SAMPLE => counters.sampled_hits(id).unwrap_or(0),
             _ => 0,

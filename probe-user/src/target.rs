@@ -1,6 +1,10 @@
 //! The process being probed: who it is, and checks that it is there and probe-able.
 
-use std::{fs, io, path::PathBuf};
+use std::{
+    fs, io,
+    os::fd::{AsRawFd as _, OwnedFd},
+    path::PathBuf,
+};
 
 use serde::Serialize;
 
@@ -114,10 +118,33 @@ impl Target {
         fs::read_link(format!("/proc/{}/exe", self.pid)).ok()
     }
 
+    /// Device and inode of the executable the process runs now.
+    pub fn current_exe_identity(&self) -> Option<(u64, u64)> {
+        exe_identity(self.pid)
+    }
+
     /// A path to the executable that stays valid while the process lives, even if the
     /// file is deleted or replaced on disk: the kernel resolves it to the mapped inode.
     pub fn exe_link(&self) -> PathBuf {
         PathBuf::from(format!("/proc/{}/exe", self.pid))
+    }
+
+    /// Whether `other` is this same process (the same pid and start time), perhaps
+    /// running another program since: an exec keeps both.
+    pub fn same_process(&self, other: &Target) -> bool {
+        self.pid == other.pid && self.start_ticks == other.start_ticks
+    }
+
+    /// Opens the executable the process runs now, so the kernel can be handed exactly
+    /// that file ([`PinnedExe::path`]) even if the process execs again in between.
+    pub fn pin_exe(&self) -> io::Result<PinnedExe> {
+        use std::os::unix::fs::MetadataExt as _;
+        let file = fs::File::open(self.exe_link())?;
+        let meta = file.metadata()?;
+        Ok(PinnedExe {
+            identity: (meta.dev(), meta.ino()),
+            fd: file.into(),
+        })
     }
 
     /// Whether `pid` still names this same process (not exited, not reused).
@@ -126,6 +153,27 @@ impl Target {
             .ok()
             .and_then(|stat| parse_stat(&stat))
             .is_some_and(|(state, start)| start == self.start_ticks && state != 'Z')
+    }
+}
+
+/// An executable held open by probetop.
+///
+/// `/proc/PID/exe` names whatever the process runs at the moment it is read: a probe
+/// resolved in one program and attached through it after an exec would land at a
+/// meaningless offset in the next one. Attached through [`Self::path`] instead, it
+/// goes to the file that was resolved, which the process then maps (or, after another
+/// exec, no longer maps: the probe never fires).
+#[derive(Debug)]
+pub struct PinnedExe {
+    fd: OwnedFd,
+    /// Device and inode of the file held.
+    pub identity: (u64, u64),
+}
+
+impl PinnedExe {
+    /// A path that names the held file for as long as this lives.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
     }
 }
 
@@ -166,6 +214,17 @@ mod tests {
         assert_eq!(me.exec_changed(), None);
         assert!(me.exe.is_absolute());
         assert!(!me.comm.is_empty());
+    }
+
+    #[test]
+    fn a_pinned_executable_is_the_running_one() {
+        let me = Target::open(std::process::id()).expect("own process");
+        let pin = me.pin_exe().expect("pin");
+        assert_eq!(Some(pin.identity), me.exe_identity);
+        use std::os::unix::fs::MetadataExt as _;
+        let meta = fs::metadata(pin.path()).expect("the pinned path resolves");
+        assert_eq!((meta.dev(), meta.ino()), pin.identity);
+        assert!(me.same_process(&me.clone()));
     }
 
     #[test]

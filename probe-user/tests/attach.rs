@@ -382,4 +382,229 @@ fn stops_and_keeps_measurements_when_the_target_execs() {
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
     assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
+    // Without --follow-exec nothing is followed: one program, one row.
+    assert_eq!(report["probes"].as_array().map(Vec::len), Some(1));
+    assert_eq!(probe(&report, "work_unit")["generation"], 0);
+    assert_eq!(report["execs"], serde_json::json!([]));
+}
+
+/// `path` as the kernel names it in /proc/PID/exe.
+fn canonical(path: &std::path::Path) -> String {
+    std::fs::canonicalize(path)
+        .expect("fixture path")
+        .display()
+        .to_string()
+}
+
+/// The export's rows as (kind:name, generation, exe, hits), in id order; every hit
+/// timed (no drops at these rates).
+fn rows(report: &serde_json::Value) -> Vec<(String, u64, String, u64)> {
+    report["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .map(|p| {
+            let hits = p["hits"].as_u64().expect("hits");
+            assert_eq!(p["dropped"], 0, "{p}");
+            assert_eq!(p["handler_ns"]["count"].as_u64(), Some(hits), "{p}");
+            (
+                format!(
+                    "{}:{}",
+                    p["kind"].as_str().expect("kind"),
+                    p["name"].as_str().expect("name")
+                ),
+                p["generation"].as_u64().expect("generation"),
+                p["exe"].as_str().expect("exe").to_string(),
+                hits,
+            )
+        })
+        .collect()
+}
+
+/// BPF programs and links probetop held are gone from the kernel.
+fn nothing_left_of(programs: &[u32], links: &[u32]) {
+    let (loaded_programs, loaded_links) = loaded_bpf_ids();
+    for id in programs {
+        assert!(!loaded_programs.contains(id), "program {id} left loaded");
+    }
+    for id in links {
+        assert!(!loaded_links.contains(id), "link {id} left attached");
+    }
+}
+
+/// With --follow-exec, an exec into another program detaches the old probes (their
+/// counts are kept, exactly), re-resolves the specs there (one matches, one does not:
+/// said, not fatal), attaches, and counts the new program's hits exactly too.
+#[test]
+fn follows_an_exec_into_another_program() {
+    const AFTER: u64 = 30_000;
+    let execer = fixture("c/execer");
+    let workload = fixture("c/workload");
+    let target = started(
+        &execer,
+        &[
+            "--calls",
+            &CALLS.to_string(),
+            "--exec",
+            &workload.display().to_string(),
+            "--wait-signal",
+            "--calls",
+            &AFTER.to_string(),
+        ],
+    );
+    let json = export_path("follow-other.json");
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--follow-exec",
+    ])
+    .arg("--export")
+    .arg(&json)
+    .args(["-e", "uprobe:work_unit", "-e", "uprobe:before_exec"]);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached 2 probes");
+    assert_eq!(perf_events_of(probetop.pid()), 2);
+    let (programs, links_before) = bpf_ids_of(probetop.pid());
+
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("exec");
+    // The same pid runs the workload fixture now, waiting for its own SIGUSR1.
+    target.out().wait_for("ready pid=");
+    let execed = probetop.err().wait_for("exec'd");
+    assert!(
+        execed.contains(&canonical(&workload))
+            && execed.contains("(exec 1)")
+            && execed.contains("2 probes on"),
+        "{execed}"
+    );
+    let unmatched = probetop.err().wait_for("exec 1: uprobe:before_exec");
+    assert!(unmatched.contains("not found"), "{unmatched}");
+    let attached = probetop.err().wait_for("exec 1: attached");
+    assert!(attached.contains("attached 1 probe "), "{attached}");
+    // The old program's probes are gone from the kernel; the new one is live.
+    assert_eq!(perf_events_of(probetop.pid()), 1);
+    let (_, links_after) = bpf_ids_of(probetop.pid());
+    let retired: Vec<u32> = links_before
+        .iter()
+        .copied()
+        .filter(|id| !links_after.contains(id))
+        .collect();
+    assert!(!retired.is_empty(), "{links_before:?} -> {links_after:?}");
+    nothing_left_of(&[], &retired);
+
+    target.signal(libc::SIGUSR1);
+    let done = target.out().wait_for("done calls=");
+    assert_eq!(field(&done, "calls") as u64, AFTER);
+    let status = probetop.wait();
+    let stderr = probetop.err().rest().join("\n");
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("exited"), "{stderr}");
+
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let (execer, workload) = (canonical(&execer), canonical(&workload));
+    assert_eq!(
+        rows(&report),
+        [
+            ("uprobe:work_unit".into(), 0, execer.clone(), CALLS),
+            ("uprobe:before_exec".into(), 0, execer.clone(), 1),
+            ("uprobe:work_unit".into(), 1, workload.clone(), AFTER),
+        ]
+    );
+    assert_eq!(report["probes"][2]["object"], workload.as_str());
+    assert_eq!(report["target"]["exe"], execer.as_str());
+    let execs = report["execs"].as_array().expect("execs");
+    assert_eq!(execs.len(), 1, "{execs:?}");
+    assert_eq!(execs[0]["generation"], 1);
+    assert_eq!(execs[0]["exe"], workload.as_str());
+    assert_eq!(execs[0]["probes_attached"], 1);
+    nothing_left_of(&programs, &[links_before, links_after].concat());
+}
+
+/// With --follow-exec, a program no spec matches is said so and waited through: the
+/// probes come back when the target execs a program they match (the same one as
+/// before, told apart by its generation), with exact counts in every program.
+#[test]
+fn follows_execs_through_a_program_without_probes() {
+    const AFTER: u64 = 20_000;
+    let execer = fixture("c/execer");
+    // sh holds the pid, running a program without the probes, until the test writes a
+    // line; then it execs execer again, which ends in an sh that waits for one more.
+    let again = format!(
+        "read line; exec '{}' --calls {AFTER} --exec sh -c 'read line'",
+        execer.display()
+    );
+    let mut target = started(
+        &execer,
+        &["--calls", &CALLS.to_string(), "--exec", "sh", "-c", &again],
+    );
+    let json = export_path("follow-through.json");
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--follow-exec",
+    ])
+    .arg("--export")
+    .arg(&json)
+    .args(["-e", "uprobe:work_unit", "-e", "uretprobe:before_exec"]);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached 2 probes");
+    let (programs, mut links) = bpf_ids_of(probetop.pid());
+
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("exec");
+    let waiting = probetop.err().wait_for("exec 1: no spec matches");
+    assert!(waiting.contains("waiting for pid"), "{waiting}");
+    assert_eq!(perf_events_of(probetop.pid()), 0, "nothing attached to sh");
+
+    target.send_line();
+    target.out().wait_for("ready pid=");
+    probetop.err().wait_for("exec 2: attached 2 probes");
+    assert_eq!(perf_events_of(probetop.pid()), 2);
+    links.extend(bpf_ids_of(probetop.pid()).1);
+
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("exec");
+    probetop.err().wait_for("exec 3: no spec matches");
+    assert_eq!(perf_events_of(probetop.pid()), 0);
+
+    // The last sh reads its line and exits: so does probetop.
+    target.send_line();
+    assert!(target.wait().success());
+    let status = probetop.wait();
+    let stderr = probetop.err().rest().join("\n");
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("exited"), "{stderr}");
+
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let execer = canonical(&execer);
+    assert_eq!(
+        rows(&report),
+        [
+            ("uprobe:work_unit".into(), 0, execer.clone(), CALLS),
+            ("uretprobe:before_exec".into(), 0, execer.clone(), 1),
+            ("uprobe:work_unit".into(), 2, execer.clone(), AFTER),
+            ("uretprobe:before_exec".into(), 2, execer.clone(), 1),
+        ]
+    );
+    let execs: Vec<(u64, u64)> = report["execs"]
+        .as_array()
+        .expect("execs")
+        .iter()
+        .map(|e| {
+            (
+                e["generation"].as_u64().expect("generation"),
+                e["probes_attached"].as_u64().expect("probes_attached"),
+            )
+        })
+        .collect();
+    assert_eq!(execs, [(1, 0), (2, 2), (3, 0)]);
+    assert_eq!(report["execs"][1]["exe"], execer.as_str());
+    assert_ne!(report["execs"][0]["exe"], execer.as_str());
+    nothing_left_of(&programs, &links);
 }

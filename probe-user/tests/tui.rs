@@ -1,6 +1,8 @@
 //! The live TUI driven as a person would, in tmux (send-keys to type, capture-pane to
 //! read the screen), against the C workload fixture: sort, filter, select with keys and
-//! the mouse, detach and re-attach, reset, export, quit. Needs tmux (Debian `tmux`).
+//! the mouse, detach and re-attach, reset, export, quit; and against the threads fixture
+//! flooding a probe from every CPU, for PROBETOP_TUI_FLOOD_SECONDS (60 by default), where
+//! every key must still take effect. Needs tmux (Debian `tmux`).
 
 mod common;
 
@@ -35,8 +37,12 @@ impl Tmux {
             .args(["-x", &width.to_string(), "-y", &height.to_string()])
             .arg("-c")
             .arg(dir)
-            // Keep the pane after probetop exits, to read what it printed.
             .args(["-e", "LANG=C.UTF-8"])
+            // No cached calibration: one cached on this machine by anything else
+            // would give every probe a CPU share and change the default sort.
+            .arg("-e")
+            .arg(format!("XDG_CACHE_HOME={}", dir.join("cache").display()))
+            // Keep the pane after probetop exits, to read what it printed.
             .arg(format!("{command}; echo probetop-exit=$?; sleep 600"))
             .status()
             .expect("run tmux (Debian package tmux)");
@@ -78,7 +84,12 @@ impl Tmux {
 
     /// Waits until the screen satisfies `ready`; panics with the last screen otherwise.
     fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + PATIENCE;
+        self.wait_within(what, PATIENCE, ready)
+    }
+
+    /// [`Self::wait_for`], at most `bound`.
+    fn wait_within(&self, what: &str, bound: Duration, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + bound;
         loop {
             let screen = self.screen();
             if ready(&screen) {
@@ -86,10 +97,36 @@ impl Tmux {
             }
             assert!(
                 Instant::now() < deadline,
-                "timed out waiting for {what}; screen:\n{screen}"
+                "timed out waiting for {what} ({bound:?}); screen:\n{screen}"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+}
+
+impl Tmux {
+    /// The pid of the command the pane runs: the child of the pane's shell.
+    fn command_pid(&self) -> u32 {
+        let out = Command::new("tmux")
+            .args([
+                "-L",
+                &self.socket,
+                "list-panes",
+                "-t",
+                "0",
+                "-F",
+                "#{pane_pid}",
+            ])
+            .output()
+            .expect("tmux list-panes");
+        let shell = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
+            .unwrap_or_default();
+        children
+            .split_whitespace()
+            .next()
+            .and_then(|pid| pid.parse().ok())
+            .unwrap_or_else(|| panic!("no command under the pane's shell {shell:?}"))
     }
 }
 
@@ -137,6 +174,43 @@ fn row_of<'a>(screen: &'a str, name: &str) -> &'a str {
         .lines()
         .find(|line| line.starts_with('│') && line.contains(name))
         .unwrap_or_else(|| panic!("no row for {name}:\n{screen}"))
+}
+
+/// The DROPS column of `name`'s row (the last; every column fits 100 wide), as the
+/// table shows it: in full, or abbreviated to three digits (`1.03M`) when too wide.
+fn row_drops(screen: &str, name: &str) -> Option<f64> {
+    let row = screen
+        .lines()
+        .find(|line| line.starts_with('│') && line.contains(name))?;
+    let cell = row.trim_matches('│').split_whitespace().last()?;
+    let (digits, scale) = match cell.char_indices().last()? {
+        (at, 'k') => (&cell[..at], 1e3),
+        (at, 'M') => (&cell[..at], 1e6),
+        (at, 'G') => (&cell[..at], 1e9),
+        _ => (cell, 1.0),
+    };
+    Some(digits.parse::<f64>().ok()? * scale)
+}
+
+/// Hits and drops of the selected probe in the detail pane (`hits N · R/s · drops D`),
+/// which prints both in full, whatever their size.
+fn detail_numbers(screen: &str) -> Option<(u64, u64)> {
+    let line = screen
+        .lines()
+        .map(|line| line.trim_matches('│'))
+        .find(|line| line.starts_with("hits ") && line.contains(" · drops "))?;
+    let number_after = |key: &str| -> Option<u64> {
+        let at = line.find(key)? + key.len();
+        line[at..].split_whitespace().next()?.parse().ok()
+    };
+    Some((number_after("hits ")?, number_after("drops ")?))
+}
+
+/// The drop count on the status line.
+fn status_drops(screen: &str) -> Option<u64> {
+    let status = screen.lines().next()?;
+    let before = &status[..status.find(" drops")?];
+    before.split_whitespace().last()?.parse().ok()
 }
 
 fn shell_quote(path: &Path) -> String {
@@ -399,4 +473,165 @@ fn sgr_parameters(text: &str) -> Vec<u32> {
         rest = &rest[end..];
     }
     out
+}
+
+/// How long the flood lasts: PROBETOP_TUI_FLOOD_SECONDS, 60 by default.
+fn flood_seconds() -> f64 {
+    std::env::var("PROBETOP_TUI_FLOOD_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60.0)
+}
+
+/// How long a key may take to show on screen under the flood. A liveness bound for a
+/// loaded machine, not a timing measurement: the UI redraws every 100 ms.
+const KEY_BOUND: Duration = Duration::from_secs(5);
+
+/// A probe hit from every CPU as fast as the kernel allows, while keys are sent again
+/// and again: each takes effect on screen within KEY_BOUND, the counts keep moving,
+/// drops (if the collector falls behind) are shown consistently, and `q` ends it with
+/// every probe gone.
+#[test]
+fn stays_responsive_under_a_flood() {
+    let seconds = flood_seconds();
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    // The fixture floods past the keys, so `q` comes while it still floods.
+    let target = started(
+        &fixture("c/threads"),
+        &[
+            "--threads",
+            &cpus.to_string(),
+            "--seconds",
+            &(seconds + 30.0).to_string(),
+        ],
+    );
+    let dir = temp_dir("flood");
+    let command = format!(
+        "{} --pid {} -e uprobe:work_unit --export {} 2>{}",
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
+        target.pid(),
+        shell_quote(&dir.join("flood.json")),
+        shell_quote(&dir.join("stderr.txt")),
+    );
+    let tmux = Tmux::start("flood", 100, 30, &dir, &command);
+    tmux.wait_for("the probe attached", |s| {
+        table_rows(s).len() == 1 && s.contains("1/1 attached")
+    });
+    let probetop = tmux.command_pid();
+    let (programs, links) = bpf_ids_of(probetop);
+    assert!(!programs.is_empty() && !links.is_empty(), "no BPF fds held");
+    target.signal(libc::SIGUSR1);
+
+    let flooding = Instant::now();
+    let (mut hits, mut drops) = (0, 0);
+    let mut rounds = 0;
+    let advanced = |than: u64| move |s: &str| detail_numbers(s).is_some_and(|(h, _)| h > than);
+    // Drops are the same number on the status line, in the table and in the detail pane
+    // (one probe), and never go back.
+    let mut numbers = |screen: &str| {
+        let (shown_hits, shown_drops) = detail_numbers(screen)
+            .unwrap_or_else(|| panic!("no numbers in the detail pane:\n{screen}"));
+        assert_eq!(status_drops(screen), Some(shown_drops), "{screen}");
+        let in_table = row_drops(screen, "uprobe:work_unit")
+            .unwrap_or_else(|| panic!("no DROPS cell:\n{screen}"));
+        // Exact, or to the three digits of an abbreviation.
+        assert!(
+            (in_table - shown_drops as f64).abs() <= shown_drops as f64 * 0.005,
+            "{screen}"
+        );
+        assert!(shown_drops >= drops, "drops went back:\n{screen}");
+        drops = shown_drops;
+        shown_hits
+    };
+    while rounds == 0 || flooding.elapsed() < Duration::from_secs_f64(seconds) {
+        // Counting on since the last round (or since the flood began).
+        let screen = tmux.wait_within("the hit count to advance", KEY_BOUND, advanced(hits));
+        let at_round_start = numbers(&screen);
+
+        tmux.keys(&["?"]);
+        tmux.wait_within("the help overlay", KEY_BOUND, |s| s.contains(" keys "));
+        tmux.keys(&["x"]);
+        tmux.wait_within("the help overlay to close", KEY_BOUND, |s| {
+            !s.contains(" keys ") && table_rows(s).len() == 1
+        });
+
+        tmux.keys(&["/", "z", "z", "z"]);
+        tmux.wait_within("a filter matching nothing", KEY_BOUND, |s| {
+            s.contains("no probe matches \"zzz\"")
+        });
+        tmux.keys(&["Escape"]);
+        tmux.wait_within("the filter cleared", KEY_BOUND, |s| {
+            table_rows(s).len() == 1 && !s.contains("zzz")
+        });
+
+        // As far left as the sort goes (the name), then one column right at a time.
+        tmux.keys(&["<", "<", "<", "<", "<", "<", "<", "<"]);
+        tmux.wait_within("sorted by name", KEY_BOUND, |s| s.contains("PROBE▲"));
+        tmux.keys(&[">"]);
+        tmux.wait_within("sorted by hits", KEY_BOUND, |s| s.contains("HITS▼"));
+        tmux.keys(&[">"]);
+        tmux.wait_within("sorted by hits/s", KEY_BOUND, |s| s.contains("HITS/S▼"));
+        tmux.keys(&["I"]);
+        tmux.wait_within("sorted by hits/s, ascending", KEY_BOUND, |s| {
+            s.contains("HITS/S▲")
+        });
+
+        // Paused: the display stands still while the probe keeps counting.
+        tmux.keys(&["p"]);
+        let paused = tmux.wait_within("paused", KEY_BOUND, |s| s.contains("PAUSED"));
+        let frozen = numbers(&paused);
+        assert!(frozen >= at_round_start, "{paused}");
+        std::thread::sleep(Duration::from_secs(1));
+        let still = tmux.screen();
+        assert!(still.contains("PAUSED"), "{still}");
+        assert_eq!(
+            numbers(&still),
+            frozen,
+            "counts moved while paused:\n{still}"
+        );
+        tmux.keys(&["p"]);
+        let resumed = tmux.wait_within("resumed and counting", KEY_BOUND, |s| {
+            !s.contains("PAUSED") && advanced(frozen)(s)
+        });
+        hits = numbers(&resumed);
+        rounds += 1;
+    }
+    eprintln!(
+        "{rounds} rounds of keys in {:.0?} of flood: {hits} hits, {drops} drops shown",
+        flooding.elapsed()
+    );
+
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for("probetop to exit", |s| s.contains("probetop-exit="));
+    assert!(screen.contains("probetop-exit=0"), "{screen}");
+    // Every probe gone from the kernel.
+    let (loaded_programs, loaded_links) = loaded_bpf_ids();
+    for id in &programs {
+        assert!(!loaded_programs.contains(id), "program {id} left loaded");
+    }
+    for id in &links {
+        assert!(!loaded_links.contains(id), "link {id} left attached");
+    }
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("flood.json")).expect("final export"))
+            .expect("JSON");
+    let probe = probe(&report, "work_unit");
+    let final_hits = probe["hits"].as_u64().expect("hits");
+    let final_drops = probe["dropped"].as_u64().expect("dropped");
+    assert!(final_hits >= hits, "{probe}");
+    assert!(final_drops >= drops, "{probe}");
+    // The summary printed at exit shows the exported numbers, drops included.
+    let summary = screen
+        .lines()
+        .find(|line| line.starts_with("uprobe:work_unit"))
+        .unwrap_or_else(|| panic!("no summary row:\n{screen}"));
+    let summary: Vec<&str> = summary.split_whitespace().collect();
+    assert_eq!(
+        summary[1..3],
+        [final_hits.to_string(), final_drops.to_string()],
+        "{screen}"
+    );
+    let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
+    assert!(stderr.contains("attached 1 probe"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -87,6 +87,10 @@ pub struct LoadOptions {
     pub wakeup_bytes: u64,
     /// How many probes will be attached: sizes the per-probe maps.
     pub probe_count: u32,
+    /// Room for this many more probes in the per-probe maps (CONFIG and the in-kernel
+    /// histograms), attached later under new ids (`--follow-exec`). Kernel dispatch is
+    /// measured for the first `probe_count` only.
+    pub spare_probes: u32,
     /// Size the kernel dispatch maps for this process's probes (see `cost::dispatch`);
     /// `None` leaves them minimal.
     pub dispatch_tgid: Option<u32>,
@@ -98,6 +102,7 @@ impl Default for LoadOptions {
             ring_bytes: probe_common::DEFAULT_RING_BYTES,
             wakeup_bytes: probe_common::DEFAULT_WAKEUP_BYTES,
             probe_count: 1,
+            spare_probes: 0,
             dispatch_tgid: None,
         }
     }
@@ -173,6 +178,8 @@ struct StoredRequest {
 pub struct Attachment {
     ebpf: Ebpf,
     pmu: UprobePmu,
+    /// Probe ids below this fit the per-probe maps.
+    capacity: u32,
     links: Vec<Option<ProbeLink>>,
     /// Indexed by probe id, like `links`.
     requests: Vec<Option<StoredRequest>>,
@@ -187,14 +194,15 @@ impl Attachment {
         let pmu = UprobePmu::read().map_err(AttachError::NoUprobePmu)?;
         let dispatch =
             crate::cost::dispatch::MapSizes::new(options.dispatch_tgid, options.probe_count);
+        let capacity = options
+            .probe_count
+            .saturating_add(options.spare_probes)
+            .clamp(1, probe_common::MAX_PROBES);
         let mut loader = EbpfLoader::new();
         loader
             .map_max_entries("EVENTS", options.ring_bytes)
-            .map_max_entries("CONFIG", options.probe_count.max(1))
-            .map_max_entries(
-                "KERNEL_HISTOGRAM",
-                options.probe_count.max(1) * khist::BUCKETS,
-            )
+            .map_max_entries("CONFIG", capacity)
+            .map_max_entries("KERNEL_HISTOGRAM", capacity * khist::BUCKETS)
             .override_global("WAKEUP_BYTES", &options.wakeup_bytes, true);
         dispatch.apply(&mut loader);
         let mut ebpf = loader.load(EBPF_OBJECT)?;
@@ -213,6 +221,7 @@ impl Attachment {
         Ok(Self {
             ebpf,
             pmu,
+            capacity,
             links: Vec::new(),
             requests: Vec::new(),
         })
@@ -254,6 +263,18 @@ impl Attachment {
         &mut self.ebpf
     }
 
+    /// Attaches one more probe once the kernel counters were taken
+    /// ([`Self::take_counters`]): CONFIG is theirs then, and the caller must have
+    /// written `request.config` through [`KernelCounters::set_config`] first.
+    pub fn attach_configured(&mut self, request: &AttachRequest) -> Result<(), AttachError> {
+        let name = if request.kind == ProbeKind::Uretprobe {
+            PROG_URETPROBE
+        } else {
+            PROG_UPROBE
+        };
+        self.link_request(request, name)
+    }
+
     fn attach_program(
         &mut self,
         request: &AttachRequest,
@@ -275,6 +296,15 @@ impl Attachment {
                 name: "CONFIG",
                 source,
             })?;
+        self.link_request(request, name)
+    }
+
+    /// Opens and records the probe's link; its config is in place.
+    fn link_request(
+        &mut self,
+        request: &AttachRequest,
+        name: &'static str,
+    ) -> Result<(), AttachError> {
         let stored = StoredRequest {
             program: name,
             kind: request.kind,
@@ -338,6 +368,11 @@ impl Attachment {
         })
     }
 
+    /// How many probe ids the per-probe maps hold (ids `0..capacity`).
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
     /// Whether probe `probe_id` is attached now.
     pub fn is_attached(&self, probe_id: u32) -> bool {
         self.links
@@ -354,6 +389,18 @@ impl Attachment {
             .is_some()
     }
 
+    /// Detaches one probe for good: its request is forgotten, so it cannot be attached
+    /// again. For probes of a program the target no longer runs (it exec'd): their
+    /// attach path may name the new program now, where their offset means nothing.
+    /// Returns the link, for the caller to close where waiting is harmless (closing
+    /// a probe waits for the kernel's grace period).
+    pub fn retire(&mut self, probe_id: u32) -> Option<ProbeLink> {
+        if let Some(request) = self.requests.get_mut(probe_id as usize) {
+            *request = None;
+        }
+        self.links.get_mut(probe_id as usize).and_then(Option::take)
+    }
+
     /// Attaches a probe detached by [`Self::detach`] again, as its original request
     /// asked; nothing happens if it is attached.
     pub fn reattach(&mut self, probe_id: u32) -> Result<(), AttachError> {
@@ -366,7 +413,9 @@ impl Attachment {
             .get(slot)
             .and_then(Option::as_ref)
             .ok_or_else(|| {
-                AttachError::Unsupported(format!("probe {probe_id} was never attached"))
+                AttachError::Unsupported(format!(
+                    "probe {probe_id} was never attached, or belonged to a program the target no longer runs"
+                ))
             })?;
         let link = self.open_link(probe_id, request)?;
         if self.links.len() <= slot {
@@ -451,6 +500,16 @@ impl KernelCounters {
         (first..first + khist::BUCKETS)
             .map(|index| Ok(self.histogram.get(&index, 0)?.iter().sum()))
             .collect()
+    }
+
+    /// Writes the config of a probe about to be attached
+    /// ([`Attachment::attach_configured`]).
+    pub fn set_config(
+        &mut self,
+        probe_id: u32,
+        config: ProbeConfig,
+    ) -> Result<(), aya::maps::MapError> {
+        self.config.set(probe_id, config, 0)
     }
 
     /// Switches how `probe_id`'s hits reach user space, from its next hit on.

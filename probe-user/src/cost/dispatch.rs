@@ -267,6 +267,23 @@ impl Dispatch {
     }
 }
 
+/// Every fentry/fexit program of the measurement.
+const PROGRAMS: [&str; 7] = [
+    "probetop_notify_enter",
+    "probetop_notify_exit",
+    "probetop_syscall_enter",
+    "probetop_syscall_exit",
+    "probetop_return_func",
+    "probetop_return_enter",
+    "probetop_return_exit",
+];
+
+/// Ends the measurement started by [`Dispatch::start`]: its programs detach and
+/// unload; the totals in the maps stay readable.
+pub fn stop(ebpf: &mut Ebpf) {
+    unload(ebpf, &PROGRAMS);
+}
+
 /// Fills ENTRY_SLOT and RETURN_SLOT. A function with both a uprobe and a uretprobe has
 /// one breakpoint: its entry dispatches go to the uprobe, whose handler runs there.
 fn fill_slots(ebpf: &mut Ebpf, sites: &[ProbeSite]) -> Result<(), DispatchError> {

@@ -111,6 +111,13 @@ pub fn start_dispatch(
     }
 }
 
+/// Ends kernel dispatch measurement when the target execs: the kernel side joins
+/// dispatches to probes by their addresses in the old program, which may be those of
+/// unrelated code in the new one. The totals measured up to then stay.
+pub fn stop_dispatch(attachment: &mut crate::attach::Attachment) {
+    dispatch::stop(attachment.ebpf_mut());
+}
+
 /// Hands each probe its cost knowledge; `dispatch_on` readies the live measurement.
 pub fn install(aggregator: &mut Aggregator, costs: Vec<ProbeCost>, dispatch_on: bool) {
     for (probe, mut cost) in aggregator.probes_mut().iter_mut().zip(costs) {
@@ -223,7 +230,7 @@ pub fn report(
         let class = report.site.as_ref().map_or("unknown".to_string(), |s| {
             format!("{} ({})", s.class, s.instruction)
         });
-        let mut line = format!("  {}  {class}", label.display);
+        let mut line = format!("  {}  {class}", label.full_name());
         match (report.whole_cost_ns, report.cpu_share) {
             (Some(whole), Some(share)) => {
                 let _ = write!(

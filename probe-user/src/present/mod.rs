@@ -16,6 +16,10 @@ pub struct ProbeLabel {
     pub display: String,
     /// The object's path.
     pub object: String,
+    /// Set on a probe of a program the target no longer runs: the number of the exec
+    /// (1 for the first) that replaced it (`--follow-exec`). Such a row keeps its
+    /// measurements and never fires again.
+    pub before_exec: Option<u32>,
 }
 
 impl ProbeLabel {
@@ -24,6 +28,15 @@ impl ProbeLabel {
             kind,
             display: format!("{kind}:{name}"),
             object: object.to_string(),
+            before_exec: None,
+        }
+    }
+
+    /// The name with the exec that retired the probe, if one did: for summaries.
+    pub fn full_name(&self) -> String {
+        match self.before_exec {
+            Some(exec) => format!("{} [before exec {exec}]", self.display),
+            None => self.display.clone(),
         }
     }
 }

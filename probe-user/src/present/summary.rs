@@ -16,7 +16,7 @@ pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot) -> String {
     for (label, probe) in labels.iter().zip(&snapshot.probes) {
         let h = &probe.handler;
         rows.push(vec![
-            label.display.clone(),
+            label.full_name(),
             probe.hits.to_string(),
             probe.dropped.to_string(),
             format::count(if seconds > 0.0 {

@@ -238,6 +238,19 @@ pub fn bpf_ids_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
     (programs, links)
 }
 
+/// Perf events process `pid` holds open: one per attached uprobe or uretprobe.
+pub fn perf_events_of(pid: u32) -> usize {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter(|entry| {
+            std::fs::read_link(entry.path())
+                .is_ok_and(|target| target.as_os_str() == "anon_inode:[perf_event]")
+        })
+        .count()
+}
+
 /// Ids of every BPF program and link loaded in the kernel now.
 pub fn loaded_bpf_ids() -> (Vec<u32>, Vec<u32>) {
     let programs = aya::programs::loaded_programs()

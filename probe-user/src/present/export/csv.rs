@@ -4,19 +4,20 @@
 //! CR or LF, quotes doubled. The columns are a stable interface (add at the end, never
 //! rename or reorder):
 //!
-//! `id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max`
+//! `id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe`
 //!
 //! Handler times are nanoseconds, from the probe's whole-run histogram (3 significant
 //! digits); `mean` has up to 3 decimals, the rest are integers. `address` and `file_offset`
 //! are `0x` hex, as tools print addresses. A probe without hits has `count` 0 and every
-//! time 0, as in the JSON export.
+//! time 0, as in the JSON export. `generation` and `exe` say which program the probe was
+//! attached to (the JSON export's fields of those names; `--follow-exec`).
 
 use std::fmt::Write as _;
 
 use super::{ExportError, Report};
 use crate::aggregate::HandlerSummary;
 
-pub const HEADER: [&str; 17] = [
+pub const HEADER: [&str; 19] = [
     "id",
     "spec",
     "kind",
@@ -34,6 +35,8 @@ pub const HEADER: [&str; 17] = [
     "p99",
     "p999",
     "max",
+    "generation",
+    "exe",
 ];
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
@@ -61,6 +64,8 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 s.p99.to_string(),
                 s.p999.to_string(),
                 s.max.to_string(),
+                p.generation.to_string(),
+                p.exe.clone(),
             ],
         );
     }
@@ -108,9 +113,9 @@ mod tests {
         let text = String::from_utf8(render(&sample_report()).expect("renders")).expect("utf8");
         assert_eq!(
             text,
-            "id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max\r\n\
-             0,uprobe:work_unit,uprobe,work_unit,/usr/bin/fixture,0x1139,0x1139,5,0,5,100,1200.4,300,5003,5003,5003,5003\r\n\
-             1,uretprobe:leaf_ret,uretprobe,leaf_ret,/usr/bin/fixture,0x113a,0x113a,12,2,10,1000,1000,1000,1000,1000,1000,1000\r\n"
+            "id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe\r\n\
+             0,uprobe:work_unit,uprobe,work_unit,/usr/bin/fixture,0x1139,0x1139,5,0,5,100,1200.4,300,5003,5003,5003,5003,0,/usr/bin/fixture\r\n\
+             1,uretprobe:leaf_ret,uretprobe,leaf_ret,/usr/bin/fixture,0x113a,0x113a,12,2,10,1000,1000,1000,1000,1000,1000,1000,0,/usr/bin/fixture\r\n"
         );
     }
 
@@ -141,6 +146,8 @@ mod tests {
             );
             let mean: f64 = row[11].parse().expect("mean");
             assert!((mean - s.mean).abs() <= 0.0005);
+            assert_eq!(num(17), u64::from(p.generation));
+            assert_eq!(row[18], p.exe);
         }
     }
 

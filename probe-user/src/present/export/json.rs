@@ -23,6 +23,11 @@ struct JsonProbe<'a> {
     object: &'a str,
     address: u64,
     file_offset: u64,
+    /// Execs of the target followed before the probe was attached (`--follow-exec`;
+    /// 0: the program probetop started on).
+    generation: u32,
+    /// The program the target ran when the probe was attached.
+    exe: &'a str,
     /// `ring`, `sample` or `kernel`: how hits reached probetop at the end.
     mode: &'static str,
     hits: u64,
@@ -85,6 +90,17 @@ struct JsonOtherDispatch {
     mean_ns: Option<f64>,
 }
 
+/// An exec of the target probetop followed.
+#[derive(Serialize)]
+struct JsonExec<'a> {
+    /// Probes attached after it carry this generation.
+    generation: u32,
+    exe: &'a str,
+    at_unix_ms: u64,
+    /// Probes attached to the new program (0: no spec matched it).
+    probes_attached: usize,
+}
+
 #[derive(Serialize)]
 struct JsonReport<'a> {
     tool: &'static str,
@@ -94,6 +110,8 @@ struct JsonReport<'a> {
     duration_s: f64,
     probes: Vec<JsonProbe<'a>>,
     cost: JsonCost<'a>,
+    /// The execs followed (`--follow-exec`), oldest first; empty without.
+    execs: Vec<JsonExec<'a>>,
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
@@ -119,6 +137,8 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 object: &p.object,
                 address: p.address,
                 file_offset: p.file_offset,
+                generation: p.generation,
+                exe: &p.exe,
                 mode: match p.mode {
                     probe_common::mode::SAMPLE => "sample",
                     probe_common::mode::KERNEL_HISTOGRAM => "kernel",
@@ -158,6 +178,16 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             }),
             other_bpf_programs: &report.cost.other_programs,
         },
+        execs: report
+            .execs
+            .iter()
+            .map(|e| JsonExec {
+                generation: e.generation,
+                exe: &e.exe,
+                at_unix_ms: e.at_unix_ms,
+                probes_attached: e.probes_attached,
+            })
+            .collect(),
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",
@@ -195,5 +225,31 @@ mod tests {
         assert_eq!(probes[1]["kind"], "uretprobe");
         assert_eq!(probes[1]["hits"], 12);
         assert_eq!(probes[1]["dropped"], 2);
+        assert_eq!(p["generation"], 0);
+        assert_eq!(p["exe"], "/usr/bin/fixture");
+        assert_eq!(v["execs"], serde_json::json!([]));
+    }
+
+    #[test]
+    fn probes_of_a_program_before_an_exec_are_told_apart() {
+        let mut report = sample_report();
+        report.probes[1].generation = 1;
+        report.probes[1].exe = "/usr/bin/other".into();
+        report.execs.push(super::super::ExecReport {
+            generation: 1,
+            exe: "/usr/bin/other".into(),
+            at_unix_ms: 1_700_000_000_500,
+            probes_attached: 1,
+        });
+        let v: serde_json::Value =
+            serde_json::from_slice(&render(&report).expect("renders")).expect("valid JSON");
+        assert_eq!(v["probes"][0]["generation"], 0);
+        assert_eq!(v["probes"][1]["generation"], 1);
+        assert_eq!(v["probes"][1]["exe"], "/usr/bin/other");
+        assert_eq!(
+            v["execs"],
+            serde_json::json!([{"generation": 1, "exe": "/usr/bin/other",
+                                "at_unix_ms": 1_700_000_000_500u64, "probes_attached": 1}])
+        );
     }
 }

@@ -46,6 +46,11 @@ pub struct ProbeReport {
     pub object: String,
     pub address: u64,
     pub file_offset: u64,
+    /// Execs of the target followed before this probe was attached (0: it was attached
+    /// to the program probetop started on; see [`ExecReport`]).
+    pub generation: u32,
+    /// The program the target ran when this probe was attached.
+    pub exe: String,
     /// How hits reached probetop at the end (`probe_common::mode`).
     pub mode: u32,
     /// Argument values of the last hit that captured any; `None` inside where a read
@@ -83,6 +88,22 @@ pub struct Report {
     pub probes: Vec<ProbeReport>,
     /// What all probes cost the target, and other BPF programs on its probes.
     pub cost: crate::cost::RunCostReport,
+    /// Every exec of the target probetop followed (`--follow-exec`), oldest first.
+    pub execs: Vec<ExecReport>,
+}
+
+/// An exec of the target that probetop followed: the probes of the program before it
+/// stopped firing, those of the new one (if any matched) were attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecReport {
+    /// 1 for the first exec; probes attached after it have this generation.
+    pub generation: u32,
+    /// The program exec'd, as the kernel names it.
+    pub exe: String,
+    /// When probetop noticed it, unix time in ms.
+    pub at_unix_ms: u64,
+    /// Probes attached to the new program.
+    pub probes_attached: usize,
 }
 
 /// Why an export could not be written.
@@ -333,6 +354,8 @@ pub(crate) mod testing {
             object: "/usr/bin/fixture".into(),
             address: 0x1139 + id as u64,
             file_offset: 0x1139 + id as u64,
+            generation: 0,
+            exe: "/usr/bin/fixture".into(),
             hits: hist.len() + dropped,
             dropped,
             intervals: vec![Interval {
@@ -359,6 +382,7 @@ pub(crate) mod testing {
                 probe(1, ProbeKind::Uretprobe, "leaf_ret", b, 2),
             ],
             cost: Default::default(),
+            execs: Vec::new(),
         }
     }
 
@@ -400,6 +424,8 @@ pub(crate) mod testing {
                 object: object.into(),
                 address: 0x40_1000 + u64::from(id) * 0x10,
                 file_offset: 0x1000 + u64::from(id) * 0x10,
+                generation: 0,
+                exe: "/usr/bin/fixture".into(),
                 hits: whole.len() + dropped,
                 dropped,
                 intervals: intervals
@@ -518,6 +544,7 @@ pub(crate) mod testing {
             duration_s: 3.0,
             probes,
             cost: Default::default(),
+            execs: Vec::new(),
         }
     }
 

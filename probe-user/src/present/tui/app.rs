@@ -36,6 +36,15 @@ pub enum UiEvent {
     Attached { probe_id: u32, attached: bool },
     /// One line for the footer: an export written, a request that failed.
     Message(String),
+    /// The target exec'd and probetop followed (`--follow-exec`): the whole probe list
+    /// (rows of the old program marked, the new program's appended), which are
+    /// attached, who the target is now, and what happened.
+    Followed {
+        target: TargetLine,
+        labels: Vec<ProbeLabel>,
+        attached: Vec<bool>,
+        message: String,
+    },
 }
 
 /// Cumulative numbers since attach (or reset), or those of the last closed interval.
@@ -290,6 +299,19 @@ impl App {
         self.attached.get(id).copied().unwrap_or(true)
     }
 
+    /// The exec that replaced probe `id`'s program, if one did: the row no longer fires.
+    pub fn before_exec(&self, id: usize) -> Option<u32> {
+        self.labels.get(id).and_then(|l| l.before_exec)
+    }
+
+    /// (attached, all) among the probes of the program the target runs now.
+    pub fn attached_count(&self) -> (usize, usize) {
+        let live = (0..self.labels.len()).filter(|&id| self.before_exec(id).is_none());
+        live.fold((0, 0), |(attached, all), id| {
+            (attached + usize::from(self.is_attached(id)), all + 1)
+        })
+    }
+
     /// The selected probe, or the first row's when the selection is filtered out.
     pub fn selected_probe(&self, rows: &[usize]) -> Option<usize> {
         match self.selected {
@@ -332,6 +354,19 @@ impl App {
                 ));
             }
             UiEvent::Message(text) => self.message = Some(text),
+            UiEvent::Followed {
+                target,
+                labels,
+                attached,
+                message,
+            } => {
+                // Ids are stable (rows are only appended), so the selection stays put.
+                self.target = target;
+                self.labels = labels;
+                self.attached = attached;
+                self.message = Some(message);
+                self.keep_selection_visible();
+            }
         }
     }
 
@@ -410,7 +445,17 @@ impl App {
             KeyCode::Char('r') => Effect::Send(UiRequest::Reset),
             KeyCode::Char('e') => Effect::Send(UiRequest::Export),
             KeyCode::Char(' ') => match self.selected_probe(&self.rows()) {
-                Some(id) => Effect::Send(UiRequest::ToggleAttach(id as u32)),
+                Some(id) => match self.before_exec(id) {
+                    // Its offset means nothing in the program the target runs now.
+                    Some(exec) => {
+                        self.message = Some(format!(
+                            "{} was replaced by exec {exec}: it cannot attach again",
+                            self.labels[id].display
+                        ));
+                        Effect::Redraw
+                    }
+                    None => Effect::Send(UiRequest::ToggleAttach(id as u32)),
+                },
                 None => Effect::Nothing,
             },
             _ => Effect::Nothing,

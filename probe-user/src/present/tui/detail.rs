@@ -98,10 +98,10 @@ fn totals_line(app: &App, id: usize) -> Line<'static> {
         Some(probe_common::mode::KERNEL_HISTOGRAM) => "in-kernel histogram",
         _ => "every hit streamed",
     };
-    let state = if app.is_attached(id) {
-        mode
-    } else {
-        "detached"
+    let state = match app.before_exec(id) {
+        Some(exec) => format!("replaced by exec {exec}"),
+        None if app.is_attached(id) => mode.to_string(),
+        None => "detached".to_string(),
     };
     let drops = Span::styled(
         format!("drops {}", n.dropped),

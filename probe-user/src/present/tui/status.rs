@@ -23,7 +23,8 @@ struct Part {
 pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme;
     let snap = &app.snapshot;
-    let attached = app.attached.iter().filter(|a| **a).count();
+    // Rows of a program the target exec'd away from are neither attached nor missing.
+    let (attached, live) = app.attached_count();
     let cpu = snap
         .own
         .cpu_share
@@ -44,10 +45,10 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
             false,
         ),
         part(
-            format!("{attached}/{} probes attached", app.labels.len()),
-            format!("{attached}/{} attached", app.labels.len()),
+            format!("{attached}/{live} probes attached"),
+            format!("{attached}/{live} attached"),
             0,
-            attached < app.labels.len(),
+            attached < live,
         ),
         part(
             format!("{} events/s", format::count(snap.events_per_second)),

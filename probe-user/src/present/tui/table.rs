@@ -80,10 +80,12 @@ fn handler_ns(n: &Numbers, value: u64) -> String {
     }
 }
 
-/// Hit counts in full while they fit the column.
-fn hits(value: u64) -> String {
-    if value < 1_000_000_000 {
-        value.to_string()
+/// A count in full while it fits a column `width` wide, abbreviated (`1.03M`) beyond:
+/// the table cuts what does not fit, and a cut number reads as another one.
+fn count_cell(value: u64, width: u16) -> String {
+    let full = value.to_string();
+    if full.len() <= usize::from(width) {
+        full
     } else {
         format::count(value as f64)
     }
@@ -95,7 +97,7 @@ pub const COLUMNS: [Column; 12] = [
         width: 9,
         priority: 0,
         sort: SortColumn::Hits,
-        value: |n| hits(n.hits),
+        value: |n| count_cell(n.hits, 9),
     },
     Column {
         title: "HITS/S",
@@ -178,7 +180,7 @@ pub const COLUMNS: [Column; 12] = [
         width: 6,
         priority: 0,
         sort: SortColumn::Drops,
-        value: |n| n.dropped.to_string(),
+        value: |n| count_cell(n.dropped, 6),
     },
 ];
 
@@ -229,7 +231,12 @@ fn probe_name(app: &App, id: usize, width: usize) -> String {
     let mode = app.snapshot.probes.get(id).map(|p| p.mode);
     // Narrow columns get short marks, so the name stays readable.
     let short = width < 30;
-    let mark = if !app.is_attached(id) {
+    let retired = app
+        .before_exec(id)
+        .map(|exec| format!(" [before exec {exec}]"));
+    let mark = if let Some(retired) = &retired {
+        if short { " [old]" } else { retired.as_str() }
+    } else if !app.is_attached(id) {
         if short { " [off]" } else { " [detached]" }
     } else {
         match mode {

@@ -634,3 +634,86 @@ fn session_events_update_the_state() {
     assert_eq!(app.on_key(&key(KeyCode::F(12))), Effect::Redraw);
     assert_eq!(app.message, None);
 }
+
+#[test]
+fn a_followed_exec_marks_the_old_rows_and_adds_the_new() {
+    let mut app = app(160, 30);
+    app.selected = Some(2);
+    let mut labels = labels();
+    for label in &mut labels {
+        label.before_exec = Some(1);
+    }
+    labels.push(ProbeLabel::new(
+        ProbeKind::Uprobe,
+        "work_unit",
+        "/opt/fixtures/c/other",
+    ));
+    app.apply(UiEvent::Followed {
+        target: TargetLine {
+            pid: 4242,
+            comm: "other".into(),
+        },
+        labels,
+        attached: vec![false, false, false, false, true],
+        message: "exec 1: attached 1 probe to pid 4242 (other)".into(),
+    });
+    let mut snapshot = snapshot();
+    snapshot.probes.push(probe(10, 5.0, 100));
+    app.update(snapshot);
+    let screen = text(&app);
+    // Only the new program's probe counts as attachable: no warning for the old rows.
+    assert!(screen.contains("1/1 probes attached"), "{screen}");
+    assert!(screen.contains("pid 4242 (other)"), "{screen}");
+    assert!(screen.contains("[before exec 1]"), "{screen}");
+    assert!(screen.contains("exec 1: attached 1 probe"), "{screen}");
+    app.resize(100, 30);
+    let narrow = text(&app);
+    assert!(narrow.contains("uprobe:leaf_ret [old]"), "{narrow}");
+    assert!(narrow.contains("1/1 attached"), "{narrow}");
+    assert_eq!(app.selected, Some(2), "ids are stable");
+    assert!(
+        screen.contains("replaced by exec 1"),
+        "detail pane:\n{screen}"
+    );
+    // An old row cannot be attached again: its offset means nothing now.
+    assert_eq!(app.on_key(&key(KeyCode::Char(' '))), Effect::Redraw);
+    assert!(
+        app.message
+            .as_deref()
+            .is_some_and(|m| m.contains("cannot attach again")),
+        "{:?}",
+        app.message
+    );
+    // The new one can be detached as usual.
+    app.selected = Some(4);
+    assert_eq!(
+        app.on_key(&key(KeyCode::Char(' '))),
+        Effect::Send(UiRequest::ToggleAttach(4))
+    );
+}
+
+#[test]
+fn counts_too_wide_for_their_column_are_abbreviated_not_cut() {
+    let mut app = app(100, 30);
+    let mut snapshot = snapshot();
+    snapshot.probes[0].hits = 1_234_567_890;
+    snapshot.probes[3].dropped = 1_028_349;
+    snapshot.dropped = 1_028_349;
+    app.update(snapshot);
+    let screen = text(&app);
+    let row = |name: &str| {
+        screen
+            .lines()
+            .find(|l| l.contains(&format!("│{name} ")))
+            .unwrap_or_else(|| panic!("no {name} row:\n{screen}"))
+            .to_string()
+    };
+    assert!(row("uprobe:malloc").contains(" 1.03M│"), "{screen}");
+    assert!(
+        !row("uprobe:malloc").contains("028349"),
+        "a cut number:\n{screen}"
+    );
+    assert!(row("uprobe:work_unit").contains(" 1.23G "), "{screen}");
+    // Counts that fit stay exact.
+    assert!(row("uprobe:leaf_ret").contains(" 98000 "), "{screen}");
+}
