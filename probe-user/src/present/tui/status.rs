@@ -62,6 +62,17 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
             0,
             snap.dropped > 0,
         ),
+        // What the probes cost the target, in all (hits/s x whole cost per hit), once
+        // this machine is calibrated.
+        match snap.cpu_share() {
+            Some(share) => part(
+                format!("probes cost target {} cpu", format::percent(share)),
+                format!("target {}", format::percent(share)),
+                1,
+                false,
+            ),
+            None => part(String::new(), String::new(), 4, false),
+        },
         part(
             format!("self: cpu {cpu}, rss {rss}"),
             format!("self {cpu} {rss}"),

@@ -177,6 +177,38 @@ fn screen_main_wide() {
 }
 
 #[test]
+fn screen_whole_cost_and_cpu_share() {
+    // What a run shows once this machine is calibrated: whole cost per hit and CPU share
+    // filled in, sorted by CPU share like top, a single-stepped site marked where it is
+    // named and costing far more per hit than its neighbours.
+    let mut labels = labels();
+    labels[2].display = format!("{} [sstep]", labels[2].display);
+    let mut app = App::new(
+        TargetLine {
+            pid: 4242,
+            comm: "workload".into(),
+        },
+        labels,
+        true,
+        Theme::default(),
+    );
+    app.resize(120, 36);
+    let mut snap = snapshot();
+    for (probe, cost) in
+        snap.probes
+            .iter_mut()
+            .zip([Some(1_078.0), Some(1_620.0), Some(12_935.0), None])
+    {
+        probe.whole_cost_ns = cost;
+        probe.cpu_share = cost.map(|ns| ns * probe.per_second / 1e9);
+    }
+    app.update(snap);
+    assert_eq!(app.effective_sort_column(), SortColumn::CpuShare);
+    assert_eq!(order(&app), [2, 1, 0, 3]);
+    insta::assert_snapshot!(render(&app).backend());
+}
+
+#[test]
 fn screen_main_80x24() {
     let mut app = app(80, 24);
     // The detail pane shows the probe the focus is for.
