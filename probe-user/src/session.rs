@@ -245,6 +245,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             cost::dispatch::MAX_DISPATCH_PROBES
         );
     }
+    let kernel_histograms = matches!(args.mode, Mode::Kernel | Mode::Auto);
+    if kernel_histograms {
+        say_kernel_histogram_memory(probes.len());
+    }
     let mut attachment = Attachment::load(LoadOptions {
         ring_bytes,
         probe_count: probes.len() as u32,
@@ -254,6 +258,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             0
         },
         dispatch_tgid: dispatch_wanted.then_some(pid),
+        // Only the kernel and auto modes ever aggregate in the kernel.
+        kernel_histograms,
         ..Default::default()
     })?;
     let dispatch = if !dispatch_wanted {
@@ -951,6 +957,20 @@ pub fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
         print!("{}", present::list::render_text(&listing));
     }
     Ok(())
+}
+
+/// The in-kernel histograms are per-CPU arrays of 592 counters per probe: on a large
+/// host with many probes that is real kernel memory, so say how much when it is.
+fn say_kernel_histogram_memory(probes: usize) {
+    let cpus = aya::util::nr_cpus().unwrap_or(1);
+    let bytes = probes * probe_common::khist::BUCKETS as usize * 8 * cpus;
+    if bytes >= 64 << 20 {
+        eprintln!(
+            "probetop: in-kernel histograms take {} MiB of kernel memory ({probes} probes x {} buckets x {cpus} CPUs); --mode ring takes none",
+            bytes >> 20,
+            probe_common::khist::BUCKETS
+        );
+    }
 }
 
 #[cfg(test)]

@@ -94,6 +94,10 @@ pub struct LoadOptions {
     /// Size the kernel dispatch maps for this process's probes (see `cost::dispatch`);
     /// `None` leaves them minimal.
     pub dispatch_tgid: Option<u32>,
+    /// Size the in-kernel histograms for every probe. They take 592 counters per probe
+    /// per CPU of kernel memory (1000 probes on 64 CPUs: 300 MiB), so runs that never
+    /// aggregate in the kernel (ring and sample modes) leave them minimal.
+    pub kernel_histograms: bool,
 }
 
 impl Default for LoadOptions {
@@ -104,6 +108,7 @@ impl Default for LoadOptions {
             probe_count: 1,
             spare_probes: 0,
             dispatch_tgid: None,
+            kernel_histograms: true,
         }
     }
 }
@@ -202,7 +207,14 @@ impl Attachment {
         loader
             .map_max_entries("EVENTS", options.ring_bytes)
             .map_max_entries("CONFIG", capacity)
-            .map_max_entries("KERNEL_HISTOGRAM", capacity * khist::BUCKETS)
+            .map_max_entries(
+                "KERNEL_HISTOGRAM",
+                if options.kernel_histograms {
+                    capacity * khist::BUCKETS
+                } else {
+                    1
+                },
+            )
             .override_global("WAKEUP_BYTES", &options.wakeup_bytes, true);
         dispatch.apply(&mut loader);
         let mut ebpf = loader.load(EBPF_OBJECT)?;

@@ -238,6 +238,24 @@ pub fn bpf_ids_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
     (programs, links)
 }
 
+/// Max entries of the BPF map named `name` (as the kernel keeps it: 15 characters at
+/// most) that process `pid` holds open, from its map ids in /proc/PID/fdinfo.
+pub fn map_entries_of(pid: u32, name: &str) -> Option<u32> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?;
+    dir.flatten()
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .filter_map(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("map_id:")?.trim().parse::<u32>().ok())
+        })
+        .filter_map(|id| aya::maps::MapInfo::from_id(id).ok())
+        .find(|map| {
+            map.name_as_str()
+                .is_some_and(|n| name.starts_with(n) && !n.is_empty())
+        })
+        .map(|map| map.max_entries())
+}
+
 /// Perf events process `pid` holds open: one per attached uprobe or uretprobe.
 pub fn perf_events_of(pid: u32) -> usize {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
