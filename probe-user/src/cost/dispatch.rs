@@ -341,47 +341,35 @@ fn unload(ebpf: &mut Ebpf, names: &[&str]) {
     }
 }
 
-fn attach_fentry(
-    ebpf: &mut Ebpf,
-    btf: &Btf,
-    program: &'static str,
-    function: &'static str,
-) -> Result<(), DispatchError> {
-    let refused = |source| DispatchError::Refused {
-        kind: "fentry",
-        function,
-        source,
+/// Loads `program` against the kernel function `function` and attaches it. One body for
+/// both kinds: aya's FEntry and FExit share these calls but no trait.
+macro_rules! attach_tracing {
+    ($name:ident, $program_type:ty, $kind:literal) => {
+        fn $name(
+            ebpf: &mut Ebpf,
+            btf: &Btf,
+            program: &'static str,
+            function: &'static str,
+        ) -> Result<(), DispatchError> {
+            let refused = |source| DispatchError::Refused {
+                kind: $kind,
+                function,
+                source,
+            };
+            let prog: &mut $program_type = ebpf
+                .program_mut(program)
+                .ok_or(DispatchError::MissingProgram(program))?
+                .try_into()
+                .map_err(refused)?;
+            prog.load(function, btf).map_err(refused)?;
+            prog.attach().map_err(refused)?;
+            Ok(())
+        }
     };
-    let prog: &mut FEntry = ebpf
-        .program_mut(program)
-        .ok_or(DispatchError::MissingProgram(program))?
-        .try_into()
-        .map_err(refused)?;
-    prog.load(function, btf).map_err(refused)?;
-    prog.attach().map_err(refused)?;
-    Ok(())
 }
 
-fn attach_fexit(
-    ebpf: &mut Ebpf,
-    btf: &Btf,
-    program: &'static str,
-    function: &'static str,
-) -> Result<(), DispatchError> {
-    let refused = |source| DispatchError::Refused {
-        kind: "fexit",
-        function,
-        source,
-    };
-    let prog: &mut FExit = ebpf
-        .program_mut(program)
-        .ok_or(DispatchError::MissingProgram(program))?
-        .try_into()
-        .map_err(refused)?;
-    prog.load(function, btf).map_err(refused)?;
-    prog.attach().map_err(refused)?;
-    Ok(())
-}
+attach_tracing!(attach_fentry, FEntry, "fentry");
+attach_tracing!(attach_fexit, FExit, "fexit");
 
 /// Dispatch measured for one probe over the measurement window.
 #[derive(Debug, Clone)]

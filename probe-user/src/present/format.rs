@@ -89,6 +89,19 @@ pub fn clock(elapsed: std::time::Duration) -> String {
     }
 }
 
+/// A handler summary as every view shows it: min, p50, p90, p99, p99.9, max, mean.
+pub fn handler_cells(h: &crate::aggregate::HandlerSummary) -> [String; 7] {
+    [
+        ns(h.min),
+        ns(h.p50),
+        ns(h.p90),
+        ns(h.p99),
+        ns(h.p999),
+        ns(h.max),
+        ns_f(h.mean),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,8 +14,7 @@ pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot) -> String {
     ];
     let mut rows: Vec<Vec<String>> = vec![headers.iter().map(|h| h.to_string()).collect()];
     for (label, probe) in labels.iter().zip(&snapshot.probes) {
-        let h = &probe.handler;
-        rows.push(vec![
+        let mut row = vec![
             label.full_name(),
             probe.hits.to_string(),
             probe.dropped.to_string(),
@@ -24,14 +23,9 @@ pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot) -> String {
             } else {
                 0.0
             }),
-            format::ns(h.min),
-            format::ns(h.p50),
-            format::ns(h.p90),
-            format::ns(h.p99),
-            format::ns(h.p999),
-            format::ns(h.max),
-            format::ns_f(h.mean),
-        ]);
+        ];
+        row.extend(format::handler_cells(&probe.handler));
+        rows.push(row);
     }
     let widths: Vec<usize> = (0..headers.len())
         .map(|col| {

@@ -134,16 +134,9 @@ fn percentiles_line(app: &App, id: usize, width: usize) -> Line<'static> {
         };
         return Line::from(format!("handler time: no hits {when}")).style(app.theme.dim());
     }
-    let numbers = format!(
-        "min {} p50 {} p90 {} p99 {} p99.9 {} max {} mean {}",
-        format::ns(h.min),
-        format::ns(h.p50),
-        format::ns(h.p90),
-        format::ns(h.p99),
-        format::ns(h.p999),
-        format::ns(h.max),
-        format::ns_f(h.mean),
-    );
+    let [min, p50, p90, p99, p999, max, mean] = format::handler_cells(&h);
+    let numbers =
+        format!("min {min} p50 {p50} p90 {p90} p99 {p99} p99.9 {p999} max {max} mean {mean}");
     // Say what the numbers are when there is room.
     let prefixed = format!("handler time {numbers}");
     Line::from(if prefixed.chars().count() <= width {
