@@ -245,18 +245,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             cost::dispatch::MAX_DISPATCH_PROBES
         );
     }
+    let spare_probes = if args.follow_exec {
+        follow::spare_probes(probes.len() as u32)
+    } else {
+        0
+    };
     let kernel_histograms = matches!(args.mode, Mode::Kernel | Mode::Auto);
     if kernel_histograms {
-        say_kernel_histogram_memory(probes.len());
+        say_kernel_histogram_memory(probes.len() + spare_probes as usize);
     }
     let mut attachment = Attachment::load(LoadOptions {
         ring_bytes,
         probe_count: probes.len() as u32,
-        spare_probes: if args.follow_exec {
-            follow::spare_probes(probes.len() as u32)
-        } else {
-            0
-        },
+        spare_probes,
         dispatch_tgid: dispatch_wanted.then_some(pid),
         // Only the kernel and auto modes ever aggregate in the kernel.
         kernel_histograms,
@@ -961,12 +962,12 @@ pub fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
 
 /// The in-kernel histograms are per-CPU arrays of 592 counters per probe: on a large
 /// host with many probes that is real kernel memory, so say how much when it is.
-fn say_kernel_histogram_memory(probes: usize) {
+fn say_kernel_histogram_memory(probe_slots: usize) {
     let cpus = aya::util::nr_cpus().unwrap_or(1);
-    let bytes = probes * probe_common::khist::BUCKETS as usize * 8 * cpus;
+    let bytes = probe_slots * probe_common::khist::BUCKETS as usize * 8 * cpus;
     if bytes >= 64 << 20 {
         eprintln!(
-            "probetop: in-kernel histograms take {} MiB of kernel memory ({probes} probes x {} buckets x {cpus} CPUs); --mode ring takes none",
+            "probetop: in-kernel histograms take {} MiB of kernel memory ({probe_slots} probe slots x {} buckets x {cpus} CPUs); --mode ring takes none",
             bytes >> 20,
             probe_common::khist::BUCKETS
         );

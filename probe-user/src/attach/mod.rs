@@ -34,6 +34,15 @@ static EBPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"),
 
 const PROG_UPROBE: &str = "probetop_uprobe";
 const PROG_URETPROBE: &str = "probetop_uretprobe";
+
+/// probetop's measuring program for a probe of `kind`.
+fn measuring_program(kind: ProbeKind) -> &'static str {
+    if kind == ProbeKind::Uretprobe {
+        PROG_URETPROBE
+    } else {
+        PROG_UPROBE
+    }
+}
 /// A program that does nothing (calibration's baseline).
 const PROG_EMPTY: &str = "probetop_empty";
 const UPROBE_PMU: &str = "/sys/bus/event_source/devices/uprobe";
@@ -241,12 +250,7 @@ impl Attachment {
 
     /// Attaches one probe.
     pub fn attach(&mut self, request: &AttachRequest) -> Result<(), AttachError> {
-        let name = if request.kind == ProbeKind::Uretprobe {
-            PROG_URETPROBE
-        } else {
-            PROG_UPROBE
-        };
-        self.attach_program(request, name)
+        self.attach_program(request, measuring_program(request.kind))
     }
 
     /// Attaches one probe running a program that does nothing (`probetop calibrate`'s
@@ -279,12 +283,7 @@ impl Attachment {
     /// ([`Self::take_counters`]): CONFIG is theirs then, and the caller must have
     /// written `request.config` through [`KernelCounters::set_config`] first.
     pub fn attach_configured(&mut self, request: &AttachRequest) -> Result<(), AttachError> {
-        let name = if request.kind == ProbeKind::Uretprobe {
-            PROG_URETPROBE
-        } else {
-            PROG_UPROBE
-        };
-        self.link_request(request, name)
+        self.link_request(request, measuring_program(request.kind))
     }
 
     fn attach_program(

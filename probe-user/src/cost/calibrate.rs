@@ -171,11 +171,7 @@ impl Case {
     }
 
     fn kind(self) -> ProbeKind {
-        match self {
-            Case::Uretprobe => ProbeKind::Uretprobe,
-            Case::UsdtHit => ProbeKind::Usdt,
-            _ => ProbeKind::Uprobe,
-        }
+        self.func().probe_kind()
     }
 
     /// Probe id in phase one's attachment.
@@ -236,11 +232,7 @@ impl DispatchCase {
     }
 
     fn kind(self) -> ProbeKind {
-        match self {
-            DispatchCase::Usdt => ProbeKind::Usdt,
-            DispatchCase::Uretprobe => ProbeKind::Uretprobe,
-            _ => ProbeKind::Uprobe,
-        }
+        self.func().probe_kind()
     }
 
     fn probe_id(self) -> u32 {

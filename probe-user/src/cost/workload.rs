@@ -230,6 +230,17 @@ impl Func {
         }
     }
 
+    /// The kind of probe that measures it: its return for [`Func::Ret`], the USDT site
+    /// for [`Func::Usdt`], its entry otherwise.
+    pub fn probe_kind(self) -> crate::spec::ProbeKind {
+        use crate::spec::ProbeKind;
+        match self {
+            Func::Ret => ProbeKind::Uretprobe,
+            Func::Usdt => ProbeKind::Usdt,
+            _ => ProbeKind::Uprobe,
+        }
+    }
+
     fn from_name(name: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|f| f.name() == name)
     }

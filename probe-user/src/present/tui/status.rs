@@ -36,56 +36,59 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         priority,
         warn,
     };
-    let parts = [
-        part("probetop".into(), "probetop".into(), 3, false),
+    // What the probes cost the target, in all (hits/s x whole cost per hit), once this
+    // machine is calibrated.
+    let target_cost = snap.cpu_share().map(|share| {
         part(
+            format!("probes cost target {} cpu", format::percent(share)),
+            format!("target {}", format::percent(share)),
+            1,
+            false,
+        )
+    });
+    let parts: Vec<Part> = [
+        Some(part("probetop".into(), "probetop".into(), 3, false)),
+        Some(part(
             format!("pid {} ({})", app.target.pid, app.target.comm),
             format!("pid {} {}", app.target.pid, app.target.comm),
             0,
             false,
-        ),
-        part(
+        )),
+        Some(part(
             format!("{attached}/{live} probes attached"),
             format!("{attached}/{live} attached"),
             0,
             attached < live,
-        ),
-        part(
+        )),
+        Some(part(
             format!("{} events/s", format::count(snap.events_per_second)),
             format!("{} ev/s", format::count(snap.events_per_second)),
             0,
             false,
-        ),
-        part(
+        )),
+        Some(part(
             format!("{} drops", snap.dropped),
             format!("{} drops", snap.dropped),
             0,
             snap.dropped > 0,
-        ),
-        // What the probes cost the target, in all (hits/s x whole cost per hit), once
-        // this machine is calibrated.
-        match snap.cpu_share() {
-            Some(share) => part(
-                format!("probes cost target {} cpu", format::percent(share)),
-                format!("target {}", format::percent(share)),
-                1,
-                false,
-            ),
-            None => part(String::new(), String::new(), 4, false),
-        },
-        part(
+        )),
+        target_cost,
+        Some(part(
             format!("self: cpu {cpu}, rss {rss}"),
             format!("self {cpu} {rss}"),
             1,
             false,
-        ),
-        part(
+        )),
+        Some(part(
             format::clock(snap.elapsed),
             format::clock(snap.elapsed),
             2,
             false,
-        ),
-    ];
+        )),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
     let paused = app.paused.then_some("PAUSED");
     let budget = (area.width as usize).saturating_sub(paused.map_or(0, |p| p.len() + 2));
     // Long forms with every part, then short forms dropping parts until they fit.
