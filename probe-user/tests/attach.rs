@@ -56,8 +56,7 @@ fn exact_hits_in_mode(mode: &str) {
     assert!(status.success(), "probetop failed: {stderr:?}");
     assert!(stderr.iter().any(|l| l.contains("exited")), "{stderr:?}");
 
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("export written")).expect("JSON");
+    let report: serde_json::Value = read_export(&json);
     assert_eq!(report["target"]["pid"], target.pid());
     assert!(report["duration_s"].as_f64().expect("duration") > 0.0);
     let probes = report["probes"].as_array().expect("probes");
@@ -388,8 +387,7 @@ fn stops_and_keeps_measurements_when_the_target_execs() {
         stderr.contains("exec'd") && stderr.contains("sleep"),
         "{stderr}"
     );
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let report: serde_json::Value = read_export(&json);
     assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
     // Without --follow-exec nothing is followed: one program, one row.
     assert_eq!(report["probes"].as_array().map(Vec::len), Some(1));
@@ -511,8 +509,7 @@ fn follows_an_exec_into_another_program() {
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("exited"), "{stderr}");
 
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let report: serde_json::Value = read_export(&json);
     let (execer, workload) = (canonical(&execer), canonical(&workload));
     assert_eq!(
         rows(&report),
@@ -589,8 +586,7 @@ fn follows_execs_through_a_program_without_probes() {
     assert!(status.success(), "{stderr}");
     assert!(stderr.contains("exited"), "{stderr}");
 
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let report: serde_json::Value = read_export(&json);
     let execer = canonical(&execer);
     assert_eq!(
         rows(&report),

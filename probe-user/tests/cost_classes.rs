@@ -11,17 +11,7 @@ use common::*;
 
 /// `probetop list --json PATH`: the points.
 fn listed(path: &Path) -> Vec<serde_json::Value> {
-    let out = probetop()
-        .args(["list", "--json"])
-        .arg(path)
-        .output()
-        .expect("probetop list");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let listing = list_json([path]);
     listing["points"].as_array().expect("points").clone()
 }
 

@@ -54,7 +54,7 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
         start.elapsed() > Duration::from_secs(1)
     }));
 
-    let json = std::env::temp_dir().join(format!("probetop-estimate-{}.json", std::process::id()));
+    let json = export_path("estimate.json");
     let mut cmd = probetop();
     cmd.args([
         "--pid",
@@ -86,8 +86,7 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
     );
     let measured = median(probed.clone()) - unprobed;
 
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let report: serde_json::Value = read_export(&json);
     let probe = &report["probes"][0];
     assert_eq!(probe["cost_class"], "emulated-push", "{probe}");
     let estimate = probe["whole_cost_ns"]

@@ -33,7 +33,7 @@ fn finds_bpftrace_on_the_target_and_prices_it() {
     });
     bpftrace.out().wait_for("Attaching");
 
-    let json = std::env::temp_dir().join(format!("probetop-others-{}.json", std::process::id()));
+    let json = export_path("others.json");
     let mut probetop = Running::spawn({
         let mut cmd = probetop();
         cmd.args([
@@ -49,8 +49,7 @@ fn finds_bpftrace_on_the_target_and_prices_it() {
     });
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     let stderr = probetop.err().rest().join("\n");
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let report: serde_json::Value = read_export(&json);
     let others = report["cost"]["other_bpf_programs"]
         .as_array()
         .expect("other_bpf_programs");

@@ -26,17 +26,7 @@ fn bpftrace_list(kind: &str, path: &std::path::Path) -> BTreeSet<String> {
 
 /// probetop's listing of `path`: (function symbols as stored, USDT provider:name).
 fn probetop_list(path: &std::path::Path) -> (BTreeSet<String>, BTreeSet<String>) {
-    let out = probetop()
-        .args(["list", "--json"])
-        .arg(path)
-        .output()
-        .expect("probetop list");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let listing = list_json([path]);
     let mut functions = BTreeSet::new();
     let mut usdt = BTreeSet::new();
     for point in listing["points"].as_array().expect("points") {

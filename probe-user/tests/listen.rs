@@ -259,7 +259,7 @@ impl Drop for Prometheus {
 #[test]
 fn a_real_prometheus_scrapes_what_probetop_reports() {
     let target = forever_workload();
-    let json = std::env::temp_dir().join(format!("probetop-listen-{}.json", std::process::id()));
+    let json = export_path("listen.json");
     let (mut probetop, addr) =
         probetop_listening(target.pid(), &["--export", &json.display().to_string()]);
     let prometheus = Prometheus::start(addr);
@@ -302,8 +302,7 @@ fn a_real_prometheus_scrapes_what_probetop_reports() {
     // And the run's own export says the same.
     probetop.signal(libc::SIGINT);
     assert!(probetop.wait().success());
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let report: serde_json::Value = read_export(&json);
     for probe in report["probes"].as_array().expect("probes") {
         let id = probe["id"].to_string();
         assert_eq!(

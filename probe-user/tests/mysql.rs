@@ -227,8 +227,7 @@ fn counts_every_command_of_a_live_mariadbd() {
     let status = probetop.wait();
     let stderr = probetop.err().rest();
     assert!(status.success(), "probetop failed: {stderr:?}");
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("export written")).expect("JSON");
+    let report: serde_json::Value = read_export(&json);
     let hits = |kind: &str, name: &str| -> u64 {
         let probe = report["probes"]
             .as_array()

@@ -61,8 +61,7 @@ fn flood(mode: &str, extra: &[&str]) {
     let calls = field(&done, "calls") as u64;
     let status = probetop.wait();
     assert!(status.success(), "{mode}: {:?}", probetop.err().rest());
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).expect("export")).expect("JSON");
+    let report: serde_json::Value = read_export(&json);
     let probe = probe(&report, "work_unit");
     let hits = probe["hits"].as_u64().expect("hits");
     let dropped = probe["dropped"].as_u64().expect("dropped");

@@ -89,16 +89,7 @@ fn c_usdt_arguments_and_function_values_read_back() {
 /// The semaphore's value in the target, read (never written) through /proc/PID/mem.
 fn semaphore(pid: u32, probe_name: &str) -> u16 {
     use std::io::{Read as _, Seek as _, SeekFrom};
-    let out = probetop()
-        .args(["list", "--json", "--pid", &pid.to_string(), probe_name])
-        .output()
-        .expect("probetop list");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let listing: serde_json::Value = serde_json::from_slice(&out.stdout).expect("list JSON");
+    let listing = list_json(["--pid", &pid.to_string(), probe_name]);
     let point = &listing["points"][0];
     let object = point["object"].as_str().expect("object");
     let bias = listing["objects"]

@@ -351,8 +351,7 @@ fn sort_filter_select_detach_reset_export_quit() {
         .iter()
         .find(|p| p.extension().is_some_and(|e| e == "json"))
         .expect("a .json snapshot");
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(json_path).expect("read export")).expect("JSON");
+    let report: serde_json::Value = read_export(json_path);
     assert_eq!(report["target"]["pid"], target.pid());
     let probes = report["probes"].as_array().expect("probes");
     let specs: Vec<&str> = probes
@@ -382,9 +381,7 @@ fn sort_filter_select_detach_reset_export_quit() {
     let screen = tmux.wait_for("probetop exited", |s| s.contains("probetop-exit="));
     assert!(screen.contains("probetop-exit=0"), "{screen}");
     assert!(screen.contains("PROBE"), "summary table:\n{screen}");
-    let final_report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("final.json")).expect("final export"))
-            .expect("JSON");
+    let final_report: serde_json::Value = read_export(&dir.join("final.json"));
     assert_eq!(final_report["probes"].as_array().map(Vec::len), Some(3));
     assert!(dir.join("final.csv").exists());
     let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
@@ -612,9 +609,7 @@ fn stays_responsive_under_a_flood() {
     for id in &links {
         assert!(!loaded_links.contains(id), "link {id} left attached");
     }
-    let report: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("flood.json")).expect("final export"))
-            .expect("JSON");
+    let report: serde_json::Value = read_export(&dir.join("flood.json"));
     let probe = probe(&report, "work_unit");
     let final_hits = probe["hits"].as_u64().expect("hits");
     let final_drops = probe["dropped"].as_u64().expect("dropped");

@@ -185,6 +185,32 @@ pub fn export_path(name: &str) -> PathBuf {
     dir.join(name)
 }
 
+/// A JSON export probetop wrote.
+pub fn read_export(path: &std::path::Path) -> serde_json::Value {
+    let bytes = std::fs::read(path)
+        .unwrap_or_else(|e| panic!("export {} not written: {e}", path.display()));
+    serde_json::from_slice(&bytes).expect("the export is JSON")
+}
+
+/// `probetop list --json ARGS`, which must succeed: its listing.
+pub fn list_json<I, S>(args: I) -> serde_json::Value
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = probetop()
+        .args(["list", "--json"])
+        .args(args)
+        .output()
+        .expect("probetop list");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("the listing is JSON")
+}
+
 /// Runs probetop on `pid` with `args` until the target exits, after `release` lets the
 /// target go once probes are live; returns the JSON export.
 pub fn measure(pid: u32, args: &[&str], release: impl FnOnce()) -> serde_json::Value {
@@ -199,7 +225,7 @@ pub fn measure(pid: u32, args: &[&str], release: impl FnOnce()) -> serde_json::V
     let status = probetop.wait();
     let stderr = probetop.err().rest();
     assert!(status.success(), "probetop {args:?} failed: {stderr:?}");
-    serde_json::from_slice(&std::fs::read(&json).expect("export written")).expect("JSON")
+    read_export(&json)
 }
 
 /// Probe `name`'s entry in a JSON export.
