@@ -1,7 +1,9 @@
 //! probetop's eBPF programs, one per probe kind. Each measures its own handler time with
-//! two `bpf_ktime_get_ns()` reads. The probe id rides in the BPF cookie set at attach
-//! time; a per-probe [`ProbeConfig`] says how the hit reaches user space: a ring buffer
-//! record (optionally with argument values), a 1-in-N sample, or an in-kernel histogram.
+//! two `bpf_ktime_get_ns()` reads: on every hit, or on a random one in N when the
+//! `TIMING` map says so (in-kernel histograms; the clock reads are most of the handler's
+//! cost). The probe id rides in the BPF cookie set at attach time; a per-probe
+//! [`ProbeConfig`] says how the hit reaches user space: a ring buffer record (optionally
+//! with argument values), a 1-in-N sample, or an in-kernel count and histogram.
 // Built for the BPF target; host builds (clippy, `cargo test --workspace`) only type-check.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
@@ -20,7 +22,7 @@ use aya_ebpf::{
 };
 use probe_common::{
     ArgSpec, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_BYTES, HitArgsEvent, HitEvent, MAX_ARGS,
-    MAX_PROBES, ProbeConfig, arg_kind, khist, mode,
+    MAX_PROBES, ProbeConfig, arg_kind, khist, mode, next_draw,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -41,16 +43,26 @@ static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
 #[map]
 static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBES, 0);
 
-/// Per probe id, per CPU: every hit of a probe in SAMPLE mode.
+/// Per probe id, per CPU: every hit of a probe not streamed in full (SAMPLE and
+/// KERNEL_HISTOGRAM modes).
 #[map]
-static SAMPLED_HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBES, 0);
+static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBES, 0);
+
+/// A hit is timed when its draw is at or above this (`probe_common::untimed_below`); 0,
+/// the initial value, times every hit. Set by user space, also while attached.
+#[map]
+static TIMING: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Per CPU: the state of the draw deciding which hits are timed.
+#[map]
+static DRAW: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per probe id: how its hits reach user space. Sized to the probe count at load time.
 #[map]
 static CONFIG: Array<ProbeConfig> = Array::with_max_entries(1, 0);
 
-/// Per CPU: `khist::BUCKETS` counters per probe id, for KERNEL_HISTOGRAM mode. Sized at
-/// load time.
+/// Per CPU: `khist::BUCKETS` counters per probe id, of the timed hits in KERNEL_HISTOGRAM
+/// mode. Sized at load time.
 #[map]
 static KERNEL_HISTOGRAM: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
@@ -68,32 +80,81 @@ pub fn probetop_uretprobe(ctx: RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn on_hit(ctx: Ctx) -> u32 {
-    // SAFETY: bpf_ktime_get_ns has no preconditions.
-    let start = unsafe { bpf_ktime_get_ns() };
+    // Decided first, so that a timed hit's clock covers the whole handler.
+    let timed = is_timed();
+    let start = if timed {
+        // SAFETY: bpf_ktime_get_ns has no preconditions.
+        unsafe { bpf_ktime_get_ns() }
+    } else {
+        0
+    };
     // SAFETY: ctx is the program's own context pointer, as the helper requires.
     let probe_id = unsafe { bpf_get_attach_cookie(ctx) } as u32;
     let Some(config) = CONFIG.get(probe_id) else {
         return 0;
     };
+    // Records carry a timestamp: untimed hits (only while TIMING is set, which user
+    // space does in in-kernel mode alone) read the clock here instead.
+    let record_start = || {
+        if timed {
+            start
+        } else {
+            // SAFETY: bpf_ktime_get_ns has no preconditions.
+            unsafe { bpf_ktime_get_ns() }
+        }
+    };
     match config.mode {
-        mode::KERNEL_HISTOGRAM => count_in_kernel(probe_id, start),
-        mode::SAMPLE => {
-            let Some(hits) = SAMPLED_HITS.get_ptr_mut(probe_id) else {
-                return 0;
-            };
-            // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
-            let n = unsafe {
-                *hits += 1;
-                *hits
-            };
-            let every = u64::from(config.sample_every.max(1));
-            if n % every == 0 {
-                send_record(ctx, probe_id, config, start);
+        mode::KERNEL_HISTOGRAM => {
+            count_hit(probe_id);
+            if timed {
+                count_in_kernel(probe_id, start);
             }
         }
-        _ => send_record(ctx, probe_id, config, start),
+        mode::SAMPLE => {
+            let n = count_hit(probe_id);
+            let every = u64::from(config.sample_every.max(1));
+            if n.is_multiple_of(every) {
+                send_record(ctx, probe_id, config, record_start());
+            }
+        }
+        _ => send_record(ctx, probe_id, config, record_start()),
     }
     0
+}
+
+/// Whether this hit's handler is timed: always, unless `TIMING` asks for a random share.
+#[inline(always)]
+fn is_timed() -> bool {
+    let untimed_below = match TIMING.get(0) {
+        Some(&value) => value,
+        None => 0,
+    };
+    if untimed_below == 0 {
+        return true;
+    }
+    let Some(state) = DRAW.get_ptr_mut(0) else {
+        return true;
+    };
+    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run;
+    // bpf_get_smp_processor_id has no preconditions.
+    let draw = unsafe {
+        *state = next_draw(*state, bpf_get_smp_processor_id());
+        *state
+    };
+    draw >= untimed_below
+}
+
+/// Counts a hit of `probe_id` on this CPU; returns this CPU's count so far.
+#[inline(always)]
+fn count_hit(probe_id: u32) -> u64 {
+    let Some(hits) = HITS.get_ptr_mut(probe_id) else {
+        return 0;
+    };
+    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+    unsafe {
+        *hits += 1;
+        *hits
+    }
 }
 
 #[inline(always)]

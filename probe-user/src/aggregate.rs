@@ -183,10 +183,14 @@ pub struct ProbeAggregate {
     pub mode: u32,
     /// SAMPLE mode: every hit in the window, as the kernel counted them.
     pub sampled_hits: u64,
-    /// The kernel's cumulative SAMPLE count at the last read, to take deltas.
-    sampled_seen: u64,
-    /// Hits that went into the in-kernel histogram.
+    /// The kernel's cumulative count of every hit (SAMPLE and KERNEL_HISTOGRAM modes) at
+    /// the last read, to take deltas.
+    counted_seen: u64,
+    /// Hits counted in the kernel in KERNEL_HISTOGRAM mode.
     pub kernel_hits: u64,
+    /// Of those, the hits whose handler was timed (`--time-every`) and went into the
+    /// in-kernel histogram; `handler_ns` holds their times.
+    pub kernel_timed: u64,
     /// The in-kernel histogram's bucket totals at the last read, to take deltas.
     kernel_seen: Vec<u64>,
     /// Cost class, calibration basis and measured dispatch: the whole cost of a hit.
@@ -239,8 +243,9 @@ impl Default for ProbeAggregate {
             threads: Default::default(),
             mode: mode::RING,
             sampled_hits: 0,
-            sampled_seen: 0,
+            counted_seen: 0,
             kernel_hits: 0,
+            kernel_timed: 0,
             kernel_seen: Vec::new(),
             cost: Default::default(),
             dropped_base: 0,
@@ -265,24 +270,29 @@ impl ProbeAggregate {
         streamed + self.kernel_hits
     }
 
-    /// Takes the kernel's count of every hit in SAMPLE mode (cumulative in the kernel);
-    /// the rate follows it rather than the sampled records.
-    pub fn set_sampled_hits(&mut self, total: u64) {
-        let new = total.saturating_sub(self.sampled_seen);
-        self.sampled_seen = total;
-        self.sampled_hits += new;
+    /// Takes the kernel's count of every hit in SAMPLE or KERNEL_HISTOGRAM mode
+    /// (cumulative in the kernel); the rate follows it rather than the records or the
+    /// timed hits.
+    pub fn set_counted_hits(&mut self, total: u64) {
+        let new = total.saturating_sub(self.counted_seen);
+        self.counted_seen = total;
+        if self.mode == mode::SAMPLE {
+            self.sampled_hits += new;
+        } else {
+            self.kernel_hits += new;
+        }
         self.rate.add(new);
     }
 
     /// Takes the kernel's cumulative counts as the starting point, counting none of them:
     /// they were hit before the measurement window opened.
-    pub fn baseline_kernel_counts(&mut self, sampled_total: u64, histogram_totals: &[u64]) {
-        self.sampled_seen = sampled_total;
+    pub fn baseline_kernel_counts(&mut self, counted_total: u64, histogram_totals: &[u64]) {
+        self.counted_seen = counted_total;
         self.kernel_seen = histogram_totals.to_vec();
     }
 
-    /// Folds in the in-kernel histogram's bucket totals (cumulative in the kernel):
-    /// each new hit is recorded at its bucket's midpoint, within 3.2% of its value.
+    /// Folds in the in-kernel histogram's bucket totals (cumulative in the kernel): each
+    /// new timed hit is recorded at its bucket's midpoint, within 3.2% of its value.
     pub fn apply_kernel_histogram(&mut self, totals: &[u64]) {
         if self.kernel_seen.len() != totals.len() {
             self.kernel_seen = vec![0; totals.len()];
@@ -297,9 +307,19 @@ impl ProbeAggregate {
             let ns = low + (high - low) / 2;
             record_ns(&mut self.handler_ns, ns, new);
             record_ns(&mut self.interval_ns, ns, new);
-            self.kernel_hits += new;
-            self.rate.add(new);
+            self.kernel_timed += new;
         }
+    }
+
+    /// Share of the hits whose handler was timed, for pricing them: below 1 only for
+    /// in-kernel hits with --time-every (records always carry their handler time).
+    pub fn timed_share(&self) -> f64 {
+        if self.kernel_hits == 0 {
+            return 1.0;
+        }
+        let streamed = self.hits() - self.kernel_hits;
+        let timed = streamed + self.kernel_timed.min(self.kernel_hits);
+        timed as f64 / self.hits() as f64
     }
 
     pub fn summary(&self) -> HandlerSummary {
@@ -320,9 +340,10 @@ impl ProbeAggregate {
         self.handler_ns.reset();
         self.interval_ns.reset();
         self.rate = RateWindow::new(self.rate.window);
-        // sampled_seen and kernel_seen stay: they are the kernel's totals, now the baseline.
+        // counted_seen and kernel_seen stay: they are the kernel's totals, now the baseline.
         self.sampled_hits = 0;
         self.kernel_hits = 0;
+        self.kernel_timed = 0;
         self.hits_at_roll = 0;
         self.dropped_at_roll = 0;
         self.last_interval = IntervalSummary::default();
@@ -542,6 +563,8 @@ pub struct ProbeMeasurements {
     /// Records received per thread id, sorted by thread id.
     pub threads: Vec<(u32, u64)>,
     pub handler_ns: Histogram<u64>,
+    /// Share of the hits whose handler was timed (below 1 in-kernel with --time-every).
+    pub timed_share: f64,
     /// Cost class, calibration basis and measured dispatch.
     pub cost: crate::cost::ProbeCost,
 }
@@ -574,6 +597,7 @@ impl Aggregator {
                         threads
                     },
                     handler_ns: p.handler_ns.clone(),
+                    timed_share: p.timed_share(),
                     cost: p.cost.clone(),
                 })
                 .collect(),
@@ -799,7 +823,11 @@ impl Aggregator {
                 let per_second = p.rate.per_second();
                 let whole_cost_ns = p
                     .cost
-                    .estimate(p.mode, (handler.count > 0).then_some(handler.mean))
+                    .estimate(
+                        p.mode,
+                        (handler.count > 0).then_some(handler.mean),
+                        p.timed_share(),
+                    )
                     .map(|e| e.whole_ns);
                 ProbeSnapshot {
                     mode: p.mode,
@@ -930,12 +958,16 @@ mod tests {
         };
         let mut totals = vec![0u64; khist::BUCKETS as usize];
         totals[khist::bucket(1000) as usize] = 5;
+        probe.set_counted_hits(300);
         probe.apply_kernel_histogram(&totals);
         totals[khist::bucket(1000) as usize] = 7;
         totals[khist::bucket(20) as usize] = 1;
+        probe.set_counted_hits(500);
         probe.apply_kernel_histogram(&totals);
-        assert_eq!(probe.kernel_hits, 8);
-        assert_eq!(probe.hits(), 8);
+        // Hits are the kernel's count; the histogram holds the timed ones.
+        assert_eq!(probe.kernel_hits, 500);
+        assert_eq!(probe.hits(), 500);
+        assert_eq!(probe.kernel_timed, 8);
         assert_eq!(probe.handler_ns.len(), 8);
         assert_eq!(probe.handler_ns.min(), 20);
         // 1000 lies in 992..=1023, recorded at its midpoint.
@@ -948,7 +980,7 @@ mod tests {
         let mut agg = Aggregator::new(1);
         agg.probes_mut()[0].mode = mode::SAMPLE;
         agg.record(&hit(0, 10));
-        agg.probes_mut()[0].set_sampled_hits(100);
+        agg.probes_mut()[0].set_counted_hits(100);
         assert_eq!(agg.probes()[0].hits(), 100);
         assert_eq!(agg.probes()[0].received, 1);
         agg.tick(Duration::from_secs(1));
@@ -1141,19 +1173,21 @@ mod tests {
         };
         let mut totals = vec![0u64; khist::BUCKETS as usize];
         totals[khist::bucket(1000) as usize] = 5;
+        probe.set_counted_hits(5);
         probe.apply_kernel_histogram(&totals);
         probe.reset();
-        assert_eq!(probe.hits(), 0);
+        assert_eq!((probe.hits(), probe.kernel_timed), (0, 0));
         totals[khist::bucket(1000) as usize] = 8;
+        probe.set_counted_hits(9);
         probe.apply_kernel_histogram(&totals);
-        assert_eq!(probe.hits(), 3);
+        assert_eq!((probe.hits(), probe.kernel_timed), (4, 3));
         let mut sampled = ProbeAggregate {
             mode: mode::SAMPLE,
             ..Default::default()
         };
-        sampled.set_sampled_hits(100);
+        sampled.set_counted_hits(100);
         sampled.reset();
-        sampled.set_sampled_hits(130);
+        sampled.set_counted_hits(130);
         assert_eq!(sampled.hits(), 30);
     }
 

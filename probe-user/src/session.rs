@@ -139,6 +139,21 @@ fn probe_config(
     config
 }
 
+/// One hit in how many has its handler timed: `--time-every`, for the kernel mode only,
+/// where no record needs the handler time of every hit.
+fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
+    match (mode, asked) {
+        (_, Some(0)) => Err(UsageError(
+            "--time-every 0: give 1 to time every hit, or N to time one hit in N".into(),
+        )),
+        (Mode::Kernel, asked) => Ok(asked.unwrap_or(probe_common::DEFAULT_TIME_EVERY)),
+        (_, None | Some(1)) => Ok(1),
+        (_, Some(n)) => Err(UsageError(format!(
+            "--time-every {n} applies to --mode kernel only: records streamed in the other modes carry every hit's handler time"
+        ))),
+    }
+}
+
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let specs = collect_specs(&args)?;
     let pid = args.pid.ok_or_else(|| {
@@ -167,6 +182,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             "the ring buffer size must be a power of two, at least 4 KiB and below 4 GiB (--ring-mib 4, 8, 16, ...)".into()
         )),
     };
+    let time_every = time_every(args.mode, args.time_every)?;
     privileges::check()?;
     let target = Target::open(pid)?;
     for path in &args.exports {
@@ -261,6 +277,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         dispatch_tgid: dispatch_wanted.then_some(pid),
         // Only the kernel and auto modes ever aggregate in the kernel.
         kernel_histograms,
+        time_every,
         ..Default::default()
     })?;
     let dispatch = if !dispatch_wanted {

@@ -415,13 +415,13 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
         if let Ok(dropped) = counters.drops(id) {
             probe.set_dropped_total(dropped);
         }
-        if probe.mode == mode::SAMPLE
-            && let Ok(total) = counters.sampled_hits(id)
+        if matches!(probe.mode, mode::SAMPLE | mode::KERNEL_HISTOGRAM)
+            && let Ok(total) = counters.hits(id)
         {
-            probe.set_sampled_hits(total);
+            probe.set_counted_hits(total);
         }
         // A probe switched by auto mode keeps its ring buffer counts and adds these.
-        if (probe.mode == mode::KERNEL_HISTOGRAM || probe.kernel_hits > 0)
+        if probe.mode == mode::KERNEL_HISTOGRAM
             && let Ok(totals) = counters.histogram(id)
         {
             probe.apply_kernel_histogram(&totals);
@@ -469,15 +469,15 @@ fn baseline_probes(
     let probes = aggregator.probes_mut().get_mut(ids).unwrap_or_default();
     for (offset, probe) in probes.iter_mut().enumerate() {
         let id = (first + offset) as u32;
-        let sampled = match probe.mode {
-            mode::SAMPLE => counters.sampled_hits(id).unwrap_or(0),
+        let counted = match probe.mode {
+            mode::SAMPLE | mode::KERNEL_HISTOGRAM => counters.hits(id).unwrap_or(0),
             _ => 0,
         };
         let histogram = match probe.mode {
             mode::KERNEL_HISTOGRAM => counters.histogram(id).unwrap_or_default(),
             _ => Vec::new(),
         };
-        probe.baseline_kernel_counts(sampled, &histogram);
+        probe.baseline_kernel_counts(counted, &histogram);
     }
 }
 

@@ -24,13 +24,25 @@ fn exact_hits_with_in_kernel_aggregation() {
     exact_hits_in_mode("kernel");
 }
 
+#[test]
+fn exact_hits_with_every_in_kernel_hit_timed() {
+    exact_hits_in_mode_with("kernel", &["--time-every", "1"]);
+}
+
 /// Every mode counts every hit; only how many records reach user space differs.
 fn exact_hits_in_mode(mode: &str) {
+    exact_hits_in_mode_with(mode, &[]);
+}
+
+/// [`exact_hits_in_mode`] with more arguments.
+fn exact_hits_in_mode_with(mode: &str, extra: &[&str]) {
+    let every_hit_timed = extra.windows(2).any(|w| w == ["--time-every", "1"]);
     let mut target = workload(&["--calls", &CALLS.to_string(), "--wait-signal"]);
-    let json = export_path(&format!("exact-{mode}.json"));
+    let json = export_path(&format!("exact-{mode}-{}.json", extra.join("")));
     let mut cmd = probetop();
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
         .args(["--mode", mode, "--sample-every", "10"])
+        .args(extra)
         .args(["-e", "uprobe:work_unit", "-e", "uretprobe:work_unit"])
         .args(["-e", "uprobe:leaf_ret", "-e", "uretprobe:leaf_ret"])
         .arg("--export")
@@ -82,6 +94,14 @@ fn exact_hits_in_mode(mode: &str) {
             assert!(
                 count.abs_diff(CALLS / 10) <= cpus,
                 "{mode} {spec}: {count} samples of {CALLS} hits"
+            );
+        } else if mode == "kernel" && !every_hit_timed {
+            // One hit in 64 timed, drawn at random: binomial, mean 781, sd 28; 6 sd
+            // either way. The four probes fire in a fixed cycle, and each gets its share.
+            let expected = CALLS / probe_common::DEFAULT_TIME_EVERY;
+            assert!(
+                count.abs_diff(expected) <= 6 * 28,
+                "{mode} {spec}: {count} timed of {CALLS} hits, expected ~{expected}"
             );
         } else {
             assert_eq!(count, CALLS, "{mode} {spec}");

@@ -61,6 +61,39 @@ fn missing_pid_and_probes() {
 }
 
 #[test]
+fn time_every_outside_the_kernel_mode() {
+    // Checked before anything is looked up or attached.
+    assert_clean_failure(
+        &run(&[
+            "--pid",
+            "1",
+            "-e",
+            "uprobe:x",
+            "--time-every",
+            "8",
+            "--no-tui",
+        ]),
+        2,
+        "applies to --mode kernel only",
+    );
+    assert_clean_failure(
+        &run(&[
+            "--pid",
+            "1",
+            "-e",
+            "uprobe:x",
+            "--mode",
+            "kernel",
+            "--time-every",
+            "0",
+            "--no-tui",
+        ]),
+        2,
+        "--time-every 0",
+    );
+}
+
+#[test]
 fn unknown_export_format() {
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let out = run(&[

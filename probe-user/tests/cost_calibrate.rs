@@ -66,13 +66,21 @@ fn rows_are_complete_ordered_and_reproducible() {
         "uretprobe",
         "handler-ring",
         "handler-kernel",
+        "handler-kernel-untimed",
     ];
     for calibration in [&first, &second] {
         let rows = medians(calibration);
         let names: Vec<&str> = rows.iter().map(|(c, _)| c.as_str()).collect();
         assert_eq!(names, cases, "every row, in order");
         for (case, m) in &rows {
-            assert!(*m > 0.0, "{case}: {m} ns is not positive ({rows:?})");
+            // Counting a hit with no clock read adds ~30 ns to ~900: within the noise of
+            // a quick calibration either way.
+            let floor = if case == "handler-kernel-untimed" {
+                -100.0
+            } else {
+                0.0
+            };
+            assert!(*m > floor, "{case}: {m} ns is not above {floor} ({rows:?})");
         }
         let chain = [
             "usdt-unattached",
@@ -100,7 +108,7 @@ fn rows_are_complete_ordered_and_reproducible() {
     for ((case, x), (_, y)) in a.iter().zip(&b) {
         let agree = match case.as_str() {
             "usdt-unattached" => (x - y).abs() <= 1.0,
-            "handler-ring" | "handler-kernel" => (x - y).abs() <= 250.0,
+            "handler-ring" | "handler-kernel" | "handler-kernel-untimed" => (x - y).abs() <= 250.0,
             _ => (x - y).abs() <= 0.35 * x.max(*y),
         };
         assert!(

@@ -107,6 +107,10 @@ pub struct LoadOptions {
     /// per CPU of kernel memory (1000 probes on 64 CPUs: 300 MiB), so runs that never
     /// aggregate in the kernel (ring and sample modes) leave them minimal.
     pub kernel_histograms: bool,
+    /// Time the handler of one hit in this many (at random, per CPU); 1 times every hit.
+    /// Only for runs whose probes all aggregate in the kernel: streamed records of
+    /// untimed hits would carry no handler time.
+    pub time_every: u64,
 }
 
 impl Default for LoadOptions {
@@ -118,6 +122,7 @@ impl Default for LoadOptions {
             spare_probes: 0,
             dispatch_tgid: None,
             kernel_histograms: true,
+            time_every: 1,
         }
     }
 }
@@ -239,13 +244,29 @@ impl Attachment {
                 .load()
                 .map_err(|source| AttachError::Program { name, source })?;
         }
-        Ok(Self {
+        let mut attachment = Self {
             ebpf,
             pmu,
             capacity,
             links: Vec::new(),
             requests: Vec::new(),
-        })
+        };
+        attachment.set_time_every(options.time_every)?;
+        Ok(attachment)
+    }
+
+    /// Times the handler of one hit in `every` from now on (1: every hit).
+    pub fn set_time_every(&mut self, every: u64) -> Result<(), AttachError> {
+        let name = "TIMING";
+        let map = self
+            .ebpf
+            .map_mut(name)
+            .ok_or(AttachError::MissingMap(name))?;
+        let mut timing: Array<&mut MapData, u64> =
+            Array::try_from(map).map_err(|source| AttachError::Map { name, source })?;
+        timing
+            .set(0, probe_common::untimed_below(every), 0)
+            .map_err(|source| AttachError::Map { name, source })
     }
 
     /// Attaches one probe.
@@ -465,7 +486,7 @@ impl Attachment {
         }
         Ok(KernelCounters {
             drops: take(&mut self.ebpf, "DROPS", PerCpuArray::try_from)?,
-            sampled_hits: take(&mut self.ebpf, "SAMPLED_HITS", PerCpuArray::try_from)?,
+            hits: take(&mut self.ebpf, "HITS", PerCpuArray::try_from)?,
             histogram: take(&mut self.ebpf, "KERNEL_HISTOGRAM", PerCpuArray::try_from)?,
             config: take(&mut self.ebpf, "CONFIG", Array::try_from)?,
             dispatch: None,
@@ -477,7 +498,7 @@ impl Attachment {
 /// config, which can change while attached.
 pub struct KernelCounters {
     drops: PerCpuArray<MapData, u64>,
-    sampled_hits: PerCpuArray<MapData, u64>,
+    hits: PerCpuArray<MapData, u64>,
     histogram: PerCpuArray<MapData, u64>,
     config: Array<MapData, ProbeConfig>,
     /// Kernel dispatch measurement, when it runs (`cost::dispatch`).
@@ -500,12 +521,13 @@ impl KernelCounters {
         Ok(self.drops.get(&probe_id, 0)?.iter().sum())
     }
 
-    /// Every hit of a probe in SAMPLE mode, over all CPUs.
-    pub fn sampled_hits(&self, probe_id: u32) -> Result<u64, aya::maps::MapError> {
-        Ok(self.sampled_hits.get(&probe_id, 0)?.iter().sum())
+    /// Every hit of a probe in SAMPLE or KERNEL_HISTOGRAM mode, over all CPUs.
+    pub fn hits(&self, probe_id: u32) -> Result<u64, aya::maps::MapError> {
+        Ok(self.hits.get(&probe_id, 0)?.iter().sum())
     }
 
-    /// The in-kernel histogram of `probe_id`: counts per `khist` bucket, over all CPUs.
+    /// The in-kernel histogram of `probe_id`'s timed hits: counts per `khist` bucket, over
+    /// all CPUs.
     pub fn histogram(&self, probe_id: u32) -> Result<Vec<u64>, aya::maps::MapError> {
         let first = probe_id * khist::BUCKETS;
         (first..first + khist::BUCKETS)

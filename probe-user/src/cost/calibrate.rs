@@ -49,7 +49,7 @@ use crate::spec::ProbeKind;
 pub const WORKLOAD_SUBCOMMAND: &str = "__calibrate-workload";
 
 /// Version of the cache file's layout.
-const FORMAT: u32 = 1;
+const FORMAT: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrateError {
@@ -128,12 +128,16 @@ pub enum Case {
     Uretprobe,
     /// probetop's handler streaming to the ring buffer, minus [`Case::UprobeEmulated`].
     HandlerRing,
-    /// probetop's handler counting in the kernel, minus [`Case::UprobeEmulated`].
+    /// probetop's handler counting in the kernel, every hit timed, minus
+    /// [`Case::UprobeEmulated`].
     HandlerKernel,
+    /// The same with no hit timed: what counting alone adds (`--time-every` mixes the
+    /// two).
+    HandlerKernelUntimed,
 }
 
 impl Case {
-    pub const ALL: [Case; 8] = [
+    pub const ALL: [Case; 9] = [
         Case::UsdtUnattached,
         Case::UsdtHit,
         Case::UprobeEmulated,
@@ -142,6 +146,7 @@ impl Case {
         Case::Uretprobe,
         Case::HandlerRing,
         Case::HandlerKernel,
+        Case::HandlerKernelUntimed,
     ];
 
     pub fn label(self) -> &'static str {
@@ -153,7 +158,8 @@ impl Case {
             Case::UprobeOptimized => "uprobe, 5-byte nop (empty program)",
             Case::Uretprobe => "uretprobe (entry push %rbp + return, empty)",
             Case::HandlerRing => "probetop handler on top, ring buffer",
-            Case::HandlerKernel => "probetop handler on top, in-kernel histogram",
+            Case::HandlerKernel => "probetop handler on top, in-kernel, every hit timed",
+            Case::HandlerKernelUntimed => "probetop handler on top, in-kernel, none timed",
         }
     }
 
@@ -163,7 +169,7 @@ impl Case {
             Case::UsdtHit => Func::Usdt,
             Case::UprobeEmulated => Func::Emulated,
             Case::HandlerRing => Func::EmulatedRing,
-            Case::HandlerKernel => Func::EmulatedKernel,
+            Case::HandlerKernel | Case::HandlerKernelUntimed => Func::EmulatedKernel,
             Case::UprobeSingleStepped => Func::SingleStepped,
             Case::UprobeOptimized => Func::Nop5,
             Case::Uretprobe => Func::Ret,
@@ -183,7 +189,8 @@ impl Case {
             Case::UprobeOptimized => 3,
             Case::Uretprobe => 4,
             Case::HandlerRing => 5,
-            Case::HandlerKernel => 6,
+            // One probe, timed or not by the TIMING map while its case runs.
+            Case::HandlerKernel | Case::HandlerKernelUntimed => 6,
         }
     }
 }
@@ -315,7 +322,10 @@ impl Calibration {
         for case in Case::ALL {
             match self.row(case) {
                 None => return Err(format!("no row for {case:?}")),
-                Some(s) if s.median <= 0.0 && !matches!(case, Case::HandlerKernel) => {
+                Some(s)
+                    if s.median <= 0.0
+                        && !matches!(case, Case::HandlerKernel | Case::HandlerKernelUntimed) =>
+                {
                     return Err(format!(
                         "{}: median {} ns is not positive",
                         case.label(),
@@ -882,7 +892,10 @@ fn phase_one(
     // Every probe stays attached for the whole phase: detaching waits for the
     // kernel's grace periods (~0.5 s each here), and each probed function has an
     // unprobed twin for the baseline anyway.
-    for case in Case::ALL.into_iter().filter(|c| *c != Case::UsdtUnattached) {
+    let attached_cases = Case::ALL
+        .into_iter()
+        .filter(|c| !matches!(c, Case::UsdtUnattached | Case::HandlerKernelUntimed));
+    for case in attached_cases {
         let mode = match case {
             Case::HandlerKernel => mode::KERNEL_HISTOGRAM,
             _ => mode::RING,
@@ -921,7 +934,14 @@ fn phase_one(
             } else {
                 Vec::new()
             };
-            let (probed, unprobed) = child.run_pair(func, calls, rep % 2 == 1)?;
+            if case == Case::HandlerKernelUntimed {
+                attachment.set_time_every(u64::MAX)?;
+            }
+            let pair = child.run_pair(func, calls, rep % 2 == 1);
+            if case == Case::HandlerKernelUntimed {
+                attachment.set_time_every(1)?;
+            }
+            let (probed, unprobed) = pair?;
             match case {
                 Case::HandlerRing => {
                     let after = drainer.wait_for(ring_before.0 + calls + WARMUP);
@@ -946,7 +966,11 @@ fn phase_one(
     // The handler rows are what probetop's handler adds to the empty program's cost:
     // subtract the emulated uprobe measured in the same repetition.
     if let Some(base) = out.samples.get(&Case::UprobeEmulated).cloned() {
-        for case in [Case::HandlerRing, Case::HandlerKernel] {
+        for case in [
+            Case::HandlerRing,
+            Case::HandlerKernel,
+            Case::HandlerKernelUntimed,
+        ] {
             if let Some(samples) = out.samples.get_mut(&case) {
                 for (s, b) in samples.iter_mut().zip(&base) {
                     *s -= b;
@@ -1141,6 +1165,7 @@ mod tests {
             (Case::Uretprobe, 1200.0),
             (Case::HandlerRing, 300.0),
             (Case::HandlerKernel, 100.0),
+            (Case::HandlerKernelUntimed, 20.0),
         ];
         assert_eq!(calibration(&good).check_order(), Ok(()));
         let mut bad = good;

@@ -31,9 +31,11 @@ pub struct CostBasis {
     /// meanwhile.
     pub on_top_ring_ns: Option<f64>,
     pub handler_ring_ns: Option<f64>,
-    /// The same in in-kernel histogram mode.
+    /// The same in in-kernel histogram mode, every hit timed.
     pub on_top_kernel_ns: Option<f64>,
     pub handler_kernel_ns: Option<f64>,
+    /// In-kernel histogram mode with no hit timed: counting alone.
+    pub on_top_kernel_untimed_ns: Option<f64>,
     /// Whole cost minus measured dispatch, with dispatch measurement on.
     pub residual_ns: Option<f64>,
 }
@@ -116,6 +118,7 @@ pub fn basis(
         handler_ring_ns: cal.handler_ring_ns.map(|s| s.median),
         on_top_kernel_ns: median(Case::HandlerKernel),
         handler_kernel_ns: cal.handler_kernel_ns.map(|s| s.median),
+        on_top_kernel_untimed_ns: median(Case::HandlerKernelUntimed),
         residual_ns,
     }
 }
@@ -139,8 +142,15 @@ pub struct Estimate {
 }
 
 impl ProbeCost {
-    /// The whole cost of one hit, ns; `handler_mean_ns` is the live handler time.
-    pub fn estimate(&self, probe_mode: u32, handler_mean_ns: Option<f64>) -> Option<Estimate> {
+    /// The whole cost of one hit, ns; `handler_mean_ns` is the live handler time of the
+    /// timed hits, `timed_share` the share of hits timed (in-kernel mode with
+    /// `--time-every`; 1.0 otherwise).
+    pub fn estimate(
+        &self,
+        probe_mode: u32,
+        handler_mean_ns: Option<f64>,
+        timed_share: f64,
+    ) -> Option<Estimate> {
         let class = self.site.as_ref().map(|s| s.class)?;
         if matches!(class, CostClass::Refused | CostClass::Unknown) {
             return None;
@@ -154,14 +164,28 @@ impl ProbeCost {
             });
         }
         let base = basis.base_ns?;
+        let timed_share = timed_share.clamp(0.0, 1.0);
         let (on_top, handler_cal, correct) = match probe_mode {
-            mode::KERNEL_HISTOGRAM => (basis.on_top_kernel_ns?, basis.handler_kernel_ns, true),
+            mode::KERNEL_HISTOGRAM => {
+                let timed = basis.on_top_kernel_ns?;
+                // Untimed hits only count. An old calibration without that row prices
+                // every hit as timed: an overestimate, never an underestimate.
+                let on_top = match basis.on_top_kernel_untimed_ns {
+                    Some(untimed) => untimed + timed_share * (timed - untimed),
+                    None => timed,
+                };
+                (on_top, basis.handler_kernel_ns, true)
+            }
             // Most sampled hits only count in the kernel; their handler time is seen on
             // the sampled ones only.
             mode::SAMPLE => (basis.on_top_kernel_ns?, None, false),
             _ => (basis.on_top_ring_ns?, basis.handler_ring_ns, true),
         };
         let correction = match (correct, handler_mean_ns, handler_cal) {
+            // The live handler time is of the timed hits alone.
+            (true, Some(live), Some(cal)) if probe_mode == mode::KERNEL_HISTOGRAM => {
+                (live - cal) * timed_share
+            }
             (true, Some(live), Some(cal)) => live - cal,
             _ => 0.0,
         };
@@ -204,6 +228,7 @@ mod tests {
             (Case::Uretprobe, 1500.0),
             (Case::HandlerRing, 300.0),
             (Case::HandlerKernel, 100.0),
+            (Case::HandlerKernelUntimed, 20.0),
         ];
         let dispatch = [
             (DispatchCase::Usdt, 200.0),
@@ -267,16 +292,56 @@ mod tests {
             dispatch: None,
         };
         // 700 + 300, handler as calibrated.
-        let e = cost.estimate(mode::RING, Some(150.0)).expect("estimate");
+        let e = cost
+            .estimate(mode::RING, Some(150.0), 1.0)
+            .expect("estimate");
         assert_eq!(e.whole_ns, 1000.0);
         assert_eq!(e.method, Method::Calibration);
         // A handler 200 ns slower than in calibration (argument capture) costs 200 more.
         assert_eq!(
-            cost.estimate(mode::RING, Some(350.0)).unwrap().whole_ns,
+            cost.estimate(mode::RING, Some(350.0), 1.0)
+                .unwrap()
+                .whole_ns,
             1200.0
         );
         assert_eq!(
-            cost.estimate(mode::KERNEL_HISTOGRAM, Some(40.0))
+            cost.estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 1.0)
+                .unwrap()
+                .whole_ns,
+            800.0
+        );
+    }
+
+    #[test]
+    fn in_kernel_hits_timed_in_part() {
+        let probe_cost = |cal: &Calibration| ProbeCost {
+            site: site(CostClass::EmulatedPush),
+            basis: Some(basis(
+                cal,
+                CostClass::EmulatedPush,
+                ProbeKind::Uprobe,
+                false,
+            )),
+            dispatch: None,
+        };
+        let cost = probe_cost(&cal());
+        let whole = |handler: f64, share: f64| {
+            cost.estimate(mode::KERNEL_HISTOGRAM, Some(handler), share)
+                .unwrap()
+                .whole_ns
+        };
+        // A quarter timed: 700 + 20 counting + 1/4 of the 80 ns the clocks add.
+        assert_eq!(whole(40.0, 0.25), 740.0);
+        // A slower handler weighs in as much as the hits it was seen on.
+        assert_eq!(whole(80.0, 0.25), 750.0);
+        assert_eq!(whole(40.0, 0.0), 720.0);
+        assert_eq!(whole(40.0, 1.0), 800.0);
+        // A calibration from before the untimed row prices every hit as timed.
+        let mut old = cal();
+        old.rows.retain(|r| r.case != Case::HandlerKernelUntimed);
+        assert_eq!(
+            probe_cost(&old)
+                .estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 0.25)
                 .unwrap()
                 .whole_ns,
             800.0
@@ -303,7 +368,9 @@ mod tests {
             )),
             dispatch: Some(measure),
         };
-        let e = cost.estimate(mode::RING, Some(150.0)).expect("estimate");
+        let e = cost
+            .estimate(mode::RING, Some(150.0), 1.0)
+            .expect("estimate");
         assert_eq!(e.whole_ns, 700.0 + 8000.0);
         assert_eq!(e.method, Method::DispatchAndCalibration);
     }
@@ -326,13 +393,13 @@ mod tests {
             basis: None,
             dispatch: None,
         };
-        assert_eq!(cost.estimate(mode::RING, Some(100.0)), None);
+        assert_eq!(cost.estimate(mode::RING, Some(100.0), 1.0), None);
         let refused = ProbeCost {
             site: site(CostClass::Refused),
             basis: Some(basis(&cal(), CostClass::Refused, ProbeKind::Uprobe, false)),
             dispatch: None,
         };
-        assert_eq!(refused.estimate(mode::RING, None), None);
+        assert_eq!(refused.estimate(mode::RING, None, 1.0), None);
         assert!((cpu_share(1000.0, 10_000.0) - 0.01).abs() < 1e-12);
     }
 }

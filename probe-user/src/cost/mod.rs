@@ -308,9 +308,11 @@ pub fn probe_report(
     duration: std::time::Duration,
 ) -> ProbeCostReport {
     let handler = HandlerSummary::of(&probe.handler_ns);
-    let estimate = probe
-        .cost
-        .estimate(probe.mode, (handler.count > 0).then_some(handler.mean));
+    let estimate = probe.cost.estimate(
+        probe.mode,
+        (handler.count > 0).then_some(handler.mean),
+        probe.timed_share,
+    );
     let seconds = duration.as_secs_f64();
     ProbeCostReport {
         site: probe.cost.site.clone(),

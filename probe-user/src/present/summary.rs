@@ -48,6 +48,18 @@ pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot) -> String {
         }
         out.push('\n');
     }
+    let (timed, counted) = snapshot
+        .probes
+        .iter()
+        .filter(|p| p.mode == probe_common::mode::KERNEL_HISTOGRAM)
+        .fold((0, 0), |(t, c), p| (t + p.handler.count, c + p.hits));
+    if timed < counted {
+        let _ = writeln!(
+            out,
+            "in-kernel probes: every hit counted, handler times from {} of them drawn at random (--time-every; 1 times every hit)",
+            format::percent(timed as f64 / counted as f64)
+        );
+    }
     out
 }
 
