@@ -412,7 +412,11 @@ enum Tool {
     /// bpftrace equivalent of probetop's measurement.
     Hist,
     ProbetopRing,
+    /// In-kernel histogram, the handler of one hit in 64 timed (the default).
     ProbetopKernel,
+    /// In-kernel histogram with every hit timed (`--time-every 1`): what the two clock
+    /// reads per hit add.
+    ProbetopKernelEveryHit,
     /// The `--compare` binary, ring mode.
     CompareRing,
     /// The `--compare` binary, in-kernel mode.
@@ -428,6 +432,7 @@ impl Tool {
             Tool::Hist => "bpftrace hist()",
             Tool::ProbetopRing => "probetop ring",
             Tool::ProbetopKernel => "probetop kernel",
+            Tool::ProbetopKernelEveryHit => "probetop kernel, every hit timed",
             Tool::CompareRing => "compared ring",
             Tool::CompareKernel => "compared kernel",
         }
@@ -441,6 +446,7 @@ impl Tool {
             Tool::Hist => "bpftrace_hist",
             Tool::ProbetopRing => "probetop_ring",
             Tool::ProbetopKernel => "probetop_kernel",
+            Tool::ProbetopKernelEveryHit => "probetop_kernel_every_hit_timed",
             Tool::CompareRing => "compared_ring",
             Tool::CompareKernel => "compared_kernel",
         }
@@ -449,7 +455,11 @@ impl Tool {
     fn is_probetop(self) -> bool {
         matches!(
             self,
-            Tool::ProbetopRing | Tool::ProbetopKernel | Tool::CompareRing | Tool::CompareKernel
+            Tool::ProbetopRing
+                | Tool::ProbetopKernel
+                | Tool::ProbetopKernelEveryHit
+                | Tool::CompareRing
+                | Tool::CompareKernel
         )
     }
 
@@ -482,11 +492,30 @@ struct Case {
 struct Sample {
     base: f64,
     probed: f64,
+    /// The tool's BPF programs while probed: run time per run, ns, as the kernel's BPF
+    /// statistics count it; None if they did not run.
+    program: Option<f64>,
+}
+
+/// Which number of a sample.
+#[derive(Debug, Clone, Copy)]
+enum Metric {
+    /// CPU time the probed thread spends per hit.
+    Cpu,
+    /// Run time of the tool's programs per hit, from the kernel's BPF statistics.
+    Program,
 }
 
 impl Sample {
     fn per_hit(self) -> f64 {
         self.probed - self.base
+    }
+
+    fn metric(self, metric: Metric) -> Option<f64> {
+        match metric {
+            Metric::Cpu => Some(self.per_hit()),
+            Metric::Program => self.program,
+        }
     }
 }
 
@@ -508,12 +537,16 @@ impl CostResults {
 
     /// Per-hit costs of a case over rounds.
     fn per_hit(&self, site: Site, tool: Tool) -> Vec<f64> {
+        self.per_hit_by(Metric::Cpu, site, tool)
+    }
+
+    fn per_hit_by(&self, metric: Metric, site: Site, tool: Tool) -> Vec<f64> {
         self.index(site, tool)
             .map(|i| {
                 self.samples[i]
                     .iter()
                     .flatten()
-                    .map(|s| s.per_hit())
+                    .filter_map(|s| s.metric(metric))
                     .collect()
             })
             .unwrap_or_default()
@@ -531,30 +564,39 @@ impl CostResults {
     /// `f(a, b)` of two cases' per-hit costs, round by round (paired: both were measured
     /// within minutes of each other).
     fn paired(&self, a: Case, b: Case, f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
+        self.paired_by(Metric::Cpu, a, b, f)
+    }
+
+    fn paired_by(&self, metric: Metric, a: Case, b: Case, f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
         let (Some(ia), Some(ib)) = (self.index(a.site, a.tool), self.index(b.site, b.tool)) else {
             return Vec::new();
         };
         self.samples[ia]
             .iter()
             .zip(&self.samples[ib])
-            .filter_map(|(x, y)| Some(f(x.as_ref()?.per_hit(), y.as_ref()?.per_hit())))
+            .filter_map(|(x, y)| Some(f(x.as_ref()?.metric(metric)?, y.as_ref()?.metric(metric)?)))
             .collect()
     }
 
     /// Added cost over the empty program of the same site: `tool - empty`, by round.
     fn added(&self, site: Site, tool: Tool) -> Vec<f64> {
-        self.paired(
-            Case { site, tool },
-            Case {
-                site,
-                tool: Tool::Empty,
-            },
-            |x, e| x - e,
-        )
+        self.added_by(Metric::Cpu, site, tool)
+    }
+
+    fn added_by(&self, metric: Metric, site: Site, tool: Tool) -> Vec<f64> {
+        let empty = Case {
+            site,
+            tool: Tool::Empty,
+        };
+        self.paired_by(metric, Case { site, tool }, empty, |x, e| x - e)
     }
 
     /// `(a - empty) / (b - empty)`, by round.
     fn added_ratio(&self, site: Site, a: Tool, b: Tool) -> Vec<f64> {
+        self.added_ratio_by(Metric::Cpu, site, a, b)
+    }
+
+    fn added_ratio_by(&self, metric: Metric, site: Site, a: Tool, b: Tool) -> Vec<f64> {
         let (Some(ia), Some(ib), Some(ie)) = (
             self.index(site, a),
             self.index(site, b),
@@ -564,9 +606,9 @@ impl CostResults {
         };
         (0..self.samples[ia].len())
             .filter_map(|r| {
-                let e = self.samples[ie].get(r)?.as_ref()?.per_hit();
-                let x = self.samples[ia].get(r)?.as_ref()?.per_hit() - e;
-                let y = self.samples[ib].get(r)?.as_ref()?.per_hit() - e;
+                let e = self.samples[ie].get(r)?.as_ref()?.metric(metric)?;
+                let x = self.samples[ia].get(r)?.as_ref()?.metric(metric)? - e;
+                let y = self.samples[ib].get(r)?.as_ref()?.metric(metric)? - e;
                 (y.abs() > f64::EPSILON).then(|| x / y)
             })
             .collect()
@@ -639,6 +681,7 @@ impl Bench {
                 Tool::Hist,
                 Tool::ProbetopRing,
                 Tool::ProbetopKernel,
+                Tool::ProbetopKernelEveryHit,
             ];
             if self.settings.compare.is_some() {
                 tools.extend([Tool::CompareRing, Tool::CompareKernel]);
@@ -654,6 +697,9 @@ impl Bench {
             cases.len(),
             self.settings.rounds
         );
+        // Every program's runs are timed by the kernel meanwhile (two clock reads per run,
+        // the same for every tool, so added costs compare as before).
+        let _stats = BpfStatsOn::enable()?;
         self.measure_cases(
             &self.workload,
             self.settings.batch,
@@ -726,7 +772,9 @@ impl Bench {
         let base = workload.resume_and_measure(1, s.baseline_for)?;
         workload.pause()?;
         let mut tool = self.start_tool(workload.pid(), exe, case)?;
+        let runs_before = program_runs(tool.pid());
         let probed = workload.resume_and_measure(s.probed_batches, Duration::ZERO);
+        let runs_after = program_runs(tool.pid());
         let stopped = tool.stop("INT", PATIENCE);
         let probed = probed?;
         let (status, _) = stopped?;
@@ -736,7 +784,14 @@ impl Bench {
             tool.name,
             tool.rest_text()
         );
-        Ok(Sample { base, probed })
+        let runs = runs_after.runs.saturating_sub(runs_before.runs);
+        let program =
+            (runs > 0).then(|| runs_after.ns.saturating_sub(runs_before.ns) as f64 / runs as f64);
+        Ok(Sample {
+            base,
+            probed,
+            program,
+        })
     }
 
     /// Starts the tool of `case` on the workload and returns once its probe is live.
@@ -753,6 +808,9 @@ impl Bench {
             };
             cmd.args(["--pid", &pid.to_string(), "--no-tui", "--mode", mode])
                 .args(["-e", case.site.probetop_spec()]);
+            if case.tool == Tool::ProbetopKernelEveryHit {
+                cmd.args(["--time-every", "1"]);
+            }
             let tool = Proc::spawn("probetop", &mut cmd)?;
             // Printed once every probe is live.
             tool.wait_for("probetop: attached", PATIENCE)?;
@@ -1851,6 +1909,70 @@ fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<()> 
 // /proc
 
 /// Perf event file descriptors a process holds: one per uprobe it attached.
+/// Run time and runs of a process's BPF programs so far.
+#[derive(Debug, Clone, Copy, Default)]
+struct ProgramRuns {
+    ns: u64,
+    runs: u64,
+}
+
+/// The BPF programs `pid` holds, each once, from /proc/PID/fdinfo: the kernel counts
+/// their runs and run time while kernel.bpf_stats_enabled is 1.
+fn program_runs(pid: u32) -> ProgramRuns {
+    let mut total = ProgramRuns::default();
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return total;
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    for entry in dir.flatten() {
+        if !fs::read_link(entry.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:bpf-prog") {
+            continue;
+        }
+        let fd = entry.file_name();
+        let Ok(info) = fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.to_string_lossy()))
+        else {
+            continue;
+        };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        if let (Some(id), Some(ns), Some(runs)) =
+            (field("prog_id"), field("run_time_ns"), field("run_cnt"))
+            && seen.insert(id)
+        {
+            total.ns += ns;
+            total.runs += runs;
+        }
+    }
+    total
+}
+
+/// kernel.bpf_stats_enabled on while this lives, then back to what it was.
+struct BpfStatsOn {
+    previous: String,
+}
+
+const BPF_STATS_SYSCTL: &str = "/proc/sys/kernel/bpf_stats_enabled";
+
+impl BpfStatsOn {
+    fn enable() -> Result<Self> {
+        let previous = fs::read_to_string(BPF_STATS_SYSCTL)
+            .with_context(|| format!("reading {BPF_STATS_SYSCTL}"))?;
+        fs::write(BPF_STATS_SYSCTL, "1").with_context(|| format!("writing {BPF_STATS_SYSCTL}"))?;
+        Ok(Self { previous })
+    }
+}
+
+impl Drop for BpfStatsOn {
+    fn drop(&mut self) {
+        if let Err(e) = fs::write(BPF_STATS_SYSCTL, self.previous.trim()) {
+            eprintln!("bench: could not restore {BPF_STATS_SYSCTL}: {e}");
+        }
+    }
+}
+
 fn perf_event_fds(pid: u32) -> usize {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
         return 0;
@@ -2147,17 +2269,80 @@ fn render_markdown(run: &RunInfo, results: &Results) -> String {
     md
 }
 
-const COST_TOOLS: [Tool; 8] = [
+const COST_TOOLS: [Tool; 9] = [
     Tool::Empty,
     Tool::EmptyPidFilter,
     Tool::Count,
     Tool::Hist,
     Tool::ProbetopRing,
     Tool::ProbetopKernel,
+    Tool::ProbetopKernelEveryHit,
     Tool::CompareRing,
     Tool::CompareKernel,
 ];
 const COST_SITES: [Site; 3] = [Site::Uprobe, Site::Uretprobe, Site::Usdt];
+
+/// The same comparison by the kernel's own count of each tool's program run time: the
+/// handler alone, and far steadier than the thread's CPU time.
+fn render_program_cost(md: &mut String, cost: &CostResults, sites: &[Site]) {
+    if !cost
+        .samples
+        .iter()
+        .flatten()
+        .flatten()
+        .any(|s| s.program.is_some())
+    {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\nThe tools' programs alone, as the kernel times them (run_time_ns / run_cnt of each \
+         tool's BPF programs in /proc/PID/fdinfo, kernel.bpf_stats_enabled on for this part): \
+         added over the empty program, ns per hit, and the ratio to `count()`. This leaves out \
+         the trap and dispatch around the program, which the rows above include and which \
+         are the same for every tool, so it varies far less between rounds.\n"
+    );
+    let tools = [
+        Tool::Count,
+        Tool::Hist,
+        Tool::ProbetopRing,
+        Tool::ProbetopKernel,
+        Tool::ProbetopKernelEveryHit,
+    ];
+    let _ = write!(md, "| probe | empty program |");
+    for tool in tools {
+        let _ = write!(md, " {} |", tool.label());
+    }
+    let _ = writeln!(
+        md,
+        " ring / count() | kernel / count() | kernel, every hit timed / count() |\n|---|---|{}---|---|---|",
+        "---|".repeat(tools.len())
+    );
+    for &site in sites {
+        let _ = write!(
+            md,
+            "| {} | {} |",
+            site.label(),
+            spread(&cost.per_hit_by(Metric::Program, site, Tool::Empty)).show(0)
+        );
+        for tool in tools {
+            let _ = write!(
+                md,
+                " {} |",
+                spread(&cost.added_by(Metric::Program, site, tool)).show(0)
+            );
+        }
+        for tool in [
+            Tool::ProbetopRing,
+            Tool::ProbetopKernel,
+            Tool::ProbetopKernelEveryHit,
+        ] {
+            let ratio = cost.added_ratio_by(Metric::Program, site, tool, Tool::Count);
+            let _ = write!(md, " {}x |", spread(&ratio).show(2));
+        }
+        md.push('\n');
+    }
+}
 
 fn render_cost(md: &mut String, cost: &CostResults, s: &Settings) {
     let rounds = cost.samples.first().map_or(0, Vec::len);
@@ -2196,13 +2381,14 @@ fn render_cost(md: &mut String, cost: &CostResults, s: &Settings) {
         md,
         "\nAdded over the empty program of the same probe (ns per hit; `x` = ratio of added \
          costs, round by round). Goal: probetop's full measurement costs no more than \
-         bpftrace's bare `count()`, i.e. a ratio to count() at or below 1.\n"
+         bpftrace's bare `count()`, i.e. a ratio to count() at or below 1. \"kernel\" counts \
+         every hit and times one in 64 (the default); \"kernel/all\" times every hit.\n"
     );
     let _ = writeln!(
         md,
-        "| probe | bpftrace count() | bpftrace hist() | probetop ring | probetop kernel | ring / count() | kernel / count() | ring / hist() | kernel / hist() |"
+        "| probe | bpftrace count() | bpftrace hist() | probetop ring | probetop kernel | probetop kernel/all | ring / count() | kernel / count() | kernel/all / count() | ring / hist() | kernel / hist() | kernel/all / hist() |"
     );
-    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &site in &sites {
         let _ = write!(md, "| {} |", site.label());
         for tool in [
@@ -2210,19 +2396,23 @@ fn render_cost(md: &mut String, cost: &CostResults, s: &Settings) {
             Tool::Hist,
             Tool::ProbetopRing,
             Tool::ProbetopKernel,
+            Tool::ProbetopKernelEveryHit,
         ] {
             let _ = write!(md, " {} |", spread(&cost.added(site, tool)).show(0));
         }
         for (a, b) in [
             (Tool::ProbetopRing, Tool::Count),
             (Tool::ProbetopKernel, Tool::Count),
+            (Tool::ProbetopKernelEveryHit, Tool::Count),
             (Tool::ProbetopRing, Tool::Hist),
             (Tool::ProbetopKernel, Tool::Hist),
+            (Tool::ProbetopKernelEveryHit, Tool::Hist),
         ] {
             let _ = write!(md, " {}x |", spread(&cost.added_ratio(site, a, b)).show(2));
         }
         md.push('\n');
     }
+    render_program_cost(md, cost, &sites);
     if let Some(other) = &s.compare {
         let _ = writeln!(
             md,
@@ -2585,6 +2775,10 @@ fn to_json(run: &RunInfo, results: &Results) -> Value {
                         json!({
                             "per_hit_ns": spread(&cost.per_hit(site, tool)).json(),
                             "added_over_empty_ns": spread(&cost.added(site, tool)).json(),
+                            "program_ns_per_hit":
+                                spread(&cost.per_hit_by(Metric::Program, site, tool)).json(),
+                            "program_added_over_empty_ns":
+                                spread(&cost.added_by(Metric::Program, site, tool)).json(),
                         }),
                     );
                 }
@@ -2600,6 +2794,23 @@ fn to_json(run: &RunInfo, results: &Results) -> Value {
             tools.insert(
                 "ratio_added_kernel_to_count".into(),
                 spread(&cost.added_ratio(site, Tool::ProbetopKernel, Tool::Count)).json(),
+            );
+            for (key, tool) in [
+                ("program_ratio_added_ring_to_count", Tool::ProbetopRing),
+                ("program_ratio_added_kernel_to_count", Tool::ProbetopKernel),
+                (
+                    "program_ratio_added_kernel_every_hit_timed_to_count",
+                    Tool::ProbetopKernelEveryHit,
+                ),
+            ] {
+                tools.insert(
+                    key.into(),
+                    spread(&cost.added_ratio_by(Metric::Program, site, tool, Tool::Count)).json(),
+                );
+            }
+            tools.insert(
+                "ratio_added_kernel_every_hit_timed_to_count".into(),
+                spread(&cost.added_ratio(site, Tool::ProbetopKernelEveryHit, Tool::Count)).json(),
             );
             tools.insert(
                 "ratio_added_ring_to_hist".into(),
@@ -2695,7 +2906,14 @@ mod tests {
     #[test]
     fn ratios_are_paired_by_round() {
         let site = Site::Uprobe;
-        let sample = |probed| Some(Sample { base: 4.0, probed });
+        let sample = |probed: f64| {
+            Some(Sample {
+                base: 4.0,
+                probed,
+                // The programs' own run time: a tenth of the thread's cost, say.
+                program: Some((probed - 4.0) / 10.0),
+            })
+        };
         let results = CostResults {
             cases: vec![
                 Case {
@@ -2723,6 +2941,14 @@ mod tests {
         // Round 2 has no count() sample, so only round 1 pairs.
         assert_eq!(
             results.added_ratio(site, Tool::ProbetopRing, Tool::Count),
+            [0.5]
+        );
+        assert_eq!(
+            results.added_by(Metric::Program, site, Tool::ProbetopRing),
+            [2.5, 2.5]
+        );
+        assert_eq!(
+            results.added_ratio_by(Metric::Program, site, Tool::ProbetopRing, Tool::Count),
             [0.5]
         );
     }
