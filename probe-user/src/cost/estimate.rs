@@ -170,7 +170,9 @@ impl ProbeCost {
                 let timed = basis.on_top_kernel_ns?;
                 // Untimed hits only count. An old calibration without that row prices
                 // every hit as timed: an overestimate, never an underestimate.
-                let on_top = match basis.on_top_kernel_untimed_ns {
+                // Counting cannot make a hit cheaper: a calibration whose noise put the
+                // untimed row below zero prices it at zero.
+                let on_top = match basis.on_top_kernel_untimed_ns.map(|u| u.max(0.0)) {
                     Some(untimed) => untimed + timed_share * (timed - untimed),
                     None => timed,
                 };
@@ -336,6 +338,20 @@ mod tests {
         assert_eq!(whole(80.0, 0.25), 750.0);
         assert_eq!(whole(40.0, 0.0), 720.0);
         assert_eq!(whole(40.0, 1.0), 800.0);
+        // A noisy calibration's negative untimed row counts as zero.
+        let mut noisy = cal();
+        for row in &mut noisy.rows {
+            if row.case == Case::HandlerKernelUntimed {
+                row.ns = s(-8.0);
+            }
+        }
+        assert_eq!(
+            probe_cost(&noisy)
+                .estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 0.25)
+                .unwrap()
+                .whole_ns,
+            725.0
+        );
         // A calibration from before the untimed row prices every hit as timed.
         let mut old = cal();
         old.rows.retain(|r| r.case != Case::HandlerKernelUntimed);
