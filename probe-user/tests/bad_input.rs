@@ -63,34 +63,14 @@ fn missing_pid_and_probes() {
 #[test]
 fn time_every_outside_the_kernel_mode() {
     // Checked before anything is looked up or attached.
-    assert_clean_failure(
-        &run(&[
-            "--pid",
-            "1",
-            "-e",
-            "uprobe:x",
-            "--time-every",
-            "8",
-            "--no-tui",
-        ]),
-        2,
-        "applies to --mode kernel only",
-    );
-    assert_clean_failure(
-        &run(&[
-            "--pid",
-            "1",
-            "-e",
-            "uprobe:x",
-            "--mode",
-            "kernel",
-            "--time-every",
-            "0",
-            "--no-tui",
-        ]),
-        2,
-        "--time-every 0",
-    );
+    for (mode, every, needle) in [
+        ("ring", "8", "applies to --mode kernel only"),
+        ("kernel", "0", "--time-every 0"),
+    ] {
+        let args = ["--pid", "1", "-e", "uprobe:x", "--mode", mode, "--no-tui"];
+        let out = run(&[&args[..], &["--time-every", every]].concat());
+        assert_clean_failure(&out, 2, needle);
+    }
 }
 
 #[test]
