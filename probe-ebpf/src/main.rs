@@ -21,23 +21,27 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use probe_common::{
-    ArgSpec, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_BYTES, HitArgsEvent, HitEvent, MAX_ARGS,
+    ArgSpec, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_RECORDS, HitArgsEvent, HitEvent, MAX_ARGS,
     MAX_PROBES, ProbeConfig, arg_kind, khist, mode, next_draw,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
 const BPF_RB_FORCE_WAKEUP: u64 = 2;
-const BPF_RB_AVAIL_DATA: u64 = 0;
 
 type Ctx = *mut core::ffi::c_void;
 
-/// Queued bytes at which a handler wakes the consumer; set by user space at load time.
+/// Records a CPU queues between two wakeups of the consumer; set by user space at load
+/// time from the wakeup threshold in bytes.
 #[unsafe(no_mangle)]
-static WAKEUP_BYTES: Global<u64> = Global::new(DEFAULT_WAKEUP_BYTES);
+static WAKEUP_RECORDS: Global<u64> = Global::new(DEFAULT_WAKEUP_RECORDS);
 
 /// Hit records for user space. Its size is set by user space at load time.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+
+/// Per CPU: records queued since this CPU last woke the consumer.
+#[map]
+static SINCE_WAKEUP: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per probe id, per CPU: hits whose record did not fit in the ring buffer.
 #[map]
@@ -271,13 +275,23 @@ fn fetch_arg(ctx: Ctx, spec: &ArgSpec) -> Option<u64> {
 }
 
 /// Wake the consumer only once a batch is queued; it polls on a timer for the rest.
+/// Counted per CPU rather than asking the ring how much is queued: that query is a
+/// helper call reading the consumer's position, a cache line the consumer writes from
+/// another CPU (25-60 ns more per record, docs/performance.md).
 #[inline(always)]
 fn wakeup_flag() -> u64 {
-    if EVENTS.query(BPF_RB_AVAIL_DATA) >= WAKEUP_BYTES.load() {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
+    let Some(queued) = SINCE_WAKEUP.get_ptr_mut(0) else {
+        return BPF_RB_NO_WAKEUP;
+    };
+    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+    unsafe {
+        *queued += 1;
+        if *queued >= WAKEUP_RECORDS.load() {
+            *queued = 0;
+            return BPF_RB_FORCE_WAKEUP;
+        }
     }
+    BPF_RB_NO_WAKEUP
 }
 
 #[inline(always)]

@@ -15,6 +15,19 @@ pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 /// ~775 ns per hit on a 2-vCPU VM, more than the rest of the handler.
 pub const DEFAULT_WAKEUP_BYTES: u64 = 64 << 10;
 
+/// [`DEFAULT_WAKEUP_BYTES`] in records of one CPU on a 2-CPU machine, the eBPF side's
+/// default until user space sets its own from the machine's CPU count.
+pub const DEFAULT_WAKEUP_RECORDS: u64 = wakeup_records(DEFAULT_WAKEUP_BYTES, 2);
+
+/// Records each CPU queues between wakeups so that about `wakeup_bytes` are queued in
+/// all when the consumer is woken (each record takes its size plus an 8-byte header).
+pub const fn wakeup_records(wakeup_bytes: u64, cpus: u64) -> u64 {
+    let per_record = core::mem::size_of::<HitEvent>() as u64 + 8;
+    let cpus = if cpus == 0 { 1 } else { cpus };
+    let records = wakeup_bytes / per_record / cpus;
+    if records == 0 { 1 } else { records }
+}
+
 /// One record per probe hit, written by the eBPF programs into the ring buffer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -147,6 +160,21 @@ pub fn next_draw(state: u64, cpu: u32) -> u64 {
     x ^= x >> 7;
     x ^= x << 17;
     x
+}
+
+#[cfg(test)]
+mod wakeup_tests {
+    use super::*;
+
+    #[test]
+    fn the_threshold_is_split_among_cpus_in_whole_records() {
+        // 32-byte records with their 8-byte headers: 40 bytes each.
+        assert_eq!(wakeup_records(64 << 10, 2), 819);
+        assert_eq!(wakeup_records(64 << 10, 64), 25);
+        assert_eq!(wakeup_records(64 << 10, 0), 1638);
+        // Never zero: a record always counts.
+        assert_eq!(wakeup_records(10, 4), 1);
+    }
 }
 
 #[cfg(test)]

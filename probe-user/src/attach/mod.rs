@@ -217,6 +217,9 @@ impl Attachment {
             .probe_count
             .saturating_add(options.spare_probes)
             .clamp(1, probe_common::MAX_PROBES);
+        // Every online CPU may produce: the wakeup threshold is split among them.
+        let cpus = aya::util::online_cpus().map_or(1, |cpus| cpus.len() as u64);
+        let wakeup_records = probe_common::wakeup_records(options.wakeup_bytes, cpus);
         let mut loader = EbpfLoader::new();
         loader
             .map_max_entries("EVENTS", options.ring_bytes)
@@ -229,7 +232,7 @@ impl Attachment {
                     1
                 },
             )
-            .override_global("WAKEUP_BYTES", &options.wakeup_bytes, true);
+            .override_global("WAKEUP_RECORDS", &wakeup_records, true);
         dispatch.apply(&mut loader);
         let mut ebpf = loader.load(EBPF_OBJECT)?;
         for name in [PROG_UPROBE, PROG_URETPROBE] {
