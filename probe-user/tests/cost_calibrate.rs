@@ -10,20 +10,6 @@ mod common;
 
 use common::*;
 
-fn calibrate(cache: &std::path::Path) -> serde_json::Value {
-    let out = probetop()
-        .args(["calibrate", "--quick", "--json"])
-        .env("XDG_CACHE_HOME", cache)
-        .output()
-        .expect("probetop calibrate");
-    assert!(
-        out.status.success(),
-        "calibrate failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
-}
-
 fn medians(calibration: &serde_json::Value) -> Vec<(String, f64)> {
     calibration["rows"]
         .as_array()
@@ -48,8 +34,8 @@ fn median(rows: &[(String, f64)], case: &str) -> f64 {
 #[test]
 fn rows_are_complete_ordered_and_reproducible() {
     let cache = std::env::temp_dir().join(format!("probetop-cal-{}", std::process::id()));
-    let first = calibrate(&cache);
-    let second = calibrate(&cache);
+    let first = calibrate_quick(&cache);
+    let second = calibrate_quick(&cache);
     // The cache holds one file for this kernel and CPU, the last run's.
     let cached: Vec<_> = std::fs::read_dir(cache.join("probetop"))
         .expect("cache dir")

@@ -35,16 +35,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 #[test]
 fn whole_cost_estimate_matches_the_fixtures_own_cost() {
     let cache = std::env::temp_dir().join(format!("probetop-estimate-{}", std::process::id()));
-    let calibrated = probetop()
-        .args(["calibrate", "--quick"])
-        .env("XDG_CACHE_HOME", &cache)
-        .output()
-        .expect("probetop calibrate");
-    assert!(
-        calibrated.status.success(),
-        "{}",
-        String::from_utf8_lossy(&calibrated.stderr)
-    );
+    calibrate_quick(&cache);
 
     // The in-kernel mode times one hit in 64 by default and prices the rest as counted
     // only: the estimate must hold for that mix too.

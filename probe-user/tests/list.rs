@@ -9,14 +9,9 @@ use common::*;
 /// bpftrace's names for `kind` probes in `path` (the part after `kind:path:`).
 fn bpftrace_list(kind: &str, path: &std::path::Path) -> BTreeSet<String> {
     let prefix = format!("{kind}:{}:", path.display());
-    let out = std::process::Command::new("bpftrace")
-        .args(["-l", &format!("{prefix}*")])
-        .output()
-        .expect("bpftrace is installed by `cargo xtask setup`");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        std::process::Command::new("bpftrace").args(["-l", &format!("{prefix}*")]),
+        "bpftrace -l (installed by `cargo xtask setup`)",
     );
     String::from_utf8_lossy(&out.stdout)
         .lines()

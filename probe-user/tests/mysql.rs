@@ -39,22 +39,17 @@ impl Server {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("temp dir");
         let datadir = dir.join("data");
-        let install = Command::new("mariadb-install-db")
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", datadir.display()))
-            .args([
-                "--user=root",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run mariadb-install-db");
-        assert!(
-            install.status.success(),
-            "mariadb-install-db failed: {}{}",
-            String::from_utf8_lossy(&install.stdout),
-            String::from_utf8_lossy(&install.stderr)
+        output_ok(
+            Command::new("mariadb-install-db")
+                .arg("--no-defaults")
+                .arg(format!("--datadir={}", datadir.display()))
+                .args([
+                    "--user=root",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                ])
+                .stdin(Stdio::null()),
+            "mariadb-install-db",
         );
         let socket = dir.join("mysqld.sock");
         let mut cmd = Command::new(MARIADBD);
@@ -194,15 +189,9 @@ const TEXT_EXTRA_PER_CONNECTION: u64 = 1;
 #[test]
 fn counts_every_command_of_a_live_mariadbd() {
     let server = Server::start();
-    let prepare = server
-        .sysbench("oltp_read_only")
-        .arg("prepare")
-        .output()
-        .expect("sysbench prepare");
-    assert!(
-        prepare.status.success(),
-        "sysbench prepare: {}",
-        String::from_utf8_lossy(&prepare.stderr)
+    output_ok(
+        server.sysbench("oltp_read_only").arg("prepare"),
+        "sysbench prepare",
     );
 
     let json = export_path("mysql.json");

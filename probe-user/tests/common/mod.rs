@@ -192,23 +192,45 @@ pub fn read_export(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&bytes).expect("the export is JSON")
 }
 
+/// Runs `cmd` to its end; it must succeed. `what` names it in a failure, which shows its
+/// output.
+pub fn output_ok(cmd: &mut Command, what: &str) -> std::process::Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// `probetop list --json ARGS`, which must succeed: its listing.
 pub fn list_json<I, S>(args: I) -> serde_json::Value
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let out = probetop()
-        .args(["list", "--json"])
-        .args(args)
-        .output()
-        .expect("probetop list");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = output_ok(
+        probetop().args(["list", "--json"]).args(args),
+        "probetop list",
     );
     serde_json::from_slice(&out.stdout).expect("the listing is JSON")
+}
+
+/// `probetop calibrate --quick --json` with its cache under `cache` (XDG_CACHE_HOME),
+/// which must succeed: the calibration.
+pub fn calibrate_quick(cache: &std::path::Path) -> serde_json::Value {
+    let out = output_ok(
+        probetop()
+            .args(["calibrate", "--quick", "--json"])
+            .env("XDG_CACHE_HOME", cache),
+        "probetop calibrate",
+    );
+    serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
 
 /// Runs probetop on `pid` with `args` until the target exits, after `release` lets the
