@@ -109,13 +109,14 @@ fn on_hit(ctx: Ctx) -> u32 {
     };
     match config.mode {
         mode::KERNEL_HISTOGRAM => {
-            count_hit(probe_id);
-            if timed {
+            if count_hit(probe_id).is_some() && timed {
                 count_in_kernel(probe_id, start);
             }
         }
         mode::SAMPLE => {
-            let n = count_hit(probe_id);
+            let Some(n) = count_hit(probe_id) else {
+                return 0;
+            };
             let every = u64::from(config.sample_every.max(1));
             if n.is_multiple_of(every) {
                 send_record(ctx, probe_id, config, record_start());
@@ -148,16 +149,15 @@ fn is_timed() -> bool {
     draw >= untimed_below
 }
 
-/// Counts a hit of `probe_id` on this CPU; returns this CPU's count so far.
+/// Counts a hit of `probe_id` on this CPU; returns this CPU's count so far, `None` for
+/// an id outside the map.
 #[inline(always)]
-fn count_hit(probe_id: u32) -> u64 {
-    let Some(hits) = HITS.get_ptr_mut(probe_id) else {
-        return 0;
-    };
+fn count_hit(probe_id: u32) -> Option<u64> {
+    let hits = HITS.get_ptr_mut(probe_id)?;
     // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
     unsafe {
         *hits += 1;
-        *hits
+        Some(*hits)
     }
 }
 

@@ -311,15 +311,13 @@ impl ProbeAggregate {
         }
     }
 
-    /// Share of the hits whose handler was timed, for pricing them: below 1 only for
-    /// in-kernel hits with --time-every (records always carry their handler time).
+    /// Share of the in-kernel hits whose handler was timed, for pricing them: below 1
+    /// only with --time-every (records always carry their handler time).
     pub fn timed_share(&self) -> f64 {
         if self.kernel_hits == 0 {
             return 1.0;
         }
-        let streamed = self.hits() - self.kernel_hits;
-        let timed = streamed + self.kernel_timed.min(self.kernel_hits);
-        timed as f64 / self.hits() as f64
+        self.kernel_timed.min(self.kernel_hits) as f64 / self.kernel_hits as f64
     }
 
     pub fn summary(&self) -> HandlerSummary {
@@ -563,7 +561,7 @@ pub struct ProbeMeasurements {
     /// Records received per thread id, sorted by thread id.
     pub threads: Vec<(u32, u64)>,
     pub handler_ns: Histogram<u64>,
-    /// Share of the hits whose handler was timed (below 1 in-kernel with --time-every).
+    /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
     pub timed_share: f64,
     /// Cost class, calibration basis and measured dispatch.
     pub cost: crate::cost::ProbeCost,
