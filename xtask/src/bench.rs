@@ -2281,6 +2281,14 @@ const COST_TOOLS: [Tool; 9] = [
     Tool::CompareKernel,
 ];
 const COST_SITES: [Site; 3] = [Site::Uprobe, Site::Uretprobe, Site::Usdt];
+/// The tools whose added cost the tables compare: the peers, then probetop's modes.
+const ADDED_TOOLS: [Tool; 5] = [
+    Tool::Count,
+    Tool::Hist,
+    Tool::ProbetopRing,
+    Tool::ProbetopKernel,
+    Tool::ProbetopKernelEveryHit,
+];
 
 /// The same comparison by the kernel's own count of each tool's program run time: the
 /// handler alone, and far steadier than the thread's CPU time.
@@ -2302,21 +2310,14 @@ fn render_program_cost(md: &mut String, cost: &CostResults, sites: &[Site]) {
          the trap and dispatch around the program, which the rows above include and which \
          are the same for every tool, so it varies far less between rounds.\n"
     );
-    let tools = [
-        Tool::Count,
-        Tool::Hist,
-        Tool::ProbetopRing,
-        Tool::ProbetopKernel,
-        Tool::ProbetopKernelEveryHit,
-    ];
     let _ = write!(md, "| probe | empty program |");
-    for tool in tools {
+    for tool in ADDED_TOOLS {
         let _ = write!(md, " {} |", tool.label());
     }
     let _ = writeln!(
         md,
         " ring / count() | kernel / count() | kernel, every hit timed / count() |\n|---|---|{}---|---|---|",
-        "---|".repeat(tools.len())
+        "---|".repeat(ADDED_TOOLS.len())
     );
     for &site in sites {
         let _ = write!(
@@ -2325,7 +2326,7 @@ fn render_program_cost(md: &mut String, cost: &CostResults, sites: &[Site]) {
             site.label(),
             spread(&cost.per_hit_by(Metric::Program, site, Tool::Empty)).show(0)
         );
-        for tool in tools {
+        for tool in ADDED_TOOLS {
             let _ = write!(
                 md,
                 " {} |",
@@ -2391,13 +2392,7 @@ fn render_cost(md: &mut String, cost: &CostResults, s: &Settings) {
     let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for &site in &sites {
         let _ = write!(md, "| {} |", site.label());
-        for tool in [
-            Tool::Count,
-            Tool::Hist,
-            Tool::ProbetopRing,
-            Tool::ProbetopKernel,
-            Tool::ProbetopKernelEveryHit,
-        ] {
+        for tool in ADDED_TOOLS {
             let _ = write!(md, " {} |", spread(&cost.added(site, tool)).show(0));
         }
         for (a, b) in [
