@@ -1,5 +1,5 @@
-//! `probetop calibrate --quick`: every row, positive, ordered as the mechanisms say,
-//! and reproducible: two runs agree within the tolerances below.
+//! `probetop calibrate --quick`: every row, positive, ordered as the mechanisms say
+//! where they differ by far more than the noise, and reproducible: two runs agree within the tolerances below.
 //!
 //! Tolerances (stated in docs/cost.md): rows of the kernel's uprobe path (hundreds of
 //! ns and up) within 35% of each other; what probetop's handler adds on top (tens to
@@ -68,20 +68,25 @@ fn rows_are_complete_ordered_and_reproducible() {
             };
             assert!(*m > floor, "{case}: {m} ns is not above {floor} ({rows:?})");
         }
-        let chain = [
-            "usdt-unattached",
-            "usdt-hit",
-            "uprobe-emulated",
-            "uprobe-single-stepped",
-        ];
-        for pair in chain.windows(2) {
+        // Orders the mechanisms guarantee with a wide margin: a trap costs hundreds of
+        // loop calls, a single step ~15 emulated hits.
+        for (cheaper, dearer) in [
+            ("usdt-unattached", "usdt-hit"),
+            ("uprobe-emulated", "uprobe-single-stepped"),
+        ] {
             assert!(
-                median(&rows, pair[0]) < median(&rows, pair[1]),
-                "{} should cost less than {}: {rows:?}",
-                pair[0],
-                pair[1]
+                median(&rows, cheaper) < median(&rows, dearer),
+                "{cheaper} should cost less than {dearer}: {rows:?}"
             );
         }
+        // A USDT nop and a push are both emulated after the same trap: they differ by
+        // less than a quick run's noise (807 vs 873 ns in docs/cost.md, 931 vs 896 in
+        // one CI run), so they are held to one class, not to an order.
+        let (nop, push) = (median(&rows, "usdt-hit"), median(&rows, "uprobe-emulated"));
+        assert!(
+            (nop - push).abs() <= 0.35 * nop.max(push),
+            "usdt-hit and uprobe-emulated should be one class: {rows:?}"
+        );
         // A uretprobe is its entry breakpoint plus the return.
         assert!(median(&rows, "uretprobe") > median(&rows, "uprobe-emulated"));
         let ring = calibration["handler_ring_ns"]["median"]
