@@ -297,6 +297,27 @@ impl Attachment {
         self.attach_program(request, name)
     }
 
+    /// The kernel's run count and run time (ns) of probetop's measuring program for
+    /// probes of `kind`, or of the empty program with `empty`; both zero while BPF
+    /// statistics are off.
+    pub fn run_stats(&self, kind: ProbeKind, empty: bool) -> Result<(u64, u64), AttachError> {
+        let name = if empty {
+            PROG_EMPTY
+        } else {
+            measuring_program(kind)
+        };
+        let info = self
+            .ebpf
+            .program(name)
+            .ok_or(AttachError::Unsupported(format!(
+                "the eBPF object lacks {name}"
+            )))?
+            .info()
+            .map_err(|source| AttachError::Program { name, source })?;
+        let run_time_ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
+        Ok((info.run_count(), run_time_ns))
+    }
+
     /// The loaded object, for `cost::dispatch` to load and attach its programs and
     /// take its maps.
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {

@@ -20,6 +20,7 @@
 //! Results are cached per kernel release and CPU model.
 
 use std::{
+    collections::HashMap,
     io::{self, BufRead as _, BufReader, Write as _},
     os::fd::AsRawFd as _,
     path::{Path, PathBuf},
@@ -37,6 +38,7 @@ use aya::maps::{MapData, PerCpuArray, RingBuf};
 use probe_common::{HitEvent, ProbeConfig, dispatch as slots, khist, mode};
 use serde::{Deserialize, Serialize};
 
+use super::bpf_stats::StatsGuard;
 use super::classes::KernelRules;
 use super::dispatch::{Dispatch, ProbeSite, SlotTotal};
 use super::stats::{Summary, XorShift};
@@ -149,6 +151,13 @@ impl Case {
         Case::UprobeSingleStepped,
         Case::UprobeOptimized,
         Case::Uretprobe,
+        Case::HandlerRing,
+        Case::HandlerKernel,
+        Case::HandlerKernelUntimed,
+    ];
+
+    /// The rows of what probetop's handler adds on top of the empty program.
+    pub const HANDLER: [Case; 3] = [
         Case::HandlerRing,
         Case::HandlerKernel,
         Case::HandlerKernelUntimed,
@@ -269,6 +278,30 @@ pub struct Row {
     pub samples: Vec<f64>,
 }
 
+/// How the rows of what probetop's handler adds were measured.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HandlerMethod {
+    /// The kernel's run time per run of probetop's program minus the empty program's
+    /// (BPF statistics): a few ns of spread. It leaves out what happens after the
+    /// program returns (a ring-buffer wakeup, one per many records).
+    ProgramTime,
+    /// The traced thread's CPU time with probetop's program minus with the empty one:
+    /// the whole effect, but a difference of two ~900 ns measurements, tens of ns of
+    /// spread on a VM.
+    #[default]
+    ThreadCpuTime,
+}
+
+impl HandlerMethod {
+    pub fn label(self) -> &'static str {
+        match self {
+            HandlerMethod::ProgramTime => "program run time (BPF statistics)",
+            HandlerMethod::ThreadCpuTime => "the traced thread's CPU time",
+        }
+    }
+}
+
 /// One row of phase two.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchRow {
@@ -298,6 +331,16 @@ pub struct Calibration {
     /// Handler time (probetop's bpf_ktime window) per hit during the handler rows.
     pub handler_ring_ns: Option<Summary>,
     pub handler_kernel_ns: Option<Summary>,
+    /// How the handler rows were measured (older caches: thread CPU time).
+    #[serde(default)]
+    pub handler_method: HandlerMethod,
+    /// With [`HandlerMethod::ProgramTime`], the handler rows as the thread's CPU time
+    /// saw them: the cross-check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handler_cpu_rows: Vec<Row>,
+    /// Why the handler rows fell back to thread CPU time, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler_program_error: Option<String>,
     pub dispatch: Vec<DispatchRow>,
     /// Why phase two did not run (fentry/fexit refused), verbatim.
     pub dispatch_error: Option<String>,
@@ -386,7 +429,7 @@ impl Calibration {
         );
         let _ = writeln!(
             out,
-            "\n{:<46} {:>10} {:>19} {:>19}",
+            "\n{:<52} {:>10} {:>19} {:>19}",
             "cost to the traced thread per hit", "median ns", "IQR", "95% CI of median"
         );
         for row in &self.rows {
@@ -396,13 +439,38 @@ impl Calibration {
             }
             let _ = writeln!(
                 out,
-                "{:<46} {:>10} {:>19} {:>19}",
+                "{:<52} {:>10} {:>19} {:>19}",
                 label,
                 fmt_ns(row.ns.median),
                 format!("{}-{}", fmt_ns(row.ns.q1), fmt_ns(row.ns.q3)),
                 format!("{}-{}", fmt_ns(row.ns.ci_low), fmt_ns(row.ns.ci_high)),
             );
         }
+        let _ = match (self.handler_method, &self.handler_program_error) {
+            (HandlerMethod::ProgramTime, _) => {
+                let cpu: Vec<String> = self
+                    .handler_cpu_rows
+                    .iter()
+                    .map(|r| fmt_ns(r.ns.median))
+                    .collect();
+                writeln!(
+                    out,
+                    "(the handler rows: {}; the traced thread's CPU time gave {} ns)",
+                    HandlerMethod::ProgramTime.label(),
+                    cpu.join(" / ")
+                )
+            }
+            (HandlerMethod::ThreadCpuTime, Some(why)) => writeln!(
+                out,
+                "(the handler rows: {}; program run time unavailable: {why})",
+                HandlerMethod::ThreadCpuTime.label()
+            ),
+            (HandlerMethod::ThreadCpuTime, None) => writeln!(
+                out,
+                "(the handler rows: {})",
+                HandlerMethod::ThreadCpuTime.label()
+            ),
+        };
         if let (Some(ring), Some(kernel)) = (&self.handler_ring_ns, &self.handler_kernel_ns) {
             let _ = writeln!(
                 out,
@@ -418,13 +486,13 @@ impl Calibration {
             (None, false) => {
                 let _ = writeln!(
                     out,
-                    "\n{:<46} {:>10} {:>10} {:>10}",
+                    "\n{:<52} {:>10} {:>10} {:>10}",
                     "probetop ring handler + dispatch clock on", "whole", "dispatch", "residual"
                 );
                 for row in &self.dispatch {
                     let _ = writeln!(
                         out,
-                        "{:<46} {:>10} {:>10} {:>10}",
+                        "{:<52} {:>10} {:>10} {:>10}",
                         row.label,
                         fmt_ns(row.whole_ns.median),
                         fmt_ns(row.dispatch_ns.median),
@@ -576,18 +644,47 @@ pub fn run(
     } else {
         (Vec::new(), Some("not requested".to_string()))
     };
-    let rows = Case::ALL
-        .iter()
-        .filter_map(|case| {
-            let samples = phase_one.samples.get(case)?.clone();
-            Some(Row {
-                case: *case,
-                label: case.label().to_string(),
-                ns: Summary::of(&samples)?,
-                samples,
-            })
+    let row = |case: Case, samples: &[f64]| {
+        Some(Row {
+            case,
+            label: case.label().to_string(),
+            ns: Summary::of(samples)?,
+            samples: samples.to_vec(),
         })
+    };
+    let mut rows: Vec<Row> = Case::ALL
+        .iter()
+        .filter_map(|case| row(*case, phase_one.samples.get(case)?))
         .collect();
+    // Program run time, when measured, gives the handler rows; the thread's CPU time
+    // stays beside them as the cross-check.
+    let mut handler_method = HandlerMethod::ThreadCpuTime;
+    let mut handler_cpu_rows = Vec::new();
+    let mut handler_program_error = None;
+    match phase_one.handler_program {
+        Some(Ok(by_case)) => {
+            let program_rows: Option<Vec<Row>> = Case::HANDLER
+                .iter()
+                .map(|case| row(*case, by_case.get(case)?))
+                .collect();
+            match program_rows {
+                Some(program_rows) => {
+                    handler_method = HandlerMethod::ProgramTime;
+                    for program in program_rows {
+                        if let Some(slot) = rows.iter_mut().find(|r| r.case == program.case) {
+                            handler_cpu_rows.push(std::mem::replace(slot, program));
+                        }
+                    }
+                }
+                None => {
+                    handler_program_error =
+                        Some("no repetition measured every handler case".to_string());
+                }
+            }
+        }
+        Some(Err(why)) => handler_program_error = Some(why),
+        None => {}
+    }
     Ok(Calibration {
         format: FORMAT,
         kernel_release: machine.kernel_release,
@@ -602,6 +699,9 @@ pub fn run(
         rows,
         handler_ring_ns: Summary::of(&phase_one.handler_ring),
         handler_kernel_ns: Summary::of(&phase_one.handler_kernel),
+        handler_method,
+        handler_cpu_rows,
+        handler_program_error,
         dispatch,
         dispatch_error,
     })
@@ -882,9 +982,12 @@ fn request<'a>(
 
 #[derive(Default)]
 struct PhaseOne {
-    samples: std::collections::HashMap<Case, Vec<f64>>,
+    samples: HashMap<Case, Vec<f64>>,
     handler_ring: Vec<f64>,
     handler_kernel: Vec<f64>,
+    /// What the handler adds per hit by program run time, per handler case; Err says
+    /// why it could not be measured.
+    handler_program: Option<Result<HashMap<Case, Vec<f64>>, String>>,
 }
 
 fn phase_one(
@@ -972,15 +1075,12 @@ fn phase_one(
             out.samples.entry(case).or_default().push(probed - unprobed);
         }
     }
+    out.handler_program = Some(handler_program_time(child, &mut attachment, options, rng)?);
     drop(drainer);
     // The handler rows are what probetop's handler adds to the empty program's cost:
     // subtract the emulated uprobe measured in the same repetition.
     if let Some(base) = out.samples.get(&Case::UprobeEmulated).cloned() {
-        for case in [
-            Case::HandlerRing,
-            Case::HandlerKernel,
-            Case::HandlerKernelUntimed,
-        ] {
+        for case in Case::HANDLER {
             if let Some(samples) = out.samples.get_mut(&case) {
                 for (s, b) in samples.iter_mut().zip(&base) {
                     *s -= b;
@@ -989,6 +1089,71 @@ fn phase_one(
         }
     }
     Ok(out)
+}
+
+/// What probetop's handler adds per hit by the kernel's own run time of the programs:
+/// each handler case's program time per run minus the empty program's on the emulated
+/// uprobe, paired per repetition. Only the called function's probe fires during a run,
+/// so a program's statistics over the run are that probe's. `Ok(Err(why))` when BPF
+/// statistics cannot be had.
+fn handler_program_time(
+    child: &mut Workload,
+    attachment: &mut Attachment,
+    options: &CalibrateOptions,
+    rng: &mut XorShift,
+) -> Result<Result<HashMap<Case, Vec<f64>>, String>, CalibrateError> {
+    // On for this pass alone (the CPU-time rows would pay its clock reads), and off by
+    // itself when the guard's fd closes, however probetop exits.
+    let _stats = match StatsGuard::enable() {
+        Ok(guard) => guard,
+        Err(e) => return Ok(Err(format!("BPF statistics cannot be turned on: {e}"))),
+    };
+    let mut cases = [
+        Case::UprobeEmulated,
+        Case::HandlerRing,
+        Case::HandlerKernel,
+        Case::HandlerKernelUntimed,
+    ];
+    let mut out: HashMap<Case, Vec<f64>> = HashMap::new();
+    for _ in 0..options.reps {
+        rng.shuffle(&mut cases);
+        let mut per_run = HashMap::new();
+        for case in cases {
+            let empty = case == Case::UprobeEmulated;
+            let untimed = case == Case::HandlerKernelUntimed;
+            let calls = calls_for(case.func(), options);
+            let (runs_before, ns_before) = attachment.run_stats(case.kind(), empty)?;
+            if untimed {
+                attachment.set_time_every(u64::MAX)?;
+            }
+            let run = child.run(case.func(), calls);
+            if untimed {
+                attachment.set_time_every(1)?;
+            }
+            run?;
+            let (runs_after, ns_after) = attachment.run_stats(case.kind(), empty)?;
+            let runs = runs_after.saturating_sub(runs_before);
+            if runs < calls {
+                return Ok(Err(format!(
+                    "{}: the kernel counted {runs} program runs for {calls} calls",
+                    case.label()
+                )));
+            }
+            per_run.insert(
+                case,
+                ns_after.saturating_sub(ns_before) as f64 / runs as f64,
+            );
+        }
+        let Some(&base) = per_run.get(&Case::UprobeEmulated) else {
+            continue;
+        };
+        for case in Case::HANDLER {
+            if let Some(ns) = per_run.get(&case) {
+                out.entry(case).or_default().push(ns - base);
+            }
+        }
+    }
+    Ok(Ok(out))
 }
 
 /// The in-kernel histogram of `probe_id` (`khist` counts over CPUs), read in place.
@@ -1159,6 +1324,9 @@ mod tests {
                 .collect(),
             handler_ring_ns: None,
             handler_kernel_ns: None,
+            handler_method: HandlerMethod::default(),
+            handler_cpu_rows: Vec::new(),
+            handler_program_error: None,
             dispatch: Vec::new(),
             dispatch_error: None,
         }

@@ -259,6 +259,9 @@ mod tests {
                 .collect(),
             handler_ring_ns: Some(s(150.0)),
             handler_kernel_ns: Some(s(40.0)),
+            handler_method: Default::default(),
+            handler_cpu_rows: Vec::new(),
+            handler_program_error: None,
             dispatch: dispatch
                 .iter()
                 .map(|(case, r)| DispatchRow {
