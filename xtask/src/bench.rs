@@ -35,6 +35,7 @@ use std::{fs, thread};
 use anyhow::{Context as _, Result, bail, ensure};
 use serde_json::{Value, json};
 
+use super::mysql::{MARIADBD, Mariadb, ServerOptions};
 use super::{Ctx, build, fixtures, is_root, show};
 
 #[derive(clap::Args, Debug)]
@@ -287,8 +288,6 @@ fn write_outputs(dir: &Path, markdown: &str, json: &Value) -> Result<()> {
 
 // ---------------------------------------------------------------------------------------
 // The bench: paths and the parts
-
-const MARIADBD: &str = "/usr/sbin/mariadbd";
 
 struct Bench {
     settings: Settings,
@@ -1035,85 +1034,6 @@ impl Bench {
 // ---------------------------------------------------------------------------------------
 // 3. Attach latency
 
-/// A private mariadbd: a copy of the binary (see the module comment) on a fresh datadir.
-struct MariaDb {
-    server: Proc,
-    exe: PathBuf,
-    socket: PathBuf,
-}
-
-impl MariaDb {
-    fn start(work: &Path) -> Result<Self> {
-        let dir = work.join("mariadb");
-        let datadir = dir.join("data");
-        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let exe = dir.join("mariadbd");
-        fs::copy(MARIADBD, &exe).with_context(|| format!("copying {MARIADBD}"))?;
-        let out = Command::new("mariadb-install-db")
-            .arg("--no-defaults")
-            .arg(format!("--datadir={}", datadir.display()))
-            .args([
-                "--user=root",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .context("running mariadb-install-db")?;
-        ensure!(
-            out.status.success(),
-            "mariadb-install-db failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let socket = dir.join("mysqld.sock");
-        let mut cmd = Command::new(&exe);
-        cmd.arg("--no-defaults")
-            .arg(format!("--datadir={}", datadir.display()))
-            .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--pid-file={}", dir.join("mysqld.pid").display()))
-            .arg(format!("--log-error={}", dir.join("error.log").display()))
-            .args([
-                "--user=root",
-                "--skip-networking",
-                "--skip-log-bin",
-                "--innodb-buffer-pool-size=32M",
-                "--innodb-log-file-size=16M",
-            ]);
-        let server = Proc::spawn("mariadbd", &mut cmd)?;
-        let db = Self {
-            server,
-            exe,
-            socket,
-        };
-        wait_until(Duration::from_secs(120), || db.query().is_ok())
-            .context("waiting for mariadbd to take queries")?;
-        Ok(db)
-    }
-
-    /// One `SELECT 1` through the client: a known call of dispatch_command.
-    fn query(&self) -> Result<()> {
-        let out = Command::new("mariadb")
-            .arg("-S")
-            .arg(&self.socket)
-            .args(["-u", "root", "-e", "SELECT 1"])
-            .stdin(Stdio::null())
-            .output()
-            .context("running the mariadb client")?;
-        ensure!(
-            out.status.success(),
-            "SELECT 1 failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(())
-    }
-}
-
-impl Drop for MariaDb {
-    fn drop(&mut self) {
-        let _ = self.server.stop("TERM", Duration::from_secs(60));
-    }
-}
-
 #[derive(Debug, Clone)]
 struct AttachRun {
     tool: &'static str,
@@ -1154,8 +1074,14 @@ const NAMED: &[&str] = &[
 
 impl Bench {
     fn attach(&self) -> Result<AttachResults> {
-        let db = MariaDb::start(&self.work.path)?;
-        let pid = db.server.pid();
+        // A copy of the binary (see the module comment), with a small buffer pool: the
+        // attach part sends three queries.
+        let db = Mariadb::start(&ServerOptions {
+            buffer_pool_mib: 32,
+            private_binary: true,
+            ..ServerOptions::default()
+        })?;
+        let pid = db.pid();
         // bpftrace 0.17 matches mangled names; probetop also matches demangled ones. The
         // named set is given to each tool the way its users would write it; the globs are
         // the same text for both.
@@ -1171,7 +1097,7 @@ impl Bench {
                 .into_iter()
                 .flatten()
                 .find(|p| {
-                    p["object"].as_str() == Some(&db.exe.display().to_string())
+                    p["object"].as_str() == Some(&db.exe().display().to_string())
                         && p["name"]
                             .as_str()
                             .is_some_and(|n| n.split('(').next() == Some(name))
@@ -1180,7 +1106,7 @@ impl Bench {
                 .with_context(|| format!("{name} is not in mariadbd's symbols"))?;
             mangled.push(symbol.to_string());
         }
-        let exe = db.exe.display().to_string();
+        let exe = db.exe().display().to_string();
         let sets: Vec<(&'static str, Vec<String>, Vec<String>)> = vec![
             (
                 "5 named functions",
@@ -1202,7 +1128,7 @@ impl Bench {
             ),
         ];
         let mut results = AttachResults {
-            binary_mib: fs::metadata(&db.exe).map_or(0.0, |m| m.len() as f64 / (1 << 20) as f64),
+            binary_mib: fs::metadata(db.exe()).map_or(0.0, |m| m.len() as f64 / (1 << 20) as f64),
             symbols: listing["objects"][0]["symbols"]["kind"]
                 .as_str()
                 .unwrap_or("?")
@@ -1251,18 +1177,13 @@ impl Bench {
         &self,
         bin: &Path,
         tool_name: &'static str,
-        db: &MariaDb,
+        db: &Mariadb,
         specs: &[String],
     ) -> Result<AttachRun> {
         let export = self.work.path.join("attach.json");
         let mut cmd = Command::new(bin);
-        cmd.args([
-            "--pid",
-            &db.server.pid().to_string(),
-            "--no-tui",
-            "--export",
-        ])
-        .arg(&export);
+        cmd.args(["--pid", &db.pid().to_string(), "--no-tui", "--export"])
+            .arg(&export);
         for spec in specs {
             cmd.args(["-e", spec]);
         }
@@ -1290,7 +1211,7 @@ impl Bench {
         })
     }
 
-    fn attach_bpftrace(&self, db: &MariaDb, probes: &[String]) -> Result<AttachRun> {
+    fn attach_bpftrace(&self, db: &Mariadb, probes: &[String]) -> Result<AttachRun> {
         let program = format!("{} {{ @[probe] = count(); }}", probes.join(","));
         let mut cmd = Command::new("bpftrace");
         cmd.args(["-e", &program]);
@@ -1380,9 +1301,9 @@ fn watch_attach(name: &str, cmd: &mut Command, ready: &str) -> Result<(Proc, Att
 
 /// Drives three known queries through the probes, then stops the tool with SIGINT;
 /// returns the seconds it took to exit (detaching) and its stdout.
-fn drive_and_stop(db: &MariaDb, mut tool: Proc) -> Result<(f64, Vec<String>)> {
+fn drive_and_stop(db: &Mariadb, mut tool: Proc) -> Result<(f64, Vec<String>)> {
     for _ in 0..3 {
-        db.query()?;
+        db.query("SELECT 1")?;
     }
     let (status, took) = tool.stop("INT", PATIENCE)?;
     ensure!(

@@ -5,6 +5,7 @@
 //! shut down when the guard drops. No system service is involved: the package's own
 //! server (`/var/lib/mysql`, `/run/mysqld`) is never started, and [`install_missing`]
 //! keeps `apt-get install` from starting it.
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
@@ -20,6 +21,22 @@ use crate::{echo, run, show};
 pub const PACKAGES: &[&str] = &["mariadb-server", "sysbench"];
 
 pub const MARIADBD: &str = "/usr/sbin/mariadbd";
+
+/// How long past its `--time` a sysbench run may take before it counts as stalled.
+const SYSBENCH_GRACE: Duration = Duration::from_secs(120);
+
+/// A process that did not finish in time: sysbench past its `--time`, or a tool that
+/// ignored SIGINT. A report loses that run, not the whole report.
+#[derive(Debug)]
+pub struct Stalled(pub String);
+
+impl std::fmt::Display for Stalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Stalled {}
 
 /// Where Debian's maintainer scripts ask whether they may start a service.
 const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
@@ -159,6 +176,10 @@ pub struct ServerOptions {
     /// InnoDB buffer pool: small, but it holds sysbench's tables, so the load is CPU-bound.
     pub buffer_pool_mib: u32,
     pub max_connections: u32,
+    /// Run a copy of mariadbd made in the server's directory: uprobes are set per
+    /// inode, so probes on the copy never trap in another mariadbd on the machine (nor
+    /// theirs in ours), even from a tool that does not scope probes to a pid.
+    pub private_binary: bool,
 }
 
 impl Default for ServerOptions {
@@ -166,6 +187,7 @@ impl Default for ServerOptions {
         Self {
             buffer_pool_mib: 256,
             max_connections: 64,
+            private_binary: false,
         }
     }
 }
@@ -176,6 +198,7 @@ pub struct Mariadb {
     pid: u32,
     dir: PathBuf,
     socket: PathBuf,
+    exe: PathBuf,
     /// The server's command line, for reports.
     pub command_line: String,
 }
@@ -187,6 +210,16 @@ impl Mariadb {
         let dir = temp_dir("probetop-mariadb")?;
         let datadir = dir.join("data");
         let socket = dir.join("mysqld.sock");
+        let exe = if options.private_binary {
+            let copy = dir.join("mariadbd");
+            if let Err(e) = fs::copy(MARIADBD, &copy) {
+                let _ = fs::remove_dir_all(&dir);
+                return Err(e).with_context(|| format!("copying {MARIADBD}"));
+            }
+            copy
+        } else {
+            PathBuf::from(MARIADBD)
+        };
 
         let mut install = Command::new("mariadb-install-db");
         install
@@ -219,7 +252,7 @@ impl Mariadb {
             );
         }
 
-        let mut cmd = Command::new(MARIADBD);
+        let mut cmd = Command::new(&exe);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", datadir.display()))
             .arg(format!("--socket={}", socket.display()))
@@ -279,6 +312,7 @@ impl Mariadb {
             child,
             dir,
             socket,
+            exe,
             command_line,
         };
         server.wait_ready(Duration::from_secs(120))?;
@@ -292,6 +326,11 @@ impl Mariadb {
 
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// The mariadbd binary the server runs (a private copy with `private_binary`).
+    pub fn exe(&self) -> &Path {
+        &self.exe
     }
 
     /// The temporary directory holding the datadir, socket and logs.
@@ -493,20 +532,66 @@ impl Sysbench {
     }
 
     /// Runs `test` and parses what sysbench reports.
+    /// Runs a test; a run still going [`SYSBENCH_GRACE`] past `seconds` (a client
+    /// thread waiting on a server that stopped answering) is killed and comes back as
+    /// [`Stalled`].
     pub fn run(&self, test: &str, threads: u32, seconds: f64) -> Result<SysbenchResult> {
         let mut cmd = self.run_command(test, threads, seconds);
         echo(&cmd);
-        let out = cmd
-            .output()
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
             .with_context(|| format!("running {}", show(&cmd)))?;
-        let stdout = String::from_utf8_lossy(&out.stdout);
+        // Read beside the wait, so a full pipe cannot stall the run.
+        let readers: Vec<_> = [
+            child
+                .stdout
+                .take()
+                .map(|o| Box::new(o) as Box<dyn Read + Send>),
+            child
+                .stderr
+                .take()
+                .map(|e| Box::new(e) as Box<dyn Read + Send>),
+        ]
+        .into_iter()
+        .map(|pipe| {
+            thread::spawn(move || {
+                let mut text = String::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_string(&mut text);
+                }
+                text
+            })
+        })
+        .collect();
+        let deadline = Instant::now() + Duration::from_secs_f64(seconds) + SYSBENCH_GRACE;
+        let status = loop {
+            if let Some(status) = child.try_wait().context("waiting for sysbench")? {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(Stalled(format!(
+                    "sysbench ran {:.0} s past its --time={seconds} and was killed",
+                    SYSBENCH_GRACE.as_secs_f64()
+                ))
+                .into());
+            }
+            thread::sleep(Duration::from_millis(50));
+        };
+        let mut texts = readers.into_iter().map(|r| r.join().unwrap_or_default());
+        let (stdout, stderr) = (
+            texts.next().unwrap_or_default(),
+            texts.next().unwrap_or_default(),
+        );
         ensure!(
-            out.status.success(),
-            "`{}` failed ({}): {}{}",
+            status.success(),
+            "`{}` failed ({status}): {}{}",
             show(&cmd),
-            out.status,
             stdout.trim(),
-            String::from_utf8_lossy(&out.stderr).trim()
+            stderr.trim()
         );
         parse_sysbench(&stdout)
     }

@@ -20,7 +20,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use serde_json::{Value, json};
 
 use crate::mysql::{
-    HostCpu, MARIADBD, Mariadb, ServerOptions, Sysbench, SysbenchResult,
+    HostCpu, MARIADBD, Mariadb, ServerOptions, Stalled, Sysbench, SysbenchResult,
     extra_commands_per_connection, process_cpu,
 };
 use crate::{Ctx, echo, show};
@@ -185,6 +185,8 @@ struct Report {
     bpftrace_file: PathBuf,
     work: PathBuf,
     runs: Vec<Run>,
+    /// Runs lost to a stall, each with what stalled and where its snapshot is.
+    lost: Vec<String>,
     /// The trap calibration: per case, (user, system) ns per call of every repeat.
     traps: Vec<(TrapCase, Vec<(f64, f64)>)>,
     commands: BTreeMap<&'static str, String>,
@@ -245,6 +247,7 @@ pub fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
         bpftrace_file,
         work,
         runs: Vec::new(),
+        lost: Vec::new(),
         traps: Vec::new(),
         commands: BTreeMap::new(),
         server,
@@ -537,8 +540,9 @@ impl Report {
         for repeat in 0..self.options.repeats {
             for (i, (test, threads)) in cells.iter().enumerate() {
                 for variant in rotated(&variants, repeat as usize + i) {
-                    let run = self.measure(test, *threads, &variant, repeat, false)?;
-                    self.runs.push(run);
+                    if let Some(run) = self.measure(test, *threads, &variant, repeat, false)? {
+                        self.runs.push(run);
+                    }
                 }
             }
         }
@@ -568,8 +572,9 @@ impl Report {
             // neighbours in every repeat, and a periodic background job then lands on
             // the same variant each time.
             for variant in shuffled(&variants, u64::from(repeat)) {
-                let run = self.measure(&test, threads, &variant, repeat, true)?;
-                self.runs.push(run);
+                if let Some(run) = self.measure(&test, threads, &variant, repeat, true)? {
+                    self.runs.push(run);
+                }
             }
         }
         Ok(())
@@ -583,6 +588,8 @@ impl Report {
         }
     }
 
+    /// One run; `None` when it stalled (recorded in `lost`, with a snapshot of where
+    /// the threads waited) and the server still answers after the tool is killed.
     fn measure(
         &mut self,
         test: &str,
@@ -590,7 +597,7 @@ impl Report {
         variant: &Variant,
         repeat: u32,
         single_phase: bool,
-    ) -> Result<Run> {
+    ) -> Result<Option<Run>> {
         let phase = if single_phase { "single" } else { "main" };
         let export_prefix = match variant {
             Variant::Probetop | Variant::Single(_) => Some(self.work.join(format!(
@@ -669,11 +676,45 @@ impl Report {
         let host = HostCpu::now()?.since(host0);
 
         let stopping = Instant::now();
-        let output = match tool.as_mut() {
-            Some(t) => Some(t.stop()?),
-            None => None,
-        };
+        let output = tool.as_mut().map(Tool::stop);
         let stop_s = stopping.elapsed().as_secs_f64();
+        let stalled = [
+            result.as_ref().err(),
+            output.as_ref().and_then(|o| o.as_ref().err()),
+        ]
+        .into_iter()
+        .flatten()
+        .find_map(|e| e.downcast_ref::<Stalled>())
+        .map(ToString::to_string);
+        if let Some(stalled) = stalled {
+            let label = format!(
+                "{phase}-{test}-t{threads}-r{repeat}-{}",
+                safe(&variant.label())
+            );
+            let path = self.work.join(format!("{label}-stalled.txt"));
+            let mut watched = vec![("mariadbd", self.server.pid())];
+            if let Some(t) = &tool {
+                watched.push(("tool", t.pid));
+            }
+            fs::write(&path, format!("{stalled}\n\n{}", thread_snapshot(&watched)))
+                .with_context(|| format!("writing {}", path.display()))?;
+            drop(tool);
+            ensure!(
+                self.server.ping(),
+                "{stalled}; mariadbd no longer answers even with the tool killed (where its threads waited: {})",
+                path.display()
+            );
+            let name = format!("{label}-stalled.txt");
+            let lost = format!(
+                "{test} threads={threads} {} repeat {}: {stalled}; killed, the server answered again; where the threads waited: [mysqld/{name}](mysqld/{name})",
+                variant.label(),
+                repeat + 1,
+            );
+            println!("mysql-report: LOST {lost}");
+            self.lost.push(lost);
+            return Ok(None);
+        }
+        let output = output.transpose()?;
         let sysbench = result?;
         let mut run = Run {
             test: test.to_string(),
@@ -731,7 +772,7 @@ impl Report {
             variant.label()
         );
         thread::sleep(Duration::from_secs(1));
-        Ok(run)
+        Ok(Some(run))
     }
 }
 
@@ -804,6 +845,9 @@ pub enum Stream {
     Stdout,
     Stderr,
 }
+
+/// How long a tool may take to exit after SIGINT before its run counts as stalled.
+const TOOL_STOP_PATIENCE: Duration = Duration::from_secs(120);
 
 /// probetop or bpftrace, attached and running; stopped with SIGINT like a user would.
 pub struct Tool {
@@ -891,16 +935,21 @@ impl Tool {
         // SAFETY: kill(2) on our own unreaped child's pid: it cannot name another process.
         unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGINT) };
         // bpftrace takes seconds to exit: it detaches probe by probe, and the kernel waits
-        // for an RCU grace period each time, which the machine's load stretches.
-        let deadline = Instant::now() + Duration::from_secs(300);
+        // for an RCU grace period each time, which the machine's load stretches. Two
+        // minutes is far beyond that; bpftrace 0.17 sometimes never exits (a lost run).
+        let deadline = Instant::now() + TOOL_STOP_PATIENCE;
         let status = loop {
             if let Some(status) = self.child.try_wait().context("waiting for a tool")? {
                 break status;
             }
             if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                bail!("{} did not stop within 300 s of SIGINT", self.command);
+                // Left running for the caller to look at; killed when dropped.
+                return Err(Stalled(format!(
+                    "{} did not stop within {} s of SIGINT",
+                    self.command,
+                    TOOL_STOP_PATIENCE.as_secs()
+                ))
+                .into());
             }
             thread::sleep(Duration::from_millis(20));
         };
@@ -926,6 +975,37 @@ impl Drop for Tool {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Where every thread of each process waits: its state, wchan and kernel stack (root
+/// reads /proc/PID/task/TID/stack), for a run that stalled.
+fn thread_snapshot(processes: &[(&str, u32)]) -> String {
+    let mut out = String::new();
+    for (name, pid) in processes {
+        let _ = writeln!(out, "== {name} (pid {pid})");
+        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+            let _ = writeln!(out, "(gone)");
+            continue;
+        };
+        for task in tasks.flatten() {
+            let dir = task.path();
+            let read = |file: &str| fs::read_to_string(dir.join(file)).unwrap_or_default();
+            let state = read("status")
+                .lines()
+                .find(|l| l.starts_with("State:"))
+                .unwrap_or("")
+                .to_string();
+            let _ = writeln!(
+                out,
+                "-- tid {} {} {state} wchan={}\n{}",
+                task.file_name().to_string_lossy(),
+                read("comm").trim(),
+                read("wchan").trim(),
+                read("stack")
+            );
+        }
+    }
+    out
 }
 
 /// Kills and reaps a child on drop unless it was already reaped.
@@ -1034,6 +1114,19 @@ impl Report {
                 fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
             }
         }
+        // The snapshots of stalled runs go with the report.
+        for entry in
+            fs::read_dir(&self.work).with_context(|| format!("listing {}", self.work.display()))?
+        {
+            let path = entry?.path();
+            if let Some(name) = path
+                .file_name()
+                .filter(|n| n.to_string_lossy().ends_with("-stalled.txt"))
+            {
+                fs::copy(&path, files.join(name))
+                    .with_context(|| format!("copying {}", path.display()))?;
+            }
+        }
         let section = self.section(uptime_before, uptime_after, elapsed, &files)?;
         let doc_path = out.join("mysqld.md");
         let existing = fs::read_to_string(&doc_path).unwrap_or_default();
@@ -1053,6 +1146,7 @@ impl Report {
                 "first_instruction": p.first_insn, "emulated": p.emulated,
             })).collect::<Vec<_>>(),
             "runs": self.runs.iter().map(Run::to_json).collect::<Vec<_>>(),
+            "lost": self.lost,
             "trap_calibration": self.traps.iter().map(|(c, v)| json!({
                 "case": c.label, "specs": c.specs,
                 "user_ns_per_call": v.iter().map(|(u, _)| *u).collect::<Vec<_>>(),
@@ -1121,6 +1215,18 @@ impl Report {
             "| steal during a run (cores) | {} |\n",
             show_spread(steal, 2)
         );
+        if !self.lost.is_empty() {
+            let _ = writeln!(
+                w,
+                "**{} run{} lost** to a stall (the tables have fewer repeats there):\n",
+                self.lost.len(),
+                if self.lost.len() == 1 { "" } else { "s" }
+            );
+            for lost in &self.lost {
+                let _ = writeln!(w, "- {lost}");
+            }
+            let _ = writeln!(w);
+        }
 
         self.overhead_table(w);
         self.per_hit_table(w);
