@@ -1799,6 +1799,28 @@ fn utc_now() -> String {
 mod tests {
     use super::*;
 
+    fn this_thread_id() -> String {
+        fs::read_link("/proc/thread-self")
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn snapshot_names_every_thread_and_where_it_waits() {
+        let pid = std::process::id();
+        let text = thread_snapshot(&[("self", pid), ("gone", u32::MAX)]);
+        assert!(text.starts_with(&format!("== self (pid {pid})")), "{text}");
+        // This thread at least (other tests' threads come and go meanwhile).
+        let me = format!("-- tid {} ", this_thread_id());
+        assert!(text.contains(&me), "{me:?} in {text}");
+        assert!(text.contains("State:") && text.contains("wchan="), "{text}");
+        assert!(
+            text.contains(&format!("== gone (pid {})\n(gone)", u32::MAX)),
+            "{text}"
+        );
+    }
+
     #[test]
     fn classifies_first_instructions() {
         assert!(emulated("push %rbp"));
