@@ -52,8 +52,11 @@ pub struct ReportOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Variant {
     None,
-    /// probetop with the whole preset.
+    /// probetop with the whole preset, every hit streamed (ring mode, the default).
     Probetop,
+    /// probetop with the whole preset in `--mode kernel`: every hit counted in the
+    /// kernel, one in 64 timed, no records.
+    ProbetopKernel,
     /// bpftrace on the same functions, each probe a hist() of its own ktime delta.
     Bpftrace,
     /// probetop with one spec of the preset.
@@ -65,11 +68,20 @@ impl Variant {
         match self {
             Variant::None => "none".into(),
             Variant::Probetop => "probetop".into(),
+            Variant::ProbetopKernel => "probetop --mode kernel".into(),
             Variant::Bpftrace => "bpftrace".into(),
             Variant::Single(spec) => spec.clone(),
         }
     }
 }
+
+/// What every cell of the main phase runs, in this order before rotation.
+const MAIN_VARIANTS: [Variant; 4] = [
+    Variant::None,
+    Variant::Probetop,
+    Variant::ProbetopKernel,
+    Variant::Bpftrace,
+];
 
 /// One probe of the preset, resolved in mariadbd.
 #[derive(Debug, Clone)]
@@ -216,7 +228,7 @@ pub fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
     fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
     let started = Instant::now();
     let uptime_before = uptime();
-    let runs_per_phase = options.tests.len() * options.threads.len() * 3;
+    let runs_per_phase = options.tests.len() * options.threads.len() * MAIN_VARIANTS.len();
     let single = if options.per_probe {
         probes.len() + 1
     } else {
@@ -530,7 +542,7 @@ impl Report {
     }
 
     fn main_phase(&mut self) -> Result<()> {
-        let variants = [Variant::None, Variant::Probetop, Variant::Bpftrace];
+        let variants = MAIN_VARIANTS;
         let cells: Vec<(String, u32)> = self
             .options
             .tests
@@ -600,15 +612,17 @@ impl Report {
     ) -> Result<Option<Run>> {
         let phase = if single_phase { "single" } else { "main" };
         let export_prefix = match variant {
-            Variant::Probetop | Variant::Single(_) => Some(self.work.join(format!(
-                "{phase}-{test}-t{threads}-r{repeat}-{}",
-                safe(&variant.label())
-            ))),
+            Variant::Probetop | Variant::ProbetopKernel | Variant::Single(_) => {
+                Some(self.work.join(format!(
+                    "{phase}-{test}-t{threads}-r{repeat}-{}",
+                    safe(&variant.label())
+                )))
+            }
             _ => None,
         };
         let mut tool = match variant {
             Variant::None => None,
-            Variant::Probetop | Variant::Single(_) => {
+            Variant::Probetop | Variant::ProbetopKernel | Variant::Single(_) => {
                 let prefix = export_prefix.as_ref().context("probetop runs export")?;
                 let mut cmd = Command::new(&self.probetop);
                 cmd.arg("--pid")
@@ -616,6 +630,7 @@ impl Report {
                     .arg("--no-tui");
                 match variant {
                     Variant::Single(spec) => cmd.args(["-e", spec]),
+                    Variant::ProbetopKernel => cmd.args(["--preset", "mysql", "--mode", "kernel"]),
                     _ => cmd.args(["--preset", "mysql"]),
                 };
                 for ext in ["json", "hgrm", "svg"] {
@@ -624,6 +639,7 @@ impl Report {
                 self.commands
                     .entry(match variant {
                         Variant::Single(_) => "probetop-single",
+                        Variant::ProbetopKernel => "probetop-kernel",
                         _ => "probetop",
                     })
                     .or_insert_with(|| show(&cmd));
@@ -735,7 +751,7 @@ impl Report {
             export_prefix: export_prefix.clone(),
         };
         match variant {
-            Variant::Probetop | Variant::Single(_) => {
+            Variant::Probetop | Variant::ProbetopKernel | Variant::Single(_) => {
                 let path = export_prefix
                     .context("probetop runs export")?
                     .with_extension("json");
@@ -1304,7 +1320,7 @@ impl Report {
             let base_qps = spread(base.iter().map(|r| r.sysbench.qps));
             let base_p95 = spread(base.iter().map(|r| r.sysbench.p95_ms));
             let base_cpu = spread(base.iter().map(|r| r.mariadbd_us_per_query()));
-            for variant in [Variant::None, Variant::Probetop, Variant::Bpftrace] {
+            for variant in MAIN_VARIANTS {
                 let runs = self.runs_of(&test, threads, &variant, false);
                 let qps = spread(runs.iter().map(|r| r.sysbench.qps));
                 let p95 = spread(runs.iter().map(|r| r.sysbench.p95_ms));
@@ -1386,7 +1402,11 @@ impl Report {
             let base = self.runs_of(&test, threads, &Variant::None, false);
             let base_cpu = med(spread(base.iter().map(|r| r.mariadbd_us_per_query())));
             let base_sys = med(spread(base.iter().map(|r| r.mariadbd_sys_us_per_query())));
-            for variant in [Variant::Probetop, Variant::Bpftrace] {
+            for variant in [
+                Variant::Probetop,
+                Variant::ProbetopKernel,
+                Variant::Bpftrace,
+            ] {
                 let runs = self.runs_of(&test, threads, &variant, false);
                 let cpu = med(spread(runs.iter().map(|r| r.mariadbd_us_per_query())));
                 let sys = med(spread(runs.iter().map(|r| r.mariadbd_sys_us_per_query())));
@@ -1654,15 +1674,20 @@ impl Report {
              probetop attaches before sysbench connects and detaches after it has \
              disconnected, so dispatch_command must fire once for each statement sysbench \
              counts plus, per connection, one COM_STMT_PREPARE and one COM_STMT_CLOSE for \
-             each statement it prepares and one COM_QUIT (`extra`). Every probetop run:\n"
+             each statement it prepares and one COM_QUIT (`extra`). Every probetop run, \
+             streamed (ring) or counted in the kernel:\n"
         );
         let _ = writeln!(
             w,
-            "| test | threads | repeat | sysbench queries | extra | expected | uprobe hits | uretprobe hits | dropped (all probes) |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|"
+            "| test | threads | mode | repeat | sysbench queries | extra | expected | uprobe hits | uretprobe hits | dropped (all probes) |\n\
+             |---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
         );
         let mut all_match = true;
-        for run in self.runs.iter().filter(|r| r.variant == Variant::Probetop) {
+        for run in self
+            .runs
+            .iter()
+            .filter(|r| matches!(r.variant, Variant::Probetop | Variant::ProbetopKernel))
+        {
             let extra = extra_commands_per_connection(&run.test, self.options.tables)
                 .map(|e| e * u64::from(run.threads));
             let entry = run.probe_hits(&dispatch.spec);
@@ -1672,9 +1697,14 @@ impl Report {
             let opt = |v: Option<u64>| v.map_or("-".into(), |v| v.to_string());
             let _ = writeln!(
                 w,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 run.test,
                 run.threads,
+                if run.variant == Variant::ProbetopKernel {
+                    "kernel"
+                } else {
+                    "ring"
+                },
                 run.repeat + 1,
                 run.sysbench.queries,
                 opt(extra),
@@ -1707,6 +1737,7 @@ impl Report {
             "prepare",
             "sysbench",
             "probetop",
+            "probetop-kernel",
             "bpftrace",
             "probetop-single",
             "trapcost",
