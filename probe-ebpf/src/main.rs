@@ -21,8 +21,8 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use probe_common::{
-    ArgSpec, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_RECORDS, HitArgsEvent, HitEvent, MAX_ARGS,
-    MAX_PROBES, ProbeConfig, arg_kind, khist, mode, next_draw,
+    ArgSpec, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_RECORDS, HitArgsEvent, HitEvent, KernelHistogram,
+    MAX_ARGS, MAX_PROBES, ProbeConfig, arg_kind, khist, mode, next_draw,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -65,10 +65,10 @@ static DRAW: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static CONFIG: Array<ProbeConfig> = Array::with_max_entries(1, 0);
 
-/// Per CPU: `khist::BUCKETS` counters per probe id, of the timed hits in KERNEL_HISTOGRAM
-/// mode. Sized at load time.
+/// Per CPU and probe id: the histogram of the timed hits in KERNEL_HISTOGRAM mode. Sized
+/// at load time.
 #[map]
-static KERNEL_HISTOGRAM: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+static KERNEL_HISTOGRAM: PerCpuArray<KernelHistogram> = PerCpuArray::with_max_entries(1, 0);
 
 /// Function entry, or a USDT site.
 #[uprobe]
@@ -165,10 +165,15 @@ fn count_hit(probe_id: u32) -> Option<u64> {
 fn count_in_kernel(probe_id: u32, start: u64) {
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let handler_ns = unsafe { bpf_ktime_get_ns() } - start;
-    let index = probe_id * khist::BUCKETS + khist::bucket(handler_ns);
-    if let Some(slot) = KERNEL_HISTOGRAM.get_ptr_mut(index) {
-        // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
-        unsafe { *slot += 1 }
+    // Opaque to LLVM, which proves the bucket in range and drops get_mut's check; the
+    // verifier cannot prove it, and needs the check before indexing the map value.
+    let bucket = core::hint::black_box(khist::bucket(handler_ns)) as usize;
+    if let Some(histogram) = KERNEL_HISTOGRAM.get_ptr_mut(probe_id) {
+        // SAFETY: the value is this CPU's own, and BPF programs do not migrate mid-run;
+        // get_mut bounds the index for the verifier.
+        if let Some(slot) = unsafe { (*histogram).counts.get_mut(bucket) } {
+            *slot += 1;
+        }
     }
 }
 

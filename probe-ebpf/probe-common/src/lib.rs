@@ -249,6 +249,21 @@ pub struct ProbeConfig {
     pub args: ArgsConfig,
 }
 
+/// One probe's in-kernel histogram on one CPU: a count per [`khist`] bucket of its timed
+/// hits. One map value per probe, so user space reads a probe's histogram with one
+/// lookup instead of one per bucket.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelHistogram {
+    pub counts: [u64; khist::BUCKETS as usize],
+}
+
+#[cfg(feature = "user")]
+mod pod_histogram {
+    // SAFETY: repr(C), an array of integers only, no padding.
+    unsafe impl aya::Pod for super::KernelHistogram {}
+}
+
 /// Log-linear buckets of the in-kernel histogram: exact below 32 ns, then 16 buckets per
 /// power of two (at most 1/16 relative width, so a bucket's midpoint is within 3.2%).
 pub mod khist {

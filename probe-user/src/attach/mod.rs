@@ -24,7 +24,7 @@ use aya::{
     maps::{Array, MapData, PerCpuArray, RingBuf},
     programs::UProbe,
 };
-use probe_common::{ProbeConfig, khist};
+use probe_common::{KernelHistogram, ProbeConfig, khist};
 
 use crate::spec::ProbeKind;
 
@@ -227,7 +227,7 @@ impl Attachment {
             .map_max_entries(
                 "KERNEL_HISTOGRAM",
                 if options.kernel_histograms {
-                    capacity * khist::BUCKETS
+                    capacity
                 } else {
                     1
                 },
@@ -518,12 +518,23 @@ impl Attachment {
     }
 }
 
+/// Counts per `khist` bucket, summed over every CPU's copy of one probe's histogram.
+pub fn sum_over_cpus<'a>(per_cpu: impl Iterator<Item = &'a KernelHistogram>) -> Vec<u64> {
+    let mut totals = vec![0u64; khist::BUCKETS as usize];
+    for histogram in per_cpu {
+        for (total, count) in totals.iter_mut().zip(histogram.counts) {
+            *total += count;
+        }
+    }
+    totals
+}
+
 /// What the kernel counts per probe besides ring buffer records, and the per-probe
 /// config, which can change while attached.
 pub struct KernelCounters {
     drops: PerCpuArray<MapData, u64>,
     hits: PerCpuArray<MapData, u64>,
-    histogram: PerCpuArray<MapData, u64>,
+    histogram: PerCpuArray<MapData, KernelHistogram>,
     config: Array<MapData, ProbeConfig>,
     /// Kernel dispatch measurement, when it runs (`cost::dispatch`).
     dispatch: Option<crate::cost::dispatch::Dispatch>,
@@ -553,10 +564,7 @@ impl KernelCounters {
     /// The in-kernel histogram of `probe_id`'s timed hits: counts per `khist` bucket, over
     /// all CPUs.
     pub fn histogram(&self, probe_id: u32) -> Result<Vec<u64>, aya::maps::MapError> {
-        let first = probe_id * khist::BUCKETS;
-        (first..first + khist::BUCKETS)
-            .map(|index| Ok(self.histogram.get(&index, 0)?.iter().sum()))
-            .collect()
+        Ok(sum_over_cpus(self.histogram.get(&probe_id, 0)?.iter()))
     }
 
     /// Writes the config of a probe about to be attached

@@ -35,7 +35,7 @@ use std::{
 };
 
 use aya::maps::{MapData, PerCpuArray, RingBuf};
-use probe_common::{HitEvent, ProbeConfig, dispatch as slots, khist, mode};
+use probe_common::{HitEvent, KernelHistogram, ProbeConfig, dispatch as slots, khist, mode};
 use serde::{Deserialize, Serialize};
 
 use super::bpf_stats::StatsGuard;
@@ -1165,11 +1165,8 @@ fn kernel_histogram(
         .ebpf_mut()
         .map("KERNEL_HISTOGRAM")
         .ok_or_else(|| CalibrateError::Child("the eBPF object lacks KERNEL_HISTOGRAM".into()))?;
-    let hist: PerCpuArray<&MapData, u64> = PerCpuArray::try_from(map)?;
-    let first = probe_id * khist::BUCKETS;
-    (first..first + khist::BUCKETS)
-        .map(|index| Ok(hist.get(&index, 0)?.iter().sum()))
-        .collect()
+    let hist: PerCpuArray<&MapData, KernelHistogram> = PerCpuArray::try_from(map)?;
+    Ok(crate::attach::sum_over_cpus(hist.get(&probe_id, 0)?.iter()))
 }
 
 /// Mean of the counts added since `before`, each at its bucket's midpoint.
