@@ -574,20 +574,31 @@ pub(crate) mod testing {
         let log = tmp.join(format!("probetop-java-check-{unique}.hlog"));
         let rewritten = tmp.join(format!("probetop-java-check-{unique}.java.hlog"));
         std::fs::write(&log, hlog).expect("write temp .hlog");
-        let mvn = Command::new("mvn")
-            .arg("-q")
-            .arg("-f")
-            .arg(java_dir.join("pom.xml"))
-            .arg("dependency:copy-dependencies")
-            .arg(format!("-DoutputDirectory={}", lib_dir.display()))
-            .output()
-            .expect("run mvn (Maven 3 on PATH)");
-        assert!(
-            mvn.status.success(),
-            "mvn dependency:copy-dependencies failed:\n{}{}",
-            String::from_utf8_lossy(&mvn.stdout),
-            String::from_utf8_lossy(&mvn.stderr)
-        );
+        // Once per test process: the tests calling this run in parallel, and two Maven
+        // runs copying the same jar into one directory collide (seen on a fresh clone).
+        static DEPENDENCIES: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+        let copied = DEPENDENCIES.get_or_init(|| {
+            let mvn = Command::new("mvn")
+                .arg("-q")
+                .arg("-f")
+                .arg(java_dir.join("pom.xml"))
+                .arg("dependency:copy-dependencies")
+                .arg(format!("-DoutputDirectory={}", lib_dir.display()))
+                .output()
+                .map_err(|e| format!("cannot run mvn (Maven 3 on PATH): {e}"))?;
+            if mvn.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "mvn dependency:copy-dependencies failed:\n{}{}",
+                    String::from_utf8_lossy(&mvn.stdout),
+                    String::from_utf8_lossy(&mvn.stderr)
+                ))
+            }
+        });
+        if let Err(why) = copied {
+            panic!("{why}");
+        }
         let java = Command::new("java")
             .arg("-Duser.timezone=UTC")
             .arg("-cp")
