@@ -58,6 +58,8 @@ pub enum AttachError {
     },
     #[error("the eBPF object has no map {0}")]
     MissingMap(&'static str),
+    #[error("the eBPF object has no program {0}")]
+    MissingProgram(&'static str),
     #[error("map {name}: {source}")]
     Map {
         name: &'static str,
@@ -238,9 +240,7 @@ impl Attachment {
         for name in [PROG_UPROBE, PROG_URETPROBE] {
             let program: &mut UProbe = ebpf
                 .program_mut(name)
-                .ok_or(AttachError::Unsupported(format!(
-                    "the eBPF object lacks {name}"
-                )))?
+                .ok_or(AttachError::MissingProgram(name))?
                 .try_into()
                 .map_err(|source| AttachError::Program { name, source })?;
             program
@@ -284,9 +284,7 @@ impl Attachment {
         let program: &mut UProbe = self
             .ebpf
             .program_mut(name)
-            .ok_or(AttachError::Unsupported(format!(
-                "the eBPF object lacks {name}"
-            )))?
+            .ok_or(AttachError::MissingProgram(name))?
             .try_into()
             .map_err(|source| AttachError::Program { name, source })?;
         if program.fd().is_err() {
@@ -309,9 +307,7 @@ impl Attachment {
         let info = self
             .ebpf
             .program(name)
-            .ok_or(AttachError::Unsupported(format!(
-                "the eBPF object lacks {name}"
-            )))?
+            .ok_or(AttachError::MissingProgram(name))?
             .info()
             .map_err(|source| AttachError::Program { name, source })?;
         let run_time_ns = u64::try_from(info.run_time().as_nanos()).unwrap_or(u64::MAX);
@@ -388,9 +384,7 @@ impl Attachment {
         let program: &UProbe = self
             .ebpf
             .program(name)
-            .ok_or(AttachError::Unsupported(format!(
-                "the eBPF object lacks {name}"
-            )))?
+            .ok_or(AttachError::MissingProgram(name))?
             .try_into()
             .map_err(|source| AttachError::Program { name, source })?;
         let program_fd = program
