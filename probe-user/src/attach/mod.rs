@@ -513,7 +513,7 @@ impl Attachment {
 }
 
 /// Counts per `khist` bucket, summed over every CPU's copy of one probe's histogram.
-pub fn sum_over_cpus<'a>(per_cpu: impl Iterator<Item = &'a KernelHistogram>) -> Vec<u64> {
+fn sum_over_cpus<'a>(per_cpu: impl Iterator<Item = &'a KernelHistogram>) -> Vec<u64> {
     let mut totals = vec![0u64; khist::BUCKETS as usize];
     for histogram in per_cpu {
         for (total, count) in totals.iter_mut().zip(histogram.counts) {

@@ -34,8 +34,8 @@ use std::{
     time::{Duration, Instant},
 };
 
-use aya::maps::{MapData, PerCpuArray, RingBuf};
-use probe_common::{HitEvent, KernelHistogram, ProbeConfig, dispatch as slots, khist, mode};
+use aya::maps::{MapData, RingBuf};
+use probe_common::{HitEvent, ProbeConfig, dispatch as slots, khist, mode};
 use serde::{Deserialize, Serialize};
 
 use super::bpf_stats::StatsGuard;
@@ -1029,6 +1029,9 @@ fn phase_one(
         }
     }
     let drainer = Drainer::start(attachment.take_ring()?);
+    // Every probe is attached: its counters can leave the object now (the TIMING map
+    // and the programs, which the handler cases still use, stay).
+    let counters = attachment.take_counters()?;
     let mut out = PhaseOne::default();
     for rep in 0..options.reps {
         let mut cases = Case::ALL.to_vec();
@@ -1043,7 +1046,7 @@ fn phase_one(
             let calls = calls_for(func, options);
             let ring_before = drainer.totals();
             let hist_before = if case == Case::HandlerKernel {
-                kernel_histogram(&mut attachment, case.probe_id())?
+                counters.histogram(case.probe_id())?
             } else {
                 Vec::new()
             };
@@ -1065,7 +1068,7 @@ fn phase_one(
                     }
                 }
                 Case::HandlerKernel => {
-                    let after = kernel_histogram(&mut attachment, case.probe_id())?;
+                    let after = counters.histogram(case.probe_id())?;
                     if let Some(mean) = histogram_mean(&after, &hist_before) {
                         out.handler_kernel.push(mean);
                     }
@@ -1154,19 +1157,6 @@ fn handler_program_time(
         }
     }
     Ok(Ok(out))
-}
-
-/// The in-kernel histogram of `probe_id` (`khist` counts over CPUs), read in place.
-fn kernel_histogram(
-    attachment: &mut Attachment,
-    probe_id: u32,
-) -> Result<Vec<u64>, CalibrateError> {
-    let map = attachment
-        .ebpf_mut()
-        .map("KERNEL_HISTOGRAM")
-        .ok_or_else(|| CalibrateError::Child("the eBPF object lacks KERNEL_HISTOGRAM".into()))?;
-    let hist: PerCpuArray<&MapData, KernelHistogram> = PerCpuArray::try_from(map)?;
-    Ok(crate::attach::sum_over_cpus(hist.get(&probe_id, 0)?.iter()))
 }
 
 /// Mean of the counts added since `before`, each at its bucket's midpoint.
