@@ -611,12 +611,14 @@ impl Report {
         single_phase: bool,
     ) -> Result<Option<Run>> {
         let phase = if single_phase { "single" } else { "main" };
+        // Names this run's files: its exports, and its snapshot if it stalls.
+        let label = format!(
+            "{phase}-{test}-t{threads}-r{repeat}-{}",
+            safe(&variant.label())
+        );
         let export_prefix = match variant {
             Variant::Probetop | Variant::ProbetopKernel | Variant::Single(_) => {
-                Some(self.work.join(format!(
-                    "{phase}-{test}-t{threads}-r{repeat}-{}",
-                    safe(&variant.label())
-                )))
+                Some(self.work.join(&label))
             }
             _ => None,
         };
@@ -703,11 +705,8 @@ impl Report {
         .find_map(|e| e.downcast_ref::<Stalled>())
         .map(ToString::to_string);
         if let Some(stalled) = stalled {
-            let label = format!(
-                "{phase}-{test}-t{threads}-r{repeat}-{}",
-                safe(&variant.label())
-            );
-            let path = self.work.join(format!("{label}-stalled.txt"));
+            let name = format!("{label}-stalled.txt");
+            let path = self.work.join(&name);
             let mut watched = vec![("mariadbd", self.server.pid())];
             if let Some(t) = &tool {
                 watched.push(("tool", t.pid));
@@ -720,7 +719,6 @@ impl Report {
                 "{stalled}; mariadbd no longer answers even with the tool killed (where its threads waited: {})",
                 path.display()
             );
-            let name = format!("{label}-stalled.txt");
             let lost = format!(
                 "{test} threads={threads} {} repeat {}: {stalled}; killed, the server answered again; where the threads waited: [mysqld/{name}](mysqld/{name})",
                 variant.label(),
@@ -764,12 +762,9 @@ impl Report {
             Variant::Bpftrace => {
                 let text = output.unwrap_or_default();
                 run.bpftrace_counts = bpftrace_counts(&text);
-                fs::write(
-                    self.work
-                        .join(format!("{phase}-{test}-t{threads}-r{repeat}-bpftrace.txt")),
-                    &text,
-                )
-                .context("saving bpftrace's output")?;
+                // `{label}.txt`: the variant's label is "bpftrace".
+                fs::write(self.work.join(format!("{label}.txt")), &text)
+                    .context("saving bpftrace's output")?;
             }
             Variant::None => {}
         }
