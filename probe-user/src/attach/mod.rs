@@ -475,6 +475,25 @@ impl Attachment {
         Ok(())
     }
 
+    /// The ids of every probe attached now.
+    pub fn attached_ids(&self) -> Vec<u32> {
+        (0..self.links.len() as u32)
+            .filter(|&id| self.is_attached(id))
+            .collect()
+    }
+
+    /// Detaches the probes of `ids` that are attached, keeping their requests so that
+    /// [`Self::reattach_set`] can attach them again; returns how many it detached.
+    pub fn detach_set(&mut self, ids: &[u32]) -> usize {
+        ids.iter().filter(|&&id| self.detach(id)).count()
+    }
+
+    /// Attaches the probes of `ids` again (those detached by [`Self::detach_set`] or
+    /// [`Self::detach`]); probes attached already are left as they are.
+    pub fn reattach_set(&mut self, ids: &[u32]) -> Result<(), AttachError> {
+        ids.iter().try_for_each(|&id| self.reattach(id))
+    }
+
     /// Detaches every probe; the programs stay loaded until the attachment is dropped.
     pub fn detach_all(&mut self) {
         self.links.clear();
