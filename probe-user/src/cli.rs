@@ -175,6 +175,23 @@ pub struct RunArgs {
     /// probes cost; they go off again when probetop exits.
     #[arg(long)]
     pub bpf_stats: bool,
+
+    /// Measure what the probes cost the target on the target itself: alternate windows
+    /// with every probe attached and detached, and compare the target's CPU time per
+    /// unit of work (--work) between them. Hits are counted in the attached windows only.
+    #[arg(long)]
+    pub in_situ: bool,
+
+    /// With --in-situ: the length of a window, in seconds (each is drawn within 20% of
+    /// it, so a periodic load cannot line up with the windows).
+    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    pub in_situ_window: f64,
+
+    /// With --in-situ: the unit of the target's work. syscalls: /proc/PID/io's syscr +
+    /// syscw (a server makes a few per request); none: CPU per second, for a load
+    /// that comes at a fixed rate.
+    #[arg(long, value_enum, value_name = "METER", default_value_t = crate::cost::insitu::WorkMeter::Syscalls)]
+    pub work: crate::cost::insitu::WorkMeter,
 }
 
 /// How hits reach user space.

@@ -3,6 +3,7 @@
 //! target execs ([`follow`]).
 
 mod follow;
+mod insitu;
 
 use std::{
     future::Future,
@@ -183,6 +184,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         )),
     };
     let time_every = time_every(args.mode, args.time_every)?;
+    check_in_situ(&args)?;
     privileges::check()?;
     let target = Target::open(pid)?;
     for path in &args.exports {
@@ -353,7 +355,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             execs: Vec::new(),
         }),
         commands: command_tx.clone(),
+        in_situ: RwLock::new(None),
     });
+    let mut in_situ = if args.in_situ {
+        Some(insitu::Driver::start(
+            pid,
+            args.work,
+            Duration::from_secs_f64(args.in_situ_window),
+        )?)
+    } else {
+        None
+    };
+    let session_snapshots = snapshot_rx.clone();
     let mut follow = args.follow_exec.then(|| {
         follow::Follow::new(follow::Setup {
             specs: specs.clone(),
@@ -390,6 +403,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         loop {
             tokio::select! {
                 reason = &mut shutdown => break reason,
+                _ = insitu::due(&in_situ) => {
+                    change_window(&mut in_situ, &mut attachment, &source, &session_snapshots);
+                }
                 event = follow::next_event(&mut follow) => {
                     let mut links = follow::Links {
                         attachment: &mut attachment,
@@ -441,7 +457,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             tokio::select! {
                 exit = &mut ui => break exit?,
                 Some(request) = request_rx.recv() => {
-                    handle_request(request, &mut attachment, &source, &args.exports, args.force, &event_tx).await;
+                    handle_request(request, &mut attachment, &mut in_situ, &source, &args.exports, args.force, &event_tx).await;
+                }
+                _ = insitu::due(&in_situ) => {
+                    if let Some(summary) = change_window(&mut in_situ, &mut attachment, &source, &session_snapshots) {
+                        // The UI may be busy; the next change sends a newer one.
+                        let _ = event_tx.try_send(in_situ_event(&summary));
+                    }
                 }
                 event = follow::next_event(&mut follow) => {
                     let mut links = follow::Links {
@@ -462,15 +484,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
 
-    // One cut for every probe, although the kernel detaches them one at a time. A send
-    // fails only if the collector is gone, and then its result says what happened.
+    // One cut for every probe. The probes stay attached until the exports are written:
+    // detaching can take the kernel long (a grace period per perf event), and what was
+    // measured must not wait on it, nor be lost if probetop is killed meanwhile. Hits
+    // after the cut are not counted. A send fails only if the collector is gone, and
+    // then its result says what happened.
     let close_ktime_ns = stream::ktime_now_ns();
     let closed_unix_ms = unix_now_ms();
     let close = CollectorCommand::CloseWindow {
         at_ktime_ns: close_ktime_ns,
     };
     let _ = command_tx.send(close).await;
-    attachment.detach_all();
+    if let Some(driver) = in_situ.as_mut() {
+        driver.finish();
+    }
     if let Some(server) = server {
         server.abort();
     }
@@ -479,10 +506,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         aggregator,
         intervals,
     } = collector.await.context("the collector task failed")?;
-    drop(attachment);
-    // Held until no probe can be attached through it again (`space`): its number must
-    // not name another file meanwhile.
-    drop(pin);
     // Measured from the window's opening (or the last reset) to the cut.
     let duration =
         Duration::from_nanos(close_ktime_ns.saturating_sub(aggregator.window_start_ns()));
@@ -503,7 +526,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 .map_or_else(|| "another program".into(), |p| p.display().to_string()),
             current.exe.display()
         ),
-        StopReason::Signal(name) => say!("probetop: {name}, detached"),
+        StopReason::Signal(name) => say!("probetop: {name}"),
         StopReason::Duration | StopReason::UserQuit => {}
     }
     for notice in &aggregator.notices {
@@ -520,11 +543,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             .and_then(|()| out.flush());
     }
     let other_programs = others.finish();
+    let measured = aggregator.measurements();
+    let in_situ_summary = in_situ.as_ref().map(|driver| {
+        let hits: u64 = measured.probes.iter().map(|p| p.hits).sum();
+        driver.summary(hits)
+    });
     {
         // As above: a terminal gone after SIGHUP must not stop the exports.
         use std::io::Write as _;
         let mut err = io::stderr().lock();
         let _ = err.write_all(cost::report(&labels, &aggregator, duration).as_bytes());
+        if let Some(summary) = &in_situ_summary {
+            let _ = writeln!(err, "probetop: {}", summary.line());
+        }
         let _ = err.write_all(cost::bpf_stats::render(&other_programs).as_bytes());
     }
 
@@ -532,12 +563,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut report = build_report(
         &target,
         &rows,
-        &aggregator.measurements().probes,
+        &measured.probes,
         &intervals,
         started_unix_ms,
         duration,
     );
     report.cost = cost::run_report(&aggregator, duration, other_programs);
+    if let Some(summary) = in_situ_summary {
+        report.apply_in_situ(summary);
+    }
     let mut failed = Vec::new();
     for path in &args.exports {
         match export::write(&report, path, args.force) {
@@ -549,8 +583,124 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Err(e) => failed.push(e.to_string()),
         }
     }
+    detach_with_progress(attachment).await;
+    // Held until no probe can be attached through it again (`space`): its number must
+    // not name another file meanwhile.
+    drop(pin);
     if !failed.is_empty() {
         bail!("{}", failed.join("; "));
+    }
+    Ok(())
+}
+
+/// Detaches every probe, saying how it goes when it takes a while; a second SIGINT or
+/// SIGTERM stops waiting (what was measured is written by then) and exits, leaving the
+/// kernel to detach what is left as it closes probetop's descriptors.
+async fn detach_with_progress(mut attachment: Attachment) {
+    let total = attachment.attached_ids().len();
+    let detach = tokio::task::spawn_blocking(move || {
+        attachment.detach_all();
+        drop(attachment);
+    });
+    tokio::pin!(detach);
+    let started = std::time::Instant::now();
+    let mut told = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(1),
+        Duration::from_secs(1),
+    );
+    let (mut interrupt, mut terminate) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (Some(i), Some(t)),
+        _ => (None, None),
+    };
+    let again = async {
+        match (interrupt.as_mut(), terminate.as_mut()) {
+            (Some(i), Some(t)) => tokio::select! {
+                _ = i.recv() => "SIGINT",
+                _ = t.recv() => "SIGTERM",
+            },
+            _ => std::future::pending().await,
+        }
+    };
+    tokio::pin!(again);
+    loop {
+        tokio::select! {
+            _ = &mut detach => break,
+            _ = told.tick() => say!(
+                "probetop: detaching {total} probe{}: {:.0} s so far (the kernel waits a grace period per probe; SIGINT again to exit now)",
+                if total == 1 { "" } else { "s" },
+                started.elapsed().as_secs_f64()
+            ),
+            name = &mut again => {
+                say!("probetop: {name} again: exiting now; the kernel detaches the rest as it closes probetop's descriptors");
+                std::process::exit(0);
+            }
+        }
+    }
+    if started.elapsed() >= Duration::from_secs(1) {
+        say!(
+            "probetop: detached {total} probes in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    } else {
+        say!("probetop: detached");
+    }
+}
+
+/// Ends an in-situ window and starts the next; the summary so far, or `None` without
+/// `--in-situ` (or once it stopped on an error, which is said).
+fn change_window(
+    driver: &mut Option<insitu::Driver>,
+    attachment: &mut Attachment,
+    source: &ReportSource,
+    snapshots: &watch::Receiver<Snapshot>,
+) -> Option<cost::insitu::InSituSummary> {
+    let active = driver.as_mut()?;
+    if let Err(e) = active.change(attachment) {
+        say!("probetop: in situ measurement stopped: {e:#}");
+        *driver = None;
+        return None;
+    }
+    let hits: u64 = snapshots.borrow().probes.iter().map(|p| p.hits).sum();
+    let summary = active.summary(hits);
+    *source
+        .in_situ
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(summary.clone());
+    Some(summary)
+}
+
+/// What the TUI shows of an in-situ summary: a status part and a detail line.
+fn in_situ_event(summary: &cost::insitu::InSituSummary) -> UiEvent {
+    let status = match (summary.verdict, summary.added_share) {
+        (cost::insitu::Verdict::Measured, Some(share)) => {
+            format!("in situ {} cpu", present::format::percent(share.mean))
+        }
+        (verdict, _) => format!("in situ: {}", verdict.as_str()),
+    };
+    UiEvent::InSitu {
+        status,
+        detail: summary.line(),
+    }
+}
+
+/// `--in-situ`'s settings, checked before anything is attached.
+fn check_in_situ(args: &RunArgs) -> Result<(), UsageError> {
+    if !args.in_situ {
+        return Ok(());
+    }
+    if !(args.in_situ_window.is_finite() && args.in_situ_window >= 0.1) {
+        return Err(UsageError(format!(
+            "--in-situ-window {}: give at least 0.1 seconds",
+            args.in_situ_window
+        )));
+    }
+    if args.follow_exec {
+        return Err(UsageError(
+            "--in-situ measures one program: run it without --follow-exec".into(),
+        ));
     }
     Ok(())
 }
@@ -570,6 +720,8 @@ struct ReportSource {
     /// Written by the session when it follows an exec; read by reports.
     rows: RwLock<Rows>,
     commands: mpsc::Sender<CollectorCommand>,
+    /// The in-situ measurement so far (`--in-situ`), updated at every window change.
+    in_situ: RwLock<Option<cost::insitu::InSituSummary>>,
 }
 
 impl ReportSource {
@@ -609,14 +761,23 @@ impl ReportSource {
         let now_ktime_ns = stream::ktime_now_ns();
         let duration =
             Duration::from_nanos(now_ktime_ns.saturating_sub(measurements.window_start_ns));
-        Some(build_report(
+        let mut report = build_report(
             &self.target,
             &self.rows(),
             &measurements.probes,
             &intervals,
             unix_now_ms().saturating_sub(duration.as_millis() as u64),
             duration,
-        ))
+        );
+        let in_situ = self
+            .in_situ
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(summary) = in_situ {
+            report.apply_in_situ(summary);
+        }
+        Some(report)
     }
 }
 
@@ -624,6 +785,7 @@ impl ReportSource {
 async fn handle_request(
     request: UiRequest,
     attachment: &mut Attachment,
+    in_situ: &mut Option<insitu::Driver>,
     source: &Arc<ReportSource>,
     exports: &[PathBuf],
     force: bool,
@@ -632,7 +794,22 @@ async fn handle_request(
     // The UI may be gone already (it quit); its events then have nowhere to go.
     match request {
         UiRequest::ToggleAttach(probe_id) => {
-            let event = if attachment.is_attached(probe_id) {
+            let suspended = in_situ.as_ref().is_some_and(|d| d.is_suspended(probe_id));
+            let attached = attachment.is_attached(probe_id) || suspended;
+            // In an OFF window of --in-situ the change applies to the set that comes back.
+            if let Some(now) = in_situ
+                .as_mut()
+                .and_then(|d| d.redirect(probe_id, !attached))
+            {
+                let _ = events
+                    .send(UiEvent::Attached {
+                        probe_id,
+                        attached: now,
+                    })
+                    .await;
+                return;
+            }
+            let event = if attached {
                 attachment.detach(probe_id);
                 UiEvent::Attached {
                     probe_id,

@@ -48,6 +48,9 @@ pub enum Method {
     DispatchAndCalibration,
     /// The calibrated cost of the class plus probetop's handler.
     Calibration,
+    /// Measured on the target (`--in-situ`): the probe set's added CPU per hit, split
+    /// among the probes in proportion to their estimates when there are several.
+    InSitu,
 }
 
 impl Method {
@@ -55,6 +58,7 @@ impl Method {
         match self {
             Method::DispatchAndCalibration => "dispatch-and-calibration",
             Method::Calibration => "calibration",
+            Method::InSitu => "in-situ",
         }
     }
 }

@@ -16,6 +16,7 @@ pub mod calibrate;
 pub mod classes;
 pub mod dispatch;
 pub mod estimate;
+pub mod insitu;
 pub mod stats;
 pub mod workload;
 
@@ -300,6 +301,11 @@ pub struct RunCostReport {
     /// Kernel dispatches in the target matching none of the probes.
     pub other_dispatch: Option<dispatch::SlotTotal>,
     pub other_programs: Vec<bpf_stats::OtherProgram>,
+    /// What the probes cost the target measured on it (`--in-situ`).
+    pub in_situ: Option<insitu::InSituSummary>,
+    /// The estimated whole cost per hit over every probe (weighted by hits), for the
+    /// comparison with the in-situ number.
+    pub estimated_per_hit_ns: Option<f64>,
 }
 
 /// The cost of one probe over a run of `duration`.
@@ -343,5 +349,7 @@ pub fn run_report(
             .fold(None, |total, s| Some(total.unwrap_or(0.0) + s)),
         other_dispatch: aggregator.other_dispatch,
         other_programs,
+        in_situ: None,
+        estimated_per_hit_ns: None,
     }
 }

@@ -82,6 +82,79 @@ struct JsonCost<'a> {
     other_uprobe_dispatch: Option<JsonOtherDispatch>,
     /// Other BPF programs on probes of objects the target maps.
     other_bpf_programs: &'a [crate::cost::bpf_stats::OtherProgram],
+    /// How `cpu_share` was found: `in-situ` (measured on the target) or `estimate`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    whole_cost_method: Option<&'static str>,
+    /// The whole cost per hit over every probe (weighted by hits) as estimated, beside
+    /// the in-situ measurement.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimated_per_hit_ns: Option<f64>,
+    /// The in-situ measurement (`--in-situ`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    in_situ: Option<JsonInSitu>,
+}
+
+/// A mean and its 95% bootstrap confidence interval.
+#[derive(Serialize)]
+struct JsonInterval {
+    mean: f64,
+    low: f64,
+    high: f64,
+}
+
+impl From<crate::cost::insitu::Interval> for JsonInterval {
+    fn from(i: crate::cost::insitu::Interval) -> Self {
+        Self {
+            mean: i.mean,
+            low: i.low,
+            high: i.high,
+        }
+    }
+}
+
+/// What the probes cost the target, measured on it by alternating windows.
+#[derive(Serialize)]
+struct JsonInSitu {
+    /// `measured`, `measuring` (too few windows) or `not enough signal: run longer`.
+    verdict: &'static str,
+    /// The unit of work CPU is compared per: `syscalls` or `none` (per second).
+    work: &'static str,
+    windows_on: usize,
+    windows_off: usize,
+    pairs: usize,
+    seconds_on: f64,
+    seconds_off: f64,
+    /// Added CPU while attached, as a share of one CPU.
+    cpu_share: Option<JsonInterval>,
+    per_hit_ns: Option<JsonInterval>,
+    hits_per_second: f64,
+    /// The target's own CPU share in the detached windows.
+    base_cpu_share: Option<f64>,
+    detach_ms: Option<f64>,
+    attach_ms: Option<f64>,
+    /// The target's CPU during the changes beyond its detached rate, per on/off cycle.
+    churn_cpu_ms: Option<f64>,
+}
+
+impl From<&crate::cost::insitu::InSituSummary> for JsonInSitu {
+    fn from(s: &crate::cost::insitu::InSituSummary) -> Self {
+        Self {
+            verdict: s.verdict.as_str(),
+            work: s.work.as_str(),
+            windows_on: s.windows_on,
+            windows_off: s.windows_off,
+            pairs: s.pairs,
+            seconds_on: s.seconds_on,
+            seconds_off: s.seconds_off,
+            cpu_share: s.added_share.map(Into::into),
+            per_hit_ns: s.per_hit_ns.map(Into::into),
+            hits_per_second: s.hits_per_second,
+            base_cpu_share: s.base_share,
+            detach_ms: s.detach_ms,
+            attach_ms: s.attach_ms,
+            churn_cpu_ms: s.churn_cpu_ms,
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -177,6 +250,15 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 mean_ns: o.mean(),
             }),
             other_bpf_programs: &report.cost.other_programs,
+            whole_cost_method: report.cost.in_situ.as_ref().map(|s| {
+                if s.verdict == crate::cost::insitu::Verdict::Measured {
+                    "in-situ"
+                } else {
+                    "estimate"
+                }
+            }),
+            estimated_per_hit_ns: report.cost.estimated_per_hit_ns,
+            in_situ: report.cost.in_situ.as_ref().map(Into::into),
         },
         execs: report
             .execs

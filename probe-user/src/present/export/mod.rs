@@ -92,6 +92,45 @@ pub struct Report {
     pub execs: Vec<ExecReport>,
 }
 
+impl Report {
+    /// Puts the in-situ measurement into the report. When it gave a number, each probe's
+    /// whole cost becomes its part of the measured cost per hit: the set's in-situ cost
+    /// split in proportion to the estimates (all of it for a single probe), and
+    /// `whole_cost_method` says `in-situ`; the estimate per hit stays beside it.
+    pub fn apply_in_situ(&mut self, summary: crate::cost::insitu::InSituSummary) {
+        use crate::cost::{estimate::Method, insitu::Verdict};
+        let hits: u64 = self.probes.iter().map(|p| p.hits).sum();
+        let estimated: Option<f64> = self
+            .probes
+            .iter()
+            .map(|p| p.cost.whole_cost_ns.map(|w| w * p.hits as f64))
+            .sum::<Option<f64>>()
+            .filter(|_| hits > 0)
+            .map(|total| total / hits as f64);
+        self.cost.estimated_per_hit_ns = estimated;
+        let single = self.probes.len() == 1;
+        let measured = summary
+            .per_hit_ns
+            .filter(|_| summary.verdict == Verdict::Measured);
+        if let Some(per_hit) = measured {
+            let seconds = summary.seconds_on;
+            for probe in &mut self.probes {
+                let whole = match (estimated, probe.cost.whole_cost_ns) {
+                    (Some(set), Some(own)) if set > 0.0 => per_hit.mean * own / set,
+                    _ if single => per_hit.mean,
+                    _ => continue,
+                };
+                probe.cost.whole_cost_ns = Some(whole);
+                probe.cost.method = Some(Method::InSitu);
+                probe.cost.cpu_share =
+                    (seconds > 0.0).then(|| whole * 1e-9 * probe.hits as f64 / seconds);
+            }
+            self.cost.cpu_share = summary.added_share.map(|s| s.mean);
+        }
+        self.cost.in_situ = Some(summary);
+    }
+}
+
 /// An exec of the target that probetop followed: the probes of the program before it
 /// stopped firing, those of the new one (if any matched) were attached.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -36,6 +36,9 @@ pub enum UiEvent {
     Attached { probe_id: u32, attached: bool },
     /// One line for the footer: an export written, a request that failed.
     Message(String),
+    /// The in-situ measurement so far (`--in-situ`): a part of the status line and a
+    /// line for the detail pane.
+    InSitu { status: String, detail: String },
     /// The target exec'd and probetop followed (`--follow-exec`): the whole probe list
     /// (rows of the old program marked, the new program's appended), which are
     /// attached, who the target is now, and what happened.
@@ -100,6 +103,8 @@ pub struct App {
     pub message: Option<String>,
     /// The terminal's size, for mouse hit-testing and scrolling.
     pub size: (u16, u16),
+    /// The in-situ measurement's status part and detail line (`--in-situ`).
+    pub in_situ: Option<(String, String)>,
 }
 
 /// What an input asks of the event loop.
@@ -236,6 +241,7 @@ impl App {
             attached: vec![true; count],
             message: None,
             size: (80, 24),
+            in_situ: None,
         }
     }
 
@@ -354,6 +360,7 @@ impl App {
                 ));
             }
             UiEvent::Message(text) => self.message = Some(text),
+            UiEvent::InSitu { status, detail } => self.in_situ = Some((status, detail)),
             UiEvent::Followed {
                 target,
                 labels,

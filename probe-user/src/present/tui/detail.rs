@@ -38,6 +38,10 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
         totals_line(app, id),
         percentiles_line(app, id, inner.width as usize),
     ];
+    if let Some((_, detail)) = &app.in_situ {
+        // The whole probe set's cost as measured on the target, not this probe's.
+        lines.push(Line::from(ellipsize(detail, inner.width as usize)).style(theme.dim()));
+    }
     if app.args_on {
         lines.push(args_line(
             app.snapshot.probes.get(id).and_then(|p| p.last_args),

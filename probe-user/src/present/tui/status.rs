@@ -38,13 +38,24 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     };
     // What the probes cost the target, in all (hits/s x whole cost per hit), once this
     // machine is calibrated.
-    let target_cost = snap.cpu_share().map(|share| {
+    // Measured on the target (`--in-situ`) wins over the estimate.
+    let in_situ = app.in_situ.as_ref().map(|(status, _)| {
         part(
-            format!("probes cost target {} cpu", format::percent(share)),
-            format!("target {}", format::percent(share)),
+            status.clone(),
+            status.replacen("in situ", "situ", 1).replace(" cpu", ""),
             1,
             false,
         )
+    });
+    let target_cost = in_situ.or_else(|| {
+        snap.cpu_share().map(|share| {
+            part(
+                format!("probes cost target {} cpu", format::percent(share)),
+                format!("target {}", format::percent(share)),
+                1,
+                false,
+            )
+        })
     });
     let parts: Vec<Part> = [
         Some(part("probetop".into(), "probetop".into(), 3, false)),

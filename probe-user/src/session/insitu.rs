@@ -1,0 +1,133 @@
+//! `--in-situ`: the session's side of the in-situ measurement (`cost::insitu`). It owns
+//! the window clock and detaches and attaches the probes at each change, reading the
+//! target's CPU and work on either side of every change.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::attach::Attachment;
+use crate::cost::insitu::{
+    InSitu, InSituSummary, MeterError, Reading, TargetMeter, Window, WorkMeter,
+};
+use crate::cost::stats::XorShift;
+
+/// A window is at least this many times as long as a change takes, so that the windows,
+/// not the changes, make up the run.
+const WINDOW_OVER_CHANGE: f64 = 4.0;
+
+pub struct Driver {
+    meter: TargetMeter,
+    insitu: InSitu,
+    window: Duration,
+    /// Whether the probes are attached now.
+    on: bool,
+    window_start: Reading,
+    next_change: Instant,
+    /// The probes the driver detached for the current OFF window.
+    suspended: Vec<u32>,
+    rng: XorShift,
+}
+
+impl Driver {
+    /// Starts with the probes attached, as they are when this is called.
+    pub fn start(pid: u32, work: WorkMeter, window: Duration) -> Result<Self, MeterError> {
+        let meter = TargetMeter::new(pid, work)?;
+        let window_start = meter.read()?;
+        let mut driver = Self {
+            meter,
+            insitu: InSitu::new(work),
+            window,
+            on: true,
+            window_start,
+            next_change: Instant::now(),
+            suspended: Vec::new(),
+            rng: XorShift::new(u64::from(pid) ^ 0x9e37_79b9_7f4a_7c15),
+        };
+        driver.schedule();
+        Ok(driver)
+    }
+
+    /// The next window, within 20% of the asked length.
+    fn schedule(&mut self) {
+        let jitter = 0.8 + 0.4 * (self.rng.below(1001) as f64 / 1000.0);
+        let mut seconds = self.window.as_secs_f64() * jitter;
+        let summary = self.insitu.summary(0);
+        let change_s = summary
+            .detach_ms
+            .unwrap_or(0.0)
+            .max(summary.attach_ms.unwrap_or(0.0))
+            / 1e3;
+        seconds = seconds.max(change_s * WINDOW_OVER_CHANGE);
+        self.next_change = Instant::now() + Duration::from_secs_f64(seconds);
+    }
+
+    /// Resolves when the current window ends.
+    pub async fn due(&self) {
+        tokio::time::sleep_until(self.next_change).await;
+    }
+
+    /// Ends the current window and starts the next: detaches every attached probe, or
+    /// attaches again those it detached.
+    pub fn change(&mut self, attachment: &mut Attachment) -> anyhow::Result<()> {
+        let end = self.meter.read()?;
+        self.insitu
+            .push_window(Window::between(self.on, &self.window_start, &end));
+        if self.on {
+            self.suspended = attachment.attached_ids();
+            attachment.detach_set(&self.suspended);
+        } else {
+            let ids = std::mem::take(&mut self.suspended);
+            attachment.reattach_set(&ids)?;
+        }
+        let after = self.meter.read()?;
+        self.on = !self.on;
+        self.insitu
+            .push_change(self.on, Window::between(self.on, &end, &after));
+        self.window_start = after;
+        self.schedule();
+        Ok(())
+    }
+
+    /// During an OFF window a probe's detach or attach asked by the user applies to the
+    /// set that comes back at the next ON window. Returns whether the probe is to be
+    /// attached then, or `None` in an ON window (the caller acts itself).
+    pub fn redirect(&mut self, probe_id: u32, attach: bool) -> Option<bool> {
+        if self.on {
+            return None;
+        }
+        self.suspended.retain(|&id| id != probe_id);
+        if attach {
+            self.suspended.push(probe_id);
+        }
+        Some(attach)
+    }
+
+    /// Whether a probe detached by the driver for this window counts as attached.
+    pub fn is_suspended(&self, probe_id: u32) -> bool {
+        !self.on && self.suspended.contains(&probe_id)
+    }
+
+    /// Closes the current window where the run ends, so its measurements count.
+    pub fn finish(&mut self) {
+        if let Ok(end) = self.meter.read() {
+            // A window cut short is still a window: its rates are per second or per work.
+            let window = Window::between(self.on, &self.window_start, &end);
+            if window.seconds > 0.0 {
+                self.insitu.push_window(window);
+            }
+        }
+    }
+
+    pub fn summary(&self, hits_on: u64) -> InSituSummary {
+        self.insitu.summary(hits_on)
+    }
+}
+
+/// Resolves when `driver`'s window ends; never without a driver.
+pub async fn due(driver: &Option<Driver>) {
+    match driver {
+        Some(driver) => driver.due().await,
+        None => std::future::pending().await,
+    }
+}

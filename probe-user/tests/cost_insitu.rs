@@ -1,0 +1,92 @@
+//! `--in-situ` against the truth: the fixture's own CPU time per call with and without
+//! the probe (its loop time). The in-situ measurement alternates attached and detached
+//! windows on the running target and must find the added cost per hit within 25%.
+
+mod common;
+
+use common::*;
+
+fn median(mut values: Vec<f64>) -> f64 {
+    assert!(!values.is_empty());
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+#[test]
+fn in_situ_finds_the_fixtures_own_cost_per_hit() {
+    // Open loop: 50,000 calls a second whether probed or not, so the added CPU per
+    // second over the hit rate is the added cost per hit (`--work none`). Batches of
+    // 5,000 calls report their thread CPU per call: the truth, probed and unprobed.
+    let target = workload(&["--forever", "--batch", "5000", "--rate", "50000"]);
+    let json = export_path("in-situ.json");
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--duration",
+        "10",
+        "--in-situ",
+        "--in-situ-window",
+        "0.5",
+        "--work",
+        "none",
+        "-e",
+        "uprobe:work_unit",
+        "--export",
+    ])
+    .arg(&json);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let stderr = probetop.err().rest();
+    assert!(
+        stderr.iter().any(|l| l.contains("in situ (")),
+        "no in-situ line: {stderr:?}"
+    );
+
+    // Everything the fixture printed, before, during and after the run.
+    target.signal(libc::SIGTERM);
+    let per_call: Vec<f64> = target
+        .out()
+        .rest()
+        .iter()
+        .filter(|line| line.starts_with("batch"))
+        .map(|line| field(line, "ns_per_call"))
+        .collect();
+    let report = read_export(&json);
+    let cost = &report["cost"];
+    let in_situ = &cost["in_situ"];
+    assert_eq!(in_situ["verdict"], "measured", "{in_situ}");
+    assert_eq!(in_situ["work"], "none");
+    assert_eq!(cost["whole_cost_method"], "in-situ", "{cost}");
+    assert!(in_situ["pairs"].as_u64().unwrap_or(0) >= 4, "{in_situ}");
+    let measured = in_situ["per_hit_ns"]["mean"].as_f64().expect("per_hit_ns");
+    let (low, high) = (
+        in_situ["per_hit_ns"]["low"].as_f64().expect("low"),
+        in_situ["per_hit_ns"]["high"].as_f64().expect("high"),
+    );
+    assert!(low <= measured && measured <= high, "{in_situ}");
+    // A single probe carries the whole measured cost.
+    let probe = &report["probes"][0];
+    assert_eq!(probe["whole_cost_method"], "in-situ", "{probe}");
+    assert_eq!(probe["whole_cost_ns"].as_f64(), Some(measured));
+    // The detach and attach of each window change are stated.
+    assert!(in_situ["detach_ms"].as_f64().is_some_and(|ms| ms > 0.0));
+    assert!(in_situ["attach_ms"].as_f64().is_some_and(|ms| ms > 0.0));
+
+    // Every hit costs hundreds of times an unprobed call: the batches split cleanly
+    // except those a window change cut, which the medians leave aside.
+    let unprobed = median(per_call.iter().copied().filter(|&ns| ns < 50.0).collect());
+    let probed_batches: Vec<f64> = per_call.iter().copied().filter(|&ns| ns >= 50.0).collect();
+    assert!(probed_batches.len() >= 10, "{per_call:?}");
+    let truth = median(probed_batches) - unprobed;
+    let error = (measured - truth).abs() / truth;
+    eprintln!("in situ {measured:.0} ns/hit ({low:.0}..{high:.0}), the fixture's own {truth:.0}");
+    assert!(
+        error <= 0.25,
+        "in situ {measured:.0} ns/hit, the fixture's own {truth:.0} ns/hit ({:.0}% off): {in_situ}",
+        error * 100.0
+    );
+    let _ = std::fs::remove_file(&json);
+}
