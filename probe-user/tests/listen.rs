@@ -91,6 +91,61 @@ fn forever_workload() -> Running {
     running
 }
 
+/// `promtool check metrics` must accept the exposition text.
+fn promtool_check(metrics: &str) {
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool (Debian package prometheus)");
+    promtool
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(metrics.as_bytes())
+        .expect("feed promtool");
+    let checked = promtool.wait_with_output().expect("promtool");
+    assert!(
+        checked.status.success(),
+        "promtool check metrics: {}{}\n{metrics}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
+#[test]
+fn in_situ_measurement_is_served() {
+    let target = forever_workload();
+    let (_probetop, addr) = probetop_listening(
+        target.pid(),
+        &["--in-situ", "--in-situ-window", "0.2", "--work", "none"],
+    );
+    let deadline = Instant::now() + PATIENCE;
+    let metrics = loop {
+        let body = http(addr, "GET", "/metrics").2;
+        if body.contains(r#"probetop_in_situ_windows{state="off"} 3"#) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no in-situ windows served:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for family in [
+        r#"probetop_in_situ_windows{state="on"}"#,
+        r#"probetop_in_situ_cpu_share{bound="mean"}"#,
+        r#"probetop_in_situ_cpu_share{bound="low"}"#,
+        r#"probetop_in_situ_per_hit_seconds{bound="high"}"#,
+        "probetop_in_situ_measured ",
+    ] {
+        assert!(metrics.contains(family), "{family} missing:\n{metrics}");
+    }
+    promtool_check(&metrics);
+}
+
 #[test]
 fn metrics_pass_promtool_and_other_paths_are_refused() {
     let target = forever_workload();
@@ -127,26 +182,7 @@ fn metrics_pass_promtool_and_other_paths_are_refused() {
         "{metrics}"
     );
 
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run promtool (Debian package prometheus)");
-    promtool
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(metrics.as_bytes())
-        .expect("feed promtool");
-    let checked = promtool.wait_with_output().expect("promtool");
-    assert!(
-        checked.status.success(),
-        "promtool check metrics: {}{}\n{metrics}",
-        String::from_utf8_lossy(&checked.stdout),
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    promtool_check(&metrics);
 
     // Counters only grow.
     let later = hits_by_id(&http(addr, "GET", "/metrics").2);

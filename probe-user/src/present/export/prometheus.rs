@@ -148,7 +148,64 @@ pub fn render_prometheus(report: &Report) -> String {
             h.len()
         );
     }
+    if let Some(in_situ) = &report.cost.in_situ {
+        in_situ_families(&mut out, in_situ);
+    }
     out
+}
+
+/// `--in-situ`: the added CPU and cost per hit measured on the target, each with the
+/// bounds of its 95% interval, and the windows behind them.
+fn in_situ_families(out: &mut String, s: &crate::cost::insitu::InSituSummary) {
+    let intervals = [
+        (
+            "probetop_in_situ_cpu_share",
+            "Added CPU of the target while the probes are attached, measured in situ (share of one CPU; bound: mean and 95% interval).",
+            s.added_share,
+            1.0,
+        ),
+        (
+            "probetop_in_situ_per_hit_seconds",
+            "Added CPU of the target per hit, measured in situ (bound: mean and 95% interval).",
+            s.per_hit_ns,
+            1e-9,
+        ),
+    ];
+    for (name, help, interval, scale) in intervals {
+        let Some(i) = interval else { continue };
+        family(out, name, "gauge", help);
+        for (bound, value) in [("mean", i.mean), ("low", i.low), ("high", i.high)] {
+            let _ = writeln!(
+                out,
+                "{name}{{bound=\"{bound}\"}} {}",
+                go_float(value * scale)
+            );
+        }
+    }
+    family(
+        out,
+        "probetop_in_situ_windows",
+        "gauge",
+        "In-situ windows so far with the probes attached (on) and detached (off).",
+    );
+    let _ = writeln!(
+        out,
+        "probetop_in_situ_windows{{state=\"on\"}} {}",
+        s.windows_on
+    );
+    let _ = writeln!(
+        out,
+        "probetop_in_situ_windows{{state=\"off\"}} {}",
+        s.windows_off
+    );
+    family(
+        out,
+        "probetop_in_situ_measured",
+        "gauge",
+        "1 once the in-situ interval is narrow enough to give a number, else 0 (run longer).",
+    );
+    let measured = s.verdict == crate::cost::insitu::Verdict::Measured;
+    let _ = writeln!(out, "probetop_in_situ_measured {}", u8::from(measured));
 }
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
