@@ -188,9 +188,11 @@ pub struct RunArgs {
     pub in_situ_window: f64,
 
     /// With --in-situ: the unit of the target's work. syscalls: /proc/PID/io's syscr +
-    /// syscw (a server makes a few per request); none: CPU per second, for a load
-    /// that comes at a fixed rate.
-    #[arg(long, value_enum, value_name = "METER", default_value_t = crate::cost::insitu::WorkMeter::Syscalls)]
+    /// syscw (a server makes a few reads and writes per request); wakeups: its threads'
+    /// timeslices (a request wakes a thread; for servers on recv/send, like mariadbd);
+    /// none: CPU per second, for a load that comes at a fixed rate; auto: the first of
+    /// syscalls and wakeups that moves.
+    #[arg(long, value_enum, value_name = "METER", default_value_t = crate::cost::insitu::WorkMeter::Auto)]
     pub work: crate::cost::insitu::WorkMeter,
 }
 

@@ -18,6 +18,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod fuzz;
+mod insitu_check;
 mod mysql;
 mod mysql_report;
 
@@ -125,6 +126,26 @@ enum Task {
         tables: u32,
         #[arg(long, default_value_t = 10_000)]
         table_size: u32,
+    },
+    /// probetop's --in-situ measurement and its estimate against the truth measured
+    /// from outside, on a private mariadbd under an open-loop sysbench load; writes its
+    /// section of docs/mysqld.md.
+    InsituCheck {
+        /// A short try: 2 pairs of 4 s blocks, 12 s in-situ runs, one rate and mode,
+        /// written under the target directory unless --out is given.
+        #[arg(long)]
+        quick: bool,
+        /// Point selects per second sysbench sends (open loop).
+        #[arg(long, value_delimiter = ',', default_value = "2000,6000")]
+        rates: Vec<u32>,
+        #[arg(long, value_delimiter = ',', default_value = "ring,kernel")]
+        modes: Vec<String>,
+        /// Attached/detached block pairs of the outside measurement [default: 6].
+        #[arg(long)]
+        pairs: Option<u32>,
+        /// Directory of mysqld.md [default: docs].
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
 }
 
@@ -253,6 +274,40 @@ fn run_task(cli: Cli) -> Result<()> {
                     out,
                     tables,
                     table_size,
+                },
+            )
+        }
+        Task::InsituCheck {
+            quick,
+            rates,
+            modes,
+            pairs,
+            out,
+        } => {
+            let out = match out {
+                Some(dir) => dir,
+                None if quick => ctx.target_dir().join("insitu-check-quick"),
+                None => ctx.root.join("docs"),
+            };
+            let (rates, modes) = if quick {
+                (rates[..1].to_vec(), modes[..1].to_vec())
+            } else {
+                (rates, modes)
+            };
+            ensure!(
+                !rates.is_empty() && !modes.is_empty(),
+                "--rates and --modes need at least one value each"
+            );
+            fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+            insitu_check::insitu_check(
+                &ctx,
+                insitu_check::CheckOptions {
+                    rates,
+                    modes,
+                    pairs: pairs.unwrap_or(if quick { 2 } else { 6 }).max(1),
+                    block_seconds: if quick { 4.0 } else { 8.0 },
+                    in_situ_seconds: if quick { 12.0 } else { 30.0 },
+                    out,
                 },
             )
         }

@@ -7,11 +7,14 @@
 //! probes are attached) with a bootstrap confidence interval. Dividing by the hits per
 //! second of the ON windows gives the added CPU per hit.
 //!
-//! The work meter needs no probe: by default the target's own syscalls (`/proc/PID/io`
-//! syscr + syscw), which a server makes a few of per request whatever it is probed
-//! with; or none, for an open-loop load whose rate does not depend on the target's speed.
+//! The work meter needs no probe: the target's own syscalls (`/proc/PID/io` syscr +
+//! syscw), which a server makes a few of per request whatever it is probed with; or its
+//! threads' wakeups (scheduler timeslices, `/proc/PID/task/*/schedstat`), for servers
+//! whose socket calls (recv/send) those counters do not see, like mariadbd; or none, for
+//! an open-loop load whose rate does not depend on the target's speed. `auto` looks at
+//! the target for a moment and takes the first of syscalls and wakeups that moves.
 
-use std::{fmt, fs, io, time::Instant};
+use std::{collections::HashMap, fmt, fs, io, time::Instant};
 
 use super::stats::{XorShift, quantile};
 
@@ -23,10 +26,15 @@ const RESAMPLES: usize = 2000;
 /// What one unit of the target's work is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum WorkMeter {
+    /// The first of syscalls and wakeups that the target's work moves; none if neither.
+    #[default]
+    Auto,
     /// The target's syscalls (`/proc/PID/io` syscr + syscw): on a server, a request is a
     /// few reads and writes, probed or not.
-    #[default]
     Syscalls,
+    /// Its threads' wakeups (timeslices run, `/proc/PID/task/*/schedstat`): a request
+    /// wakes the thread that serves it, probed or not.
+    Wakeups,
     /// None: CPU per second, for an open-loop load (a fixed request rate).
     None,
 }
@@ -34,7 +42,9 @@ pub enum WorkMeter {
 impl WorkMeter {
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::Auto => "auto",
             Self::Syscalls => "syscalls",
+            Self::Wakeups => "wakeups",
             Self::None => "none",
         }
     }
@@ -57,7 +67,14 @@ pub enum MeterError {
     Clock { pid: u32, source: io::Error },
     #[error("cannot read /proc/{pid}/io: {source}")]
     Io { pid: u32, source: io::Error },
+    #[error("cannot read the threads of pid {pid}: {source}")]
+    Threads { pid: u32, source: io::Error },
 }
+
+/// How long `auto` watches the target to choose a meter.
+const AUTO_LOOK: std::time::Duration = std::time::Duration::from_millis(300);
+/// Counts a meter must move by in [`AUTO_LOOK`] to be chosen.
+const AUTO_MIN_COUNT: u64 = 20;
 
 /// Reads a target's CPU time and work.
 #[derive(Debug)]
@@ -65,6 +82,10 @@ pub struct TargetMeter {
     pid: u32,
     clock: libc::clockid_t,
     work: WorkMeter,
+    /// Wakeups: each thread's timeslice count at the last reading, and the running total
+    /// (a thread that exits takes its count along; only increments are summed).
+    slices: HashMap<u32, u64>,
+    wakeups: u64,
 }
 
 impl TargetMeter {
@@ -78,16 +99,81 @@ impl TargetMeter {
                 source: io::Error::from_raw_os_error(rc),
             });
         }
-        let meter = Self { pid, clock, work };
+        let mut meter = Self {
+            pid,
+            clock,
+            work,
+            slices: HashMap::new(),
+            wakeups: 0,
+        };
+        if work == WorkMeter::Auto {
+            meter.work = meter.choose()?;
+        }
         meter.read()?;
         Ok(meter)
+    }
+
+    /// `auto`: the first meter that moves while the target works for a moment.
+    fn choose(&mut self) -> Result<WorkMeter, MeterError> {
+        let syscalls0 = self.syscalls()?;
+        self.count_wakeups()?;
+        let wakeups0 = self.wakeups;
+        std::thread::sleep(AUTO_LOOK);
+        let syscalls = self.syscalls()?.saturating_sub(syscalls0);
+        self.count_wakeups()?;
+        let wakeups = self.wakeups - wakeups0;
+        Ok(if syscalls >= AUTO_MIN_COUNT {
+            WorkMeter::Syscalls
+        } else if wakeups >= AUTO_MIN_COUNT {
+            WorkMeter::Wakeups
+        } else {
+            WorkMeter::None
+        })
+    }
+
+    fn syscalls(&self) -> Result<u64, MeterError> {
+        let text = fs::read_to_string(format!("/proc/{}/io", self.pid)).map_err(|source| {
+            MeterError::Io {
+                pid: self.pid,
+                source,
+            }
+        })?;
+        Ok(syscalls(&text))
+    }
+
+    /// Adds every thread's timeslices since the last reading to the running total.
+    fn count_wakeups(&mut self) -> Result<(), MeterError> {
+        let pid = self.pid;
+        let dir = fs::read_dir(format!("/proc/{pid}/task"))
+            .map_err(|source| MeterError::Threads { pid, source })?;
+        let mut now = HashMap::with_capacity(self.slices.len());
+        for entry in dir.flatten() {
+            let Some(tid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|t| t.parse::<u32>().ok())
+            else {
+                continue;
+            };
+            // A thread that exits between the listing and the read is simply gone.
+            let Ok(text) = fs::read_to_string(entry.path().join("schedstat")) else {
+                continue;
+            };
+            if let Some(count) = timeslices(&text) {
+                let before = self.slices.get(&tid).copied().unwrap_or(0);
+                self.wakeups += count.saturating_sub(before);
+                now.insert(tid, count);
+            }
+        }
+        self.slices = now;
+        Ok(())
     }
 
     pub fn work(&self) -> WorkMeter {
         self.work
     }
 
-    pub fn read(&self) -> Result<Reading, MeterError> {
+    pub fn read(&mut self) -> Result<Reading, MeterError> {
         let mut now = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
@@ -102,16 +188,11 @@ impl TargetMeter {
         let at = Instant::now();
         let cpu_ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
         let work = match self.work {
-            WorkMeter::None => 0,
-            WorkMeter::Syscalls => {
-                let text =
-                    fs::read_to_string(format!("/proc/{}/io", self.pid)).map_err(|source| {
-                        MeterError::Io {
-                            pid: self.pid,
-                            source,
-                        }
-                    })?;
-                syscalls(&text)
+            WorkMeter::None | WorkMeter::Auto => 0,
+            WorkMeter::Syscalls => self.syscalls()?,
+            WorkMeter::Wakeups => {
+                self.count_wakeups()?;
+                self.wakeups
             }
         };
         Ok(Reading { at, cpu_ns, work })
@@ -127,6 +208,11 @@ fn syscalls(io_text: &str) -> u64 {
             matches!(key.trim(), "syscr" | "syscw").then(|| value.trim().parse::<u64>().ok())?
         })
         .sum()
+}
+
+/// The third field of a thread's schedstat: timeslices run.
+fn timeslices(schedstat: &str) -> Option<u64> {
+    schedstat.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// One window: the probes attached or detached all through it.
@@ -309,10 +395,10 @@ impl InSitu {
             .windows(3)
             .filter(|w| w[1].probes_on && !w[0].probes_on && !w[2].probes_on)
             .filter_map(|w| match self.work {
-                WorkMeter::None => {
+                WorkMeter::None | WorkMeter::Auto => {
                     Some(w[1].cpu_share() - (w[0].cpu_share() + w[2].cpu_share()) / 2.0)
                 }
-                WorkMeter::Syscalls => {
+                WorkMeter::Syscalls | WorkMeter::Wakeups => {
                     let off = (w[0].cpu_per_work()? + w[2].cpu_per_work()?) / 2.0;
                     let on = w[1].cpu_per_work()?;
                     Some((on - off) * w[1].work as f64 / w[1].seconds)
@@ -433,6 +519,30 @@ mod tests {
     }
 
     #[test]
+    fn wakeups_count_every_threads_timeslices() {
+        let mut meter = TargetMeter::new(std::process::id(), WorkMeter::Wakeups).expect("meter");
+        let before = meter.read().expect("read").work;
+        // A thread that wakes up a few times and exits: its slices stay counted.
+        std::thread::spawn(|| {
+            for _ in 0..5 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        })
+        .join()
+        .expect("thread");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let after = meter.read().expect("read").work;
+        assert!(after > before, "{before} -> {after}");
+        assert_eq!(timeslices("1157969 2544120 2\n"), Some(2));
+    }
+
+    #[test]
+    fn auto_picks_a_meter_that_moves() {
+        let meter = TargetMeter::new(std::process::id(), WorkMeter::Auto).expect("meter");
+        assert_ne!(meter.work(), WorkMeter::Auto);
+    }
+
+    #[test]
     fn syscalls_are_read_from_proc_io() {
         let text = "rchar: 10\nwchar: 20\nsyscr: 7\nsyscw: 5\nread_bytes: 0\n";
         assert_eq!(syscalls(text), 12);
@@ -542,7 +652,7 @@ mod tests {
 
     #[test]
     fn the_meter_reads_this_process() {
-        let meter = TargetMeter::new(std::process::id(), WorkMeter::Syscalls).expect("meter");
+        let mut meter = TargetMeter::new(std::process::id(), WorkMeter::Syscalls).expect("meter");
         let before = meter.read().expect("read");
         let mut x = 0u64;
         for i in 0..2_000_000u64 {

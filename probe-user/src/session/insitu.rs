@@ -32,8 +32,10 @@ pub struct Driver {
 impl Driver {
     /// Starts with the probes attached, as they are when this is called.
     pub fn start(pid: u32, work: WorkMeter, window: Duration) -> Result<Self, MeterError> {
-        let meter = TargetMeter::new(pid, work)?;
+        // `auto` is resolved here, to the meter the summaries then name.
+        let mut meter = TargetMeter::new(pid, work)?;
         let window_start = meter.read()?;
+        let work = meter.work();
         let mut driver = Self {
             meter,
             insitu: InSitu::new(work),
