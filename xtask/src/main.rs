@@ -18,6 +18,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod fuzz;
+mod kernels;
 mod mysql;
 mod mysql_report;
 
@@ -70,6 +71,11 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u32,
     },
+    /// Boot Debian's stock kernels (5.10, 6.1, 6.12 from bookworm-backports and from
+    /// trixie) under qemu and run probetop's attach scenario in each: exact hit counts in
+    /// ring and kernel mode, USDT with and without a semaphore, `list`; 5.10 must refuse
+    /// in one line. Installs qemu and fetches the kernels into target/kernels/.
+    Kernels(kernels::KernelsArgs),
     /// Measure probetop against bpftrace (per-hit cost, throughput, attach latency,
     /// memory, calibration); writes docs/performance.{md,json}. As root.
     Bench(bench::BenchArgs),
@@ -258,6 +264,7 @@ fn run_task(cli: Cli) -> Result<()> {
         }
         Task::Bench(args) => bench::run(&ctx, &args),
         Task::Fuzz { seconds, targets } => fuzz::fuzz(&ctx, seconds, &targets),
+        Task::Kernels(args) => kernels::run_kernels(&ctx, &args),
     }
 }
 
