@@ -47,7 +47,7 @@ enum Task {
     /// rustfmt check and clippy with warnings denied.
     Lint,
     /// setup, lint, fixtures, build, the whole test suite (as root), then a short fuzzing
-    /// round per fuzz target.
+    /// round per fuzz target, and with CI=true or PROBETOP_KERNELS=1 `kernels`.
     Test {
         /// Passed to the test harness: `cargo xtask test -- --test-threads 1`.
         #[arg(last = true)]
@@ -363,7 +363,15 @@ fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
     // A short round per fuzz target: replays the committed corpus (every past crasher
     // included) and explores a little further.
     let fuzzed = fuzz::fuzz(ctx, fuzz::SECONDS_IN_TEST, &[]);
-    let failed: Vec<String> = [lint, fuzzed]
+    // probetop on older and newer kernels (qemu, ~2 min): in CI, or when asked for.
+    let kernels = if env::var("CI").is_ok_and(|v| v == "true")
+        || env::var("PROBETOP_KERNELS").is_ok_and(|v| v == "1")
+    {
+        kernels::run_kernels(ctx, &kernels::KernelsArgs::default())
+    } else {
+        Ok(())
+    };
+    let failed: Vec<String> = [lint, fuzzed, kernels]
         .into_iter()
         .filter_map(|r| r.err().map(|e| format!("{e:#}")))
         .collect();
