@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod fuzz;
 mod insitu_check;
+mod kernels;
 mod mysql;
 mod mysql_report;
 
@@ -47,7 +48,7 @@ enum Task {
     /// rustfmt check and clippy with warnings denied.
     Lint,
     /// setup, lint, fixtures, build, the whole test suite (as root), then a short fuzzing
-    /// round per fuzz target.
+    /// round per fuzz target, and with CI=true or PROBETOP_KERNELS=1 `kernels`.
     Test {
         /// Passed to the test harness: `cargo xtask test -- --test-threads 1`.
         #[arg(last = true)]
@@ -71,6 +72,11 @@ enum Task {
         #[arg(long, default_value_t = 60)]
         seconds: u32,
     },
+    /// Boot Debian's stock kernels (5.10, 6.1, 6.12 from bookworm-backports and from
+    /// trixie) under qemu and run probetop's attach scenario in each: exact hit counts in
+    /// ring and kernel mode, USDT with and without a semaphore, `list`; 5.10 must refuse
+    /// in one line. Installs qemu and fetches the kernels into target/kernels/.
+    Kernels(kernels::KernelsArgs),
     /// Measure probetop against bpftrace (per-hit cost, throughput, attach latency,
     /// memory, calibration); writes docs/performance.{md,json}. As root.
     Bench(bench::BenchArgs),
@@ -313,6 +319,7 @@ fn run_task(cli: Cli) -> Result<()> {
         }
         Task::Bench(args) => bench::run(&ctx, &args),
         Task::Fuzz { seconds, targets } => fuzz::fuzz(&ctx, seconds, &targets),
+        Task::Kernels(args) => kernels::run_kernels(&ctx, &args),
     }
 }
 
@@ -411,7 +418,15 @@ fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
     // A short round per fuzz target: replays the committed corpus (every past crasher
     // included) and explores a little further.
     let fuzzed = fuzz::fuzz(ctx, fuzz::SECONDS_IN_TEST, &[]);
-    let failed: Vec<String> = [lint, fuzzed]
+    // probetop on older and newer kernels (qemu, ~2 min): in CI, or when asked for.
+    let kernels = if env::var("CI").is_ok_and(|v| v == "true")
+        || env::var("PROBETOP_KERNELS").is_ok_and(|v| v == "1")
+    {
+        kernels::run_kernels(ctx, &kernels::KernelsArgs::default())
+    } else {
+        Ok(())
+    };
+    let failed: Vec<String> = [lint, fuzzed, kernels]
         .into_iter()
         .filter_map(|r| r.err().map(|e| format!("{e:#}")))
         .collect();

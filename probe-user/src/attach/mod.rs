@@ -8,6 +8,7 @@
 //! no exit path leaves a probe behind.
 
 pub mod args;
+mod kernel;
 
 use std::{
     ffi::CString,
@@ -212,6 +213,7 @@ impl Attachment {
         if EBPF_OBJECT.is_empty() {
             return Err(AttachError::NoEbpfObject);
         }
+        kernel::require_features().map_err(AttachError::Unsupported)?;
         let pmu = UprobePmu::read().map_err(AttachError::NoUprobePmu)?;
         let dispatch =
             crate::cost::dispatch::MapSizes::new(options.dispatch_tgid, options.probe_count);

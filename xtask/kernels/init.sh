@@ -1,0 +1,96 @@
+#!/bin/busybox sh
+# /init of `cargo xtask kernels`' initramfs: runs as PID 1 on whichever kernel booted it,
+# runs probetop's scenario, prints what happened on the console and powers off.
+# `cargo xtask kernels` (xtask/src/kernels.rs) reads the lines starting with "PT " and
+# judges them; nothing is judged here.
+#
+# Knobs arrive from the kernel command line (the kernel hands unknown key=value
+# parameters to init as environment variables):
+#   pt_calls=N   calls of the workload fixture per probe run
+#   pt_sema=N    calls of the probes fixture in the USDT run
+#   pt_stop=S    probetop's --duration, a safety stop: runs end when the fixture exits
+/bin/busybox --install -s /bin
+export PATH=/bin:/usr/bin HOME=/root
+mount -t devtmpfs dev /dev
+exec </dev/console >/dev/console 2>&1
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t tmpfs tmp /tmp
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+mount -t bpf bpf /sys/fs/bpf 2>/dev/null
+
+CALLS=${pt_calls:-20000}
+SEMA=${pt_sema:-1000}
+STOP=${pt_stop:-120}
+P=/usr/bin/probetop
+F=/fixtures
+
+say() { echo "PT $*"; }
+# Every line of FILE as "PT <TAG> <STEP> | line".
+relay() { [ -s "$1" ] && sed "s/^/PT $2 $3 | /" "$1"; }
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+
+# Starts a fixture and waits (10 s at most) for its "ready" line. Sets FX_PID.
+start_fixture() {
+	out=$1
+	shift
+	"$@" > "$out" 2>&1 &
+	FX_PID=$!
+	i=0
+	while ! grep -q ready "$out" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+}
+
+# probe_run STEP FIXTURE_CMD PROBETOP_ARGS...: starts the fixture (it waits for SIGUSR1),
+# attaches probetop, releases the fixture once probetop says it attached, and waits for
+# both: the fixture makes its calls and exits, which ends probetop. A probetop that ends
+# without attaching gets the fixture killed.
+probe_run() {
+	step=$1 fx=$2
+	shift 2
+	start_fixture /tmp/$step.fx $fx
+	t0=$(uptime_s)
+	$P --pid $FX_PID "$@" --no-tui --duration $STOP --export /tmp/$step.json \
+		> /tmp/$step.out 2> /tmp/$step.err &
+	pp=$!
+	attached=0
+	i=0
+	while [ $i -lt 1200 ]; do
+		if grep -q "probetop: attached" /tmp/$step.err; then attached=1; break; fi
+		kill -0 $pp 2>/dev/null || break
+		sleep 0.1
+		i=$((i + 1))
+	done
+	if [ $attached = 1 ]; then kill -USR1 $FX_PID; else kill -TERM $FX_PID; fi
+	wait $FX_PID
+	fx_rc=$?
+	wait $pp
+	rc=$?
+	say "RC $step probetop=$rc attached=$attached fixture=$fx_rc secs=$(awk -v a=$t0 -v b=$(uptime_s) 'BEGIN { printf "%.1f", b - a }')"
+	relay /tmp/$step.err ERR $step
+	relay /tmp/$step.fx FX $step
+	# The export on one line (JSON strings hold no raw newlines).
+	[ -s /tmp/$step.json ] && echo "PT JSON $step $(tr -d '\n' < /tmp/$step.json)"
+}
+
+# A line of its own: the BIOS's last output has no newline.
+echo
+say "BEGIN kernel=$(uname -r) cpus=$(nproc) calls=$CALLS sema=$SEMA"
+W="$F/workload --calls $CALLS --wait-signal"
+PROBES="-e uprobe:work_unit -e uretprobe:leaf_ret -e usdt:workload:unit"
+probe_run ring "$W" $PROBES
+probe_run kernel "$W" $PROBES --mode kernel
+probe_run usdt "$F/probes --count $SEMA --wait-signal" -e usdt:fixture_sema:tick -e usdt:fixture:tick
+
+start_fixture /tmp/list.fx $F/workload --calls 1 --wait-signal
+$P list --pid $FX_PID > /tmp/list.out 2> /tmp/list.err
+say "RC list probetop=$? lines=$(wc -l < /tmp/list.out)"
+relay /tmp/list.err ERR list
+# The points the scenario probes, as listed.
+grep -E " (work_unit|leaf_ret|workload:unit)( |\$)" /tmp/list.out | sed 's/^/PT OUT list | /'
+kill -TERM $FX_PID
+wait $FX_PID
+
+say "END uptime=$(uptime_s)"
+sync
+poweroff -f
