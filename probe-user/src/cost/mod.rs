@@ -16,6 +16,7 @@ pub mod calibrate;
 pub mod classes;
 pub mod dispatch;
 pub mod estimate;
+pub mod sites;
 pub mod stats;
 pub mod workload;
 
