@@ -167,9 +167,25 @@ pub struct LaterSite {
     /// Bytes from the entry.
     pub offset: u64,
     pub class: CostClass,
-    /// The instruction, AT&T syntax; a branch's target as an offset from the entry
-    /// (`jbe 0x30`: to +0x30).
+    /// The instruction, AT&T syntax; a branch's target as objdump shows it, an
+    /// address in the object.
     pub instruction: String,
+}
+
+impl LaterSite {
+    /// `+0x3 (jbe 0x30) is emulated and reached on every call: use SPEC`, where SPEC is
+    /// the uprobe spec of the function without its offset (`uprobe:f`).
+    pub fn advice(&self, spec: &str) -> String {
+        let how = if self.class == CostClass::Optimized {
+            "optimized"
+        } else {
+            "emulated"
+        };
+        format!(
+            "+{:#x} ({}) is {how} and reached on every call: use {spec}+{:#x}",
+            self.offset, self.instruction, self.offset
+        )
+    }
 }
 
 /// Why no later site is offered.
@@ -226,9 +242,11 @@ impl NoLaterSite {
 ///
 /// Jumps into the function from other functions cannot be seen this way; compilers
 /// only make them to symbols. `entry_file_offset` places the sites in their page for
-/// the 5-byte-nop rule.
+/// the 5-byte-nop rule; `entry_address` only serves to show branch targets as objdump
+/// does.
 pub fn later_site(
     code: &[u8],
+    entry_address: u64,
     entry_file_offset: u64,
     other_entries: &[u64],
     rules: KernelRules,
@@ -274,7 +292,7 @@ pub fn later_site(
                 return Ok(LaterSite {
                     offset: insn.offset,
                     class: site.class,
-                    instruction: format_at(code, insn.offset),
+                    instruction: format_at(code, insn.offset, entry_address),
                 });
             }
         }
@@ -285,10 +303,14 @@ pub fn later_site(
     Err(NoLaterSite::BranchFirst)
 }
 
-/// The instruction at `offset` of `code`, AT&T syntax, addresses relative to the
-/// start of `code`.
-fn format_at(code: &[u8], offset: u64) -> String {
-    let mut decoder = Decoder::with_ip(64, &code[offset as usize..], offset, DecoderOptions::NONE);
+/// The instruction at `offset` of `code`, AT&T syntax, as if `code` were at `address`.
+fn format_at(code: &[u8], offset: u64, address: u64) -> String {
+    let mut decoder = Decoder::with_ip(
+        64,
+        &code[offset as usize..],
+        address.wrapping_add(offset),
+        DecoderOptions::NONE,
+    );
     let insn = decoder.decode();
     let mut text = String::new();
     let mut formatter = GasFormatter::new();
@@ -297,6 +319,7 @@ fn format_at(code: &[u8], offset: u64) -> String {
     // As objdump: `jbe 0x30`, `$0x8`.
     options.set_branch_leading_zeros(false);
     options.set_small_hex_numbers_in_decimal(false);
+    options.set_uppercase_hex(false);
     formatter.format(&insn, &mut text);
     text
 }
@@ -443,7 +466,7 @@ mod tests {
     }
 
     fn later(code: &[u8]) -> Result<(u64, CostClass, String), NoLaterSite> {
-        later_site(code, 0, &[], NEW).map(|s| (s.offset, s.class, s.instruction))
+        later_site(code, 0, 0, &[], NEW).map(|s| (s.offset, s.class, s.instruction))
     }
 
     #[test]
@@ -461,8 +484,13 @@ mod tests {
         ];
         let (offset, class, insn) = later(&code).expect("offered");
         assert_eq!((offset, class), (3, CostClass::EmulatedBranch));
-        // The target as an offset from the entry.
         assert_eq!(insn, "jbe 0x8");
+        // Targets as objdump shows them, at the function's address.
+        let site = later_site(&code, 0x85bc00, 0, &[], NEW).expect("offered");
+        assert_eq!(
+            site.advice("uprobe:mysqld_stmt_execute"),
+            "+0x3 (jbe 0x85bc08) is emulated and reached on every call: use uprobe:mysqld_stmt_execute+0x3"
+        );
         // The push after the branch runs only on one side of it: not offered.
     }
 
@@ -491,7 +519,7 @@ mod tests {
             Ok((3, CostClass::Optimized))
         );
         assert_eq!(
-            later_site(&code, 0, &[], OLD).map(|s| (s.offset, s.class)),
+            later_site(&code, 0, 0, &[], OLD).map(|s| (s.offset, s.class)),
             Ok((3, CostClass::EmulatedNop))
         );
     }
@@ -559,15 +587,15 @@ mod tests {
         // endbr64; push %rbp; ret, with another symbol at +0x4 or +0x2.
         let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0xc3];
         assert_eq!(
-            later_site(&code, 0, &[4], NEW),
+            later_site(&code, 0, 0, &[4], NEW),
             Err(NoLaterSite::SymbolInside)
         );
         assert_eq!(
-            later_site(&code, 0, &[2], NEW),
+            later_site(&code, 0, 0, &[2], NEW),
             Err(NoLaterSite::SymbolInside)
         );
         // One after the push does not matter.
-        assert_eq!(later_site(&code, 0, &[5], NEW).map(|s| s.offset), Ok(4));
+        assert_eq!(later_site(&code, 0, 0, &[5], NEW).map(|s| s.offset), Ok(4));
     }
 
     #[test]
