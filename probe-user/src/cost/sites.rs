@@ -203,8 +203,11 @@ pub enum NoLaterSite {
     SymbolInside,
     /// An indirect jump (a jump table, say) may land anywhere in the function.
     IndirectJump,
-    /// The function does not decode cleanly to its end, or has no size, or is too big.
+    /// The function does not decode cleanly to its end.
     Undecodable,
+    /// The symbol table gives the function no size, or one past
+    /// [`MAX_FUNCTION_BYTES`]: its end is unknown.
+    Unsized,
 }
 
 impl NoLaterSite {
@@ -223,6 +226,9 @@ impl NoLaterSite {
                 "the function has an indirect jump, whose targets a linear decode cannot see"
             }
             NoLaterSite::Undecodable => "the function does not decode cleanly to its end",
+            NoLaterSite::Unsized => {
+                "the symbol table gives the function no size (or a huge one), so its branches cannot all be seen"
+            }
         }
     }
 }
@@ -252,7 +258,7 @@ pub fn later_site(
     rules: KernelRules,
 ) -> Result<LaterSite, NoLaterSite> {
     if code.is_empty() || code.len() as u64 > MAX_FUNCTION_BYTES {
-        return Err(NoLaterSite::Undecodable);
+        return Err(NoLaterSite::Unsized);
     }
     let site_class = |offset: u64| {
         classes::classify(&code[offset as usize..], entry_file_offset + offset, rules)
@@ -611,6 +617,6 @@ mod tests {
             later(&[0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89]),
             Err(NoLaterSite::Undecodable)
         );
-        assert_eq!(later(&[]), Err(NoLaterSite::Undecodable));
+        assert_eq!(later(&[]), Err(NoLaterSite::Unsized));
     }
 }
