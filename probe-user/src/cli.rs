@@ -82,7 +82,7 @@ pub struct RunArgs {
 
     /// Attach a built-in set of probes, repeatable: `mysql` (MySQL and MariaDB's
     /// request path: do_command, dispatch_command and its return, mysql_parse,
-    /// mysqld_stmt_execute, mysql_execute_command).
+    /// Prepared_statement::execute_loop, mysql_execute_command).
     #[arg(long = "preset", value_name = "NAME")]
     pub presets: Vec<String>,
 

@@ -75,11 +75,21 @@ mod tests {
             (ProbeKind::Uprobe, "dispatch_command"),
             (ProbeKind::Uretprobe, "dispatch_command"),
             (ProbeKind::Uprobe, "mysql_parse"),
-            (ProbeKind::Uprobe, "mysqld_stmt_execute"),
+            (ProbeKind::Uprobe, "Prepared_statement::execute_loop"),
             (ProbeKind::Uprobe, "mysql_execute_command"),
         ]
         .map(|(k, n)| (k, n.to_string()));
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn presets_name_functions_not_offsets() {
+        // Offsets belong to one build of a program; a preset is for every build.
+        for name in names() {
+            for spec in specs(text(name).expect("listed presets exist")) {
+                assert_eq!(spec.offset, None, "{name}: {}", spec.text);
+            }
+        }
     }
 
     #[test]

@@ -255,6 +255,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
     let prepared = cost::prepare(&points);
+    let spec_points: Vec<(&str, &ProbePoint)> =
+        probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
+    for line in cost::entry_warnings(&spec_points, &prepared.costs) {
+        eprintln!("{line}");
+    }
     let dispatch_wanted =
         !args.no_dispatch && probes.len() <= cost::dispatch::MAX_DISPATCH_PROBES as usize;
     if !args.no_dispatch && !dispatch_wanted {

@@ -1,8 +1,10 @@
-//! Probe specs as users write them: `uprobe:[OBJECT:]FUNC`, `uretprobe:[OBJECT:]FUNC`,
-//! `usdt:[OBJECT:][PROVIDER:]NAME`.
+//! Probe specs as users write them: `uprobe:[OBJECT:]FUNC[+OFFSET]`,
+//! `uretprobe:[OBJECT:]FUNC`, `usdt:[OBJECT:][PROVIDER:]NAME`.
 //!
 //! OBJECT is an absolute path or a library name (`libc`); FUNC and NAME may be globs.
-//! C++ names contain `::`, so only a single `:` separates fields.
+//! C++ names contain `::`, so only a single `:` separates fields. OFFSET (`0x4` or `4`)
+//! puts a uprobe on a later instruction of one function; the resolver checks that it is
+//! an instruction boundary inside the function.
 
 use std::fmt;
 
@@ -47,6 +49,8 @@ pub struct ProbeSpec {
     pub provider: Option<String>,
     /// Function (uprobes) or probe name (usdt), possibly a glob.
     pub name: String,
+    /// Bytes past the function's entry (`uprobe:FUNC+OFFSET`); `None`: the entry.
+    pub offset: Option<u64>,
 }
 
 /// A spec that does not parse, with the byte range of the bad part for a caret.
@@ -94,6 +98,32 @@ fn split_single_colon(s: &str) -> Option<(&str, &str)> {
 /// Whether a field before a single `:` names an object rather than a function.
 fn looks_like_object(field: &str) -> bool {
     field.starts_with('/') || field.starts_with("lib") || field.contains(".so")
+}
+
+/// Splits `FUNC+OFFSET` into FUNC and the offset text (what follows the last `+`).
+/// A `+` of a C++ operator name (`operator+`, `operator++`, `operator+=`) is part of
+/// the name, unless a digit follows it: `operator++0x4` is `operator+` at +0x4.
+fn split_offset(func: &str) -> Option<(&str, &str)> {
+    let plus = func.rfind('+')?;
+    let (name, offset) = (&func[..plus], &func[plus + 1..]);
+    let digit_follows = offset.starts_with(|c: char| c.is_ascii_digit());
+    if !digit_follows && name.trim_end_matches('+').ends_with("operator") {
+        return None;
+    }
+    Some((name, offset))
+}
+
+/// An offset as written after `+`: `0x` and hex digits, or decimal digits.
+fn parse_offset(text: &str) -> Result<u64, &'static str> {
+    const FORM: &str = "an offset is 0x and hex digits, or decimal digits: FUNC+0x10 or FUNC+16";
+    let (digits, radix) = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => (hex, 16),
+        None => (text, 10),
+    };
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return Err(FORM);
+    }
+    u64::from_str_radix(digits, radix).map_err(|_| "the offset does not fit in 64 bits")
 }
 
 impl ProbeSpec {
@@ -170,6 +200,35 @@ impl ProbeSpec {
             }
         };
         let name_at = offset + trimmed.len() - name.len();
+        let (name, func_offset) = match kind {
+            ProbeKind::Uprobe | ProbeKind::Uretprobe => match split_offset(name) {
+                Some((func, digits)) => {
+                    let plus_at = name_at + func.len();
+                    if kind == ProbeKind::Uretprobe {
+                        return Err(SpecError::new(
+                            text,
+                            "a uretprobe takes no +OFFSET: a return probe starts at the function's entry",
+                            plus_at,
+                            name.len() - func.len(),
+                        ));
+                    }
+                    let value = parse_offset(digits).map_err(|reason| {
+                        SpecError::new(text, reason, plus_at + 1, digits.len())
+                    })?;
+                    if func.contains(['*', '?', '[']) {
+                        return Err(SpecError::new(
+                            text,
+                            "an offset applies to one function, not a pattern",
+                            name_at,
+                            func.len(),
+                        ));
+                    }
+                    (func, Some(value))
+                }
+                None => (name, None),
+            },
+            ProbeKind::Usdt => (name, None),
+        };
         if name.is_empty() {
             return Err(SpecError::new(
                 text,
@@ -197,6 +256,7 @@ impl ProbeSpec {
             object,
             provider,
             name: name.to_string(),
+            offset: func_offset,
         })
     }
 
@@ -307,5 +367,93 @@ mod tests {
         assert!(e.reason.contains("at most"));
         let e = ProbeSpec::parse("uprobe:foo bar").unwrap_err();
         assert_eq!(e.at, 10);
+    }
+
+    #[test]
+    fn offsets_in_hex_and_decimal() {
+        let s = ok("uprobe:work_unit+0x4");
+        assert_eq!(
+            (s.name.as_str(), s.offset, s.object.as_deref()),
+            ("work_unit", Some(4), None)
+        );
+        assert_eq!(s.text, "uprobe:work_unit+0x4");
+        assert_eq!(ok("uprobe:work_unit+16").offset, Some(16));
+        assert_eq!(ok("u:work_unit+0X1f").offset, Some(0x1f));
+        assert_eq!(ok("uprobe:work_unit+0").offset, Some(0));
+        assert_eq!(ok("uprobe:work_unit").offset, None);
+        let s = ok("uprobe:/usr/sbin/mariadbd:mysqld_stmt_execute+0x3");
+        assert_eq!(
+            (s.object.as_deref(), s.name.as_str(), s.offset),
+            (Some("/usr/sbin/mariadbd"), "mysqld_stmt_execute", Some(3))
+        );
+        let s = ok("uprobe:libc:malloc+0x4");
+        assert_eq!(
+            (s.object.as_deref(), s.name.as_str(), s.offset),
+            (Some("libc"), "malloc", Some(4))
+        );
+        let s = ok("uprobe:ns::Class::method+8");
+        assert_eq!((s.name.as_str(), s.offset), ("ns::Class::method", Some(8)));
+        // USDT names take no offset: a `+` stays in the name.
+        assert_eq!(ok("usdt:p:a+1").name, "a+1");
+    }
+
+    #[test]
+    fn operator_plus_is_a_name_not_an_offset() {
+        for name in [
+            "operator+",
+            "std::operator+",
+            "It::operator++",
+            "V::operator+=",
+        ] {
+            let s = ok(&format!("uprobe:{name}"));
+            assert_eq!((s.name.as_str(), s.offset), (name, None));
+        }
+        let s = ok("uprobe:std::operator++0x4");
+        assert_eq!((s.name.as_str(), s.offset), ("std::operator+", Some(4)));
+        let s = ok("uprobe:V::operator+=+0x8");
+        assert_eq!((s.name.as_str(), s.offset), ("V::operator+=", Some(8)));
+        let s = ok("uretprobe:std::operator+");
+        assert_eq!(s.name, "std::operator+");
+    }
+
+    #[test]
+    fn bad_offsets_point_at_the_offset() {
+        // "uprobe:work_unit+" is 17 bytes: the offset starts at 17.
+        for (text, at, len) in [
+            ("uprobe:work_unit+", 17, 0),
+            ("uprobe:work_unit+0x", 17, 2),
+            ("uprobe:work_unit+0xg", 17, 3),
+            ("uprobe:work_unit+4a", 17, 2),
+            ("uprobe:work_unit+-4", 17, 2),
+            ("uprobe:work_unit+abc", 17, 3),
+        ] {
+            let e = ProbeSpec::parse(text).unwrap_err();
+            assert!(e.reason.contains("FUNC+0x10"), "{text}: {e}");
+            assert_eq!((e.at, e.len), (at, len), "{text}");
+            let caret = " ".repeat(at) + &"^".repeat(len.max(1));
+            assert!(e.to_string().ends_with(&format!("  {caret}")), "{e}");
+        }
+        let e = ProbeSpec::parse("uprobe:f+0x10000000000000000").unwrap_err();
+        assert!(e.reason.contains("64 bits"), "{e}");
+        assert_eq!(e.at, 9);
+        let e = ProbeSpec::parse("uprobe:f+99999999999999999999").unwrap_err();
+        assert!(e.reason.contains("64 bits"), "{e}");
+        // Return probes start at the entry.
+        let e = ProbeSpec::parse("uretprobe:work_unit+0x4").unwrap_err();
+        assert!(e.reason.contains("uretprobe takes no +OFFSET"), "{e}");
+        assert_eq!((e.at, e.len), (19, 4));
+        // One function, not a pattern.
+        let e = ProbeSpec::parse("uprobe:work_*+4").unwrap_err();
+        assert!(e.reason.contains("not a pattern"), "{e}");
+        assert_eq!((e.at, e.len), (7, 6));
+        // No function before the offset.
+        let e = ProbeSpec::parse("uprobe:+4").unwrap_err();
+        assert!(e.reason.contains("needs a name"), "{e}");
+        assert_eq!(e.at, 7);
+        let e = ProbeSpec::parse("uprobe:libc:+4").unwrap_err();
+        assert_eq!(e.at, 12);
+        // Leading blanks shift the caret with the text.
+        let e = ProbeSpec::parse("  uprobe:f+z").unwrap_err();
+        assert_eq!((e.at, e.len), (11, 1));
     }
 }

@@ -629,3 +629,47 @@ fn follows_execs_through_a_program_without_probes() {
     assert_ne!(report["execs"][0]["exe"], execer.as_str());
     nothing_left_of(&programs, &links);
 }
+
+#[test]
+fn exact_hits_at_an_offset_inside_a_function() {
+    // work_unit's second instruction, by objdump: a probe there fires once per call,
+    // like the entry's.
+    let offsets = instruction_offsets(&fixture("c/workload"), "work_unit");
+    let second = offsets[1];
+    assert!(second > 0, "{offsets:?}");
+    let spec = format!("uprobe:work_unit+{second:#x}");
+    let decimal = format!("uprobe:work_unit+{second}");
+    let mut target = workload(&["--calls", &CALLS.to_string(), "--wait-signal"]);
+    let report = measure(
+        target.pid(),
+        &["-e", &spec, "-e", "uprobe:work_unit", "-e", &decimal],
+        || target.signal(libc::SIGUSR1),
+    );
+    assert!(target.wait().success());
+    let probes = report["probes"].as_array().expect("probes");
+    let entry = probe(&report, "work_unit");
+    for p in probes {
+        assert_eq!(p["hits"], CALLS, "{p}");
+        assert_eq!(p["dropped"], 0, "{p}");
+    }
+    let at = |spec: &str| {
+        probes
+            .iter()
+            .find(|p| p["spec"] == spec)
+            .unwrap_or_else(|| panic!("no {spec} in {report}"))
+    };
+    for s in [&spec, &decimal] {
+        let p = at(s);
+        assert_eq!(p["name"], format!("work_unit+{second:#x}"));
+        assert_eq!(
+            p["file_offset"].as_u64().unwrap(),
+            entry["file_offset"].as_u64().unwrap() + second,
+            "{p}"
+        );
+        assert_eq!(
+            p["address"].as_u64().unwrap(),
+            entry["address"].as_u64().unwrap() + second,
+            "{p}"
+        );
+    }
+}

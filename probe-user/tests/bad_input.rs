@@ -176,3 +176,54 @@ fn refuses_to_run_setuid() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_clean_failure(&out, 1, "refuses to run setuid");
 }
+
+#[test]
+fn an_offset_off_an_instruction_boundary_is_refused() {
+    // Inside work_unit's second instruction (objdump's reading), which is longer than
+    // one byte in the fixture: the refusal names the boundaries around it.
+    let offsets = instruction_offsets(&fixture("c/workload"), "work_unit");
+    let (second, third) = (offsets[1], offsets[2]);
+    assert!(third - second > 1, "{offsets:?}");
+    let inside = second + 1;
+    let target = workload(&["--calls", "1", "--wait-signal"]);
+    let out = run(&[
+        "--pid",
+        &target.pid().to_string(),
+        "-e",
+        &format!("uprobe:work_unit+{inside}"),
+        "--no-tui",
+    ]);
+    assert_clean_failure(
+        &out,
+        1,
+        &format!(
+            "work_unit+{inside:#x} is not on an instruction boundary: the nearest are +{second:#x} and +{third:#x}"
+        ),
+    );
+    // One line, nothing attached.
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+    assert!(!stderr(&out).contains("attached"), "{}", stderr(&out));
+    // Past the end of the function.
+    let out = run(&[
+        "--pid",
+        &target.pid().to_string(),
+        "-e",
+        "uprobe:work_unit+0x10000",
+        "--no-tui",
+    ]);
+    assert_clean_failure(&out, 1, "is outside work_unit");
+}
+
+#[test]
+fn malformed_offsets_show_a_caret() {
+    for (spec, needle) in [
+        ("uprobe:work_unit+0xzz", "an offset is 0x and hex digits"),
+        ("uprobe:work_unit+", "an offset is 0x and hex digits"),
+        ("uretprobe:work_unit+4", "a uretprobe takes no +OFFSET"),
+        ("uprobe:work_*+4", "not a pattern"),
+    ] {
+        let out = run(&["--pid", "1", "-e", spec, "--no-tui"]);
+        assert_clean_failure(&out, 2, needle);
+        assert!(stderr(&out).contains('^'), "{spec}: {}", stderr(&out));
+    }
+}

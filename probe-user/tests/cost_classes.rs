@@ -141,3 +141,72 @@ fn calibration_workload_has_one_function_per_class() {
         ("emulated-nop".into(), "nop".into())
     );
 }
+
+#[test]
+fn list_offers_a_later_site_for_single_stepped_entries_and_a_run_warns() {
+    let path = fixture("c/workload");
+    let points = listed(&path);
+    // Every offer: a single-stepped entry, a later instruction objdump also sees.
+    let offers: Vec<&serde_json::Value> = points
+        .iter()
+        .filter(|p| p.get("later_site").is_some())
+        .collect();
+    assert!(!offers.is_empty(), "no offer in the workload fixture");
+    for p in &offers {
+        assert_eq!(p["cost_class"], "single-stepped", "{p}");
+        let later = &p["later_site"];
+        let offset = later["offset"].as_u64().expect("offset");
+        let name = p["name"].as_str().expect("name");
+        assert!(
+            instruction_offsets(&path, name).contains(&offset),
+            "{name}+{offset:#x}"
+        );
+        assert_ne!(later["class"], "single-stepped", "{p}");
+        assert_eq!(later["spec"], format!("uprobe:{name}"), "{p}");
+    }
+    // Emulated entries get none.
+    let work_unit = points.iter().find(|p| p["name"] == "work_unit").unwrap();
+    assert!(work_unit.get("later_site").is_none(), "{work_unit}");
+
+    // A run on an offered function says so on stderr, once, and still probes the
+    // entry it was asked for.
+    let offered = offers[0];
+    let name = offered["name"].as_str().unwrap();
+    let offset = offered["later_site"]["offset"].as_u64().unwrap();
+    let target = workload(&["--calls", "1", "--wait-signal"]);
+    let json = export_path("later-site-warning.json");
+    let out = output_ok(
+        probetop()
+            .args([
+                "--pid",
+                &target.pid().to_string(),
+                "--no-tui",
+                "--duration",
+                "0.5",
+            ])
+            .args(["-e", &format!("uprobe:{name}"), "-e", "uprobe:work_unit"])
+            .arg("--export")
+            .arg(&json),
+        "probetop",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning:")).collect();
+    assert_eq!(warnings.len(), 1, "{stderr}");
+    assert!(
+        warnings[0].starts_with(&format!(
+            "probetop: warning: uprobe:{name}: the entry of {name} ("
+        )),
+        "{stderr}"
+    );
+    assert!(
+        warnings[0].ends_with(&format!(
+            "is emulated and reached on every call: use uprobe:{name}+{offset:#x}"
+        )) || warnings[0].ends_with(&format!(
+            "is optimized and reached on every call: use uprobe:{name}+{offset:#x}"
+        )),
+        "{stderr}"
+    );
+    let report = read_export(&json);
+    let probe = probe(&report, name);
+    assert_eq!(probe["file_offset"], offered["file_offset"], "not moved");
+}

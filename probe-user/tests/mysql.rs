@@ -2,6 +2,9 @@
 //! command counted exactly, nothing dropped, the server healthy after probetop detaches,
 //! and nothing of probetop's left in the kernel.
 //!
+//! Also: no probe of the preset sits on an instruction the kernel single-steps (or
+//! refuses) in Debian's mariadbd.
+//!
 //! Needs Debian's mariadb-server and sysbench (`cargo xtask setup` installs both). The
 //! server is private to the test: its own datadir in a temporary directory, a unix
 //! socket, no network, stopped when the test ends.
@@ -241,7 +244,7 @@ fn counts_every_command_of_a_live_mariadbd() {
     );
     assert_eq!(hits("uprobe", "do_command("), commands, "{summary}");
     assert_eq!(
-        hits("uprobe", "mysqld_stmt_execute("),
+        hits("uprobe", "Prepared_statement::execute_loop("),
         prepared,
         "{summary}"
     );
@@ -275,4 +278,35 @@ fn counts_every_command_of_a_live_mariadbd() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn the_preset_has_no_single_stepped_site_in_debians_mariadbd() {
+    assert!(
+        Path::new(MARIADBD).exists(),
+        "{MARIADBD} is missing: `cargo xtask setup` installs mariadb-server"
+    );
+    let preset = probe_user::preset::text("mysql").expect("mysql preset");
+    let mut checked = 0;
+    for line in preset.lines() {
+        let text = line.split('#').next().unwrap_or("").trim();
+        if text.is_empty() {
+            continue;
+        }
+        let spec = probe_user::spec::ProbeSpec::parse(text).expect("preset specs parse");
+        // A uretprobe's entry breakpoint is the function's entry, like a uprobe's.
+        let listing = list_json([MARIADBD, spec.name.as_str()]);
+        let points = listing["points"].as_array().expect("points");
+        assert_eq!(points.len(), 1, "{text}: {points:?}");
+        let p = &points[0];
+        let class = p["cost_class"].as_str().expect("cost_class");
+        assert!(
+            class.starts_with("emulated") || class == "optimized",
+            "{text}: {} starts with `{}`, {class}",
+            p["name"],
+            p["instruction"]
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 6);
 }

@@ -382,11 +382,14 @@ fn bpftrace_script(probes: &[PresetProbe]) -> String {
          BEGIN { printf(\"ready\\n\"); }\n",
     );
     for p in probes {
-        let short = p.spec.split(':').nth(1).unwrap_or(&p.symbol);
+        // The map is named after the spec (C++ `::` and all): `@uprobe_A__f` for
+        // `uprobe:A::f`, as its .hgrm file is.
         let _ = writeln!(
             script,
-            "{}:{MARIADBD}:{} {{ $t = nsecs; @{}_{} = hist(nsecs - $t); }}",
-            p.kind, p.symbol, p.kind, short
+            "{}:{MARIADBD}:{} {{ $t = nsecs; @{} = hist(nsecs - $t); }}",
+            p.kind,
+            p.symbol,
+            safe_tag(&p.spec)
         );
     }
     script
@@ -1929,6 +1932,19 @@ mod tests {
             "uretprobe:/usr/sbin/mariadbd:_Z16dispatch_command19enum_server_commandP3THDPcjb \
              { $t = nsecs; @uretprobe_dispatch_command = hist(nsecs - $t); }"
         ));
+        // A C++ method keeps its class in the map's name.
+        let method = PresetProbe {
+            spec: "uprobe:Prepared_statement::execute_loop".into(),
+            kind: "uprobe".into(),
+            name: "Prepared_statement::execute_loop(...)".into(),
+            symbol: "_ZN18Prepared_statement12execute_loopEP6StringbPhS2_".into(),
+            address: 0,
+            first_insn: "push %rbp".into(),
+            emulated: true,
+        };
+        assert!(
+            bpftrace_script(&[method]).contains("@uprobe_Prepared_statement__execute_loop = hist(")
+        );
     }
 
     #[test]

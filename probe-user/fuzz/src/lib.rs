@@ -241,6 +241,7 @@ fn lower(probe: &UsdtProbe, lookup: impl Fn(&str) -> Option<u64>, load_bias: Opt
             args: probe.args.clone(),
             arg_symbols,
         }),
+        function: None,
     };
     for count in [0, 1, probe_common::MAX_ARGS, usize::MAX] {
         if let Ok(config) = args_config(&point, count) {

@@ -55,6 +55,14 @@ pub fn render_text(listing: &Listing) -> String {
                 let _ = write!(out, "  aliases: {}", p.aliases.join(", "));
             }
             out.push('\n');
+            if let Some(later) = &p.later_site {
+                let _ = writeln!(
+                    out,
+                    "  {:<6}  hint: entry single-stepped; {}",
+                    "",
+                    later.site.advice(&later.spec)
+                );
+            }
         }
         out.push('\n');
     }
@@ -86,7 +94,8 @@ pub fn render_json(listing: &Listing) -> serde_json::Result<String> {
 mod tests {
     use super::*;
     use crate::cost::classes::CostClass;
-    use crate::resolve::list::{ListedObject, ListedPoint};
+    use crate::cost::sites::LaterSite;
+    use crate::resolve::list::{ListedLaterSite, ListedObject, ListedPoint};
     use std::path::PathBuf;
 
     fn sample() -> Listing {
@@ -112,6 +121,30 @@ mod tests {
                     args: None,
                     cost_class: Some(CostClass::EmulatedPush),
                     instruction: Some("push %rbp".into()),
+                    later_site: None,
+                },
+                ListedPoint {
+                    kind: ListedKind::Uprobe,
+                    object: obj.clone(),
+                    name: "mysqld_stmt_execute(THD*, char*, unsigned int)".into(),
+                    symbol: Some("_Z19mysqld_stmt_executeP3THDPcj".into()),
+                    aliases: vec![],
+                    address: 0x85bc00,
+                    file_offset: 0x85bc00,
+                    size: Some(62),
+                    semaphore_address: None,
+                    semaphore_offset: None,
+                    args: None,
+                    cost_class: Some(CostClass::SingleStepped),
+                    instruction: Some("cmp $8,%edx".into()),
+                    later_site: Some(ListedLaterSite {
+                        site: LaterSite {
+                            offset: 3,
+                            class: CostClass::EmulatedBranch,
+                            instruction: "jbe 0x30".into(),
+                        },
+                        spec: "uprobe:mysqld_stmt_execute".into(),
+                    }),
                 },
                 ListedPoint {
                     kind: ListedKind::Usdt,
@@ -127,6 +160,7 @@ mod tests {
                     args: Some("-4@%edi".into()),
                     cost_class: Some(CostClass::EmulatedNop),
                     instruction: Some("nop".into()),
+                    later_site: None,
                 },
             ],
             warnings: vec!["bad note".into()],
@@ -149,7 +183,13 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("2 points in 1 object\nwarning: bad note\n"),
+            text.contains(
+                "single-stepped  mysqld_stmt_execute(THD*, char*, unsigned int)\n          hint: entry single-stepped; +0x3 (jbe 0x30) is emulated and reached on every call: use uprobe:mysqld_stmt_execute+0x3\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("3 points in 1 object\nwarning: bad note\n"),
             "{text}"
         );
     }
@@ -158,7 +198,7 @@ mod tests {
     fn json_fields() {
         let json: serde_json::Value =
             serde_json::from_str(&render_json(&sample()).expect("json")).expect("parse");
-        let p = &json["points"][1];
+        let p = &json["points"][2];
         assert_eq!(p["kind"], "usdt");
         assert_eq!(p["semaphore_offset"], 0x3010);
         assert_eq!(p["args"], "-4@%edi");
@@ -166,5 +206,11 @@ mod tests {
         assert_eq!(json["points"][0]["instruction"], "push %rbp");
         assert_eq!(json["points"][0]["symbol"], "_ZN2ns1fEi");
         assert_eq!(json["objects"][0]["symbols"]["kind"], "symtab");
+        assert!(json["points"][0].get("later_site").is_none());
+        let later = &json["points"][1]["later_site"];
+        assert_eq!(later["offset"], 3);
+        assert_eq!(later["class"], "emulated-branch");
+        assert_eq!(later["instruction"], "jbe 0x30");
+        assert_eq!(later["spec"], "uprobe:mysqld_stmt_execute");
     }
 }

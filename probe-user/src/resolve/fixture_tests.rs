@@ -55,6 +55,7 @@ fn hex(s: &str) -> u64 {
 struct RSym {
     name: String,
     value: u64,
+    size: u64,
     kind: String,
     bind: String,
 }
@@ -76,6 +77,7 @@ fn readelf_symbols(path: &Path, table: &str) -> Vec<RSym> {
         out.push(RSym {
             name: f[7].split('@').next().unwrap_or("").to_string(),
             value: hex(f[1]),
+            size: f[2].parse().unwrap_or(0),
             kind: f[3].to_string(),
             bind: f[4].to_string(),
         });
@@ -1044,6 +1046,7 @@ fn cpp_demangled_names_overloads_and_globs() {
         object: None,
         provider: None,
         name: full.into(),
+        offset: None,
     };
     assert_eq!(
         resolve_file(&path, &with_params, &opts()).expect("full"),
@@ -1127,4 +1130,95 @@ fn go_symbols_as_go_spells_them() {
         names(&resolve_ok(&path, "uprobe:main.([*]Worker).Step")),
         vec!["main.(*Worker).Step"]
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// FUNC+OFFSET
+
+/// Start offsets of the instructions of `name` in `path`, by objdump.
+fn objdump_boundaries(path: &Path, name: &str) -> Vec<u64> {
+    let f = readelf_function(path, name);
+    let text = run(
+        "objdump",
+        &[
+            "-d",
+            &format!("--start-address={:#x}", f.value),
+            &format!("--stop-address={:#x}", f.value + f.size),
+            &path.to_string_lossy(),
+        ],
+    );
+    text.lines()
+        .filter_map(|l| {
+            let (addr, rest) = l.trim_start().split_once(':')?;
+            // Instruction lines have a tab after the colon; labels do not.
+            rest.starts_with('\t').then(|| hex(addr) - f.value)
+        })
+        .collect()
+}
+
+#[test]
+fn offsets_land_on_instruction_boundaries_as_objdump_decodes_them() {
+    let path = fixture("c/workload");
+    let entry = resolve_ok(&path, "uprobe:work_unit");
+    let size = readelf_function(&path, "work_unit").size;
+    let boundaries = objdump_boundaries(&path, "work_unit");
+    assert!(boundaries.len() > 5, "{boundaries:?}");
+    for offset in 0..size {
+        let text = format!("uprobe:work_unit+{offset:#x}");
+        let got = resolve_file(&path, &spec(&text), &opts());
+        if boundaries.contains(&offset) {
+            let p = got.unwrap_or_else(|e| panic!("{text}: {e}"));
+            assert_eq!(p.len(), 1);
+            assert_eq!(p[0].address, entry[0].address + offset, "{text}");
+            assert_eq!(p[0].file_offset, entry[0].file_offset + offset, "{text}");
+            let span = p[0].function.expect("span");
+            assert_eq!((span.offset, span.size), (offset, size), "{text}");
+            assert_eq!(p[0].entry_file_offset(), Some(entry[0].file_offset));
+            let want_name = if offset == 0 {
+                "work_unit".to_string()
+            } else {
+                format!("work_unit+{offset:#x}")
+            };
+            assert_eq!(p[0].name, want_name);
+            assert_eq!(p[0].symbol, "work_unit");
+        } else {
+            let err = got.expect_err(&text).to_string();
+            let before = boundaries.iter().rev().find(|b| **b < offset).unwrap();
+            let after = boundaries.iter().find(|b| **b > offset).unwrap();
+            assert_eq!(
+                err,
+                format!(
+                    "work_unit+{offset:#x} is not on an instruction boundary: the nearest are +{before:#x} and +{after:#x}"
+                )
+            );
+        }
+    }
+    // Decimal is the same offset.
+    assert_eq!(
+        resolve_ok(&path, "uprobe:work_unit+4"),
+        resolve_ok(&path, "uprobe:work_unit+0x4")
+    );
+    let err = resolve_file(&path, &spec(&format!("uprobe:work_unit+{size}")), &opts())
+        .expect_err("past the end")
+        .to_string();
+    assert_eq!(
+        err,
+        format!("work_unit+{size:#x} is outside work_unit, which is {size:#x} bytes long")
+    );
+}
+
+#[test]
+fn an_offset_needs_exactly_one_function() {
+    let path = fixture("cpp/cppfix");
+    // Two overloads: which one's +0x1 is meant is anybody's guess.
+    let err = resolve_file(&path, &spec("uprobe:shop::Cart::add+0x1"), &opts())
+        .expect_err("ambiguous")
+        .to_string();
+    assert!(err.contains("names 2 functions"), "{err}");
+    assert!(err.contains("_ZN4shop4Cart3addEi"), "{err}");
+    // Unknown names are still unknown, with suggestions.
+    let err = resolve_file(&path, &spec("uprobe:dispatch_comand+4"), &opts())
+        .expect_err("unknown")
+        .to_string();
+    assert!(err.contains("not found"), "{err}");
 }

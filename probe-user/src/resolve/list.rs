@@ -1,13 +1,16 @@
 //! `probetop list`: every probe-able point of a process or a file.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use serde::Serialize;
 
 use super::debuginfo::SymbolSource;
 use super::glob::Glob;
+use super::symbols::{Function, SymbolTable};
 use super::{Loaded, ResolveError, ResolveOptions, Scope};
 use crate::cost::classes::{self, CostClass, KernelRules};
+use crate::cost::sites::{self, LaterSite};
 use crate::target::Target;
 
 /// What to list.
@@ -70,6 +73,27 @@ pub struct ListedPoint {
     /// That instruction, AT&T syntax.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instruction: Option<String>,
+    /// For a function whose entry is single-stepped: a later instruction the kernel
+    /// emulates and every call reaches once, if a linear decode can vouch for one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub later_site: Option<ListedLaterSite>,
+}
+
+/// A later probe site offered for a single-stepped entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListedLaterSite {
+    #[serde(flatten)]
+    pub site: LaterSite,
+    /// The spec of the function at its entry (`uprobe:f`, `uprobe:/lib/x.so:f`): the
+    /// offer is this plus `+OFFSET`.
+    pub spec: String,
+}
+
+impl ListedLaterSite {
+    /// The spec that probes the later site.
+    pub fn spec_at_site(&self) -> String {
+        format!("{}+{:#x}", self.spec, self.site.offset)
+    }
 }
 
 /// One object looked at.
@@ -158,11 +182,32 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
         symbols: obj.source().clone(),
         load_bias: obj.load_bias,
     });
-    for f in &obj.symbols().functions {
+    let table = obj.symbols();
+    // Built on the first offer only: every spelling of every function, and how many
+    // functions answer to it.
+    let mut spellings: Option<HashMap<&str, usize>> = None;
+    for f in &table.functions {
         if glob.is_some_and(|g| !f.matches(g)) {
             continue;
         }
         let (cost_class, instruction) = class_at(f.file_offset);
+        let later_site = match (&file, cost_class) {
+            (Some(file), CostClass::SingleStepped) => {
+                later_site_of(file, table, f, rules).map(|site| {
+                    let spellings = spellings.get_or_insert_with(|| spelling_counts(table));
+                    let object = if obj.r.is_main {
+                        String::new()
+                    } else {
+                        format!("{}:", obj.r.display.display())
+                    };
+                    ListedLaterSite {
+                        site,
+                        spec: format!("uprobe:{object}{}", spec_name(f, spellings)),
+                    }
+                })
+            }
+            _ => None,
+        };
         listing.points.push(ListedPoint {
             kind: ListedKind::Uprobe,
             object: obj.r.display.clone(),
@@ -177,6 +222,7 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
             args: None,
             cost_class: file.is_some().then_some(cost_class),
             instruction,
+            later_site,
         });
     }
     for e in &obj.image.read_errors {
@@ -213,6 +259,60 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
             args: Some(probe.args_raw.clone()),
             cost_class: file.is_some().then_some(cost_class),
             instruction,
+            later_site: None,
         });
     }
+}
+
+/// The later site of `f`, whose entry is single-stepped (see [`sites::later_site`]).
+fn later_site_of(
+    file: &std::fs::File,
+    table: &SymbolTable,
+    f: &Function,
+    rules: KernelRules,
+) -> Option<LaterSite> {
+    if f.size == 0 || f.size > sites::MAX_FUNCTION_BYTES {
+        return None;
+    }
+    let code = sites::read_code(file, f.file_offset, f.size).ok()?;
+    if code.len() as u64 != f.size {
+        return None;
+    }
+    let inner: Vec<u64> = table
+        .next_after(f.address)
+        .map(|next| next.address - f.address)
+        .filter(|gap| *gap < f.size)
+        .into_iter()
+        .collect();
+    sites::later_site(&code, f.address, f.file_offset, &inner, rules).ok()
+}
+
+/// How many functions answer to each spelling (any name, any key).
+fn spelling_counts(table: &SymbolTable) -> HashMap<&str, usize> {
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for f in &table.functions {
+        let mut keys: Vec<&str> = f.names().flat_map(|n| n.keys()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        for k in keys {
+            *counts.entry(k).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// The shortest spelling of `f` a spec can carry (no blanks, no glob characters) that
+/// names no other function; the symbol as stored if none does.
+fn spec_name<'a>(f: &'a Function, spellings: &HashMap<&str, usize>) -> &'a str {
+    f.name
+        .keys()
+        .filter(|k| {
+            !k.is_empty()
+                && !k.contains(|c: char| c.is_whitespace() || "*?[+".contains(c))
+                // A single `:` would split the spec into OBJECT and FUNC.
+                && !k.replace("::", "").contains(':')
+        })
+        .filter(|k| spellings.get(k) == Some(&1))
+        .min_by_key(|k| k.len())
+        .unwrap_or(&f.name.raw)
 }

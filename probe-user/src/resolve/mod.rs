@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
+use crate::cost::{classes, sites};
 use crate::spec::{ProbeKind, ProbeSpec};
 use crate::target::Target;
 
@@ -71,6 +72,28 @@ pub struct ProbePoint {
     pub load_bias: Option<u64>,
     /// USDT details (`kind == Usdt` only).
     pub usdt: Option<UsdtSite>,
+    /// Where the point sits in its function (uprobes and uretprobes only).
+    pub function: Option<FunctionSpan>,
+}
+
+/// A uprobe's place in its function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FunctionSpan {
+    /// Bytes from the function's entry to the point: 0 at the entry, OFFSET for
+    /// `uprobe:FUNC+OFFSET`.
+    pub offset: u64,
+    /// The function's size in the symbol table (0: not given).
+    pub size: u64,
+    /// Bytes from the entry to the first other function symbol that starts inside
+    /// the function, if one does (a second entry point).
+    pub inner_symbol: Option<u64>,
+}
+
+impl ProbePoint {
+    /// File offset of the function's entry (uprobes and uretprobes).
+    pub fn entry_file_offset(&self) -> Option<u64> {
+        self.function.map(|f| self.file_offset - f.offset)
+    }
 }
 
 /// What a USDT probe point carries beyond its location.
@@ -141,6 +164,18 @@ pub enum ResolveError {
         "no library {name:?}: not mapped by the process and not in the dynamic linker's cache{hint}; give an absolute path"
     )]
     ObjectNotFound { name: String, hint: String },
+    /// `FUNC+OFFSET` that is no instruction boundary inside FUNC, or cannot be checked.
+    #[error("{0}")]
+    BadOffset(String),
+    #[error(
+        "{spec}: {name:?} names {count} functions ({names}): an offset needs exactly one; name it by its symbol as stored (probetop list shows it)"
+    )]
+    AmbiguousOffset {
+        spec: String,
+        name: String,
+        count: usize,
+        names: String,
+    },
     #[error(
         "{spec} matches {count} probe points, more than the limit of {max}: narrow the pattern, or raise the limit with --max-probes {count}"
     )]
@@ -288,10 +323,21 @@ fn resolve_functions(
 ) -> Result<Vec<ProbePoint>, ResolveError> {
     let glob = Glob::new(&spec.name);
     let mut points = Vec::new();
+    // Where each point's object is read from, for an offset's check.
+    let mut read_paths = Vec::new();
     let mut loaded = Vec::new();
     for object in objects {
         let obj = cache.load(object, scope, opts)?;
-        for f in obj.symbols().matching(&glob) {
+        let table = obj.symbols();
+        for f in table.matching(&glob) {
+            let span = FunctionSpan {
+                offset: 0,
+                size: f.size,
+                inner_symbol: table
+                    .next_after(f.address)
+                    .map(|next| next.address - f.address)
+                    .filter(|gap| *gap < f.size),
+            };
             points.push(ProbePoint {
                 kind: spec.kind,
                 object: obj.r.display.clone(),
@@ -302,9 +348,16 @@ fn resolve_functions(
                 symbol: f.name.raw.clone(),
                 load_bias: obj.load_bias,
                 usdt: None,
+                function: Some(span),
             });
+            read_paths.push(obj.r.read_path.clone());
         }
         loaded.push(obj);
+    }
+    if let Some(offset) = spec.offset
+        && !points.is_empty()
+    {
+        return at_offset(spec, offset, points, &read_paths);
     }
     if points.is_empty() {
         let needle = if glob.is_pattern() {
@@ -335,6 +388,59 @@ fn resolve_functions(
         });
     }
     Ok(points)
+}
+
+/// Moves the one point of `FUNC+OFFSET` to the offset, once it is known to be an
+/// instruction boundary inside the function.
+fn at_offset(
+    spec: &ProbeSpec,
+    offset: u64,
+    mut points: Vec<ProbePoint>,
+    read_paths: &[PathBuf],
+) -> Result<Vec<ProbePoint>, ResolveError> {
+    if points.len() > 1 {
+        return Err(ResolveError::AmbiguousOffset {
+            spec: spec.text.clone(),
+            name: spec.name.clone(),
+            count: points.len(),
+            names: points
+                .iter()
+                .map(|p| p.symbol.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let mut point = points.remove(0);
+    let span = point
+        .function
+        .as_mut()
+        .expect("function points have a span");
+    if offset > 0 {
+        let code = if span.size == 0 || offset >= span.size {
+            Vec::new()
+        } else {
+            std::fs::File::open(&read_paths[0])
+                .and_then(|file| {
+                    sites::read_code(
+                        &file,
+                        point.file_offset,
+                        span.size
+                            .min(offset.saturating_add(classes::MAX_INSN_LEN as u64)),
+                    )
+                })
+                .map_err(|source| ResolveError::Read {
+                    path: point.object.clone(),
+                    source,
+                })?
+        };
+        sites::check_offset(&code, span.size, offset)
+            .map_err(|e| ResolveError::BadOffset(e.message(&spec.name, offset)))?;
+        point.name = format!("{}+{offset:#x}", point.name);
+        point.address += offset;
+        point.file_offset += offset;
+        span.offset = offset;
+    }
+    Ok(vec![point])
 }
 
 fn resolve_usdt(
@@ -470,6 +576,7 @@ fn usdt_point(obj: &Loaded, probe: &UsdtProbe) -> ProbePoint {
             args: probe.args.clone(),
             arg_symbols,
         }),
+        function: None,
     }
 }
 

@@ -265,6 +265,12 @@ impl SymbolTable {
         self.functions.iter().filter(move |f| f.matches(glob))
     }
 
+    /// The first function after `address` (at a higher address).
+    pub fn next_after(&self, address: u64) -> Option<&Function> {
+        let at = self.functions.partition_point(|f| f.address <= address);
+        self.functions.get(at)
+    }
+
     /// Address of the symbol named `name` (raw spelling), function or data.
     pub fn address_of(&self, name: &str) -> Option<u64> {
         self.addresses.get(name).copied()

@@ -337,3 +337,41 @@ pub fn field(line: &str, key: &str) -> f64 {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
 }
+
+/// Offsets from `function`'s entry of each of its instructions, as objdump decodes
+/// `path` (binutils: an independent reading of the same bytes).
+pub fn instruction_offsets(path: &std::path::Path, function: &str) -> Vec<u64> {
+    let out = output_ok(
+        Command::new("objdump")
+            .arg(format!("--disassemble={function}"))
+            .arg(path),
+        "objdump (binutils)",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut entry = None;
+    let mut offsets = Vec::new();
+    for line in text.lines() {
+        if line.ends_with(&format!("<{function}>:")) {
+            entry = u64::from_str_radix(line.split_whitespace().next().unwrap_or(""), 16).ok();
+            continue;
+        }
+        let (Some(entry), Some((address, rest))) = (entry, line.trim_start().split_once(':'))
+        else {
+            continue;
+        };
+        // Instruction lines are `  1a30:\t55  \tpush %rbp`; a long instruction's
+        // continuation line has bytes but no mnemonic.
+        let Ok(address) = u64::from_str_radix(address, 16) else {
+            continue;
+        };
+        if rest.starts_with('\t') && rest.trim_start().contains('\t') {
+            offsets.push(address - entry);
+        }
+    }
+    assert!(
+        !offsets.is_empty(),
+        "objdump shows no {function} in {}",
+        path.display()
+    );
+    offsets
+}
