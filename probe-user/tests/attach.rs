@@ -197,7 +197,7 @@ fn detaches_when(stop: Stop) {
         after < probed / 10.0,
         "{stop:?}: still probed after exit: unprobed {unprobed}, probed {probed}, after {after} ns/call"
     );
-    let (loaded_programs, loaded_links) = loaded_bpf_ids();
+    let (loaded_programs, loaded_links) = bpf_ids_once_gone(&programs, &links);
     for id in &programs {
         assert!(
             !loaded_programs.contains(id),
@@ -446,7 +446,7 @@ fn rows(report: &serde_json::Value) -> Vec<(String, u64, String, u64)> {
 
 /// BPF programs and links probetop held are gone from the kernel.
 fn nothing_left_of(programs: &[u32], links: &[u32]) {
-    let (loaded_programs, loaded_links) = loaded_bpf_ids();
+    let (loaded_programs, loaded_links) = bpf_ids_once_gone(programs, links);
     for id in programs {
         assert!(!loaded_programs.contains(id), "program {id} left loaded");
     }
@@ -488,7 +488,7 @@ fn follows_an_exec_into_another_program() {
     .args(["-e", "uprobe:work_unit", "-e", "uprobe:before_exec"]);
     let mut probetop = Running::spawn(cmd);
     probetop.err().wait_for("attached 2 probes");
-    assert_eq!(perf_events_of(probetop.pid()), 2);
+    assert_eq!(probe_points_of(probetop.pid()), 2);
     let (programs, links_before) = bpf_ids_of(probetop.pid());
 
     target.signal(libc::SIGUSR1);
@@ -507,7 +507,7 @@ fn follows_an_exec_into_another_program() {
     let attached = probetop.err().wait_for("exec 1: attached");
     assert!(attached.contains("attached 1 probe "), "{attached}");
     // The old program's probes are gone from the kernel; the new one is live.
-    assert_eq!(perf_events_of(probetop.pid()), 1);
+    assert_eq!(probe_points_of(probetop.pid()), 1);
     let (_, links_after) = bpf_ids_of(probetop.pid());
     let retired: Vec<u32> = links_before
         .iter()
@@ -581,18 +581,18 @@ fn follows_execs_through_a_program_without_probes() {
     target.out().wait_for("exec");
     let waiting = probetop.err().wait_for("exec 1: no spec matches");
     assert!(waiting.contains("waiting for pid"), "{waiting}");
-    assert_eq!(perf_events_of(probetop.pid()), 0, "nothing attached to sh");
+    assert_eq!(probe_points_of(probetop.pid()), 0, "nothing attached to sh");
 
     target.send_line();
     target.out().wait_for("ready pid=");
     probetop.err().wait_for("exec 2: attached 2 probes");
-    assert_eq!(perf_events_of(probetop.pid()), 2);
+    assert_eq!(probe_points_of(probetop.pid()), 2);
     links.extend(bpf_ids_of(probetop.pid()).1);
 
     target.signal(libc::SIGUSR1);
     target.out().wait_for("exec");
     probetop.err().wait_for("exec 3: no spec matches");
-    assert_eq!(perf_events_of(probetop.pid()), 0);
+    assert_eq!(probe_points_of(probetop.pid()), 0);
 
     // The last sh reads its line and exits: so does probetop.
     target.send_line();
