@@ -11,7 +11,8 @@
 //! - `handle_syscall_uprobe(regs, bp_vaddr)`: a hit of an optimized probe (kernels that
 //!   turn a probed 5-byte nop into a call to a trampoline that makes a syscall).
 //! - `uprobe_handle_trampoline(regs)`: a return through the uretprobe trampoline; the
-//!   returning function comes from `uretprobe_dispatcher(con, func, ...)`, inside it.
+//!   returning function comes from `uretprobe_dispatcher(con, func, ...)`, inside it
+//!   (`uprobe_multi_link_ret_handler`, of the same arguments, for uprobe_multi links).
 //!
 //! Also here: `probetop_empty`, a uprobe program that does nothing, the baseline of
 //! `probetop calibrate`.
@@ -159,6 +160,20 @@ pub fn probetop_return_enter(_ctx: FEntryContext) -> u32 {
 
 #[fentry(function = "uretprobe_dispatcher")]
 pub fn probetop_return_func(ctx: FEntryContext) -> u32 {
+    name_return(&ctx)
+}
+
+/// The consumer that runs instead of `uretprobe_dispatcher` for a uprobe_multi link's
+/// return (same arguments).
+#[fentry(function = "uprobe_multi_link_ret_handler")]
+pub fn probetop_return_func_multi(ctx: FEntryContext) -> u32 {
+    name_return(&ctx)
+}
+
+/// Names the returning function of the return dispatch in flight, from a return
+/// consumer's `func` argument.
+#[inline(always)]
+fn name_return(ctx: &FEntryContext) -> u32 {
     let Some(tid) = target_tid() else {
         return 0;
     };

@@ -298,14 +298,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         args.duration.map(Duration::from_secs_f64),
         !args.follow_exec,
     )?;
-    for (id, probe) in probes.iter().enumerate() {
-        let config = probe_config(base_config, probe, args.args, &mut |line| {
-            eprintln!("probetop: {line}")
-        });
-        attachment
-            .attach(&probe.request(id as u32, config, pid))
-            .with_context(|| format!("attaching {}", probe.spec))?;
-    }
+    // All at once: one uprobe_multi link per file and program where the kernel has them.
+    let requests: Vec<AttachRequest> = probes
+        .iter()
+        .enumerate()
+        .map(|(id, probe)| {
+            let config = probe_config(base_config, probe, args.args, &mut |line| {
+                eprintln!("probetop: {line}")
+            });
+            probe.request(id as u32, config, pid)
+        })
+        .collect();
+    attachment.attach_all(&requests).map_err(|e| {
+        let spec = e
+            .probe_id()
+            .and_then(|id| probes.get(id as usize))
+            .map_or("the probes".to_string(), |probe| {
+                format!("{} ({})", probe.spec, probe.point.name)
+            });
+        anyhow::Error::new(e).context(format!("attaching {spec}"))
+    })?;
     let ring = attachment.take_ring()?;
     let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());

@@ -197,7 +197,7 @@ fn detaches_when(stop: Stop) {
         after < probed / 10.0,
         "{stop:?}: still probed after exit: unprobed {unprobed}, probed {probed}, after {after} ns/call"
     );
-    let (loaded_programs, loaded_links) = loaded_bpf_ids();
+    let (loaded_programs, loaded_links) = bpf_ids_once_gone(&programs, &links);
     for id in &programs {
         assert!(
             !loaded_programs.contains(id),
@@ -446,7 +446,7 @@ fn rows(report: &serde_json::Value) -> Vec<(String, u64, String, u64)> {
 
 /// BPF programs and links probetop held are gone from the kernel.
 fn nothing_left_of(programs: &[u32], links: &[u32]) {
-    let (loaded_programs, loaded_links) = loaded_bpf_ids();
+    let (loaded_programs, loaded_links) = bpf_ids_once_gone(programs, links);
     for id in programs {
         assert!(!loaded_programs.contains(id), "program {id} left loaded");
     }
@@ -488,7 +488,7 @@ fn follows_an_exec_into_another_program() {
     .args(["-e", "uprobe:work_unit", "-e", "uprobe:before_exec"]);
     let mut probetop = Running::spawn(cmd);
     probetop.err().wait_for("attached 2 probes");
-    assert_eq!(perf_events_of(probetop.pid()), 2);
+    assert_eq!(probe_points_of(probetop.pid()), 2);
     let (programs, links_before) = bpf_ids_of(probetop.pid());
 
     target.signal(libc::SIGUSR1);
@@ -507,7 +507,7 @@ fn follows_an_exec_into_another_program() {
     let attached = probetop.err().wait_for("exec 1: attached");
     assert!(attached.contains("attached 1 probe "), "{attached}");
     // The old program's probes are gone from the kernel; the new one is live.
-    assert_eq!(perf_events_of(probetop.pid()), 1);
+    assert_eq!(probe_points_of(probetop.pid()), 1);
     let (_, links_after) = bpf_ids_of(probetop.pid());
     let retired: Vec<u32> = links_before
         .iter()
@@ -581,18 +581,18 @@ fn follows_execs_through_a_program_without_probes() {
     target.out().wait_for("exec");
     let waiting = probetop.err().wait_for("exec 1: no spec matches");
     assert!(waiting.contains("waiting for pid"), "{waiting}");
-    assert_eq!(perf_events_of(probetop.pid()), 0, "nothing attached to sh");
+    assert_eq!(probe_points_of(probetop.pid()), 0, "nothing attached to sh");
 
     target.send_line();
     target.out().wait_for("ready pid=");
     probetop.err().wait_for("exec 2: attached 2 probes");
-    assert_eq!(perf_events_of(probetop.pid()), 2);
+    assert_eq!(probe_points_of(probetop.pid()), 2);
     links.extend(bpf_ids_of(probetop.pid()).1);
 
     target.signal(libc::SIGUSR1);
     target.out().wait_for("exec");
     probetop.err().wait_for("exec 3: no spec matches");
-    assert_eq!(perf_events_of(probetop.pid()), 0);
+    assert_eq!(probe_points_of(probetop.pid()), 0);
 
     // The last sh reads its line and exits: so does probetop.
     target.send_line();
@@ -672,4 +672,245 @@ fn exact_hits_at_an_offset_inside_a_function() {
             "{p}"
         );
     }
+}
+
+/// Exact counts of a uprobe, a uretprobe and two USDT probes (one guarded by a
+/// semaphore, which the kernel raises while attached) in the probes fixture, attached
+/// the way `path` forces (`PROBETOP_ATTACH_PATH`) or the kernel picks (`None`); what
+/// probetop holds while attached shows which way it was.
+fn exact_counts_via(path: Option<&str>) {
+    const PASSES: u64 = 20_000;
+    let target = started(
+        &fixture("c/probes"),
+        &["--wait-signal", "--count", &PASSES.to_string()],
+    );
+    let json = export_path(&format!("via-{}.json", path.unwrap_or("auto")));
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
+        .arg(&json)
+        .args(["-e", "uprobe:probe_add", "-e", "uretprobe:probe_leaf"])
+        .args(["-e", "usdt:fixture_sema:tick", "-e", "usdt:fixture:tick"]);
+    if let Some(path) = path {
+        cmd.env("PROBETOP_ATTACH_PATH", path);
+    }
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached 4 probes");
+    let (perf_events, multi_links) = (
+        perf_events_of(probetop.pid()),
+        multi_links_of(probetop.pid()),
+    );
+    let via_multi = match path {
+        Some(path) => path == "uprobe_multi",
+        None => multi_links_expected(),
+    };
+    if via_multi {
+        // One link per program and file: the uprobe and both USDT sites share one.
+        assert_eq!(perf_events, 0, "{multi_links:?}");
+        assert_eq!(
+            multi_links,
+            [
+                ("uprobe_multi".to_string(), 3),
+                ("uretprobe_multi".to_string(), 1)
+            ]
+        );
+    } else {
+        assert_eq!(perf_events, 4);
+        assert_eq!(multi_links, []);
+    }
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("done");
+    let status = probetop.wait();
+    let stderr = probetop.err().rest();
+    assert!(status.success(), "probetop failed: {stderr:?}");
+    let report: serde_json::Value = read_export(&json);
+    for name in [
+        "probe_add",
+        "probe_leaf",
+        "fixture_sema:tick",
+        "fixture:tick",
+    ] {
+        assert_eq!(probe(&report, name)["hits"], PASSES, "{path:?} {name}");
+        assert_eq!(probe(&report, name)["dropped"], 0, "{path:?} {name}");
+    }
+}
+
+#[test]
+fn exact_counts_through_perf_events() {
+    exact_counts_via(Some("perf_event"));
+}
+
+/// The way the kernel picks: uprobe_multi links from Linux 6.10.
+#[test]
+fn exact_counts_through_the_kernels_choice() {
+    exact_counts_via(None);
+}
+
+/// Part of a uprobe_multi link detached and some of it attached again, through the
+/// library: the probes still attached count exactly, the detached one not at all, and
+/// the links are remade per link rather than per probe. The same on the perf-event path.
+#[test]
+fn detach_and_reattach_sets_keep_exact_counts() {
+    use probe_common::{ProbeConfig, mode};
+    use probe_user::attach::{AttachPath, AttachRequest, Attachment, LoadOptions};
+    use probe_user::spec::ProbeKind;
+
+    const PASSES: u64 = 5_000;
+    let mut paths = vec![AttachPath::PerfEvent];
+    if multi_links_expected() {
+        paths.push(AttachPath::UprobeMulti);
+    }
+    let exe = fixture("c/probes");
+    let offsets = list_json([exe.as_os_str(), "probe_*".as_ref()]);
+    let usdt = list_json([exe.as_os_str(), "fixture*:tick".as_ref()]);
+    let point = |listing: &serde_json::Value, name: &str, key: &str| -> Option<u64> {
+        listing["points"]
+            .as_array()
+            .expect("points")
+            .iter()
+            .find(|p| p["name"] == name)
+            .and_then(|p| p[key].as_u64())
+    };
+    let offset = |listing: &serde_json::Value, name: &str| {
+        point(listing, name, "file_offset").unwrap_or_else(|| panic!("{name}: {listing}"))
+    };
+    for path in paths {
+        let mut target = started(&exe, &["--wait-signal", "--count", &PASSES.to_string()]);
+        let pid = target.pid();
+        let config = ProbeConfig {
+            mode: mode::KERNEL_HISTOGRAM,
+            sample_every: 1,
+            ..Default::default()
+        };
+        let request = |probe_id, kind, file_offset, semaphore_offset| AttachRequest {
+            probe_id,
+            kind,
+            path: &exe,
+            file_offset,
+            semaphore_offset,
+            config,
+            pid,
+        };
+        let requests = [
+            request(0, ProbeKind::Uprobe, offset(&offsets, "probe_add"), None),
+            request(1, ProbeKind::Usdt, offset(&usdt, "fixture:tick"), None),
+            request(
+                2,
+                ProbeKind::Usdt,
+                offset(&usdt, "fixture_sema:tick"),
+                point(&usdt, "fixture_sema:tick", "semaphore_offset"),
+            ),
+            request(
+                3,
+                ProbeKind::Uretprobe,
+                offset(&offsets, "probe_leaf"),
+                None,
+            ),
+        ];
+        let me = std::process::id();
+        let before = (perf_events_of(me), multi_links_of(me));
+        let mut attachment = Attachment::load(LoadOptions {
+            probe_count: requests.len() as u32,
+            attach_path: Some(path),
+            ..Default::default()
+        })
+        .expect("load");
+        assert_eq!(attachment.attach_path(), path.name());
+        attachment.attach_all(&requests).expect("attach");
+        // What this process holds of the attachment's probes: perf events, or links.
+        let held = || -> Vec<(String, usize)> {
+            match path {
+                AttachPath::PerfEvent => {
+                    vec![("perf_event".to_string(), perf_events_of(me) - before.0)]
+                }
+                AttachPath::UprobeMulti => multi_links_of(me)
+                    .into_iter()
+                    .filter(|l| !before.1.contains(l))
+                    .collect(),
+            }
+        };
+        let uprobe = |n| ("uprobe_multi".to_string(), n);
+        let uretprobe = |n| ("uretprobe_multi".to_string(), n);
+        if path == AttachPath::UprobeMulti {
+            assert_eq!(held(), [uprobe(3), uretprobe(1)]);
+        }
+        // Two of a link's three probes: the link is remade for the third.
+        assert_eq!(attachment.detach_set(&[0, 2]), 2);
+        assert_eq!(attachment.attached_ids(), [1, 3]);
+        if path == AttachPath::UprobeMulti {
+            assert_eq!(held(), [uprobe(1), uretprobe(1)]);
+        } else {
+            assert_eq!(held(), [("perf_event".to_string(), 2)]);
+        }
+        // One of them back, in a link of its own; the other stays detached.
+        attachment.reattach_set(&[2]).expect("reattach");
+        assert_eq!(attachment.attached_ids(), [1, 2, 3]);
+        if path == AttachPath::UprobeMulti {
+            assert_eq!(held(), [uprobe(1), uprobe(1), uretprobe(1)]);
+        }
+        let counters = attachment.take_counters().expect("counters");
+        target.signal(libc::SIGUSR1);
+        target.out().wait_for("done");
+        assert!(target.wait().success());
+        let hits: Vec<u64> = (0..4).map(|id| counters.hits(id).expect("hits")).collect();
+        assert_eq!(hits, [0, PASSES, PASSES, PASSES], "{path:?}");
+        attachment.detach_all();
+        assert_eq!((perf_events_of(me), multi_links_of(me)), before, "{path:?}");
+    }
+}
+
+/// Hundreds of probes detach in one go at exit: SIGINT ends the run, nothing of
+/// probetop's stays in the kernel, and the target runs unprobed. How long attaching and
+/// exiting took is printed, not asserted (the machine is shared and noisy): through
+/// perf events each probe's close waits for a grace period (~0.2 s here).
+#[test]
+fn many_probes_detach_together_on_sigint() {
+    let target = workload(&["--forever", "--batch", "10000", "--rate", "50000"]);
+    let unprobed = next_batch_ns(&target);
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--no-dispatch",
+    ])
+    .args(["-e", "uprobe:work_unit"])
+    .args(["-e", "uprobe:libc:_IO*", "-e", "uprobe:libc:f*"]);
+    let spawned = std::time::Instant::now();
+    let mut probetop = Running::spawn(cmd);
+    let line = probetop.err().wait_for("attached");
+    let attach_time = spawned.elapsed();
+    let count: usize = line
+        .split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(count >= 150, "{line}");
+    assert_eq!(probe_points_of(probetop.pid()), count);
+    let multi_links = multi_links_of(probetop.pid());
+    if multi_links_expected() {
+        // The workload's work_unit and libc's functions: one link each.
+        assert_eq!(multi_links.len(), 2, "{multi_links:?}");
+    }
+    let (programs, links) = bpf_ids_of(probetop.pid());
+    let probed = next_batch_ns(&target);
+
+    let signalled = std::time::Instant::now();
+    probetop.signal(libc::SIGINT);
+    let status = probetop.wait();
+    let exit_time = signalled.elapsed();
+    eprintln!(
+        "{count} probes in {} BPF links: attached {attach_time:.2?} after start, exited {exit_time:.2?} after SIGINT",
+        links.len()
+    );
+    assert!(status.success(), "probetop exited with {status}");
+    nothing_left_of(&programs, &links);
+    let after = next_batch_ns(&target);
+    assert!(
+        probed > 10.0 * unprobed.max(1.0),
+        "probes cost nothing? unprobed {unprobed} ns/call, probed {probed}"
+    );
+    assert!(
+        after < probed / 10.0,
+        "still probed after exit: unprobed {unprobed}, probed {probed}, after {after} ns/call"
+    );
 }

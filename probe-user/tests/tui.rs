@@ -601,8 +601,8 @@ fn stays_responsive_under_a_flood() {
     tmux.keys(&["q"]);
     let screen = tmux.wait_for("probetop to exit", |s| s.contains("probetop-exit="));
     assert!(screen.contains("probetop-exit=0"), "{screen}");
-    // Every probe gone from the kernel.
-    let (loaded_programs, loaded_links) = loaded_bpf_ids();
+    // Every probe gone from the kernel (programs a moment after their links).
+    let (loaded_programs, loaded_links) = bpf_ids_once_gone(&programs, &links);
     for id in &programs {
         assert!(!loaded_programs.contains(id), "program {id} left loaded");
     }

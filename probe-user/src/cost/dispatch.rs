@@ -27,6 +27,8 @@ pub const SYSCALL_FN: &str = "handle_syscall_uprobe";
 /// returning function.
 pub const RETURN_FN: &str = "uprobe_handle_trampoline";
 pub const RETURN_FUNC_FN: &str = "uretprobe_dispatcher";
+/// The same consumer call for uprobe_multi links.
+pub const RETURN_FUNC_MULTI_FN: &str = "uprobe_multi_link_ret_handler";
 
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
@@ -199,6 +201,17 @@ impl Dispatch {
                 ],
             );
             notes.push(format!("uretprobe returns not measured: {e}"));
+        } else if let Err(e) = attach_fentry(
+            ebpf,
+            &btf,
+            "probetop_return_func_multi",
+            RETURN_FUNC_MULTI_FN,
+        ) {
+            // Returns through uprobe_multi links then count as unattributed.
+            unload(ebpf, &["probetop_return_func_multi"]);
+            notes.push(format!(
+                "uretprobe returns through uprobe_multi links not attributed to their probes: {e}"
+            ));
         }
         fn take<T>(
             ebpf: &mut Ebpf,

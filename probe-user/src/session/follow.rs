@@ -268,10 +268,7 @@ fn execed(follow: &mut Follow, links: &mut Links<'_, '_>, exe: PathBuf) {
     let pid = follow.current.pid;
     let old = std::mem::take(&mut follow.live);
     // Their offsets mean nothing in the new program: forgotten, never attached again.
-    let retired: Vec<ProbeLink> = old
-        .iter()
-        .filter_map(|&id| links.attachment.retire(id))
-        .collect();
+    let retired: Vec<ProbeLink> = links.attachment.retire_set(&old);
     // Nothing can attach through the old program's file any more.
     follow.pin = None;
     for &id in &old {
@@ -417,12 +414,15 @@ async fn attach(
     // (Had the run stopped above, the end would say which program the probes were on.)
     follow.current = target;
     let mut attached = 0;
-    for (offset, (probe, config)) in probes.iter().zip(configs).enumerate() {
-        let id = (first + offset) as u32;
-        match links
-            .attachment
-            .attach_configured(&probe.request(id, config, pid))
-        {
+    let requests: Vec<_> = probes
+        .iter()
+        .zip(configs)
+        .enumerate()
+        .map(|(offset, (probe, config))| probe.request((first + offset) as u32, config, pid))
+        .collect();
+    let outcomes = links.attachment.attach_configured_all(&requests);
+    for (probe, outcome) in probes.iter().zip(outcomes) {
+        match outcome {
             Ok(()) => attached += 1,
             Err(e) => notes.push(format!(
                 "cannot attach {} ({}): {e}",

@@ -317,6 +317,50 @@ pub fn perf_events_of(pid: u32) -> usize {
         .count()
 }
 
+/// The uprobe_multi links process `pid` holds, from /proc/PID/fdinfo: per link, its
+/// type (`uprobe_multi` or `uretprobe_multi`) and how many probe points it holds.
+pub fn multi_links_of(pid: u32) -> Vec<(String, usize)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    let mut links: Vec<(String, usize)> = dir
+        .flatten()
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .filter_map(|info| {
+            let field = |key: &str| {
+                info.lines()
+                    .find_map(|l| Some(l.strip_prefix(key)?.trim().to_string()))
+            };
+            let kind = field("link_type:")?;
+            if !kind.ends_with("probe_multi") {
+                return None;
+            }
+            Some((kind, field("uprobe_cnt:")?.parse().ok()?))
+        })
+        .collect();
+    links.sort();
+    links
+}
+
+/// Probe points process `pid` holds attached, whichever way: one per perf event, and
+/// every point of its uprobe_multi links.
+pub fn probe_points_of(pid: u32) -> usize {
+    perf_events_of(pid) + multi_links_of(pid).iter().map(|(_, n)| n).sum::<usize>()
+}
+
+/// Whether probetop attaches through uprobe_multi links on this kernel unless told
+/// otherwise: Linux 6.10 and later.
+pub fn multi_links_expected() -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= (6, 10)
+}
+
 /// Ids of every BPF program and link loaded in the kernel now.
 pub fn loaded_bpf_ids() -> (Vec<u32>, Vec<u32>) {
     let programs = aya::programs::loaded_programs()
@@ -328,6 +372,23 @@ pub fn loaded_bpf_ids() -> (Vec<u32>, Vec<u32>) {
         .map(|l| l.id())
         .collect();
     (programs, links)
+}
+
+/// [`loaded_bpf_ids`] once none of `programs` and `links` is among them, or after
+/// `PATIENCE`. The kernel puts a closed link's program after an RCU grace period (a
+/// uprobe_multi link's after a tasks-trace one too), so a program can outlive its
+/// holder's exit by a moment.
+pub fn bpf_ids_once_gone(programs: &[u32], links: &[u32]) -> (Vec<u32>, Vec<u32>) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let (loaded_programs, loaded_links) = loaded_bpf_ids();
+        let gone = programs.iter().all(|id| !loaded_programs.contains(id))
+            && links.iter().all(|id| !loaded_links.contains(id));
+        if gone || std::time::Instant::now() > deadline {
+            return (loaded_programs, loaded_links);
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
 }
 
 /// Parses `key=value` out of a fixture's report line.
