@@ -332,8 +332,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let others = cost::bpf_stats::Others::start(pid, args.bpf_stats);
     aggregator.open_window(stream::ktime_now_ns());
     stream::baseline_kernel_counters(&counters, &mut aggregator);
+    let attach_path = attachment.attach_path();
     eprintln!(
-        "probetop: attached {} probe{} to pid {} ({})",
+        "probetop: attached {} probe{} to pid {} ({}) via {attach_path}",
         probes.len(),
         if probes.len() == 1 { "" } else { "s" },
         target.pid,
@@ -373,6 +374,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }),
         commands: command_tx.clone(),
         in_situ: RwLock::new(None),
+        attach_path,
     });
     let mut in_situ = if args.in_situ {
         Some(insitu::Driver::start(
@@ -586,6 +588,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         duration,
     );
     report.cost = cost::run_report(&aggregator, duration, other_programs);
+    report.attach_path = Some(attach_path);
     if let Some(summary) = in_situ_summary {
         report.apply_in_situ(summary);
     }
@@ -621,9 +624,10 @@ async fn detach_with_progress(mut attachment: Attachment) {
     });
     tokio::pin!(detach);
     let started = std::time::Instant::now();
+    // Once after a second, then every five: enough to show it is moving.
     let mut told = tokio::time::interval_at(
         tokio::time::Instant::now() + Duration::from_secs(1),
-        Duration::from_secs(1),
+        Duration::from_secs(5),
     );
     let (mut interrupt, mut terminate) = match (
         signal(SignalKind::interrupt()),
@@ -739,6 +743,7 @@ struct ReportSource {
     commands: mpsc::Sender<CollectorCommand>,
     /// The in-situ measurement so far (`--in-situ`), updated at every window change.
     in_situ: RwLock<Option<cost::insitu::InSituSummary>>,
+    attach_path: &'static str,
 }
 
 impl ReportSource {
@@ -794,6 +799,7 @@ impl ReportSource {
         if let Some(summary) = in_situ {
             report.apply_in_situ(summary);
         }
+        report.attach_path = Some(self.attach_path);
         Some(report)
     }
 }
@@ -968,6 +974,7 @@ fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
         probes: Vec::new(),
         cost: Default::default(),
         execs: Vec::new(),
+        attach_path: None,
     };
     export::render(&empty, path)
         .map_err(|e| UsageError(format!("--export {}: {e}", path.display())))?;
@@ -1021,6 +1028,7 @@ fn build_report(
             .collect(),
         cost: Default::default(),
         execs: rows.execs.clone(),
+        attach_path: None,
     }
 }
 

@@ -185,6 +185,10 @@ struct JsonReport<'a> {
     cost: JsonCost<'a>,
     /// The execs followed (`--follow-exec`), oldest first; empty without.
     execs: Vec<JsonExec<'a>>,
+    /// How the probes were attached: `uprobe_multi` (one link per binary) or
+    /// `perf_event` (one event per probe).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attach_path: Option<&'static str>,
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
@@ -270,6 +274,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 probes_attached: e.probes_attached,
             })
             .collect(),
+        attach_path: report.attach_path,
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",

@@ -90,6 +90,8 @@ pub struct Report {
     pub cost: crate::cost::RunCostReport,
     /// Every exec of the target probetop followed (`--follow-exec`), oldest first.
     pub execs: Vec<ExecReport>,
+    /// How the probes were attached: `uprobe_multi` links or `perf_event`s.
+    pub attach_path: Option<&'static str>,
 }
 
 impl Report {
@@ -422,6 +424,7 @@ pub(crate) mod testing {
             ],
             cost: Default::default(),
             execs: Vec::new(),
+            attach_path: None,
         }
     }
 
@@ -584,6 +587,7 @@ pub(crate) mod testing {
             probes,
             cost: Default::default(),
             execs: Vec::new(),
+            attach_path: None,
         }
     }
 
