@@ -48,6 +48,27 @@ pub struct CalibrateArgs {
     /// Do not write the result to the cache (~/.cache/probetop).
     #[arg(long)]
     pub no_save: bool,
+
+    /// Skip the cold cases (the loop that evicts caches between two hits).
+    #[arg(long)]
+    pub no_cold: bool,
+
+    /// The cold loop's data walk, in MiB (default: the last-level cache and a quarter,
+    /// at most 32).
+    #[arg(long, value_name = "MIB")]
+    pub cold_data_mib: Option<f64>,
+
+    /// The cold loop's code footprint, in MiB (default 4).
+    #[arg(long, value_name = "MIB")]
+    pub cold_code_mib: Option<f64>,
+
+    /// Iterations of the cold loop per run (one hit each).
+    #[arg(long, value_name = "N", hide = true)]
+    pub cold_iters: Option<u64>,
+
+    /// The cold cases alone, not saved: for studies of the cold loop's sizes.
+    #[arg(long, hide = true)]
+    pub cold_only: bool,
 }
 
 #[derive(Debug, Args)]

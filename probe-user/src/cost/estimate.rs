@@ -277,6 +277,7 @@ mod tests {
                 })
                 .collect(),
             dispatch_error: None,
+            cold: None,
         }
     }
 
