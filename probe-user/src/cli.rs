@@ -191,6 +191,13 @@ pub struct RunArgs {
     #[arg(long)]
     pub no_dispatch: bool,
 
+    /// Price hits with the calibration's hot loop (caches warm between hits: a tight
+    /// loop), its cold loop (a server's code and data run between hits), or auto: cold
+    /// when the target maps more than 8 MiB of code or a thread hits a probe less often
+    /// than every 10 us, hot otherwise.
+    #[arg(long, value_enum, value_name = "CACHES", default_value_t = crate::cost::assume::AssumeChoice::Auto)]
+    pub assume: crate::cost::assume::AssumeChoice,
+
     /// Turn on the kernel's BPF run statistics for the run (costs every BPF program on
     /// the host ~20-40 ns per run) to report what other BPF programs on the target's
     /// probes cost; they go off again when probetop exits.

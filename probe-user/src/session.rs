@@ -307,6 +307,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for probe in aggregator.probes_mut() {
         probe.mode = base_config.mode;
     }
+    aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
     let dispatch_running = dispatch.is_some();
     cost::install(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {
