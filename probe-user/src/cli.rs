@@ -29,7 +29,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// About 6 seconds instead of a minute (fewer, shorter repetitions).
+    /// 20-30 seconds instead of 1-2 minutes (fewer, shorter repetitions).
     #[arg(long)]
     pub quick: bool,
 

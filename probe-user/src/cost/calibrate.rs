@@ -146,7 +146,7 @@ fn parse_cache_size(text: &str) -> Option<u64> {
 }
 
 impl CalibrateOptions {
-    /// About a minute on a 2-vCPU VM.
+    /// 1-2 minutes on a 2-vCPU VM, half of it the cold loop.
     pub fn full() -> Self {
         Self {
             reps: 31,
@@ -158,7 +158,7 @@ impl CalibrateOptions {
         }
     }
 
-    /// About 5 seconds, for tests.
+    /// 20-30 seconds, for tests (6 without the cold loop).
     pub fn quick() -> Self {
         Self {
             reps: 15,

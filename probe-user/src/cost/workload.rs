@@ -573,19 +573,21 @@ pub fn child_main() -> anyhow::Result<()> {
                     code.parse::<usize>(),
                 ) {
                     (Some(func), Ok(iters), Ok(warmup), Ok(data), Ok(code)) => {
+                        let mut made = Ok(());
                         if footprint.as_ref().map(Footprint::sizes) != Some((data, code)) {
                             drop(footprint.take()); // the old one is unmapped first
-                            footprint = Some(Footprint::new(data, code)?);
+                            made = Footprint::new(data, code).map(|fp| footprint = Some(fp));
                         }
-                        match &footprint {
-                            Some(fp) => {
+                        match (made, &footprint) {
+                            (Err(e), _) => format!("error cannot map the cold footprint: {e}"),
+                            (Ok(()), Some(fp)) => {
                                 let r = run_cold(func, iters, warmup, fp);
                                 format!(
                                     "cold {} {} {}",
                                     r.cpu_ns_per_iter, r.iter_ns_median, r.call_ns_median
                                 )
                             }
-                            None => "error no footprint".to_string(),
+                            (Ok(()), None) => "error no footprint".to_string(),
                         }
                     }
                     _ => format!("error bad command {line:?}"),
