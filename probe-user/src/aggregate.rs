@@ -429,6 +429,9 @@ pub struct Aggregator {
     window_start_ns: u64,
     /// ... and closes when measuring stops.
     window_end_ns: u64,
+    /// Hot or cold: which calibration prices the hits (`--assume`), and what auto
+    /// reads of the target.
+    pub assumer: crate::cost::assume::Assumer,
 }
 
 impl Aggregator {
@@ -441,12 +444,14 @@ impl Aggregator {
             other_dispatch: None,
             window_start_ns: 0,
             window_end_ns: u64::MAX,
+            assumer: Default::default(),
         }
     }
 
     /// Counts only hits whose handler started at or after `ktime_ns` (CLOCK_MONOTONIC).
     pub fn open_window(&mut self, ktime_ns: u64) {
         self.window_start_ns = ktime_ns;
+        self.assumer.open();
     }
 
     /// Counts only hits whose handler started at or before `ktime_ns`.
@@ -536,6 +541,7 @@ impl Aggregator {
     /// notices stay.
     pub fn reset(&mut self, ktime_ns: u64) {
         self.window_start_ns = ktime_ns;
+        self.assumer.open();
         for probe in &mut self.probes {
             probe.reset();
         }
@@ -565,6 +571,8 @@ pub struct ProbeMeasurements {
     pub timed_share: f64,
     /// Cost class, calibration basis and measured dispatch.
     pub cost: crate::cost::ProbeCost,
+    /// Hot or cold, decided over the run so far (the same for every probe).
+    pub assumes: crate::cost::assume::Assumption,
 }
 
 /// Everything a report needs, measured so far.
@@ -573,11 +581,16 @@ pub struct Measurements {
     /// CLOCK_MONOTONIC ns at which the window opened (or was last reset).
     pub window_start_ns: u64,
     pub probes: Vec<ProbeMeasurements>,
+    /// Hot or cold over the run so far, and why.
+    pub assumption: Option<crate::cost::assume::Decision>,
 }
 
 impl Aggregator {
     /// A copy of what reports need.
     pub fn measurements(&self) -> Measurements {
+        let decision = self
+            .assumer
+            .run(self.probes.iter().map(ProbeAggregate::hits).sum());
         Measurements {
             window_start_ns: self.window_start_ns,
             probes: self
@@ -597,8 +610,10 @@ impl Aggregator {
                     handler_ns: p.handler_ns.clone(),
                     timed_share: p.timed_share(),
                     cost: p.cost.clone(),
+                    assumes: decision.assumes,
                 })
                 .collect(),
+            assumption: Some(decision),
         }
     }
 }
@@ -799,6 +814,8 @@ pub struct Snapshot {
     pub focus: Option<FocusDetail>,
     /// probetop's own CPU and memory.
     pub own: OwnUsage,
+    /// Hot or cold, decided over the last second, and why.
+    pub assumption: Option<crate::cost::assume::Decision>,
 }
 
 impl Snapshot {
@@ -813,6 +830,10 @@ impl Snapshot {
 impl Aggregator {
     /// The current numbers of every probe.
     pub fn snapshot(&self, elapsed: Duration) -> Snapshot {
+        let mut decision = self
+            .assumer
+            .live(self.probes.iter().map(|p| p.rate.per_second()).sum());
+        let mut priced_hot = false;
         let probes: Vec<ProbeSnapshot> = self
             .probes
             .iter()
@@ -825,8 +846,12 @@ impl Aggregator {
                         p.mode,
                         (handler.count > 0).then_some(handler.mean),
                         p.timed_share(),
+                        decision.assumes,
                     )
-                    .map(|e| e.whole_ns);
+                    .map(|e| {
+                        priced_hot |= e.assumes != decision.assumes;
+                        e.whole_ns
+                    });
                 ProbeSnapshot {
                     mode: p.mode,
                     hits: p.hits(),
@@ -840,6 +865,11 @@ impl Aggregator {
                 }
             })
             .collect();
+        if priced_hot {
+            // A calibration without cold rows prices every hit hot.
+            decision.assumes = crate::cost::assume::Assumption::Hot;
+            decision.why.push_str("; the calibration has no cold rows");
+        }
         Snapshot {
             elapsed,
             notice: self.notices.last().cloned(),
@@ -850,6 +880,7 @@ impl Aggregator {
             interval: Duration::ZERO,
             focus: None,
             own: OwnUsage::default(),
+            assumption: Some(decision),
         }
     }
 

@@ -29,7 +29,7 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// About 6 seconds instead of a minute (fewer, shorter repetitions).
+    /// 20-30 seconds instead of 1-2 minutes (fewer, shorter repetitions).
     #[arg(long)]
     pub quick: bool,
 
@@ -48,6 +48,27 @@ pub struct CalibrateArgs {
     /// Do not write the result to the cache (~/.cache/probetop).
     #[arg(long)]
     pub no_save: bool,
+
+    /// Skip the cold cases (the loop that evicts caches between two hits).
+    #[arg(long)]
+    pub no_cold: bool,
+
+    /// The cold loop's data walk, in MiB (default: the last-level cache and a quarter,
+    /// at most 32).
+    #[arg(long, value_name = "MIB")]
+    pub cold_data_mib: Option<f64>,
+
+    /// The cold loop's code footprint, in MiB (default 4).
+    #[arg(long, value_name = "MIB")]
+    pub cold_code_mib: Option<f64>,
+
+    /// Iterations of the cold loop per run (one hit each).
+    #[arg(long, value_name = "N", hide = true)]
+    pub cold_iters: Option<u64>,
+
+    /// The cold cases alone, not saved: for studies of the cold loop's sizes.
+    #[arg(long, hide = true)]
+    pub cold_only: bool,
 }
 
 #[derive(Debug, Args)]
@@ -169,6 +190,13 @@ pub struct RunArgs {
     /// from calibration alone.
     #[arg(long)]
     pub no_dispatch: bool,
+
+    /// Price hits with the calibration's hot loop (caches warm between hits: a tight
+    /// loop), its cold loop (a server's code and data run between hits), or auto: cold
+    /// when the target maps more than 8 MiB of code or a thread hits a probe less often
+    /// than every 10 us, hot otherwise.
+    #[arg(long, value_enum, value_name = "CACHES", default_value_t = crate::cost::assume::AssumeChoice::Auto)]
+    pub assume: crate::cost::assume::AssumeChoice,
 
     /// Turn on the kernel's BPF run statistics for the run (costs every BPF program on
     /// the host ~20-40 ns per run) to report what other BPF programs on the target's

@@ -324,6 +324,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for probe in aggregator.probes_mut() {
         probe.mode = base_config.mode;
     }
+    aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
     let dispatch_running = dispatch.is_some();
     cost::install(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {
@@ -1137,13 +1138,41 @@ pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
         options.reps = reps;
     }
     options.dispatch = !args.no_dispatch;
+    if args.no_cold {
+        options.cold = None;
+    }
+    if let Some(cold) = options.cold.as_mut() {
+        for (mib, bytes, flag) in [
+            (args.cold_data_mib, &mut cold.data_bytes, "--cold-data-mib"),
+            (args.cold_code_mib, &mut cold.code_bytes, "--cold-code-mib"),
+        ] {
+            if let Some(mib) = mib {
+                if !(0.0..=4096.0).contains(&mib) {
+                    bail!(UsageError(format!("{flag} {mib}: give 0 to 4096")));
+                }
+                *bytes = (mib * f64::from(1 << 20)) as u64;
+            }
+        }
+        if let Some(iters) = args.cold_iters {
+            cold.iters = iters.max(1);
+        }
+    }
+    if args.cold_only {
+        if options.cold.is_none() {
+            bail!(UsageError(
+                "--cold-only and --no-cold: nothing to measure".into()
+            ));
+        }
+        options.hot = false;
+    }
+    let save = !args.no_save && !args.cold_only;
     let calibration = calibrate::run(options, |phase| eprintln!("probetop calibrate: {phase}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&calibration)?);
     } else {
         print!("{}", calibration.render_text());
     }
-    if !args.no_save {
+    if save {
         let path = calibrate::save(&calibration)?;
         eprintln!("probetop calibrate: saved {}", path.display());
     }

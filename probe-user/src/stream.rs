@@ -244,6 +244,7 @@ pub async fn collect(
             }
             _ = read_own_usage.tick() => {
                 own = own_meter.measure();
+                aggregator.assumer.observe();
             }
             _ = publish.tick() => {
                 let now = Instant::now();

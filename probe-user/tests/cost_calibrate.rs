@@ -24,6 +24,56 @@ fn medians(calibration: &serde_json::Value) -> Vec<(String, f64)> {
         .collect()
 }
 
+/// The cold loop's rows: every one, positive, and the emulated uprobe at least about as
+/// dear as in the hot loop (a wide bound: on the project's VM cold was 10-15x hot, but a
+/// noisy quick run on another machine must not fail it).
+fn cold_rows_are_there_and_dearer(calibration: &serde_json::Value) {
+    let cold = &calibration["cold"];
+    let rows: Vec<(String, f64)> = cold["rows"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no cold rows: {calibration}"))
+        .iter()
+        .map(|r| {
+            (
+                r["case"].as_str().expect("case").to_string(),
+                r["ns"]["median"].as_f64().expect("median"),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = rows.iter().map(|(c, _)| c.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "uprobe-emulated-cold",
+            "uretprobe-cold",
+            "handler-ring-cold",
+            "handler-kernel-cold"
+        ],
+        "every cold row, in order"
+    );
+    for (case, m) in &rows {
+        assert!(*m > 0.0, "{case}: {m} ns is not positive ({rows:?})");
+    }
+    // As the hot handler rows, by program run time (root may turn statistics on).
+    assert_eq!(cold["handler_method"], "program-time", "{cold}");
+    let hot = medians(calibration);
+    let (cold_emulated, hot_emulated) = (
+        median(&rows, "uprobe-emulated-cold"),
+        median(&hot, "uprobe-emulated"),
+    );
+    assert!(
+        cold_emulated >= 0.9 * hot_emulated,
+        "cold emulated uprobe {cold_emulated:.0} ns, hot {hot_emulated:.0} ns"
+    );
+    // A uretprobe is its entry and the return, cold or hot.
+    assert!(
+        median(&rows, "uretprobe-cold") > 0.9 * cold_emulated,
+        "{rows:?}"
+    );
+    assert!(cold["loop_ns"]["median"].as_f64().expect("loop") > 0.0);
+    eprintln!("cold rows {rows:?}; hot emulated {hot_emulated:.0} ns");
+}
+
 fn median(rows: &[(String, f64)], case: &str) -> f64 {
     rows.iter()
         .find(|(c, _)| c == case)
@@ -109,6 +159,10 @@ fn rows_are_complete_ordered_and_reproducible() {
             .as_f64()
             .expect("handler");
         assert!(ring > 0.0);
+    }
+
+    for calibration in [&first, &second] {
+        cold_rows_are_there_and_dearer(calibration);
     }
 
     let (a, b) = (medians(&first), medians(&second));

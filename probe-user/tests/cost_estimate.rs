@@ -39,13 +39,58 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
 
     // The in-kernel mode times one hit in 64 by default and prices the rest as counted
     // only: the estimate must hold for that mix too.
+    let mut hot_ring = 0.0;
     for mode in ["ring", "kernel"] {
-        estimate_within_a_quarter(&cache, mode);
+        let estimate = estimate_within_a_quarter(&cache, mode);
+        if mode == "ring" {
+            hot_ring = estimate;
+        }
     }
+    cold_when_asked(&cache, hot_ring);
     let _ = std::fs::remove_dir_all(&cache);
 }
 
-fn estimate_within_a_quarter(cache: &std::path::Path, mode: &str) {
+/// `--assume cold` prices the same tight loop with the cold loop's rows: dearer than
+/// the hot estimate (the fixture's own cost is the hot one; this is not checked
+/// against it).
+fn cold_when_asked(cache: &std::path::Path, hot_ring: f64) {
+    let target = workload(&["--forever", "--batch", "100000"]);
+    let json = export_path("estimate-cold.json");
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--duration",
+        "2",
+        "--assume",
+        "cold",
+    ])
+    .args(["-e", "uprobe:work_unit", "--export"])
+    .arg(&json)
+    .env("XDG_CACHE_HOME", cache);
+    let mut probetop = Running::spawn(cmd);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let stderr = probetop.err().rest().join("\n");
+    assert!(
+        stderr.contains("caches cold between hits: --assume cold"),
+        "{stderr}"
+    );
+    let report: serde_json::Value = read_export(&json);
+    let probe = &report["probes"][0];
+    assert_eq!(probe["whole_cost_assumes"], "cold", "{probe}");
+    assert_eq!(report["cost"]["assumption"]["assumes"], "cold", "{report}");
+    let cold = probe["whole_cost_ns"].as_f64().expect("whole_cost_ns");
+    assert!(
+        cold >= 0.9 * hot_ring,
+        "cold estimate {cold:.0} ns, hot {hot_ring:.0} ns"
+    );
+    eprintln!("ring: whole cost per hit assumed cold {cold:.0} ns, hot {hot_ring:.0} ns");
+    let _ = std::fs::remove_file(&json);
+}
+
+/// Returns the estimate, ns per hit.
+fn estimate_within_a_quarter(cache: &std::path::Path, mode: &str) -> f64 {
     // Unpaced, as the calibration's loops: ~0.4 ms per batch unprobed, ~0.1 s probed.
     let target = workload(&["--forever", "--batch", "100000"]);
     let start = Instant::now();
@@ -91,6 +136,16 @@ fn estimate_within_a_quarter(cache: &std::path::Path, mode: &str) {
     let report: serde_json::Value = read_export(&json);
     let probe = &report["probes"][0];
     assert_eq!(probe["cost_class"], "emulated-push", "{probe}");
+    // A small program hitting its probe every microsecond: auto prices it hot.
+    assert_eq!(probe["whole_cost_assumes"], "hot", "{probe}");
+    let assumption = &report["cost"]["assumption"];
+    assert_eq!(assumption["assumes"], "hot", "{assumption}");
+    assert!(
+        assumption["why"]
+            .as_str()
+            .is_some_and(|w| w.starts_with("auto: a hit every")),
+        "{assumption}"
+    );
     let estimate = probe["whole_cost_ns"]
         .as_f64()
         .unwrap_or_else(|| panic!("no whole_cost_ns: {probe}"));
@@ -110,4 +165,5 @@ fn estimate_within_a_quarter(cache: &std::path::Path, mode: &str) {
         probe["whole_cost_method"]
     );
     let _ = std::fs::remove_file(&json);
+    estimate
 }

@@ -59,6 +59,8 @@ struct Cell {
     base_share: f64,
     in_situ: Vec<(String, Value)>,
     estimate_ns: Option<f64>,
+    /// The calibration loop that priced it, `hot` or `cold` (--assume auto's choice).
+    estimate_assumes: Option<String>,
 }
 
 pub fn insitu_check(ctx: &Ctx, options: CheckOptions) -> Result<()> {
@@ -217,6 +219,7 @@ fn measure_cell(
         .collect();
     let mut in_situ = Vec::new();
     let mut estimate_ns = None;
+    let mut estimate_assumes = None;
     for meter in ["auto", "none"] {
         let json = work.join(format!("insitu-{rate}-{mode}-{meter}.json"));
         let mut cmd = probetop_command(probetop, pid, mode);
@@ -237,6 +240,9 @@ fn measure_cell(
         })?;
         let report = read_json(&json)?;
         estimate_ns = estimate_ns.or(report["cost"]["estimated_per_hit_ns"].as_f64());
+        estimate_assumes = estimate_assumes.or(report["cost"]["assumption"]["assumes"]
+            .as_str()
+            .map(str::to_string));
         in_situ.push((meter.to_string(), report["cost"]["in_situ"].clone()));
     }
     let _ = load.0.kill();
@@ -249,6 +255,7 @@ fn measure_cell(
         base_share: median(&off_shares),
         in_situ,
         estimate_ns,
+        estimate_assumes,
     })
 }
 
@@ -324,7 +331,7 @@ fn render(
     );
     line(
         &mut w,
-        "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`, a tight loop), weighted by hits over the probes.\n".into(),
+        "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes; in brackets the loop that priced it, as `--assume auto` chose: hot (a tight loop) or cold (caches evicted between hits, docs/cost.md).\n".into(),
     );
     line(
         &mut w,
@@ -364,7 +371,13 @@ fn render(
             }
         }
         match cell.estimate_ns {
-            Some(e) => row.push_str(&format!(" {e:.0} | {} |", off_by(e, truth))),
+            Some(e) => row.push_str(&format!(
+                " {e:.0}{} | {} |",
+                cell.estimate_assumes
+                    .as_deref()
+                    .map_or(String::new(), |a| format!(" [{a}]")),
+                off_by(e, truth)
+            )),
             None => row.push_str(" no calibration | - |"),
         }
         line(&mut w, row);

@@ -42,7 +42,7 @@ use super::bpf_stats::StatsGuard;
 use super::classes::KernelRules;
 use super::dispatch::{Dispatch, ProbeSite, SlotTotal};
 use super::stats::{Summary, XorShift};
-use super::workload::Func;
+use super::workload::{ColdRun, Func};
 use crate::attach::{AttachRequest, Attachment, LoadOptions};
 use crate::resolve::maps::{FileId, read_maps};
 use crate::spec::ProbeKind;
@@ -83,26 +83,90 @@ pub struct CalibrateOptions {
     pub unattached_calls: u64,
     /// Also measure with dispatch measurement on (phase two).
     pub dispatch: bool,
+    /// The cold cases, and their loop; `None` skips them.
+    pub cold: Option<ColdOptions>,
+    /// The hot cases (off: the cold ones alone, for studies of the cold loop's sizes).
+    pub hot: bool,
+}
+
+/// The cold loop: between two calls of the probed function (or its twin), a walk over
+/// `data_bytes` of data and a run through `code_bytes` of code, as a server runs its
+/// own code between two hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColdOptions {
+    pub data_bytes: u64,
+    pub code_bytes: u64,
+    /// Iterations per measured run (one hit each).
+    pub iters: u64,
+}
+
+/// The data walk's size when the last-level cache is not known, and its cap: a walk
+/// of the whole last-level cache of a large server (hundreds of MiB) would take tens of
+/// ms per iteration.
+pub const COLD_DATA_CAP: u64 = 32 << 20;
+
+/// The code chain's default size: twice the largest L2 of current x86 cores, 16
+/// times the largest L1i; one taken jump per line, so also far more branches than a
+/// branch target buffer holds.
+pub const COLD_CODE_BYTES: u64 = 4 << 20;
+
+impl ColdOptions {
+    /// The default footprint here: the data walk a quarter larger than the last-level
+    /// cache, capped at [`COLD_DATA_CAP`], and [`COLD_CODE_BYTES`] of code.
+    pub fn for_this_machine(iters: u64) -> Self {
+        let data_bytes = last_level_cache_bytes()
+            .map_or(COLD_DATA_CAP, |llc| (llc + llc / 4).min(COLD_DATA_CAP));
+        Self {
+            data_bytes,
+            code_bytes: COLD_CODE_BYTES,
+            iters,
+        }
+    }
+}
+
+/// The largest cache of CPU 0, from sysfs (`index*/size`, like `512K`, `32M`).
+pub fn last_level_cache_bytes() -> Option<u64> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
+        .filter_map(|e| std::fs::read_to_string(e.path().join("size")).ok())
+        .filter_map(|size| parse_cache_size(size.trim()))
+        .max()
+}
+
+fn parse_cache_size(text: &str) -> Option<u64> {
+    let (digits, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit())?);
+    let n: u64 = digits.parse().ok()?;
+    match unit {
+        "K" => Some(n << 10),
+        "M" => Some(n << 20),
+        "G" => Some(n << 30),
+        _ => None,
+    }
 }
 
 impl CalibrateOptions {
-    /// About a minute on a 2-vCPU VM.
+    /// 1-2 minutes on a 2-vCPU VM, half of it the cold loop.
     pub fn full() -> Self {
         Self {
             reps: 31,
             calls: 60_000,
             unattached_calls: 10_000_000,
             dispatch: true,
+            cold: Some(ColdOptions::for_this_machine(COLD_ITERS_FULL)),
+            hot: true,
         }
     }
 
-    /// About 5 seconds, for tests.
+    /// 20-30 seconds, for tests (6 without the cold loop).
     pub fn quick() -> Self {
         Self {
             reps: 15,
             calls: 20_000,
             unattached_calls: 2_000_000,
             dispatch: true,
+            cold: Some(ColdOptions::for_this_machine(COLD_ITERS_QUICK)),
+            hot: true,
         }
     }
 }
@@ -115,6 +179,13 @@ pub const SAME_CLASS: f64 = 0.35;
 /// Calls before each measured run: first-hit work (page faults, the rewrite of an
 /// optimized probe) stays out of the measurement.
 const WARMUP: u64 = 200;
+
+/// Iterations of the cold loop per measured run, full and quick.
+const COLD_ITERS_FULL: u64 = 60;
+const COLD_ITERS_QUICK: u64 = 30;
+
+/// Iterations of the cold loop before each measured run.
+const COLD_WARMUP: u64 = 3;
 
 /// One measured case of phase one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -141,6 +212,14 @@ pub enum Case {
     /// The same with no hit timed: what counting alone adds (`--time-every` mixes the
     /// two).
     HandlerKernelUntimed,
+    /// [`Case::UprobeEmulated`] in the cold loop.
+    UprobeEmulatedCold,
+    /// [`Case::Uretprobe`] in the cold loop.
+    UretprobeCold,
+    /// [`Case::HandlerRing`] in the cold loop, minus [`Case::UprobeEmulatedCold`].
+    HandlerRingCold,
+    /// [`Case::HandlerKernel`] in the cold loop, minus [`Case::UprobeEmulatedCold`].
+    HandlerKernelCold,
 }
 
 impl Case {
@@ -154,6 +233,14 @@ impl Case {
         Case::HandlerRing,
         Case::HandlerKernel,
         Case::HandlerKernelUntimed,
+    ];
+
+    /// The cold rows, in table order (`ALL` are the hot ones).
+    pub const COLD: [Case; 4] = [
+        Case::UprobeEmulatedCold,
+        Case::UretprobeCold,
+        Case::HandlerRingCold,
+        Case::HandlerKernelCold,
     ];
 
     /// The rows of what probetop's handler adds on top of the empty program.
@@ -174,11 +261,34 @@ impl Case {
             Case::HandlerRing => "probetop handler on top, ring buffer",
             Case::HandlerKernel => "probetop handler on top, in-kernel, every hit timed",
             Case::HandlerKernelUntimed => "probetop handler on top, in-kernel, none timed",
+            Case::UprobeEmulatedCold => "cold: uprobe, emulated (push %rbp, empty)",
+            Case::UretprobeCold => "cold: uretprobe (entry + return, empty)",
+            Case::HandlerRingCold => "cold: probetop handler on top, ring buffer",
+            Case::HandlerKernelCold => "cold: probetop handler on top, in-kernel, timed",
         }
+    }
+
+    /// The hot case a cold one repeats in the cold loop.
+    pub fn hot(self) -> Case {
+        match self {
+            Case::UprobeEmulatedCold => Case::UprobeEmulated,
+            Case::UretprobeCold => Case::Uretprobe,
+            Case::HandlerRingCold => Case::HandlerRing,
+            Case::HandlerKernelCold => Case::HandlerKernel,
+            hot => hot,
+        }
+    }
+
+    pub fn is_cold(self) -> bool {
+        self.hot() != self
     }
 
     fn func(self) -> Func {
         match self {
+            Case::UprobeEmulatedCold
+            | Case::UretprobeCold
+            | Case::HandlerRingCold
+            | Case::HandlerKernelCold => self.hot().func(),
             Case::UsdtUnattached => Func::UsdtTwin,
             Case::UsdtHit => Func::Usdt,
             Case::UprobeEmulated => Func::Emulated,
@@ -197,6 +307,10 @@ impl Case {
     /// Probe id in phase one's attachment.
     fn probe_id(self) -> u32 {
         match self {
+            Case::UprobeEmulatedCold
+            | Case::UretprobeCold
+            | Case::HandlerRingCold
+            | Case::HandlerKernelCold => self.hot().probe_id(),
             Case::UsdtUnattached | Case::UsdtHit => 0,
             Case::UprobeEmulated => 1,
             Case::UprobeSingleStepped => 2,
@@ -344,11 +458,127 @@ pub struct Calibration {
     pub dispatch: Vec<DispatchRow>,
     /// Why phase two did not run (fentry/fexit refused), verbatim.
     pub dispatch_error: Option<String>,
+    /// The cold rows (older caches and `--no-cold`: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cold: Option<ColdCalibration>,
+}
+
+/// What a hit costs in the cold loop: a server's case, where the code and data the
+/// process runs between two hits evict the kernel's uprobe path, the BPF program and
+/// its maps from the caches and the TLB.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ColdCalibration {
+    /// The loop that was run.
+    pub options: ColdOptions,
+    /// The last-level cache read from sysfs, when it was.
+    pub llc_bytes: Option<u64>,
+    /// One iteration of the unprobed loop (the footprint and one call of the twin):
+    /// wall ns, the median iteration of each run, summarised over the runs.
+    pub loop_ns: Summary,
+    /// Per hit: the call alone (the time-stamp counter just before it and just after,
+    /// the median call of a run), probed - twin, per repetition; the handler rows minus
+    /// the cold emulated uprobe of the same repetition. The trap, the kernel's path and
+    /// the way back, as the hot rows.
+    pub rows: Vec<Row>,
+    /// Per hit by the whole iteration: (probed - twin) of the median iteration. It
+    /// would also hold what the hit's cache pollution costs the code after it, but it
+    /// is a difference of two iterations of ~2 ms: thousands of ns of spread.
+    pub iter_rows: Vec<Row>,
+    /// Per hit by the thread's CPU time per iteration (a mean, interrupts included).
+    pub cpu_rows: Vec<Row>,
+    /// How the cold handler rows were measured.
+    pub handler_method: ColdHandlerMethod,
+    /// With [`ColdHandlerMethod::ProgramTime`], the handler rows by the call's time:
+    /// the cross-check.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handler_call_rows: Vec<Row>,
+    /// probetop's own handler-time clock per hit during the cold ring and in-kernel
+    /// cases (the live handler time is compared with these under the cold assumption).
+    pub handler_ring_ns: Option<Summary>,
+    pub handler_kernel_ns: Option<Summary>,
+}
+
+/// How the cold rows of what probetop's handler adds were measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ColdHandlerMethod {
+    /// The programs' run time (BPF statistics) in the cold loop, probetop's minus the
+    /// empty program's, as the hot handler rows.
+    ProgramTime,
+    /// The call's time with probetop's program minus with the empty one: a difference
+    /// of two cold hits of several microseconds, hundreds of ns of spread.
+    CallTime,
+}
+
+impl ColdCalibration {
+    pub fn row(&self, case: Case) -> Option<&Summary> {
+        self.rows.iter().find(|r| r.case == case).map(|r| &r.ns)
+    }
+
+    /// The cold table, each row beside its hot twin and the cross-checks.
+    fn render_text(&self, out: &mut String, hot: &Calibration) {
+        use std::fmt::Write as _;
+        let mib = |b: u64| b as f64 / f64::from(1 << 20);
+        let _ = writeln!(
+            out,
+            "\ncold loop: between two calls, a walk over {:.0} MiB of data and {:.1} MiB of code{}; {} us per iteration unprobed ({} iterations per run)",
+            mib(self.options.data_bytes),
+            mib(self.options.code_bytes),
+            self.llc_bytes.map_or(String::new(), |llc| format!(
+                " (last-level cache {:.0} MiB)",
+                mib(llc)
+            )),
+            fmt_ns(self.loop_ns.median / 1000.0),
+            self.options.iters,
+        );
+        let _ = writeln!(
+            out,
+            "{:<52} {:>10} {:>19} {:>8} {:>8} {:>8}",
+            "cost to the traced thread per hit", "median ns", "IQR", "hot", "iter", "cpu"
+        );
+        let median_of = |rows: &[Row], case: Case| {
+            rows.iter()
+                .find(|r| r.case == case)
+                .map_or("-".to_string(), |r| fmt_ns(r.ns.median))
+        };
+        for row in &self.rows {
+            let _ = writeln!(
+                out,
+                "{:<52} {:>10} {:>19} {:>8} {:>8} {:>8}",
+                row.label,
+                fmt_ns(row.ns.median),
+                format!("{}-{}", fmt_ns(row.ns.q1), fmt_ns(row.ns.q3)),
+                hot.row(row.case.hot())
+                    .map_or("-".to_string(), |s| fmt_ns(s.median)),
+                median_of(&self.iter_rows, row.case),
+                median_of(&self.cpu_rows, row.case),
+            );
+        }
+        let _ = writeln!(
+            out,
+            "(the call alone, probed - unprobed; hot: the hot row; iter: by the median whole iteration, cpu: by the thread's CPU time per iteration, both noisy)"
+        );
+        if self.handler_method == ColdHandlerMethod::ProgramTime {
+            let call: Vec<String> = self
+                .handler_call_rows
+                .iter()
+                .map(|r| fmt_ns(r.ns.median))
+                .collect();
+            let _ = writeln!(
+                out,
+                "(the cold handler rows: program run time (BPF statistics); the call's time gave {} ns)",
+                call.join(" / ")
+            );
+        }
+    }
 }
 
 impl Calibration {
-    /// The summary of one phase-one case.
+    /// The summary of one phase-one case (a cold case from the cold rows).
     pub fn row(&self, case: Case) -> Option<&Summary> {
+        if case.is_cold() {
+            return self.cold.as_ref()?.row(case);
+        }
         self.rows.iter().find(|r| r.case == case).map(|r| &r.ns)
     }
 
@@ -478,6 +708,9 @@ impl Calibration {
                 fmt_ns(ring.median),
                 fmt_ns(kernel.median)
             );
+        }
+        if let Some(cold) = &self.cold {
+            cold.render_text(&mut out, self);
         }
         match (&self.dispatch_error, self.dispatch.is_empty()) {
             (Some(e), _) => {
@@ -634,7 +867,7 @@ pub fn run(
 
     progress("phase 1: the kernel's machinery (empty program) and probetop's handler");
     let phase_one = phase_one(&mut child, &offsets, &options, &mut rng)?;
-    let (dispatch, dispatch_error) = if options.dispatch {
+    let (dispatch, dispatch_error) = if options.dispatch && options.hot {
         progress("phase 2: dispatch measurement (fentry/fexit) and what it does not see");
         match phase_two(&mut child, &offsets, &options, &mut rng) {
             Ok(rows) => (rows, None),
@@ -661,7 +894,7 @@ pub fn run(
     let mut handler_method = HandlerMethod::ThreadCpuTime;
     let mut handler_cpu_rows = Vec::new();
     let mut handler_program_error = None;
-    match phase_one.handler_program {
+    match &phase_one.handler_program {
         Some(Ok(by_case)) => {
             let program_rows: Option<Vec<Row>> = Case::HANDLER
                 .iter()
@@ -682,9 +915,47 @@ pub fn run(
                 }
             }
         }
-        Some(Err(why)) => handler_program_error = Some(why),
+        Some(Err(why)) => handler_program_error = Some(why.clone()),
         None => {}
     }
+    let cold = options.cold.and_then(|cold_options| {
+        let rows_of = |samples: &HashMap<Case, Vec<f64>>| -> Vec<Row> {
+            Case::COLD
+                .iter()
+                .filter_map(|case| row(*case, samples.get(case)?))
+                .collect()
+        };
+        let mut rows = rows_of(&phase_one.cold);
+        let mut handler_call_rows = Vec::new();
+        // As the hot handler rows: program run time when it was measured, the call's
+        // time kept as the cross-check.
+        if let Some(Ok(by_case)) = &phase_one.handler_program {
+            for case in [Case::HandlerRingCold, Case::HandlerKernelCold] {
+                let Some(program) = by_case.get(&case).and_then(|s| row(case, s)) else {
+                    continue;
+                };
+                if let Some(slot) = rows.iter_mut().find(|r| r.case == case) {
+                    handler_call_rows.push(std::mem::replace(slot, program));
+                }
+            }
+        }
+        Some(ColdCalibration {
+            options: cold_options,
+            llc_bytes: last_level_cache_bytes(),
+            loop_ns: Summary::of(&phase_one.cold_loop)?,
+            handler_method: if handler_call_rows.is_empty() {
+                ColdHandlerMethod::CallTime
+            } else {
+                ColdHandlerMethod::ProgramTime
+            },
+            handler_call_rows,
+            rows,
+            iter_rows: rows_of(&phase_one.cold_iter),
+            cpu_rows: rows_of(&phase_one.cold_cpu),
+            handler_ring_ns: Summary::of(&phase_one.cold_handler_ring),
+            handler_kernel_ns: Summary::of(&phase_one.cold_handler_kernel),
+        })
+    });
     Ok(Calibration {
         format: FORMAT,
         kernel_release: machine.kernel_release,
@@ -704,6 +975,7 @@ pub fn run(
         handler_program_error,
         dispatch,
         dispatch_error,
+        cold,
     })
 }
 
@@ -824,6 +1096,50 @@ impl Workload {
             Err(_) => Err(CalibrateError::Child(
                 "stopped answering (did it die?)".into(),
             )),
+        }
+    }
+
+    /// Runs `iters` iterations of the cold loop calling `func`.
+    fn run_cold(&mut self, func: Func, cold: &ColdOptions) -> Result<ColdRun, CalibrateError> {
+        let name = func.name();
+        writeln!(
+            self.stdin,
+            "cold {name} {} {COLD_WARMUP} {} {}",
+            cold.iters, cold.data_bytes, cold.code_bytes
+        )
+        .and_then(|()| self.stdin.flush())
+        .map_err(|e| CalibrateError::Child(format!("cannot send a command: {e}")))?;
+        let line = self
+            .replies
+            .recv_timeout(RUN_TIMEOUT)
+            .map_err(|_| CalibrateError::Child("stopped answering (did it die?)".into()))?;
+        let values: Option<Vec<f64>> = line
+            .strip_prefix("cold ")
+            .map(|rest| rest.split(' ').map(|v| v.parse().ok()).collect())
+            .and_then(|v: Option<Vec<f64>>| v.filter(|v| v.len() == 3));
+        match values.as_deref() {
+            Some(&[cpu_ns_per_iter, iter_ns_median, call_ns_median]) => Ok(ColdRun {
+                cpu_ns_per_iter,
+                iter_ns_median,
+                call_ns_median,
+            }),
+            _ => Err(CalibrateError::Child(format!("replied {line:?}"))),
+        }
+    }
+
+    /// [`Workload::run_pair`] in the cold loop: (probed, unprobed).
+    fn run_cold_pair(
+        &mut self,
+        func: Func,
+        cold: &ColdOptions,
+        probed_first: bool,
+    ) -> Result<(ColdRun, ColdRun), CalibrateError> {
+        if probed_first {
+            let probed = self.run_cold(func, cold)?;
+            Ok((probed, self.run_cold(func.twin(), cold)?))
+        } else {
+            let unprobed = self.run_cold(func.twin(), cold)?;
+            Ok((self.run_cold(func, cold)?, unprobed))
         }
     }
 
@@ -988,6 +1304,16 @@ struct PhaseOne {
     /// What the handler adds per hit by program run time, per handler case; Err says
     /// why it could not be measured.
     handler_program: Option<Result<HashMap<Case, Vec<f64>>, String>>,
+    /// Cold cases, per hit: by the call alone, by the median iteration, by CPU time
+    /// per iteration.
+    cold: HashMap<Case, Vec<f64>>,
+    cold_iter: HashMap<Case, Vec<f64>>,
+    cold_cpu: HashMap<Case, Vec<f64>>,
+    /// probetop's handler clock during the cold handler cases.
+    cold_handler_ring: Vec<f64>,
+    cold_handler_kernel: Vec<f64>,
+    /// The unprobed loop's median iteration, every run.
+    cold_loop: Vec<f64>,
 }
 
 fn phase_one(
@@ -1034,10 +1360,59 @@ fn phase_one(
     let counters = attachment.take_counters()?;
     let mut out = PhaseOne::default();
     for rep in 0..options.reps {
-        let mut cases = Case::ALL.to_vec();
+        let mut cases = if options.hot {
+            Case::ALL.to_vec()
+        } else {
+            Vec::new()
+        };
+        if options.cold.is_some() {
+            cases.extend(Case::COLD);
+        }
         rng.shuffle(&mut cases);
         for case in cases {
             let func = case.func();
+            if let (true, Some(cold)) = (case.is_cold(), &options.cold) {
+                let ring_before = drainer.totals();
+                let hist_before = if case == Case::HandlerKernelCold {
+                    counters.histogram(case.probe_id())?
+                } else {
+                    Vec::new()
+                };
+                let (probed, twin) = child.run_cold_pair(func, cold, rep % 2 == 1)?;
+                match case {
+                    Case::HandlerRingCold => {
+                        let after = drainer.wait_for(ring_before.0 + cold.iters + COLD_WARMUP);
+                        let records = after.0 - ring_before.0;
+                        if records > 0 {
+                            out.cold_handler_ring
+                                .push((after.1 - ring_before.1) as f64 / records as f64);
+                        }
+                    }
+                    Case::HandlerKernelCold => {
+                        let after = counters.histogram(case.probe_id())?;
+                        if let Some(mean) = histogram_mean(&after, &hist_before) {
+                            out.cold_handler_kernel.push(mean);
+                        }
+                    }
+                    _ => {}
+                }
+                let add = |map: &mut HashMap<Case, Vec<f64>>, p: f64, t: f64| {
+                    map.entry(case).or_default().push(p - t)
+                };
+                add(&mut out.cold, probed.call_ns_median, twin.call_ns_median);
+                add(
+                    &mut out.cold_iter,
+                    probed.iter_ns_median,
+                    twin.iter_ns_median,
+                );
+                add(
+                    &mut out.cold_cpu,
+                    probed.cpu_ns_per_iter,
+                    twin.cpu_ns_per_iter,
+                );
+                out.cold_loop.push(twin.iter_ns_median);
+                continue;
+            }
             if case == Case::UsdtUnattached {
                 let ns = child.run(func, options.unattached_calls)?;
                 out.samples.entry(case).or_default().push(ns);
@@ -1078,20 +1453,33 @@ fn phase_one(
             out.samples.entry(case).or_default().push(probed - unprobed);
         }
     }
-    out.handler_program = Some(handler_program_time(child, &mut attachment, options, rng)?);
+    if options.hot {
+        out.handler_program = Some(handler_program_time(child, &mut attachment, options, rng)?);
+    }
     drop(drainer);
     // The handler rows are what probetop's handler adds to the empty program's cost:
     // subtract the emulated uprobe measured in the same repetition.
-    if let Some(base) = out.samples.get(&Case::UprobeEmulated).cloned() {
-        for case in Case::HANDLER {
-            if let Some(samples) = out.samples.get_mut(&case) {
-                for (s, b) in samples.iter_mut().zip(&base) {
-                    *s -= b;
-                }
+    subtract_base(&mut out.samples, Case::UprobeEmulated, &Case::HANDLER);
+    let cold_handlers = [Case::HandlerRingCold, Case::HandlerKernelCold];
+    for map in [&mut out.cold, &mut out.cold_iter, &mut out.cold_cpu] {
+        subtract_base(map, Case::UprobeEmulatedCold, &cold_handlers);
+    }
+    Ok(out)
+}
+
+/// Subtracts `base`'s sample of each repetition from the same repetition's sample of
+/// every case of `from`.
+fn subtract_base(samples: &mut HashMap<Case, Vec<f64>>, base: Case, from: &[Case]) {
+    let Some(base) = samples.get(&base).cloned() else {
+        return;
+    };
+    for case in from {
+        if let Some(samples) = samples.get_mut(case) {
+            for (s, b) in samples.iter_mut().zip(&base) {
+                *s -= b;
             }
         }
     }
-    Ok(out)
 }
 
 /// What probetop's handler adds per hit by the kernel's own run time of the programs:
@@ -1151,6 +1539,46 @@ fn handler_program_time(
             continue;
         };
         for case in Case::HANDLER {
+            if let Some(ns) = per_run.get(&case) {
+                out.entry(case).or_default().push(ns - base);
+            }
+        }
+    }
+    // The same in the cold loop: the programs' own time when their code and maps were
+    // evicted between two runs.
+    let Some(cold) = &options.cold else {
+        return Ok(Ok(out));
+    };
+    let mut cases = [
+        Case::UprobeEmulatedCold,
+        Case::HandlerRingCold,
+        Case::HandlerKernelCold,
+    ];
+    for _ in 0..options.reps {
+        rng.shuffle(&mut cases);
+        let mut per_run = HashMap::new();
+        for case in cases {
+            let empty = case == Case::UprobeEmulatedCold;
+            let (runs_before, ns_before) = attachment.run_stats(case.kind(), empty)?;
+            child.run_cold(case.func(), cold)?;
+            let (runs_after, ns_after) = attachment.run_stats(case.kind(), empty)?;
+            let runs = runs_after.saturating_sub(runs_before);
+            if runs < cold.iters {
+                return Ok(Err(format!(
+                    "{}: the kernel counted {runs} program runs for {} calls",
+                    case.label(),
+                    cold.iters
+                )));
+            }
+            per_run.insert(
+                case,
+                ns_after.saturating_sub(ns_before) as f64 / runs as f64,
+            );
+        }
+        let Some(&base) = per_run.get(&Case::UprobeEmulatedCold) else {
+            continue;
+        };
+        for case in [Case::HandlerRingCold, Case::HandlerKernelCold] {
             if let Some(ns) = per_run.get(&case) {
                 out.entry(case).or_default().push(ns - base);
             }
@@ -1316,6 +1744,7 @@ mod tests {
             handler_program_error: None,
             dispatch: Vec::new(),
             dispatch_error: None,
+            cold: None,
         }
     }
 

@@ -11,11 +11,16 @@
 //!    program, plus what probetop's handler adds in the probe's mode, corrected by how
 //!    far the live handler time differs from the handler time during calibration.
 //!
+//! Each has two versions (see [`super::assume`]): priced by the calibration's hot loop
+//! (caches warm between hits) or its cold loop (a server's footprint runs between
+//! hits).
+//!
 //! Without a calibration for this kernel and CPU there is no estimate: `None`, never a
 //! guess.
 
 use serde::Serialize;
 
+use super::assume::Assumption;
 use super::calibrate::{Calibration, Case, DispatchCase};
 use super::classes::{CostClass, SiteClass};
 use super::dispatch::DispatchMeasure;
@@ -127,13 +132,65 @@ pub fn basis(
     }
 }
 
+/// The cold basis of a probe: the hot one with the cold loop's rows. Measured cold:
+/// the emulated entry, the uretprobe, probetop's handler in ring and in-kernel (every
+/// hit timed) modes. The other classes' entries are their hot row plus what the cold
+/// loop adds to the emulated entry (the same trap and kernel path, missing the same
+/// caches; a single-stepped hit's second trap is not counted twice); counting alone
+/// (in-kernel, untimed) is its hot row plus what the cold loop adds to the timed
+/// handler (the same program and maps). The dispatch residual stays hot. `None`
+/// without cold rows.
+pub fn cold_basis(
+    cal: &Calibration,
+    class: CostClass,
+    kind: ProbeKind,
+    shares_entry: bool,
+) -> Option<CostBasis> {
+    let cold = cal.cold.as_ref()?;
+    let hot = basis(cal, class, kind, shares_entry);
+    let median = |case: Case| cal.row(case).map(|s| s.median);
+    let emulated_cold = median(Case::UprobeEmulatedCold)?;
+    let entry_extra = emulated_cold - median(Case::UprobeEmulated)?;
+    let entry = entry_case(class)
+        .and_then(median)
+        .map(|hot| hot + entry_extra);
+    let base_ns = if kind == ProbeKind::Uretprobe {
+        let return_only = median(Case::UretprobeCold)? - emulated_cold;
+        if shares_entry {
+            Some(return_only)
+        } else {
+            entry.map(|e| e + return_only)
+        }
+    } else {
+        entry
+    };
+    let kernel_cold = median(Case::HandlerKernelCold);
+    let kernel_extra = kernel_cold
+        .zip(median(Case::HandlerKernel))
+        .map(|(c, h)| c - h);
+    Some(CostBasis {
+        base_ns,
+        on_top_ring_ns: median(Case::HandlerRingCold),
+        handler_ring_ns: cold.handler_ring_ns.map(|s| s.median),
+        on_top_kernel_ns: kernel_cold,
+        handler_kernel_ns: cold.handler_kernel_ns.map(|s| s.median),
+        on_top_kernel_untimed_ns: hot
+            .on_top_kernel_untimed_ns
+            .zip(kernel_extra)
+            .map(|(u, extra)| u.max(0.0) + extra),
+        residual_ns: hot.residual_ns,
+    })
+}
+
 /// Everything known about one probe's cost.
 #[derive(Debug, Clone, Default)]
 pub struct ProbeCost {
     /// The probed instruction's class (`None`: not looked at).
     pub site: Option<SiteClass>,
-    /// From this machine's calibration, if there is one.
+    /// From this machine's calibration, if there is one: its hot loop ...
     pub basis: Option<CostBasis>,
+    /// ... and its cold loop, if it has one.
+    pub cold_basis: Option<CostBasis>,
     /// Measured live, when dispatch measurement runs.
     pub dispatch: Option<DispatchMeasure>,
 }
@@ -143,28 +200,37 @@ pub struct ProbeCost {
 pub struct Estimate {
     pub whole_ns: f64,
     pub method: Method,
+    /// The calibration rows it was priced with: the cold ones were asked for but a
+    /// calibration without them prices hot.
+    pub assumes: Assumption,
 }
 
 impl ProbeCost {
     /// The whole cost of one hit, ns; `handler_mean_ns` is the live handler time of the
     /// timed hits, `timed_share` the share of hits timed (in-kernel mode with
-    /// `--time-every`; 1.0 otherwise).
+    /// `--time-every`; 1.0 otherwise); `assume` the calibration loop to price it with.
     pub fn estimate(
         &self,
         probe_mode: u32,
         handler_mean_ns: Option<f64>,
         timed_share: f64,
+        assume: Assumption,
     ) -> Option<Estimate> {
         let class = self.site.as_ref().map(|s| s.class)?;
         if matches!(class, CostClass::Refused | CostClass::Unknown) {
             return None;
         }
-        let basis = self.basis?;
+        let (basis, assumes) = match (assume, self.cold_basis) {
+            (Assumption::Cold, Some(cold)) => (cold, Assumption::Cold),
+            _ => (self.basis?, Assumption::Hot),
+        };
         let measured = self.dispatch.as_ref().and_then(DispatchMeasure::per_hit_ns);
         if let (Some(dispatch), Some(residual)) = (measured, basis.residual_ns) {
+            // The residual is calibrated hot only; the dispatch is measured as it is.
             return Some(Estimate {
                 whole_ns: (dispatch + residual).max(0.0),
                 method: Method::DispatchAndCalibration,
+                assumes: Assumption::Hot,
             });
         }
         let base = basis.base_ns?;
@@ -198,6 +264,7 @@ impl ProbeCost {
         Some(Estimate {
             whole_ns: (base + on_top + correction).max(0.0),
             method: Method::Calibration,
+            assumes,
         })
     }
 }
@@ -277,6 +344,7 @@ mod tests {
                 })
                 .collect(),
             dispatch_error: None,
+            cold: None,
         }
     }
 
@@ -298,23 +366,24 @@ mod tests {
                 ProbeKind::Uprobe,
                 false,
             )),
+            cold_basis: None,
             dispatch: None,
         };
         // 700 + 300, handler as calibrated.
         let e = cost
-            .estimate(mode::RING, Some(150.0), 1.0)
+            .estimate(mode::RING, Some(150.0), 1.0, Assumption::Hot)
             .expect("estimate");
         assert_eq!(e.whole_ns, 1000.0);
         assert_eq!(e.method, Method::Calibration);
         // A handler 200 ns slower than in calibration (argument capture) costs 200 more.
         assert_eq!(
-            cost.estimate(mode::RING, Some(350.0), 1.0)
+            cost.estimate(mode::RING, Some(350.0), 1.0, Assumption::Hot)
                 .unwrap()
                 .whole_ns,
             1200.0
         );
         assert_eq!(
-            cost.estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 1.0)
+            cost.estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 1.0, Assumption::Hot)
                 .unwrap()
                 .whole_ns,
             800.0
@@ -331,13 +400,19 @@ mod tests {
                 ProbeKind::Uprobe,
                 false,
             )),
+            cold_basis: None,
             dispatch: None,
         };
         let cost = probe_cost(&cal());
         let whole = |handler: f64, share: f64| {
-            cost.estimate(mode::KERNEL_HISTOGRAM, Some(handler), share)
-                .unwrap()
-                .whole_ns
+            cost.estimate(
+                mode::KERNEL_HISTOGRAM,
+                Some(handler),
+                share,
+                Assumption::Hot,
+            )
+            .unwrap()
+            .whole_ns
         };
         // A quarter timed: 700 + 20 counting + 1/4 of the 80 ns the clocks add.
         assert_eq!(whole(40.0, 0.25), 740.0);
@@ -354,7 +429,7 @@ mod tests {
         }
         assert_eq!(
             probe_cost(&noisy)
-                .estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 0.25)
+                .estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 0.25, Assumption::Hot)
                 .unwrap()
                 .whole_ns,
             725.0
@@ -364,7 +439,7 @@ mod tests {
         old.rows.retain(|r| r.case != Case::HandlerKernelUntimed);
         assert_eq!(
             probe_cost(&old)
-                .estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 0.25)
+                .estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 0.25, Assumption::Hot)
                 .unwrap()
                 .whole_ns,
             800.0
@@ -389,10 +464,11 @@ mod tests {
                 ProbeKind::Uprobe,
                 false,
             )),
+            cold_basis: None,
             dispatch: Some(measure),
         };
         let e = cost
-            .estimate(mode::RING, Some(150.0), 1.0)
+            .estimate(mode::RING, Some(150.0), 1.0, Assumption::Hot)
             .expect("estimate");
         assert_eq!(e.whole_ns, 700.0 + 8000.0);
         assert_eq!(e.method, Method::DispatchAndCalibration);
@@ -409,20 +485,120 @@ mod tests {
         assert_eq!(shared.base_ns, Some(800.0));
     }
 
+    fn with_cold() -> Calibration {
+        use super::super::calibrate::{ColdCalibration, ColdOptions};
+        let mut c = cal();
+        let rows = [
+            (Case::UprobeEmulatedCold, 5000.0),
+            (Case::UretprobeCold, 6500.0),
+            (Case::HandlerRingCold, 1200.0),
+            (Case::HandlerKernelCold, 900.0),
+        ]
+        .iter()
+        .map(|(case, m)| Row {
+            case: *case,
+            label: String::new(),
+            ns: s(*m),
+            samples: vec![*m],
+        })
+        .collect();
+        c.cold = Some(ColdCalibration {
+            options: ColdOptions {
+                data_bytes: 1,
+                code_bytes: 1,
+                iters: 1,
+            },
+            llc_bytes: None,
+            loop_ns: s(2e6),
+            handler_method: super::super::calibrate::ColdHandlerMethod::ProgramTime,
+            handler_call_rows: Vec::new(),
+            rows,
+            iter_rows: Vec::new(),
+            cpu_rows: Vec::new(),
+            handler_ring_ns: Some(s(400.0)),
+            handler_kernel_ns: Some(s(300.0)),
+        });
+        c
+    }
+
+    #[test]
+    fn cold_rows_price_a_cold_hit() {
+        let c = with_cold();
+        let cost = |class, kind, shares| ProbeCost {
+            site: site(class),
+            basis: Some(basis(&c, class, kind, shares)),
+            cold_basis: cold_basis(&c, class, kind, shares),
+            dispatch: None,
+        };
+        let push = cost(CostClass::EmulatedPush, ProbeKind::Uprobe, false);
+        let whole = |p: &ProbeCost, mode, handler, share, assume| {
+            p.estimate(mode, Some(handler), share, assume)
+                .expect("estimate")
+        };
+        // Hot as before; cold: the cold entry 5000 + the cold ring handler 1200, the
+        // handler clock compared with the cold loop's (400).
+        assert_eq!(
+            whole(&push, mode::RING, 150.0, 1.0, Assumption::Hot).whole_ns,
+            1000.0
+        );
+        let cold = whole(&push, mode::RING, 450.0, 1.0, Assumption::Cold);
+        assert_eq!((cold.whole_ns, cold.assumes), (6250.0, Assumption::Cold));
+        // In-kernel, every hit timed: 5000 + 900; none timed: 5000 + 20 + (900 - 100).
+        assert_eq!(
+            whole(&push, mode::KERNEL_HISTOGRAM, 300.0, 1.0, Assumption::Cold).whole_ns,
+            5900.0
+        );
+        assert_eq!(
+            whole(&push, mode::KERNEL_HISTOGRAM, 300.0, 0.0, Assumption::Cold).whole_ns,
+            5820.0
+        );
+        // Other classes: their hot row plus the emulated entry's cold extra (4300).
+        let usdt = cost(CostClass::EmulatedNop, ProbeKind::Usdt, false);
+        assert_eq!(
+            usdt.cold_basis.and_then(|b| b.base_ns),
+            Some(500.0 + 4300.0)
+        );
+        // A uretprobe: the cold return part (6500 - 5000) alone when it shares its
+        // entry, else with its entry's cold price.
+        let ret = cost(CostClass::EmulatedPush, ProbeKind::Uretprobe, true);
+        assert_eq!(ret.cold_basis.and_then(|b| b.base_ns), Some(1500.0));
+        let sstep = cost(CostClass::SingleStepped, ProbeKind::Uretprobe, false);
+        assert_eq!(
+            sstep.cold_basis.and_then(|b| b.base_ns),
+            Some(1500.0 + 9000.0 + 4300.0)
+        );
+        // Without cold rows a cold estimate is priced hot, and says so.
+        let hot_only = ProbeCost {
+            cold_basis: cold_basis(&cal(), CostClass::EmulatedPush, ProbeKind::Uprobe, false),
+            ..push.clone()
+        };
+        assert!(hot_only.cold_basis.is_none());
+        let e = whole(&hot_only, mode::RING, 150.0, 1.0, Assumption::Cold);
+        assert_eq!((e.whole_ns, e.assumes), (1000.0, Assumption::Hot));
+    }
+
     #[test]
     fn no_estimate_without_calibration_or_for_refused_sites() {
         let cost = ProbeCost {
             site: site(CostClass::EmulatedPush),
             basis: None,
+            cold_basis: None,
             dispatch: None,
         };
-        assert_eq!(cost.estimate(mode::RING, Some(100.0), 1.0), None);
+        assert_eq!(
+            cost.estimate(mode::RING, Some(100.0), 1.0, Assumption::Hot),
+            None
+        );
         let refused = ProbeCost {
             site: site(CostClass::Refused),
             basis: Some(basis(&cal(), CostClass::Refused, ProbeKind::Uprobe, false)),
+            cold_basis: None,
             dispatch: None,
         };
-        assert_eq!(refused.estimate(mode::RING, None, 1.0), None);
+        assert_eq!(
+            refused.estimate(mode::RING, None, 1.0, Assumption::Hot),
+            None
+        );
         assert!((cpu_share(1000.0, 10_000.0) - 0.01).abs() < 1e-12);
     }
 }

@@ -11,6 +11,7 @@
 //! - [`estimate`]: the whole cost per hit and the CPU share, per probe;
 //! - [`bpf_stats`]: other BPF programs on the target's probes, and what they cost.
 
+pub mod assume;
 pub mod bpf_stats;
 pub mod calibrate;
 pub mod classes;
@@ -79,6 +80,9 @@ pub fn prepare(points: &[&ProbePoint]) -> Prepared {
                     basis: calibration
                         .as_ref()
                         .map(|c| estimate::basis(c, site.class, p.kind, shares_entry)),
+                    cold_basis: calibration
+                        .as_ref()
+                        .and_then(|c| estimate::cold_basis(c, site.class, p.kind, shares_entry)),
                     site: Some(site),
                     dispatch: None,
                 }
@@ -301,18 +305,33 @@ pub fn report(
     duration: std::time::Duration,
 ) -> String {
     let mut out = String::new();
-    let measured = aggregator.measurements().probes;
+    let measurements = aggregator.measurements();
+    let measured = measurements.probes;
     let reports: Vec<ProbeCostReport> =
         measured.iter().map(|p| probe_report(p, duration)).collect();
     let total = reports
         .iter()
         .filter_map(|r| r.cpu_share)
         .fold(None, |t: Option<f64>, s| Some(t.unwrap_or(0.0) + s));
+    let assumed = reports.iter().find_map(|r| r.assumes);
+    let assumption = match (&measurements.assumption, assumed) {
+        (Some(decision), Some(used)) if used != decision.assumes => format!(
+            "; caches {} between hits ({}), but this calibration has no cold rows: priced hot, run `probetop calibrate` again",
+            decision.assumes.as_str(),
+            decision.why
+        ),
+        (Some(decision), _) => format!(
+            "; caches {} between hits: {}",
+            decision.assumes.as_str(),
+            decision.why
+        ),
+        (None, _) => String::new(),
+    };
     match total {
         Some(share) => {
             let _ = writeln!(
                 out,
-                "probetop: these probes cost the target {} of a CPU over the run (hits/s x whole cost per hit, estimated)",
+                "probetop: these probes cost the target {} of a CPU over the run (hits/s x whole cost per hit, estimated{assumption})",
                 percent(share)
             );
         }
@@ -388,6 +407,8 @@ pub struct ProbeCostReport {
     /// Share of one CPU over the run: whole cost x hits / duration.
     pub cpu_share: Option<f64>,
     pub dispatch: Option<dispatch::DispatchMeasure>,
+    /// The calibration rows the whole cost was priced with, hot or cold.
+    pub assumes: Option<assume::Assumption>,
 }
 
 /// The run's cost beyond single probes, for exports.
@@ -403,6 +424,8 @@ pub struct RunCostReport {
     /// The estimated whole cost per hit over every probe (weighted by hits), for the
     /// comparison with the in-situ number.
     pub estimated_per_hit_ns: Option<f64>,
+    /// Hot or cold over the run, and why.
+    pub assumption: Option<assume::Decision>,
 }
 
 /// The cost of one probe over a run of `duration`.
@@ -415,6 +438,7 @@ pub fn probe_report(
         probe.mode,
         (handler.count > 0).then_some(handler.mean),
         probe.timed_share,
+        probe.assumes,
     );
     let seconds = duration.as_secs_f64();
     ProbeCostReport {
@@ -425,6 +449,7 @@ pub fn probe_report(
             .filter(|_| seconds > 0.0)
             .map(|e| cpu_share(e.whole_ns, probe.hits as f64 / seconds)),
         dispatch: probe.cost.dispatch.clone().filter(|d| d.measured()),
+        assumes: estimate.map(|e| e.assumes),
     }
 }
 
@@ -434,8 +459,8 @@ pub fn run_report(
     duration: std::time::Duration,
     other_programs: Vec<bpf_stats::OtherProgram>,
 ) -> RunCostReport {
-    let shares = aggregator
-        .measurements()
+    let measurements = aggregator.measurements();
+    let shares = measurements
         .probes
         .iter()
         .filter_map(|p| probe_report(p, duration).cpu_share)
@@ -448,5 +473,6 @@ pub fn run_report(
         other_programs,
         in_situ: None,
         estimated_per_hit_ns: None,
+        assumption: measurements.assumption,
     }
 }

@@ -316,17 +316,283 @@ pub fn run(func: Func, calls: u64, warmup: u64) -> f64 {
     end.saturating_sub(start) as f64 / calls.max(1) as f64
 }
 
+/// Bytes of one cache line: the data walk's stride and the code chain's block.
+const LINE: usize = 64;
+
+/// Anonymous memory, unmapped when dropped.
+struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl Mapping {
+    /// `len` bytes of zeroed read-write memory in small pages, every page faulted in.
+    fn new(len: usize) -> io::Result<Self> {
+        let len = len.max(LINE).next_multiple_of(4096);
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let mapping = Self {
+            ptr: ptr.cast(),
+            len,
+        };
+        // Small pages, so walking the buffer takes one TLB entry per 4 KiB, as a
+        // server's heap does, instead of one per 2 MiB. Advice only: a refusal is
+        // harmless.
+        // SAFETY: the range is the mapping just made.
+        unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
+        // Fault every page in now, so no page fault lands in a measured run.
+        for page in (0..len).step_by(4096) {
+            // SAFETY: `page` < len, inside the writable mapping.
+            unsafe { mapping.ptr.add(page).write_volatile(1) };
+        }
+        Ok(mapping)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` readable bytes, alive as long as `self`, and
+        // written only through `&mut self` (before it is made executable).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`; no reference to it outlives
+        // `self`.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// What the cold loop runs between two calls, as a server runs its own code between
+/// two hits: a walk over a data buffer (one load per cache line, every page touched:
+/// evicts the data caches and the TLB) and a chain of code lines (one taken jump per
+/// 64-byte line: evicts the instruction caches, the iTLB and the branch predictor).
+pub struct Footprint {
+    data: Mapping,
+    data_bytes: usize,
+    /// Holds the chain's code: unmapped with the footprint.
+    _code: Mapping,
+    code_bytes: usize,
+    chain: unsafe extern "C" fn(u64) -> u64,
+}
+
+impl Footprint {
+    /// A footprint of `data_bytes` of data and `code_bytes` of code (each at least one
+    /// line).
+    pub fn new(data_bytes: usize, code_bytes: usize) -> io::Result<Self> {
+        let data = Mapping::new(data_bytes)?;
+        let mut code = Mapping::new(code_bytes)?;
+        let lines = write_chain(code.bytes_mut(), code_bytes.max(LINE) / LINE);
+        debug_assert!(lines > 0);
+        // SAFETY: mprotect on the mapping made above, whose writes are done.
+        let protected =
+            unsafe { libc::mprotect(code.ptr.cast(), code.len, libc::PROT_READ | libc::PROT_EXEC) };
+        if protected != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the mapping now holds a complete chain (write_chain) starting at its
+        // first byte: position-independent code following the C calling convention,
+        // returning its argument plus the number of lines, touching no memory but the
+        // stack for its return address.
+        let chain =
+            unsafe { std::mem::transmute::<*mut u8, unsafe extern "C" fn(u64) -> u64>(code.ptr) };
+        Ok(Self {
+            data,
+            data_bytes,
+            _code: code,
+            code_bytes,
+            chain,
+        })
+    }
+
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.data_bytes, self.code_bytes)
+    }
+
+    /// Walks the data, then runs the code chain; returns a value the caller must
+    /// consume (so no load can be dropped).
+    pub fn run(&self, seed: u64) -> u64 {
+        let data = &self.data.bytes()[..self.data_bytes.min(self.data.len)];
+        let mut sum = seed;
+        for byte in data.iter().step_by(LINE) {
+            sum = sum.wrapping_add(u64::from(*byte));
+        }
+        // SAFETY: see `new`: a complete chain in an executable mapping that `self`
+        // keeps alive.
+        sum.wrapping_add(unsafe { (self.chain)(seed) })
+    }
+}
+
+/// Writes a chain of `lines` 64-byte blocks into `code`, each `inc %rax` and a jump to
+/// the next; the first starts with `mov %rdi, %rax`, the last returns. Returns the
+/// number of lines written.
+fn write_chain(code: &mut [u8], lines: usize) -> usize {
+    let lines = lines.min(code.len() / LINE).max(1);
+    code.fill(0xcc); // int3 after every jump: never reached.
+    for line in 0..lines {
+        let block = &mut code[line * LINE..(line + 1) * LINE];
+        let mut at = 0;
+        if line == 0 {
+            block[..3].copy_from_slice(&[0x48, 0x89, 0xf8]); // mov %rdi, %rax
+            at = 3;
+        }
+        block[at..at + 3].copy_from_slice(&[0x48, 0xff, 0xc0]); // inc %rax
+        at += 3;
+        if line + 1 == lines {
+            block[at] = 0xc3; // ret
+        } else {
+            // jmp rel32 to the next line's first byte.
+            let rel = (LINE - (at + 5)) as i32;
+            block[at] = 0xe9;
+            block[at + 1..at + 5].copy_from_slice(&rel.to_le_bytes());
+        }
+    }
+    lines
+}
+
+/// The time-stamp counter, after every earlier instruction has completed and before
+/// any later one starts.
+fn tsc() -> u64 {
+    use std::arch::x86_64::{_mm_lfence, _rdtsc};
+    // SAFETY: lfence and rdtsc exist on every x86-64 CPU and touch no memory.
+    unsafe {
+        _mm_lfence();
+        let t = _rdtsc();
+        _mm_lfence();
+        t
+    }
+}
+
+fn monotonic_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// One run of the cold loop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ColdRun {
+    /// The thread's CPU ns per iteration (footprint plus call), mean over the run.
+    pub cpu_ns_per_iter: f64,
+    /// Median wall ns of one iteration, by the time-stamp counter (an interrupt or a
+    /// preemption lands in a few iterations, which the median leaves out).
+    pub iter_ns_median: f64,
+    /// Median wall ns of the call alone, from just before it to just after.
+    pub call_ns_median: f64,
+}
+
+fn median_of(values: &mut [u64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_unstable();
+    let n = values.len();
+    if n % 2 == 1 {
+        values[n / 2] as f64
+    } else {
+        (values[n / 2 - 1] as f64 + values[n / 2] as f64) / 2.0
+    }
+}
+
+/// Runs `warmup` then `iters` iterations of: the footprint, then one call of `func`.
+pub fn run_cold(func: Func, iters: u64, warmup: u64, footprint: &Footprint) -> ColdRun {
+    let f = std::hint::black_box(func.pointer());
+    let mut acc = 0u64;
+    for i in 0..warmup {
+        acc ^= footprint.run(i);
+        // SAFETY: the workload functions read only their argument and their own data.
+        acc ^= unsafe { f(i) };
+    }
+    let n = iters.max(1) as usize;
+    let mut iter_ticks = Vec::with_capacity(n);
+    let mut call_ticks = Vec::with_capacity(n);
+    let (cpu_start, wall_start, tsc_start) = (thread_cpu_ns(), monotonic_ns(), tsc());
+    let mut last = tsc_start;
+    for i in 0..n as u64 {
+        acc = acc.wrapping_add(footprint.run(i));
+        let before = tsc();
+        // SAFETY: as above.
+        acc = acc.wrapping_add(unsafe { f(i) });
+        let after = tsc();
+        call_ticks.push(after.saturating_sub(before));
+        iter_ticks.push(after.saturating_sub(last));
+        last = after;
+    }
+    let (cpu_end, wall_end, tsc_end) = (thread_cpu_ns(), monotonic_ns(), tsc());
+    std::hint::black_box(acc);
+    let ns_per_tick = wall_end.saturating_sub(wall_start) as f64
+        / tsc_end.saturating_sub(tsc_start).max(1) as f64;
+    ColdRun {
+        cpu_ns_per_iter: cpu_end.saturating_sub(cpu_start) as f64 / n as f64,
+        iter_ns_median: median_of(&mut iter_ticks) * ns_per_tick,
+        call_ns_median: median_of(&mut call_ticks) * ns_per_tick,
+    }
+}
+
 /// The child's side: `ready`, then one reply per command on stdin until it closes.
-/// `run FUNC CALLS WARMUP` -> `ns PER_CALL`; anything else -> `error ...`.
+/// `run FUNC CALLS WARMUP` -> `ns PER_CALL`;
+/// `cold FUNC ITERS WARMUP DATA_BYTES CODE_BYTES` -> `cold CPU_PER_ITER ITER CALL`;
+/// anything else -> `error ...`.
 pub fn child_main() -> anyhow::Result<()> {
     let stdin = io::stdin();
     let mut out = io::stdout().lock();
     writeln!(out, "ready")?;
     out.flush()?;
+    let mut footprint: Option<Footprint> = None;
     for line in stdin.lock().lines() {
         let line = line?;
         let words: Vec<&str> = line.split_whitespace().collect();
         let reply = match words.as_slice() {
+            ["cold", func, iters, warmup, data, code] => {
+                match (
+                    Func::from_name(func),
+                    iters.parse(),
+                    warmup.parse(),
+                    data.parse::<usize>(),
+                    code.parse::<usize>(),
+                ) {
+                    (Some(func), Ok(iters), Ok(warmup), Ok(data), Ok(code)) => {
+                        let mut made = Ok(());
+                        if footprint.as_ref().map(Footprint::sizes) != Some((data, code)) {
+                            drop(footprint.take()); // the old one is unmapped first
+                            made = Footprint::new(data, code).map(|fp| footprint = Some(fp));
+                        }
+                        match (made, &footprint) {
+                            (Err(e), _) => format!("error cannot map the cold footprint: {e}"),
+                            (Ok(()), Some(fp)) => {
+                                let r = run_cold(func, iters, warmup, fp);
+                                format!(
+                                    "cold {} {} {}",
+                                    r.cpu_ns_per_iter, r.iter_ns_median, r.call_ns_median
+                                )
+                            }
+                            (Ok(()), None) => "error no footprint".to_string(),
+                        }
+                    }
+                    _ => format!("error bad command {line:?}"),
+                }
+            }
             ["run", func, calls, warmup] => {
                 match (Func::from_name(func), calls.parse(), warmup.parse()) {
                     (Some(func), Ok(calls), Ok(warmup)) => {
@@ -400,5 +666,25 @@ mod tests {
         // SAFETY: as above; the data word is 0.
         assert_eq!(unsafe { Func::SingleStepped.pointer()(42) }, 42);
         assert!(run(Func::Emulated, 1000, 10) >= 0.0);
+    }
+
+    #[test]
+    fn the_code_chain_runs_every_line() {
+        // 3 lines and a part: the part is left out.
+        let fp = Footprint::new(4096, 3 * LINE + 10).expect("footprint");
+        let data_sum = fp.data.bytes()[..4096]
+            .iter()
+            .step_by(LINE)
+            .map(|b| u64::from(*b))
+            .sum::<u64>();
+        assert_eq!(fp.run(100), 100 + data_sum + 100 + 3);
+        let one = Footprint::new(0, 0).expect("footprint");
+        assert_eq!(one.run(7), 7 + 7 + 1);
+        let r = run_cold(Func::Emulated, 20, 2, &fp);
+        assert!(r.cpu_ns_per_iter > 0.0 && r.iter_ns_median > 0.0, "{r:?}");
+        assert!(
+            r.call_ns_median >= 0.0 && r.call_ns_median <= r.iter_ns_median,
+            "{r:?}"
+        );
     }
 }

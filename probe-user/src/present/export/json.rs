@@ -52,6 +52,10 @@ struct JsonProbe<'a> {
     /// How `whole_cost_ns` was estimated: `dispatch-and-calibration` or `calibration`.
     #[serde(skip_serializing_if = "Option::is_none")]
     whole_cost_method: Option<&'static str>,
+    /// The calibration loop that priced `whole_cost_ns`: `hot` (caches warm between
+    /// hits) or `cold` (a server's footprint between hits); see `cost.assumption`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    whole_cost_assumes: Option<&'static str>,
     /// Share of one CPU the probe took from the target over the run (whole cost x
     /// hits / duration; 0.01 is 1% of a CPU).
     cpu_share: Option<f64>,
@@ -92,6 +96,18 @@ struct JsonCost<'a> {
     /// The in-situ measurement (`--in-situ`).
     #[serde(skip_serializing_if = "Option::is_none")]
     in_situ: Option<JsonInSitu>,
+    /// Hot or cold caches between hits, as `--assume` decided over the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    assumption: Option<JsonAssumption>,
+}
+
+/// The hot-or-cold decision of a run.
+#[derive(Serialize)]
+struct JsonAssumption {
+    /// `hot` or `cold`: the calibration loop that prices the hits.
+    assumes: &'static str,
+    /// Why: `--assume hot|cold`, or what auto saw.
+    why: String,
 }
 
 /// A mean and its 95% bootstrap confidence interval.
@@ -239,6 +255,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     .filter(|i| !i.is_empty()),
                 whole_cost_ns: p.cost.whole_cost_ns,
                 whole_cost_method: p.cost.method.map(|m| m.as_str()),
+                whole_cost_assumes: p.cost.assumes.map(|a| a.as_str()),
                 cpu_share: p.cost.cpu_share,
                 dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
                     per_hit_mean: d.per_hit_ns(),
@@ -263,6 +280,10 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             }),
             estimated_per_hit_ns: report.cost.estimated_per_hit_ns,
             in_situ: report.cost.in_situ.as_ref().map(Into::into),
+            assumption: report.cost.assumption.as_ref().map(|d| JsonAssumption {
+                assumes: d.assumes.as_str(),
+                why: d.why.clone(),
+            }),
         },
         execs: report
             .execs

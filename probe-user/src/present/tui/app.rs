@@ -646,6 +646,7 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         interval,
         focus,
         own,
+        assumption,
     } = new;
     elapsed.as_secs() != old.elapsed.as_secs()
         || *notice != old.notice
@@ -656,4 +657,5 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         || *interval != old.interval
         || *focus != old.focus
         || *own != old.own
+        || assumption.as_ref().map(|d| d.assumes) != old.assumption.as_ref().map(|d| d.assumes)
 }

@@ -48,10 +48,20 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         )
     });
     let target_cost = in_situ.or_else(|| {
+        // Hot or cold: which calibration loop priced the hits (--assume).
+        let caches = snap.assumption.as_ref().map_or("", |d| match d.assumes {
+            crate::cost::assume::Assumption::Hot => " hot",
+            crate::cost::assume::Assumption::Cold => " cold",
+        });
         snap.cpu_share().map(|share| {
+            let long = format!("probes cost target {} cpu", format::percent(share));
             part(
-                format!("probes cost target {} cpu", format::percent(share)),
-                format!("target {}", format::percent(share)),
+                if caches.is_empty() {
+                    long
+                } else {
+                    format!("{long},{caches} caches")
+                },
+                format!("target {}{caches}", format::percent(share)),
                 1,
                 false,
             )

@@ -124,6 +124,7 @@ fn snapshot() -> Snapshot {
             cpu_share: Some(0.012),
             rss_bytes: Some(14_300_000),
         },
+        assumption: None,
     }
 }
 
@@ -202,6 +203,11 @@ fn screen_whole_cost_and_cpu_share() {
         probe.whole_cost_ns = cost;
         probe.cpu_share = cost.map(|ns| ns * probe.per_second / 1e9);
     }
+    // Priced with the cold loop's rows (--assume): the status line says so.
+    snap.assumption = Some(crate::cost::assume::Decision {
+        assumes: crate::cost::assume::Assumption::Cold,
+        why: "auto: 31 MiB of code mapped, more than 8 MiB".into(),
+    });
     app.update(snap);
     assert_eq!(app.effective_sort_column(), SortColumn::CpuShare);
     assert_eq!(order(&app), [2, 1, 0, 3]);

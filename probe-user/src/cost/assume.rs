@@ -1,0 +1,334 @@
+//! Hot or cold: which calibration prices a target's hits.
+//!
+//! `probetop calibrate` measures a hit twice: in a tight loop, where the kernel's uprobe
+//! path, the BPF program and its maps stay in the caches and the TLB between hits
+//! (hot), and in a loop that runs a large code and data footprint between two hits, as
+//! a server does (cold). `--assume hot|cold|auto` picks the rows; auto decides per run
+//! from the target:
+//!
+//! - cold when the target maps more than [`AUTO_TEXT_BYTES`] of executable code (a
+//!   large program: a database, a JVM, a browser), or
+//! - cold when hits are far apart on a thread: more than [`AUTO_HIT_INTERVAL_NS`]
+//!   between two hits, counting as many threads as the target keeps cores busy
+//!   (its CPU time per second, rounded, at least one);
+//! - hot otherwise (a small program hitting its probes in a tight loop).
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+/// Executable mappings above which auto assumes cold.
+pub const AUTO_TEXT_BYTES: u64 = 8 << 20;
+
+/// Time between two hits on one thread above which auto assumes cold, ns.
+pub const AUTO_HIT_INTERVAL_NS: f64 = 10_000.0;
+
+/// Which calibration rows price a hit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Assumption {
+    /// The tight loop's: caches and TLB warm between hits.
+    #[default]
+    Hot,
+    /// The cold loop's: a server's footprint runs between hits.
+    Cold,
+}
+
+impl Assumption {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Assumption::Hot => "hot",
+            Assumption::Cold => "cold",
+        }
+    }
+}
+
+/// `--assume`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum AssumeChoice {
+    Hot,
+    Cold,
+    /// Cold for a large process or sparse hits, hot for a tight loop.
+    #[default]
+    Auto,
+}
+
+/// What auto looks at.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct AutoInputs {
+    /// The target's executable mappings, bytes (`None`: not read).
+    pub text_bytes: Option<u64>,
+    /// Hits per second of every probe together.
+    pub hits_per_second: f64,
+    /// CPUs the target keeps busy (its CPU seconds per second; `None`: not read).
+    pub busy_cores: Option<f64>,
+}
+
+/// The assumption and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    pub assumes: Assumption,
+    pub why: String,
+}
+
+/// Threads the hits are spread over: the cores the target keeps busy, rounded, at least
+/// one.
+fn busy_threads(busy_cores: Option<f64>) -> f64 {
+    busy_cores.map_or(1.0, |c| c.round().max(1.0))
+}
+
+/// The auto rule.
+pub fn auto(inputs: AutoInputs) -> Decision {
+    let mib = |b: u64| b as f64 / f64::from(1 << 20);
+    if let Some(text) = inputs.text_bytes.filter(|t| *t > AUTO_TEXT_BYTES) {
+        return Decision {
+            assumes: Assumption::Cold,
+            why: format!(
+                "auto: {:.0} MiB of code mapped, more than {:.0} MiB",
+                mib(text),
+                mib(AUTO_TEXT_BYTES)
+            ),
+        };
+    }
+    let threads = busy_threads(inputs.busy_cores);
+    let text = inputs.text_bytes.map_or(String::new(), |t| {
+        format!(", {:.1} MiB of code mapped", mib(t))
+    });
+    if inputs.hits_per_second <= 0.0 || !inputs.hits_per_second.is_finite() {
+        return Decision {
+            assumes: Assumption::Cold,
+            why: format!("auto: no hits yet{text}"),
+        };
+    }
+    let interval_ns = threads / inputs.hits_per_second * 1e9;
+    let threads_text = if threads == 1.0 {
+        "a thread".to_string()
+    } else {
+        format!("each of {threads:.0} busy threads")
+    };
+    let limit = AUTO_HIT_INTERVAL_NS / 1000.0;
+    let (assumes, relation) = if interval_ns > AUTO_HIT_INTERVAL_NS {
+        (Assumption::Cold, format!("more than {limit:.0} us: cold"))
+    } else {
+        (Assumption::Hot, format!("{limit:.0} us or less: hot"))
+    };
+    Decision {
+        assumes,
+        why: format!(
+            "auto: a hit every {:.1} us on {threads_text} ({relation}){text}",
+            interval_ns / 1000.0,
+        ),
+    }
+}
+
+/// `choice` applied to `inputs`.
+pub fn decide(choice: AssumeChoice, inputs: AutoInputs) -> Decision {
+    match choice {
+        AssumeChoice::Hot => Decision {
+            assumes: Assumption::Hot,
+            why: "--assume hot".into(),
+        },
+        AssumeChoice::Cold => Decision {
+            assumes: Assumption::Cold,
+            why: "--assume cold".into(),
+        },
+        AssumeChoice::Auto => auto(inputs),
+    }
+}
+
+/// Bytes of the executable mappings of `pid`.
+pub fn text_bytes(pid: u32) -> Option<u64> {
+    let maps = crate::resolve::maps::read_maps(pid).ok()?;
+    Some(
+        maps.iter()
+            .filter(|m| m.executable())
+            .map(|m| m.end.saturating_sub(m.start))
+            .sum(),
+    )
+}
+
+/// utime + stime of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_comm = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_comm.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// The run's choice and what auto needs of the target, read as the run goes.
+#[derive(Debug, Clone, Default)]
+pub struct Assumer {
+    pub choice: AssumeChoice,
+    pub text_bytes: Option<u64>,
+    pid: Option<u32>,
+    /// (when, CPU ticks): when the window opened, and the last two readings.
+    first: Option<(Instant, u64)>,
+    previous: Option<(Instant, u64)>,
+    last: Option<(Instant, u64)>,
+    opened: Option<Instant>,
+}
+
+impl Assumer {
+    /// For `pid`: reads its executable mappings now.
+    pub fn new(choice: AssumeChoice, pid: u32) -> Self {
+        Self {
+            choice,
+            text_bytes: text_bytes(pid),
+            pid: Some(pid),
+            ..Default::default()
+        }
+    }
+
+    /// The measuring window opens (or is reset): the run's rates count from here.
+    pub fn open(&mut self) {
+        let now = Instant::now();
+        self.opened = Some(now);
+        self.first = self.pid.and_then(cpu_ticks).map(|t| (now, t));
+        self.previous = None;
+        self.last = self.first;
+    }
+
+    /// Reads the target's CPU time (once a second or so, by the collector).
+    pub fn observe(&mut self) {
+        let Some(ticks) = self.pid.and_then(cpu_ticks) else {
+            return;
+        };
+        self.previous = self.last;
+        self.last = Some((Instant::now(), ticks));
+    }
+
+    fn cores(from: Option<(Instant, u64)>, to: Option<(Instant, u64)>) -> Option<f64> {
+        let ((t0, c0), (t1, c1)) = (from?, to?);
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let seconds = (t1 - t0).as_secs_f64();
+        (per_second > 0 && seconds >= 0.2)
+            .then(|| c1.saturating_sub(c0) as f64 / per_second as f64 / seconds)
+    }
+
+    /// The decision for the last second: `hits_per_second` of every probe together.
+    pub fn live(&self, hits_per_second: f64) -> Decision {
+        decide(
+            self.choice,
+            AutoInputs {
+                text_bytes: self.text_bytes,
+                hits_per_second,
+                busy_cores: Self::cores(self.previous, self.last)
+                    .or_else(|| Self::cores(self.first, self.last)),
+            },
+        )
+    }
+
+    /// The decision over the run so far: `hits` of every probe together since the
+    /// window opened.
+    pub fn run(&self, hits: u64) -> Decision {
+        let seconds = self.opened.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        decide(
+            self.choice,
+            AutoInputs {
+                text_bytes: self.text_bytes,
+                hits_per_second: if seconds > 0.0 {
+                    hits as f64 / seconds
+                } else {
+                    0.0
+                },
+                busy_cores: Self::cores(self.first, self.last),
+            },
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(text_mib: Option<u64>, hits_per_second: f64, busy_cores: Option<f64>) -> AutoInputs {
+        AutoInputs {
+            text_bytes: text_mib.map(|m| m << 20),
+            hits_per_second,
+            busy_cores,
+        }
+    }
+
+    #[test]
+    fn auto_rule() {
+        // The tight loop of tests/cost_estimate.rs: one busy thread, a hit a microsecond.
+        let tight = auto(inputs(Some(2), 1_000_000.0, Some(1.0)));
+        assert_eq!(tight.assumes, Assumption::Hot, "{}", tight.why);
+        assert!(tight.why.contains("1.0 us"), "{}", tight.why);
+        // mariadbd: a large program, whatever its rate.
+        let server = auto(inputs(Some(30), 1_000_000.0, Some(2.0)));
+        assert_eq!(server.assumes, Assumption::Cold, "{}", server.why);
+        assert!(server.why.contains("30 MiB"), "{}", server.why);
+        // A small program hit rarely: 8000 hits/s on the one busy thread, 125 us apart.
+        let sparse = auto(inputs(Some(2), 8000.0, Some(0.8)));
+        assert_eq!(sparse.assumes, Assumption::Cold, "{}", sparse.why);
+        // Four busy threads share 1M hits/s: 4 us apart on each: hot.
+        let threads = auto(inputs(Some(2), 1_000_000.0, Some(3.9)));
+        assert_eq!(threads.assumes, Assumption::Hot, "{}", threads.why);
+        assert!(threads.why.contains("4 busy threads"), "{}", threads.why);
+        // Idle threads do not count: 1 busy core of 30 threads, 1M hits/s.
+        assert_eq!(
+            auto(inputs(Some(2), 1_000_000.0, Some(1.02))).assumes,
+            Assumption::Hot
+        );
+        // Exactly 8 MiB is not large: the rate decides, 8 us apart hot, 12.5 cold.
+        assert_eq!(
+            auto(inputs(Some(8), 125_000.0, None)).assumes,
+            Assumption::Hot
+        );
+        assert_eq!(
+            auto(inputs(Some(8), 80_000.0, None)).assumes,
+            Assumption::Cold
+        );
+        assert_eq!(
+            auto(AutoInputs {
+                text_bytes: Some((8 << 20) + 1),
+                hits_per_second: 1e7,
+                busy_cores: None,
+            })
+            .assumes,
+            Assumption::Cold
+        );
+        // Nothing known but a rate: one thread.
+        assert_eq!(auto(inputs(None, 50_000.0, None)).assumes, Assumption::Cold);
+        assert_eq!(auto(inputs(None, 500_000.0, None)).assumes, Assumption::Hot);
+        // No hits: cold (and they cost nothing anyway).
+        assert_eq!(auto(inputs(Some(1), 0.0, None)).assumes, Assumption::Cold);
+    }
+
+    #[test]
+    fn choices_override_auto() {
+        let server = inputs(Some(30), 10.0, None);
+        assert_eq!(decide(AssumeChoice::Hot, server).assumes, Assumption::Hot);
+        assert_eq!(
+            decide(AssumeChoice::Cold, inputs(Some(1), 1e7, Some(1.0))).assumes,
+            Assumption::Cold
+        );
+        assert_eq!(decide(AssumeChoice::Auto, server).assumes, Assumption::Cold);
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let pid = std::process::id();
+        let text = text_bytes(pid).expect("maps");
+        assert!(text > 0);
+        assert!(cpu_ticks(pid).is_some());
+        let mut assumer = Assumer::new(AssumeChoice::Auto, pid);
+        assumer.open();
+        assumer.observe();
+        assert_eq!(assumer.text_bytes, Some(text));
+        // Too soon for a CPU rate: one thread assumed.
+        let d = assumer.live(1_000_000.0);
+        assert_eq!(
+            d.assumes,
+            if text > AUTO_TEXT_BYTES {
+                Assumption::Cold
+            } else {
+                Assumption::Hot
+            }
+        );
+    }
+}
