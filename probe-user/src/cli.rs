@@ -53,12 +53,12 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub no_cold: bool,
 
-    /// The cold loop's data walk, in MiB (default: the last-level cache and a quarter,
-    /// at most 32).
+    /// The cold loop's data walk, in MiB (default: this CPU's L2, 2 if unknown; the
+    /// last-level cache, e.g. 32, for an upper bound).
     #[arg(long, value_name = "MIB")]
     pub cold_data_mib: Option<f64>,
 
-    /// The cold loop's code footprint, in MiB (default 4).
+    /// The cold loop's code footprint, in MiB (default 0.5; 4 for an upper bound).
     #[arg(long, value_name = "MIB")]
     pub cold_code_mib: Option<f64>,
 

@@ -105,23 +105,47 @@ pub struct ColdOptions {
 /// ms per iteration.
 pub const COLD_DATA_CAP: u64 = 32 << 20;
 
-/// The code chain's default size: twice the largest L2 of current x86 cores, 16
-/// times the largest L1i; one taken jump per line, so also far more branches than a
-/// branch target buffer holds.
-pub const COLD_CODE_BYTES: u64 = 4 << 20;
+/// The code chain's default size: a quarter of a typical L2, four times a typical L1i.
+pub const COLD_CODE_BYTES: u64 = 512 << 10;
+
+/// The data walk's size when the L2's is not known.
+pub const COLD_DATA_FALLBACK: u64 = 2 << 20;
 
 impl ColdOptions {
-    /// The default footprint here: the data walk a quarter larger than the last-level
-    /// cache, capped at [`COLD_DATA_CAP`], and [`COLD_CODE_BYTES`] of code.
+    /// The default footprint here: a data walk the size of this CPU's L2 and
+    /// [`COLD_CODE_BYTES`] of code. That is roughly what a server thread touches
+    /// between two hits of a request-path probe: mariadbd runs ~15 us of its own CPU
+    /// per hit there, and on this machine the L2-sized loop (61 us an iteration) priced
+    /// a hit at 1.9-2.6 us against a true 2-5 us, where the whole last-level cache and
+    /// 4 MiB of code (an upper bound, `--cold-data-mib 32 --cold-code-mib 4`) priced it
+    /// at 6-9 us (docs/cost.md, the size curve). One server: other footprints may fit
+    /// others better, hence the flags.
     pub fn for_this_machine(iters: u64) -> Self {
-        let data_bytes = last_level_cache_bytes()
-            .map_or(COLD_DATA_CAP, |llc| (llc + llc / 4).min(COLD_DATA_CAP));
+        let data_bytes = level_cache_bytes(2)
+            .unwrap_or(COLD_DATA_FALLBACK)
+            .min(COLD_DATA_CAP);
         Self {
             data_bytes,
             code_bytes: COLD_CODE_BYTES,
             iters,
         }
     }
+}
+
+/// The size of CPU 0's unified or data cache at `level`, from sysfs.
+fn level_cache_bytes(level: u32) -> Option<u64> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    dir.flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
+        .filter(|e| {
+            std::fs::read_to_string(e.path().join("level"))
+                .is_ok_and(|l| l.trim().parse() == Ok(level))
+                && std::fs::read_to_string(e.path().join("type"))
+                    .is_ok_and(|t| t.trim() != "Instruction")
+        })
+        .filter_map(|e| std::fs::read_to_string(e.path().join("size")).ok())
+        .filter_map(|size| parse_cache_size(size.trim()))
+        .max()
 }
 
 /// The largest cache of CPU 0, from sysfs (`index*/size`, like `512K`, `32M`).
