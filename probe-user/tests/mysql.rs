@@ -205,8 +205,10 @@ fn counts_every_command_of_a_live_mariadbd() {
     let mut probetop = Running::spawn(cmd);
     probetop.err().wait_for("attached 6 probes");
     let (held_programs, held_links) = bpf_ids_of(probetop.pid());
+    // One link per probe on the perf-event path; one per binary, program and kind
+    // (entries, returns) through uprobe_multi links.
     assert!(
-        !held_programs.is_empty() && held_links.len() == 6,
+        !held_programs.is_empty() && (1..=6).contains(&held_links.len()),
         "{held_programs:?} {held_links:?}"
     );
 
