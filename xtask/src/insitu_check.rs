@@ -416,7 +416,7 @@ fn splice(existing: &str, section: &str) -> String {
                 after.strip_prefix('\n').unwrap_or(after)
             )
         }
-        _ => format!("{}\n{block}", existing.trim_end()),
+        _ => format!("{}\n\n{block}", existing.trim_end()),
     }
 }
 
