@@ -15,7 +15,7 @@ use anyhow::{Context as _, Result, ensure};
 use serde_json::Value;
 
 use crate::mysql::{Mariadb, ServerOptions, Sysbench};
-use crate::mysql_report::{Stream, Tool};
+use crate::mysql_report::{KillOnDrop, Stream, Tool, splice_between};
 use crate::{Ctx, show};
 
 const BEGIN_MARK: &str = "<!-- BEGIN cargo xtask insitu-check -->";
@@ -168,7 +168,8 @@ fn measure_cell(
         "insitu-check: {rate} statements/s, --mode {mode}: {}",
         show(&load)
     );
-    let mut load = KillOnDrop(load.spawn().context("starting sysbench")?);
+    let mut load = load.spawn().context("starting sysbench")?;
+    let load_guard = KillOnDrop(&mut load);
     thread::sleep(Duration::from_secs(5));
 
     let measure_s = options.block_seconds;
@@ -245,8 +246,7 @@ fn measure_cell(
             .map(str::to_string));
         in_situ.push((meter.to_string(), report["cost"]["in_situ"].clone()));
     }
-    let _ = load.0.kill();
-    let _ = load.0.wait();
+    drop(load_guard);
     Ok(Cell {
         rate,
         mode: mode.to_string(),
@@ -257,15 +257,6 @@ fn measure_cell(
         estimate_ns,
         estimate_assumes,
     })
-}
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -406,18 +397,12 @@ fn render(
 /// `existing` with the text between the markers replaced by `section`, or the section
 /// appended when there are none.
 fn splice(existing: &str, section: &str) -> String {
-    let block = format!("{BEGIN_MARK}\n{section}{END_MARK}\n");
-    match (existing.find(BEGIN_MARK), existing.find(END_MARK)) {
-        (Some(b), Some(e)) if b < e => {
-            let after = &existing[e + END_MARK.len()..];
-            format!(
-                "{}{block}{}",
-                &existing[..b],
-                after.strip_prefix('\n').unwrap_or(after)
-            )
-        }
-        _ => format!("{}\n\n{block}", existing.trim_end()),
-    }
+    splice_between(existing, section, (BEGIN_MARK, END_MARK)).unwrap_or_else(|| {
+        format!(
+            "{}\n\n{BEGIN_MARK}\n{section}{END_MARK}\n",
+            existing.trim_end()
+        )
+    })
 }
 
 #[cfg(test)]

@@ -1023,7 +1023,7 @@ fn thread_snapshot(processes: &[(&str, u32)]) -> String {
 }
 
 /// Kills and reaps a child on drop unless it was already reaped.
-struct KillOnDrop<'a>(&'a mut Child);
+pub struct KillOnDrop<'a>(pub &'a mut Child);
 
 impl Drop for KillOnDrop<'_> {
     fn drop(&mut self) {
@@ -1790,17 +1790,26 @@ fn safe_tag(spec: &str) -> String {
 /// `existing` with the text between the markers replaced by `section`; a new document
 /// when there are no markers.
 fn splice(existing: &str, section: &str) -> String {
-    let block = format!("{BEGIN_MARK}\n{section}{END_MARK}\n");
-    match (existing.find(BEGIN_MARK), existing.find(END_MARK)) {
+    splice_between(existing, section, (BEGIN_MARK, END_MARK)).unwrap_or_else(|| {
+        format!("# probetop on a live mysqld\n\n{BEGIN_MARK}\n{section}{END_MARK}\n")
+    })
+}
+
+/// `existing` with the text between `marks` replaced by `section` (the marks kept);
+/// `None` when it has no such block.
+pub fn splice_between(existing: &str, section: &str, marks: (&str, &str)) -> Option<String> {
+    let (begin, end) = marks;
+    let block = format!("{begin}\n{section}{end}\n");
+    match (existing.find(begin), existing.find(end)) {
         (Some(b), Some(e)) if b < e => {
-            let after = &existing[e + END_MARK.len()..];
-            format!(
+            let after = &existing[e + end.len()..];
+            Some(format!(
                 "{}{block}{}",
                 &existing[..b],
                 after.strip_prefix('\n').unwrap_or(after)
-            )
+            ))
         }
-        _ => format!("# probetop on a live mysqld\n\n{block}"),
+        _ => None,
     }
 }
 
