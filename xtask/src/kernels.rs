@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use crate::{Ctx, echo, install_apt, run, show};
+use crate::{Ctx, echo, install_apt, output_ok, run, show};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct KernelsArgs {
@@ -317,15 +317,7 @@ impl Apt {
         let mut cmd = self.command("apt-cache", suite);
         cmd.args(["depends", METAPACKAGE]);
         echo(&cmd);
-        let out = cmd
-            .output()
-            .with_context(|| format!("running {}", show(&cmd)))?;
-        ensure!(
-            out.status.success(),
-            "`{}` failed: {}",
-            show(&cmd),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        let out = output_ok(&mut cmd)?;
         let text = String::from_utf8_lossy(&out.stdout);
         text.lines()
             .find_map(|l| l.trim().strip_prefix("Depends:"))
@@ -545,17 +537,7 @@ fn shared_libraries(binaries: &[(PathBuf, String)]) -> Result<Vec<PathBuf>> {
             "{} is missing: build it first (`cargo xtask build`, `cargo xtask fixtures`)",
             binary.display()
         );
-        let out = Command::new("ldd")
-            .arg(binary)
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("running ldd {}", binary.display()))?;
-        ensure!(
-            out.status.success(),
-            "ldd {} failed: {}",
-            binary.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        let out = output_ok(Command::new("ldd").arg(binary).stdin(Stdio::null()))?;
         for lib in ldd_paths(&String::from_utf8_lossy(&out.stdout)) {
             if !libs.contains(&lib) {
                 libs.push(lib);

@@ -977,6 +977,22 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// Runs a command for its output; a non-zero exit is an error that carries its stderr.
+/// Not echoed: callers that show what they run echo it first.
+fn output_ok(cmd: &mut Command) -> Result<std::process::Output> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("running {}", show(cmd)))?;
+    ensure!(
+        out.status.success(),
+        "`{}` failed ({}): {}",
+        show(cmd),
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(out)
+}
+
 fn echo(cmd: &Command) {
     eprintln!("+ {}", show(cmd));
 }

@@ -15,7 +15,7 @@ use std::{fs, thread};
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use crate::{echo, run, show};
+use crate::{echo, output_ok, run, show};
 
 /// The server (mariadbd, mariadb-install-db, the mariadb client) and the load generator.
 pub const PACKAGES: &[&str] = &["mariadb-server", "sysbench"];
@@ -381,17 +381,7 @@ impl Mariadb {
         cmd.arg("--no-defaults")
             .arg(format!("--socket={}", self.socket.display()))
             .args(["--user=root", "--batch", "--skip-column-names", "-e", sql]);
-        let out = cmd
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("running {}", show(&cmd)))?;
-        ensure!(
-            out.status.success(),
-            "`{}` failed ({}): {}",
-            show(&cmd),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        let out = output_ok(cmd.stdin(Stdio::null()))?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 

@@ -23,7 +23,7 @@ use crate::mysql::{
     HostCpu, MARIADBD, Mariadb, ServerOptions, Stalled, Sysbench, SysbenchResult,
     extra_commands_per_connection, process_cpu,
 };
-use crate::{Ctx, echo, show};
+use crate::{Ctx, echo, output_ok, show};
 
 /// Markers around the generated part of docs/mysqld.md; the text outside is kept.
 const BEGIN_MARK: &str = "<!-- BEGIN cargo xtask mysql-report: generated, edits are lost -->";
@@ -302,15 +302,7 @@ fn resolve_preset(probetop: &Path, preset: &str) -> Result<Vec<PresetProbe>> {
         let mut cmd = Command::new(probetop);
         cmd.args(["list", "--json", MARIADBD, name]);
         echo(&cmd);
-        let out = cmd
-            .output()
-            .with_context(|| format!("running {}", show(&cmd)))?;
-        ensure!(
-            out.status.success(),
-            "`{}` failed: {}",
-            show(&cmd),
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
+        let out = output_ok(&mut cmd)?;
         let listing: Value =
             serde_json::from_slice(&out.stdout).context("reading probetop list --json")?;
         let points = listing["points"]
