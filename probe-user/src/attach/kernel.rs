@@ -97,20 +97,6 @@ const BPF_PROG_TYPE_KPROBE: u32 = 2;
 /// `enum bpf_attach_type`'s BPF_PERF_EVENT (5.15).
 const BPF_PERF_EVENT: u32 = 41;
 
-/// The start of `union bpf_attr` for BPF_PROG_LOAD; the kernel zero-fills the rest.
-#[repr(C)]
-struct ProgLoadAttr {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-}
-
 /// The start of `union bpf_attr`'s `link_create`.
 #[repr(C)]
 struct LinkCreateAttr {
@@ -120,7 +106,8 @@ struct LinkCreateAttr {
     flags: u32,
 }
 
-fn sys_bpf<T>(cmd: libc::c_long, attr: &T) -> io::Result<OwnedFd> {
+/// `bpf(cmd, attr)` for the commands that return a new file descriptor.
+pub(super) fn sys_bpf<T>(cmd: libc::c_long, attr: &T) -> io::Result<OwnedFd> {
     // SAFETY: attr is a valid prefix of union bpf_attr for cmd and lives across the
     // call; the kernel reads size_of::<T>() bytes of it and zero-fills the rest.
     let fd = unsafe {
@@ -140,7 +127,7 @@ fn sys_bpf<T>(cmd: libc::c_long, attr: &T) -> io::Result<OwnedFd> {
 
 /// Loads `insns` as a kprobe-type program (what uprobe programs are), without a log.
 fn load_program(insns: &[Insn]) -> io::Result<OwnedFd> {
-    let attr = ProgLoadAttr {
+    let attr = super::multi::ProgLoad {
         prog_type: BPF_PROG_TYPE_KPROBE,
         insn_cnt: insns.len() as u32,
         insns: insns.as_ptr() as u64,
@@ -150,6 +137,9 @@ fn load_program(insns: &[Insn]) -> io::Result<OwnedFd> {
         log_buf: 0,
         kern_version: 0,
         prog_flags: 0,
+        prog_name: [0; 16],
+        prog_ifindex: 0,
+        expected_attach_type: 0,
     };
     sys_bpf(BPF_PROG_LOAD, &attr)
 }
@@ -175,7 +165,7 @@ mod tests {
     #[test]
     fn instructions_have_the_kernel_layout() {
         assert_eq!(size_of::<Insn>(), 8);
-        assert_eq!(size_of::<ProgLoadAttr>(), 48);
+        assert_eq!(size_of::<super::super::multi::ProgLoad>(), 72);
         assert_eq!(size_of::<LinkCreateAttr>(), 16);
     }
 

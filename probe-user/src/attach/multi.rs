@@ -66,20 +66,21 @@ struct LinkCreateUprobeMulti {
 
 /// `union bpf_attr`'s `prog_load` up to `expected_attach_type`; the kernel zero-fills
 /// the rest.
+/// (also the kernel-feature probe's, in `kernel.rs`).
 #[repr(C)]
-struct ProgLoad {
-    prog_type: u32,
-    insn_cnt: u32,
-    insns: u64,
-    license: u64,
-    log_level: u32,
-    log_size: u32,
-    log_buf: u64,
-    kern_version: u32,
-    prog_flags: u32,
-    prog_name: [u8; 16],
-    prog_ifindex: u32,
-    expected_attach_type: u32,
+pub(super) struct ProgLoad {
+    pub(super) prog_type: u32,
+    pub(super) insn_cnt: u32,
+    pub(super) insns: u64,
+    pub(super) license: u64,
+    pub(super) log_level: u32,
+    pub(super) log_size: u32,
+    pub(super) log_buf: u64,
+    pub(super) kern_version: u32,
+    pub(super) prog_flags: u32,
+    pub(super) prog_name: [u8; 16],
+    pub(super) prog_ifindex: u32,
+    pub(super) expected_attach_type: u32,
 }
 
 /// `union bpf_attr`'s `info`.
@@ -237,22 +238,9 @@ fn load_program(name: &'static str, relocated: &Relocated) -> Result<OwnedFd, At
             prog_ifindex: 0,
             expected_attach_type: BPF_TRACE_UPROBE_MULTI,
         };
-        // SAFETY: attr is a valid prefix of union bpf_attr for BPF_PROG_LOAD, of the
-        // size passed; the instructions, license and log buffer it points to outlive
-        // the call, and the log's size is its own.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_bpf,
-                BPF_PROG_LOAD,
-                &attr as *const ProgLoad,
-                size_of::<ProgLoad>() as u32,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the syscall returned a new file descriptor that nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        // The instructions, license and log buffer attr points to outlive the call,
+        // and the log's size is its own.
+        super::kernel::sys_bpf(BPF_PROG_LOAD, &attr)
     };
     attempt(&mut []).or_else(|_| {
         // Again with the verifier's log, for the error.
