@@ -117,9 +117,11 @@ impl Report {
         if let Some(per_hit) = measured {
             let seconds = summary.seconds_on;
             for probe in &mut self.probes {
+                // A single probe carries the whole measured cost exactly: the share
+                // own / set would round it (set is own * hits / hits).
                 let whole = match (estimated, probe.cost.whole_cost_ns) {
-                    (Some(set), Some(own)) if set > 0.0 => per_hit.mean * own / set,
                     _ if single => per_hit.mean,
+                    (Some(set), Some(own)) if set > 0.0 => per_hit.mean * own / set,
                     _ => continue,
                 };
                 probe.cost.whole_cost_ns = Some(whole);
