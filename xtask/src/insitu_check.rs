@@ -30,6 +30,9 @@ const PROBES: [&str; 4] = [
     "uprobe:mysql_execute_command",
 ];
 const TEST: &str = "oltp_point_select";
+/// Statements per second of the cells: the range is 2k-10k.
+pub const DEFAULT_RATES: [u32; 2] = [2000, 6000];
+pub const DEFAULT_MODES: [&str; 2] = ["ring", "kernel"];
 const CLIENT_THREADS: u32 = 4;
 
 #[derive(Debug, Clone)]
@@ -45,6 +48,36 @@ pub struct CheckOptions {
     pub in_situ_seconds: f64,
     /// Where mysqld.md is.
     pub out: PathBuf,
+}
+
+impl CheckOptions {
+    /// The full check, or with `quick` a short try: one rate and mode, 2 pairs of 4 s
+    /// blocks, 12 s in-situ runs.
+    pub fn new(
+        quick: bool,
+        rates: Vec<u32>,
+        modes: Vec<String>,
+        pairs: Option<u32>,
+        out: PathBuf,
+    ) -> Result<Self> {
+        ensure!(
+            !rates.is_empty() && !modes.is_empty(),
+            "--rates and --modes need at least one value each"
+        );
+        let (rates, modes) = if quick {
+            (rates[..1].to_vec(), modes[..1].to_vec())
+        } else {
+            (rates, modes)
+        };
+        Ok(Self {
+            rates,
+            modes,
+            pairs: pairs.unwrap_or(if quick { 2 } else { 6 }).max(1),
+            block_seconds: if quick { 4.0 } else { 8.0 },
+            in_situ_seconds: if quick { 12.0 } else { 30.0 },
+            out,
+        })
+    }
 }
 
 /// One rate and mode.
@@ -71,6 +104,21 @@ pub fn insitu_check(ctx: &Ctx, options: CheckOptions) -> Result<()> {
     crate::install_apt(ctx, &["mariadb-server", "sysbench"])?;
     crate::build(ctx)?;
     let probetop = ctx.target_dir().join("release/probetop");
+    let server = Mariadb::start(&ServerOptions::default())?;
+    let sysbench = Sysbench::new(&server, 4, 10_000);
+    sysbench.prepare()?;
+    check_on(ctx, &probetop, &server, &sysbench, &options)
+}
+
+/// The check on a server and tables that are already there (`mysql-report` runs it on
+/// its own server after its runs); writes its section of mysqld.md.
+pub fn check_on(
+    ctx: &Ctx,
+    probetop: &Path,
+    server: &Mariadb,
+    sysbench: &Sysbench,
+    options: &CheckOptions,
+) -> Result<()> {
     // The estimate needs this machine's calibration; made once, as a user would.
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
@@ -84,24 +132,21 @@ pub fn insitu_check(ctx: &Ctx, options: CheckOptions) -> Result<()> {
             })
         });
     if !calibrated {
-        crate::run(Command::new(&probetop).arg("calibrate"))?;
+        crate::run(Command::new(probetop).arg("calibrate"))?;
     }
     let work = ctx.target_dir().join("insitu-check-work");
     fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    let server = Mariadb::start(&ServerOptions::default())?;
-    let sysbench = Sysbench::new(&server, 4, 10_000);
-    sysbench.prepare()?;
     let started = Instant::now();
     let mut cells = Vec::new();
     for &rate in &options.rates {
         for mode in &options.modes {
             cells.push(measure_cell(
-                &probetop, &server, &sysbench, &work, rate, mode, &options,
+                probetop, server, sysbench, &work, rate, mode, options,
             )?);
         }
     }
     ensure!(server.ping(), "mariadbd stopped answering during the check");
-    let section = render(&cells, &options, started.elapsed(), &probetop, &sysbench);
+    let section = render(&cells, options, started.elapsed(), probetop, sysbench);
     print!("{section}");
     let doc = options.out.join("mysqld.md");
     let existing = fs::read_to_string(&doc).unwrap_or_default();
@@ -173,9 +218,7 @@ fn measure_cell(
     thread::sleep(Duration::from_secs(5));
 
     let measure_s = options.block_seconds;
-    let mut on_shares = Vec::new();
-    let mut off_shares = Vec::new();
-    let mut hits_per_second = Vec::new();
+    let mut blocks = Vec::new();
     for pair in 0..options.pairs {
         // ABBA: a load that drifts within a pair cancels over two.
         let order = if pair % 2 == 0 {
@@ -193,7 +236,7 @@ fn measure_cell(
                 thread::sleep(Duration::from_secs_f64(measure_s));
                 let (c1, t1) = (cpu_ns(pid)?, Instant::now());
                 tool.stop()?;
-                on_shares.push((c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64());
+                let share = (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64();
                 let report = read_json(&json)?;
                 let hits: u64 = report["probes"]
                     .as_array()
@@ -201,23 +244,24 @@ fn measure_cell(
                     .unwrap_or(0);
                 let duration = report["duration_s"].as_f64().unwrap_or(0.0);
                 ensure!(duration > 0.0 && hits > 0, "no hits in {}", json.display());
-                hits_per_second.push(hits as f64 / duration);
+                blocks.push(Block {
+                    share,
+                    hits_per_second: Some(hits as f64 / duration),
+                });
             } else {
                 // The same settling time as an attach takes, then the same window.
                 thread::sleep(Duration::from_secs(1));
                 let (c0, t0) = (cpu_ns(pid)?, Instant::now());
                 thread::sleep(Duration::from_secs_f64(measure_s));
                 let (c1, t1) = (cpu_ns(pid)?, Instant::now());
-                off_shares.push((c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64());
+                blocks.push(Block {
+                    share: (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64(),
+                    hits_per_second: None,
+                });
             }
         }
     }
-    let truth_ns: Vec<f64> = on_shares
-        .iter()
-        .zip(&off_shares)
-        .zip(&hits_per_second)
-        .map(|((on, off), hits)| (on - off) * 1e9 / hits)
-        .collect();
+    let truth_ns = truth_per_hit(&blocks);
     let mut in_situ = Vec::new();
     let mut estimate_ns = None;
     let mut estimate_assumes = None;
@@ -250,13 +294,56 @@ fn measure_cell(
     Ok(Cell {
         rate,
         mode: mode.to_string(),
-        hits_per_second: median(&hits_per_second),
+        hits_per_second: median(
+            &blocks
+                .iter()
+                .filter_map(|b| b.hits_per_second)
+                .collect::<Vec<_>>(),
+        ),
         truth_ns,
-        base_share: median(&off_shares),
+        base_share: median(
+            &blocks
+                .iter()
+                .filter(|b| b.hits_per_second.is_none())
+                .map(|b| b.share)
+                .collect::<Vec<_>>(),
+        ),
         in_situ,
         estimate_ns,
         estimate_assumes,
     })
+}
+
+/// One block of the outside measurement, in time order.
+struct Block {
+    /// mariadbd's CPU over the block, in CPUs.
+    share: f64,
+    /// The probes' hits per second, for a block with probetop attached.
+    hits_per_second: Option<f64>,
+}
+
+/// Added CPU per hit (ns) of each attached block against the mean of the detached
+/// blocks next to it on either side: a load that drifts linearly cancels, as in the
+/// in-situ measurement itself.
+fn truth_per_hit(blocks: &[Block]) -> Vec<f64> {
+    fn detached<'a>(mut side: impl Iterator<Item = &'a Block>) -> Option<f64> {
+        side.find(|b| b.hits_per_second.is_none()).map(|b| b.share)
+    }
+    blocks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, block)| {
+            let hits = block.hits_per_second?;
+            let before = detached(blocks[..i].iter().rev());
+            let after = detached(blocks[i + 1..].iter());
+            let base = match (before, after) {
+                (Some(a), Some(b)) => (a + b) / 2.0,
+                (Some(x), None) | (None, Some(x)) => x,
+                (None, None) => return None,
+            };
+            Some((block.share - base) * 1e9 / hits)
+        })
+        .collect()
 }
 
 fn median(values: &[f64]) -> f64 {
@@ -309,7 +396,7 @@ fn render(
     line(
         &mut w,
         format!(
-            "- **truth**: mariadbd's CPU (its process CPU clock) over {:.0} s blocks with probetop attached and with nothing attached, {} pairs in ABBA order; per hit = the pair's difference / the attached block's hits per second. Median and IQR over the pairs.",
+            "- **truth**: mariadbd's CPU (its process CPU clock) over {:.0} s blocks with probetop attached and with nothing attached, {} pairs in ABBA order; per hit = an attached block's CPU minus the mean of the detached blocks on either side of it, over its hits per second. Median and IQR over the attached blocks.",
             options.block_seconds, options.pairs
         ),
     );
@@ -417,6 +504,33 @@ mod tests {
         let twice = splice(&once, "B\n");
         assert!(twice.contains("B\n") && !twice.contains("A\n"), "{twice}");
         assert_eq!(twice.matches(BEGIN_MARK).count(), 1);
+    }
+
+    #[test]
+    fn each_attached_block_against_its_detached_neighbours() {
+        let on = |share, hits| Block {
+            share,
+            hits_per_second: Some(hits),
+        };
+        let off = |share| Block {
+            share,
+            hits_per_second: None,
+        };
+        // ABBA: on off off on on off, a load drifting by 0.01 a block.
+        let blocks = [
+            on(0.11, 1e6),
+            off(0.11),
+            off(0.12),
+            on(0.14, 1e6),
+            on(0.15, 1e6),
+            off(0.15),
+        ];
+        let truth = truth_per_hit(&blocks);
+        assert_eq!(truth.len(), 3);
+        // 0.11 against the next off (0.11); 0.14 against 0.12 and 0.15; 0.15 against 0.12 and 0.15.
+        assert!(truth[0].abs() < 1e-6, "{truth:?}");
+        assert!((truth[1] - 5.0).abs() < 1e-6, "{truth:?}");
+        assert!((truth[2] - 15.0).abs() < 1e-6, "{truth:?}");
     }
 
     #[test]

@@ -132,6 +132,10 @@ enum Task {
         tables: u32,
         #[arg(long, default_value_t = 10_000)]
         table_size: u32,
+        /// Skip the in-situ check (as `cargo xtask insitu-check`, on the report's server,
+        /// its default rates and modes).
+        #[arg(long)]
+        no_in_situ: bool,
     },
     /// probetop's --in-situ measurement and its estimate against the truth measured
     /// from outside, on a private mariadbd under an open-loop sysbench load; writes its
@@ -142,9 +146,9 @@ enum Task {
         #[arg(long)]
         quick: bool,
         /// Point selects per second sysbench sends (open loop).
-        #[arg(long, value_delimiter = ',', default_value = "2000,6000")]
+        #[arg(long, value_delimiter = ',', default_values_t = insitu_check::DEFAULT_RATES)]
         rates: Vec<u32>,
-        #[arg(long, value_delimiter = ',', default_value = "ring,kernel")]
+        #[arg(long, value_delimiter = ',', default_values_t = insitu_check::DEFAULT_MODES.map(String::from))]
         modes: Vec<String>,
         /// Attached/detached block pairs of the outside measurement [default: 6].
         #[arg(long)]
@@ -253,6 +257,7 @@ fn run_task(cli: Cli) -> Result<()> {
             out,
             tables,
             table_size,
+            no_in_situ,
         } => {
             let out = match out {
                 Some(dir) => dir,
@@ -277,9 +282,23 @@ fn run_task(cli: Cli) -> Result<()> {
                     tests,
                     threads,
                     per_probe: !no_per_probe,
-                    out,
                     tables,
                     table_size,
+                    in_situ: (!no_in_situ)
+                        .then(|| {
+                            insitu_check::CheckOptions::new(
+                                quick,
+                                insitu_check::DEFAULT_RATES.to_vec(),
+                                insitu_check::DEFAULT_MODES
+                                    .iter()
+                                    .map(|m| m.to_string())
+                                    .collect(),
+                                None,
+                                out.clone(),
+                            )
+                        })
+                        .transpose()?,
+                    out,
                 },
             )
         }
@@ -295,27 +314,9 @@ fn run_task(cli: Cli) -> Result<()> {
                 None if quick => ctx.target_dir().join("insitu-check-quick"),
                 None => ctx.root.join("docs"),
             };
-            let (rates, modes) = if quick {
-                (rates[..1].to_vec(), modes[..1].to_vec())
-            } else {
-                (rates, modes)
-            };
-            ensure!(
-                !rates.is_empty() && !modes.is_empty(),
-                "--rates and --modes need at least one value each"
-            );
             fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-            insitu_check::insitu_check(
-                &ctx,
-                insitu_check::CheckOptions {
-                    rates,
-                    modes,
-                    pairs: pairs.unwrap_or(if quick { 2 } else { 6 }).max(1),
-                    block_seconds: if quick { 4.0 } else { 8.0 },
-                    in_situ_seconds: if quick { 12.0 } else { 30.0 },
-                    out,
-                },
-            )
+            let options = insitu_check::CheckOptions::new(quick, rates, modes, pairs, out)?;
+            insitu_check::insitu_check(&ctx, options)
         }
         Task::Bench(args) => bench::run(&ctx, &args),
         Task::Fuzz { seconds, targets } => fuzz::fuzz(&ctx, seconds, &targets),

@@ -46,6 +46,8 @@ pub struct ReportOptions {
     pub out: PathBuf,
     pub tables: u32,
     pub table_size: u32,
+    /// The in-situ check on the report's server once its runs are done.
+    pub in_situ: Option<crate::insitu_check::CheckOptions>,
 }
 
 /// What runs beside sysbench.
@@ -284,7 +286,16 @@ pub fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
     );
     let uptime_after = uptime();
     let elapsed = started.elapsed();
-    report.write(&uptime_before, &uptime_after, elapsed)
+    report.write(&uptime_before, &uptime_after, elapsed)?;
+    if let Some(check) = &report.options.in_situ {
+        // Its own tables: point selects on the same 4 x 10,000 rows as insitu-check.
+        let sysbench = Sysbench::new(&report.server, 4, 10_000);
+        if (report.options.tables, report.options.table_size) != (4, 10_000) {
+            sysbench.prepare()?;
+        }
+        crate::insitu_check::check_on(ctx, &report.probetop, &report.server, &sysbench, check)?;
+    }
+    Ok(())
 }
 
 /// Each spec of the preset as `probetop list` resolves it in mariadbd, with the first
