@@ -21,8 +21,9 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
 };
 use probe_common::{
-    ArgSpec, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_RECORDS, HitArgsEvent, HitEvent, KernelHistogram,
-    MAX_ARGS, MAX_PROBES, ProbeConfig, arg_kind, khist, mode, next_draw,
+    ArgSpec, BATCH_RECORDS, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_RECORDS, FLUSH_AFTER_NS,
+    FLUSH_PROBE_ID, HitArgsEvent, HitBatch, HitEvent, KernelHistogram, MAX_ARGS, MAX_PROBES,
+    ProbeConfig, arg_kind, khist, mode, next_draw,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -38,6 +39,10 @@ static WAKEUP_RECORDS: Global<u64> = Global::new(DEFAULT_WAKEUP_RECORDS);
 /// Hit records for user space. Its size is set by user space at load time.
 #[map]
 static EVENTS: RingBuf = RingBuf::with_byte_size(DEFAULT_RING_BYTES, 0);
+
+/// Per CPU: hit records staged for the ring buffer (`HitBatch`).
+#[map]
+static STAGED: PerCpuArray<HitBatch> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per CPU: records queued since this CPU last woke the consumer.
 #[map]
@@ -94,6 +99,10 @@ fn on_hit(ctx: Ctx) -> u32 {
     };
     // SAFETY: ctx is the program's own context pointer, as the helper requires.
     let probe_id = unsafe { bpf_get_attach_cookie(ctx) } as u32;
+    if probe_id == FLUSH_PROBE_ID {
+        flush_staged();
+        return 0;
+    }
     let Some(config) = CONFIG.get(probe_id) else {
         return 0;
     };
@@ -183,14 +192,62 @@ fn send_record(ctx: Ctx, probe_id: u32, config: &ProbeConfig, start: u64) {
         send_record_with_args(ctx, probe_id, config, start);
         return;
     }
-    let Some(mut entry) = EVENTS.reserve::<HitEvent>(0) else {
+    stage_record(probe_id, start);
+}
+
+/// Stages this hit's record in the CPU's batch; a full or old batch goes to the ring
+/// first, so the hit that finds it so pays for the write and its handler time says so.
+#[inline(always)]
+fn stage_record(probe_id: u32, start: u64) {
+    let Some(batch) = STAGED.get_ptr_mut(0) else {
         count_drop(probe_id);
         return;
     };
-    let event = entry.write(hit_header(probe_id, start));
+    // SAFETY: the batch is this CPU's own, and BPF programs do not migrate mid-run.
+    let batch = unsafe { &mut *batch };
+    let len = batch.len as usize;
+    if len >= BATCH_RECORDS
+        || (len > 0 && start.wrapping_sub(batch.records[0].ktime_ns) >= FLUSH_AFTER_NS)
+    {
+        flush_batch(batch);
+    }
+    // Opaque to LLVM so the verifier sees the bounds check get_mut makes.
+    let at = core::hint::black_box(batch.len) as usize;
+    let Some(slot) = batch.records.get_mut(at) else {
+        count_drop(probe_id);
+        return;
+    };
+    *slot = hit_header(probe_id, start);
     // SAFETY: bpf_ktime_get_ns has no preconditions.
-    event.handler_ns = unsafe { bpf_ktime_get_ns() } - start;
-    entry.submit(wakeup_flag());
+    slot.handler_ns = unsafe { bpf_ktime_get_ns() } - start;
+    batch.len = at as u32 + 1;
+}
+
+/// Writes this CPU's staged records to the ring, if any.
+#[inline(always)]
+fn flush_staged() {
+    if let Some(batch) = STAGED.get_ptr_mut(0) {
+        // SAFETY: the batch is this CPU's own, and BPF programs do not migrate mid-run.
+        let batch = unsafe { &mut *batch };
+        if batch.len > 0 {
+            flush_batch(batch);
+        }
+    }
+}
+
+/// One ring record for the whole batch; when the ring is full, its hits count as
+/// dropped, each for its own probe.
+#[inline(always)]
+fn flush_batch(batch: &mut HitBatch) {
+    if EVENTS.output::<HitBatch>(&*batch, wakeup_flag()).is_err() {
+        for i in 0..BATCH_RECORDS {
+            if i >= batch.len as usize {
+                break;
+            }
+            count_drop(batch.records[i].probe_id);
+        }
+    }
+    batch.len = 0;
 }
 
 #[inline(always)]
@@ -279,7 +336,7 @@ fn fetch_arg(ctx: Ctx, spec: &ArgSpec) -> Option<u64> {
     Some(value)
 }
 
-/// Wake the consumer only once a batch is queued; it polls on a timer for the rest.
+/// Wake the consumer only once enough is queued; it polls on a timer for the rest.
 /// Counted per CPU rather than asking the ring how much is queued: that query is a
 /// helper call reading the consumer's position, a cache line the consumer writes from
 /// another CPU (25-60 ns more per record, docs/performance.md).

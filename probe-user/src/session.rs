@@ -319,6 +319,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         anyhow::Error::new(e).context(format!("attaching {spec}"))
     })?;
     let ring = attachment.take_ring()?;
+    let flush = attachment.attach_flush()?;
     let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
     for probe in aggregator.probes_mut() {
@@ -356,7 +357,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let (command_tx, command_rx) = mpsc::channel(16);
     let (focus_tx, focus_rx) = watch::channel(None);
     let collector = tokio::spawn(stream::collect(
-        HitStream::new(ring)?,
+        HitStream::new(ring, Some(flush))?,
         counters,
         aggregator,
         collector_options,

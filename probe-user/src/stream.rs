@@ -11,14 +11,14 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use probe_common::{HitArgsEvent, HitEvent, ProbeConfig};
+use probe_common::{BATCH_RECORDS, HitArgsEvent, HitBatch, HitEvent, ProbeConfig};
 use tokio::{
     io::{Interest, unix::AsyncFd},
     sync::{mpsc, oneshot, watch},
 };
 
 use crate::aggregate::{Aggregator, IntervalLog, Measurements, OwnUsage, ProbeAggregate, Snapshot};
-use crate::attach::KernelCounters;
+use crate::attach::{KernelCounters, StagedFlush};
 use probe_common::mode;
 
 /// How often the ring buffer is drained when no wakeup came.
@@ -73,17 +73,32 @@ pub struct Copied {
 /// The ring buffer, readable from tokio.
 pub struct HitStream {
     ring: AsyncFd<RingBuf<MapData>>,
+    /// Fires the flush probe, so hits staged on a CPU reach the ring.
+    flush: Option<StagedFlush>,
     /// Records shorter than a [`HitEvent`]: a bug if ever non-zero.
     pub malformed: u64,
 }
 
 impl HitStream {
-    pub fn new(ring: RingBuf<MapData>) -> io::Result<Self> {
+    pub fn new(ring: RingBuf<MapData>, flush: Option<StagedFlush>) -> io::Result<Self> {
         // SAFETY: the ring buffer owns its map fd and keeps it open, unchanged, until it
         // is dropped, which the AsyncFd does no earlier than itself.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
             .map_err(io::Error::from)?;
-        Ok(Self { ring, malformed: 0 })
+        Ok(Self {
+            ring,
+            flush,
+            malformed: 0,
+        })
+    }
+
+    /// Flushes every CPU's staged hits into the ring, then drains it: what reports and
+    /// window cuts read holds every hit so far.
+    pub fn drain_all(&mut self, on_hit: impl FnMut(Record)) -> usize {
+        if let Some(flush) = &self.flush {
+            flush.flush_now();
+        }
+        self.drain(on_hit)
     }
 
     /// Waits until the kernel signals queued records.
@@ -98,12 +113,12 @@ impl HitStream {
         let ring = self.ring.get_mut();
         let mut count = 0;
         while let Some(bytes) = ring.next() {
-            match Record::parse(&bytes) {
-                Some(record) => {
-                    on_hit(record);
-                    count += 1;
-                }
-                None => self.malformed += 1,
+            let parsed = Record::parse_each(&bytes, |record| {
+                on_hit(record);
+                count += 1;
+            });
+            if !parsed {
+                self.malformed += 1;
             }
         }
         count
@@ -118,6 +133,36 @@ pub enum Record {
 }
 
 impl Record {
+    /// The hit, with or without its arguments.
+    pub fn hit(&self) -> &HitEvent {
+        match self {
+            Self::Hit(hit) => hit,
+            Self::HitWithArgs(event) => &event.hit,
+        }
+    }
+
+    /// Hands each hit of one ring record to `on_hit`: a batch holds several. False for
+    /// a record too short to be any.
+    pub fn parse_each(bytes: &[u8], mut on_hit: impl FnMut(Self)) -> bool {
+        if bytes.len() >= size_of::<HitBatch>() {
+            // SAFETY: the slice holds a whole HitBatch, a plain-integer repr(C) type any
+            // bit pattern of which is valid; read_unaligned makes no alignment demand.
+            let batch = unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<HitBatch>()) };
+            let len = (batch.len as usize).min(BATCH_RECORDS);
+            batch.records[..len]
+                .iter()
+                .for_each(|hit| on_hit(Self::Hit(*hit)));
+            return true;
+        }
+        match Self::parse(bytes) {
+            Some(record) => {
+                on_hit(record);
+                true
+            }
+            None => false,
+        }
+    }
+
     fn parse(bytes: &[u8]) -> Option<Self> {
         if bytes.len() >= size_of::<HitArgsEvent>() {
             // SAFETY: the slice holds a whole HitArgsEvent, a plain-integer repr(C) type
@@ -282,6 +327,7 @@ pub async fn collect(
             }
             command = commands.recv() => match command {
                 Some(CollectorCommand::CloseWindow { at_ktime_ns }) => {
+                    stream.drain_all(|record| aggregator.record_any(&record));
                     aggregator.close_window(at_ktime_ns);
                     // Kernel counts carry no timestamps: take them at the cut, not later.
                     read_kernel_counters(&counters, &mut aggregator);
@@ -293,7 +339,7 @@ pub async fn collect(
                 Some(CollectorCommand::Reset { at_ktime_ns }) => {
                     // Fold in what the kernel counted so far, so that it becomes the
                     // baseline the reset starts from.
-                    stream.drain(|record| aggregator.record_any(&record));
+                    stream.drain_all(|record| aggregator.record_any(&record));
                     read_kernel_counters(&counters, &mut aggregator);
                     aggregator.reset(at_ktime_ns);
                     if let Some(dispatch) = counters.dispatch() {
@@ -306,7 +352,7 @@ pub async fn collect(
                     snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, *focus.borrow()));
                 }
                 Some(CollectorCommand::Copy { with_intervals, reply }) => {
-                    stream.drain(|record| aggregator.record_any(&record));
+                    stream.drain_all(|record| aggregator.record_any(&record));
                     // The asker may have given up; nothing to do then.
                     let _ = reply.send(Copied {
                         measurements: aggregator.measurements(),
@@ -322,7 +368,7 @@ pub async fn collect(
             },
         }
     }
-    stream.drain(|record| aggregator.record_any(&record));
+    stream.drain_all(|record| aggregator.record_any(&record));
     if !counters_frozen {
         read_kernel_counters(&counters, &mut aggregator);
         if let Some(dispatch) = counters.dispatch() {
@@ -532,6 +578,29 @@ mod tests {
             Some(Record::HitWithArgs(with_args))
         );
         assert_eq!(Record::parse(&[0u8; 31]), None);
+    }
+
+    #[test]
+    fn a_batch_yields_its_staged_hits_only() {
+        let mut batch = HitBatch {
+            len: 3,
+            ..Default::default()
+        };
+        for (i, record) in batch.records.iter_mut().enumerate() {
+            record.probe_id = i as u32;
+        }
+        let mut ids = Vec::new();
+        assert!(Record::parse_each(&bytes_of(&batch), |r| match r {
+            Record::Hit(hit) => ids.push(hit.probe_id),
+            Record::HitWithArgs(_) => panic!("a batch holds plain hits"),
+        }));
+        assert_eq!(ids, [0, 1, 2]);
+        // A length past the array (never written) stops at the array.
+        batch.len = 1000;
+        let mut seen = 0;
+        assert!(Record::parse_each(&bytes_of(&batch), |_| seen += 1));
+        assert_eq!(seen, BATCH_RECORDS);
+        assert!(!Record::parse_each(&[0u8; 31], |_| ()));
     }
 
     #[test]

@@ -15,14 +15,15 @@ pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 /// ~775 ns per hit on a 2-vCPU VM, more than the rest of the handler.
 pub const DEFAULT_WAKEUP_BYTES: u64 = 64 << 10;
 
-/// [`DEFAULT_WAKEUP_BYTES`] in records of one CPU on a 2-CPU machine, the eBPF side's
-/// default until user space sets its own from the machine's CPU count.
+/// [`DEFAULT_WAKEUP_BYTES`] in ring records of one CPU on a 2-CPU machine, the eBPF
+/// side's default until user space sets its own from the machine's CPU count.
 pub const DEFAULT_WAKEUP_RECORDS: u64 = wakeup_records(DEFAULT_WAKEUP_BYTES, 2);
 
-/// Records each CPU queues between wakeups so that about `wakeup_bytes` are queued in
-/// all when the consumer is woken (each record takes its size plus an 8-byte header).
+/// Ring records each CPU queues between wakeups so that about `wakeup_bytes` are queued
+/// in all when the consumer is woken. Sized by the [`HitBatch`] record, the one a
+/// stream of hits produces (its size plus the ring's 8-byte header).
 pub const fn wakeup_records(wakeup_bytes: u64, cpus: u64) -> u64 {
-    let per_record = core::mem::size_of::<HitEvent>() as u64 + 8;
+    let per_record = core::mem::size_of::<HitBatch>() as u64 + 8;
     let cpus = if cpus == 0 { 1 } else { cpus };
     let records = wakeup_bytes / per_record / cpus;
     if records == 0 { 1 } else { records }
@@ -46,10 +47,37 @@ pub struct HitEvent {
     pub handler_ns: u64,
 }
 
+/// Hits a CPU stages before it writes them to the ring buffer as one [`HitBatch`]
+/// record: a ring record costs a lock and a cache line shared with the consumer on
+/// another CPU (~85 ns a hit measured in situ, docs/cost.md), a staged hit a write to
+/// this CPU's own map value.
+pub const BATCH_RECORDS: usize = 16;
+
+/// A staged batch older than this goes to the ring at the CPU's next hit, so a slow
+/// probe is not held back by the batch size.
+pub const FLUSH_AFTER_NS: u64 = 10_000_000;
+
+/// The cookie of probetop's own flush probe: a hit with it writes the CPU's staged
+/// batch to the ring and records nothing. User space fires it on every CPU on a timer
+/// and before it reads the last records.
+pub const FLUSH_PROBE_ID: u32 = u32::MAX;
+
+/// Up to [`BATCH_RECORDS`] hit records of one CPU, staged in a per-CPU map and written
+/// to the ring buffer at once. Only the first `len` records are hits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HitBatch {
+    pub len: u32,
+    pub _pad: u32,
+    pub records: [HitEvent; BATCH_RECORDS],
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: HitEvent is repr(C), made only of integers, with no padding bytes.
     unsafe impl aya::Pod for super::HitEvent {}
+    // SAFETY: HitBatch is repr(C), two u32s then HitEvents, with no padding bytes.
+    unsafe impl aya::Pod for super::HitBatch {}
 }
 
 /// Most argument values one hit record carries (`--args N`).
@@ -168,10 +196,10 @@ mod wakeup_tests {
 
     #[test]
     fn the_threshold_is_split_among_cpus_in_whole_records() {
-        // 32-byte records with their 8-byte headers: 40 bytes each.
-        assert_eq!(wakeup_records(64 << 10, 2), 819);
-        assert_eq!(wakeup_records(64 << 10, 64), 25);
-        assert_eq!(wakeup_records(64 << 10, 0), 1638);
+        // 520-byte batches with their 8-byte headers: 528 bytes each.
+        assert_eq!(wakeup_records(64 << 10, 2), 62);
+        assert_eq!(wakeup_records(64 << 10, 64), 1);
+        assert_eq!(wakeup_records(64 << 10, 0), 124);
         // Never zero: a record always counts.
         assert_eq!(wakeup_records(10, 4), 1);
     }

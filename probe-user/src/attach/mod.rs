@@ -17,8 +17,11 @@
 //! so no exit path leaves a probe behind.
 
 pub mod args;
+mod flush;
 mod kernel;
 mod multi;
+
+pub use flush::StagedFlush;
 
 use std::{
     collections::HashMap,
@@ -783,6 +786,60 @@ impl Attachment {
                 _link: link,
                 _perf_event: perf_event,
             },
+        })
+    }
+
+    /// Attaches probetop's own flush probe (see `flush.rs`) the way the probes are
+    /// attached, and starts the thread that fires it on every CPU.
+    pub fn attach_flush(&mut self) -> Result<StagedFlush, AttachError> {
+        let (path, offset) = flush::own_flush_point().map_err(|source| {
+            AttachError::Unsupported(format!("probetop's own flush point: {source}"))
+        })?;
+        let own_pid = std::process::id();
+        let cookie = u64::from(probe_common::FLUSH_PROBE_ID);
+        let failed = |source: io::Error| AttachError::PerfEventOpen {
+            probe_id: probe_common::FLUSH_PROBE_ID,
+            kind: ProbeKind::Uprobe,
+            path: path.display().to_string(),
+            offset,
+            source,
+        };
+        let link = match self.multi.as_mut() {
+            Some(programs) => {
+                let point = multi::Point {
+                    offset,
+                    ref_ctr_offset: 0,
+                    cookie,
+                };
+                let program = programs.program(PROG_UPROBE)?;
+                vec![multi::create_link(program, &path, &[point], false, own_pid).map_err(failed)?]
+            }
+            None => {
+                let pmu = self.pmu.ok_or_else(|| {
+                    AttachError::Unsupported("the uprobe PMU was not read".to_string())
+                })?;
+                let program: &UProbe = self
+                    .ebpf
+                    .program(PROG_UPROBE)
+                    .ok_or(AttachError::MissingProgram(PROG_UPROBE))?
+                    .try_into()
+                    .map_err(|source| AttachError::Program {
+                        name: PROG_UPROBE,
+                        source,
+                    })?;
+                let program_fd = program.fd().map_err(|source| AttachError::Program {
+                    name: PROG_UPROBE,
+                    source,
+                })?;
+                let perf_event =
+                    open_uprobe_event(pmu, &path, offset, 0, false, own_pid).map_err(failed)?;
+                let link = link_perf_event(program_fd.as_fd(), perf_event.as_fd(), cookie)
+                    .map_err(failed)?;
+                vec![link, perf_event]
+            }
+        };
+        StagedFlush::start(link).map_err(|source| {
+            AttachError::Unsupported(format!("starting probetop's flush thread: {source}"))
         })
     }
 

@@ -35,7 +35,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use probe_common::{HitEvent, ProbeConfig, dispatch as slots, khist, mode};
+use probe_common::{ProbeConfig, dispatch as slots, khist, mode};
 use serde::{Deserialize, Serialize};
 
 use super::bpf_stats::StatsGuard;
@@ -1203,13 +1203,15 @@ struct RingReader {
 impl RingReader {
     fn drain(&mut self) {
         while let Some(item) = self.ring.next() {
-            if item.len() >= size_of::<HitEvent>() {
-                // SAFETY: the record holds a whole HitEvent, a plain-integer repr(C)
-                // type; read_unaligned makes no alignment demand.
-                let hit = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<HitEvent>()) };
-                self.handler_sum_ns += hit.handler_ns;
+            // A batch of staged hits counts as each of its hits.
+            let (records, handler_sum_ns) = (&mut self.records, &mut self.handler_sum_ns);
+            let parsed = crate::stream::Record::parse_each(&item, |record| {
+                *records += 1;
+                *handler_sum_ns += record.hit().handler_ns;
+            });
+            if !parsed {
+                self.records += 1;
             }
-            self.records += 1;
         }
     }
 }
@@ -1217,6 +1219,8 @@ impl RingReader {
 /// Drains the ring in a background thread while the child runs, as the live collector
 /// does, so the handler's cost includes a consumer working beside it.
 struct Drainer {
+    /// Fires the flush probe so the last staged hits reach the ring.
+    flush: crate::attach::StagedFlush,
     stop: Arc<AtomicBool>,
     records: Arc<AtomicU64>,
     handler_sum_ns: Arc<AtomicU64>,
@@ -1224,7 +1228,7 @@ struct Drainer {
 }
 
 impl Drainer {
-    fn start(ring: RingBuf<MapData>) -> Self {
+    fn start(ring: RingBuf<MapData>, flush: crate::attach::StagedFlush) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let records = Arc::new(AtomicU64::new(0));
         let handler_sum_ns = Arc::new(AtomicU64::new(0));
@@ -1253,6 +1257,7 @@ impl Drainer {
             }
         });
         Self {
+            flush,
             stop,
             records,
             handler_sum_ns,
@@ -1270,6 +1275,7 @@ impl Drainer {
     /// Waits until at least `records` were read, at most a second.
     fn wait_for(&self, records: u64) -> (u64, u64) {
         let deadline = Instant::now() + Duration::from_secs(1);
+        self.flush.flush_now();
         loop {
             let totals = self.totals();
             if totals.0 >= records || Instant::now() >= deadline {
@@ -1378,7 +1384,7 @@ fn phase_one(
             attachment.attach_empty(&req)?;
         }
     }
-    let drainer = Drainer::start(attachment.take_ring()?);
+    let drainer = Drainer::start(attachment.take_ring()?, attachment.attach_flush()?);
     // Every probe is attached: its counters can leave the object now (the TIMING map
     // and the programs, which the handler cases still use, stay).
     let counters = attachment.take_counters()?;
@@ -1674,7 +1680,10 @@ fn phase_two(
         );
         attachment.attach(&req).map_err(CalibrateError::from)?;
     }
-    let drainer = Drainer::start(attachment.take_ring().map_err(CalibrateError::from)?);
+    let drainer = Drainer::start(
+        attachment.take_ring().map_err(CalibrateError::from)?,
+        attachment.attach_flush().map_err(CalibrateError::from)?,
+    );
     let mut whole: std::collections::HashMap<DispatchCase, Vec<f64>> = Default::default();
     let mut measured: std::collections::HashMap<DispatchCase, Vec<f64>> = Default::default();
     for rep in 0..options.reps {

@@ -1,0 +1,178 @@
+//! Flushing the hit records each CPU stages (probe_common::HitBatch): a CPU writes its
+//! batch to the ring buffer when it is full, or older than `FLUSH_AFTER_NS` at that
+//! CPU's next hit. A probe that fires rarely, or the last hits before a run ends, would
+//! otherwise wait there. So probetop puts a uprobe of its own, with the cookie
+//! `FLUSH_PROBE_ID`, on [`probetop_flush_staged_records`] in its own process, and a
+//! thread of its own calls that function on every CPU in turn: on a timer, and when
+//! the collector asks before it reads the last records.
+
+use std::{
+    fs, io,
+    os::fd::OwnedFd,
+    path::PathBuf,
+    sync::mpsc,
+    thread::{self, JoinHandle},
+    time::Duration,
+};
+
+use probe_common::FLUSH_PROBE_ID;
+
+/// How often every CPU's staged records are flushed without being asked.
+const FLUSH_EVERY: Duration = Duration::from_millis(50);
+
+/// The function probetop probes in itself; a hit on it flushes the CPU's batch.
+#[unsafe(no_mangle)]
+#[inline(never)]
+pub extern "C" fn probetop_flush_staged_records() -> u32 {
+    // Kept opaque so the function has a body of its own that no other one is merged with.
+    std::hint::black_box(FLUSH_PROBE_ID)
+}
+
+/// Where [`probetop_flush_staged_records`] is in probetop's own executable: the path to
+/// give the kernel and the file offset, from the mapping holding its address.
+pub(super) fn own_flush_point() -> io::Result<(PathBuf, u64)> {
+    let address = probetop_flush_staged_records as *const () as usize as u64;
+    let maps = fs::read_to_string("/proc/self/maps")?;
+    let offset = file_offset_in_maps(&maps, address).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no mapping of probetop's own code holds {address:#x}"),
+        )
+    })?;
+    // The kernel opens the path in probetop's own process: /proc/self/exe is its file
+    // even if it was replaced on disk since.
+    Ok((PathBuf::from("/proc/self/exe"), offset))
+}
+
+/// The file offset of `address` in the file mapping of `/proc/PID/maps` text that
+/// holds it.
+fn file_offset_in_maps(maps: &str, address: u64) -> Option<u64> {
+    maps.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (start, end) = fields.next()?.split_once('-')?;
+        let (start, end) = (
+            u64::from_str_radix(start, 16).ok()?,
+            u64::from_str_radix(end, 16).ok()?,
+        );
+        let _perms = fields.next()?;
+        let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+        (start..end)
+            .contains(&address)
+            .then(|| address - start + offset)
+    })
+}
+
+/// The flush probe, attached, and the thread that fires it. Dropping it stops the
+/// thread and detaches the probe.
+#[derive(Debug)]
+pub struct StagedFlush {
+    requests: Option<mpsc::Sender<mpsc::Sender<()>>>,
+    thread: Option<JoinHandle<()>>,
+    _link: Vec<OwnedFd>,
+}
+
+impl StagedFlush {
+    /// Starts firing the flush probe attached by `link` on every CPU probetop may run on.
+    pub(super) fn start(link: Vec<OwnedFd>) -> io::Result<Self> {
+        let cpus = allowed_cpus()?;
+        let (requests, incoming) = mpsc::channel::<mpsc::Sender<()>>();
+        let thread = thread::Builder::new()
+            .name("probetop-flush".into())
+            .spawn(move || {
+                loop {
+                    let ack = match incoming.recv_timeout(FLUSH_EVERY) {
+                        Ok(ack) => Some(ack),
+                        Err(mpsc::RecvTimeoutError::Timeout) => None,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    };
+                    flush_on(&cpus);
+                    if let Some(ack) = ack {
+                        let _ = ack.send(());
+                    }
+                }
+            })?;
+        Ok(Self {
+            requests: Some(requests),
+            thread: Some(thread),
+            _link: link,
+        })
+    }
+
+    /// Flushes every CPU's staged records now; returns once they are in the ring.
+    pub fn flush_now(&self) {
+        let Some(requests) = &self.requests else {
+            return;
+        };
+        let (ack, done) = mpsc::channel();
+        if requests.send(ack).is_ok() {
+            // Bounded: a thread that died (it cannot, short of a panic) must not hang the
+            // run's end.
+            let _ = done.recv_timeout(Duration::from_secs(1));
+        }
+    }
+}
+
+impl Drop for StagedFlush {
+    fn drop(&mut self) {
+        self.requests = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The CPUs probetop's threads may run on. A target on a CPU outside them (another
+/// cpuset) has its last records flushed by its own next hit only.
+fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into `set`.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `cpu` is below CPU_SETSIZE, the size of the set.
+        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        .collect())
+}
+
+/// Moves this thread to each CPU in turn and fires the flush probe there.
+fn flush_on(cpus: &[usize]) {
+    for &cpu in cpus {
+        // SAFETY: as above.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `cpu` came from CPU_ISSET over the same set size.
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+        // SAFETY: sched_setaffinity reads size_of::<cpu_set_t>() bytes of `set`; 0 is
+        // this thread, which the call moves to `cpu` before it returns.
+        let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+        if rc == 0 {
+            probetop_flush_staged_records();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_offset_comes_from_the_mapping_that_holds_the_address() {
+        let maps = "\
+5555a000-5555b000 r--p 00000000 fe:01 42 /usr/bin/probetop
+5555b000-5555f000 r-xp 00001000 fe:01 42 /usr/bin/probetop
+7fff0000-7fff1000 rw-p 00000000 00:00 0 [stack]
+";
+        assert_eq!(file_offset_in_maps(maps, 0x5555_b010), Some(0x1010));
+        assert_eq!(file_offset_in_maps(maps, 0x5555_a004), Some(0x4));
+        assert_eq!(file_offset_in_maps(maps, 0x1000), None);
+    }
+
+    #[test]
+    fn the_flush_function_is_mapped_in_this_process() {
+        let (path, offset) = own_flush_point().expect("own flush point");
+        assert_eq!(path, PathBuf::from("/proc/self/exe"));
+        assert!(offset > 0);
+    }
+}
