@@ -7,24 +7,34 @@
 //! - `uprobe_notify_resume(regs)`: every breakpoint hit (uprobe, USDT, a uretprobe's
 //!   entry), from the lookup through the handlers to emulation or the set-up of an
 //!   out-of-line single step; a single-stepped hit comes back a second time to finish,
-//!   and both halves add up to one dispatch.
+//!   and both halves add up to one dispatch. It is also where a return through the
+//!   int3 trampoline is handled (every return before 6.11, and on 6.11+ when the
+//!   syscall trampoline is not used): a hit at the trampoline's address
+//!   (`current->mm->uprobes_state.xol_area->vaddr`) is a return, of the function of
+//!   the newest `return_instance` (`current->utask->return_instances->func`).
 //! - `handle_syscall_uprobe(regs, bp_vaddr)`: a hit of an optimized probe (kernels that
 //!   turn a probed 5-byte nop into a call to a trampoline that makes a syscall).
-//! - `uprobe_handle_trampoline(regs)`: a return through the uretprobe trampoline; the
-//!   returning function comes from `uretprobe_dispatcher(con, func, ...)`, inside it
-//!   (`uprobe_multi_link_ret_handler`, of the same arguments, for uprobe_multi links).
+//! - `uprobe_handle_trampoline(regs)` (6.11+): every return, through the uretprobe
+//!   syscall or nested in `uprobe_notify_resume`'s int3 path (then the outer timing
+//!   stands). The returning function is named as above: the consumers that would name
+//!   it (`uretprobe_dispatcher`, `uprobe_multi_link_ret_handler`) live in
+//!   kernel/trace/, which the kernel never lets be traced.
+//!
+//! The structure offsets come from the running kernel's BTF, read by user space.
 //!
 //! Also here: `probetop_empty`, a uprobe program that does nothing, the baseline of
 //! `probetop calibrate`.
 
 use aya_ebpf::{
     Global,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+    },
     macros::{fentry, fexit, map, uprobe},
     maps::{HashMap, PerCpuArray},
     programs::{FEntryContext, FExitContext, ProbeContext},
 };
-use probe_common::{DispatchState, DispatchTotal, dispatch, khist};
+use probe_common::{DispatchOffsets, DispatchState, DispatchTotal, dispatch, khist};
 
 /// The target's process id; set at load time (0: nothing is measured).
 #[unsafe(no_mangle)]
@@ -34,6 +44,20 @@ static DISPATCH_TGID: Global<u32> = Global::new(0);
 /// tool's uprobes); set at load time.
 #[unsafe(no_mangle)]
 static DISPATCH_OTHER_SLOT: Global<u32> = Global::new(0);
+
+/// Where to read the trampoline's address and the returning function; set at load
+/// time (`valid` 0: returns are not told from hits in `uprobe_notify_resume`).
+#[unsafe(no_mangle)]
+static DISPATCH_OFFSETS: Global<DispatchOffsets> = Global::new(DispatchOffsets {
+    task_mm: 0,
+    mm_xol_area: 0,
+    xol_vaddr: 0,
+    task_utask: 0,
+    utask_return_instances: 0,
+    ri_func: 0,
+    valid: 0,
+    _pad: 0,
+});
 
 /// Per CPU: the dispatch in flight.
 #[map]
@@ -86,14 +110,20 @@ pub fn probetop_notify_enter(ctx: FEntryContext) -> u32 {
     let regs: *const u8 = ctx.arg(0);
     // The breakpoint trap leaves ip just after the int3.
     let ip = read_reg(regs, dispatch::PT_REGS_IP).unwrap_or(0);
+    let addr = ip.wrapping_sub(dispatch::SWBP_INSN_SIZE);
+    let offsets = DISPATCH_OFFSETS.load();
+    let (addr, kind, via_notify) = match trampoline(&offsets) {
+        Some(t) if t == addr => (returning_func(&offsets), dispatch::RETURN, 1),
+        _ => (addr, dispatch::ENTRY, 0),
+    };
     *state = DispatchState {
         tid,
         pending_sstep: 0,
         start_ns: now,
         acc_ns: 0,
-        addr: ip.wrapping_sub(dispatch::SWBP_INSN_SIZE),
-        kind: dispatch::ENTRY,
-        _pad: 0,
+        addr,
+        kind,
+        via_notify,
     };
     0
 }
@@ -110,8 +140,12 @@ pub fn probetop_notify_exit(ctx: FExitContext) -> u32 {
     };
     // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
     let state = unsafe { &mut *state };
-    if state.tid != tid || state.start_ns == 0 || state.kind != dispatch::ENTRY {
+    if state.tid != tid || state.start_ns == 0 {
         count_lost();
+        return 0;
+    }
+    if state.kind == dispatch::RETURN {
+        finish(dispatch::RETURN, &RETURN_SLOT);
         return 0;
     }
     let acc = state.acc_ns + now.wrapping_sub(state.start_ns);
@@ -153,46 +187,82 @@ pub fn probetop_return_enter(_ctx: FEntryContext) -> u32 {
     let Some(tid) = target_tid() else {
         return 0;
     };
-    // The function is not known yet: uretprobe_dispatcher below tells.
-    start(tid, 0, dispatch::RETURN);
-    0
-}
-
-#[fentry(function = "uretprobe_dispatcher")]
-pub fn probetop_return_func(ctx: FEntryContext) -> u32 {
-    name_return(&ctx)
-}
-
-/// The consumer that runs instead of `uretprobe_dispatcher` for a uprobe_multi link's
-/// return (same arguments).
-#[fentry(function = "uprobe_multi_link_ret_handler")]
-pub fn probetop_return_func_multi(ctx: FEntryContext) -> u32 {
-    name_return(&ctx)
-}
-
-/// Names the returning function of the return dispatch in flight, from a return
-/// consumer's `func` argument.
-#[inline(always)]
-fn name_return(ctx: &FEntryContext) -> u32 {
-    let Some(tid) = target_tid() else {
+    if nested_in_notify(tid) {
         return 0;
-    };
-    let Some(state) = DISPATCH_STATE.get_ptr_mut(0) else {
-        return 0;
-    };
-    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
-    let state = unsafe { &mut *state };
-    // Several consumers may run for one return: the first names the function.
-    if state.tid == tid && state.kind == dispatch::RETURN && state.addr == 0 {
-        state.addr = ctx.arg(1);
     }
+    let offsets = DISPATCH_OFFSETS.load();
+    start(tid, returning_func(&offsets), dispatch::RETURN);
     0
 }
 
 #[fexit(function = "uprobe_handle_trampoline")]
 pub fn probetop_return_exit(_ctx: FExitContext) -> u32 {
+    let Some(tid) = target_tid() else {
+        return 0;
+    };
+    if nested_in_notify(tid) {
+        return 0;
+    }
     finish(dispatch::RETURN, &RETURN_SLOT);
     0
+}
+
+/// Whether this CPU's dispatch in flight is `tid`'s return begun in
+/// `uprobe_notify_resume`: the int3 trampoline's path, which times it whole.
+#[inline(always)]
+fn nested_in_notify(tid: u32) -> bool {
+    let Some(state) = DISPATCH_STATE.get_ptr(0) else {
+        return false;
+    };
+    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+    let state = unsafe { &*state };
+    state.tid == tid
+        && state.start_ns != 0
+        && state.kind == dispatch::RETURN
+        && state.via_notify != 0
+}
+
+/// The uretprobe trampoline's address in the current process, if it has one yet.
+#[inline(always)]
+fn trampoline(offsets: &DispatchOffsets) -> Option<u64> {
+    if offsets.valid == 0 {
+        return None;
+    }
+    // SAFETY: bpf_get_current_task has no preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    let mm = read_ptr(task, offsets.task_mm)?;
+    let area = read_ptr(mm, offsets.mm_xol_area)?;
+    read_ptr(area, offsets.xol_vaddr)
+}
+
+/// The function the current thread returns from through the trampoline: that of its
+/// newest return instance, which the kernel's handling pops first. 0 if unknown.
+#[inline(always)]
+fn returning_func(offsets: &DispatchOffsets) -> u64 {
+    if offsets.valid == 0 {
+        return 0;
+    }
+    // SAFETY: bpf_get_current_task has no preconditions.
+    let task = unsafe { bpf_get_current_task() };
+    read_ptr(task, offsets.task_utask)
+        .and_then(|utask| read_ptr(utask, offsets.utask_return_instances))
+        .and_then(|ri| read_ptr(ri, offsets.ri_func))
+        .unwrap_or(0)
+}
+
+/// The u64 at `base + off` in kernel memory; None for a null base, a null value or a
+/// failed read.
+#[inline(always)]
+fn read_ptr(base: u64, off: u32) -> Option<u64> {
+    if base == 0 {
+        return None;
+    }
+    let at = base.wrapping_add(off as u64) as *const u64;
+    // SAFETY: bpf_probe_read_kernel checks the address and fails cleanly.
+    match unsafe { bpf_probe_read_kernel(at) } {
+        Ok(0) | Err(_) => None,
+        Ok(v) => Some(v),
+    }
 }
 
 /// The current thread's id if it belongs to the target.
@@ -223,7 +293,7 @@ fn start(tid: u32, addr: u64, kind: u32) {
             acc_ns: 0,
             addr,
             kind,
-            _pad: 0,
+            via_notify: 0,
         };
     }
 }

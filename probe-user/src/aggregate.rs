@@ -425,6 +425,8 @@ pub struct Aggregator {
     /// Kernel dispatches in the target that matched none of the probes (another
     /// tool's uprobes), when dispatch is measured.
     pub other_dispatch: Option<crate::cost::dispatch::SlotTotal>,
+    /// Which kernel functions timed the dispatches, when dispatch is measured.
+    pub dispatch_hooks: Option<crate::cost::dispatch::Hooks>,
     /// CLOCK_MONOTONIC ns: the window opens once every probe is attached ...
     window_start_ns: u64,
     /// ... and closes when measuring stops.
@@ -442,6 +444,7 @@ impl Aggregator {
             outside_window: 0,
             notices: Vec::new(),
             other_dispatch: None,
+            dispatch_hooks: None,
             window_start_ns: 0,
             window_end_ns: u64::MAX,
             assumer: Default::default(),

@@ -49,18 +49,32 @@ probe_run() {
 	step=$1 fx=$2
 	shift 2
 	start_fixture /tmp/$step.fx $fx
+	run_on_fixture $step "$@"
+}
+
+# Waits (120 s at most) for "probetop: attached" in FILE while PID lives; 1 if it never came.
+wait_attached() {
+	i=0
+	while [ $i -lt 1200 ]; do
+		if grep -q "probetop: attached" "$1"; then return 0; fi
+		kill -0 $2 2>/dev/null || return 1
+		sleep 0.1
+		i=$((i + 1))
+	done
+	return 1
+}
+
+# run_on_fixture STEP PROBETOP_ARGS...: probe_run's part after the fixture started
+# (FX_PID).
+run_on_fixture() {
+	step=$1
+	shift
 	t0=$(uptime_s)
 	$P --pid $FX_PID "$@" --no-tui --duration $STOP --export /tmp/$step.json \
 		> /tmp/$step.out 2> /tmp/$step.err &
 	pp=$!
 	attached=0
-	i=0
-	while [ $i -lt 1200 ]; do
-		if grep -q "probetop: attached" /tmp/$step.err; then attached=1; break; fi
-		kill -0 $pp 2>/dev/null || break
-		sleep 0.1
-		i=$((i + 1))
-	done
+	wait_attached /tmp/$step.err $pp && attached=1
 	if [ $attached = 1 ]; then kill -USR1 $FX_PID; else kill -TERM $FX_PID; fi
 	wait $FX_PID
 	fx_rc=$?
@@ -76,10 +90,26 @@ probe_run() {
 # A line of its own: the BIOS's last output has no newline.
 echo
 say "BEGIN kernel=$(uname -r) cpus=$(nproc) calls=$CALLS sema=$SEMA"
+# What the kernel lets be traced of its uprobe path (docs/kernels.md quotes it).
+grep -E "uprobe|uretprobe" /sys/kernel/tracing/available_filter_functions 2>/dev/null |
+	sed "s/^/PT HOOKS | /"
 W="$F/workload --calls $CALLS --wait-signal"
 PROBES="-e uprobe:work_unit -e uretprobe:leaf_ret -e usdt:workload:unit"
 probe_run ring "$W" $PROBES
 probe_run kernel "$W" $PROBES --mode kernel
+# A second probetop on the same fixture, on a function the first does not probe: its
+# hits are another tool's uprobes to the first, which must count every one of them as
+# such, and none of its own.
+start_fixture /tmp/foreign.fx $W
+$P --pid $FX_PID -e uprobe:workload_xol --no-tui --duration $STOP --export /tmp/other.json \
+	> /tmp/other.out 2> /tmp/other.err &
+op=$!
+wait_attached /tmp/other.err $op
+run_on_fixture foreign $PROBES
+wait $op
+say "RC other probetop=$?"
+relay /tmp/other.err ERR other
+[ -s /tmp/other.json ] && echo "PT JSON other $(tr -d '\n' < /tmp/other.json)"
 probe_run usdt "$F/probes --count $SEMA --wait-signal" -e usdt:fixture_sema:tick -e usdt:fixture:tick
 
 start_fixture /tmp/list.fx $F/workload --calls 1 --wait-signal

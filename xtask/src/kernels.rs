@@ -24,6 +24,8 @@ use anyhow::{Context as _, Result, bail, ensure};
 
 use crate::{Ctx, echo, install_apt, output_ok, run, show};
 
+mod dispatch;
+
 #[derive(clap::Args, Debug, Clone)]
 pub struct KernelsArgs {
     /// Only these kernels, by label: 510 (bullseye), 61 (bookworm), 612 (bookworm-
@@ -105,6 +107,17 @@ const PROBE_RUNS: &[(&str, &[&str], &str, bool)] = &[
             "usdt:workload:unit",
         ],
         "kernel",
+        false,
+    ),
+    // The same beside a second probetop (on uprobe:workload_xol, once per call).
+    (
+        "foreign",
+        &[
+            "uprobe:work_unit",
+            "uretprobe:leaf_ret",
+            "usdt:workload:unit",
+        ],
+        "ring",
         false,
     ),
     (
@@ -779,6 +792,25 @@ fn judge(kernel: &Kernel, boot: &Boot, calls: u64, sema: u64) -> Vec<Row> {
         };
         rows.push(row(step, expected, got, ok));
     }
+    if !refuses {
+        // Kernel dispatch time: every return of probetop's own uretprobe timed, none
+        // of its hits counted as other uprobes, and the second probetop's all counted.
+        for step in ["ring", "kernel"] {
+            let (expected, got, ok) = dispatch::judge(boot, step, calls, 0);
+            rows.push(row(&format!("{step} dispatch"), expected, got, ok));
+        }
+        let (expected, got, ok) = dispatch::judge(boot, "foreign", calls, calls);
+        let other = dispatch::foreign_hits(boot);
+        rows.push(row(
+            "foreign dispatch",
+            format!("{expected} (the other's {calls} hits)"),
+            format!(
+                "{got} (the other's {})",
+                other.map_or("-".to_owned(), |n| n.to_string())
+            ),
+            ok && other == Some(calls),
+        ));
+    }
     let (got, ok) = judge_list(boot);
     rows.push(row("list", "work_unit, leaf_ret, USDT".to_owned(), got, ok));
     if !boot.ended {
@@ -960,11 +992,15 @@ mod tests {
 
     #[test]
     fn judges_a_kernel_that_runs() {
-        let export = |mode: &str, hits: u64| {
+        // `other`: the other uprobes' dispatches the run counted.
+        let export = |mode: &str, hits: u64, other: u64| {
             format!(
                 r#"{{"probes": [{{"spec": "uprobe:work_unit", "mode": "{mode}", "hits": {hits}, "dropped": 0}},
-                {{"spec": "uretprobe:leaf_ret", "mode": "{mode}", "hits": {hits}, "dropped": 0}},
-                {{"spec": "usdt:workload:unit", "mode": "{mode}", "hits": {hits}, "dropped": 0}}]}}"#
+                {{"spec": "uretprobe:leaf_ret", "mode": "{mode}", "hits": {hits}, "dropped": 0,
+                  "dispatch_ns": {{"return": {{"count": {hits}}}}}}},
+                {{"spec": "usdt:workload:unit", "mode": "{mode}", "hits": {hits}, "dropped": 0}}],
+                "cost": {{"other_uprobe_dispatch": {{"count": {other}}},
+                          "dispatch_hooks": {{"returns": "uprobe_notify_resume at the int3 trampoline"}}}}}}"#
             )
             .replace('\n', "")
         };
@@ -973,9 +1009,14 @@ mod tests {
             "Booting from ROM..\x1bc\x1b[?7l\x1b[2JPT BEGIN kernel=6.1.0-50-cloud-amd64 cpus=2",
             "PT RC ring probetop=0 attached=1 fixture=0 secs=9.0",
             "PT ERR ring | probetop: attached 3 probes to pid 80 (workload)",
-            &format!("PT JSON ring {}", export("ring", 20)),
+            &format!("PT JSON ring {}", export("ring", 20, 0)),
             "PT RC kernel probetop=0 attached=1 fixture=0 secs=9.0",
-            &format!("PT JSON kernel {}", export("kernel", 19)),
+            &format!("PT JSON kernel {}", export("kernel", 19, 0)),
+            "PT RC other probetop=0",
+            r#"PT JSON other {"probes": [{"spec": "uprobe:workload_xol", "hits": 20}]}"#,
+            "PT RC foreign probetop=0 attached=1 fixture=0 secs=9.0",
+            // Its own returns counted as other uprobes, beside the other's 20.
+            &format!("PT JSON foreign {}", export("ring", 20, 40)),
             "PT RC usdt probetop=0 attached=1 fixture=0 secs=2.0",
             r#"PT JSON usdt {"probes": [{"spec": "usdt:fixture_sema:tick", "mode": "ring", "hits": 5, "dropped": 0}, {"spec": "usdt:fixture:tick", "mode": "ring", "hits": 5, "dropped": 0}]}"#,
             "PT RC list probetop=0 lines=4000",
@@ -994,11 +1035,20 @@ mod tests {
             [
                 ("ring", true),
                 ("kernel", false),
+                ("foreign", true),
                 ("usdt", true),
+                ("ring dispatch", true),
+                ("kernel dispatch", false),
+                ("foreign dispatch", false),
                 ("list", true)
             ]
         );
         assert_eq!(rows[1].got, "19/19/19, 0 dropped");
+        assert_eq!(rows[4].got, "20 returns by uprobe_notify_resume, 0 other");
+        assert_eq!(
+            rows[6].got,
+            "20 returns by uprobe_notify_resume, 40 other (the other's 20)"
+        );
         assert_eq!(rows[0].kernel, "6.1.0-50 bookworm");
     }
 
@@ -1007,7 +1057,7 @@ mod tests {
         let refusal = "PT ERR {} | probetop: needs Linux 5.15 or later (bpf_get_attach_cookie, \
                        BPF links for perf events); this kernel is 5.10.0-32-cloud-amd64";
         let mut lines = vec!["PT BEGIN kernel=5.10.0-32-cloud-amd64 cpus=2".to_owned()];
-        for step in ["ring", "kernel", "usdt"] {
+        for step in ["ring", "kernel", "foreign", "usdt"] {
             lines.push(format!(
                 "PT RC {step} probetop=1 attached=0 fixture=143 secs=1.0"
             ));
@@ -1026,8 +1076,8 @@ mod tests {
         let rows = judge(&KERNELS[0], &boot, 20, 5);
         let oks: Vec<bool> = rows.iter().map(|r| r.ok).collect();
         // list did not run: a failure too.
-        assert_eq!(oks, [true, true, false, false]);
-        assert!(rows[2].got.contains("verifier log"), "{}", rows[2].got);
+        assert_eq!(oks, [true, true, true, false, false]);
+        assert!(rows[3].got.contains("verifier log"), "{}", rows[3].got);
     }
 
     #[test]

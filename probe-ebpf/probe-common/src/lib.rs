@@ -414,6 +414,32 @@ pub struct DispatchState {
     pub addr: u64,
     /// [`dispatch::ENTRY`] or [`dispatch::RETURN`].
     pub kind: u32,
+    /// Non-zero: a return timed from `uprobe_notify_resume` (the trampoline's int3),
+    /// which `uprobe_handle_trampoline`, nested in it on 6.11+, leaves alone.
+    pub via_notify: u32,
+}
+
+/// Byte offsets in the running kernel's structures, read from its BTF at load time:
+/// what the dispatch programs follow to tell a uretprobe's return from a probe hit
+/// (`current->mm->uprobes_state.xol_area->vaddr`, the trampoline) and to name the
+/// returning function (`current->utask->return_instances->func`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DispatchOffsets {
+    /// `task_struct.mm`
+    pub task_mm: u32,
+    /// `mm_struct.uprobes_state.xol_area`
+    pub mm_xol_area: u32,
+    /// `xol_area.vaddr`
+    pub xol_vaddr: u32,
+    /// `task_struct.utask`
+    pub task_utask: u32,
+    /// `uprobe_task.return_instances`
+    pub utask_return_instances: u32,
+    /// `return_instance.func`
+    pub ri_func: u32,
+    /// Non-zero when every offset above was found.
+    pub valid: u32,
     pub _pad: u32,
 }
 
@@ -431,4 +457,6 @@ mod pod_dispatch {
     unsafe impl aya::Pod for super::DispatchState {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::DispatchTotal {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::DispatchOffsets {}
 }

@@ -14,7 +14,7 @@ use aya::{
     programs::{FEntry, FExit, ProgramError},
 };
 use hdrhistogram::Histogram;
-use probe_common::{DispatchTotal, dispatch, khist};
+use probe_common::{DispatchOffsets, DispatchTotal, dispatch, khist};
 
 use crate::aggregate::{HIGHEST_TRACKABLE_NS, new_ns_histogram};
 use crate::spec::ProbeKind;
@@ -23,12 +23,28 @@ use crate::spec::ProbeKind;
 pub const NOTIFY_FN: &str = "uprobe_notify_resume";
 /// A hit of an optimized probe (Linux 6.18+).
 pub const SYSCALL_FN: &str = "handle_syscall_uprobe";
-/// A return through the uretprobe trampoline, and the consumer call that names the
-/// returning function.
+/// Every return through the uretprobe trampoline, int3 or syscall (Linux 6.11+).
 pub const RETURN_FN: &str = "uprobe_handle_trampoline";
-pub const RETURN_FUNC_FN: &str = "uretprobe_dispatcher";
-/// The same consumer call for uprobe_multi links.
-pub const RETURN_FUNC_MULTI_FN: &str = "uprobe_multi_link_ret_handler";
+
+/// Which kernel functions timed what, as this kernel allowed (shown with
+/// `PROBETOP_VERBOSE=1` and in the JSON export).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Hooks {
+    /// Probe hits (uprobe, USDT, a uretprobe's entry).
+    pub entries: &'static str,
+    /// uretprobe returns; `None` when they are not timed.
+    pub returns: Option<&'static str>,
+    /// Why returns are not timed, when they are not.
+    pub returns_missing: Option<&'static str>,
+}
+
+/// Entries through the breakpoint alone (no optimized probes on this kernel).
+const ENTRIES_NOTIFY: &str = "uprobe_notify_resume";
+const ENTRIES_BOTH: &str = "uprobe_notify_resume, handle_syscall_uprobe";
+/// 6.11+: the trampoline handler; its int3 path nested in uprobe_notify_resume.
+const RETURNS_TRAMPOLINE: &str = "uprobe_handle_trampoline (int3 trampoline: uprobe_notify_resume)";
+/// Before 6.11: the int3 trampoline's hit in uprobe_notify_resume.
+const RETURNS_NOTIFY: &str = "uprobe_notify_resume at the int3 trampoline";
 
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
@@ -49,6 +65,42 @@ pub enum DispatchError {
         name: &'static str,
         source: MapError,
     },
+}
+
+impl DispatchError {
+    /// The cause in a few words, for the one line a run prints.
+    pub fn short(&self) -> String {
+        match self {
+            DispatchError::Refused {
+                kind,
+                function,
+                source,
+            } => {
+                let io = match source {
+                    ProgramError::LoadError { io_error, .. } => Some(io_error),
+                    ProgramError::SyscallError(e) => Some(&e.io_error),
+                    _ => None,
+                };
+                match io {
+                    Some(io) => format!("{kind} on {function} refused: {io}"),
+                    None => format!("{kind} on {function} refused"),
+                }
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+impl Hooks {
+    /// One line: what timed entries and returns.
+    pub fn describe(&self) -> String {
+        let returns = match (self.returns, self.returns_missing) {
+            (Some(r), _) => r.to_owned(),
+            (None, Some(why)) => format!("not timed ({why})"),
+            (None, None) => "not timed".to_owned(),
+        };
+        format!("entries timed by {}; returns by {returns}", self.entries)
+    }
 }
 
 /// A program error in one line: the syscall's error, and the verifier's log if it
@@ -79,6 +131,7 @@ pub const MAX_DISPATCH_PROBES: u32 = 512;
 
 /// Load-time sizes of the dispatch maps, and the target's pid.
 pub struct MapSizes {
+    offsets: DispatchOffsets,
     tgid: u32,
     other_slot: u32,
     slots: u32,
@@ -94,6 +147,8 @@ impl MapSizes {
                 let other_slot = probe_count * dispatch::SLOTS_PER_PROBE;
                 let slots = other_slot + 1;
                 Self {
+                    // Invalid (all 0) when the BTF lacks them: Dispatch::start says so.
+                    offsets: offsets().unwrap_or_default(),
                     tgid,
                     other_slot,
                     slots,
@@ -102,6 +157,7 @@ impl MapSizes {
                 }
             }
             None => Self {
+                offsets: DispatchOffsets::default(),
                 tgid: 0,
                 other_slot: 0,
                 slots: 1,
@@ -119,7 +175,8 @@ impl MapSizes {
             .map_max_entries("ENTRY_SLOT", self.addrs)
             .map_max_entries("RETURN_SLOT", self.addrs)
             .override_global("DISPATCH_TGID", &self.tgid, true)
-            .override_global("DISPATCH_OTHER_SLOT", &self.other_slot, true);
+            .override_global("DISPATCH_OTHER_SLOT", &self.other_slot, true)
+            .override_global("DISPATCH_OFFSETS", &self.offsets, true);
     }
 }
 
@@ -164,6 +221,8 @@ pub struct Dispatch {
     other_base: std::cell::Cell<SlotTotal>,
     /// Which optional hooks are missing, for the user.
     pub notes: Vec<String>,
+    /// What timed what on this kernel.
+    pub hooks: Hooks,
 }
 
 impl Dispatch {
@@ -184,35 +243,45 @@ impl Dispatch {
         // here only leaves those hits unmeasured.
         let syscall = attach_fentry(ebpf, &btf, "probetop_syscall_enter", SYSCALL_FN)
             .and_then(|()| attach_fexit(ebpf, &btf, "probetop_syscall_exit", SYSCALL_FN));
-        if let Err(e) = syscall {
-            unload(ebpf, &["probetop_syscall_enter", "probetop_syscall_exit"]);
-            notes.push(format!("optimized-probe hits not measured: {e}"));
-        }
-        let returns = attach_fentry(ebpf, &btf, "probetop_return_func", RETURN_FUNC_FN)
-            .and_then(|()| attach_fentry(ebpf, &btf, "probetop_return_enter", RETURN_FN))
-            .and_then(|()| attach_fexit(ebpf, &btf, "probetop_return_exit", RETURN_FN));
-        if let Err(e) = returns {
-            unload(
-                ebpf,
-                &[
-                    "probetop_return_func",
-                    "probetop_return_enter",
-                    "probetop_return_exit",
-                ],
-            );
-            notes.push(format!("uretprobe returns not measured: {e}"));
-        } else if let Err(e) = attach_fentry(
-            ebpf,
-            &btf,
-            "probetop_return_func_multi",
-            RETURN_FUNC_MULTI_FN,
-        ) {
-            // Returns through uprobe_multi links then count as unattributed.
-            unload(ebpf, &["probetop_return_func_multi"]);
-            notes.push(format!(
-                "uretprobe returns through uprobe_multi links not attributed to their probes: {e}"
-            ));
-        }
+        let entries = match syscall {
+            Ok(()) => ENTRIES_BOTH,
+            Err(e) => {
+                unload(ebpf, &["probetop_syscall_enter", "probetop_syscall_exit"]);
+                if btf_has_function(&btf, SYSCALL_FN) {
+                    notes.push(format!("optimized-probe hits not measured: {e}"));
+                }
+                ENTRIES_NOTIFY
+            }
+        };
+        let (returns, returns_missing) = match offsets() {
+            // Without the offsets a return cannot be named, nor told from a hit.
+            Err(e) => {
+                notes.push(format!(
+                    "uretprobe returns not measured, and counted with other uprobes: {e}"
+                ));
+                (None, Some("no offsets in the kernel's BTF"))
+            }
+            Ok(_) if !btf_has_function(&btf, RETURN_FN) => (Some(RETURNS_NOTIFY), None),
+            Ok(_) => {
+                let hooked = attach_fentry(ebpf, &btf, "probetop_return_enter", RETURN_FN)
+                    .and_then(|()| attach_fexit(ebpf, &btf, "probetop_return_exit", RETURN_FN));
+                match hooked {
+                    Ok(()) => (Some(RETURNS_TRAMPOLINE), None),
+                    Err(e) => {
+                        unload(ebpf, &["probetop_return_enter", "probetop_return_exit"]);
+                        // Returns through the syscall trampoline go unseen; those
+                        // through the int3 one are still timed in uprobe_notify_resume.
+                        notes.push(format!("uretprobe returns not measured: {e}"));
+                        (None, Some("uprobe_handle_trampoline refused"))
+                    }
+                }
+            }
+        };
+        let hooks = Hooks {
+            entries,
+            returns,
+            returns_missing,
+        };
         fn take<T>(
             ebpf: &mut Ebpf,
             name: &'static str,
@@ -228,6 +297,7 @@ impl Dispatch {
             probe_count: sites.len() as u32,
             other_base: Default::default(),
             notes,
+            hooks,
         })
     }
 
@@ -281,15 +351,31 @@ impl Dispatch {
 }
 
 /// Every fentry/fexit program of the measurement.
-const PROGRAMS: [&str; 7] = [
+const PROGRAMS: [&str; 6] = [
     "probetop_notify_enter",
     "probetop_notify_exit",
     "probetop_syscall_enter",
     "probetop_syscall_exit",
-    "probetop_return_func",
     "probetop_return_enter",
     "probetop_return_exit",
 ];
+
+/// This kernel's offsets for the dispatch programs, read once from its BTF.
+pub fn offsets() -> Result<DispatchOffsets, &'static super::kernel_btf::BtfError> {
+    static OFFSETS: std::sync::OnceLock<Result<DispatchOffsets, super::kernel_btf::BtfError>> =
+        std::sync::OnceLock::new();
+    OFFSETS
+        .get_or_init(super::kernel_btf::dispatch_offsets)
+        .as_ref()
+        .copied()
+}
+
+/// Whether the kernel's BTF has a function of that name: one it lacks is not refused,
+/// just absent from this version.
+fn btf_has_function(btf: &Btf, name: &str) -> bool {
+    btf.id_by_type_name_kind(name, aya_obj::btf::BtfKind::Func)
+        .is_ok()
+}
 
 /// Ends the measurement started by [`Dispatch::start`]: its programs detach and
 /// unload; the totals in the maps stay readable.

@@ -18,6 +18,7 @@ pub mod classes;
 pub mod dispatch;
 pub mod estimate;
 pub mod insitu;
+pub mod kernel_btf;
 pub mod sites;
 pub mod stats;
 pub mod workload;
@@ -197,16 +198,28 @@ pub fn start_dispatch(
     attachment: &mut crate::attach::Attachment,
     sites: &[ProbeSite],
 ) -> Option<Dispatch> {
+    let verbose = std::env::var("PROBETOP_VERBOSE").is_ok_and(|v| v == "1");
     match Dispatch::start(attachment.ebpf_mut(), sites) {
         Ok(d) => {
             for note in &d.notes {
                 say(&format!("probetop: dispatch: {note}"));
             }
+            if verbose {
+                say(&format!("probetop: dispatch: {}", d.hooks.describe()));
+            }
             Some(d)
         }
-        Err(e) => {
+        Err(e) if verbose => {
             say(&format!(
                 "probetop: kernel dispatch time not measured ({e}); whole cost per hit comes from calibration alone"
+            ));
+            None
+        }
+        // Not an error of the run: many kernels refuse fentry. One short line.
+        Err(e) => {
+            say(&format!(
+                "probetop: kernel dispatch time not measured on this kernel ({}; PROBETOP_VERBOSE=1 says more)",
+                e.short()
             ));
             None
         }
@@ -249,6 +262,7 @@ pub fn baseline_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator) {
         );
     }
     dispatch.set_other_base(dispatch.other().unwrap_or_default());
+    aggregator.dispatch_hooks = Some(dispatch.hooks);
     if let Some(other) = aggregator.other_dispatch.as_mut() {
         *other = Default::default();
     }
@@ -418,6 +432,8 @@ pub struct RunCostReport {
     pub cpu_share: Option<f64>,
     /// Kernel dispatches in the target matching none of the probes.
     pub other_dispatch: Option<dispatch::SlotTotal>,
+    /// Which kernel functions timed the dispatches.
+    pub dispatch_hooks: Option<dispatch::Hooks>,
     pub other_programs: Vec<bpf_stats::OtherProgram>,
     /// What the probes cost the target measured on it (`--in-situ`).
     pub in_situ: Option<insitu::InSituSummary>,
@@ -470,6 +486,7 @@ pub fn run_report(
             .into_iter()
             .fold(None, |total, s| Some(total.unwrap_or(0.0) + s)),
         other_dispatch: aggregator.other_dispatch,
+        dispatch_hooks: aggregator.dispatch_hooks,
         other_programs,
         in_situ: None,
         estimated_per_hit_ns: None,

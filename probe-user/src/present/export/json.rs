@@ -84,6 +84,9 @@ struct JsonCost<'a> {
     /// tool's uprobes), when dispatch was measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     other_uprobe_dispatch: Option<JsonOtherDispatch>,
+    /// The kernel functions that timed dispatches on this kernel, when they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dispatch_hooks: Option<JsonDispatchHooks>,
     /// Other BPF programs on probes of objects the target maps.
     other_bpf_programs: &'a [crate::cost::bpf_stats::OtherProgram],
     /// How `cpu_share` was found: `in-situ` (measured on the target) or `estimate`.
@@ -171,6 +174,15 @@ impl From<&crate::cost::insitu::InSituSummary> for JsonInSitu {
             churn_cpu_ms: s.churn_cpu_ms,
         }
     }
+}
+
+/// What timed the dispatches: entries always; returns where the kernel allows.
+#[derive(Serialize)]
+struct JsonDispatchHooks {
+    entries: &'static str,
+    returns: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    returns_missing: Option<&'static str>,
 }
 
 #[derive(Serialize)]
@@ -269,6 +281,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             other_uprobe_dispatch: report.cost.other_dispatch.map(|o| JsonOtherDispatch {
                 count: o.count,
                 mean_ns: o.mean(),
+            }),
+            dispatch_hooks: report.cost.dispatch_hooks.map(|h| JsonDispatchHooks {
+                entries: h.entries,
+                returns: h.returns,
+                returns_missing: h.returns_missing,
             }),
             other_bpf_programs: &report.cost.other_programs,
             whole_cost_method: report.cost.in_situ.as_ref().map(|s| {

@@ -1,0 +1,86 @@
+//! The kernels scenario's dispatch checks: where fentry works (6.1, 6.12), probetop times
+//! the kernel's handling of its uretprobe's every return and counts none of its own hits
+//! as another tool's uprobes, while a second probetop's hits on the same process (the
+//! `foreign` step's `other` run) are counted as such, every one.
+
+use serde_json::Value;
+
+use super::Boot;
+
+/// The uretprobe of the probe runs, whose returns must all be timed.
+const RETPROBE: &str = "uretprobe:leaf_ret";
+
+/// A row's expected, got and verdict.
+pub type Verdict = (String, String, bool);
+
+/// `step`'s own run: every return of the uretprobe timed, and `foreign` hits counted
+/// as other uprobes (0 when probetop's are the only ones).
+pub fn judge(boot: &Boot, step: &str, calls: u64, foreign: u64) -> Verdict {
+    let expected = format!("{calls} returns timed, {foreign} other");
+    let Some(export) = boot.export(step).and_then(|j| serde_json::from_str(j).ok()) else {
+        return (expected, "no export".to_owned(), false);
+    };
+    let (got, ok) = read(&export, calls, foreign);
+    (expected, got, ok)
+}
+
+fn read(export: &Value, calls: u64, foreign: u64) -> (String, bool) {
+    let returns = export["probes"]
+        .as_array()
+        .and_then(|probes| probes.iter().find(|p| p["spec"] == RETPROBE))
+        .and_then(|p| p["dispatch_ns"]["return"]["count"].as_u64());
+    let other = export["cost"]["other_uprobe_dispatch"]["count"].as_u64();
+    let hooks = &export["cost"]["dispatch_hooks"];
+    // "uprobe_notify_resume at the int3 trampoline" -> "uprobe_notify_resume".
+    let by = hooks["returns"]
+        .as_str()
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or("-");
+    let show = |n: Option<u64>| n.map_or("-".to_owned(), |n| n.to_string());
+    (
+        format!("{} returns by {by}, {} other", show(returns), show(other)),
+        returns == Some(calls) && other == Some(foreign),
+    )
+}
+
+/// The second probetop's own count: the foreign hits the first must have seen.
+pub fn foreign_hits(boot: &Boot) -> Option<u64> {
+    let export: Value = serde_json::from_str(boot.export("other")?).ok()?;
+    export["probes"].as_array()?.first()?["hits"].as_u64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn export(returns: u64, other: u64) -> Value {
+        serde_json::from_str(&format!(
+            r#"{{"probes": [{{"spec": "{RETPROBE}", "dispatch_ns": {{"return": {{"count": {returns}}}}}}}],
+               "cost": {{"other_uprobe_dispatch": {{"count": {other}}},
+                         "dispatch_hooks": {{"entries": "uprobe_notify_resume",
+                                             "returns": "uprobe_handle_trampoline (int3 trampoline: uprobe_notify_resume)"}}}}}}"#
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn every_return_timed_and_no_own_hit_as_other() {
+        assert_eq!(
+            read(&export(20, 0), 20, 0),
+            (
+                "20 returns by uprobe_handle_trampoline, 0 other".to_owned(),
+                true
+            )
+        );
+        // probetop's own returns counted as other uprobes: what 6.1 did.
+        assert!(!read(&export(0, 20), 20, 0).1);
+        assert!(read(&export(20, 20), 20, 20).1);
+        assert!(!read(&export(20, 19), 20, 20).1);
+        // Dispatch not measured at all.
+        let none: Value = serde_json::from_str(r#"{"probes": [], "cost": {}}"#).unwrap();
+        assert_eq!(
+            read(&none, 20, 0),
+            ("- returns by -, - other".to_owned(), false)
+        );
+    }
+}
