@@ -236,6 +236,21 @@ pub fn check(ctx: &Ctx, dist: &Dist) -> Result<()> {
     }
     let binary = unpacked.join("probetop");
     ensure_static(&binary)?;
+    // bash is on every machine here (zsh and fish are not): its script must load and
+    // register the completion.
+    let bash = unpacked.join("completions/probetop.bash");
+    let registered = ctx.query_ok(
+        Command::new("bash")
+            .arg("-c")
+            .arg(r#"source "$1" && complete -p probetop"#)
+            .arg("bash")
+            .arg(&bash),
+    )?;
+    ensure!(
+        registered.contains("_probetop"),
+        "{} registers no completion: {registered}",
+        bash.display()
+    );
 
     let workload = ctx.root.join("fixtures/build/c/workload");
     ensure!(
