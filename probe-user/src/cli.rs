@@ -25,6 +25,17 @@ pub enum Command {
     /// The calibration's workload (run by `calibrate` itself).
     #[command(name = "__calibrate-workload", hide = true)]
     CalibrateWorkload,
+    /// Print the completion script of a shell on stdout (the release tarball ships
+    /// bash's, zsh's and fish's).
+    #[command(hide = true)]
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page on stdout (`probetop man | man -l -`), or write every page
+    /// (probetop.1, probetop-list.1, ...) into DIR.
+    #[command(hide = true)]
+    Man { dir: Option<PathBuf> },
 }
 
 #[derive(Debug, Args)]

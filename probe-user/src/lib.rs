@@ -9,6 +9,7 @@ pub mod aggregate;
 pub mod attach;
 pub mod cli;
 pub mod cost;
+pub mod manual;
 pub mod present;
 pub mod preset;
 pub mod privileges;

@@ -21,6 +21,26 @@ fn main() -> ExitCode {
             }
         };
     }
+    // The generated documentation needs no runtime either.
+    let generated = match &cli.command {
+        Some(cli::Command::Completions { shell }) => Some(probe_user::manual::completions(
+            *shell,
+            &mut std::io::stdout().lock(),
+        )),
+        Some(cli::Command::Man { dir: Some(dir) }) => {
+            Some(probe_user::manual::write_pages(dir).map(|_| ()))
+        }
+        Some(cli::Command::Man { dir: None }) => Some(probe_user::manual::print_main_page()),
+        _ => None,
+    };
+    match generated {
+        Some(Ok(())) => return ExitCode::SUCCESS,
+        Some(Err(error)) => {
+            eprintln!("probetop: {error}");
+            return ExitCode::FAILURE;
+        }
+        None => {}
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -36,7 +56,11 @@ fn main() -> ExitCode {
         None => runtime.block_on(session::run(cli.run)),
         Some(cli::Command::List(args)) => session::list(args),
         Some(cli::Command::Calibrate(args)) => session::calibrate(args),
-        Some(cli::Command::CalibrateWorkload) => Ok(()),
+        Some(
+            cli::Command::CalibrateWorkload
+            | cli::Command::Completions { .. }
+            | cli::Command::Man { .. },
+        ) => Ok(()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

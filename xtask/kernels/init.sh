@@ -69,6 +69,7 @@ wait_attached() {
 run_on_fixture() {
 	step=$1
 	shift
+	[ -n "$BEFORE_RUN" ] && $BEFORE_RUN
 	t0=$(uptime_s)
 	$P --pid $FX_PID "$@" --no-tui --duration $STOP --export /tmp/$step.json \
 		> /tmp/$step.out 2> /tmp/$step.err &
@@ -85,6 +86,23 @@ run_on_fixture() {
 	relay /tmp/$step.fx FX $step
 	# The export on one line (JSON strings hold no raw newlines).
 	[ -s /tmp/$step.json ] && echo "PT JSON $step $(tr -d '\n' < /tmp/$step.json)"
+}
+
+# The dist step's probetop is the static file of `cargo xtask dist`: it runs with no libc
+# and no dynamic loader on the file system. Its fixture starts first (it needs them), then
+# they are moved away, and the glibc probetop must fail to start, until restore_libc.
+hide_libc() {
+	mkdir -p /nolibc
+	for d in /lib /lib64 /usr/lib; do
+		[ -e $d ] && mv $d /nolibc/$(echo $d | tr / _)
+	done
+	/usr/bin/probetop --version > /dev/null 2>&1
+	say "NOLIBC $step glibc_probetop_rc=$?"
+}
+restore_libc() {
+	for moved in /nolibc/*; do
+		[ -e "$moved" ] && mv "$moved" "$(basename "$moved" | tr _ /)"
+	done
 }
 
 # A line of its own: the BIOS's last output has no newline.
@@ -120,6 +138,11 @@ relay /tmp/list.err ERR list
 grep -E " (work_unit|leaf_ret|workload:unit)( |\$)" /tmp/list.out | sed 's/^/PT OUT list | /'
 kill -TERM $FX_PID
 wait $FX_PID
+
+P=/dist/probetop BEFORE_RUN=hide_libc
+probe_run dist "$W" $PROBES
+restore_libc
+P=/usr/bin/probetop BEFORE_RUN=
 
 say "END uptime=$(uptime_s)"
 sync

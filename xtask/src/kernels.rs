@@ -4,8 +4,9 @@
 //! Per kernel, `xtask/kernels/init.sh` runs as PID 1: uprobe + uretprobe + USDT on the
 //! workload fixture in ring mode and in `--mode kernel` (every call counted, none
 //! dropped), USDT probes with and without a semaphore on the probes fixture, and
-//! `probetop list --pid`. It prints what happened on the serial console; this module
-//! judges it. A kernel older than 5.15 must refuse every probe run with probetop's
+//! `probetop list --pid`, and the ring run again with the static probetop of `cargo
+//! xtask dist`, with no libc or dynamic loader left on the file system. It prints what
+//! happened on the serial console; this module judges it. A kernel older than 5.15 must refuse every probe run with probetop's
 //! one-line "needs Linux 5.15 or later" and no verifier log.
 //!
 //! Everything is cached under `<target>/kernels/`: the apt lists of each suite, the
@@ -126,7 +127,21 @@ const PROBE_RUNS: &[(&str, &[&str], &str, bool)] = &[
         "ring",
         true,
     ),
+    (
+        DIST_STEP,
+        &[
+            "uprobe:work_unit",
+            "uretprobe:leaf_ret",
+            "usdt:workload:unit",
+        ],
+        "ring",
+        false,
+    ),
 ];
+/// The probe run of the dist file (`/dist/probetop` in the guest), which init.sh runs with
+/// /lib, /lib64 and /usr/lib moved away; its `NOLIBC` line says whether the glibc
+/// probetop could still start then (it must not).
+const DIST_STEP: &str = "dist";
 /// What `probetop list --pid` must show of the workload.
 const LISTED: &[&str] = &["work_unit", "leaf_ret", "workload:unit"];
 
@@ -140,6 +155,7 @@ pub fn run_kernels(ctx: &Ctx, args: &KernelsArgs) -> Result<()> {
     };
     crate::fixtures(ctx)?;
     crate::build(ctx)?;
+    let dist = crate::dist::dist(ctx)?;
     // The system's qemu is not the one run (see Qemu), but brings the libraries and
     // the BIOS (seabios) that one needs.
     install_apt(ctx, &["qemu-system-x86", "cpio"])?;
@@ -154,7 +170,7 @@ pub fn run_kernels(ctx: &Ctx, args: &KernelsArgs) -> Result<()> {
     for kernel in &kernels {
         vmlinuz.push(fetch_kernel(&mut apt, &cache, kernel)?);
     }
-    let initramfs = build_initramfs(ctx, &cache, &busybox)?;
+    let initramfs = build_initramfs(ctx, &cache, &busybox, &dist.binary)?;
 
     let cmdline = format!("pt_calls={calls} pt_sema={sema}");
     let timeout = Duration::from_secs(args.timeout);
@@ -467,8 +483,9 @@ fn fetch_kernel(apt: &mut Apt, cache: &Path, kernel: &Kernel) -> Result<PathBuf>
 
 /// `<cache>/initramfs.cpio` (newc, uncompressed): busybox (its applets are linked by
 /// init.sh), init.sh as /init, probetop, the workload and probes fixtures, and the shared
-/// libraries and loader `ldd` names for them, at the same paths.
-fn build_initramfs(ctx: &Ctx, cache: &Path, busybox: &Path) -> Result<PathBuf> {
+/// libraries and loader `ldd` names for them, at the same paths; and the static dist
+/// probetop as /dist/probetop, which needs none of them.
+fn build_initramfs(ctx: &Ctx, cache: &Path, busybox: &Path, dist: &Path) -> Result<PathBuf> {
     let root = cache.join("initramfs");
     if root.exists() {
         fs::remove_dir_all(&root).with_context(|| format!("removing {}", root.display()))?;
@@ -495,6 +512,7 @@ fn build_initramfs(ctx: &Ctx, cache: &Path, busybox: &Path) -> Result<PathBuf> {
         binaries.push((lib, inside));
     }
     binaries.push((busybox.to_path_buf(), "bin/busybox".to_owned()));
+    binaries.push((dist.to_path_buf(), "dist/probetop".to_owned()));
     binaries.push((ctx.root.join("xtask/kernels/init.sh"), "init".to_owned()));
     for (from, inside) in &binaries {
         let to = root.join(inside);
@@ -790,6 +808,11 @@ fn judge(kernel: &Kernel, boot: &Boot, calls: u64, sema: u64) -> Vec<Row> {
                 judge_counts(boot, step, specs, mode, count),
             )
         };
+        let (expected, got, ok) = if step == DIST_STEP {
+            judge_no_libc(boot, expected, got, ok)
+        } else {
+            (expected, got, ok)
+        };
         rows.push(row(step, expected, got, ok));
     }
     if !refuses {
@@ -872,6 +895,23 @@ fn judge_counts(boot: &Boot, step: &str, specs: &[&str], mode: &str, count: u64)
         ok &= h == count && d == 0 && probe["mode"] == mode;
     }
     (format!("{}, {dropped} dropped", hits.join("/")), ok)
+}
+
+/// The dist run counts only if no libc was there to use: init.sh's `NOLIBC` line must
+/// say that the glibc probetop could not start (the loader it names was gone).
+fn judge_no_libc(boot: &Boot, expected: String, got: String, ok: bool) -> (String, String, bool) {
+    let expected = format!("{expected}, no libc");
+    let prefix = format!("NOLIBC {DIST_STEP} glibc_probetop_rc=");
+    let rc = boot
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rc| rc.trim().parse::<i32>().ok());
+    match rc {
+        Some(rc) if rc != 0 => (expected, format!("{got}, no libc"), ok),
+        Some(_) => (expected, format!("{got}, but libc was there"), false),
+        None => (expected, format!("{got}, libc not hidden"), false),
+    }
 }
 
 /// Every probe run of a kernel without what probetop needs must end before attaching,
@@ -1023,6 +1063,9 @@ mod tests {
             "PT OUT list |   uprobe   0x1a10  0x1a10  emulated-push   leaf_ret",
             "PT OUT list |   uprobe   0x1a30  0x1a30  emulated-push   work_unit",
             "PT OUT list |   usdt     0x1a48  0x1a48  emulated-nop    workload:unit  args=\"-8@%rbx\"",
+            "PT NOLIBC dist glibc_probetop_rc=127",
+            "PT RC dist probetop=0 attached=1 fixture=0 secs=9.0",
+            &format!("PT JSON dist {}", export("ring", 20, 0)),
             "PT END uptime=30.0",
         ]);
         let boot = Boot::parse(&text, false);
@@ -1037,6 +1080,7 @@ mod tests {
                 ("kernel", false),
                 ("foreign", true),
                 ("usdt", true),
+                ("dist", true),
                 ("ring dispatch", true),
                 ("kernel dispatch", false),
                 ("foreign dispatch", false),
@@ -1044,11 +1088,23 @@ mod tests {
             ]
         );
         assert_eq!(rows[1].got, "19/19/19, 0 dropped");
-        assert_eq!(rows[4].got, "20 returns by uprobe_notify_resume, 0 other");
+        assert_eq!(rows[4].got, "20/20/20, 0 dropped, no libc");
+        assert_eq!(rows[5].got, "20 returns by uprobe_notify_resume, 0 other");
         assert_eq!(
-            rows[6].got,
+            rows[7].got,
             "20 returns by uprobe_notify_resume, 40 other (the other's 20)"
         );
+
+        // The same dist run with a libc the glibc probetop could still start with, or
+        // with no word on it, proves nothing.
+        for (nolibc, got) in [
+            ("PT NOLIBC dist glibc_probetop_rc=0", "but libc was there"),
+            ("PT X", "libc not hidden"),
+        ] {
+            let text = text.replace("PT NOLIBC dist glibc_probetop_rc=127", nolibc);
+            let rows = judge(kernel, &Boot::parse(&text, false), 20, 5);
+            assert!(!rows[4].ok && rows[4].got.ends_with(got), "{}", rows[4].got);
+        }
         assert_eq!(rows[0].kernel, "6.1.0-50 bookworm");
     }
 
@@ -1057,7 +1113,8 @@ mod tests {
         let refusal = "PT ERR {} | probetop: needs Linux 5.15 or later (bpf_get_attach_cookie, \
                        BPF links for perf events); this kernel is 5.10.0-32-cloud-amd64";
         let mut lines = vec!["PT BEGIN kernel=5.10.0-32-cloud-amd64 cpus=2".to_owned()];
-        for step in ["ring", "kernel", "foreign", "usdt"] {
+        lines.push("PT NOLIBC dist glibc_probetop_rc=127".to_owned());
+        for step in ["ring", "kernel", "foreign", "usdt", "dist"] {
             lines.push(format!(
                 "PT RC {step} probetop=1 attached=0 fixture=143 secs=1.0"
             ));
@@ -1076,7 +1133,7 @@ mod tests {
         let rows = judge(&KERNELS[0], &boot, 20, 5);
         let oks: Vec<bool> = rows.iter().map(|r| r.ok).collect();
         // list did not run: a failure too.
-        assert_eq!(oks, [true, true, true, false, false]);
+        assert_eq!(oks, [true, true, true, false, true, false]);
         assert!(rows[3].got.contains("verifier log"), "{}", rows[3].got);
     }
 

@@ -17,6 +17,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod dist;
 mod fuzz;
 mod insitu_check;
 mod kernels;
@@ -47,8 +48,18 @@ enum Task {
     Build,
     /// rustfmt check and clippy with warnings denied.
     Lint,
-    /// setup, lint, fixtures, build, the whole test suite (as root), then a short fuzzing
-    /// round per fuzz target, and with CI=true or PROBETOP_KERNELS=1 `kernels`.
+    /// One file for production hosts: a static (musl) probetop with its eBPF programs
+    /// inside, packed with man pages, shell completions and a README into
+    /// <target>/dist/probetop-VERSION-x86_64-linux-musl.tar.gz.
+    Dist {
+        /// Then unpack the tarball and probe a fixture with its probetop: exact counts
+        /// (as root).
+        #[arg(long)]
+        check: bool,
+    },
+    /// setup, lint, fixtures, build, the whole test suite (as root), then `dist --check`,
+    /// a short fuzzing round per fuzz target, and with CI=true or PROBETOP_KERNELS=1
+    /// `kernels`.
     Test {
         /// Passed to the test harness: `cargo xtask test -- --test-threads 1`.
         #[arg(last = true)]
@@ -242,6 +253,14 @@ fn run_task(cli: Cli) -> Result<()> {
         Task::Fixtures => fixtures(&ctx),
         Task::Build => build(&ctx),
         Task::Lint => lint(&ctx),
+        Task::Dist { check } => {
+            let built = dist::dist(&ctx)?;
+            if check {
+                fixtures(&ctx)?;
+                dist::check(&ctx, &built)?;
+            }
+            Ok(())
+        }
         Task::Test { harness_args } => test(&ctx, &harness_args),
         Task::Demo => demo(&ctx),
         Task::Soak { seconds } => soak(&ctx, seconds),
@@ -416,6 +435,8 @@ fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
         cmd.arg("--").args(harness_args);
     }
     run(&mut cmd)?;
+    // The release file for production hosts, unpacked and run against a fixture.
+    let dist = dist::dist(ctx).and_then(|built| dist::check(ctx, &built));
     // A short round per fuzz target: replays the committed corpus (every past crasher
     // included) and explores a little further.
     let fuzzed = fuzz::fuzz(ctx, fuzz::SECONDS_IN_TEST, &[]);
@@ -427,7 +448,7 @@ fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
     } else {
         Ok(())
     };
-    let failed: Vec<String> = [lint, fuzzed, kernels]
+    let failed: Vec<String> = [lint, dist, fuzzed, kernels]
         .into_iter()
         .filter_map(|r| r.err().map(|e| format!("{e:#}")))
         .collect();

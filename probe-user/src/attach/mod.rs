@@ -1135,7 +1135,8 @@ struct PerfEventAttr {
 }
 
 const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-const PERF_EVENT_IOC_ENABLE: libc::c_ulong = 0x2400;
+// libc::Ioctl: the request is a c_ulong in glibc and a c_int in musl (the static build).
+const PERF_EVENT_IOC_ENABLE: libc::Ioctl = 0x2400;
 
 /// Opens a uprobe (or uretprobe) perf event at `path`+`offset` for process `pid`.
 /// `ref_ctr_offset` non-zero makes the kernel count the USDT semaphore at that file offset.
