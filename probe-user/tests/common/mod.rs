@@ -304,28 +304,51 @@ pub fn map_entries_of(pid: u32, name: &str) -> Option<u32> {
         .map(|map| map.max_entries())
 }
 
-/// Perf events process `pid` holds open: one per attached uprobe or uretprobe.
+/// The cookie of probetop's own flush probe (probe_common::FLUSH_PROBE_ID), on a
+/// function in its own executable: not a probe of the target, so left out below.
+const FLUSH_COOKIE: &str = "4294967295";
+
+/// The fdinfo texts of process `pid`'s open files.
+fn fdinfos_of(pid: u32) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+        .collect()
+}
+
+/// Perf events process `pid` holds open: one per attached uprobe or uretprobe, besides
+/// probetop's own flush probe.
 pub fn perf_events_of(pid: u32) -> usize {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return 0;
     };
-    dir.flatten()
+    let events = dir
+        .flatten()
         .filter(|entry| {
             std::fs::read_link(entry.path())
                 .is_ok_and(|target| target.as_os_str() == "anon_inode:[perf_event]")
         })
-        .count()
+        .count();
+    let own_flush = fdinfos_of(pid)
+        .iter()
+        .filter(|info| {
+            info.lines().any(|l| l == "link_type:\tperf")
+                && info
+                    .lines()
+                    .any(|l| l.strip_prefix("cookie:").map(str::trim) == Some(FLUSH_COOKIE))
+        })
+        .count();
+    events.saturating_sub(own_flush)
 }
 
 /// The uprobe_multi links process `pid` holds, from /proc/PID/fdinfo: per link, its
-/// type (`uprobe_multi` or `uretprobe_multi`) and how many probe points it holds.
+/// type (`uprobe_multi` or `uretprobe_multi`) and how many probe points it holds;
+/// probetop's own flush probe left out.
 pub fn multi_links_of(pid: u32) -> Vec<(String, usize)> {
-    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
-        return Vec::new();
-    };
-    let mut links: Vec<(String, usize)> = dir
-        .flatten()
-        .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
+    let mut links: Vec<(String, usize)> = fdinfos_of(pid)
+        .iter()
         .filter_map(|info| {
             let field = |key: &str| {
                 info.lines()
@@ -333,6 +356,13 @@ pub fn multi_links_of(pid: u32) -> Vec<(String, usize)> {
             };
             let kind = field("link_type:")?;
             if !kind.ends_with("probe_multi") {
+                return None;
+            }
+            // Its point table: "cookie offset ref_ctr_offset" rows.
+            let own_flush = info
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(FLUSH_COOKIE));
+            if own_flush {
                 return None;
             }
             Some((kind, field("uprobe_cnt:")?.parse().ok()?))
