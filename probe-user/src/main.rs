@@ -41,7 +41,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("probetop: {}", error_line(&error));
+            // Not eprintln!: with the terminal gone it would panic, and abort with 134.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "probetop: {}", error_line(&error));
             if error.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(2)
             } else {

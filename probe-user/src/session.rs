@@ -57,6 +57,9 @@ pub enum StopReason {
     /// The target exec'd another program; the probes no longer fire.
     TargetExeced,
     UserQuit,
+    /// The TUI's terminal went away (writes and reads fail): measuring stops as on
+    /// SIGHUP, and what was measured is exported.
+    TerminalLost,
 }
 
 /// A resolved probe with the spec that asked for it, and the program it was resolved
@@ -218,7 +221,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if !args.force {
         refuse_go_return_probes(&probes)?;
     }
-    eprintln!(
+    say!(
         "probetop: {} probe point{} from {} spec{}",
         probes.len(),
         if probes.len() == 1 { "" } else { "s" },
@@ -258,12 +261,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let spec_points: Vec<(&str, &ProbePoint)> =
         probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
     for line in cost::entry_warnings(&spec_points, &prepared.costs) {
-        eprintln!("{line}");
+        say!("{line}");
     }
     let dispatch_wanted =
         !args.no_dispatch && probes.len() <= cost::dispatch::MAX_DISPATCH_PROBES as usize;
     if !args.no_dispatch && !dispatch_wanted {
-        eprintln!(
+        say!(
             "probetop: kernel dispatch time is measured for at most {} probes; whole cost per hit comes from calibration alone",
             cost::dispatch::MAX_DISPATCH_PROBES
         );
@@ -304,7 +307,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .enumerate()
         .map(|(id, probe)| {
             let config = probe_config(base_config, probe, args.args, &mut |line| {
-                eprintln!("probetop: {line}")
+                say!("probetop: {line}")
             });
             probe.request(id as u32, config, pid)
         })
@@ -334,7 +337,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     aggregator.open_window(stream::ktime_now_ns());
     stream::baseline_kernel_counters(&counters, &mut aggregator);
     let attach_path = attachment.attach_path();
-    eprintln!(
+    say!(
         "probetop: attached {} probe{} to pid {} ({}) via {attach_path}",
         probes.len(),
         if probes.len() == 1 { "" } else { "s" },
@@ -402,8 +405,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let server = listener.map(|listener| {
         match listener.local_addr() {
-            Ok(addr) => eprintln!("probetop: serving metrics on http://{addr}/metrics"),
-            Err(e) => eprintln!("probetop: serving metrics (address unknown: {e})"),
+            Ok(addr) => say!("probetop: serving metrics on http://{addr}/metrics"),
+            Err(e) => say!("probetop: serving metrics (address unknown: {e})"),
         }
         let source = source.clone();
         tokio::spawn(listen::serve(listener, move || {
@@ -501,6 +504,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         match exit {
             UiExit::Quit => StopReason::UserQuit,
             UiExit::Shutdown(reason) => reason,
+            UiExit::TerminalLost(e) => {
+                notes.push(format!("the terminal is gone ({e}): stopping"));
+                StopReason::TerminalLost
+            }
         }
     };
 
@@ -547,7 +554,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             current.exe.display()
         ),
         StopReason::Signal(name) => say!("probetop: {name}"),
-        StopReason::Duration | StopReason::UserQuit => {}
+        StopReason::Duration | StopReason::UserQuit | StopReason::TerminalLost => {}
     }
     for notice in &aggregator.notices {
         say!("probetop: {notice}");
