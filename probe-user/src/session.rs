@@ -192,6 +192,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let target = Target::open(pid)?;
     for path in &args.exports {
         check_export_format(&target, path)?;
+        // Found now, not after the whole run: a missing or read-only directory, a link,
+        // a FIFO (whose open would hang).
+        export::check(path, args.force).map_err(|e| UsageError(e.to_string()))?;
     }
 
     let resolve_options = ResolveOptions {
