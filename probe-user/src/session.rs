@@ -4,6 +4,7 @@
 
 mod follow;
 mod insitu;
+mod specs;
 
 use std::{
     future::Future,
@@ -36,7 +37,7 @@ use crate::stream::{
     self, Collected, CollectorCommand, CollectorLinks, CollectorOptions, Copied, HitStream,
 };
 use crate::target::{PinnedExe, Target};
-use crate::{UsageError, cost, preset, privileges};
+use crate::{UsageError, cost, privileges};
 use probe_common::{ProbeConfig, mode};
 
 /// Like eprintln!, but a failed write is ignored: after SIGHUP the terminal is gone, and
@@ -159,7 +160,7 @@ fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let specs = collect_specs(&args)?;
+    let specs = specs::collect(&args)?;
     let pid = args.pid.ok_or_else(|| {
         UsageError("which process? give --pid PID (for example --pid $(pidof mariadbd))".into())
     })?;
@@ -187,6 +188,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         )),
     };
     let time_every = time_every(args.mode, args.time_every)?;
+    if args.sample_every == 0 {
+        bail!(UsageError(
+            "--sample-every 0: give 1 to stream every hit, or N to stream one hit in N".into()
+        ));
+    }
     check_in_situ(&args)?;
     privileges::check()?;
     let target = Target::open(pid)?;
@@ -691,7 +697,10 @@ fn change_window(
 ) -> Option<cost::insitu::InSituSummary> {
     let active = driver.as_mut()?;
     if let Err(e) = active.change(attachment) {
-        say!("probetop: in situ measurement stopped: {e:#}");
+        say!(
+            "probetop: in situ measurement stopped: {}",
+            crate::error_line(&e)
+        );
         *driver = None;
         return None;
     }
@@ -941,39 +950,6 @@ fn unix_now_ms() -> u64 {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// Specs from -e and -f, parsed; a malformed one is a usage error with a caret.
-fn collect_specs(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
-    let mut texts: Vec<String> = args.probes.clone();
-    if let Some(file) = &args.spec_file {
-        let content = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read spec file {}", file.display()))?;
-        texts.extend(spec_lines(&content));
-    }
-    for name in &args.presets {
-        let text = preset::text(name).map_err(|e| UsageError(format!("--preset: {e}")))?;
-        texts.extend(spec_lines(text));
-    }
-    if texts.is_empty() {
-        bail!(UsageError(
-            "no probes: give at least one -e SPEC (for example -e uprobe:my_func) or a --preset"
-                .into()
-        ));
-    }
-    texts
-        .iter()
-        .map(|t| ProbeSpec::parse(t).map_err(|e| UsageError(format!("bad probe spec: {e}")).into()))
-        .collect()
-}
-
-/// Lines of a spec file without comments and blanks.
-fn spec_lines(content: &str) -> impl Iterator<Item = String> + '_ {
-    content
-        .lines()
-        .map(|line| line.split('#').next().unwrap_or("").trim())
-        .filter(|line| !line.is_empty())
-        .map(str::to_string)
 }
 
 /// Fails early, before anything is attached, on an export path probetop cannot write.
@@ -1235,13 +1211,6 @@ fn say_kernel_histogram_memory(probe_slots: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spec_file_lines() {
-        let lines: Vec<String> =
-            spec_lines("# probes\nuprobe:a\n\n  uretprobe:b  # return\n#x\n").collect();
-        assert_eq!(lines, ["uprobe:a", "uretprobe:b"]);
-    }
 
     #[test]
     fn snapshot_exports_are_named_by_time() {
