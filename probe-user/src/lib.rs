@@ -9,6 +9,7 @@ pub mod aggregate;
 pub mod attach;
 pub mod cli;
 pub mod cost;
+mod error_line;
 pub mod manual;
 pub mod present;
 pub mod preset;
@@ -18,6 +19,8 @@ pub mod session;
 pub mod spec;
 pub mod stream;
 pub mod target;
+
+pub use error_line::error_line;
 
 /// A mistake in how probetop was invoked (exit status 2, like clap's own errors).
 #[derive(Debug, thiserror::Error)]

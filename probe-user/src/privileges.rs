@@ -2,6 +2,7 @@
 
 use std::fs;
 
+const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
@@ -17,7 +18,7 @@ pub enum PrivilegeError {
     )]
     Setuid,
     #[error("cannot read /proc/self/status to check capabilities: {0}")]
-    Unreadable(#[from] std::io::Error),
+    Unreadable(std::io::Error),
 }
 
 /// Fails when run setuid/setgid, or unless the effective capabilities allow loading BPF
@@ -35,12 +36,34 @@ pub fn check() -> Result<(), PrivilegeError> {
     if uid != euid || gid != egid {
         return Err(PrivilegeError::Setuid);
     }
-    let status = fs::read_to_string("/proc/self/status")?;
+    let status = fs::read_to_string("/proc/self/status").map_err(PrivilegeError::Unreadable)?;
     let effective = effective_caps(&status).unwrap_or(0);
     if has_needed(effective) {
         Ok(())
     } else {
         Err(PrivilegeError::Missing)
+    }
+}
+
+/// What to do when the kernel refuses to show another process's /proc files: the
+/// advice depends on who probetop runs as, since "run as root" is no help to root.
+pub fn denied_advice() -> &'static str {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return "; run probetop as root";
+    }
+    let effective = fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| effective_caps(&status))
+        .unwrap_or(0);
+    denied_advice_for_root(effective)
+}
+
+fn denied_advice_for_root(effective: u64) -> &'static str {
+    if effective & (1 << CAP_SYS_PTRACE) == 0 {
+        "; probetop runs as root but without CAP_SYS_PTRACE, which reading another user's process needs: run it with that capability (a container or capsh may have dropped it)"
+    } else {
+        "; the kernel refuses it even to root: the process may be in another user namespace (a container) or a security module (Yama, SELinux, AppArmor) may deny it; run probetop in the process's own namespace"
     }
 }
 
@@ -67,5 +90,15 @@ mod tests {
         assert!(has_needed((1 << CAP_BPF) | (1 << CAP_PERFMON)));
         assert!(!has_needed(1 << CAP_BPF));
         assert!(!has_needed(0));
+    }
+
+    #[test]
+    fn root_is_never_told_to_run_as_root() {
+        for caps in [0, 1 << CAP_SYS_PTRACE, 0x1ff_ffff_ffff] {
+            let advice = denied_advice_for_root(caps);
+            assert!(!advice.contains("as root;"), "{advice}");
+            assert!(!advice.ends_with("run probetop as root"), "{advice}");
+        }
+        assert!(denied_advice_for_root(0).contains("CAP_SYS_PTRACE"));
     }
 }

@@ -4,6 +4,7 @@
 
 mod follow;
 mod insitu;
+mod specs;
 
 use std::{
     future::Future,
@@ -36,7 +37,7 @@ use crate::stream::{
     self, Collected, CollectorCommand, CollectorLinks, CollectorOptions, Copied, HitStream,
 };
 use crate::target::{PinnedExe, Target};
-use crate::{UsageError, cost, preset, privileges};
+use crate::{UsageError, cost, privileges};
 use probe_common::{ProbeConfig, mode};
 
 /// Like eprintln!, but a failed write is ignored: after SIGHUP the terminal is gone, and
@@ -57,6 +58,9 @@ pub enum StopReason {
     /// The target exec'd another program; the probes no longer fire.
     TargetExeced,
     UserQuit,
+    /// The TUI's terminal went away (writes and reads fail): measuring stops as on
+    /// SIGHUP, and what was measured is exported.
+    TerminalLost,
 }
 
 /// A resolved probe with the spec that asked for it, and the program it was resolved
@@ -156,7 +160,7 @@ fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let specs = collect_specs(&args)?;
+    let specs = specs::collect(&args)?;
     let pid = args.pid.ok_or_else(|| {
         UsageError("which process? give --pid PID (for example --pid $(pidof mariadbd))".into())
     })?;
@@ -184,11 +188,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         )),
     };
     let time_every = time_every(args.mode, args.time_every)?;
+    if args.sample_every == 0 {
+        bail!(UsageError(
+            "--sample-every 0: give 1 to stream every hit, or N to stream one hit in N".into()
+        ));
+    }
     check_in_situ(&args)?;
     privileges::check()?;
     let target = Target::open(pid)?;
     for path in &args.exports {
         check_export_format(&target, path)?;
+        // Found now, not after the whole run: a missing or read-only directory, a link,
+        // a FIFO (whose open would hang).
+        export::check(path, args.force).map_err(|e| UsageError(e.to_string()))?;
     }
 
     let resolve_options = ResolveOptions {
@@ -218,7 +230,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if !args.force {
         refuse_go_return_probes(&probes)?;
     }
-    eprintln!(
+    say!(
         "probetop: {} probe point{} from {} spec{}",
         probes.len(),
         if probes.len() == 1 { "" } else { "s" },
@@ -258,12 +270,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let spec_points: Vec<(&str, &ProbePoint)> =
         probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
     for line in cost::entry_warnings(&spec_points, &prepared.costs) {
-        eprintln!("{line}");
+        say!("{line}");
     }
     let dispatch_wanted =
         !args.no_dispatch && probes.len() <= cost::dispatch::MAX_DISPATCH_PROBES as usize;
     if !args.no_dispatch && !dispatch_wanted {
-        eprintln!(
+        say!(
             "probetop: kernel dispatch time is measured for at most {} probes; whole cost per hit comes from calibration alone",
             cost::dispatch::MAX_DISPATCH_PROBES
         );
@@ -304,7 +316,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .enumerate()
         .map(|(id, probe)| {
             let config = probe_config(base_config, probe, args.args, &mut |line| {
-                eprintln!("probetop: {line}")
+                say!("probetop: {line}")
             });
             probe.request(id as u32, config, pid)
         })
@@ -335,7 +347,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     aggregator.open_window(stream::ktime_now_ns());
     stream::baseline_kernel_counters(&counters, &mut aggregator);
     let attach_path = attachment.attach_path();
-    eprintln!(
+    say!(
         "probetop: attached {} probe{} to pid {} ({}) via {attach_path}",
         probes.len(),
         if probes.len() == 1 { "" } else { "s" },
@@ -403,8 +415,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let server = listener.map(|listener| {
         match listener.local_addr() {
-            Ok(addr) => eprintln!("probetop: serving metrics on http://{addr}/metrics"),
-            Err(e) => eprintln!("probetop: serving metrics (address unknown: {e})"),
+            Ok(addr) => say!("probetop: serving metrics on http://{addr}/metrics"),
+            Err(e) => say!("probetop: serving metrics (address unknown: {e})"),
         }
         let source = source.clone();
         tokio::spawn(listen::serve(listener, move || {
@@ -502,6 +514,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         match exit {
             UiExit::Quit => StopReason::UserQuit,
             UiExit::Shutdown(reason) => reason,
+            UiExit::TerminalLost(e) => {
+                notes.push(format!("the terminal is gone ({e}): stopping"));
+                StopReason::TerminalLost
+            }
         }
     };
 
@@ -548,7 +564,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             current.exe.display()
         ),
         StopReason::Signal(name) => say!("probetop: {name}"),
-        StopReason::Duration | StopReason::UserQuit => {}
+        StopReason::Duration | StopReason::UserQuit | StopReason::TerminalLost => {}
     }
     for notice in &aggregator.notices {
         say!("probetop: {notice}");
@@ -682,7 +698,10 @@ fn change_window(
 ) -> Option<cost::insitu::InSituSummary> {
     let active = driver.as_mut()?;
     if let Err(e) = active.change(attachment) {
-        say!("probetop: in situ measurement stopped: {e:#}");
+        say!(
+            "probetop: in situ measurement stopped: {}",
+            crate::error_line(&e)
+        );
         *driver = None;
         return None;
     }
@@ -932,39 +951,6 @@ fn unix_now_ms() -> u64 {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-/// Specs from -e and -f, parsed; a malformed one is a usage error with a caret.
-fn collect_specs(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
-    let mut texts: Vec<String> = args.probes.clone();
-    if let Some(file) = &args.spec_file {
-        let content = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read spec file {}", file.display()))?;
-        texts.extend(spec_lines(&content));
-    }
-    for name in &args.presets {
-        let text = preset::text(name).map_err(|e| UsageError(format!("--preset: {e}")))?;
-        texts.extend(spec_lines(text));
-    }
-    if texts.is_empty() {
-        bail!(UsageError(
-            "no probes: give at least one -e SPEC (for example -e uprobe:my_func) or a --preset"
-                .into()
-        ));
-    }
-    texts
-        .iter()
-        .map(|t| ProbeSpec::parse(t).map_err(|e| UsageError(format!("bad probe spec: {e}")).into()))
-        .collect()
-}
-
-/// Lines of a spec file without comments and blanks.
-fn spec_lines(content: &str) -> impl Iterator<Item = String> + '_ {
-    content
-        .lines()
-        .map(|line| line.split('#').next().unwrap_or("").trim())
-        .filter(|line| !line.is_empty())
-        .map(str::to_string)
 }
 
 /// Fails early, before anything is attached, on an export path probetop cannot write.
@@ -1226,13 +1212,6 @@ fn say_kernel_histogram_memory(probe_slots: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spec_file_lines() {
-        let lines: Vec<String> =
-            spec_lines("# probes\nuprobe:a\n\n  uretprobe:b  # return\n#x\n").collect();
-        assert_eq!(lines, ["uprobe:a", "uretprobe:b"]);
-    }
 
     #[test]
     fn snapshot_exports_are_named_by_time() {

@@ -55,7 +55,7 @@ pub struct ProbeSpec {
 
 /// A spec that does not parse, with the byte range of the bad part for a caret.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{reason}\n  {text}\n  {caret}", caret = caret_line(*.at, *.len))]
+#[error("{reason}\n  {}", caret_lines(.text, *.at, *.len))]
 pub struct SpecError {
     pub text: String,
     pub reason: String,
@@ -63,8 +63,51 @@ pub struct SpecError {
     pub len: usize,
 }
 
-fn caret_line(at: usize, len: usize) -> String {
-    format!("{}{}", " ".repeat(at), "^".repeat(len.max(1)))
+/// Bytes of a spec echoed in an error at most: a spec of 100,000 characters is shown as
+/// the part around its caret.
+pub const ECHO_BYTES: usize = 100;
+
+/// The spec and a caret line under bytes `at..at + len`; a long spec is cut to
+/// [`ECHO_BYTES`] around the caret, `…` marking what was left out.
+fn caret_lines(text: &str, at: usize, len: usize) -> String {
+    if text.len() <= ECHO_BYTES {
+        return format!("{text}\n  {}{}", " ".repeat(at), "^".repeat(len.max(1)));
+    }
+    let floor = |mut i: usize| {
+        i = i.min(text.len());
+        while !text.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    };
+    let start = floor(at.saturating_sub(ECHO_BYTES / 2));
+    let end = floor(start + ECHO_BYTES);
+    let (before, after) = (
+        if start > 0 { "…" } else { "" },
+        if end < text.len() { "…" } else { "" },
+    );
+    let column = at.saturating_sub(start) + usize::from(start > 0);
+    let carets = len.max(1).min(end.saturating_sub(at).max(1));
+    format!(
+        "{before}{}{after} ({} bytes)\n  {}{}",
+        &text[start..end],
+        text.len(),
+        " ".repeat(column),
+        "^".repeat(carets)
+    )
+}
+
+/// `text` cut to `max` bytes (at a character boundary) with `…` and its length when
+/// longer, for errors that name a spec or a name taken from input.
+pub fn shorten(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len()).into()
 }
 
 impl SpecError {
@@ -455,5 +498,21 @@ mod tests {
         // Leading blanks shift the caret with the text.
         let e = ProbeSpec::parse("  uprobe:f+z").unwrap_err();
         assert_eq!((e.at, e.len), (11, 1));
+    }
+
+    #[test]
+    fn a_long_spec_is_echoed_around_its_caret() {
+        let text = format!("uprobe:{} b", "a".repeat(100_000));
+        let e = ProbeSpec::parse(&text).unwrap_err();
+        let shown = e.to_string();
+        assert!(shown.len() < 400, "{} bytes", shown.len());
+        let lines: Vec<&str> = shown.lines().collect();
+        let (spec, caret) = (lines[lines.len() - 2], lines[lines.len() - 1]);
+        assert!(spec.ends_with("aaa b (100009 bytes)"), "{spec}");
+        // The caret is under the blank the parser refused.
+        let column = caret.find('^').expect("caret");
+        assert_eq!(spec.chars().nth(column), Some(' '), "{spec}\n{caret}");
+        assert_eq!(shorten("abcdef", 3), "abc… (6 bytes)");
+        assert_eq!(shorten("abc", 3), "abc");
     }
 }

@@ -16,14 +16,32 @@ pub enum TargetError {
     KernelThread(u32),
     #[error("pid {0} is a zombie (exited, not yet reaped): there is nothing left to probe")]
     Zombie(u32),
-    #[error("cannot read /proc/{pid}/{what}: {source}; run probetop as root")]
+    /// `advice` says what to do about a refusal (see [`crate::privileges::denied_advice`]).
+    #[error("cannot read /proc/{pid}/{what}: {error}{advice}")]
     Unreadable {
         pid: u32,
         what: &'static str,
-        source: io::Error,
+        error: io::Error,
+        advice: &'static str,
     },
     #[error("pid 0 is not a process")]
     PidZero,
+}
+
+impl TargetError {
+    fn unreadable(pid: u32, what: &'static str, error: io::Error) -> Self {
+        let advice = if error.kind() == io::ErrorKind::PermissionDenied {
+            crate::privileges::denied_advice()
+        } else {
+            ""
+        };
+        Self::Unreadable {
+            pid,
+            what,
+            error,
+            advice,
+        }
+    }
 }
 
 /// Identity of a running process, captured once before probes are attached.
@@ -56,18 +74,14 @@ impl Target {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(TargetError::NoSuchProcess(pid));
             }
-            Err(source) => {
-                return Err(TargetError::Unreadable {
-                    pid,
-                    what: "stat",
-                    source,
-                });
-            }
+            Err(error) => return Err(TargetError::unreadable(pid, "stat", error)),
         };
-        let (state, start_ticks) = parse_stat(&stat).ok_or(TargetError::Unreadable {
-            pid,
-            what: "stat",
-            source: io::Error::new(io::ErrorKind::InvalidData, "unexpected format"),
+        let (state, start_ticks) = parse_stat(&stat).ok_or_else(|| {
+            TargetError::unreadable(
+                pid,
+                "stat",
+                io::Error::new(io::ErrorKind::InvalidData, "unexpected format"),
+            )
         })?;
         if state == 'Z' {
             return Err(TargetError::Zombie(pid));
@@ -78,13 +92,7 @@ impl Target {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(TargetError::KernelThread(pid));
             }
-            Err(source) => {
-                return Err(TargetError::Unreadable {
-                    pid,
-                    what: "exe",
-                    source,
-                });
-            }
+            Err(error) => return Err(TargetError::unreadable(pid, "exe", error)),
         };
         let comm = fs::read_to_string(format!("/proc/{pid}/comm"))
             .map(|c| c.trim_end().to_string())

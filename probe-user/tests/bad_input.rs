@@ -2,7 +2,7 @@
 
 mod common;
 
-use std::process::Output;
+use std::process::{Command, Output};
 
 use common::*;
 
@@ -226,4 +226,124 @@ fn malformed_offsets_show_a_caret() {
         assert_clean_failure(&out, 2, needle);
         assert!(stderr(&out).contains('^'), "{spec}: {}", stderr(&out));
     }
+}
+
+#[test]
+fn sample_every_zero_is_refused_like_time_every_zero() {
+    let out = run(&[
+        "--pid",
+        "1",
+        "-e",
+        "uprobe:x",
+        "--mode",
+        "sample",
+        "--sample-every",
+        "0",
+        "--no-tui",
+    ]);
+    assert_clean_failure(&out, 2, "--sample-every 0: give 1 to stream every hit");
+}
+
+/// probetop under a 2 GiB address-space limit: input that makes it grow without bound
+/// fails an allocation (an abort) instead of filling the machine's memory.
+fn run_bounded(args: &[&str], stdin: std::process::Stdio) -> std::process::Child {
+    use std::os::unix::process::CommandExt as _;
+    let mut cmd = probetop();
+    cmd.args(args)
+        .stdin(stdin)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 2 << 30,
+                rlim_max: 2 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().expect("run probetop")
+}
+
+#[test]
+fn an_endless_spec_file_is_one_line() {
+    let target = workload(&["--calls", "1", "--wait-signal"]);
+    let pid = target.pid().to_string();
+    let out = run_bounded(
+        &["--pid", &pid, "-f", "/dev/zero", "--no-tui"],
+        std::process::Stdio::null(),
+    )
+    .wait_with_output()
+    .expect("wait");
+    assert_clean_failure(
+        &out,
+        2,
+        "-f /dev/zero: a device; give a file of probe specs, one a line (or a pipe)",
+    );
+    // A pipe that never ends: read up to the cap, then refused.
+    let mut child = run_bounded(
+        &["--pid", &pid, "-f", "/dev/stdin", "--no-tui"],
+        std::process::Stdio::piped(),
+    );
+    let mut stdin = child.stdin.take().expect("stdin");
+    let writer = std::thread::spawn(move || {
+        use std::io::Write as _;
+        let line = "# a comment line, again and again\n".repeat(1000);
+        while stdin.write_all(line.as_bytes()).is_ok() {}
+    });
+    let out = child.wait_with_output().expect("wait");
+    let _ = writer.join();
+    assert_clean_failure(&out, 2, "-f /dev/stdin: more than 1 MiB of probe specs");
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+}
+
+#[test]
+fn a_huge_spec_is_not_echoed_whole() {
+    let target = workload(&["--calls", "1", "--wait-signal"]);
+    let pid = target.pid().to_string();
+    let long = format!("uprobe:{}", "a".repeat(100_000));
+    let out = run(&["--pid", &pid, "-e", &long, "--no-tui"]);
+    assert_clean_failure(&out, 2, "a probe spec of 100007 bytes (uprobe:aaaa");
+    assert!(stderr(&out).len() < 300, "{} bytes", stderr(&out).len());
+    // A bad character far into a long spec: shown around its caret.
+    let bad = format!("uprobe:{} b", "a".repeat(5000));
+    let out = run(&["--pid", &pid, "-e", &bad, "--no-tui"]);
+    assert_clean_failure(&out, 2, "(5009 bytes)");
+    assert!(stderr(&out).len() < 600, "{} bytes", stderr(&out).len());
+    assert!(stderr(&out).contains('^'), "{}", stderr(&out));
+}
+
+#[test]
+fn root_without_ptrace_rights_is_not_told_to_run_as_root() {
+    // Another user's process, and probetop as root without CAP_SYS_PTRACE (which root
+    // needs to read another user's /proc/PID/exe).
+    let mut other = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sleep",
+            "60",
+        ])
+        .spawn()
+        .expect("setpriv (util-linux)");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let pid = other.id().to_string();
+    let out = Command::new("setpriv")
+        .args(["--bounding-set=-sys_ptrace", "--inh-caps=-sys_ptrace"])
+        .arg(env!("CARGO_BIN_EXE_probetop"))
+        .args(["--pid", &pid, "-e", "uprobe:x", "--no-tui"])
+        .output()
+        .expect("setpriv probetop");
+    let _ = other.kill();
+    let _ = other.wait();
+    assert_clean_failure(&out, 1, &format!("cannot read /proc/{pid}/exe"));
+    let err = stderr(&out);
+    assert!(!err.contains("run probetop as root"), "{err}");
+    assert!(err.contains("without CAP_SYS_PTRACE"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
 }

@@ -132,7 +132,7 @@ pub fn list_with(
         ListSource::Pid(pid) => {
             target = Target::open(*pid).map_err(|e| ResolveError::Read {
                 path: PathBuf::from(format!("/proc/{pid}")),
-                source: std::io::Error::other(e.to_string()),
+                error: std::io::Error::other(e.to_string()),
             })?;
             Scope::process(&target)
         }

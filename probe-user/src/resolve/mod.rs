@@ -134,10 +134,11 @@ impl UsdtSite {
 /// Why a spec resolved to nothing usable.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    #[error("cannot read {path}: {source}")]
+    // The io::Error is in the message, and so not the source too (printed twice).
+    #[error("cannot read {path}: {error}")]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{path} is not an ELF file probetop can read: {reason}")]
     Elf { path: PathBuf, reason: String },
@@ -428,9 +429,9 @@ fn at_offset(
                             .min(offset.saturating_add(classes::MAX_INSN_LEN as u64)),
                     )
                 })
-                .map_err(|source| ResolveError::Read {
+                .map_err(|error| ResolveError::Read {
                     path: point.object.clone(),
-                    source,
+                    error,
                 })?
         };
         sites::check_offset(&code, span.size, offset)
@@ -881,9 +882,9 @@ impl Loaded {
 /// Reads and parses an ELF file, capping its size.
 fn read_image(path: &Path, display: &Path) -> Result<ElfImage, ResolveError> {
     let data =
-        debuginfo::read_capped(path, MAX_OBJECT_BYTES).map_err(|source| ResolveError::Read {
+        debuginfo::read_capped(path, MAX_OBJECT_BYTES).map_err(|error| ResolveError::Read {
             path: display.to_path_buf(),
-            source,
+            error,
         })?;
     ElfImage::parse(&data).map_err(|e| ResolveError::Elf {
         path: display.to_path_buf(),

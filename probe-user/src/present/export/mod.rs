@@ -26,12 +26,15 @@ use crate::spec::ProbeKind;
 use crate::target::Target;
 
 pub mod csv;
+mod file;
 mod hdr;
 pub mod hgrm;
 pub mod hlog;
 pub mod html;
 pub mod json;
 pub mod prometheus;
+
+pub use file::{check, write};
 
 /// The measurements of one probe over a run.
 #[derive(Debug, Clone)]
@@ -152,11 +155,29 @@ pub struct ExecReport {
 /// Why an export could not be written.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    #[error("cannot write {path}: {source}")]
+    // The io::Error is in the message, so it is not also the error's source: a chain
+    // printer would print it twice.
+    #[error("cannot write {path}: {error}")]
     Write {
         path: std::path::PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
+    #[error("cannot write {path}: directory {dir} {why}")]
+    NoDirectory {
+        path: PathBuf,
+        dir: PathBuf,
+        why: &'static str,
+    },
+    #[error("cannot write {path}: cannot create a file in {dir}: {error}")]
+    Unwritable {
+        path: PathBuf,
+        dir: PathBuf,
+        error: std::io::Error,
+    },
+    #[error(
+        "{path} is a {kind}: probetop writes exports to regular files only; choose another path"
+    )]
+    NotRegular { path: PathBuf, kind: &'static str },
     #[error(
         "{0} is a symbolic link: probetop does not write exports through links; remove it, choose another path, or pass --force"
     )]
@@ -227,45 +248,6 @@ fn with_tag(path: &Path, tag: &str) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Renders `report` and writes its file(s), named as [`render`] names them.
-///
-/// probetop runs as root, so unless `follow_links` it never writes through a symbolic
-/// link: a link planted where a report will go cannot redirect the write onto another file.
-pub fn write(
-    report: &Report,
-    path: &Path,
-    follow_links: bool,
-) -> Result<Vec<PathBuf>, ExportError> {
-    let files = render(report, path)?;
-    let mut written = Vec::with_capacity(files.len());
-    for file in files {
-        write_file(&file.path, &file.bytes, follow_links)?;
-        written.push(file.path);
-    }
-    Ok(written)
-}
-
-fn write_file(path: &Path, bytes: &[u8], follow_links: bool) -> Result<(), ExportError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true).mode(0o644);
-    if !follow_links {
-        options.custom_flags(libc::O_NOFOLLOW);
-    }
-    let result = options.open(path).and_then(|mut f| f.write_all(bytes));
-    result.map_err(|source| {
-        if source.raw_os_error() == Some(libc::ELOOP) {
-            ExportError::SymlinkRefused(path.to_path_buf())
-        } else {
-            ExportError::Write {
-                path: path.to_path_buf(),
-                source,
-            }
-        }
-    })
-}
-
 /// A Unix time as UTC calendar fields, for the dates formats print (no time zone
 /// database needed, and exports do not depend on the machine's zone).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,42 +316,6 @@ impl UtcTime {
             "{}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
             self.year, self.month, self.day, self.hour, self.minute, self.second
         )
-    }
-}
-
-#[cfg(test)]
-mod write_tests {
-    use super::testing::sample_report;
-    use super::*;
-
-    #[test]
-    fn symlinks_are_not_followed_unless_forced() {
-        let dir = std::env::temp_dir().join(format!("probetop-export-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let victim = dir.join("victim.txt");
-        std::fs::write(&victim, "keep me").expect("victim");
-        let link = dir.join("run.json");
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&victim, &link).expect("symlink");
-
-        let refused = write(&sample_report(), &link, false).expect_err("must refuse");
-        assert!(
-            matches!(refused, ExportError::SymlinkRefused(_)),
-            "{refused}"
-        );
-        assert_eq!(std::fs::read_to_string(&victim).expect("read"), "keep me");
-
-        write(&sample_report(), &link, true).expect("forced");
-        assert!(
-            std::fs::read_to_string(&victim)
-                .expect("read")
-                .contains("probetop")
-        );
-
-        let plain = dir.join("plain.json");
-        write(&sample_report(), &plain, false).expect("regular file");
-        write(&sample_report(), &plain, false).expect("overwrite a regular file");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 

@@ -6,6 +6,10 @@
 //! terminal: it restores it on every exit path, panics included, and redraws at most
 //! every [`FRAME_INTERVAL`] and only when something on screen changed. Nothing here does
 //! I/O but writing the frame: the collector measures, the session acts on requests.
+//!
+//! A terminal that goes away (ssh dropped, terminal window killed) makes every write
+//! and read fail: the UI then ends with [`UiExit::TerminalLost`], never an error or a
+//! panic, so the session still writes its exports and detaches.
 
 mod app;
 mod detail;
@@ -18,7 +22,7 @@ mod theme;
 #[cfg(test)]
 mod tests;
 
-use std::{future::Future, io, time::Duration};
+use std::{future::Future, io, mem::ManuallyDrop, time::Duration};
 
 use crossterm::{
     event::{DisableMouseCapture, EnableMouseCapture, Event, EventStream},
@@ -43,12 +47,15 @@ const MESSAGE_TIME: Duration = Duration::from_secs(6);
 const MIN_SIZE: (u16, u16) = (40, 8);
 
 /// Why the UI ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum UiExit<R> {
-    /// The user quit (q, Esc or Ctrl-C), or the terminal went away.
+    /// The user quit (q, Esc or Ctrl-C).
     Quit,
     /// `shutdown` resolved (duration, signal, target exit) with this reason.
     Shutdown(R),
+    /// Writing to or reading from the terminal failed, or its input ended: it is gone
+    /// (a hangup), or unusable; nothing more can be shown.
+    TerminalLost(io::Error),
 }
 
 /// Draws one frame of `app`.
@@ -92,7 +99,10 @@ pub struct UiLinks {
 
 /// Restores the terminal when dropped, whatever the exit path.
 struct TerminalSession {
-    terminal: DefaultTerminal,
+    /// Dropped by hand: ratatui's own drop prints with `eprintln!` when it cannot show
+    /// the cursor, which panics (and, with `panic = "abort"`, kills probetop before
+    /// its exports) when the terminal is gone.
+    terminal: ManuallyDrop<DefaultTerminal>,
 }
 
 impl TerminalSession {
@@ -105,7 +115,9 @@ impl TerminalSession {
         }
         let backend = ratatui::backend::CrosstermBackend::new(io::stdout());
         match ratatui::Terminal::new(backend) {
-            Ok(terminal) => Ok(Self { terminal }),
+            Ok(terminal) => Ok(Self {
+                terminal: ManuallyDrop::new(terminal),
+            }),
             Err(e) => {
                 restore_terminal();
                 Err(e)
@@ -116,7 +128,12 @@ impl TerminalSession {
 
 impl Drop for TerminalSession {
     fn drop(&mut self) {
-        let _ = self.terminal.show_cursor();
+        if self.terminal.show_cursor().is_ok() {
+            // SAFETY: dropped once, here, and never used again; with the cursor shown
+            // ratatui's drop writes nothing.
+            unsafe { ManuallyDrop::drop(&mut self.terminal) };
+        }
+        // Otherwise it is left undropped: a few buffers, freed at exit.
         restore_terminal();
     }
 }
@@ -139,7 +156,8 @@ fn install_panic_hook() {
     });
 }
 
-/// Runs the UI until the user quits or `shutdown` resolves.
+/// Runs the UI until the user quits, `shutdown` resolves or the terminal is lost; fails
+/// only when the terminal cannot be set up.
 pub async fn run<R>(
     mut app: App,
     links: UiLinks,
@@ -152,7 +170,10 @@ pub async fn run<R>(
         mut events,
     } = links;
     let mut session = TerminalSession::start()?;
-    let size = session.terminal.size()?;
+    let size = match session.terminal.size() {
+        Ok(size) => size,
+        Err(e) => return Ok(UiExit::TerminalLost(e)),
+    };
     app.resize(size.width, size.height);
     let mut input = EventStream::new();
     let mut frames = tokio::time::interval(FRAME_INTERVAL);
@@ -188,9 +209,9 @@ pub async fn run<R>(
                         Effect::Redraw
                     }
                     Some(Ok(_)) => Effect::Nothing,
-                    Some(Err(e)) => return Err(e),
+                    Some(Err(e)) => return Ok(UiExit::TerminalLost(e)),
                     // The terminal is gone: nothing left to show.
-                    None => return Ok(UiExit::Quit),
+                    None => return Ok(UiExit::TerminalLost(io::ErrorKind::UnexpectedEof.into())),
                 };
                 match effect {
                     Effect::Nothing => {}
@@ -213,7 +234,10 @@ pub async fn run<R>(
             }
             _ = frames.tick(), if dirty => {
                 // Writing to the terminal can block; keep it off the collector's worker.
-                tokio::task::block_in_place(|| session.terminal.draw(|frame| draw(frame, &app)))?;
+                let drawn = tokio::task::block_in_place(|| session.terminal.draw(|frame| draw(frame, &app)));
+                if let Err(e) = drawn {
+                    return Ok(UiExit::TerminalLost(e));
+                }
                 dirty = false;
             }
         }
