@@ -4,6 +4,7 @@
 
 mod follow;
 mod insitu;
+mod points;
 
 use std::{
     future::Future,
@@ -208,6 +209,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // The parsed objects (whole files, symbol tables) are not needed while measuring.
     drop(resolver);
+    let merged = points::merge_duplicates(&mut probes);
+    if merged > 0 {
+        eprintln!("{}", points::merged_line(merged));
+    }
+    points::check_total(probes.len(), args.max_probes, specs.len())?;
     if probes.len() > probe_common::MAX_PROBES as usize {
         bail!(UsageError(format!(
             "{} probe points in all, more than probetop can attach at once ({}): narrow the specs",
