@@ -149,7 +149,9 @@ pub struct RunArgs {
 
     /// Write exports even through a symbolic link (refused by default: probetop runs
     /// as root); attach uretprobes to Go functions (refused by default: Go moves
-    /// goroutine stacks, which breaks return probes and can crash the target).
+    /// goroutine stacks, which breaks return probes and can crash the target); probe a
+    /// process under ptrace (refused by default: a debugger's breakpoints and uprobes on
+    /// the same function interfere, and can kill the target with SIGTRAP).
     #[arg(long)]
     pub force: bool,
 

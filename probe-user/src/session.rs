@@ -5,6 +5,7 @@
 mod follow;
 mod insitu;
 mod points;
+mod traced;
 
 use std::{
     future::Future,
@@ -187,7 +188,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let time_every = time_every(args.mode, args.time_every)?;
     check_in_situ(&args)?;
     privileges::check()?;
+    // Before anything is opened: each probe on the perf-event path holds two descriptors.
+    if let Err(e) = attach::fds::raise_limit() {
+        eprintln!("probetop: cannot raise the open-file limit ({e}); `ulimit -n` shows it");
+    }
     let target = Target::open(pid)?;
+    if let Some(note) = target.identity_note() {
+        eprintln!("probetop: {note}");
+    }
+    // A thread id was mapped to its process.
+    let pid = target.pid;
+    // Probes fire only in the process whose memory their filter names: with the main
+    // thread gone that is a live thread's, which perf events can name (a uprobe_multi
+    // link's filter is the leader's).
+    let filter_pid = target.live_thread.unwrap_or(pid);
+    traced::check_at_attach(&target, args.force)?;
     for path in &args.exports {
         check_export_format(&target, path)?;
     }
@@ -260,7 +275,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
-    let prepared = cost::prepare(&points);
+    let mut prepared = cost::prepare(&points);
+    let mut skipped = points::skip_refused_sites(&mut probes, &mut prepared);
+    if !skipped.is_empty() {
+        eprintln!("{}", points::skipped_line(&skipped, points::LISTED_REFUSED));
+    }
+    if probes.is_empty() {
+        bail!("the kernel refuses to probe every point the specs match: nothing to attach");
+    }
     let spec_points: Vec<(&str, &ProbePoint)> =
         probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
     for line in cost::entry_warnings(&spec_points, &prepared.costs) {
@@ -291,9 +313,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         // Only the kernel and auto modes ever aggregate in the kernel.
         kernel_histograms,
         time_every,
+        attach_path: target.live_thread.map(|_| attach::AttachPath::PerfEvent),
         ..Default::default()
     })?;
-    let dispatch = if !dispatch_wanted {
+    if attachment.attach_path() == attach::AttachPath::PerfEvent.name() {
+        let slots = probes.len() as u64 + u64::from(spare_probes);
+        attach::fds::check_room(slots).map_err(|line| anyhow::anyhow!(line))?;
+    }
+    let mut dispatch = if !dispatch_wanted {
         None
     } else {
         cost::start_dispatch(&mut attachment, &prepared.sites)
@@ -305,17 +332,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         !args.follow_exec,
     )?;
     // All at once: one uprobe_multi link per file and program where the kernel has them.
+    let config_of = |probe: &Probe| {
+        probe_config(base_config, probe, args.args, &mut |line| {
+            eprintln!("probetop: {line}")
+        })
+    };
     let requests: Vec<AttachRequest> = probes
         .iter()
         .enumerate()
-        .map(|(id, probe)| {
-            let config = probe_config(base_config, probe, args.args, &mut |line| {
-                eprintln!("probetop: {line}")
-            });
-            probe.request(id as u32, config, pid)
-        })
+        .map(|(id, probe)| probe.request(id as u32, config_of(probe), filter_pid))
         .collect();
-    attachment.attach_all(&requests).map_err(|e| {
+    let outcomes = attachment.attach_each(&requests);
+    drop(requests);
+    let skipped_before = skipped.len();
+    let attached = points::go_on_without_refused(
+        outcomes,
+        points::Attached {
+            attachment: &mut attachment,
+            probes: &mut probes,
+            prepared: &mut prepared,
+            skipped: &mut skipped,
+        },
+        &config_of,
+        filter_pid,
+    );
+    attached.map_err(|e| {
         let spec = e
             .probe_id()
             .and_then(|id| probes.get(id as usize))
@@ -324,6 +365,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             });
         anyhow::Error::new(e).context(format!("attaching {spec}"))
     })?;
+    if skipped.len() > skipped_before {
+        let late = &skipped[skipped_before..];
+        eprintln!("{}", points::skipped_line(late, points::REFUSED_AT_ATTACH));
+        // Its maps were filled by probe id before the ids moved.
+        if dispatch.is_some() {
+            cost::stop_dispatch(&mut attachment);
+            dispatch = None;
+            eprintln!(
+                "probetop: kernel dispatch time is not measured in this run (probe ids moved); whole cost per hit comes from calibration alone"
+            );
+        }
+    }
     let ring = attachment.take_ring()?;
     let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
@@ -378,6 +431,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         rows: RwLock::new(Rows {
             probes,
             execs: Vec::new(),
+            skipped,
         }),
         commands: command_tx.clone(),
         in_situ: RwLock::new(None),
@@ -610,6 +664,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Err(e) => failed.push(e.to_string()),
         }
     }
+    if let Some(line) = traced::warning_at_exit(&target) {
+        say!("probetop: {line}");
+    }
     detach_with_progress(attachment).await;
     // Held until no probe can be attached through it again (`space`): its number must
     // not name another file meanwhile.
@@ -739,6 +796,8 @@ fn check_in_situ(args: &RunArgs) -> Result<(), UsageError> {
 struct Rows {
     probes: Vec<Probe>,
     execs: Vec<ExecReport>,
+    /// Points matched but not attached (the kernel refuses them).
+    skipped: Vec<export::SkippedPoint>,
 }
 
 /// What a report needs besides the measurements, and the way to ask the collector for
@@ -982,6 +1041,7 @@ fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
         cost: Default::default(),
         execs: Vec::new(),
         attach_path: None,
+        skipped: Vec::new(),
     };
     export::render(&empty, path)
         .map_err(|e| UsageError(format!("--export {}: {e}", path.display())))?;
@@ -1036,6 +1096,7 @@ fn build_report(
         cost: Default::default(),
         execs: rows.execs.clone(),
         attach_path: None,
+        skipped: rows.skipped.clone(),
     }
 }
 
