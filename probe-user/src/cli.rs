@@ -143,7 +143,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub args: usize,
 
-    /// Refuse a spec that matches more probe points than this.
+    /// Refuse a spec that matches more probe points than this, and specs that match
+    /// more than this in all (identical points counted once).
     #[arg(long, value_name = "N", default_value_t = crate::resolve::DEFAULT_MAX_PROBES)]
     pub max_probes: usize,
 
