@@ -154,13 +154,16 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub args: usize,
 
-    /// Refuse a spec that matches more probe points than this.
+    /// Refuse a spec that matches more probe points than this, and specs that match
+    /// more than this in all (identical points counted once).
     #[arg(long, value_name = "N", default_value_t = crate::resolve::DEFAULT_MAX_PROBES)]
     pub max_probes: usize,
 
     /// Write exports even through a symbolic link (refused by default: probetop runs
     /// as root); attach uretprobes to Go functions (refused by default: Go moves
-    /// goroutine stacks, which breaks return probes and can crash the target).
+    /// goroutine stacks, which breaks return probes and can crash the target); probe a
+    /// process under ptrace (refused by default: a debugger's breakpoints and uprobes on
+    /// the same function interfere, and can kill the target with SIGTRAP).
     #[arg(long)]
     pub force: bool,
 

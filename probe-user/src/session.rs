@@ -4,7 +4,9 @@
 
 mod follow;
 mod insitu;
+mod points;
 mod specs;
+mod traced;
 
 use std::{
     future::Future,
@@ -195,7 +197,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     check_in_situ(&args)?;
     privileges::check()?;
+    // Before anything is opened: each probe on the perf-event path holds two descriptors.
+    if let Err(e) = attach::fds::raise_limit() {
+        say!("probetop: cannot raise the open-file limit ({e}); `ulimit -n` shows it");
+    }
     let target = Target::open(pid)?;
+    if let Some(note) = target.identity_note() {
+        say!("probetop: {note}");
+    }
+    // A thread id was mapped to its process.
+    let pid = target.pid;
+    // Probes fire only in the process whose memory their filter names: with the main
+    // thread gone that is a live thread's, which perf events can name (a uprobe_multi
+    // link's filter is the leader's).
+    let filter_pid = target.live_thread.unwrap_or(pid);
+    traced::check_at_attach(&target, args.force)?;
     for path in &args.exports {
         check_export_format(&target, path)?;
         // Found now, not after the whole run: a missing or read-only directory, a link,
@@ -220,6 +236,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     // The parsed objects (whole files, symbol tables) are not needed while measuring.
     drop(resolver);
+    let merged = points::merge_duplicates(&mut probes);
+    if merged > 0 {
+        say!("{}", points::merged_line(merged));
+    }
+    points::check_total(probes.len(), args.max_probes, specs.len())?;
     if probes.len() > probe_common::MAX_PROBES as usize {
         bail!(UsageError(format!(
             "{} probe points in all, more than probetop can attach at once ({}): narrow the specs",
@@ -266,7 +287,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
-    let prepared = cost::prepare(&points);
+    let mut prepared = cost::prepare(&points);
+    let mut skipped = points::skip_refused_sites(&mut probes, &mut prepared);
+    if !skipped.is_empty() {
+        say!("{}", points::skipped_line(&skipped, points::LISTED_REFUSED));
+    }
+    if probes.is_empty() {
+        bail!("the kernel refuses to probe every point the specs match: nothing to attach");
+    }
     let spec_points: Vec<(&str, &ProbePoint)> =
         probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
     for line in cost::entry_warnings(&spec_points, &prepared.costs) {
@@ -297,9 +325,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         // Only the kernel and auto modes ever aggregate in the kernel.
         kernel_histograms,
         time_every,
+        attach_path: target.live_thread.map(|_| attach::AttachPath::PerfEvent),
         ..Default::default()
     })?;
-    let dispatch = if !dispatch_wanted {
+    if attachment.attach_path() == attach::AttachPath::PerfEvent.name() {
+        let slots = probes.len() as u64 + u64::from(spare_probes);
+        attach::fds::check_room(slots).map_err(|line| anyhow::anyhow!(line))?;
+    }
+    let mut dispatch = if !dispatch_wanted {
         None
     } else {
         cost::start_dispatch(&mut attachment, &prepared.sites)
@@ -311,17 +344,31 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         !args.follow_exec,
     )?;
     // All at once: one uprobe_multi link per file and program where the kernel has them.
+    let config_of = |probe: &Probe| {
+        probe_config(base_config, probe, args.args, &mut |line| {
+            say!("probetop: {line}")
+        })
+    };
     let requests: Vec<AttachRequest> = probes
         .iter()
         .enumerate()
-        .map(|(id, probe)| {
-            let config = probe_config(base_config, probe, args.args, &mut |line| {
-                say!("probetop: {line}")
-            });
-            probe.request(id as u32, config, pid)
-        })
+        .map(|(id, probe)| probe.request(id as u32, config_of(probe), filter_pid))
         .collect();
-    attachment.attach_all(&requests).map_err(|e| {
+    let outcomes = attachment.attach_each(&requests);
+    drop(requests);
+    let skipped_before = skipped.len();
+    let attached = points::go_on_without_refused(
+        outcomes,
+        points::Attached {
+            attachment: &mut attachment,
+            probes: &mut probes,
+            prepared: &mut prepared,
+            skipped: &mut skipped,
+        },
+        &config_of,
+        filter_pid,
+    );
+    attached.map_err(|e| {
         let spec = e
             .probe_id()
             .and_then(|id| probes.get(id as usize))
@@ -330,6 +377,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             });
         anyhow::Error::new(e).context(format!("attaching {spec}"))
     })?;
+    if skipped.len() > skipped_before {
+        let late = &skipped[skipped_before..];
+        say!("{}", points::skipped_line(late, points::REFUSED_AT_ATTACH));
+        // Its maps were filled by probe id before the ids moved.
+        if dispatch.is_some() {
+            cost::stop_dispatch(&mut attachment);
+            dispatch = None;
+            say!(
+                "probetop: kernel dispatch time is not measured in this run (probe ids moved); whole cost per hit comes from calibration alone"
+            );
+        }
+    }
     let ring = attachment.take_ring()?;
     let flush = attachment.attach_flush()?;
     let mut counters = attachment.take_counters()?;
@@ -385,6 +444,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         rows: RwLock::new(Rows {
             probes,
             execs: Vec::new(),
+            skipped,
         }),
         commands: command_tx.clone(),
         in_situ: RwLock::new(None),
@@ -621,6 +681,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Err(e) => failed.push(e.to_string()),
         }
     }
+    if let Some(line) = traced::warning_at_exit(&target) {
+        say!("probetop: {line}");
+    }
     detach_with_progress(attachment).await;
     // Held until no probe can be attached through it again (`space`): its number must
     // not name another file meanwhile.
@@ -753,6 +816,8 @@ fn check_in_situ(args: &RunArgs) -> Result<(), UsageError> {
 struct Rows {
     probes: Vec<Probe>,
     execs: Vec<ExecReport>,
+    /// Points matched but not attached (the kernel refuses them).
+    skipped: Vec<export::SkippedPoint>,
 }
 
 /// What a report needs besides the measurements, and the way to ask the collector for
@@ -963,6 +1028,7 @@ fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
         cost: Default::default(),
         execs: Vec::new(),
         attach_path: None,
+        skipped: Vec::new(),
     };
     export::render(&empty, path)
         .map_err(|e| UsageError(format!("--export {}: {e}", path.display())))?;
@@ -1017,6 +1083,7 @@ fn build_report(
         cost: Default::default(),
         execs: rows.execs.clone(),
         attach_path: None,
+        skipped: rows.skipped.clone(),
     }
 }
 
@@ -1153,7 +1220,7 @@ pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
         options.hot = false;
     }
     let save = !args.no_save && !args.cold_only;
-    let calibration = calibrate::run(options, |phase| eprintln!("probetop calibrate: {phase}"))?;
+    let calibration = calibrate::run(options, |phase| say!("probetop calibrate: {phase}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&calibration)?);
     } else {
@@ -1161,7 +1228,7 @@ pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
     }
     if save {
         let path = calibrate::save(&calibration)?;
-        eprintln!("probetop calibrate: saved {}", path.display());
+        say!("probetop calibrate: saved {}", path.display());
     }
     Ok(())
 }
@@ -1201,7 +1268,7 @@ fn say_kernel_histogram_memory(probe_slots: usize) {
     let cpus = aya::util::nr_cpus().unwrap_or(1);
     let bytes = probe_slots * probe_common::khist::BUCKETS as usize * 8 * cpus;
     if bytes >= 64 << 20 {
-        eprintln!(
+        say!(
             "probetop: in-kernel histograms take {} MiB of kernel memory ({probe_slots} probe slots x {} buckets x {cpus} CPUs); --mode ring takes none",
             bytes >> 20,
             probe_common::khist::BUCKETS

@@ -61,14 +61,28 @@ pub struct Target {
     /// program, whose code the probes no longer cover.
     #[serde(skip)]
     pub exe_identity: Option<(u64, u64)>,
+    /// The thread id given instead of the process's pid, if one was.
+    #[serde(skip)]
+    pub given_tid: Option<u32>,
+    /// A live thread, when the main thread has exited (called `pthread_exit`) while
+    /// others run: the leader's /proc entries (exe, maps, root) are empty then, and a
+    /// probe filtered on the leader (whose memory is gone) never fires.
+    #[serde(skip)]
+    pub live_thread: Option<u32>,
 }
 
 impl Target {
     /// Reads the identity of `pid`, refusing pids that cannot be probed.
-    pub fn open(pid: u32) -> Result<Self, TargetError> {
-        if pid == 0 {
+    pub fn open(asked: u32) -> Result<Self, TargetError> {
+        if asked == 0 {
             return Err(TargetError::PidZero);
         }
+        // A thread id names its process: probes are per process. /proc/TID exists for
+        // every thread, though it is not listed.
+        let pid = fs::read_to_string(format!("/proc/{asked}/status"))
+            .ok()
+            .and_then(|status| status_field(&status, "Tgid:"))
+            .unwrap_or(asked);
         let stat = match fs::read_to_string(format!("/proc/{pid}/stat")) {
             Ok(stat) => stat,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -83,10 +97,13 @@ impl Target {
                 io::Error::new(io::ErrorKind::InvalidData, "unexpected format"),
             )
         })?;
-        if state == 'Z' {
-            return Err(TargetError::Zombie(pid));
-        }
-        let exe = match fs::read_link(format!("/proc/{pid}/exe")) {
+        let live_thread = if state == 'Z' {
+            Some(live_thread(pid).ok_or(TargetError::Zombie(pid))?)
+        } else {
+            None
+        };
+        let proc_pid = live_thread.unwrap_or(pid);
+        let exe = match fs::read_link(format!("/proc/{proc_pid}/exe")) {
             Ok(exe) => exe,
             // Kernel threads have no executable; their link reads as ENOENT.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -112,29 +129,52 @@ impl Target {
             comm,
             cmdline,
             start_ticks,
-            exe_identity: exe_identity(pid),
+            exe_identity: exe_identity(proc_pid),
+            given_tid: (asked != pid).then_some(asked),
+            live_thread,
         })
+    }
+
+    /// The id whose /proc entries describe the process: its own, or a live thread's
+    /// when the main thread has exited.
+    pub fn proc_pid(&self) -> u32 {
+        self.live_thread.unwrap_or(self.pid)
+    }
+
+    /// The line said when the target is not simply the pid given, if it is not.
+    pub fn identity_note(&self) -> Option<String> {
+        match (self.given_tid, self.live_thread) {
+            (Some(tid), _) => Some(format!(
+                "{tid} is a thread of process {} ({}): probing the whole process",
+                self.pid, self.comm
+            )),
+            (None, Some(thread)) => Some(format!(
+                "the main thread of pid {} has exited while others run: probing them through thread {thread}",
+                self.pid
+            )),
+            (None, None) => None,
+        }
     }
 
     /// The program the process runs now, if it is no longer the one probed: it called
     /// exec. `None` while it runs the same executable (or cannot be read).
     pub fn exec_changed(&self) -> Option<PathBuf> {
-        let now = exe_identity(self.pid)?;
+        let now = exe_identity(self.proc_pid())?;
         if Some(now) == self.exe_identity {
             return None;
         }
-        fs::read_link(format!("/proc/{}/exe", self.pid)).ok()
+        fs::read_link(format!("/proc/{}/exe", self.proc_pid())).ok()
     }
 
     /// Device and inode of the executable the process runs now.
     pub fn current_exe_identity(&self) -> Option<(u64, u64)> {
-        exe_identity(self.pid)
+        exe_identity(self.proc_pid())
     }
 
     /// A path to the executable that stays valid while the process lives, even if the
     /// file is deleted or replaced on disk: the kernel resolves it to the mapped inode.
     pub fn exe_link(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/exe", self.pid))
+        PathBuf::from(format!("/proc/{}/exe", self.proc_pid()))
     }
 
     /// Whether `other` is this same process (the same pid and start time), perhaps
@@ -160,8 +200,61 @@ impl Target {
         fs::read_to_string(format!("/proc/{}/stat", self.pid))
             .ok()
             .and_then(|stat| parse_stat(&stat))
-            .is_some_and(|(state, start)| start == self.start_ticks && state != 'Z')
+            .is_some_and(|(state, start)| {
+                start == self.start_ticks && (state != 'Z' || live_thread(self.pid).is_some())
+            })
     }
+}
+
+/// A process that ptrace-attached to a thread of the target (gdb, strace, rr).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tracer {
+    pub pid: u32,
+    pub comm: String,
+}
+
+impl Target {
+    /// The tracer of the first traced thread of the process, if any thread is traced
+    /// (`TracerPid` in /proc/PID/task/TID/status; strace -f and gdb trace every thread).
+    pub fn tracer(&self) -> Option<Tracer> {
+        let tasks = fs::read_dir(format!("/proc/{}/task", self.pid)).ok()?;
+        tasks.flatten().find_map(|task| {
+            let status = fs::read_to_string(task.path().join("status")).ok()?;
+            let tid = status_field(&status, "TracerPid:")?;
+            if tid == 0 {
+                return None;
+            }
+            // TracerPid names the tracing thread; say its process.
+            let pid = fs::read_to_string(format!("/proc/{tid}/status"))
+                .ok()
+                .and_then(|s| status_field(&s, "Tgid:"))
+                .unwrap_or(tid);
+            Some(Tracer {
+                pid,
+                comm: fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .map(|c| c.trim_end().to_string())
+                    .unwrap_or_else(|_| "?".into()),
+            })
+        })
+    }
+}
+
+/// A thread of process `pid` that has not exited, if any.
+fn live_thread(pid: u32) -> Option<u32> {
+    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    tasks.flatten().find_map(|task| {
+        let tid: u32 = task.file_name().to_str()?.parse().ok()?;
+        let stat = fs::read_to_string(task.path().join("stat")).ok()?;
+        let (state, _) = parse_stat(&stat)?;
+        (!matches!(state, 'Z' | 'X')).then_some(tid)
+    })
+}
+
+/// A number field of /proc/PID/status, such as `TracerPid:` or `Tgid:`.
+fn status_field(status: &str, key: &str) -> Option<u32> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(key)?.trim().parse().ok())
 }
 
 /// An executable held open by probetop.

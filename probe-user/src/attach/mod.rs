@@ -17,6 +17,7 @@
 //! so no exit path leaves a probe behind.
 
 pub mod args;
+pub mod fds;
 mod flush;
 mod kernel;
 mod multi;
@@ -134,6 +135,19 @@ pub enum AttachError {
 }
 
 impl AttachError {
+    /// Whether the kernel refused this one point for the instruction there (ENOTSUPP,
+    /// 524: a prefix or opcode it will not probe; ENOEXEC: bytes it cannot decode),
+    /// which says nothing about the other points.
+    pub fn point_refused(&self) -> bool {
+        const ENOTSUPP: i32 = 524;
+        match self {
+            Self::PerfEventOpen { source, .. } | Self::UprobeMulti { source, .. } => {
+                matches!(source.raw_os_error(), Some(ENOTSUPP | libc::ENOEXEC))
+            }
+            _ => false,
+        }
+    }
+
     /// The probe the kernel refused, when the error is about one.
     pub fn probe_id(&self) -> Option<u32> {
         match self {
@@ -474,6 +488,21 @@ impl Attachment {
             .into_iter()
             .find_map(Result::err)
             .map_or(Ok(()), Err)
+    }
+
+    /// [`Self::attach_all`], with the outcome of each request, in order: the caller can
+    /// go on without the points the kernel refused ([`AttachError::point_refused`]).
+    pub fn attach_each(&mut self, requests: &[AttachRequest]) -> Vec<Result<(), AttachError>> {
+        for request in requests {
+            if let Err(error) = self.write_config(request) {
+                let message = error.to_string();
+                return requests
+                    .iter()
+                    .map(|_| Err(AttachError::Unsupported(message.clone())))
+                    .collect();
+            }
+        }
+        self.link_requests(requests, |r| measuring_program(r.kind))
     }
 
     /// Attaches one probe running a program that does nothing (`probetop calibrate`'s

@@ -613,8 +613,8 @@ impl<'a> Scope<'a> {
         let exe_id = FileId::of(&target.exe_link()).ok();
         Scope::Process {
             target,
-            maps: maps::read_maps(target.pid).unwrap_or_default(),
-            root: PathBuf::from(format!("/proc/{}/root", target.pid)),
+            maps: maps::read_maps(target.proc_pid()).unwrap_or_default(),
+            root: PathBuf::from(format!("/proc/{}/root", target.proc_pid())),
             exe_id,
         }
     }
@@ -680,7 +680,9 @@ impl<'a> Scope<'a> {
             // mapped inode.
             PathBuf::from(format!(
                 "/proc/{}/map_files/{:x}-{:x}",
-                target.pid, entry.start, entry.end
+                target.proc_pid(),
+                entry.start,
+                entry.end
             ))
         } else {
             in_root.clone()

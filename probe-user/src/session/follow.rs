@@ -519,6 +519,8 @@ impl Job {
                 Err(e) => unmatched.push(format!("{}: {e}", spec.text)),
             }
         }
+        // As at the start: identical points are attached once.
+        super::points::merge_duplicates(&mut probes);
         // Symbols were read through /proc/PID/exe: if that is another file now, they
         // may be another program's.
         if target.current_exe_identity() != Some(pin.identity) {

@@ -217,6 +217,9 @@ struct JsonReport<'a> {
     /// `perf_event` (one event per probe).
     #[serde(skip_serializing_if = "Option::is_none")]
     attach_path: Option<&'static str>,
+    /// Points the specs matched that the kernel refuses to probe: not attached.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    skipped: &'a [super::SkippedPoint],
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
@@ -313,6 +316,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             })
             .collect(),
         attach_path: report.attach_path,
+        skipped: &report.skipped,
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",

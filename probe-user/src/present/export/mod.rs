@@ -95,6 +95,18 @@ pub struct Report {
     pub execs: Vec<ExecReport>,
     /// How the probes were attached: `uprobe_multi` links or `perf_event`s.
     pub attach_path: Option<&'static str>,
+    /// Probe points matched but not attached: the kernel refuses to probe them.
+    pub skipped: Vec<SkippedPoint>,
+}
+
+/// A probe point a spec matched that was not attached, and why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SkippedPoint {
+    pub spec: String,
+    pub name: String,
+    pub object: String,
+    pub file_offset: u64,
+    pub why: String,
 }
 
 impl Report {
@@ -363,6 +375,8 @@ pub(crate) mod testing {
                 cmdline: "fixture --calls 15".into(),
                 start_ticks: 123,
                 exe_identity: None,
+                given_tid: None,
+                live_thread: None,
             },
             started_unix_ms: 1_700_000_000_000,
             duration_s: 1.5,
@@ -373,6 +387,7 @@ pub(crate) mod testing {
             cost: Default::default(),
             execs: Vec::new(),
             attach_path: None,
+            skipped: Vec::new(),
         }
     }
 
@@ -529,6 +544,8 @@ pub(crate) mod testing {
                 cmdline: "fixture --calls 15 --name \"a b\"".into(),
                 start_ticks: 456,
                 exe_identity: None,
+                given_tid: None,
+                live_thread: None,
             },
             started_unix_ms: 1_700_000_123_456,
             duration_s: 3.0,
@@ -536,6 +553,7 @@ pub(crate) mod testing {
             cost: Default::default(),
             execs: Vec::new(),
             attach_path: None,
+            skipped: Vec::new(),
         }
     }
 

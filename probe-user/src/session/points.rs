@@ -1,0 +1,218 @@
+//! The run's probe points before they are attached: duplicates merged, the total
+//! capped by `--max-probes`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+
+use probe_common::ProbeConfig;
+
+use super::Probe;
+use crate::UsageError;
+use crate::attach::{AttachError, AttachRequest, Attachment};
+use crate::cost::{self, classes::CostClass};
+use crate::present::export::SkippedPoint;
+use crate::spec::ProbeKind;
+
+/// The file a point is in: its device and inode where it can be read (the same file
+/// reached through `/proc/PID/exe` and through its path is one), else its path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum File {
+    Inode(u64, u64),
+    Path(PathBuf),
+}
+
+/// What makes two probe points one: the kernel would put the same breakpoint, running
+/// the same program, at the same place.
+type PointKey = (File, u64, ProbeKind);
+
+/// Keeps the first of every set of identical probe points (same file, offset and
+/// kind), in order: the row keeps the name and spec the user wrote first. Returns how
+/// many were dropped. Without it, 2000 copies of one `-e` (or a preset and the same
+/// `-e`) attached 2000 probes, each hit running 2000 programs.
+pub(super) fn merge_duplicates(probes: &mut Vec<Probe>) -> usize {
+    use std::os::unix::fs::MetadataExt as _;
+    let before = probes.len();
+    let mut files: HashMap<PathBuf, File> = HashMap::new();
+    let mut seen: HashSet<PointKey> = HashSet::with_capacity(before);
+    probes.retain(|probe| {
+        let path = &probe.point.attach_path;
+        let file = files
+            .entry(path.clone())
+            .or_insert_with(|| match std::fs::metadata(path) {
+                Ok(meta) => File::Inode(meta.dev(), meta.ino()),
+                Err(_) => File::Path(path.clone()),
+            })
+            .clone();
+        seen.insert((file, probe.point.file_offset, probe.point.kind))
+    });
+    before - probes.len()
+}
+
+/// The line said when duplicates were merged.
+pub(super) fn merged_line(merged: usize) -> String {
+    format!(
+        "probetop: merged {merged} duplicate probe point{} (same object, offset and kind; each row keeps the spec written first)",
+        if merged == 1 { "" } else { "s" }
+    )
+}
+
+/// `--max-probes` caps every spec's matches (in the resolver) and the run's total here.
+pub(super) fn check_total(total: usize, max: usize, specs: usize) -> Result<(), UsageError> {
+    if total > max {
+        return Err(UsageError(format!(
+            "{total} probe points from {specs} spec{} in all, more than --max-probes {max}: narrow the specs, or raise --max-probes",
+            if specs == 1 { "" } else { "s" }
+        )));
+    }
+    Ok(())
+}
+
+/// Drops the points whose instruction `list` already marks as refused (a segment or
+/// lock prefix, an opcode the kernel will not probe): the kernel fails the attach with
+/// ENOTSUPP (524), and on a uprobe_multi link one such point sank the whole glob. Their
+/// costs and sites go with them; returns what was skipped.
+pub(super) fn skip_refused_sites(
+    probes: &mut Vec<Probe>,
+    prepared: &mut cost::Prepared,
+) -> Vec<SkippedPoint> {
+    // A test hook: leaves the refusals to the kernel, to test the way on at attach.
+    if std::env::var_os("PROBETOP_TEST_NO_SITE_FILTER").is_some() {
+        return Vec::new();
+    }
+    let refused: Vec<bool> = prepared
+        .costs
+        .iter()
+        .map(|c| {
+            c.site
+                .as_ref()
+                .is_some_and(|s| s.class == CostClass::Refused)
+        })
+        .collect();
+    let skipped = probes
+        .iter()
+        .zip(&prepared.costs)
+        .filter_map(|(probe, cost)| {
+            let site = cost
+                .site
+                .as_ref()
+                .filter(|s| s.class == CostClass::Refused)?;
+            let why = format!(
+                "{} ({})",
+                site.reason.unwrap_or("refused"),
+                site.instruction
+            );
+            Some(skipped_point(probe, why))
+        })
+        .collect();
+    let mut keep = refused.iter().map(|r| !r);
+    let mut flags = keep.clone();
+    probes.retain(|_| flags.next().unwrap_or(true));
+    let mut flags = keep.clone();
+    prepared.costs.retain(|_| flags.next().unwrap_or(true));
+    prepared.sites.retain(|_| keep.next().unwrap_or(true));
+    skipped
+}
+
+fn skipped_point(probe: &Probe, why: String) -> SkippedPoint {
+    SkippedPoint {
+        spec: probe.spec.clone(),
+        name: probe.point.name.clone(),
+        object: probe.point.object.display().to_string(),
+        file_offset: probe.point.file_offset,
+        why,
+    }
+}
+
+/// Why `list` marks points refused, in the line said when they are skipped.
+pub(super) const LISTED_REFUSED: &str = "a prefix or opcode the kernel will not put a breakpoint on; `probetop list` marks them refused";
+/// Why points the kernel refused at attach time are skipped.
+pub(super) const REFUSED_AT_ATTACH: &str = "the kernel answered ENOTSUPP at attach";
+
+/// The line said when points were skipped, and `why`.
+pub(super) fn skipped_line(skipped: &[SkippedPoint], why: &str) -> String {
+    let names: Vec<&str> = skipped.iter().take(3).map(|s| s.name.as_str()).collect();
+    format!(
+        "probetop: skipped {} probe point{} the kernel refuses to probe ({why}): {}{}",
+        skipped.len(),
+        if skipped.len() == 1 { "" } else { "s" },
+        names.join(", "),
+        if skipped.len() > names.len() {
+            ", ..."
+        } else {
+            ""
+        }
+    )
+}
+
+/// What an attach left to do after the kernel refused some points one by one.
+pub(super) struct Attached<'a> {
+    pub attachment: &'a mut Attachment,
+    pub probes: &'a mut Vec<Probe>,
+    pub prepared: &'a mut cost::Prepared,
+    pub skipped: &'a mut Vec<SkippedPoint>,
+}
+
+/// Goes on without the points the kernel refused at attach time (ones `list` could not
+/// tell): probe ids must stay `0..n`, so the attached probes with the highest ids move
+/// into the refused ones' ids (detached and attached again under the new id, a few
+/// links at most), and the rows follow. `Err` with the first failure of any other kind.
+/// `config` gives a probe's config; probes fire in `filter_pid` only.
+pub(super) fn go_on_without_refused(
+    outcomes: Vec<Result<(), AttachError>>,
+    run: Attached<'_>,
+    config: &dyn Fn(&Probe) -> ProbeConfig,
+    filter_pid: u32,
+) -> Result<(), AttachError> {
+    let mut refused = Vec::new();
+    for (id, outcome) in outcomes.into_iter().enumerate() {
+        match outcome {
+            Ok(()) => {}
+            Err(error) if error.point_refused() => refused.push(id),
+            Err(error) => return Err(error),
+        }
+    }
+    if refused.is_empty() {
+        return Ok(());
+    }
+    for &id in &refused {
+        run.skipped.push(skipped_point(
+            &run.probes[id],
+            REFUSED_AT_ATTACH.to_string(),
+        ));
+    }
+    let keep = run.probes.len() - refused.len();
+    let holes: Vec<usize> = refused.iter().copied().filter(|&id| id < keep).collect();
+    let movers: Vec<usize> = (keep..run.probes.len())
+        .filter(|id| !refused.contains(id))
+        .collect();
+    let mover_ids: Vec<u32> = movers.iter().map(|&id| id as u32).collect();
+    // Their links close here (each waits for the kernel's grace period).
+    drop(run.attachment.retire_set(&mover_ids));
+    for (&hole, &mover) in holes.iter().zip(&movers) {
+        run.probes.swap(hole, mover);
+        run.prepared.costs.swap(hole, mover);
+        run.prepared.sites.swap(hole, mover);
+    }
+    run.probes.truncate(keep);
+    run.prepared.costs.truncate(keep);
+    run.prepared.sites.truncate(keep);
+    let configs: Vec<ProbeConfig> = holes.iter().map(|&id| config(&run.probes[id])).collect();
+    let requests: Vec<AttachRequest> = holes
+        .iter()
+        .zip(&configs)
+        .map(|(&id, &config)| run.probes[id].request(id as u32, config, filter_pid))
+        .collect();
+    run.attachment.attach_all(&requests)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_above_the_cap_are_refused() {
+        assert!(check_total(3, 3, 2).is_ok());
+        let refused = check_total(4, 3, 2).expect_err("above the cap");
+        assert!(refused.0.contains("more than --max-probes 3"), "{refused}");
+    }
+}
