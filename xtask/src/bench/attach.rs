@@ -231,7 +231,8 @@ pub(super) struct AttachWatch {
     pub(super) said_s: f64,
 }
 
-/// Starts a tool and watches its perf events (one per attached probe, plus one per CPU
+/// Starts a tool and watches its perf events and BPF links (one perf event per attached
+/// probe, or one link per object and program on uprobe_multi, plus one perf event per CPU
 /// for bpftrace's output buffers, opened before its probes) until it has said `ready` and
 /// their count has not changed for a second. Live is when the count first reached its
 /// final value.
@@ -247,7 +248,7 @@ pub(super) fn watch_attach(
     let mut changed = Instant::now();
     loop {
         let now = Instant::now();
-        let n = perf_event_fds(tool.pid());
+        let n = attachment_fds(tool.pid());
         if n != count {
             count = n;
             changed = now;
@@ -309,7 +310,7 @@ pub(super) fn render_attach(md: &mut String, a: &AttachResults) {
     let _ = writeln!(
         md,
         "A private mariadbd ({:.0} MiB, symbols: {}). Live: seconds from starting the tool \
-         until its last probe's perf event exists (watched in /proc/PID/fd every 5 ms); \
+         until its last probe's perf event or BPF link exists (watched in /proc/PID/fd every 5 ms); \
          checked by driving `SELECT 1` three times and finding the hits counted. Median \
          (IQR) over repetitions, the tools alternating.\n",
         a.binary_mib, a.symbols
@@ -356,7 +357,7 @@ pub(super) fn render_attach(md: &mut String, a: &AttachResults) {
     }
     let _ = writeln!(
         md,
-        "\nprobetop prints `attached` {} s after its last perf event exists (median over every \
+        "\nprobetop prints `attached` {} s after its last perf event or BPF link exists (median over every \
          set); bpftrace prints `Attaching N probes...` before it attaches.\n",
         spread(
             &a.sets

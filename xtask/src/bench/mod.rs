@@ -1,6 +1,6 @@
 //! `cargo xtask bench`: what probetop costs, measured against bpftrace on this machine.
 //!
-//! Five measurements, each taken as a ratio within one run, because the machine is a
+//! Six measurements, each taken as a ratio within one run, because the machine is a
 //! shared 2-vCPU VM whose speed drifts with what else runs on it:
 //!
 //! 1. **cost**: CPU added to the probed thread per hit, for uprobe, uretprobe and USDT, by
@@ -14,6 +14,8 @@
 //! 4. **memory**: probetop's peak RSS with 1, 100 and 1000 probes attached.
 //! 5. **calibration**: what the probe mechanisms themselves cost per hit here (unattached
 //!    USDT, USDT, uprobe, single-stepped uprobe, uretprobe), with empty programs.
+//! 6. **scale**: attach and detach of 10 to 5000 probes, probetop on uprobe_multi and on
+//!    perf events against bpftrace (bench/scale.rs).
 //!
 //! A full run writes the generated block of docs/performance.md and docs/performance.json;
 //! `--quick` (a smoke run), `--only` and `--out` write under the target directory instead,
@@ -40,6 +42,7 @@ mod cost;
 mod memory;
 mod process;
 mod report;
+mod scale;
 mod stats;
 mod throughput;
 
@@ -49,6 +52,7 @@ use cost::*;
 use memory::*;
 use process::*;
 use report::*;
+use scale::*;
 use stats::*;
 use throughput::*;
 
@@ -56,27 +60,34 @@ use throughput::*;
 pub struct BenchArgs {
     /// A smoke run of every part in under 3 minutes (fewer rounds, shorter runs).
     #[arg(long)]
-    pub(super) quick: bool,
+    quick: bool,
     /// Run only these parts.
     #[arg(long, value_enum, value_delimiter = ',')]
-    pub(super) only: Vec<Part>,
+    only: Vec<Part>,
     /// Rounds of the interleaved per-hit cost measurement (default 7, quick 2).
     #[arg(long)]
-    pub(super) rounds: Option<usize>,
+    rounds: Option<usize>,
     /// Length of a sustained throughput run in seconds (default 60, quick 3).
     #[arg(long)]
-    pub(super) seconds: Option<f64>,
+    seconds: Option<f64>,
     /// Where to write performance.md and performance.json. Default: docs/ for a full run
     /// of every part, <target>/bench/ otherwise.
     #[arg(long)]
-    pub(super) out: Option<PathBuf>,
+    out: Option<PathBuf>,
     /// Probes of the cost part (default: all three).
     #[arg(long, value_enum, value_delimiter = ',')]
-    pub(super) sites: Vec<Site>,
+    sites: Vec<Site>,
     /// Another probetop binary (say, a build from before an optimisation) to measure in the
     /// cost part too, interleaved with this one: its before/after ratio.
     #[arg(long, value_name = "PROBETOP")]
-    pub(super) compare: Option<PathBuf>,
+    compare: Option<PathBuf>,
+    /// Probe counts of the scale part (default 10,100,1000,5000; quick 10,100).
+    #[arg(long, value_delimiter = ',', value_name = "N")]
+    scale_probes: Vec<usize>,
+    /// Seconds the scale part lets a tool attach, and then detach, before it counts as
+    /// capped (default 30).
+    #[arg(long, value_name = "SECS")]
+    scale_cap: Option<f64>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -86,38 +97,45 @@ pub enum Part {
     Attach,
     Memory,
     Calibration,
+    /// Attach and detach of 10 / 100 / 1000 / 5000 probes.
+    Scale,
 }
 
 /// How long and how often things are measured.
 #[derive(Debug, Clone)]
-pub(super) struct Settings {
-    pub(super) quick: bool,
+struct Settings {
+    quick: bool,
     /// Rounds of the cost cases.
-    pub(super) rounds: usize,
+    rounds: usize,
     /// workload --batch: calls per CPU-time sample.
-    pub(super) batch: u64,
+    batch: u64,
     /// Probed batches per cost sample.
-    pub(super) probed_batches: usize,
+    probed_batches: usize,
     /// Unprobed batches are short (~1 ms); a baseline collects them for this long.
-    pub(super) baseline_for: Duration,
+    baseline_for: Duration,
     /// Sustained throughput runs.
-    pub(super) sustain_s: f64,
+    sustain_s: f64,
     /// Runs of the search for the lossless rate, when the flood itself loses events.
-    pub(super) search_s: f64,
+    search_s: f64,
     /// Paced rates (hits/s, all threads) at which probetop's CPU is also measured.
-    pub(super) paced_rates: Vec<f64>,
-    pub(super) attach_reps: usize,
-    pub(super) memory_reps: usize,
+    paced_rates: Vec<f64>,
+    attach_reps: usize,
+    memory_reps: usize,
     /// Rounds of the calibration-only cases (unattached USDT, single step).
-    pub(super) calibration_rounds: usize,
+    calibration_rounds: usize,
     /// Probes of the cost part.
-    pub(super) sites: Vec<Site>,
+    sites: Vec<Site>,
     /// A second probetop measured in the cost part.
-    pub(super) compare: Option<PathBuf>,
+    compare: Option<PathBuf>,
+    /// Probe counts of the scale part.
+    scale_probes: Vec<usize>,
+    scale_reps: usize,
+    /// How long the scale part waits for an attach, and for a detach.
+    scale_cap: Duration,
 }
 
 impl Settings {
-    pub(super) fn new(args: &BenchArgs) -> Self {
+    fn new(args: &BenchArgs) -> Self {
         let quick = args.quick;
         Self {
             quick,
@@ -141,17 +159,26 @@ impl Settings {
                 args.sites.clone()
             },
             compare: args.compare.clone(),
+            scale_probes: if !args.scale_probes.is_empty() {
+                args.scale_probes.clone()
+            } else if quick {
+                SCALE_PROBES[..2].to_vec()
+            } else {
+                SCALE_PROBES.to_vec()
+            },
+            scale_reps: if quick { 1 } else { 3 },
+            scale_cap: Duration::from_secs_f64(args.scale_cap.unwrap_or(30.0).max(1.0)),
         }
     }
 }
 
 /// Generous bound for a tool to start or stop: bpftrace compiles with LLVM first, and
 /// detaching hundreds of uprobes takes seconds (one RCU grace period each).
-pub(super) const PATIENCE: Duration = Duration::from_secs(180);
+const PATIENCE: Duration = Duration::from_secs(180);
 
-pub(super) const DOC_BEGIN: &str =
+const DOC_BEGIN: &str =
     "<!-- bench:begin: generated by `cargo xtask bench`; edit outside the markers -->";
-pub(super) const DOC_END: &str = "<!-- bench:end -->";
+const DOC_END: &str = "<!-- bench:end -->";
 
 pub fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
     ensure!(is_root()?, "the bench attaches real probes: run it as root");
@@ -163,6 +190,7 @@ pub fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
             Part::Attach,
             Part::Memory,
             Part::Calibration,
+            Part::Scale,
         ]
     } else {
         let mut parts = args.only.clone();
@@ -171,12 +199,14 @@ pub fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
         parts
     };
     // Only a complete run with the default settings replaces the committed results.
-    let complete = parts.len() == 5
+    let complete = parts.len() == 6
         && !settings.quick
         && args.rounds.is_none()
         && args.seconds.is_none()
         && args.sites.is_empty()
-        && args.compare.is_none();
+        && args.compare.is_none()
+        && args.scale_probes.is_empty()
+        && args.scale_cap.is_none();
     let out_dir = match &args.out {
         Some(dir) => dir.clone(),
         None if complete => ctx.root.join("docs"),
@@ -221,6 +251,7 @@ pub fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
             Part::Calibration => {
                 results.calibration = Some(bench.calibration(cost_cases.as_ref())?)
             }
+            Part::Scale => results.scale = Some(bench.scale()?),
         }
         eprintln!("bench: {part:?} took {:.0} s", t.elapsed().as_secs_f64());
     }
@@ -249,17 +280,21 @@ pub fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn check_tools(parts: &[Part]) -> Result<()> {
-    let needs_bpftrace = parts
-        .iter()
-        .any(|p| matches!(p, Part::Cost | Part::Attach | Part::Calibration));
+fn check_tools(parts: &[Part]) -> Result<()> {
+    let needs_bpftrace = parts.iter().any(|p| {
+        matches!(
+            p,
+            Part::Cost | Part::Attach | Part::Calibration | Part::Scale
+        )
+    });
     if needs_bpftrace {
         ensure!(
             command_line(Command::new("bpftrace").arg("--version")).is_some(),
             "bpftrace is missing: `cargo xtask setup` installs it"
         );
     }
-    if parts.contains(&Part::Attach) && !Path::new(MARIADBD).is_file() {
+    let needs_mariadbd = parts.contains(&Part::Attach) || parts.contains(&Part::Scale);
+    if needs_mariadbd && !Path::new(MARIADBD).is_file() {
         // Only the bench needs a database server, so it is installed here rather than by
         // `cargo xtask setup` on every machine.
         eprintln!("bench: {MARIADBD} is missing: installing mariadb-server");
@@ -274,7 +309,7 @@ pub(super) fn check_tools(parts: &[Part]) -> Result<()> {
 
 /// Replaces the generated block of performance.md (keeping what is written around it)
 /// and writes performance.json.
-pub(super) fn write_outputs(dir: &Path, markdown: &str, json: &Value) -> Result<()> {
+fn write_outputs(dir: &Path, markdown: &str, json: &Value) -> Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let md_path = dir.join("performance.md");
     let block = format!("{DOC_BEGIN}\n{markdown}\n{DOC_END}");
@@ -303,19 +338,19 @@ pub(super) fn write_outputs(dir: &Path, markdown: &str, json: &Value) -> Result<
 // ---------------------------------------------------------------------------------------
 // The bench: paths and the parts
 
-pub(super) struct Bench {
-    pub(super) settings: Settings,
-    pub(super) probetop: PathBuf,
+struct Bench {
+    settings: Settings,
+    probetop: PathBuf,
     /// Private copies of the binaries (see the module comment), removed on drop.
-    pub(super) work: WorkDir,
-    pub(super) workload: PathBuf,
-    pub(super) workload_nousdt: PathBuf,
-    pub(super) threads: PathBuf,
-    pub(super) cpus: usize,
+    work: WorkDir,
+    workload: PathBuf,
+    workload_nousdt: PathBuf,
+    threads: PathBuf,
+    cpus: usize,
 }
 
 impl Bench {
-    pub(super) fn new(ctx: &Ctx, settings: Settings) -> Result<Self> {
+    fn new(ctx: &Ctx, settings: Settings) -> Result<Self> {
         let probetop = ctx.target_dir().join("release/probetop");
         ensure!(
             probetop.is_file(),
@@ -341,18 +376,18 @@ impl Bench {
         })
     }
 
-    pub(super) fn probetop(&self) -> Command {
+    fn probetop(&self) -> Command {
         Command::new(&self.probetop)
     }
 }
 
 /// A temporary directory, removed on drop.
-pub(super) struct WorkDir {
-    pub(super) path: PathBuf,
+struct WorkDir {
+    path: PathBuf,
 }
 
 impl WorkDir {
-    pub(super) fn create() -> Result<Self> {
+    fn create() -> Result<Self> {
         let path = std::env::temp_dir().join(format!("probetop-bench-{}", std::process::id()));
         fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
         Ok(Self { path })

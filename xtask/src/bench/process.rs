@@ -221,7 +221,6 @@ pub(super) fn wait_until(timeout: Duration, mut ready: impl FnMut() -> bool) -> 
 // ---------------------------------------------------------------------------------------
 // /proc
 
-/// Perf event file descriptors a process holds: one per uprobe it attached.
 /// Run time and runs of a process's BPF programs so far.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct ProgramRuns {
@@ -286,13 +285,25 @@ impl Drop for BpfStatsOn {
     }
 }
 
+/// Perf event file descriptors a process holds: one per uprobe it attached that way.
 pub(super) fn perf_event_fds(pid: u32) -> usize {
+    fds_of(pid, &["anon_inode:[perf_event]"])
+}
+
+/// What a process holds per attachment: a perf event per probe on the per-probe path, a
+/// BPF link per object and program on the uprobe_multi one.
+pub(super) fn attachment_fds(pid: u32) -> usize {
+    fds_of(pid, &["anon_inode:[perf_event]", "anon_inode:bpf_link"])
+}
+
+/// File descriptors of `pid` whose target is one of `kinds`.
+fn fds_of(pid: u32, kinds: &[&str]) -> usize {
     let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
         return 0;
     };
     dir.flatten()
         .filter(|e| {
-            fs::read_link(e.path()).is_ok_and(|t| t.as_os_str() == "anon_inode:[perf_event]")
+            fs::read_link(e.path()).is_ok_and(|t| kinds.iter().any(|k| t.as_os_str() == *k))
         })
         .count()
 }

@@ -17,6 +17,7 @@ pub(super) struct Results {
     pub(super) attach: Option<AttachResults>,
     pub(super) memory: Option<Vec<MemoryRun>>,
     pub(super) calibration: Option<Calibration>,
+    pub(super) scale: Option<ScaleResults>,
 }
 
 pub(super) struct Machine {
@@ -104,6 +105,9 @@ pub(super) fn render_markdown(run: &RunInfo, results: &Results) -> String {
     }
     if let Some(c) = &results.calibration {
         render_calibration(&mut md, c);
+    }
+    if let Some(s) = &results.scale {
+        render_scale(&mut md, s);
     }
     md
 }
@@ -250,6 +254,9 @@ pub(super) fn to_json(run: &RunInfo, results: &Results) -> Value {
                 "warnings": c.cross_check.warnings,
             },
         });
+    }
+    if let Some(s) = &results.scale {
+        out["scale"] = scale_json(s);
     }
     out
 }
