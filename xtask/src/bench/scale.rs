@@ -167,7 +167,8 @@ impl Bench {
             bpftrace: None,
         });
         let mut background: Vec<(usize, JoinHandle<Option<f64>>)> = Vec::new();
-        let mut capped: Vec<ScaleTool> = Vec::new();
+        // Each tool's smallest set that hit the cap.
+        let mut capped: Vec<(ScaleTool, usize)> = Vec::new();
         for set in &sets {
             let n = set.n;
             let mut done_here: Vec<ScaleTool> = Vec::new();
@@ -175,9 +176,10 @@ impl Bench {
                 let mut order = ScaleTool::ALL.to_vec();
                 order.rotate_left(rep % ScaleTool::ALL.len());
                 for tool in order {
-                    // A tool capped before runs once per set from then on.
+                    // A tool capped before, at as many probes or fewer, runs once here.
+                    let capped_before = capped.iter().any(|&(t, at)| t == tool && at <= n);
                     if done_here.contains(&tool)
-                        || (rep > 0 && capped.contains(&tool))
+                        || (rep > 0 && capped_before)
                         || (tool == ScaleTool::Bpftrace && set.bpftrace.is_none())
                     {
                         continue;
@@ -185,7 +187,8 @@ impl Bench {
                     let in_background = background.iter().filter(|(_, h)| !h.is_finished()).count();
                     let (mut run, stopped) = self.scale_run(tool, &db, set)?;
                     run.background = in_background;
-                    if run.counted != n {
+                    // A run stopped before it attached has nothing to count.
+                    if run.attach_s.is_some() && run.counted != n {
                         results.warnings.push(format!(
                             "{} on {} reported {} probes",
                             tool.label(),
@@ -213,9 +216,7 @@ impl Bench {
                     }
                     if is_capped {
                         done_here.push(tool);
-                        if !capped.contains(&tool) {
-                            capped.push(tool);
-                        }
+                        capped.push((tool, n));
                     }
                 }
             }
@@ -404,42 +405,68 @@ impl ScaleResults {
             .filter(move |r| r.tool == tool && r.set == set)
     }
 
-    /// Median (IQR) of the runs' values, or the cap when any run hit it.
-    fn cell(&self, tool: ScaleTool, n: &str, value: fn(&ScaleRun) -> Option<f64>) -> String {
-        let runs: Vec<&ScaleRun> = self.of(tool, n).collect();
+    /// Median (IQR) of the runs' values, or the cap when any run hit it. A run stopped
+    /// before it attached has no attach step or detach.
+    fn cell(&self, tool: ScaleTool, set: &str, column: Column) -> String {
+        let runs: Vec<&ScaleRun> = self.of(tool, set).collect();
         if runs.is_empty() {
             return "-".into();
         }
-        if runs.iter().any(|r| value(r).is_none()) {
+        if runs.iter().any(|r| r.attach_s.is_none()) {
+            return match column {
+                Column::Attach => format!("> {:.0} (capped)", self.cap_s),
+                _ => "-".into(),
+            };
+        }
+        if runs.iter().any(|r| column.of(r).is_none()) {
             let gone: Vec<String> = runs
                 .iter()
                 .filter_map(|r| r.gone_s)
                 .map(|g| format!("{g:.0}"))
                 .collect();
-            let attach_capped = runs.iter().any(|r| r.attach_s.is_none());
-            return match (gone.is_empty() || attach_capped, value(runs[0]).is_none()) {
-                (false, true) => {
-                    format!("> {:.0} (exited after {} s)", self.cap_s, gone.join(", "))
-                }
-                _ => format!("> {:.0} (capped)", self.cap_s),
+            return if gone.is_empty() {
+                format!("> {:.0} (capped)", self.cap_s)
+            } else {
+                format!("> {:.0} (exited after {} s)", self.cap_s, gone.join(", "))
             };
         }
-        let values: Vec<f64> = runs.iter().filter_map(|r| value(r)).collect();
+        let values: Vec<f64> = runs.iter().filter_map(|r| column.of(r)).collect();
         spread(&values).show(2)
     }
 
-    fn ratio(&self, tool: ScaleTool, n: &str, value: fn(&ScaleRun) -> Option<f64>) -> String {
+    /// This tool's median over probetop's on uprobe_multi, a lower bound when capped.
+    fn ratio(&self, tool: ScaleTool, set: &str, column: Column) -> String {
         let median = |t: ScaleTool| {
-            let values: Option<Vec<f64>> = self.of(t, n).map(value).collect();
+            let values: Option<Vec<f64>> = self.of(t, set).map(|r| column.of(r)).collect();
             values
                 .map(|v| spread(&v))
                 .filter(|s| s.n > 0)
                 .map(|s| s.median)
         };
+        let attached = self.of(tool, set).all(|r| r.attach_s.is_some());
         match (median(tool), median(ScaleTool::Multi)) {
             (Some(a), Some(b)) if b > 0.0 => format!("{:.1}x", a / b),
-            (None, Some(b)) if b > 0.0 => format!("> {:.0}x", self.cap_s / b),
+            (None, Some(b)) if b > 0.0 && (attached || column == Column::Attach) => {
+                format!("> {:.0}x", self.cap_s / b)
+            }
             _ => "-".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Column {
+    Attach,
+    Step,
+    Detach,
+}
+
+impl Column {
+    fn of(self, run: &ScaleRun) -> Option<f64> {
+        match self {
+            Column::Attach => run.attach_s,
+            Column::Step => run.step_s,
+            Column::Detach => run.detach_s,
         }
     }
 }
@@ -457,7 +484,7 @@ pub(super) fn render_scale(md: &mut String, s: &ScaleResults) {
          before attaching (probetop: `N probe points from M specs`, once resolved; bpftrace: \
          `Attaching N probes...`, once compiled). Detach: SIGINT until exit. Seconds, median (IQR) over \
          repetitions, tools rotating; each step capped at {:.0} s, and a capped tool runs \
-         once per set from then on, left to exit in the background (its exit time after \
+         once per set of as many probes or more from then on, left to exit in the background (its exit time after \
          SIGINT added when known). Ratios are to probetop on uprobe_multi. The last set is \
          the two globs of issue #14 as a user writes them (probetop only: bpftrace 0.17 \
          matches mangled names), `--max-probes` raised to N.\n",
@@ -485,12 +512,12 @@ pub(super) fn render_scale(md: &mut String, s: &ScaleResults) {
                 md,
                 "| {n} ({probes}) | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 tool.label(),
-                s.cell(tool, n, |r| r.attach_s),
-                s.ratio(tool, n, |r| r.attach_s),
-                s.cell(tool, n, |r| r.step_s),
-                s.ratio(tool, n, |r| r.step_s),
-                s.cell(tool, n, |r| r.detach_s),
-                s.ratio(tool, n, |r| r.detach_s),
+                s.cell(tool, n, Column::Attach),
+                s.ratio(tool, n, Column::Attach),
+                s.cell(tool, n, Column::Step),
+                s.ratio(tool, n, Column::Step),
+                s.cell(tool, n, Column::Detach),
+                s.ratio(tool, n, Column::Detach),
                 counted.join(","),
                 runs.len()
             );
