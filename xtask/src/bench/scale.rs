@@ -548,3 +548,66 @@ pub(super) fn scale_json(s: &ScaleResults) -> Value {
         })).collect::<Vec<_>>(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(tool: ScaleTool, attach: Option<f64>, detach: Option<f64>) -> ScaleRun {
+        ScaleRun {
+            tool,
+            set: "1000 functions".into(),
+            probes: 1000,
+            attach_s: attach,
+            step_s: attach.map(|a| a / 10.0),
+            detach_s: detach,
+            gone_s: None,
+            counted: 1000,
+            path: String::new(),
+            background: 0,
+        }
+    }
+
+    #[test]
+    fn capped_runs_show_as_capped_and_ratios_as_bounds() {
+        let mut slow = run(ScaleTool::Perf, Some(2.0), None);
+        slow.gone_s = Some(109.4);
+        let s = ScaleResults {
+            runs: vec![
+                run(ScaleTool::Multi, Some(1.0), Some(0.1)),
+                run(ScaleTool::Multi, Some(3.0), Some(0.3)),
+                slow,
+                run(ScaleTool::Bpftrace, None, None),
+            ],
+            cap_s: 60.0,
+            ..Default::default()
+        };
+        let set = "1000 functions";
+        assert_eq!(
+            s.cell(ScaleTool::Multi, set, Column::Attach),
+            "2.00 (1.50-2.50)"
+        );
+        assert_eq!(s.cell(ScaleTool::Perf, set, Column::Attach), "2.00");
+        assert_eq!(s.ratio(ScaleTool::Perf, set, Column::Attach), "1.0x");
+        assert_eq!(
+            s.cell(ScaleTool::Perf, set, Column::Detach),
+            "> 60 (exited after 109 s)"
+        );
+        assert_eq!(s.ratio(ScaleTool::Perf, set, Column::Detach), "> 300x");
+        // Stopped before it attached: no step, no detach, and only the attach is a bound.
+        assert_eq!(
+            s.cell(ScaleTool::Bpftrace, set, Column::Attach),
+            "> 60 (capped)"
+        );
+        assert_eq!(s.ratio(ScaleTool::Bpftrace, set, Column::Attach), "> 30x");
+        assert_eq!(s.cell(ScaleTool::Bpftrace, set, Column::Step), "-");
+        assert_eq!(s.ratio(ScaleTool::Bpftrace, set, Column::Detach), "-");
+    }
+
+    #[test]
+    fn spaced_picks_evenly_and_exactly_n() {
+        let all: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+        assert_eq!(spaced(&all, 3), ["0", "3", "6"]);
+        assert_eq!(spaced(&all, 10), all);
+    }
+}
