@@ -85,7 +85,7 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_name = "N")]
     scale_probes: Vec<usize>,
     /// Seconds the scale part lets a tool attach, and then detach, before it counts as
-    /// capped (default 30).
+    /// capped (default 60: resolving 1000 one-name specs takes probetop ~30 s on a busy VM).
     #[arg(long, value_name = "SECS")]
     scale_cap: Option<f64>,
 }
@@ -167,7 +167,7 @@ impl Settings {
                 SCALE_PROBES.to_vec()
             },
             scale_reps: if quick { 1 } else { 3 },
-            scale_cap: Duration::from_secs_f64(args.scale_cap.unwrap_or(30.0).max(1.0)),
+            scale_cap: Duration::from_secs_f64(args.scale_cap.unwrap_or(60.0).max(1.0)),
         }
     }
 }
