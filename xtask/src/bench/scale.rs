@@ -330,6 +330,8 @@ impl Bench {
         // probetop writes its export before it detaches, so a capped detach has it too.
         let counted = match tool {
             ScaleTool::Bpftrace => attaching,
+            // Stopped before it attached: it has nothing to export.
+            _ if attach_s.is_none() => 0,
             _ => exported_probes(&export, cap),
         };
         let detach_s = match (&stopped, attach_s) {
