@@ -164,6 +164,9 @@ enum Task {
         /// Attached/detached block pairs of the outside measurement [default: 6].
         #[arg(long)]
         pairs: Option<u32>,
+        /// Length of each probetop --in-situ run [default: 60, --quick: 12].
+        #[arg(long, value_name = "SECS")]
+        in_situ_seconds: Option<f64>,
         /// Directory of mysqld.md [default: docs].
         #[arg(long)]
         out: Option<PathBuf>,
@@ -326,6 +329,7 @@ fn run_task(cli: Cli) -> Result<()> {
             rates,
             modes,
             pairs,
+            in_situ_seconds,
             out,
         } => {
             let out = match out {
@@ -334,7 +338,14 @@ fn run_task(cli: Cli) -> Result<()> {
                 None => ctx.root.join("docs"),
             };
             fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-            let options = insitu_check::CheckOptions::new(quick, rates, modes, pairs, out)?;
+            let mut options = insitu_check::CheckOptions::new(quick, rates, modes, pairs, out)?;
+            if let Some(seconds) = in_situ_seconds {
+                ensure!(
+                    seconds.is_finite() && seconds >= 5.0,
+                    "--in-situ-seconds: give at least 5"
+                );
+                options.in_situ_seconds = seconds;
+            }
             insitu_check::insitu_check(&ctx, options)
         }
         Task::Bench(args) => bench::run(&ctx, &args),

@@ -59,7 +59,7 @@ pub const FLUSH_AFTER_NS: u64 = 10_000_000;
 
 /// The cookie of probetop's own flush probe: a hit with it writes the CPU's staged
 /// batch to the ring and records nothing. User space fires it on every CPU on a timer
-/// and before it reads the last records.
+/// (200 ms) and before it reads the last records.
 pub const FLUSH_PROBE_ID: u32 = u32::MAX;
 
 /// Up to [`BATCH_RECORDS`] hit records of one CPU, staged in a per-CPU map and written

@@ -2,9 +2,11 @@
 //! batch to the ring buffer when it is full, or older than `FLUSH_AFTER_NS` at that
 //! CPU's next hit. A probe that fires rarely, or the last hits before a run ends, would
 //! otherwise wait there. So probetop puts a uprobe of its own, with the cookie
-//! `FLUSH_PROBE_ID`, on [`probetop_flush_staged_records`] in its own process, and a
-//! thread of its own calls that function on every CPU in turn: on a timer, and when
-//! the collector asks before it reads the last records.
+//! `FLUSH_PROBE_ID`, on [`probetop_flush_staged_records`] in its own process, and one
+//! thread of its own pinned to each CPU calls that function there: on a timer, and when
+//! the collector asks before it reads the last records. Pinned once rather than one
+//! thread moved from CPU to CPU: each move wakes the kernel's migration thread on the
+//! CPU the target runs on.
 
 use std::{
     fs, io,
@@ -17,8 +19,9 @@ use std::{
 
 use probe_common::FLUSH_PROBE_ID;
 
-/// How often every CPU's staged records are flushed without being asked.
-const FLUSH_EVERY: Duration = Duration::from_millis(50);
+/// How often every CPU's staged records are flushed without being asked: the live
+/// views refresh no faster, and each flush is a wakeup on the target's CPUs.
+const FLUSH_EVERY: Duration = Duration::from_millis(200);
 
 /// The function probetop probes in itself; a hit on it flushes the CPU's batch.
 #[unsafe(no_mangle)]
@@ -62,60 +65,75 @@ fn file_offset_in_maps(maps: &str, address: u64) -> Option<u64> {
     })
 }
 
-/// The flush probe, attached, and the thread that fires it. Dropping it stops the
-/// thread and detaches the probe.
+/// The flush probe, attached, and the threads that fire it. Dropping it stops the
+/// threads and detaches the probe.
 #[derive(Debug)]
 pub struct StagedFlush {
-    requests: Option<mpsc::Sender<mpsc::Sender<()>>>,
-    thread: Option<JoinHandle<()>>,
+    /// One per CPU thread: a request carries where to say it is done.
+    requests: Vec<mpsc::Sender<mpsc::Sender<()>>>,
+    threads: Vec<JoinHandle<()>>,
     _link: Vec<OwnedFd>,
 }
 
 impl StagedFlush {
-    /// Starts firing the flush probe attached by `link` on every CPU probetop may run on.
+    /// Starts a thread pinned to each CPU probetop may run on, firing the flush probe
+    /// attached by `link` there.
     pub(super) fn start(link: Vec<OwnedFd>) -> io::Result<Self> {
-        let cpus = allowed_cpus()?;
-        let (requests, incoming) = mpsc::channel::<mpsc::Sender<()>>();
-        let thread = thread::Builder::new()
-            .name("probetop-flush".into())
-            .spawn(move || {
-                loop {
-                    let ack = match incoming.recv_timeout(FLUSH_EVERY) {
-                        Ok(ack) => Some(ack),
-                        Err(mpsc::RecvTimeoutError::Timeout) => None,
-                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                    };
-                    flush_on(&cpus);
-                    if let Some(ack) = ack {
-                        let _ = ack.send(());
-                    }
-                }
-            })?;
-        Ok(Self {
-            requests: Some(requests),
-            thread: Some(thread),
+        let mut flush = Self {
+            requests: Vec::new(),
+            threads: Vec::new(),
             _link: link,
-        })
+        };
+        for cpu in allowed_cpus()? {
+            let (requests, incoming) = mpsc::channel::<mpsc::Sender<()>>();
+            let thread = thread::Builder::new()
+                .name(format!("probetop-flush{cpu}"))
+                .spawn(move || {
+                    // A CPU taken away since (a cpuset change) keeps its records until
+                    // its next hit; the other CPUs' threads carry on.
+                    if pin_to(cpu).is_err() {
+                        return;
+                    }
+                    loop {
+                        let ack = match incoming.recv_timeout(FLUSH_EVERY) {
+                            Ok(ack) => Some(ack),
+                            Err(mpsc::RecvTimeoutError::Timeout) => None,
+                            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                        };
+                        probetop_flush_staged_records();
+                        if let Some(ack) = ack {
+                            let _ = ack.send(());
+                        }
+                    }
+                })?;
+            flush.requests.push(requests);
+            flush.threads.push(thread);
+        }
+        Ok(flush)
     }
 
     /// Flushes every CPU's staged records now; returns once they are in the ring.
     pub fn flush_now(&self) {
-        let Some(requests) = &self.requests else {
-            return;
-        };
         let (ack, done) = mpsc::channel();
-        if requests.send(ack).is_ok() {
-            // Bounded: a thread that died (it cannot, short of a panic) must not hang the
-            // run's end.
-            let _ = done.recv_timeout(Duration::from_secs(1));
+        let asked = self
+            .requests
+            .iter()
+            .filter(|requests| requests.send(ack.clone()).is_ok())
+            .count();
+        drop(ack);
+        for _ in 0..asked {
+            // Bounded: a thread that died must not hang the run's end.
+            if done.recv_timeout(Duration::from_secs(1)).is_err() {
+                break;
+            }
         }
     }
 }
 
 impl Drop for StagedFlush {
     fn drop(&mut self) {
-        self.requests = None;
-        if let Some(thread) = self.thread.take() {
+        self.requests.clear();
+        for thread in self.threads.drain(..) {
             let _ = thread.join();
         }
     }
@@ -137,20 +155,19 @@ fn allowed_cpus() -> io::Result<Vec<usize>> {
         .collect())
 }
 
-/// Moves this thread to each CPU in turn and fires the flush probe there.
-fn flush_on(cpus: &[usize]) {
-    for &cpu in cpus {
-        // SAFETY: as above.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `cpu` came from CPU_ISSET over the same set size.
-        unsafe { libc::CPU_SET(cpu, &mut set) };
-        // SAFETY: sched_setaffinity reads size_of::<cpu_set_t>() bytes of `set`; 0 is
-        // this thread, which the call moves to `cpu` before it returns.
-        let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
-        if rc == 0 {
-            probetop_flush_staged_records();
-        }
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) -> io::Result<()> {
+    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `cpu` came from CPU_ISSET over the same set size.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: sched_setaffinity reads size_of::<cpu_set_t>() bytes of `set`; 0 is this
+    // thread, which the call moves to `cpu` before it returns.
+    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
     }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -69,6 +69,20 @@ impl Glob {
         self.is_pattern
     }
 
+    /// The one string a pattern without wildcards matches; None for a pattern.
+    pub fn literal(&self) -> Option<String> {
+        if self.is_pattern {
+            return None;
+        }
+        self.tokens
+            .iter()
+            .map(|t| match t {
+                Token::Literal(c) => Some(*c),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The longest run of literal characters, used to find suggestions for globs.
     pub fn longest_literal(&self) -> String {
         let mut best = String::new();

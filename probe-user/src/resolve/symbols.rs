@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::{self, Write as _};
+use std::sync::OnceLock;
 
 use super::elf::{Binding, ElfImage, ElfSymbol, SymbolKind};
 use super::glob::Glob;
@@ -209,6 +210,11 @@ pub struct SymbolTable {
     pub functions: Vec<Function>,
     /// Every defined symbol name (functions and data) to its address.
     addresses: HashMap<String, u64>,
+    /// Every spelling of every function name to the functions' indices, ascending:
+    /// built at the first exact-name lookup, so a thousand one-name specs cost one pass
+    /// over the table instead of a glob match of every function each (~10 ms apiece on
+    /// mariadbd's 19,000 functions).
+    by_key: OnceLock<HashMap<String, Vec<u32>>>,
 }
 
 impl SymbolTable {
@@ -257,12 +263,39 @@ impl SymbolTable {
         Self {
             functions,
             addresses,
+            by_key: OnceLock::new(),
         }
     }
 
-    /// The functions any of whose names match `glob`.
-    pub fn matching<'a>(&'a self, glob: &'a Glob) -> impl Iterator<Item = &'a Function> + 'a {
-        self.functions.iter().filter(move |f| f.matches(glob))
+    /// The functions any of whose names match `glob`, by address.
+    pub fn matching<'a>(&'a self, glob: &'a Glob) -> Box<dyn Iterator<Item = &'a Function> + 'a> {
+        match glob.literal() {
+            Some(name) => {
+                let indices = self.by_key().get(&name).map_or(&[][..], Vec::as_slice);
+                Box::new(
+                    indices
+                        .iter()
+                        .filter_map(|&i| self.functions.get(i as usize)),
+                )
+            }
+            None => Box::new(self.functions.iter().filter(move |f| f.matches(glob))),
+        }
+    }
+
+    fn by_key(&self) -> &HashMap<String, Vec<u32>> {
+        self.by_key.get_or_init(|| {
+            let mut by_key: HashMap<String, Vec<u32>> = HashMap::new();
+            for (i, f) in self.functions.iter().enumerate() {
+                for key in f.names().flat_map(|n| n.keys()) {
+                    let indices = by_key.entry(key.to_string()).or_default();
+                    // Several spellings of one function land on the same key once.
+                    if indices.last() != Some(&(i as u32)) {
+                        indices.push(i as u32);
+                    }
+                }
+            }
+            by_key
+        })
     }
 
     /// The first function after `address` (at a higher address).
@@ -437,5 +470,41 @@ mod tests {
     fn plain_names_stay() {
         assert_eq!(demangle("main.traceMe"), ("main.traceMe".into(), vec![]));
         assert_eq!(demangle("_Zgarbage"), ("_Zgarbage".into(), vec![]));
+    }
+}
+
+#[cfg(test)]
+mod lookup_tests {
+    use super::*;
+
+    /// An exact name finds what matching every function against it finds, on this test
+    /// binary's own symbols (Rust, with aliases and demangled keys).
+    #[test]
+    fn an_exact_name_finds_what_the_scan_finds() {
+        let data = std::fs::read("/proc/self/exe").expect("own executable");
+        let image = ElfImage::parse(&data).expect("own ELF");
+        let table = SymbolTable::build(&image.symbols, &image);
+        assert!(table.functions.len() > 1000);
+        let names: Vec<String> = table
+            .functions
+            .iter()
+            .step_by(97)
+            .flat_map(|f| f.names().flat_map(|n| n.keys()).map(str::to_string))
+            .chain(["no_such_function_anywhere".to_string()])
+            .collect();
+        for name in &names {
+            let glob = Glob::new(name);
+            if glob.is_pattern() {
+                continue;
+            }
+            let fast: Vec<u64> = table.matching(&glob).map(|f| f.address).collect();
+            let scan: Vec<u64> = table
+                .functions
+                .iter()
+                .filter(|f| f.matches(&glob))
+                .map(|f| f.address)
+                .collect();
+            assert_eq!(fast, scan, "{name}");
+        }
     }
 }
