@@ -444,17 +444,6 @@ fn rows(report: &serde_json::Value) -> Vec<(String, u64, String, u64)> {
         .collect()
 }
 
-/// BPF programs and links probetop held are gone from the kernel.
-fn nothing_left_of(programs: &[u32], links: &[u32]) {
-    let (loaded_programs, loaded_links) = bpf_ids_once_gone(programs, links);
-    for id in programs {
-        assert!(!loaded_programs.contains(id), "program {id} left loaded");
-    }
-    for id in links {
-        assert!(!loaded_links.contains(id), "link {id} left attached");
-    }
-}
-
 /// With --follow-exec, an exec into another program detaches the old probes (their
 /// counts are kept, exactly), re-resolves the specs there (one matches, one does not:
 /// said, not fatal), attaches, and counts the new program's hits exactly too.

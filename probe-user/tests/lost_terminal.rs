@@ -154,13 +154,7 @@ fn lose_the_terminal(name: &str, controlling: bool) {
         probe(&report, "work_unit")["hits"].as_u64() > Some(0),
         "{report}"
     );
-    let (loaded_programs, loaded_links) = bpf_ids_once_gone(&programs, &links);
-    for id in &programs {
-        assert!(!loaded_programs.contains(id), "program {id} left loaded");
-    }
-    for id in &links {
-        assert!(!loaded_links.contains(id), "link {id} left attached");
-    }
+    nothing_left_of(&programs, &links);
     let _ = std::fs::remove_file(&json);
 }
 

@@ -602,13 +602,7 @@ fn stays_responsive_under_a_flood() {
     let screen = tmux.wait_for("probetop to exit", |s| s.contains("probetop-exit="));
     assert!(screen.contains("probetop-exit=0"), "{screen}");
     // Every probe gone from the kernel (programs a moment after their links).
-    let (loaded_programs, loaded_links) = bpf_ids_once_gone(&programs, &links);
-    for id in &programs {
-        assert!(!loaded_programs.contains(id), "program {id} left loaded");
-    }
-    for id in &links {
-        assert!(!loaded_links.contains(id), "link {id} left attached");
-    }
+    nothing_left_of(&programs, &links);
     let report: serde_json::Value = read_export(&dir.join("flood.json"));
     let probe = probe(&report, "work_unit");
     let final_hits = probe["hits"].as_u64().expect("hits");

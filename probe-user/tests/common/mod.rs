@@ -404,6 +404,18 @@ pub fn loaded_bpf_ids() -> (Vec<u32>, Vec<u32>) {
     (programs, links)
 }
 
+/// Asserts that none of `programs` and `links` is left in the kernel once probetop is
+/// gone (programs go a moment after their links).
+pub fn nothing_left_of(programs: &[u32], links: &[u32]) {
+    let (loaded_programs, loaded_links) = bpf_ids_once_gone(programs, links);
+    for id in programs {
+        assert!(!loaded_programs.contains(id), "program {id} left loaded");
+    }
+    for id in links {
+        assert!(!loaded_links.contains(id), "link {id} left attached");
+    }
+}
+
 /// [`loaded_bpf_ids`] once none of `programs` and `links` is among them, or after
 /// `PATIENCE`. The kernel puts a closed link's program after an RCU grace period (a
 /// uprobe_multi link's after a tasks-trace one too), so a program can outlive its
