@@ -768,15 +768,15 @@ impl Attachment {
         }
     }
 
-    /// Opens the perf event of a stored probe and binds its program to it.
-    fn open_perf_link(&self, probe_id: u32) -> Result<ProbeLink, AttachError> {
-        let request = self.request(probe_id).ok_or_else(|| {
-            AttachError::Unsupported(format!("probe {probe_id} has no attach request"))
-        })?;
+    /// The uprobe PMU and the fd of the loaded program `name`: what binding a perf
+    /// event to it takes.
+    fn perf_program(
+        &self,
+        name: &'static str,
+    ) -> Result<(UprobePmu, &aya::programs::ProgramFd), AttachError> {
         let pmu = self
             .pmu
             .ok_or_else(|| AttachError::Unsupported("the uprobe PMU was not read".to_string()))?;
-        let name = request.program;
         let program: &UProbe = self
             .ebpf
             .program(name)
@@ -786,6 +786,15 @@ impl Attachment {
         let program_fd = program
             .fd()
             .map_err(|source| AttachError::Program { name, source })?;
+        Ok((pmu, program_fd))
+    }
+
+    /// Opens the perf event of a stored probe and binds its program to it.
+    fn open_perf_link(&self, probe_id: u32) -> Result<ProbeLink, AttachError> {
+        let request = self.request(probe_id).ok_or_else(|| {
+            AttachError::Unsupported(format!("probe {probe_id} has no attach request"))
+        })?;
+        let (pmu, program_fd) = self.perf_program(request.program)?;
         let path_text = request.path.display().to_string();
         let perf_event = open_uprobe_event(
             pmu,
@@ -844,22 +853,7 @@ impl Attachment {
                 vec![multi::create_link(program, &path, &[point], false, own_pid).map_err(failed)?]
             }
             None => {
-                let pmu = self.pmu.ok_or_else(|| {
-                    AttachError::Unsupported("the uprobe PMU was not read".to_string())
-                })?;
-                let program: &UProbe = self
-                    .ebpf
-                    .program(PROG_UPROBE)
-                    .ok_or(AttachError::MissingProgram(PROG_UPROBE))?
-                    .try_into()
-                    .map_err(|source| AttachError::Program {
-                        name: PROG_UPROBE,
-                        source,
-                    })?;
-                let program_fd = program.fd().map_err(|source| AttachError::Program {
-                    name: PROG_UPROBE,
-                    source,
-                })?;
+                let (pmu, program_fd) = self.perf_program(PROG_UPROBE)?;
                 let perf_event =
                     open_uprobe_event(pmu, &path, offset, 0, false, own_pid).map_err(failed)?;
                 let link = link_perf_event(program_fd.as_fd(), perf_event.as_fd(), cookie)
