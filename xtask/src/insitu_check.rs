@@ -16,6 +16,8 @@ use serde_json::Value;
 
 use crate::mysql::{Mariadb, ServerOptions, Sysbench};
 use crate::mysql_report::{KillOnDrop, Stream, Tool, splice_between};
+use crate::util::proc::cpu_clock_ns;
+use crate::util::stats::{median, quantile};
 use crate::{Ctx, show};
 
 const BEGIN_MARK: &str = "<!-- BEGIN cargo xtask insitu-check -->";
@@ -157,22 +159,6 @@ pub fn check_on(
     Ok(())
 }
 
-/// mariadbd's CPU (every thread, dead ones included) in ns, from its process CPU clock.
-fn cpu_ns(pid: u32) -> Result<u64> {
-    let mut clock: libc::clockid_t = 0;
-    // SAFETY: clock_getcpuclockid writes one clockid_t through a valid pointer.
-    let rc = unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) };
-    ensure!(rc == 0, "no CPU clock for pid {pid}: error {rc}");
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    let rc = unsafe { libc::clock_gettime(clock, &mut now) };
-    ensure!(rc == 0, "cannot read the CPU clock of pid {pid}");
-    Ok(now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64)
-}
-
 fn probetop_command(probetop: &Path, pid: u32, mode: &str) -> Command {
     let mut cmd = Command::new(probetop);
     cmd.arg("--pid")
@@ -233,9 +219,9 @@ fn measure_cell(
                 let mut cmd = probetop_command(probetop, pid, mode);
                 cmd.arg("-o").arg(&json);
                 let mut tool = Tool::start(cmd, "attached", Stream::Stderr)?;
-                let (c0, t0) = (cpu_ns(pid)?, Instant::now());
+                let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
                 thread::sleep(Duration::from_secs_f64(measure_s));
-                let (c1, t1) = (cpu_ns(pid)?, Instant::now());
+                let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
                 tool.stop()?;
                 let share = (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64();
                 let report = read_json(&json)?;
@@ -252,9 +238,9 @@ fn measure_cell(
             } else {
                 // The same settling time as an attach takes, then the same window.
                 thread::sleep(Duration::from_secs(1));
-                let (c0, t0) = (cpu_ns(pid)?, Instant::now());
+                let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
                 thread::sleep(Duration::from_secs_f64(measure_s));
-                let (c1, t1) = (cpu_ns(pid)?, Instant::now());
+                let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
                 blocks.push(Block {
                     share: (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64(),
                     hits_per_second: None,
@@ -345,21 +331,6 @@ fn truth_per_hit(blocks: &[Block]) -> Vec<f64> {
             Some((block.share - base) * 1e9 / hits)
         })
         .collect()
-}
-
-fn median(values: &[f64]) -> f64 {
-    quantile(values, 0.5)
-}
-
-fn quantile(values: &[f64], q: f64) -> f64 {
-    let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted.sort_by(f64::total_cmp);
-    let at = q * (sorted.len() - 1) as f64;
-    let (low, high) = (at.floor() as usize, at.ceil() as usize);
-    sorted[low] + (sorted[high] - sorted[low]) * (at - low as f64)
 }
 
 /// `x` against `truth`, as a signed percentage.

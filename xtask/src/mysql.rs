@@ -659,80 +659,6 @@ pub fn parse_sysbench(text: &str) -> Result<SysbenchResult> {
     })
 }
 
-// ---------------------------------------------------------------------------------------
-// CPU accounting from /proc
-
-/// Clock ticks per second of /proc's CPU times.
-pub fn clock_ticks() -> f64 {
-    // SAFETY: sysconf only reads a configuration value.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if hz > 0 { hz as f64 } else { 100.0 }
-}
-
-/// CPU seconds of one process (all its threads) so far: (user, system), or, with
-/// `children`, of its children it has waited for.
-pub fn process_cpu(pid: u32, children: bool) -> Result<(f64, f64)> {
-    let path = format!("/proc/{pid}/stat");
-    let stat = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
-    // The command name is in parentheses and may hold anything: count after the last ')'.
-    let after = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest)
-        .with_context(|| format!("malformed {path}"))?;
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    // Fields 14-17 of stat(5) (utime stime cutime cstime) are 11-14 after the name
-    // (state is field 3, index 0 here).
-    let at = if children { 13 } else { 11 };
-    let read = |i: usize| -> Result<f64> {
-        fields
-            .get(i)
-            .and_then(|v| v.parse::<u64>().ok())
-            .map(|ticks| ticks as f64 / clock_ticks())
-            .with_context(|| format!("no CPU time field {i} in {path}"))
-    };
-    Ok((read(at)?, read(at + 1)?))
-}
-
-/// Machine-wide CPU seconds from /proc/stat, summed over CPUs.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HostCpu {
-    /// user + nice + system + irq + softirq.
-    pub busy: f64,
-    pub idle: f64,
-    /// Time the hypervisor ran something else while a vCPU wanted to run.
-    pub steal: f64,
-}
-
-impl HostCpu {
-    pub fn now() -> Result<Self> {
-        let stat = fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-        let line = stat
-            .lines()
-            .find(|l| l.starts_with("cpu "))
-            .context("no cpu line in /proc/stat")?;
-        let v: Vec<f64> = line
-            .split_whitespace()
-            .skip(1)
-            .map(|x| x.parse::<u64>().map(|t| t as f64 / clock_ticks()))
-            .collect::<Result<_, _>>()
-            .context("malformed cpu line in /proc/stat")?;
-        let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
-        Ok(Self {
-            busy: at(0) + at(1) + at(2) + at(5) + at(6),
-            idle: at(3) + at(4),
-            steal: at(7),
-        })
-    }
-
-    pub fn since(self, earlier: Self) -> Self {
-        Self {
-            busy: self.busy - earlier.busy,
-            idle: self.idle - earlier.idle,
-            steal: self.steal - earlier.steal,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -795,13 +721,5 @@ Latency (ms):
             Some(77)
         );
         assert_eq!(extra_commands_per_connection("bulk_insert", 4), None);
-    }
-
-    #[test]
-    fn reads_own_cpu_time() {
-        let (user, system) = process_cpu(std::process::id(), false).expect("own stat");
-        assert!(user >= 0.0 && system >= 0.0);
-        let host = HostCpu::now().expect("/proc/stat");
-        assert!(host.busy > 0.0 && host.idle > 0.0);
     }
 }

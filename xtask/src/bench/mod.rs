@@ -35,6 +35,8 @@ use serde_json::Value;
 
 use super::mysql::{MARIADBD, Mariadb, ServerOptions};
 use super::{Ctx, build, fixtures, is_root, show};
+use crate::util::proc::*;
+use crate::util::stats::*;
 
 mod attach;
 mod calibration;
@@ -43,7 +45,6 @@ mod memory;
 mod process;
 mod report;
 mod scale;
-mod stats;
 mod throughput;
 
 use attach::*;
@@ -53,7 +54,6 @@ use memory::*;
 use process::*;
 use report::*;
 use scale::*;
-use stats::*;
 use throughput::*;
 
 #[derive(clap::Args, Debug)]
@@ -405,16 +405,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn quartiles_interpolate() {
-        let s = spread(&[4.0, 1.0, 3.0, 2.0, 5.0]);
-        assert_eq!((s.median, s.q1, s.q3, s.n), (3.0, 2.0, 4.0, 5));
-        let s = spread(&[1.0, 2.0]);
-        assert_eq!((s.median, s.q1, s.q3), (1.5, 1.25, 1.75));
-        assert_eq!(spread(&[]).n, 0);
-        assert_eq!(spread(&[f64::NAN, 7.0]).median, 7.0);
-    }
 
     #[test]
     fn parses_fixture_fields() {

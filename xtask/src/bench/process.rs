@@ -308,53 +308,6 @@ fn fds_of(pid: u32, kinds: &[&str]) -> usize {
         .count()
 }
 
-/// Fields of /proc/PID/stat after the command name (which may hold spaces).
-pub(super) fn stat_fields(pid: u32) -> Option<Vec<String>> {
-    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let (_, rest) = stat.rsplit_once(')')?;
-    Some(rest.split_whitespace().map(str::to_string).collect())
-}
-
-pub(super) fn proc_state(pid: u32) -> Option<char> {
-    stat_fields(pid)?.first()?.chars().next()
-}
-
-/// utime + stime of a process, in seconds.
-pub(super) fn cpu_seconds(pid: u32) -> Result<f64> {
-    let fields = stat_fields(pid).with_context(|| format!("reading /proc/{pid}/stat"))?;
-    // Fields 14 and 15 of stat(5); `fields` starts at field 3 (state).
-    let ticks: u64 = fields
-        .get(11..13)
-        .context("short /proc/PID/stat")?
-        .iter()
-        .map(|t| t.parse::<u64>().unwrap_or(0))
-        .sum();
-    Ok(ticks as f64 / clock_ticks())
-}
-
-/// USER_HZ, the unit of utime and stime.
-pub(super) fn clock_ticks() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        command_line(Command::new("getconf").arg("CLK_TCK"))
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(100.0)
-    })
-}
-
-/// A `kB` field of /proc/PID/status.
-pub(super) fn status_kib(pid: u32, key: &str) -> Option<u64> {
-    fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()?
-        .lines()
-        .find_map(|l| l.strip_prefix(key))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
-}
-
 pub(super) fn load_average() -> String {
     fs::read_to_string("/proc/loadavg")
         .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))

@@ -1,0 +1,331 @@
+//! The tasks that build and run probetop: lint, test, soak, demo and the sysbench helpers,
+//! with the background fixture they start.
+
+use super::*;
+
+/// The eBPF crate, which only builds for bpfel-unknown-none with nightly: next to the
+/// host crates, feature unification hands its probe-common dependency aya (and so std),
+/// and clippy fails with a duplicate `panic_impl`. It is linted on its own target.
+pub(super) const EBPF_PACKAGE: &str = "probe-ebpf";
+
+pub(super) fn lint(ctx: &Ctx) -> Result<()> {
+    // Run every check so one CI round reports every problem, then fail if any did.
+    let results = [
+        run(ctx.cargo().args(["fmt", "--all", "--check"])),
+        run(ctx.cargo().args([
+            "clippy",
+            "--workspace",
+            "--exclude",
+            EBPF_PACKAGE,
+            "--all-targets",
+            "--release",
+            "--",
+            "-D",
+            "warnings",
+        ])),
+        run(ctx.cargo().args([
+            "+nightly",
+            "clippy",
+            "--package",
+            EBPF_PACKAGE,
+            "--target",
+            "bpfel-unknown-none",
+            "-Z",
+            "build-std=core",
+            "--release",
+            "--",
+            "-D",
+            "warnings",
+        ])),
+    ];
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| format!("{e:#}")))
+        .collect();
+    ensure!(failed.is_empty(), "lint failed:\n  {}", failed.join("\n  "));
+    Ok(())
+}
+
+pub(super) fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
+    ensure!(is_root()?, ROOT_REQUIRED);
+    setup(ctx)?;
+    // A lint failure fails the run, but only at the end: with builds this slow, one CI
+    // round should also say whether the tests pass.
+    let lint = lint(ctx);
+    fixtures(ctx)?;
+    build(ctx)?;
+    // --release everywhere: the tests then reuse the release build (2 cores here).
+    let mut cmd = ctx.cargo();
+    cmd.args([
+        "test",
+        "--release",
+        "--workspace",
+        "--exclude",
+        EBPF_PACKAGE,
+    ])
+    .env("PROBETOP_FIXTURES", ctx.root.join("fixtures/build"))
+    // Both are installed by setup, so the cross-checks against the reference
+    // implementations (Java's HdrHistogram reader, Prometheus's promtool) always run.
+    .env("PROBETOP_JAVA_CHECK", "1")
+    .env("PROBETOP_HAVE_PROMTOOL", "1");
+    if !harness_args.is_empty() {
+        cmd.arg("--").args(harness_args);
+    }
+    run(&mut cmd)?;
+    // The release file for production hosts, unpacked and run against a fixture.
+    let dist = dist::dist(ctx).and_then(|built| dist::check(ctx, &built));
+    // A short round per fuzz target: replays the committed corpus (every past crasher
+    // included) and explores a little further.
+    let fuzzed = fuzz::fuzz(ctx, fuzz::SECONDS_IN_TEST, &[]);
+    // probetop on older and newer kernels (qemu, ~2 min): in CI, or when asked for.
+    let kernels = if env::var("CI").is_ok_and(|v| v == "true")
+        || env::var("PROBETOP_KERNELS").is_ok_and(|v| v == "1")
+    {
+        kernels::run_kernels(ctx, &kernels::KernelsArgs::default())
+    } else {
+        Ok(())
+    };
+    let failed: Vec<String> = [lint, dist, fuzzed, kernels]
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| format!("{e:#}")))
+        .collect();
+    ensure!(
+        failed.is_empty(),
+        "the tests passed, but:\n  {}",
+        failed.join("\n  ")
+    );
+    Ok(())
+}
+
+pub(super) fn soak(ctx: &Ctx, seconds: u32) -> Result<()> {
+    ensure!(is_root()?, ROOT_REQUIRED);
+    setup(ctx)?;
+    fixtures(ctx)?;
+    build(ctx)?;
+    // One mode at a time: parallel floods would share the CPUs and halve each other.
+    run(ctx
+        .cargo()
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "probe-user",
+            "--test",
+            "overload",
+        ])
+        .args(["--", "--test-threads", "1", "--nocapture"])
+        .env("PROBETOP_FIXTURES", ctx.root.join("fixtures/build"))
+        .env("PROBETOP_SOAK_SECONDS", seconds.to_string()))
+}
+
+pub(super) fn demo(ctx: &Ctx) -> Result<()> {
+    ensure!(
+        is_root()?,
+        "probetop attaches real probes: run the demo as root"
+    );
+    setup(ctx)?;
+    fixtures(ctx)?;
+    build(ctx)?;
+
+    let probetop = ctx.target_dir().join("release/probetop");
+    ensure!(
+        probetop.is_file(),
+        "{} is missing after the build",
+        probetop.display()
+    );
+    // No terminal (CI): a short, non-interactive run instead of the TUI.
+    let interactive = std::io::stdin().is_terminal();
+
+    let workload = ctx.root.join("fixtures/build/c/workload");
+    let mut fixture = Fixture::start(
+        Command::new(&workload).args(["--forever", "--rate", "20000"]),
+        !interactive,
+    )?;
+
+    let mut cmd = Command::new(&probetop);
+    cmd.arg("--pid").arg(fixture.pid.to_string());
+    for probe in [
+        "uprobe:work_unit",
+        "uretprobe:work_unit",
+        "uprobe:leaf_ret",
+        "uretprobe:leaf_ret",
+    ] {
+        cmd.args(["-e", probe]);
+    }
+    if !interactive {
+        cmd.args(["--no-tui", "--duration", "5"]);
+    }
+    // Foreground with the terminal inherited; the fixture is stopped whatever happens.
+    let result = run(&mut cmd);
+    fixture.stop();
+    result
+}
+
+/// `cargo xtask mysql-sysbench`: one sysbench run against a private server.
+pub(super) fn mysql_sysbench(ctx: &Ctx, load: &SysbenchArgs, time: f64, probe: bool) -> Result<()> {
+    ensure!(
+        is_root()?,
+        "mariadbd runs as root here and probetop needs it: run as root"
+    );
+    install_apt(ctx, mysql::PACKAGES)?;
+    if probe {
+        build(ctx)?;
+    }
+    let server = mysql::Mariadb::start(&mysql::ServerOptions::default())?;
+    let sysbench = mysql::Sysbench::new(&server, load.tables, load.table_size);
+    sysbench.prepare()?;
+    let mut probetop = if probe {
+        let mut cmd = Command::new(ctx.target_dir().join("release/probetop"));
+        cmd.arg("--pid")
+            .arg(server.pid().to_string())
+            .args(["--preset", "mysql", "--no-tui"]);
+        echo(&cmd);
+        Some(mysql_report::Tool::start(
+            cmd,
+            "attached",
+            mysql_report::Stream::Stderr,
+        )?)
+    } else {
+        None
+    };
+    let result = sysbench.run(&load.test, load.threads, time)?;
+    println!(
+        "mysql-sysbench: {} threads={}: {} queries ({:.0}/s), {} transactions, p95 {:.2} ms",
+        load.test, load.threads, result.queries, result.qps, result.transactions, result.p95_ms
+    );
+    if let Some(extra) = mysql::extra_commands_per_connection(&load.test, load.tables) {
+        println!(
+            "mysql-sysbench: dispatch_command should have run {} times ({} queries + {} \
+             connections x {extra} prepare/close/quit commands)",
+            result.queries + extra * u64::from(load.threads),
+            result.queries,
+            load.threads
+        );
+    }
+    if let Some(tool) = probetop.as_mut() {
+        print!("{}", tool.stop()?);
+    }
+    ensure!(server.ping(), "mariadbd stopped answering");
+    Ok(())
+}
+
+/// `cargo xtask mysql-serve`: a private server under load until Enter.
+pub(super) fn mysql_serve(ctx: &Ctx, load: &SysbenchArgs) -> Result<()> {
+    ensure!(
+        is_root()?,
+        "mariadbd runs as root here and probetop needs it: run as root"
+    );
+    install_apt(ctx, mysql::PACKAGES)?;
+    let server = mysql::Mariadb::start(&mysql::ServerOptions::default())?;
+    let sysbench = mysql::Sysbench::new(&server, load.tables, load.table_size);
+    sysbench.prepare()?;
+    // --time=0: no time limit; the child is killed below.
+    let mut cmd = sysbench.command(&load.test);
+    cmd.arg(format!("--threads={}", load.threads)).args([
+        "--time=0",
+        "--report-interval=10",
+        "run",
+    ]);
+    echo(&cmd);
+    let mut load_child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", show(&cmd)))?;
+    println!(
+        "\nmariadbd pid {} (socket {}, logs in {}) is under {} with {} threads. Try:\n\n  \
+         {} --pid {} --preset mysql\n\nPress Enter to stop.\n",
+        server.pid(),
+        server.socket().display(),
+        server.dir().display(),
+        load.test,
+        load.threads,
+        ctx.target_dir().join("release/probetop").display(),
+        server.pid()
+    );
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    let _ = load_child.kill();
+    let _ = load_child.wait();
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Demo fixture
+
+/// A background fixture process, stopped on [`Fixture::stop`] or on drop (error paths).
+pub(super) struct Fixture {
+    pub(super) child: Child,
+    pub(super) pid: u32,
+    pub(super) relay: Option<JoinHandle<()>>,
+}
+
+impl Fixture {
+    /// Starts the fixture and waits for its `ready pid=<pid>` line, so probes attach to a
+    /// process that has finished exec. Its later output is relayed to stderr when `relay`
+    /// (no TUI to disturb) and dropped otherwise; it is always drained, so a full pipe
+    /// never stalls the fixture.
+    pub(super) fn start(cmd: &mut Command, relay: bool) -> Result<Self> {
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped());
+        echo(cmd);
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", show(cmd)))?;
+        let stdout = child.stdout.take();
+        // Owned by the guard from here on: every early return below stops the process.
+        let mut fixture = Fixture {
+            pid: child.id(),
+            child,
+            relay: None,
+        };
+        let mut reader = BufReader::new(stdout.context("the fixture's stdout was not captured")?);
+        let mut line = String::new();
+        reader
+            .read_line(&mut line)
+            .context("reading the fixture's ready line")?;
+        let expected = format!("ready pid={}", fixture.pid);
+        ensure!(
+            line.trim() == expected,
+            "the fixture printed {line:?} instead of `{expected}`"
+        );
+        fixture.relay = Some(thread::spawn(move || {
+            for line in reader.lines() {
+                match line {
+                    Ok(line) if relay => eprintln!("workload: {line}"),
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        }));
+        Ok(fixture)
+    }
+
+    /// SIGTERM first so the workload prints its `done` line, SIGKILL if it lingers.
+    pub(super) fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        let mut term = Command::new("kill");
+        term.args(["-TERM", &self.pid.to_string()]);
+        echo(&term);
+        let termed = term.status().is_ok_and(|s| s.success());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while termed && Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+        if !matches!(self.child.try_wait(), Ok(Some(_))) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if let Some(relay) = self.relay.take() {
+            let _ = relay.join();
+        }
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
