@@ -17,6 +17,7 @@ use anyhow::{Context as _, Result, bail, ensure};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod direction;
 mod dist;
 mod fuzz;
 mod insitu_check;

@@ -12,6 +12,7 @@ pub(super) fn lint(ctx: &Ctx) -> Result<()> {
     // Run every check so one CI round reports every problem, then fail if any did.
     let results = [
         run(ctx.cargo().args(["fmt", "--all", "--check"])),
+        direction::check(&ctx.root),
         run(ctx.cargo().args([
             "clippy",
             "--workspace",
