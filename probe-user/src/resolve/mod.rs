@@ -117,7 +117,6 @@ pub struct UsdtSite {
 impl UsdtSite {
     /// Runtime address of argument `index` when it is a memory operand that does not
     /// depend on registers (`%rip`-relative or absolute); `Ok(None)` for other operands.
-    #[allow(dead_code)] // For the attach stage's USDT argument specs (not written yet).
     pub fn arg_static_address(
         &self,
         index: usize,
@@ -278,7 +277,6 @@ impl ObjectCache {
 
 /// Resolves `spec` in the file `path` (its OBJECT, if any, is looked up on this host).
 /// Points have no load bias; `attach_path` is the file's path.
-#[cfg_attr(not(test), allow(dead_code))] // Tests resolve fixtures as files; no CLI path yet.
 pub fn resolve_file(
     path: &Path,
     spec: &ProbeSpec,

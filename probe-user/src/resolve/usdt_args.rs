@@ -16,7 +16,6 @@ const MAX_SYMBOL_LEN: usize = 1024;
 /// A 64-bit x86-64 register, as saved in the kernel's `struct pt_regs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-#[allow(dead_code)] // The full pt_regs layout; AT&T operands never name the last few.
 pub enum Reg {
     R15,
     R14,
@@ -43,7 +42,6 @@ pub enum Reg {
 
 impl Reg {
     /// Byte offset of the register in x86-64 `struct pt_regs`.
-    #[allow(dead_code)] // For the attach stage's USDT argument specs (not written yet).
     pub fn pt_regs_offset(self) -> u16 {
         match self {
             Reg::R15 => 0,
@@ -93,7 +91,6 @@ impl RegRef {
     }
 
     /// Byte offset of the underlying 64-bit register in `struct pt_regs`.
-    #[allow(dead_code)] // For the attach stage's USDT argument specs (not written yet).
     pub fn pt_regs_offset(self) -> u16 {
         self.reg.pt_regs_offset()
     }
@@ -170,7 +167,6 @@ pub struct Displacement {
 
 impl Displacement {
     /// Link-time address `symbol + offset`, looking the symbol up with `lookup`.
-    #[allow(dead_code)] // For the attach stage's USDT argument specs (not written yet).
     pub fn link_address(&self, lookup: impl Fn(&str) -> Option<u64>) -> Result<u64, UsdtArgError> {
         let base = match &self.symbol {
             Some(sym) => lookup(sym).ok_or_else(|| UsdtArgError::UnknownSymbol(sym.clone()))?,
@@ -216,7 +212,6 @@ impl UsdtArg {
     /// Runtime address of a memory operand that does not depend on registers
     /// (`%rip`-relative, or absolute): `load_bias + symbol + offset`. `Ok(None)` for
     /// operands that do depend on registers or are not in memory.
-    #[allow(dead_code)] // For the attach stage's USDT argument specs (not written yet).
     pub fn static_address(
         &self,
         lookup: impl Fn(&str) -> Option<u64>,
@@ -244,7 +239,6 @@ impl UsdtArg {
 
 /// Why an argument string does not parse or resolve.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[allow(dead_code)] // The resolution variants serve the attach stage (not written yet).
 pub enum UsdtArgError {
     #[error("argument string is longer than {MAX_ARGS_LEN} bytes")]
     TooLong,
