@@ -339,6 +339,7 @@ mod tests {
     }
 
     #[test]
+    #[ignore = "needs root (reads /proc/2/exe)"]
     fn kernel_thread_is_refused() {
         // kthreadd is pid 2 on Linux.
         assert!(matches!(Target::open(2), Err(TargetError::KernelThread(2))));

@@ -211,7 +211,7 @@ const APT_PACKAGES: &[&str] = &[
     "prometheus", // promtool validates the metrics export; a real server scrapes it
     "maven",      // fetches HdrHistogram's Java reader for the .hlog cross-check
     "openjdk-17-jdk-headless", // runs it
-    "mariadb-server", // a live mysqld to probe (tests/mysql.rs, cargo xtask mysql-*)
+    "mariadb-server", // a live mysqld to probe (tests/it/mysql.rs, cargo xtask mysql-*)
     "sysbench",   // its load
 ];
 

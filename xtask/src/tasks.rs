@@ -69,9 +69,9 @@ pub(super) fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
     // implementations (Java's HdrHistogram reader, Prometheus's promtool) always run.
     .env("PROBETOP_JAVA_CHECK", "1")
     .env("PROBETOP_HAVE_PROMTOOL", "1");
-    if !harness_args.is_empty() {
-        cmd.arg("--").args(harness_args);
-    }
+    // The tests that need root, the fixtures, tmux, MariaDB or promtool are #[ignore]d
+    // so a plain `cargo test` passes anywhere; here everything is installed: run them all.
+    cmd.args(["--", "--include-ignored"]).args(harness_args);
     run(&mut cmd)?;
     // The release file for production hosts, unpacked and run against a fixture.
     let dist = dist::dist(ctx).and_then(|built| dist::check(ctx, &built));
@@ -112,9 +112,16 @@ pub(super) fn soak(ctx: &Ctx, seconds: u32) -> Result<()> {
             "-p",
             "probe-user",
             "--test",
-            "overload",
+            "it",
+            "overload::",
         ])
-        .args(["--", "--test-threads", "1", "--nocapture"])
+        .args([
+            "--",
+            "--include-ignored",
+            "--test-threads",
+            "1",
+            "--nocapture",
+        ])
         .env("PROBETOP_FIXTURES", ctx.root.join("fixtures/build"))
         .env("PROBETOP_SOAK_SECONDS", seconds.to_string()))
 }

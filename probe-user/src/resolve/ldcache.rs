@@ -190,7 +190,12 @@ mod tests {
     fn this_machines_cache_agrees_with_ldconfig() {
         let data = std::fs::read("/etc/ld.so.cache").expect("ld.so.cache");
         let parsed = parse(&data).expect("parse ld.so.cache");
-        let out = std::process::Command::new("ldconfig")
+        // /sbin is not on a Debian user's PATH.
+        let ldconfig = ["/sbin/ldconfig", "/usr/sbin/ldconfig"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .unwrap_or("ldconfig");
+        let out = std::process::Command::new(ldconfig)
             .arg("-p")
             .output()
             .expect("ldconfig -p");

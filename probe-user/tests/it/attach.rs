@@ -1,30 +1,32 @@
 //! probetop attached to a real process: exact hit counts, exports, and detach on every
 //! way it can stop.
 
-mod common;
-
 use std::{os::unix::process::ExitStatusExt as _, time::Duration};
 
-use common::*;
+use crate::common::*;
 
 const CALLS: u64 = 50_000;
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn exact_hits_for_uprobes_and_uretprobes() {
     exact_hits_in_mode("ring");
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn exact_hits_when_sampling() {
     exact_hits_in_mode("sample");
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn exact_hits_with_in_kernel_aggregation() {
     exact_hits_in_mode("kernel");
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn exact_hits_with_every_in_kernel_hit_timed() {
     exact_hits_in_mode_with("kernel", &["--time-every", "1"]);
 }
@@ -213,36 +215,43 @@ fn detaches_when(stop: Stop) {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn detaches_after_duration() {
     detaches_when(Stop::Duration);
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn detaches_on_sigint() {
     detaches_when(Stop::Signal(libc::SIGINT));
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn detaches_on_sigterm() {
     detaches_when(Stop::Signal(libc::SIGTERM));
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn detaches_on_sighup() {
     detaches_when(Stop::Signal(libc::SIGHUP));
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn detaches_on_sigkill() {
     detaches_when(Stop::Signal(libc::SIGKILL));
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn detaches_on_panic() {
     detaches_when(Stop::Panic);
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn duration_ends_a_run_with_a_summary() {
     let target = workload(&["--forever", "--batch", "20000", "--rate", "10000"]);
     let mut cmd = probetop();
@@ -265,6 +274,7 @@ fn duration_ends_a_run_with_a_summary() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn auto_mode_moves_hot_probes_into_the_kernel() {
     // Unpaced: far above the threshold.
     let target = workload(&["--forever", "--batch", "100000"]);
@@ -289,6 +299,7 @@ fn auto_mode_moves_hot_probes_into_the_kernel() {
 
 /// Threads created after attach are probed too, and counted per thread.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn threads_created_after_attach_are_probed_and_counted_per_thread() {
     const THREADS: u64 = 4;
     let target = started(
@@ -325,6 +336,7 @@ fn threads_created_after_attach_are_probed_and_counted_per_thread() {
 
 /// Another tracer on the same function (bpftrace) and probetop both count every hit.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn coexists_with_bpftrace_on_the_same_function() {
     let target = workload(&["--calls", &CALLS.to_string(), "--wait-signal"]);
     let exe = fixture("c/workload");
@@ -358,6 +370,7 @@ fn coexists_with_bpftrace_on_the_same_function() {
 /// were attached, is still probed: symbols are read and probes attached through
 /// /proc/PID/exe, which the kernel resolves to the mapped inode.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn probes_a_target_whose_binary_was_deleted_or_replaced() {
     let dir = std::env::temp_dir().join(format!("probetop-deleted-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -385,6 +398,7 @@ fn probes_a_target_whose_binary_was_deleted_or_replaced() {
 /// A target that execs another program is reported, and what was measured up to the
 /// exec is kept and exported.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn stops_and_keeps_measurements_when_the_target_execs() {
     let target = started(&fixture("c/execer"), &["--calls", &CALLS.to_string()]);
     let json = export_path("execer.json");
@@ -448,6 +462,7 @@ fn rows(report: &serde_json::Value) -> Vec<(String, u64, String, u64)> {
 /// counts are kept, exactly), re-resolves the specs there (one matches, one does not:
 /// said, not fatal), attaches, and counts the new program's hits exactly too.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn follows_an_exec_into_another_program() {
     const AFTER: u64 = 30_000;
     let execer = fixture("c/execer");
@@ -538,6 +553,7 @@ fn follows_an_exec_into_another_program() {
 /// probes come back when the target execs a program they match (the same one as
 /// before, told apart by its generation), with exact counts in every program.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn follows_execs_through_a_program_without_probes() {
     const AFTER: u64 = 20_000;
     let execer = fixture("c/execer");
@@ -620,6 +636,7 @@ fn follows_execs_through_a_program_without_probes() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn exact_hits_at_an_offset_inside_a_function() {
     // work_unit's second instruction, by objdump: a probe there fires once per call,
     // like the entry's.
@@ -727,12 +744,14 @@ fn exact_counts_via(path: Option<&str>) {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn exact_counts_through_perf_events() {
     exact_counts_via(Some("perf_event"));
 }
 
 /// The way the kernel picks: uprobe_multi links from Linux 6.10.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn exact_counts_through_the_kernels_choice() {
     exact_counts_via(None);
 }
@@ -741,6 +760,7 @@ fn exact_counts_through_the_kernels_choice() {
 /// library: the probes still attached count exactly, the detached one not at all, and
 /// the links are remade per link rather than per probe. The same on the perf-event path.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn detach_and_reattach_sets_keep_exact_counts() {
     use probe_common::{ProbeConfig, mode};
     use probe_user::attach::{AttachPath, AttachRequest, Attachment, LoadOptions};
@@ -855,6 +875,7 @@ fn detach_and_reattach_sets_keep_exact_counts() {
 /// exiting took is printed, not asserted (the machine is shared and noisy): through
 /// perf events each probe's close waits for a grace period (~0.2 s here).
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn many_probes_detach_together_on_sigint() {
     let target = workload(&["--forever", "--batch", "10000", "--rate", "50000"]);
     let unprobed = next_batch_ns(&target);

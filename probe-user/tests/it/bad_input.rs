@@ -1,10 +1,8 @@
 //! Bad input: one clear message and a non-zero exit, never a panic.
 
-mod common;
-
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 
 fn run(args: &[&str]) -> Output {
     probetop().args(args).output().expect("run probetop")
@@ -22,12 +20,14 @@ fn assert_clean_failure(out: &Output, code: i32, needle: &str) {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn no_such_pid() {
     let out = run(&["--pid", "4999999", "-e", "uprobe:work_unit", "--no-tui"]);
     assert_clean_failure(&out, 1, "no process with pid 4999999");
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn symbol_not_in_target() {
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let out = run(&[
@@ -74,6 +74,7 @@ fn time_every_outside_the_kernel_mode() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn unknown_export_format() {
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let out = run(&[
@@ -89,6 +90,7 @@ fn unknown_export_format() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn without_privileges() {
     // setpriv (util-linux) drops to nobody with no capabilities at all.
     let target = workload(&["--calls", "1", "--wait-signal"]);
@@ -114,6 +116,7 @@ fn without_privileges() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn kernel_threads_and_zombies_are_refused() {
     // kthreadd is pid 2.
     assert_clean_failure(
@@ -144,6 +147,7 @@ fn kernel_threads_and_zombies_are_refused() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn a_spec_matching_thousands_of_symbols_is_capped() {
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let out = run(&[
@@ -158,6 +162,7 @@ fn a_spec_matching_thousands_of_symbols_is_capped() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn refuses_to_run_setuid() {
     use std::os::unix::fs::PermissionsExt as _;
     // A setuid-root copy run by nobody: real uid 65534, effective uid 0.
@@ -178,6 +183,7 @@ fn refuses_to_run_setuid() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn an_offset_off_an_instruction_boundary_is_refused() {
     // Inside work_unit's second instruction (objdump's reading), which is longer than
     // one byte in the fixture: the refusal names the boundaries around it.
@@ -270,6 +276,7 @@ fn run_bounded(args: &[&str], stdin: std::process::Stdio) -> std::process::Child
 }
 
 #[test]
+#[ignore = "needs the fixtures (cargo xtask fixtures)"]
 fn an_endless_spec_file_is_one_line() {
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let pid = target.pid().to_string();
@@ -302,6 +309,7 @@ fn an_endless_spec_file_is_one_line() {
 }
 
 #[test]
+#[ignore = "needs the fixtures (cargo xtask fixtures)"]
 fn a_huge_spec_is_not_echoed_whole() {
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let pid = target.pid().to_string();
@@ -318,6 +326,7 @@ fn a_huge_spec_is_not_echoed_whole() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn root_without_ptrace_rights_is_not_told_to_run_as_root() {
     // Another user's process, and probetop as root without CAP_SYS_PTRACE (which root
     // needs to read another user's /proc/PID/exe).

@@ -1,5 +1,4 @@
 //! Shared helpers for integration tests: real fixtures, the real probetop binary.
-#![allow(dead_code)] // each test binary uses a different subset
 
 use std::{
     io::{BufRead as _, BufReader},

@@ -6,9 +6,7 @@
 //! hundreds of ns, measured by program run time) within 100 ns; the unattached USDT
 //! loop (a couple of ns) within 1 ns.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 fn medians(calibration: &serde_json::Value) -> Vec<(String, f64)> {
     calibration["rows"]
@@ -82,6 +80,7 @@ fn median(rows: &[(String, f64)], case: &str) -> f64 {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn rows_are_complete_ordered_and_reproducible() {
     let cache = std::env::temp_dir().join(format!("probetop-cal-{}", std::process::id()));
     let first = calibrate_quick(&cache);

@@ -2,9 +2,7 @@
 //! run time when `--bpf-stats` is given; the statistics go off again when probetop
 //! exits.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 /// The kernel's run count of program `id` (0 if gone).
 fn run_count(id: u32) -> u64 {
@@ -15,6 +13,7 @@ fn run_count(id: u32) -> u64 {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn finds_bpftrace_on_the_target_and_prices_it() {
     let stats_were_on = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
         .is_ok_and(|v| v.trim() != "0");

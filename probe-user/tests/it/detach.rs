@@ -2,11 +2,9 @@
 //! makes slow (a grace period per perf event) cannot lose them, and a SIGKILL in the
 //! middle of it leaves the export whole and nothing attached.
 
-mod common;
-
 use std::os::unix::process::ExitStatusExt as _;
 
-use common::*;
+use crate::common::*;
 
 /// `attached N probes` -> N.
 fn attached_count(line: &str) -> usize {
@@ -18,6 +16,7 @@ fn attached_count(line: &str) -> usize {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn sigkill_during_a_long_detach_keeps_the_export_and_leaves_nothing_attached() {
     let target = workload(&["--forever", "--rate", "2000"]);
     let json = export_path("sigkill-detach.json");
@@ -69,6 +68,7 @@ fn sigkill_during_a_long_detach_keeps_the_export_and_leaves_nothing_attached() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn a_second_sigint_exits_at_once_with_the_export_written() {
     let target = workload(&["--forever", "--rate", "2000"]);
     let json = export_path("second-sigint.json");

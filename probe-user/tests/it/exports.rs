@@ -3,15 +3,13 @@
 //! leaves the previous file whole (no truncated export), names the file, and the other
 //! exports are still written. Mounts tmpfs file systems of its own (needs root).
 
-mod common;
-
 use std::{
     path::{Path, PathBuf},
     process::{Command, Output},
     time::{Duration, Instant},
 };
 
-use common::*;
+use crate::common::*;
 
 /// A tmpfs mounted for the test, unmounted (and its directory removed) at the end.
 struct Tmpfs {
@@ -67,6 +65,7 @@ fn run_with_export(pid: u32, export: &Path) -> Output {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn unwritable_export_paths_are_one_line_before_attaching() {
     let target = workload(&["--forever", "--rate", "200"]);
     let dir = export_path("hostile-paths");
@@ -136,6 +135,7 @@ fn fill(dir: &Path) {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn a_full_disk_keeps_the_old_export_whole_and_writes_the_others() {
     let target = workload(&["--forever", "--rate", "2000"]);
     let small = Tmpfs::mount("full-tmpfs", "size=1m");

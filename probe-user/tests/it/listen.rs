@@ -3,8 +3,6 @@
 //! real Prometheus server on loopback, whose stored values must equal probetop's own.
 //! Everything stays on 127.0.0.1.
 
-mod common;
-
 use std::{
     collections::BTreeMap,
     io::{Read as _, Write as _},
@@ -14,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use common::*;
+use crate::common::*;
 
 /// A minimal HTTP/1.1 GET: (status code, head, body).
 fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String, String) {
@@ -116,6 +114,7 @@ fn promtool_check(metrics: &str) {
 }
 
 #[test]
+#[ignore = "needs root, the fixtures and promtool (Debian prometheus)"]
 fn in_situ_measurement_is_served() {
     let target = forever_workload();
     let (_probetop, addr) = probetop_listening(
@@ -147,6 +146,7 @@ fn in_situ_measurement_is_served() {
 }
 
 #[test]
+#[ignore = "needs root, the fixtures and promtool (Debian prometheus)"]
 fn metrics_pass_promtool_and_other_paths_are_refused() {
     let target = forever_workload();
     let (mut probetop, addr) = probetop_listening(target.pid(), &[]);
@@ -293,6 +293,7 @@ impl Drop for Prometheus {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn a_real_prometheus_scrapes_what_probetop_reports() {
     let target = forever_workload();
     let json = export_path("listen.json");

@@ -1,9 +1,7 @@
 //! Probe points as users name them, attached by pid to fixtures in C, C++, Rust, Go and
 //! Python: exact hit counts, USDT argument values, semaphores.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const COUNT: u64 = 500;
 
@@ -22,6 +20,7 @@ fn measure_fixture(binary: &str, args: &[&str]) -> serde_json::Value {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn c_usdt_arguments_and_function_values_read_back() {
     let report = measure_fixture(
         "c/probes",
@@ -113,6 +112,7 @@ fn semaphore(pid: u32, probe_name: &str) -> u16 {
 /// The kernel raises the semaphore while probetop is attached and drops it on every
 /// exit, a SIGKILL included; the guarded probe fires while attached.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn semaphores_are_raised_only_while_attached() {
     for stop in [libc::SIGINT, libc::SIGKILL] {
         let target = started(
@@ -144,6 +144,7 @@ fn semaphores_are_raised_only_while_attached() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn cpp_by_demangled_name_and_glob() {
     let report = measure_fixture(
         "cpp/cppfix",
@@ -174,6 +175,7 @@ fn cpp_by_demangled_name_and_glob() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn rust_legacy_and_v0_symbols() {
     for binary in ["rust/rustfix-legacy", "rust/rustfix-v0"] {
         let mut target = started(&fixture(binary), &["--wait-stdin", "--count", &count_arg()]);
@@ -196,6 +198,7 @@ fn rust_legacy_and_v0_symbols() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn go_functions_and_refused_return_probes() {
     let target = started(
         &fixture("go/gofix"),
@@ -228,6 +231,7 @@ fn go_functions_and_refused_return_probes() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn python_ctypes_library_usdt_with_semaphore() {
     let script = fixture("python/pyprobes.py");
     let mut command = std::process::Command::new("python3");
@@ -257,6 +261,7 @@ fn python_ctypes_library_usdt_with_semaphore() {
 /// Non-PIE, and stripped copies whose symbols come from a debuglink file or from
 /// MiniDebugInfo: every kind attaches by pid with exact counts.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn non_pie_and_stripped_binaries() {
     for binary in ["c/probes-nopie", "c/probes-debuglink", "c/probes-minidebug"] {
         let report = measure_fixture(
@@ -279,6 +284,7 @@ fn non_pie_and_stripped_binaries() {
 /// A function of a shared library named by library name, entry and return, and specs
 /// read from a file.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn library_functions_by_library_name_from_a_spec_file() {
     let script = fixture("python/pyprobes.py");
     let mut command = std::process::Command::new("python3");
@@ -313,6 +319,7 @@ fn library_functions_by_library_name_from_a_spec_file() {
 }
 
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn rust_return_probes() {
     let mut target = started(
         &fixture("rust/rustfix-legacy"),

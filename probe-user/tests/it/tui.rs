@@ -4,15 +4,13 @@
 //! flooding a probe from every CPU, for PROBETOP_TUI_FLOOD_SECONDS (60 by default), where
 //! every key must still take effect. Needs tmux (Debian `tmux`).
 
-mod common;
-
 use std::{
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
 };
 
-use common::*;
+use crate::common::*;
 
 /// A tmux server of its own (`-L`), killed when the test ends, pass or fail.
 struct Tmux {
@@ -218,6 +216,7 @@ fn shell_quote(path: &Path) -> String {
 }
 
 #[test]
+#[ignore = "needs root, the fixtures and tmux"]
 fn sort_filter_select_detach_reset_export_quit() {
     let target = {
         let mut command = Command::new(fixture("c/workload"));
@@ -390,6 +389,7 @@ fn sort_filter_select_detach_reset_export_quit() {
 }
 
 #[test]
+#[ignore = "needs root, the fixtures and tmux"]
 fn resizes_and_honours_no_color() {
     let target = {
         let mut command = Command::new(fixture("c/workload"));
@@ -489,6 +489,7 @@ const KEY_BOUND: Duration = Duration::from_secs(5);
 /// drops (if the collector falls behind) are shown consistently, and `q` ends it with
 /// every probe gone.
 #[test]
+#[ignore = "needs root, the fixtures and tmux"]
 fn stays_responsive_under_a_flood() {
     let seconds = flood_seconds();
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());

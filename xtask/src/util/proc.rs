@@ -137,7 +137,7 @@ mod tests {
 
     #[test]
     fn reads_own_state_and_clock() {
-        assert_eq!(proc_state(std::process::id()), Some('R'));
+        assert!(proc_state(std::process::id()).is_some_and(|s| s.is_ascii_uppercase()));
         assert!(cpu_seconds(std::process::id()).expect("own stat") >= 0.0);
         assert!(cpu_clock_ns(std::process::id()).expect("own clock") > 0);
         assert!(status_kib(std::process::id(), "VmRSS:").is_some_and(|kib| kib > 0));
