@@ -64,13 +64,11 @@ pub(super) fn test(ctx: &Ctx, harness_args: &[String]) -> Result<()> {
         "--exclude",
         EBPF_PACKAGE,
     ])
-    .env("PROBETOP_FIXTURES", ctx.root.join("fixtures/build"))
-    // Both are installed by setup, so the cross-checks against the reference
-    // implementations (Java's HdrHistogram reader, Prometheus's promtool) always run.
-    .env("PROBETOP_JAVA_CHECK", "1")
-    .env("PROBETOP_HAVE_PROMTOOL", "1");
-    // The tests that need root, the fixtures, tmux, MariaDB or promtool are #[ignore]d
-    // so a plain `cargo test` passes anywhere; here everything is installed: run them all.
+    .env("PROBETOP_FIXTURES", ctx.root.join("fixtures/build"));
+    // The tests that need root, the fixtures, tmux, MariaDB, Java or promtool are
+    // #[ignore]d so a plain `cargo test` passes anywhere; setup installed all of them
+    // here, so every test runs, the cross-checks against the reference implementations
+    // (Java's HdrHistogram reader, Prometheus's promtool) included.
     cmd.args(["--", "--include-ignored"]).args(harness_args);
     run(&mut cmd)?;
     // The release file for production hosts, unpacked and run against a fixture.

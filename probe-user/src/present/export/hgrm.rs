@@ -4,7 +4,7 @@
 //! `histogram.outputPercentileDistribution(out, 5, 1.0)` prints for the probe's whole-run
 //! histogram: values in nanoseconds (scaling ratio 1.0), 5 percentile ticks per half
 //! distance, the `#[Mean ...]`, `#[Max ...]`, `#[Buckets ...]` footer. It is checked
-//! against Java's own output by `hlog`'s Java cross-check test (PROBETOP_JAVA_CHECK=1).
+//! against Java's own output by `hlog`'s Java cross-check test (ignored: needs Java).
 //!
 //! One line is added before it, a `#` comment naming the probe. HdrHistogram's plotter
 //! (`plotFiles.html`) skips lines starting with `#`, but it reads every other 4-column row
@@ -239,14 +239,10 @@ mod tests {
     }
 
     /// Java's `outputPercentileDistribution` of every probe, via `tests/java/HlogCheck.java`
-    /// reading our `.hlog`, must equal our `.hgrm` bodies byte for byte. Runs only with
-    /// PROBETOP_JAVA_CHECK=1 (needs Java and Maven).
+    /// reading our `.hlog`, must equal our `.hgrm` bodies byte for byte.
     #[test]
+    #[ignore = "needs Java 11+ and Maven with access to Maven Central"]
     fn java_prints_the_same_distribution() {
-        if std::env::var("PROBETOP_JAVA_CHECK").as_deref() != Ok("1") {
-            eprintln!("skipped: set PROBETOP_JAVA_CHECK=1 to cross-check with Java's HdrHistogram");
-            return;
-        }
         let report = rich_report();
         let java = super::super::testing::java_check(
             &super::super::hlog::render(&report).expect("renders"),

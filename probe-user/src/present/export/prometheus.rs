@@ -579,16 +579,12 @@ mod tests {
     }
 
     /// `promtool check metrics` (Prometheus' own parser and linter) accepts the output.
-    /// promtool is in Debian's `prometheus` package; the test runs only with
-    /// PROBETOP_HAVE_PROMTOOL=1 and then fails clearly if promtool is missing.
+    /// promtool is in Debian's `prometheus` package.
     #[test]
+    #[ignore = "needs promtool (Debian prometheus)"]
     fn promtool_accepts_it() {
         use std::io::Write as _;
         use std::process::{Command, Stdio};
-        if std::env::var("PROBETOP_HAVE_PROMTOOL").as_deref() != Ok("1") {
-            eprintln!("skipped: set PROBETOP_HAVE_PROMTOOL=1 to check with promtool");
-            return;
-        }
         let text = render_prometheus(&rich_report());
         let mut child = Command::new("promtool")
             .args(["check", "metrics"])
@@ -596,9 +592,7 @@ mod tests {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .unwrap_or_else(|e| {
-                panic!("PROBETOP_HAVE_PROMTOOL=1 but promtool cannot run ({e}): apt-get install prometheus")
-            });
+            .unwrap_or_else(|e| panic!("promtool cannot run ({e}): apt-get install prometheus"));
         child
             .stdin
             .take()
