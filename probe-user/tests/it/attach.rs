@@ -10,24 +10,28 @@ const CALLS: u64 = 50_000;
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn exact_hits_for_uprobes_and_uretprobes() {
+    let _turn = turn(module_path!());
     exact_hits_in_mode("ring");
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn exact_hits_when_sampling() {
+    let _turn = turn(module_path!());
     exact_hits_in_mode("sample");
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn exact_hits_with_in_kernel_aggregation() {
+    let _turn = turn(module_path!());
     exact_hits_in_mode("kernel");
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn exact_hits_with_every_in_kernel_hit_timed() {
+    let _turn = turn(module_path!());
     exact_hits_in_mode_with("kernel", &["--time-every", "1"]);
 }
 
@@ -217,42 +221,49 @@ fn detaches_when(stop: Stop) {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn detaches_after_duration() {
+    let _turn = turn(module_path!());
     detaches_when(Stop::Duration);
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn detaches_on_sigint() {
+    let _turn = turn(module_path!());
     detaches_when(Stop::Signal(libc::SIGINT));
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn detaches_on_sigterm() {
+    let _turn = turn(module_path!());
     detaches_when(Stop::Signal(libc::SIGTERM));
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn detaches_on_sighup() {
+    let _turn = turn(module_path!());
     detaches_when(Stop::Signal(libc::SIGHUP));
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn detaches_on_sigkill() {
+    let _turn = turn(module_path!());
     detaches_when(Stop::Signal(libc::SIGKILL));
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn detaches_on_panic() {
+    let _turn = turn(module_path!());
     detaches_when(Stop::Panic);
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn duration_ends_a_run_with_a_summary() {
+    let _turn = turn(module_path!());
     let target = workload(&["--forever", "--batch", "20000", "--rate", "10000"]);
     let mut cmd = probetop();
     cmd.args([
@@ -276,6 +287,7 @@ fn duration_ends_a_run_with_a_summary() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn auto_mode_moves_hot_probes_into_the_kernel() {
+    let _turn = turn(module_path!());
     // Unpaced: far above the threshold.
     let target = workload(&["--forever", "--batch", "100000"]);
     let mut cmd = probetop();
@@ -301,6 +313,7 @@ fn auto_mode_moves_hot_probes_into_the_kernel() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn threads_created_after_attach_are_probed_and_counted_per_thread() {
+    let _turn = turn(module_path!());
     const THREADS: u64 = 4;
     let target = started(
         &fixture("c/threads"),
@@ -338,6 +351,7 @@ fn threads_created_after_attach_are_probed_and_counted_per_thread() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn coexists_with_bpftrace_on_the_same_function() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", &CALLS.to_string(), "--wait-signal"]);
     let exe = fixture("c/workload");
     let mut bpftrace = Running::spawn({
@@ -372,6 +386,7 @@ fn coexists_with_bpftrace_on_the_same_function() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn probes_a_target_whose_binary_was_deleted_or_replaced() {
+    let _turn = turn(module_path!());
     let dir = std::env::temp_dir().join(format!("probetop-deleted-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let copy = dir.join("workload");
@@ -400,6 +415,7 @@ fn probes_a_target_whose_binary_was_deleted_or_replaced() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn stops_and_keeps_measurements_when_the_target_execs() {
+    let _turn = turn(module_path!());
     let target = started(&fixture("c/execer"), &["--calls", &CALLS.to_string()]);
     let json = export_path("execer.json");
     let mut cmd = probetop();
@@ -464,6 +480,7 @@ fn rows(report: &serde_json::Value) -> Vec<(String, u64, String, u64)> {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn follows_an_exec_into_another_program() {
+    let _turn = turn(module_path!());
     const AFTER: u64 = 30_000;
     let execer = fixture("c/execer");
     let workload = fixture("c/workload");
@@ -555,6 +572,7 @@ fn follows_an_exec_into_another_program() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn follows_execs_through_a_program_without_probes() {
+    let _turn = turn(module_path!());
     const AFTER: u64 = 20_000;
     let execer = fixture("c/execer");
     // sh holds the pid, running a program without the probes, until the test writes a
@@ -638,6 +656,7 @@ fn follows_execs_through_a_program_without_probes() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn exact_hits_at_an_offset_inside_a_function() {
+    let _turn = turn(module_path!());
     // work_unit's second instruction, by objdump: a probe there fires once per call,
     // like the entry's.
     let offsets = instruction_offsets(&fixture("c/workload"), "work_unit");
@@ -746,6 +765,7 @@ fn exact_counts_via(path: Option<&str>) {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn exact_counts_through_perf_events() {
+    let _turn = turn(module_path!());
     exact_counts_via(Some("perf_event"));
 }
 
@@ -753,6 +773,7 @@ fn exact_counts_through_perf_events() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn exact_counts_through_the_kernels_choice() {
+    let _turn = turn(module_path!());
     exact_counts_via(None);
 }
 
@@ -762,6 +783,7 @@ fn exact_counts_through_the_kernels_choice() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn detach_and_reattach_sets_keep_exact_counts() {
+    let _turn = turn(module_path!());
     use probe_common::{ProbeConfig, mode};
     use probe_user::attach::{AttachPath, AttachRequest, Attachment, LoadOptions};
     use probe_user::spec::ProbeKind;
@@ -877,6 +899,7 @@ fn detach_and_reattach_sets_keep_exact_counts() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn many_probes_detach_together_on_sigint() {
+    let _turn = turn(module_path!());
     let target = workload(&["--forever", "--batch", "10000", "--rate", "50000"]);
     let unprobed = next_batch_ns(&target);
     let mut cmd = probetop();

@@ -22,6 +22,7 @@ fn assert_clean_failure(out: &Output, code: i32, needle: &str) {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn no_such_pid() {
+    let _turn = turn(module_path!());
     let out = run(&["--pid", "4999999", "-e", "uprobe:work_unit", "--no-tui"]);
     assert_clean_failure(&out, 1, "no process with pid 4999999");
 }
@@ -29,6 +30,7 @@ fn no_such_pid() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn symbol_not_in_target() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let out = run(&[
         "--pid",
@@ -43,6 +45,7 @@ fn symbol_not_in_target() {
 
 #[test]
 fn malformed_specs_show_a_caret() {
+    let _turn = turn(module_path!());
     for (spec, needle) in [
         ("kprobe:work_unit", "unknown probe kind"),
         ("work_unit", "KIND:TARGET"),
@@ -56,12 +59,14 @@ fn malformed_specs_show_a_caret() {
 
 #[test]
 fn missing_pid_and_probes() {
+    let _turn = turn(module_path!());
     assert_clean_failure(&run(&["-e", "uprobe:x", "--no-tui"]), 2, "--pid");
     assert_clean_failure(&run(&["--pid", "1", "--no-tui"]), 2, "no probes");
 }
 
 #[test]
 fn time_every_outside_the_kernel_mode() {
+    let _turn = turn(module_path!());
     // Checked before anything is looked up or attached.
     for (mode, every, needle) in [
         ("ring", "8", "applies to --mode kernel only"),
@@ -76,6 +81,7 @@ fn time_every_outside_the_kernel_mode() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn unknown_export_format() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let out = run(&[
         "--pid",
@@ -92,6 +98,7 @@ fn unknown_export_format() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn without_privileges() {
+    let _turn = turn(module_path!());
     // setpriv (util-linux) drops to nobody with no capabilities at all.
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let out = std::process::Command::new("setpriv")
@@ -118,6 +125,7 @@ fn without_privileges() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn kernel_threads_and_zombies_are_refused() {
+    let _turn = turn(module_path!());
     // kthreadd is pid 2.
     assert_clean_failure(
         &run(&["--pid", "2", "-e", "uprobe:x", "--no-tui"]),
@@ -149,6 +157,7 @@ fn kernel_threads_and_zombies_are_refused() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_spec_matching_thousands_of_symbols_is_capped() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let out = run(&[
         "--pid",
@@ -164,6 +173,7 @@ fn a_spec_matching_thousands_of_symbols_is_capped() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn refuses_to_run_setuid() {
+    let _turn = turn(module_path!());
     use std::os::unix::fs::PermissionsExt as _;
     // A setuid-root copy run by nobody: real uid 65534, effective uid 0.
     let dir = std::env::temp_dir().join(format!("probetop-setuid-{}", std::process::id()));
@@ -185,6 +195,7 @@ fn refuses_to_run_setuid() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn an_offset_off_an_instruction_boundary_is_refused() {
+    let _turn = turn(module_path!());
     // Inside work_unit's second instruction (objdump's reading), which is longer than
     // one byte in the fixture: the refusal names the boundaries around it.
     let offsets = instruction_offsets(&fixture("c/workload"), "work_unit");
@@ -222,6 +233,7 @@ fn an_offset_off_an_instruction_boundary_is_refused() {
 
 #[test]
 fn malformed_offsets_show_a_caret() {
+    let _turn = turn(module_path!());
     for (spec, needle) in [
         ("uprobe:work_unit+0xzz", "an offset is 0x and hex digits"),
         ("uprobe:work_unit+", "an offset is 0x and hex digits"),
@@ -236,6 +248,7 @@ fn malformed_offsets_show_a_caret() {
 
 #[test]
 fn sample_every_zero_is_refused_like_time_every_zero() {
+    let _turn = turn(module_path!());
     let out = run(&[
         "--pid",
         "1",
@@ -278,6 +291,7 @@ fn run_bounded(args: &[&str], stdin: std::process::Stdio) -> std::process::Child
 #[test]
 #[ignore = "needs the fixtures (cargo xtask fixtures)"]
 fn an_endless_spec_file_is_one_line() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let pid = target.pid().to_string();
     let out = run_bounded(
@@ -311,6 +325,7 @@ fn an_endless_spec_file_is_one_line() {
 #[test]
 #[ignore = "needs the fixtures (cargo xtask fixtures)"]
 fn a_huge_spec_is_not_echoed_whole() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let pid = target.pid().to_string();
     let long = format!("uprobe:{}", "a".repeat(100_000));
@@ -328,6 +343,7 @@ fn a_huge_spec_is_not_echoed_whole() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn root_without_ptrace_rights_is_not_told_to_run_as_root() {
+    let _turn = turn(module_path!());
     // Another user's process, and probetop as root without CAP_SYS_PTRACE (which root
     // needs to read another user's /proc/PID/exe).
     let mut other = Command::new("setpriv")

@@ -477,3 +477,41 @@ pub fn instruction_offsets(path: &std::path::Path, function: &str) -> Vec<u64> {
     );
     offsets
 }
+
+/// One module's tests at a time, as when each module was a test binary of its own: the
+/// measuring tests (in-situ, estimates, calibration, floods) count CPU time and must not
+/// share the machine with another module's probes. Tests of the same module still run
+/// side by side. Every test takes its turn first: `let _turn = turn(module_path!());`.
+pub fn turn(module: &'static str) -> Turn {
+    let mut current = TURN.0.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        match *current {
+            (_, 0) => {
+                *current = (module, 1);
+                break;
+            }
+            (holder, ref mut count) if holder == module => {
+                *count += 1;
+                break;
+            }
+            _ => current = TURN.1.wait(current).unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+    Turn
+}
+
+static TURN: (std::sync::Mutex<(&'static str, usize)>, std::sync::Condvar) =
+    (std::sync::Mutex::new(("", 0)), std::sync::Condvar::new());
+
+/// A test's turn, given back when the test ends (passed or panicked).
+pub struct Turn;
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut current = TURN.0.lock().unwrap_or_else(|e| e.into_inner());
+        current.1 -= 1;
+        if current.1 == 0 {
+            TURN.1.notify_all();
+        }
+    }
+}

@@ -82,6 +82,7 @@ fn median(rows: &[(String, f64)], case: &str) -> f64 {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn rows_are_complete_ordered_and_reproducible() {
+    let _turn = turn(module_path!());
     let cache = std::env::temp_dir().join(format!("probetop-cal-{}", std::process::id()));
     let first = calibrate_quick(&cache);
     let second = calibrate_quick(&cache);

@@ -68,6 +68,7 @@ fn check_against_objdump(relative: &str) -> usize {
 #[test]
 #[ignore = "needs the fixtures (cargo xtask fixtures)"]
 fn usdt_sites_are_emulated_nops() {
+    let _turn = turn(module_path!());
     let path = fixture("c/probes");
     let usdt: Vec<_> = listed(&path)
         .into_iter()
@@ -83,6 +84,7 @@ fn usdt_sites_are_emulated_nops() {
 #[test]
 #[ignore = "needs the fixtures (cargo xtask fixtures) and objdump"]
 fn fixture_functions_agree_with_objdump() {
+    let _turn = turn(module_path!());
     for relative in ["c/probes", "c/probes-nopie", "c/workload", "cpp/cppfix"] {
         let checked = check_against_objdump(relative);
         assert!(
@@ -95,6 +97,7 @@ fn fixture_functions_agree_with_objdump() {
 #[test]
 #[ignore = "needs the fixtures (cargo xtask fixtures)"]
 fn workload_functions_start_with_push() {
+    let _turn = turn(module_path!());
     let path = fixture("c/workload");
     let points = listed(&path);
     for name in ["work_unit", "leaf_ret"] {
@@ -109,6 +112,7 @@ fn workload_functions_start_with_push() {
 
 #[test]
 fn calibration_workload_has_one_function_per_class() {
+    let _turn = turn(module_path!());
     let path = Path::new(env!("CARGO_BIN_EXE_probetop"));
     let points = listed(path);
     let class_of = |name: &str| {
@@ -146,6 +150,7 @@ fn calibration_workload_has_one_function_per_class() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn list_offers_a_later_site_for_single_stepped_entries_and_a_run_warns() {
+    let _turn = turn(module_path!());
     let path = fixture("c/workload");
     let points = listed(&path);
     // Every offer: a single-stepped entry, a later instruction objdump also sees.

@@ -33,6 +33,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn whole_cost_estimate_matches_the_fixtures_own_cost() {
+    let _turn = turn(module_path!());
     let cache = std::env::temp_dir().join(format!("probetop-estimate-{}", std::process::id()));
     calibrate_quick(&cache);
 

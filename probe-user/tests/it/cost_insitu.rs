@@ -13,6 +13,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn in_situ_finds_the_fixtures_own_cost_per_hit() {
+    let _turn = turn(module_path!());
     // Open loop: 50,000 calls a second whether probed or not, so the added CPU per
     // second over the hit rate is the added cost per hit (`--work none`). Batches of
     // 5,000 calls report their thread CPU per call: the truth, probed and unprobed.

@@ -15,6 +15,7 @@ fn run_count(id: u32) -> u64 {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn finds_bpftrace_on_the_target_and_prices_it() {
+    let _turn = turn(module_path!());
     let stats_were_on = std::fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled")
         .is_ok_and(|v| v.trim() != "0");
     let target = workload(&["--forever", "--batch", "10000", "--rate", "20000"]);

@@ -18,6 +18,7 @@ fn attached_count(line: &str) -> usize {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn sigkill_during_a_long_detach_keeps_the_export_and_leaves_nothing_attached() {
+    let _turn = turn(module_path!());
     let target = workload(&["--forever", "--rate", "2000"]);
     let json = export_path("sigkill-detach.json");
     let mut cmd = probetop();
@@ -70,6 +71,7 @@ fn sigkill_during_a_long_detach_keeps_the_export_and_leaves_nothing_attached() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_second_sigint_exits_at_once_with_the_export_written() {
+    let _turn = turn(module_path!());
     let target = workload(&["--forever", "--rate", "2000"]);
     let json = export_path("second-sigint.json");
     let mut cmd = probetop();

@@ -67,6 +67,7 @@ fn run_with_export(pid: u32, export: &Path) -> Output {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn unwritable_export_paths_are_one_line_before_attaching() {
+    let _turn = turn(module_path!());
     let target = workload(&["--forever", "--rate", "200"]);
     let dir = export_path("hostile-paths");
     let _ = std::fs::create_dir_all(&dir);
@@ -137,6 +138,7 @@ fn fill(dir: &Path) {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_full_disk_keeps_the_old_export_whole_and_writes_the_others() {
+    let _turn = turn(module_path!());
     let target = workload(&["--forever", "--rate", "2000"]);
     let small = Tmpfs::mount("full-tmpfs", "size=1m");
     let json = small.dir.join("r.json");

@@ -41,6 +41,7 @@ fn until(lines: &Lines, needle: &str) -> Vec<String> {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn identical_probe_points_are_attached_once() {
+    let _turn = turn(module_path!());
     let mut args = Vec::new();
     for _ in 0..300 {
         args.extend(["-e", "uprobe:work_unit"]);
@@ -75,6 +76,7 @@ fn identical_probe_points_are_attached_once() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn max_probes_caps_the_total_of_all_specs() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let out = probetop()
         .args(["--pid", &target.pid().to_string(), "--no-tui"])
@@ -136,6 +138,7 @@ fn probetop_under_nofile(
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_low_soft_file_limit_is_raised() {
+    let _turn = turn(module_path!());
     let mut target = workload(&["--calls", "1000", "--wait-signal"]);
     let (points, refused) = listed_in_libc(target.pid(), "str*");
     assert_eq!(refused, 0);
@@ -156,6 +159,7 @@ fn a_low_soft_file_limit_is_raised() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_hard_file_limit_too_low_is_refused_before_attaching() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let json = export_path("nofile-hard.json");
     let mut probetop = probetop_under_nofile(&target, 64, 64, &json);
@@ -190,6 +194,7 @@ fn seize(pid: u32) {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_traced_target_is_refused_unless_forced() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
     seize(target.pid());
     let me = std::process::id();
@@ -230,6 +235,7 @@ fn a_traced_target_is_refused_unless_forced() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_tracer_that_came_while_attached_is_named_on_the_way_out() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let mut cmd = probetop();
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
@@ -272,6 +278,7 @@ fn libc_offsets(pid: u32, pattern: &str) -> (usize, usize) {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_glob_over_libc_skips_the_refused_points_and_attaches_the_rest() {
+    let _turn = turn(module_path!());
     let probe = workload(&["--calls", "1", "--wait-signal"]);
     let (refused, fine) = libc_offsets(probe.pid(), "*");
     drop(probe);
@@ -350,12 +357,14 @@ fn refused_at_attach_via(path: &str) {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn refused_points_found_at_attach_are_skipped_on_perf_events() {
+    let _turn = turn(module_path!());
     refused_at_attach_via("perf_event");
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn refused_points_found_at_attach_are_skipped_on_uprobe_multi_links() {
+    let _turn = turn(module_path!());
     if !multi_links_expected() {
         eprintln!("skipped: this kernel has no uprobe_multi links probetop uses");
         return;
@@ -424,6 +433,7 @@ fn counts_every_call_of(target: &mut Running, pid: u32, given: u32, calls: u64) 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_process_whose_main_thread_exited_is_probed_through_its_threads() {
+    let _turn = turn(module_path!());
     let (mut target, pid, tid) = main_thread_gone(2, CALLS);
     // The signal goes to the process; Running signals the pid it started.
     assert_eq!(target.pid(), pid);
@@ -440,6 +450,7 @@ fn a_process_whose_main_thread_exited_is_probed_through_its_threads() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_thread_id_probes_its_process() {
+    let _turn = turn(module_path!());
     let (mut target, pid, tid) = main_thread_gone(2, CALLS);
     let stderr = counts_every_call_of(&mut target, pid, tid, 2 * CALLS);
     assert!(

@@ -42,6 +42,7 @@ fn probetop_list(path: &std::path::Path) -> (BTreeSet<String>, BTreeSet<String>)
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn agrees_with_bpftrace() {
+    let _turn = turn(module_path!());
     for relative in [
         "c/probes",
         "c/probes-nopie",

@@ -116,6 +116,7 @@ fn promtool_check(metrics: &str) {
 #[test]
 #[ignore = "needs root, the fixtures and promtool (Debian prometheus)"]
 fn in_situ_measurement_is_served() {
+    let _turn = turn(module_path!());
     let target = forever_workload();
     let (_probetop, addr) = probetop_listening(
         target.pid(),
@@ -148,6 +149,7 @@ fn in_situ_measurement_is_served() {
 #[test]
 #[ignore = "needs root, the fixtures and promtool (Debian prometheus)"]
 fn metrics_pass_promtool_and_other_paths_are_refused() {
+    let _turn = turn(module_path!());
     let target = forever_workload();
     let (mut probetop, addr) = probetop_listening(target.pid(), &[]);
     assert!(addr.ip().is_loopback());
@@ -295,6 +297,7 @@ impl Drop for Prometheus {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_real_prometheus_scrapes_what_probetop_reports() {
+    let _turn = turn(module_path!());
     let target = forever_workload();
     let json = export_path("listen.json");
     let (mut probetop, addr) =

@@ -159,11 +159,13 @@ fn lose_the_terminal(name: &str, controlling: bool) {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_lost_controlling_terminal_still_exports() {
+    let _turn = turn(module_path!());
     lose_the_terminal("lost-ctty", true);
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn failed_terminal_writes_end_the_tui_and_export() {
+    let _turn = turn(module_path!());
     lose_the_terminal("lost-writes", false);
 }

@@ -190,6 +190,7 @@ const TEXT_EXTRA_PER_CONNECTION: u64 = 1;
 #[test]
 #[ignore = "needs root, Debian's mariadb-server and sysbench (cargo xtask setup)"]
 fn counts_every_command_of_a_live_mariadbd() {
+    let _turn = turn(module_path!());
     let server = Server::start();
     output_ok(
         server.sysbench("oltp_read_only").arg("prepare"),
@@ -284,6 +285,7 @@ fn counts_every_command_of_a_live_mariadbd() {
 #[test]
 #[ignore = "needs Debian's mariadb-server (cargo xtask setup)"]
 fn the_preset_has_no_single_stepped_site_in_debians_mariadbd() {
+    let _turn = turn(module_path!());
     assert!(
         Path::new(MARIADBD).exists(),
         "{MARIADBD} is missing: `cargo xtask setup` installs mariadb-server"

@@ -88,6 +88,7 @@ fn flood(mode: &str, extra: &[&str]) {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn ring_buffer_mode_counts_every_hit_even_when_full() {
+    let _turn = turn(module_path!());
     // A deliberately small ring buffer, so it can overflow.
     flood("ring", &["--ring-mib", "1"]);
 }
@@ -95,11 +96,13 @@ fn ring_buffer_mode_counts_every_hit_even_when_full() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn drops_from_an_overflowing_ring_buffer_are_counted_exactly() {
+    let _turn = turn(module_path!());
     flood("ring", &["--ring-kib", "4"]);
 }
 
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn in_kernel_aggregation_keeps_up() {
+    let _turn = turn(module_path!());
     flood("kernel", &[]);
 }

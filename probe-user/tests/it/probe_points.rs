@@ -22,6 +22,7 @@ fn measure_fixture(binary: &str, args: &[&str]) -> serde_json::Value {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn c_usdt_arguments_and_function_values_read_back() {
+    let _turn = turn(module_path!());
     let report = measure_fixture(
         "c/probes",
         &[
@@ -114,6 +115,7 @@ fn semaphore(pid: u32, probe_name: &str) -> u16 {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn semaphores_are_raised_only_while_attached() {
+    let _turn = turn(module_path!());
     for stop in [libc::SIGINT, libc::SIGKILL] {
         let target = started(
             &fixture("c/probes"),
@@ -146,6 +148,7 @@ fn semaphores_are_raised_only_while_attached() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn cpp_by_demangled_name_and_glob() {
+    let _turn = turn(module_path!());
     let report = measure_fixture(
         "cpp/cppfix",
         &[
@@ -177,6 +180,7 @@ fn cpp_by_demangled_name_and_glob() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn rust_legacy_and_v0_symbols() {
+    let _turn = turn(module_path!());
     for binary in ["rust/rustfix-legacy", "rust/rustfix-v0"] {
         let mut target = started(&fixture(binary), &["--wait-stdin", "--count", &count_arg()]);
         let report = measure(
@@ -200,6 +204,7 @@ fn rust_legacy_and_v0_symbols() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn go_functions_and_refused_return_probes() {
+    let _turn = turn(module_path!());
     let target = started(
         &fixture("go/gofix"),
         &["--wait-signal", "--count", &count_arg()],
@@ -233,6 +238,7 @@ fn go_functions_and_refused_return_probes() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn python_ctypes_library_usdt_with_semaphore() {
+    let _turn = turn(module_path!());
     let script = fixture("python/pyprobes.py");
     let mut command = std::process::Command::new("python3");
     command
@@ -263,6 +269,7 @@ fn python_ctypes_library_usdt_with_semaphore() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn non_pie_and_stripped_binaries() {
+    let _turn = turn(module_path!());
     for binary in ["c/probes-nopie", "c/probes-debuglink", "c/probes-minidebug"] {
         let report = measure_fixture(
             binary,
@@ -286,6 +293,7 @@ fn non_pie_and_stripped_binaries() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn library_functions_by_library_name_from_a_spec_file() {
+    let _turn = turn(module_path!());
     let script = fixture("python/pyprobes.py");
     let mut command = std::process::Command::new("python3");
     command
@@ -321,6 +329,7 @@ fn library_functions_by_library_name_from_a_spec_file() {
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn rust_return_probes() {
+    let _turn = turn(module_path!());
     let mut target = started(
         &fixture("rust/rustfix-legacy"),
         &["--wait-stdin", "--count", &count_arg()],

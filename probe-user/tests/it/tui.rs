@@ -218,6 +218,7 @@ fn shell_quote(path: &Path) -> String {
 #[test]
 #[ignore = "needs root, the fixtures and tmux"]
 fn sort_filter_select_detach_reset_export_quit() {
+    let _turn = turn(module_path!());
     let target = {
         let mut command = Command::new(fixture("c/workload"));
         command.args(["--forever", "--rate", "5000"]);
@@ -391,6 +392,7 @@ fn sort_filter_select_detach_reset_export_quit() {
 #[test]
 #[ignore = "needs root, the fixtures and tmux"]
 fn resizes_and_honours_no_color() {
+    let _turn = turn(module_path!());
     let target = {
         let mut command = Command::new(fixture("c/workload"));
         command.args(["--forever", "--rate", "1000"]);
@@ -491,6 +493,7 @@ const KEY_BOUND: Duration = Duration::from_secs(5);
 #[test]
 #[ignore = "needs root, the fixtures and tmux"]
 fn stays_responsive_under_a_flood() {
+    let _turn = turn(module_path!());
     let seconds = flood_seconds();
     let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
     // The fixture floods past the keys, so `q` comes while it still floods.
