@@ -332,7 +332,7 @@ impl Func {
     /// Runtime address of the instruction a probe on this function sits on: the entry,
     /// for [`Func::Usdt`] the USDT site, for [`Func::UsdtNop5`] its 5-byte nop (one
     /// byte past the site its note names, as probetop resolves it where the kernel
-    /// optimizes the nop5: see `resolve::usdt_nop5`).
+    /// optimizes the nop5: see `resolve::usdt::nop5_shift`).
     pub fn probed_address(self) -> u64 {
         match self {
             // Only the address of the extern static is taken, never its value.
