@@ -24,6 +24,7 @@ mod insitu_check;
 mod kernels;
 mod mysql;
 mod mysql_report;
+mod peers;
 mod util;
 
 mod cmd;
@@ -97,6 +98,10 @@ enum Task {
     /// ring and kernel mode, USDT with and without a semaphore, `list`; 5.10 must refuse
     /// in one line. Installs qemu and fetches the kernels into target/kernels/.
     Kernels(kernels::KernelsArgs),
+    /// The seed's comparison on the Go fixture: main.traceMe's loop bare, under Delve's
+    /// ptrace tracepoint, bpftrace, and probetop in each mode; writes its section of
+    /// docs/peers.md. Installs the pinned Delve. As root; a report, not a test.
+    Peers(peers::PeersArgs),
     /// Measure probetop against bpftrace (per-hit cost, throughput, attach latency,
     /// memory, calibration); writes docs/performance.{md,json}. As root.
     Bench(bench::BenchArgs),
@@ -208,11 +213,12 @@ const APT_PACKAGES: &[&str] = &[
     "g++",
     "make",
     "python3",
-    "prometheus", // promtool validates the metrics export; a real server scrapes it
-    "maven",      // fetches HdrHistogram's Java reader for the .hlog cross-check
+    "python3-dev",             // Python.h for the CPython extension module fixture
+    "prometheus",              // promtool validates the metrics export; a real server scrapes it
+    "maven",                   // fetches HdrHistogram's Java reader for the .hlog cross-check
     "openjdk-17-jdk-headless", // runs it
-    "mariadb-server", // a live mysqld to probe (tests/it/mysql.rs, cargo xtask mysql-*)
-    "sysbench",   // its load
+    "mariadb-server",          // a live mysqld to probe (tests/it/mysql.rs, cargo xtask mysql-*)
+    "sysbench",                // its load
 ];
 
 const ROOT_REQUIRED: &str = "integration tests attach real probes: run as root";
@@ -358,6 +364,7 @@ fn run_task(cli: Cli) -> Result<()> {
             insitu_check::insitu_check(&ctx, options)
         }
         Task::Bench(args) => bench::run(&ctx, &args),
+        Task::Peers(args) => peers::run_peers(&ctx, &args),
         Task::Fuzz { seconds, targets } => fuzz::fuzz(&ctx, seconds, &targets),
         Task::Kernels(args) => kernels::run_kernels(&ctx, &args),
     }

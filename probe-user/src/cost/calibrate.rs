@@ -50,8 +50,8 @@ use crate::spec::ProbeKind;
 /// The hidden subcommand the child runs.
 pub const WORKLOAD_SUBCOMMAND: &str = "__calibrate-workload";
 
-/// Version of the cache file's layout.
-const FORMAT: u32 = 2;
+/// Version of the cache file's layout (3: the `nop; nop5` USDT row).
+const FORMAT: u32 = 3;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrateError {
@@ -219,6 +219,9 @@ pub enum Case {
     UsdtUnattached,
     /// A USDT site (a nop) with a probe running an empty program.
     UsdtHit,
+    /// A `nop; nop5` USDT site (libbpf/usdt's usdt.h) probed on its 5-byte nop, as
+    /// probetop resolves it where the kernel optimizes nop5 (6.18+), empty program.
+    UsdtNop5Hit,
     /// A uprobe on `push %rbp` (emulated), empty program.
     UprobeEmulated,
     /// A uprobe on a %rip-relative `mov` (single-stepped), empty program.
@@ -247,9 +250,10 @@ pub enum Case {
 }
 
 impl Case {
-    pub const ALL: [Case; 9] = [
+    pub const ALL: [Case; 10] = [
         Case::UsdtUnattached,
         Case::UsdtHit,
+        Case::UsdtNop5Hit,
         Case::UprobeEmulated,
         Case::UprobeSingleStepped,
         Case::UprobeOptimized,
@@ -278,6 +282,7 @@ impl Case {
         match self {
             Case::UsdtUnattached => "USDT site, not attached (ns per loop call)",
             Case::UsdtHit => "USDT hit (nop, empty program)",
+            Case::UsdtNop5Hit => "USDT hit (nop; nop5 form, on the nop5, empty)",
             Case::UprobeEmulated => "uprobe, emulated (push %rbp, empty program)",
             Case::UprobeSingleStepped => "uprobe, single-stepped (%rip-rel mov, empty)",
             Case::UprobeOptimized => "uprobe, 5-byte nop (empty program)",
@@ -315,6 +320,7 @@ impl Case {
             | Case::HandlerKernelCold => self.hot().func(),
             Case::UsdtUnattached => Func::UsdtTwin,
             Case::UsdtHit => Func::Usdt,
+            Case::UsdtNop5Hit => Func::UsdtNop5,
             Case::UprobeEmulated => Func::Emulated,
             Case::HandlerRing => Func::EmulatedRing,
             Case::HandlerKernel | Case::HandlerKernelUntimed => Func::EmulatedKernel,
@@ -343,6 +349,7 @@ impl Case {
             Case::HandlerRing => 5,
             // One probe, timed or not by the TIMING map while its case runs.
             Case::HandlerKernel | Case::HandlerKernelUntimed => 6,
+            Case::UsdtNop5Hit => 7,
         }
     }
 }
@@ -688,7 +695,8 @@ impl Calibration {
         );
         for row in &self.rows {
             let mut label = row.label.clone();
-            if row.case == Case::UprobeOptimized && !self.optimizes_nop5 {
+            if matches!(row.case, Case::UprobeOptimized | Case::UsdtNop5Hit) && !self.optimizes_nop5
+            {
                 label.push_str(" [not optimized here]");
             }
             let _ = writeln!(
@@ -1355,7 +1363,7 @@ fn phase_one(
     let pid = child.pid();
     let exe = PathBuf::from(format!("/proc/{pid}/exe"));
     let mut attachment = Attachment::load(LoadOptions {
-        probe_count: 7,
+        probe_count: 8,
         ..Default::default()
     })?;
     // Every probe stays attached for the whole phase: detaching waits for the
@@ -1793,6 +1801,7 @@ mod tests {
             (Case::HandlerRing, 300.0),
             (Case::HandlerKernel, 100.0),
             (Case::HandlerKernelUntimed, 20.0),
+            (Case::UsdtNop5Hit, 300.0),
         ];
         assert_eq!(calibration(&good).check_order(), Ok(()));
         let mut bad = good;

@@ -112,6 +112,31 @@ workload_fn!(
     "pop %rbp",
     "ret",
 );
+// A USDT site as libbpf/usdt's usdt.h emits it since it knows of 6.18's optimized
+// uprobes: `nop; nop5`, the note on the nop. A tool that knows the form probes the
+// 5-byte nop where the kernel optimizes it (probetop does), the nop elsewhere.
+workload_fn!(
+    "probetop_cal_usdt_nop5",
+    "push %rbp",
+    "mov %rsp, %rbp",
+    ".globl probetop_cal_usdt_nop5_site",
+    "probetop_cal_usdt_nop5_site:",
+    "nop",
+    ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+    "mov %rdi, %rax",
+    "pop %rbp",
+    "ret",
+);
+workload_fn!(
+    "probetop_cal_usdt_nop5_twin",
+    "push %rbp",
+    "mov %rsp, %rbp",
+    "nop",
+    ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+    "mov %rdi, %rax",
+    "pop %rbp",
+    "ret"
+);
 workload_fn!(
     "probetop_cal_usdt_twin",
     "push %rbp",
@@ -147,6 +172,23 @@ std::arch::global_asm!(
     ".asciz \"-8@%rdi\"",
     "probetop_cal_note_desc_end:",
     ".balign 4",
+    // The `nop; nop5` site's note: `probetop:calibrate_nop5`, the same argument.
+    ".4byte probetop_cal_note5_name_end - probetop_cal_note5_name",
+    ".4byte probetop_cal_note5_desc_end - probetop_cal_note5_desc",
+    ".4byte 3",
+    "probetop_cal_note5_name:",
+    ".asciz \"stapsdt\"",
+    "probetop_cal_note5_name_end:",
+    ".balign 4",
+    "probetop_cal_note5_desc:",
+    ".8byte probetop_cal_usdt_nop5_site",
+    ".8byte _.stapsdt.base",
+    ".8byte 0",
+    ".asciz \"probetop\"",
+    ".asciz \"calibrate_nop5\"",
+    ".asciz \"-8@%rdi\"",
+    "probetop_cal_note5_desc_end:",
+    ".balign 4",
     ".popsection",
     ".ifndef _.stapsdt.base",
     ".pushsection .stapsdt.base,\"aG\",@progbits,.stapsdt.base,comdat",
@@ -172,7 +214,10 @@ unsafe extern "C" {
     fn probetop_cal_ret(x: u64) -> u64;
     fn probetop_cal_usdt(x: u64) -> u64;
     fn probetop_cal_usdt_twin(x: u64) -> u64;
+    fn probetop_cal_usdt_nop5(x: u64) -> u64;
+    fn probetop_cal_usdt_nop5_twin(x: u64) -> u64;
     static probetop_cal_usdt_site: u8;
+    static probetop_cal_usdt_nop5_site: u8;
 }
 
 /// One workload function.
@@ -192,15 +237,18 @@ pub enum Func {
     Ret,
     /// Holds a USDT site (a nop) after its prologue.
     Usdt,
+    /// Holds a `nop; nop5` USDT site after its prologue; probed on the 5-byte nop.
+    UsdtNop5,
     /// Unprobed twins: the same code, for the baseline of each run.
     EmulatedTwin,
     SingleSteppedTwin,
     Nop5Twin,
     UsdtTwin,
+    UsdtNop5Twin,
 }
 
 impl Func {
-    pub const ALL: [Func; 11] = [
+    pub const ALL: [Func; 13] = [
         Func::Emulated,
         Func::EmulatedRing,
         Func::EmulatedKernel,
@@ -208,10 +256,12 @@ impl Func {
         Func::Nop5,
         Func::Ret,
         Func::Usdt,
+        Func::UsdtNop5,
         Func::EmulatedTwin,
         Func::SingleSteppedTwin,
         Func::Nop5Twin,
         Func::UsdtTwin,
+        Func::UsdtNop5Twin,
     ];
 
     pub fn name(self) -> &'static str {
@@ -223,10 +273,12 @@ impl Func {
             Func::Nop5 => "nop5",
             Func::Ret => "ret",
             Func::Usdt => "usdt",
+            Func::UsdtNop5 => "usdt-nop5",
             Func::EmulatedTwin => "emulated-twin",
             Func::SingleSteppedTwin => "sstep-twin",
             Func::Nop5Twin => "nop5-twin",
             Func::UsdtTwin => "usdt-twin",
+            Func::UsdtNop5Twin => "usdt-nop5-twin",
         }
     }
 
@@ -236,7 +288,7 @@ impl Func {
         use crate::spec::ProbeKind;
         match self {
             Func::Ret => ProbeKind::Uretprobe,
-            Func::Usdt => ProbeKind::Usdt,
+            Func::Usdt | Func::UsdtNop5 => ProbeKind::Usdt,
             _ => ProbeKind::Uprobe,
         }
     }
@@ -254,6 +306,7 @@ impl Func {
             Func::SingleStepped => Func::SingleSteppedTwin,
             Func::Nop5 => Func::Nop5Twin,
             Func::Usdt => Func::UsdtTwin,
+            Func::UsdtNop5 => Func::UsdtNop5Twin,
             twin => twin,
         }
     }
@@ -271,15 +324,20 @@ impl Func {
             Func::SingleSteppedTwin => probetop_cal_sstep_twin,
             Func::Nop5Twin => probetop_cal_nop5_twin,
             Func::UsdtTwin => probetop_cal_usdt_twin,
+            Func::UsdtNop5 => probetop_cal_usdt_nop5,
+            Func::UsdtNop5Twin => probetop_cal_usdt_nop5_twin,
         }
     }
 
     /// Runtime address of the instruction a probe on this function sits on: the entry,
-    /// or for [`Func::Usdt`] the USDT site.
+    /// for [`Func::Usdt`] the USDT site, for [`Func::UsdtNop5`] its 5-byte nop (one
+    /// byte past the site its note names, as probetop resolves it where the kernel
+    /// optimizes the nop5: see `resolve::usdt::nop5_shift`).
     pub fn probed_address(self) -> u64 {
         match self {
             // Only the address of the extern static is taken, never its value.
             Func::Usdt => &raw const probetop_cal_usdt_site as u64,
+            Func::UsdtNop5 => &raw const probetop_cal_usdt_nop5_site as u64 + 1,
             f => f.pointer() as usize as u64,
         }
     }
@@ -647,6 +705,10 @@ mod tests {
         assert_eq!(class(Func::SingleStepped), CostClass::SingleStepped);
         assert_eq!(class(Func::Nop5), CostClass::Optimized);
         assert_eq!(class(Func::Usdt), CostClass::EmulatedNop);
+        assert_eq!(class(Func::UsdtNop5), CostClass::Optimized);
+        // The site its note names is the one-byte nop before it.
+        let site = bytes(Func::UsdtNop5Twin);
+        assert_eq!(&site[4..10], &[0x90, 0x0f, 0x1f, 0x44, 0x00, 0x00]);
         assert!(
             classify(&bytes(Func::SingleStepped), 0, rules)
                 .instruction

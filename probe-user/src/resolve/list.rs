@@ -244,15 +244,19 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
         if glob.is_some_and(|g| !g.matches(&full) && !g.matches(&probe.name)) {
             continue;
         }
-        let (cost_class, instruction) = class_at(probe.file_offset);
+        // Where an attach puts it: on the nop5 of a `nop; nop5` site the kernel optimizes.
+        let shift = file.as_ref().map_or(0, |f| {
+            super::usdt::nop5_shift_at(f, probe.file_offset, rules)
+        });
+        let (cost_class, instruction) = class_at(probe.file_offset + shift);
         listing.points.push(ListedPoint {
             kind: ListedKind::Usdt,
             object: obj.r.display.clone(),
             name: full,
             symbol: None,
             aliases: Vec::new(),
-            address: probe.address,
-            file_offset: probe.file_offset,
+            address: probe.address + shift,
+            file_offset: probe.file_offset + shift,
             size: None,
             semaphore_address: probe.semaphore_address,
             semaphore_offset: probe.semaphore_offset,

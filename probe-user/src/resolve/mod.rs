@@ -557,13 +557,16 @@ fn usdt_point(obj: &Loaded, probe: &UsdtProbe) -> ProbePoint {
         }
     }
     let full = format!("{}:{}", probe.provider, probe.name);
+    let shift = std::fs::File::open(&obj.r.read_path).map_or(0, |file| {
+        usdt::nop5_shift_at(&file, probe.file_offset, classes::KernelRules::running())
+    });
     ProbePoint {
         kind: ProbeKind::Usdt,
         object: obj.r.display.clone(),
         attach_path: obj.r.attach_path.clone(),
         name: full.clone(),
-        address: probe.address,
-        file_offset: probe.file_offset,
+        address: probe.address + shift,
+        file_offset: probe.file_offset + shift,
         symbol: full,
         load_bias: obj.load_bias,
         usdt: Some(UsdtSite {

@@ -8,6 +8,7 @@
 
 use super::elf::ElfImage;
 use super::usdt_args::{UsdtArg, UsdtArgError, parse_args};
+use crate::cost::classes::KernelRules;
 
 /// One decoded note, before address translation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -108,6 +109,29 @@ pub struct UsdtProbe {
     pub args: Result<Vec<UsdtArg>, UsdtArgError>,
 }
 
+/// A USDT site as libbpf/usdt's usdt.h emits it on x86-64 since Linux 6.18 optimizes
+/// probed 5-byte nops (`arch_uprobe_optimize`): a one-byte nop, where the note points,
+/// then a 5-byte `nopl 0x0(%rax,%rax,1)`. The nop is emulated on every kernel (a trap
+/// per hit); the nop5 runs the same code (neither touches a register an argument names)
+/// and becomes a call on kernels that optimize it.
+pub const NOP_NOP5: [u8; 6] = [0x90, 0x0f, 0x1f, 0x44, 0x00, 0x00];
+
+/// Bytes to move a USDT probe past its note's address: 1 onto the nop5 of a
+/// [`NOP_NOP5`] site when the kernel optimizes it (as libbpf does), 0 otherwise.
+/// `optimizes` is only asked for such a site (it reads /proc/kallsyms once).
+pub fn nop5_shift(site: &[u8], optimizes: impl FnOnce() -> bool) -> u64 {
+    u64::from(site.starts_with(&NOP_NOP5) && optimizes())
+}
+
+/// [`nop5_shift`] for the site at `file_offset` of `file`; 0 if it cannot be read
+/// (the note's own site, which the attach then reports on).
+pub fn nop5_shift_at(file: &std::fs::File, file_offset: u64, rules: KernelRules) -> u64 {
+    match crate::cost::sites::read_code(file, file_offset, NOP_NOP5.len() as u64) {
+        Ok(site) => nop5_shift(&site, || rules.optimizes_nop5()),
+        Err(_) => 0,
+    }
+}
+
 /// Every probe site of `image`, or for each bad note why it is bad.
 pub fn probes(image: &ElfImage) -> Vec<Result<UsdtProbe, UsdtNoteError>> {
     image
@@ -169,6 +193,20 @@ fn translate(image: &ElfImage, note: UsdtNote) -> Result<UsdtProbe, UsdtNoteErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nop_nop5_sites_move_onto_the_nop5_where_it_is_optimized() {
+        let site = [0x90, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3];
+        assert_eq!(nop5_shift(&site, || true), 1);
+        assert_eq!(nop5_shift(&site, || false), 0);
+        // sys/sdt.h's plain nop, and a nop5 alone, stay where the note says.
+        assert_eq!(
+            nop5_shift(&[0x90, 0x48, 0x89, 0xf8], || panic!("not asked")),
+            0
+        );
+        assert_eq!(nop5_shift(&site[1..], || panic!("not asked")), 0);
+        assert_eq!(nop5_shift(&site[..5], || panic!("not asked")), 0);
+    }
     use crate::resolve::elf::{LoadSegment, RawStapsdtNote};
 
     fn desc64(pc: u64, base: u64, sem: u64, strings: &[u8]) -> Vec<u8> {

@@ -96,6 +96,7 @@ fn rows_are_complete_ordered_and_reproducible() {
     let cases = [
         "usdt-unattached",
         "usdt-hit",
+        "usdt-nop5-hit",
         "uprobe-emulated",
         "uprobe-single-stepped",
         "uprobe-optimized",
@@ -153,6 +154,15 @@ fn rows_are_complete_ordered_and_reproducible() {
             (nop - push).abs() <= 0.35 * nop.max(push),
             "usdt-hit and uprobe-emulated should be one class: {rows:?}"
         );
+        // The `nop; nop5` USDT form, probed on its nop5: a call where the kernel
+        // optimizes it, no trap, so far below the plain nop's trap (ten times and more
+        // apart in docs/peers.md); elsewhere the same trap.
+        if calibration["optimizes_nop5"] == true {
+            assert!(
+                median(&rows, "usdt-nop5-hit") < 0.7 * median(&rows, "usdt-hit"),
+                "usdt-nop5-hit should cost well below usdt-hit: {rows:?}"
+            );
+        }
         // A uretprobe is its entry breakpoint plus the return.
         assert!(median(&rows, "uretprobe") > median(&rows, "uprobe-emulated"));
         let ring = calibration["handler_ring_ns"]["median"]

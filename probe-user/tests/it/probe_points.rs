@@ -264,6 +264,45 @@ fn python_ctypes_library_usdt_with_semaphore() {
     assert_eq!(probe(&report, "pyprobes:done")["hits"], 1);
 }
 
+/// pyusdt's second method: a CPython extension module whose USDT site is the `nop; nop5`
+/// form libbpf/usdt's usdt.h emits. Every call from Python is counted, with its
+/// argument, beside a uprobe on the C function that holds the site (on the nop, so the
+/// two probes sit on different instructions); where the kernel optimizes 5-byte nops the
+/// USDT probe is on the nop5 and priced as optimized.
+#[test]
+fn python_extension_module_nop_nop5_usdt() {
+    let script = fixture("python/pyusdtext.py");
+    let mut command = std::process::Command::new("python3");
+    command
+        .arg(&script)
+        .args(["--wait-signal", "--count", &count_arg()]);
+    let target = Running::spawn(command);
+    target.out().wait_for("ready pid=");
+    // Not a `libNAME`: the module is named by its path.
+    let module = fixture("python/pyusdtext.abi3.so");
+    let function = format!("uprobe:{}:pyusdtext_fire", module.display());
+    let report = measure(
+        target.pid(),
+        &["--args", "1", "-e", "usdt:pyusdtext:fire", "-e", &function],
+        || target.signal(libc::SIGUSR1),
+    );
+    let fire = probe(&report, "pyusdtext:fire");
+    assert_eq!(fire["hits"], COUNT, "{fire}");
+    assert_eq!(fire["dropped"], 0, "{fire}");
+    assert_eq!(fire["last_args"][0], COUNT - 1, "{fire}");
+    assert_eq!(probe(&report, "pyusdtext_fire")["hits"], COUNT);
+    let optimized = std::fs::read_to_string("/proc/kallsyms")
+        .expect("kallsyms")
+        .lines()
+        .any(|l| l.split_whitespace().nth(2) == Some("arch_uprobe_optimize"));
+    let class = if optimized {
+        "optimized"
+    } else {
+        "emulated-nop"
+    };
+    assert_eq!(fire["cost_class"], class, "{fire}");
+}
+
 /// Non-PIE, and stripped copies whose symbols come from a debuglink file or from
 /// MiniDebugInfo: every kind attaches by pid with exact counts.
 #[test]
