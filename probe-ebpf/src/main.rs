@@ -22,8 +22,8 @@ use aya_ebpf::{
 };
 use probe_common::{
     ArgSpec, BATCH_RECORDS, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_RECORDS, FLUSH_AFTER_NS,
-    FLUSH_PROBE_ID, GapHistogram, HitArgsEvent, HitBatch, HitEvent, KernelHistogram, MAX_ARGS, MAX_PROBES,
-    ProbeConfig, arg_kind, gap, khist, mode, next_draw,
+    FLUSH_PROBE_ID, GapHistogram, HitArgsEvent, HitBatch, HitEvent, KernelHistogram, MAX_ARGS,
+    MAX_PROBES, ProbeConfig, arg_kind, gap, khist, mode, next_draw,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;

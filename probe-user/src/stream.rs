@@ -482,7 +482,11 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
 
 /// Gives every probe the gaps of all of them, for those with too few of their own.
 fn pool_gaps(aggregator: &mut Aggregator) {
-    if aggregator.probes().iter().all(|p| p.cost.gap_curve.is_none()) {
+    if aggregator
+        .probes()
+        .iter()
+        .all(|p| p.cost.gap_curve.is_none())
+    {
         return;
     }
     let pooled =

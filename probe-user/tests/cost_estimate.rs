@@ -58,11 +58,17 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
     let target = workload(&["--forever", "--rate", "2000", "--batch", "1"]);
     let json = export_path("estimate-gap.json");
     let mut cmd = probetop();
-    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--duration", "10"])
-        .args(["--in-situ", "--in-situ-window", "0.5", "--work", "none"])
-        .args(["-e", "uprobe:work_unit", "--export"])
-        .arg(&json)
-        .env("XDG_CACHE_HOME", cache);
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--duration",
+        "10",
+    ])
+    .args(["--in-situ", "--in-situ-window", "0.5", "--work", "none"])
+    .args(["-e", "uprobe:work_unit", "--export"])
+    .arg(&json)
+    .env("XDG_CACHE_HOME", cache);
     let mut probetop = Running::spawn(cmd);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     let report: serde_json::Value = read_export(&json);

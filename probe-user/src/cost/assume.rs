@@ -162,7 +162,10 @@ pub fn decide(choice: AssumeChoice, inputs: AutoInputs) -> Decision {
         },
         AssumeChoice::Gap => {
             let mut decision = hot_or_cold(inputs);
-            decision.why = format!("--assume gap, but the calibration has no gap curve ({})", decision.why);
+            decision.why = format!(
+                "--assume gap, but the calibration has no gap curve ({})",
+                decision.why
+            );
             decision
         }
         AssumeChoice::Auto => auto(inputs),

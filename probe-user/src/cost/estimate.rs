@@ -23,10 +23,10 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use super::assume::Assumption;
-use super::gap::{GapCounts, GapCurve};
 use super::calibrate::{Calibration, Case, DispatchCase};
 use super::classes::{CostClass, SiteClass};
 use super::dispatch::DispatchMeasure;
+use super::gap::{GapCounts, GapCurve};
 use crate::spec::ProbeKind;
 use probe_common::mode;
 
@@ -613,7 +613,10 @@ mod tests {
                 .expect("estimate")
                 .whole_ns
         };
-        assert_eq!(kernel(&cost, Assumption::Gap) - kernel(&cost, Assumption::Hot), 425.0);
+        assert_eq!(
+            kernel(&cost, Assumption::Gap) - kernel(&cost, Assumption::Hot),
+            425.0
+        );
         // Too few gaps of its own and none pooled: priced hot, and says so.
         cost.gaps = GapCounts::default();
         let e = cost

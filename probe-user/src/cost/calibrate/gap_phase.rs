@@ -116,7 +116,8 @@ pub(super) fn measure(
                 s.ring.push(ring.cpu_ns_per_iter - twin.cpu_ns_per_iter);
                 s.kernel.push(kernel.cpu_ns_per_iter - twin.cpu_ns_per_iter);
                 // From one hit to the next: the probed runs' iterations.
-                s.gap.push((ring.wall_ns_per_iter + kernel.wall_ns_per_iter) / 2.0);
+                s.gap
+                    .push((ring.wall_ns_per_iter + kernel.wall_ns_per_iter) / 2.0);
             }
         }
     }
@@ -173,7 +174,10 @@ mod tests {
         assert_eq!(iters_for(0), 200_000);
         for sleep_us in SLEEPS_US.into_iter().filter(|s| *s > 0) {
             let wall_ms = iters_for(sleep_us) as f64 * (sleep_us as f64 + 10.0) / 1e3;
-            assert!((100.0..=200.0).contains(&wall_ms), "{sleep_us} us: {wall_ms} ms");
+            assert!(
+                (100.0..=200.0).contains(&wall_ms),
+                "{sleep_us} us: {wall_ms} ms"
+            );
         }
     }
 }
