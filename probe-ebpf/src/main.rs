@@ -22,8 +22,8 @@ use aya_ebpf::{
 };
 use probe_common::{
     ArgSpec, BATCH_RECORDS, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_RECORDS, FLUSH_AFTER_NS,
-    FLUSH_PROBE_ID, HitArgsEvent, HitBatch, HitEvent, KernelHistogram, MAX_ARGS, MAX_PROBES,
-    ProbeConfig, arg_kind, khist, mode, next_draw,
+    FLUSH_PROBE_ID, GapHistogram, HitArgsEvent, HitBatch, HitEvent, KernelHistogram, MAX_ARGS,
+    MAX_PROBES, ProbeConfig, arg_kind, gap, khist, mode, next_draw,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -75,6 +75,17 @@ static CONFIG: Array<ProbeConfig> = Array::with_max_entries(1, 0);
 #[map]
 static KERNEL_HISTOGRAM: PerCpuArray<KernelHistogram> = PerCpuArray::with_max_entries(1, 0);
 
+/// Per CPU: the clock at this CPU's last hit if it was drawn to be timed, else 0. The
+/// hit after a drawn one is timed too and counts the gap between them: every gap in
+/// ring mode, one in `--time-every` (a random sample) in in-kernel mode.
+#[map]
+static LAST_HIT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per probe id, per CPU: the gaps counted before its hits (`LAST_HIT`). Sized at load
+/// time.
+#[map]
+static GAPS: PerCpuArray<GapHistogram> = PerCpuArray::with_max_entries(1, 0);
+
 /// Function entry, or a USDT site.
 #[uprobe]
 pub fn probetop_uprobe(ctx: ProbeContext) -> u32 {
@@ -89,8 +100,13 @@ pub fn probetop_uretprobe(ctx: RetProbeContext) -> u32 {
 
 #[inline(always)]
 fn on_hit(ctx: Ctx) -> u32 {
-    // Decided first, so that a timed hit's clock covers the whole handler.
-    let timed = is_timed();
+    // Decided first, so that a timed hit's clock covers the whole handler. A hit right
+    // after a drawn one on the same CPU is timed too: its gap is the sample.
+    let drawn = is_timed();
+    let last_hit = LAST_HIT.get_ptr_mut(0);
+    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+    let previous = last_hit.map_or(0, |last| unsafe { *last });
+    let timed = drawn || previous != 0;
     let start = if timed {
         // SAFETY: bpf_ktime_get_ns has no preconditions.
         unsafe { bpf_ktime_get_ns() }
@@ -106,6 +122,13 @@ fn on_hit(ctx: Ctx) -> u32 {
     let Some(config) = CONFIG.get(probe_id) else {
         return 0;
     };
+    if let Some(last) = last_hit {
+        // SAFETY: as above.
+        unsafe { *last = if drawn { start } else { 0 } };
+    }
+    if previous != 0 {
+        count_gap(probe_id, start.wrapping_sub(previous));
+    }
     // Records carry a timestamp: untimed hits (only while TIMING is set, which user
     // space does in in-kernel mode alone) read the clock here instead.
     let record_start = || {
@@ -118,7 +141,9 @@ fn on_hit(ctx: Ctx) -> u32 {
     };
     match config.mode {
         mode::KERNEL_HISTOGRAM => {
-            if count_hit(probe_id).is_some() && timed {
+            // The hit after a drawn one read the clock for its gap alone: one hit in
+            // `--time-every` is timed, as asked.
+            if count_hit(probe_id).is_some() && drawn {
                 count_in_kernel(probe_id, start);
             }
         }
@@ -134,6 +159,19 @@ fn on_hit(ctx: Ctx) -> u32 {
         _ => send_record(ctx, probe_id, config, record_start()),
     }
     0
+}
+
+/// Counts a gap before a hit of `probe_id`.
+#[inline(always)]
+fn count_gap(probe_id: u32, gap_ns: u64) {
+    // Opaque to LLVM, as in count_in_kernel: the verifier needs the bounds check.
+    let bucket = core::hint::black_box(gap::bucket(gap_ns)) as usize;
+    if let Some(histogram) = GAPS.get_ptr_mut(probe_id) {
+        // SAFETY: the value is this CPU's own, and BPF programs do not migrate mid-run.
+        if let Some(slot) = unsafe { (*histogram).counts.get_mut(bucket) } {
+            *slot += 1;
+        }
+    }
 }
 
 /// Whether this hit's handler is timed: always, unless `TIMING` asks for a random share.

@@ -716,6 +716,9 @@ pub struct ProbeSnapshot {
     pub last_args: Option<CapturedArgs>,
     /// The last closed live interval.
     pub interval: IntervalSummary,
+    /// The median gap before its hits since the previous hit on their CPU, us, when
+    /// its hits are priced by it.
+    pub gap_median_us: Option<f64>,
 }
 
 /// The numbers of one probe over one closed live interval.
@@ -853,8 +856,15 @@ impl Aggregator {
                     )
                     .map(|e| {
                         priced_hot |= e.assumes != decision.assumes;
-                        e.whole_ns
+                        (e.whole_ns, e.assumes)
                     });
+                let gap_median_us = match whole_cost_ns {
+                    Some((_, crate::cost::assume::Assumption::Gap)) => {
+                        p.cost.gaps.summary().map(|g| g.median_us)
+                    }
+                    _ => None,
+                };
+                let whole_cost_ns = whole_cost_ns.map(|(ns, _)| ns);
                 ProbeSnapshot {
                     mode: p.mode,
                     hits: p.hits(),
@@ -865,13 +875,23 @@ impl Aggregator {
                     cpu_share: whole_cost_ns.map(|ns| crate::cost::cpu_share(ns, per_second)),
                     last_args: p.last_args,
                     interval: p.last_interval,
+                    gap_median_us,
                 }
             })
             .collect();
-        if priced_hot {
+        match decision.assumes {
             // A calibration without cold rows prices every hit hot.
-            decision.assumes = crate::cost::assume::Assumption::Hot;
-            decision.why.push_str("; the calibration has no cold rows");
+            crate::cost::assume::Assumption::Cold if priced_hot => {
+                decision.assumes = crate::cost::assume::Assumption::Hot;
+                decision.why.push_str("; the calibration has no cold rows");
+            }
+            // Gaps are still being counted (in-kernel mode samples them).
+            crate::cost::assume::Assumption::Gap if priced_hot => {
+                decision
+                    .why
+                    .push_str("; hot where too few gaps are counted yet");
+            }
+            _ => {}
         }
         Snapshot {
             elapsed,

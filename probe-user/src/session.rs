@@ -397,6 +397,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         probe.mode = base_config.mode;
     }
     aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
+    aggregator.assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     let dispatch_running = dispatch.is_some();
     cost::install(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {
@@ -1192,6 +1193,9 @@ pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
         options.reps = reps;
     }
     options.dispatch = !args.no_dispatch;
+    if args.no_gap || args.cold_only {
+        options.gap_reps = 0;
+    }
     if args.no_cold {
         options.cold = None;
     }

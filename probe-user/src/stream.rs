@@ -473,6 +473,26 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
         {
             probe.apply_kernel_histogram(&totals);
         }
+        if let Ok(gaps) = counters.gaps(id) {
+            probe.cost.gaps.update(gaps);
+        }
+    }
+    pool_gaps(aggregator);
+}
+
+/// Gives every probe the gaps of all of them, for those with too few of their own.
+fn pool_gaps(aggregator: &mut Aggregator) {
+    if aggregator
+        .probes()
+        .iter()
+        .all(|p| p.cost.gap_curve.is_none())
+    {
+        return;
+    }
+    let pooled =
+        crate::cost::gap::GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.gaps));
+    for probe in aggregator.probes_mut() {
+        probe.cost.gaps_pooled = pooled.clone();
     }
 }
 
@@ -525,6 +545,10 @@ fn baseline_probes(
             _ => Vec::new(),
         };
         probe.baseline_kernel_counts(counted, &histogram);
+        probe
+            .cost
+            .gaps
+            .baseline(counters.gaps(id).unwrap_or_default());
     }
 }
 

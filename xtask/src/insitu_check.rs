@@ -95,7 +95,7 @@ struct Cell {
     base_share: f64,
     in_situ: Vec<(String, Value)>,
     estimate_ns: Option<f64>,
-    /// The calibration loop that priced it, `hot` or `cold` (--assume auto's choice).
+    /// What priced it, `hot`, `cold` or `gap` (--assume auto's choice).
     estimate_assumes: Option<String>,
 }
 
@@ -381,7 +381,7 @@ fn render(
     );
     line(
         &mut w,
-        "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes; in brackets the loop that priced it, as `--assume auto` chose: hot (a tight loop) or cold (caches evicted between hits, docs/cost.md).\n".into(),
+        "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes; in brackets the loop that priced it, as `--assume auto` chose: hot (a tight loop), cold (caches evicted between hits) or gap (each hit by the time its CPU went without one, on the calibration's gap curve; docs/cost.md).\n".into(),
     );
     line(
         &mut w,

@@ -292,6 +292,71 @@ mod pod_histogram {
     unsafe impl aya::Pod for super::KernelHistogram {}
 }
 
+/// One probe's gap histogram on one CPU: per [`gap`] bucket, how many of its hits came
+/// that long after the previous hit on the same CPU (the caches' temperature; see
+/// `probe-user/src/cost/gap.rs`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GapHistogram {
+    pub counts: [u64; gap::BUCKETS as usize],
+}
+
+#[cfg(feature = "user")]
+mod pod_gaps {
+    // SAFETY: repr(C), an array of integers only, no padding.
+    unsafe impl aya::Pod for super::GapHistogram {}
+}
+
+/// Powers-of-two buckets of the time between two hits on one CPU: bucket 0 holds gaps
+/// under 2^MIN_EXP ns (1 us), bucket b >= 1 gaps in [2^(MIN_EXP+b-1), 2^(MIN_EXP+b)),
+/// the last one everything from 2^(MIN_EXP+BUCKETS-2) ns (~268 ms) on.
+pub mod gap {
+    pub const MIN_EXP: u32 = 10;
+    pub const BUCKETS: u32 = 20;
+
+    /// Bucket of a gap of `ns`.
+    #[inline(always)]
+    pub fn bucket(ns: u64) -> u32 {
+        if ns < (1 << MIN_EXP) {
+            return 0;
+        }
+        let exp = 63 - ns.leading_zeros();
+        let b = exp - MIN_EXP + 1;
+        if b >= BUCKETS { BUCKETS - 1 } else { b }
+    }
+
+    /// The gap a bucket stands for: its geometric middle, ns (0 for bucket 0, the last
+    /// bucket's lower bound times 1.41).
+    pub fn middle_ns(index: u32) -> f64 {
+        if index == 0 {
+            return 0.0;
+        }
+        let low = (1u64 << (MIN_EXP + index - 1)) as f64;
+        low * core::f64::consts::SQRT_2
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn buckets_are_powers_of_two_from_a_microsecond() {
+            assert_eq!(bucket(0), 0);
+            assert_eq!(bucket(1023), 0);
+            assert_eq!(bucket(1024), 1);
+            assert_eq!(bucket(2047), 1);
+            assert_eq!(bucket(2048), 2);
+            assert_eq!(bucket(1 << 20), 11);
+            assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+            for b in 1..BUCKETS {
+                let low = 1u64 << (MIN_EXP + b - 1);
+                assert_eq!(bucket(low), b);
+                assert!(middle_ns(b) > low as f64 && middle_ns(b) < 2.0 * low as f64);
+            }
+        }
+    }
+}
+
 /// Log-linear buckets of the in-kernel histogram: exact below 32 ns, then 16 buckets per
 /// power of two (at most 1/16 relative width, so a bucket's midpoint is within 3.2%).
 pub mod khist {

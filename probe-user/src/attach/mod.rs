@@ -405,6 +405,7 @@ impl Attachment {
                     1
                 },
             )
+            .map_max_entries("GAPS", gap_capacity(capacity, cpus))
             .override_global("WAKEUP_RECORDS", &wakeup_records, true);
         dispatch.apply(&mut loader);
         let mut ebpf = loader.load(EBPF_OBJECT)?;
@@ -1033,6 +1034,7 @@ impl Attachment {
             drops: take(&mut self.ebpf, "DROPS", PerCpuArray::try_from)?,
             hits: take(&mut self.ebpf, "HITS", PerCpuArray::try_from)?,
             histogram: take(&mut self.ebpf, "KERNEL_HISTOGRAM", PerCpuArray::try_from)?,
+            gaps: take(&mut self.ebpf, "GAPS", PerCpuArray::try_from)?,
             config: take(&mut self.ebpf, "CONFIG", Array::try_from)?,
             dispatch: None,
         })
@@ -1072,12 +1074,26 @@ fn sum_over_cpus<'a>(per_cpu: impl Iterator<Item = &'a KernelHistogram>) -> Vec<
     totals
 }
 
+/// Kernel memory the gap histograms may take (per probe, per CPU); beyond it there are
+/// none and hits are priced without them (`cost::gap`).
+const GAP_MAP_BUDGET: u64 = 32 << 20;
+
+/// Probes with a gap histogram: all of them, or none (one unused slot) when that would
+/// take more than [`GAP_MAP_BUDGET`].
+fn gap_capacity(capacity: u32, cpus: u64) -> u32 {
+    let bytes = u64::from(capacity)
+        * cpus.max(1)
+        * std::mem::size_of::<probe_common::GapHistogram>() as u64;
+    if bytes <= GAP_MAP_BUDGET { capacity } else { 1 }
+}
+
 /// What the kernel counts per probe besides ring buffer records, and the per-probe
 /// config, which can change while attached.
 pub struct KernelCounters {
     drops: PerCpuArray<MapData, u64>,
     hits: PerCpuArray<MapData, u64>,
     histogram: PerCpuArray<MapData, KernelHistogram>,
+    gaps: PerCpuArray<MapData, probe_common::GapHistogram>,
     config: Array<MapData, ProbeConfig>,
     /// Kernel dispatch measurement, when it runs (`cost::dispatch`).
     dispatch: Option<crate::cost::dispatch::Dispatch>,
@@ -1108,6 +1124,18 @@ impl KernelCounters {
     /// all CPUs.
     pub fn histogram(&self, probe_id: u32) -> Result<Vec<u64>, aya::maps::MapError> {
         Ok(sum_over_cpus(self.histogram.get(&probe_id, 0)?.iter()))
+    }
+
+    /// `probe_id`'s gap histogram (`probe_common::gap` buckets) over all CPUs; empty
+    /// when the map holds no histogram for it.
+    pub fn gaps(&self, probe_id: u32) -> Result<Vec<u64>, aya::maps::MapError> {
+        let mut totals = vec![0u64; probe_common::gap::BUCKETS as usize];
+        for histogram in self.gaps.get(&probe_id, 0)?.iter() {
+            for (total, count) in totals.iter_mut().zip(histogram.counts) {
+                *total += count;
+            }
+        }
+        Ok(totals)
     }
 
     /// Writes the config of a probe about to be attached

@@ -1,4 +1,4 @@
-//! Hot or cold: which calibration prices a target's hits.
+//! Hot, cold or by the gap: which calibration prices a target's hits.
 //!
 //! `probetop calibrate` measures a hit twice: in a tight loop, where the kernel's uprobe
 //! path, the BPF program and its maps stay in the caches and the TLB between hits
@@ -12,6 +12,10 @@
 //!   between two hits, counting as many threads as the target keeps cores busy
 //!   (its CPU time per second, rounded, at least one);
 //! - hot otherwise (a small program hitting its probes in a tight loop).
+//!
+//! A calibration with a gap curve (`cost::gap`) makes auto price each hit by the idle
+//! time before it on its CPU instead: the rule above is then the fallback of a probe
+//! with too few gaps counted yet.
 
 use std::time::Instant;
 
@@ -32,6 +36,8 @@ pub enum Assumption {
     Hot,
     /// The cold loop's: a server's footprint runs between hits.
     Cold,
+    /// Each hit by the time its CPU went without one (the calibration's gap curve).
+    Gap,
 }
 
 impl Assumption {
@@ -39,6 +45,7 @@ impl Assumption {
         match self {
             Assumption::Hot => "hot",
             Assumption::Cold => "cold",
+            Assumption::Gap => "gap",
         }
     }
 }
@@ -48,7 +55,11 @@ impl Assumption {
 pub enum AssumeChoice {
     Hot,
     Cold,
-    /// Cold for a large process or sparse hits, hot for a tight loop.
+    /// Each hit by the idle time before it on its CPU (needs a calibration with a gap
+    /// curve; otherwise auto's rule).
+    Gap,
+    /// By the gap when the calibration has a gap curve; else cold for a large process
+    /// or sparse hits, hot for a tight loop.
     #[default]
     Auto,
 }
@@ -62,6 +73,8 @@ pub struct AutoInputs {
     pub hits_per_second: f64,
     /// CPUs the target keeps busy (its CPU seconds per second; `None`: not read).
     pub busy_cores: Option<f64>,
+    /// Whether the calibration has a gap curve.
+    pub gap_curve: bool,
 }
 
 /// The assumption and why.
@@ -79,6 +92,17 @@ fn busy_threads(busy_cores: Option<f64>) -> f64 {
 
 /// The auto rule.
 pub fn auto(inputs: AutoInputs) -> Decision {
+    if inputs.gap_curve {
+        return Decision {
+            assumes: Assumption::Gap,
+            why: "auto: each hit priced by the idle time before it on its CPU (the calibration's gap curve)".into(),
+        };
+    }
+    hot_or_cold(inputs)
+}
+
+/// Auto's rule without a gap curve, and a gap-priced probe's fallback.
+pub fn hot_or_cold(inputs: AutoInputs) -> Decision {
     let mib = |b: u64| b as f64 / f64::from(1 << 20);
     if let Some(text) = inputs.text_bytes.filter(|t| *t > AUTO_TEXT_BYTES) {
         return Decision {
@@ -132,6 +156,18 @@ pub fn decide(choice: AssumeChoice, inputs: AutoInputs) -> Decision {
             assumes: Assumption::Cold,
             why: "--assume cold".into(),
         },
+        AssumeChoice::Gap if inputs.gap_curve => Decision {
+            assumes: Assumption::Gap,
+            why: "--assume gap".into(),
+        },
+        AssumeChoice::Gap => {
+            let mut decision = hot_or_cold(inputs);
+            decision.why = format!(
+                "--assume gap, but the calibration has no gap curve ({})",
+                decision.why
+            );
+            decision
+        }
         AssumeChoice::Auto => auto(inputs),
     }
 }
@@ -162,6 +198,8 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
 pub struct Assumer {
     pub choice: AssumeChoice,
     pub text_bytes: Option<u64>,
+    /// Whether the calibration has a gap curve.
+    pub gap_curve: bool,
     pid: Option<u32>,
     /// (when, CPU ticks): when the window opened, and the last two readings.
     first: Option<(Instant, u64)>,
@@ -217,6 +255,7 @@ impl Assumer {
                 hits_per_second,
                 busy_cores: Self::cores(self.previous, self.last)
                     .or_else(|| Self::cores(self.first, self.last)),
+                gap_curve: self.gap_curve,
             },
         )
     }
@@ -235,6 +274,7 @@ impl Assumer {
                     0.0
                 },
                 busy_cores: Self::cores(self.first, self.last),
+                gap_curve: self.gap_curve,
             },
         )
     }
@@ -249,6 +289,7 @@ mod tests {
             text_bytes: text_mib.map(|m| m << 20),
             hits_per_second,
             busy_cores,
+            gap_curve: false,
         }
     }
 
@@ -288,6 +329,7 @@ mod tests {
                 text_bytes: Some((8 << 20) + 1),
                 hits_per_second: 1e7,
                 busy_cores: None,
+                gap_curve: false,
             })
             .assumes,
             Assumption::Cold

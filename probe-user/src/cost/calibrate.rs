@@ -48,6 +48,8 @@ use crate::resolve::maps::{FileId, read_maps};
 use crate::spec::ProbeKind;
 
 /// The hidden subcommand the child runs.
+mod gap_phase;
+
 pub const WORKLOAD_SUBCOMMAND: &str = "__calibrate-workload";
 
 /// Version of the cache file's layout (3: the `nop; nop5` USDT row).
@@ -87,6 +89,8 @@ pub struct CalibrateOptions {
     pub cold: Option<ColdOptions>,
     /// The hot cases (off: the cold ones alone, for studies of the cold loop's sizes).
     pub hot: bool,
+    /// Repetitions of the gap curve (`cost::gap`); 0 skips it.
+    pub gap_reps: usize,
 }
 
 /// The cold loop: between two calls of the probed function (or its twin), a walk over
@@ -179,6 +183,7 @@ impl CalibrateOptions {
             dispatch: true,
             cold: Some(ColdOptions::for_this_machine(COLD_ITERS_FULL)),
             hot: true,
+            gap_reps: gap_phase::MAX_REPS,
         }
     }
 
@@ -191,6 +196,7 @@ impl CalibrateOptions {
             dispatch: true,
             cold: Some(ColdOptions::for_this_machine(COLD_ITERS_QUICK)),
             hot: true,
+            gap_reps: 3,
         }
     }
 }
@@ -492,6 +498,9 @@ pub struct Calibration {
     /// The cold rows (older caches and `--no-cold`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold: Option<ColdCalibration>,
+    /// A hit after a range of sleeps between calls (`cost::gap`; older caches: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gap: Option<super::gap::GapCurve>,
 }
 
 /// What a hit costs in the cold loop: a server's case, where the code and data the
@@ -743,6 +752,9 @@ impl Calibration {
         }
         if let Some(cold) = &self.cold {
             cold.render_text(&mut out, self);
+        }
+        if let Some(gap) = &self.gap {
+            gap_phase::render_text(gap, &mut out);
         }
         match (&self.dispatch_error, self.dispatch.is_empty()) {
             (Some(e), _) => {
@@ -1008,6 +1020,7 @@ pub fn run(
         dispatch,
         dispatch_error,
         cold,
+        gap: phase_one.gap.clone(),
     })
 }
 
@@ -1352,6 +1365,7 @@ struct PhaseOne {
     cold_handler_kernel: Vec<f64>,
     /// The unprobed loop's median iteration, every run.
     cold_loop: Vec<f64>,
+    gap: Option<super::gap::GapCurve>,
 }
 
 fn phase_one(
@@ -1493,6 +1507,16 @@ fn phase_one(
     }
     if options.hot {
         out.handler_program = Some(handler_program_time(child, &mut attachment, options, rng)?);
+    }
+    if options.gap_reps > 0 {
+        out.gap = Some(gap_phase::measure(
+            child,
+            &mut attachment,
+            &drainer,
+            options.gap_reps,
+            probe_common::DEFAULT_TIME_EVERY,
+            rng,
+        )?);
     }
     drop(drainer);
     // The handler rows are what probetop's handler adds to the empty program's cost:
@@ -1786,6 +1810,7 @@ mod tests {
             dispatch: Vec::new(),
             dispatch_error: None,
             cold: None,
+            gap: None,
         }
     }
 

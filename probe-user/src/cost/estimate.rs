@@ -20,10 +20,13 @@
 
 use serde::Serialize;
 
+use std::sync::Arc;
+
 use super::assume::Assumption;
 use super::calibrate::{Calibration, Case, DispatchCase};
 use super::classes::{CostClass, SiteClass};
 use super::dispatch::DispatchMeasure;
+use super::gap::{GapCounts, GapCurve};
 use crate::spec::ProbeKind;
 use probe_common::mode;
 
@@ -193,6 +196,12 @@ pub struct ProbeCost {
     pub cold_basis: Option<CostBasis>,
     /// Measured live, when dispatch measurement runs.
     pub dispatch: Option<DispatchMeasure>,
+    /// The calibration's gap curve, if it has one (shared by every probe).
+    pub gap_curve: Option<Arc<GapCurve>>,
+    /// The gaps before this probe's hits, counted in the kernel ...
+    pub gaps: GapCounts,
+    /// ... and every probe's together, for a probe with too few of its own.
+    pub gaps_pooled: GapCounts,
 }
 
 /// An estimate and how it was made.
@@ -220,10 +229,17 @@ impl ProbeCost {
         if matches!(class, CostClass::Refused | CostClass::Unknown) {
             return None;
         }
+        // By the gap: the hot rows, plus what the curve adds at each hit's gap.
+        let gap_extra = match (assume, &self.gap_curve) {
+            (Assumption::Gap, Some(curve)) => self.gap_extra(curve, probe_mode),
+            _ => None,
+        };
         let (basis, assumes) = match (assume, self.cold_basis) {
             (Assumption::Cold, Some(cold)) => (cold, Assumption::Cold),
+            (Assumption::Gap, _) if gap_extra.is_some() => (self.basis?, Assumption::Gap),
             _ => (self.basis?, Assumption::Hot),
         };
+        let (extra, handler_extra) = gap_extra.unwrap_or((0.0, 0.0));
         let measured = self.dispatch.as_ref().and_then(DispatchMeasure::per_hit_ns);
         if let (Some(dispatch), Some(residual)) = (measured, basis.residual_ns) {
             // The residual is calibrated hot only; the dispatch is measured as it is.
@@ -258,14 +274,39 @@ impl ProbeCost {
             (true, Some(live), Some(cal)) if probe_mode == mode::KERNEL_HISTOGRAM => {
                 (live - cal) * timed_share
             }
-            (true, Some(live), Some(cal)) => live - cal,
+            // The ring handler reads slower after a gap too: the curve has that in.
+            (true, Some(live), Some(cal)) => live - cal - handler_extra,
             _ => 0.0,
         };
         Some(Estimate {
-            whole_ns: (base + on_top + correction).max(0.0),
+            whole_ns: (base + on_top + correction + extra).max(0.0),
             method: Method::Calibration,
             assumes,
         })
+    }
+}
+
+impl ProbeCost {
+    /// What the gaps before this probe's hits add to its hot price, and how much slower
+    /// they make the ring handler's clock read, ns per hit, from its own gaps or, with
+    /// too few, every probe's. `None` without enough gaps counted.
+    fn gap_extra(&self, curve: &GapCurve, probe_mode: u32) -> Option<(f64, f64)> {
+        let counts = if self.gaps.samples() >= super::gap::MIN_SAMPLES {
+            &self.gaps
+        } else {
+            &self.gaps_pooled
+        };
+        // Sampled hits mostly only count in the kernel: priced as in-kernel ones.
+        let kernel = matches!(probe_mode, mode::KERNEL_HISTOGRAM | mode::SAMPLE);
+        let extra = counts.mean_of(|gap| curve.extra_ns(kernel, gap))?;
+        let handler = if kernel {
+            0.0
+        } else {
+            counts
+                .mean_of(|gap| curve.handler_extra_ns(gap))
+                .unwrap_or(0.0)
+        };
+        Some((extra, handler))
     }
 }
 
@@ -345,6 +386,7 @@ mod tests {
                 .collect(),
             dispatch_error: None,
             cold: None,
+            gap: None,
         }
     }
 
@@ -368,6 +410,7 @@ mod tests {
             )),
             cold_basis: None,
             dispatch: None,
+            ..Default::default()
         };
         // 700 + 300, handler as calibrated.
         let e = cost
@@ -402,6 +445,7 @@ mod tests {
             )),
             cold_basis: None,
             dispatch: None,
+            ..Default::default()
         };
         let cost = probe_cost(&cal());
         let whole = |handler: f64, share: f64| {
@@ -466,6 +510,7 @@ mod tests {
             )),
             cold_basis: None,
             dispatch: Some(measure),
+            ..Default::default()
         };
         let e = cost
             .estimate(mode::RING, Some(150.0), 1.0, Assumption::Hot)
@@ -522,6 +567,65 @@ mod tests {
     }
 
     #[test]
+    fn the_gap_curve_prices_each_hit_by_its_gap() {
+        use super::super::gap::{GapCounts, GapCurve, GapPoint};
+        let point = |gap_ns: f64, ring: f64, kernel: f64, handler: f64| GapPoint {
+            sleep_us: gap_ns / 1e3,
+            gap_ns,
+            ring_ns: s(ring),
+            kernel_ns: s(kernel),
+            handler_ring_ns: Some(s(handler)),
+        };
+        let curve = GapCurve {
+            points: vec![
+                point(500.0, 1000.0, 800.0, 150.0),
+                point(1e6, 3000.0, 2500.0, 550.0),
+            ],
+            time_every: 64,
+        };
+        let mut gaps = GapCounts::default();
+        gaps.baseline(vec![0; probe_common::gap::BUCKETS as usize]);
+        let mut totals = vec![0; probe_common::gap::BUCKETS as usize];
+        totals[0] = 30; // right after another hit: hot
+        totals[11] = 10; // after 1-2 ms: beyond the curve's last point
+        gaps.update(totals);
+        let mut cost = ProbeCost {
+            site: site(CostClass::EmulatedPush),
+            basis: Some(basis(
+                &cal(),
+                CostClass::EmulatedPush,
+                ProbeKind::Uprobe,
+                false,
+            )),
+            gap_curve: Some(std::sync::Arc::new(curve)),
+            gaps,
+            ..Default::default()
+        };
+        // A quarter of the hits pay 2000 more; the handler clock reads 400 more on
+        // those, which is the curve's, not a slower handler.
+        let e = cost
+            .estimate(mode::RING, Some(250.0), 1.0, Assumption::Gap)
+            .expect("estimate");
+        assert_eq!((e.whole_ns, e.assumes), (1500.0, Assumption::Gap));
+        // In-kernel: the in-kernel curve (1700 more a quarter of the time).
+        let kernel = |c: &ProbeCost, assume| {
+            c.estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 0.0, assume)
+                .expect("estimate")
+                .whole_ns
+        };
+        assert_eq!(
+            kernel(&cost, Assumption::Gap) - kernel(&cost, Assumption::Hot),
+            425.0
+        );
+        // Too few gaps of its own and none pooled: priced hot, and says so.
+        cost.gaps = GapCounts::default();
+        let e = cost
+            .estimate(mode::RING, Some(250.0), 1.0, Assumption::Gap)
+            .expect("estimate");
+        assert_eq!((e.whole_ns, e.assumes), (1100.0, Assumption::Hot));
+    }
+
+    #[test]
     fn cold_rows_price_a_cold_hit() {
         let c = with_cold();
         let cost = |class, kind, shares| ProbeCost {
@@ -529,6 +633,7 @@ mod tests {
             basis: Some(basis(&c, class, kind, shares)),
             cold_basis: cold_basis(&c, class, kind, shares),
             dispatch: None,
+            ..Default::default()
         };
         let push = cost(CostClass::EmulatedPush, ProbeKind::Uprobe, false);
         let whole = |p: &ProbeCost, mode, handler, share, assume| {
@@ -584,6 +689,7 @@ mod tests {
             basis: None,
             cold_basis: None,
             dispatch: None,
+            ..Default::default()
         };
         assert_eq!(
             cost.estimate(mode::RING, Some(100.0), 1.0, Assumption::Hot),
@@ -594,6 +700,7 @@ mod tests {
             basis: Some(basis(&cal(), CostClass::Refused, ProbeKind::Uprobe, false)),
             cold_basis: None,
             dispatch: None,
+            ..Default::default()
         };
         assert_eq!(
             refused.estimate(mode::RING, None, 1.0, Assumption::Hot),

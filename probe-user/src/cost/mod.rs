@@ -17,6 +17,7 @@ pub mod calibrate;
 pub mod classes;
 pub mod dispatch;
 pub mod estimate;
+pub mod gap;
 pub mod insitu;
 pub mod kernel_btf;
 pub mod sites;
@@ -50,6 +51,10 @@ pub struct Prepared {
 pub fn prepare(points: &[&ProbePoint]) -> Prepared {
     let rules = KernelRules::running();
     let calibration = calibrate::load_cached();
+    let gap_curve = calibration
+        .as_ref()
+        .and_then(|c| c.gap.clone())
+        .map(std::sync::Arc::new);
     let sites: Vec<ProbeSite> = points
         .iter()
         .map(|p| ProbeSite {
@@ -85,7 +90,8 @@ pub fn prepare(points: &[&ProbePoint]) -> Prepared {
                         .as_ref()
                         .and_then(|c| estimate::cold_basis(c, site.class, p.kind, shares_entry)),
                     site: Some(site),
-                    dispatch: None,
+                    gap_curve: gap_curve.clone(),
+                    ..Default::default()
                 }
             })
             .collect();
@@ -329,6 +335,14 @@ pub fn report(
         .fold(None, |t: Option<f64>, s| Some(t.unwrap_or(0.0) + s));
     let assumed = reports.iter().find_map(|r| r.assumes);
     let assumption = match (&measurements.assumption, assumed) {
+        (Some(decision), Some(used))
+            if decision.assumes == assume::Assumption::Gap && used != decision.assumes =>
+        {
+            format!(
+                "; each hit priced by its gap where enough gaps were counted, else {} (too few counted: in-kernel mode samples one gap in --time-every hits)",
+                used.as_str()
+            )
+        }
         (Some(decision), Some(used)) if used != decision.assumes => format!(
             "; caches {} between hits ({}), but this calibration has no cold rows: priced hot, run `probetop calibrate` again",
             decision.assumes.as_str(),
@@ -380,6 +394,14 @@ pub fn report(
         if let Some(per_hit) = report.dispatch.as_ref().and_then(|d| d.per_hit_ns()) {
             let _ = write!(line, "; dispatch {per_hit:.0} ns measured");
         }
+        if let (Some(gaps), Some(assume::Assumption::Gap)) = (report.gaps, report.assumes) {
+            let _ = write!(
+                line,
+                "; gap before a hit: median {}, {:.0}% 100 us or more",
+                fmt_gap_us(gaps.median_us),
+                gaps.share_after_100_us * 100.0
+            );
+        }
         if let Some(method) = report.method {
             let _ = write!(line, " [{}]", method.as_str());
         }
@@ -398,6 +420,15 @@ pub fn report(
 
 /// One line on stderr; a failed write is ignored (a terminal gone after SIGHUP must
 /// not stop a run, nor its exports).
+/// A gap bucket's middle, us, as the report prints it.
+fn fmt_gap_us(us: f64) -> String {
+    match us {
+        u if u <= 0.0 => "under 1 us".to_string(),
+        u if u < 1000.0 => format!("{u:.0} us"),
+        u => format!("{:.1} ms", u / 1000.0),
+    }
+}
+
 pub(crate) fn say(line: &str) {
     use std::io::Write as _;
     let _ = writeln!(std::io::stderr(), "{line}");
@@ -423,6 +454,8 @@ pub struct ProbeCostReport {
     pub dispatch: Option<dispatch::DispatchMeasure>,
     /// The calibration rows the whole cost was priced with, hot or cold.
     pub assumes: Option<assume::Assumption>,
+    /// The gaps before its hits on their CPUs.
+    pub gaps: Option<gap::GapSummary>,
 }
 
 /// The run's cost beyond single probes, for exports.
@@ -466,6 +499,7 @@ pub fn probe_report(
             .map(|e| cpu_share(e.whole_ns, probe.hits as f64 / seconds)),
         dispatch: probe.cost.dispatch.clone().filter(|d| d.measured()),
         assumes: estimate.map(|e| e.assumes),
+        gaps: probe.cost.gaps.summary(),
     }
 }
 

@@ -608,13 +608,58 @@ pub fn run_cold(func: Func, iters: u64, warmup: u64, footprint: &Footprint) -> C
     }
 }
 
+/// One run of the gap loop.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GapRun {
+    /// The thread's CPU ns per iteration (the call and the sleep's syscall).
+    pub cpu_ns_per_iter: f64,
+    /// Wall ns per iteration: the time from one call to the next.
+    pub wall_ns_per_iter: f64,
+}
+
+/// Runs `iters` iterations of: one call of `func`, then a sleep of `sleep_ns` (none
+/// for 0). The CPU is idle or runs other work meanwhile, as a server's between two
+/// requests.
+pub fn run_gap(func: Func, iters: u64, sleep_ns: u64) -> GapRun {
+    let f = std::hint::black_box(func.pointer());
+    let pause = Duration::from_nanos(sleep_ns);
+    let mut acc = 0u64;
+    for i in 0..WARMUP_GAP_CALLS {
+        // SAFETY: the workload functions read only their argument and their own data.
+        acc ^= unsafe { f(i) };
+    }
+    let n = iters.max(1);
+    let (cpu_start, wall_start) = (thread_cpu_ns(), monotonic_ns());
+    for i in 0..n {
+        // SAFETY: as above.
+        acc = acc.wrapping_add(unsafe { f(i) });
+        if sleep_ns > 0 {
+            std::thread::sleep(pause);
+        }
+    }
+    let (cpu_end, wall_end) = (thread_cpu_ns(), monotonic_ns());
+    std::hint::black_box(acc);
+    GapRun {
+        cpu_ns_per_iter: cpu_end.saturating_sub(cpu_start) as f64 / n as f64,
+        wall_ns_per_iter: wall_end.saturating_sub(wall_start) as f64 / n as f64,
+    }
+}
+
+/// Calls before a gap run is measured.
+const WARMUP_GAP_CALLS: u64 = 3;
+
 /// The child's side: `ready`, then one reply per command on stdin until it closes.
 /// `run FUNC CALLS WARMUP` -> `ns PER_CALL`;
 /// `cold FUNC ITERS WARMUP DATA_BYTES CODE_BYTES` -> `cold CPU_PER_ITER ITER CALL`;
+/// `gap FUNC ITERS SLEEP_NS` -> `gap CPU_PER_ITER WALL_PER_ITER`;
 /// anything else -> `error ...`.
 pub fn child_main() -> anyhow::Result<()> {
     let stdin = io::stdin();
     let mut out = io::stdout().lock();
+    // Sleeps as short as asked: the default timer slack (50 us) would stretch the gap
+    // loop's short ones. PR_SET_TIMERSLACK only concerns this thread.
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
     writeln!(out, "ready")?;
     out.flush()?;
     let mut footprint: Option<Footprint> = None;
@@ -647,6 +692,15 @@ pub fn child_main() -> anyhow::Result<()> {
                             }
                             (Ok(()), None) => "error no footprint".to_string(),
                         }
+                    }
+                    _ => format!("error bad command {line:?}"),
+                }
+            }
+            ["gap", func, iters, sleep_ns] => {
+                match (Func::from_name(func), iters.parse(), sleep_ns.parse()) {
+                    (Some(func), Ok(iters), Ok(sleep_ns)) => {
+                        let r = run_gap(func, iters, sleep_ns);
+                        format!("gap {} {}", r.cpu_ns_per_iter, r.wall_ns_per_iter)
                     }
                     _ => format!("error bad command {line:?}"),
                 }

@@ -47,7 +47,56 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
         }
     }
     cold_when_asked(&cache, hot_ring);
+    sparse_hits_priced_by_their_gap(&cache, hot_ring);
     let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// A hit every 500 us, the CPU idle between (a server at a low rate): each hit is priced
+/// on the gap curve, and the estimate lands near what in situ measures on the fixture
+/// (ratio bounds, wide: both move with the machine's load).
+fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
+    let target = workload(&["--forever", "--rate", "2000", "--batch", "1"]);
+    let json = export_path("estimate-gap.json");
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--duration",
+        "10",
+    ])
+    .args(["--in-situ", "--in-situ-window", "0.5", "--work", "none"])
+    .args(["-e", "uprobe:work_unit", "--export"])
+    .arg(&json)
+    .env("XDG_CACHE_HOME", cache);
+    let mut probetop = Running::spawn(cmd);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let report: serde_json::Value = read_export(&json);
+    let probe = &report["probes"][0];
+    assert_eq!(probe["whole_cost_assumes"], "gap", "{probe}");
+    // Ring mode counts the gap before every hit but each CPU's first.
+    let hits = probe["hits"].as_u64().expect("hits");
+    let samples = probe["gaps"]["samples"].as_u64().expect("gap samples");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
+    assert!(
+        samples <= hits && samples + cpus >= hits,
+        "{samples} gaps for {hits} hits"
+    );
+    let median_us = probe["gaps"]["median_us"].as_f64().expect("median");
+    assert!((100.0..=3000.0).contains(&median_us), "{}", probe["gaps"]);
+    let estimate = probe["whole_cost_ns"].as_f64().expect("whole_cost_ns");
+    let in_situ = report["cost"]["in_situ"]["per_hit_ns"]["mean"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no in-situ number: {}", report["cost"]));
+    eprintln!(
+        "sparse hits: gap estimate {estimate:.0} ns/hit, in situ {in_situ:.0}, hot {hot_ring:.0}; gaps {}",
+        probe["gaps"]
+    );
+    assert!(
+        estimate >= 0.5 * in_situ && estimate <= 2.0 * in_situ,
+        "gap estimate {estimate:.0} ns/hit against {in_situ:.0} in situ"
+    );
+    let _ = std::fs::remove_file(&json);
 }
 
 /// `--assume cold` prices the same tight loop with the cold loop's rows: dearer than
@@ -136,14 +185,20 @@ fn estimate_within_a_quarter(cache: &std::path::Path, mode: &str) -> f64 {
     let report: serde_json::Value = read_export(&json);
     let probe = &report["probes"][0];
     assert_eq!(probe["cost_class"], "emulated-push", "{probe}");
-    // A small program hitting its probe every microsecond: auto prices it hot.
-    assert_eq!(probe["whole_cost_assumes"], "hot", "{probe}");
+    // A small program hitting its probe every microsecond: auto prices each hit by the
+    // gap before it, nearly all under a microsecond (the hot loop's price).
+    assert_eq!(probe["whole_cost_assumes"], "gap", "{probe}");
+    assert!(
+        probe["gaps"]["median_us"].as_f64() == Some(0.0),
+        "{}",
+        probe["gaps"]
+    );
     let assumption = &report["cost"]["assumption"];
-    assert_eq!(assumption["assumes"], "hot", "{assumption}");
+    assert_eq!(assumption["assumes"], "gap", "{assumption}");
     assert!(
         assumption["why"]
             .as_str()
-            .is_some_and(|w| w.starts_with("auto: a hit every")),
+            .is_some_and(|w| w.starts_with("auto: each hit priced by the idle time")),
         "{assumption}"
     );
     let estimate = probe["whole_cost_ns"]

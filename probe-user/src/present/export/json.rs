@@ -53,7 +53,8 @@ struct JsonProbe<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     whole_cost_method: Option<&'static str>,
     /// The calibration loop that priced `whole_cost_ns`: `hot` (caches warm between
-    /// hits) or `cold` (a server's footprint between hits); see `cost.assumption`.
+    /// hits), `cold` (a server's footprint between hits) or `gap` (each hit by the
+    /// idle time before it, `gaps`); see `cost.assumption`.
     #[serde(skip_serializing_if = "Option::is_none")]
     whole_cost_assumes: Option<&'static str>,
     /// Share of one CPU the probe took from the target over the run (whole cost x
@@ -62,6 +63,11 @@ struct JsonProbe<'a> {
     /// Kernel dispatch time, measured with fentry/fexit, when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     dispatch_ns: Option<JsonDispatch>,
+    /// The time before each hit since the previous probetop hit on the same CPU: how
+    /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: gap`
+    /// prices each hit by it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gaps: Option<crate::cost::gap::GapSummary>,
 }
 
 /// Kernel dispatch time of one probe: entry breakpoint hits and uretprobe returns.
@@ -277,6 +283,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
                     ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
                 }),
+                gaps: p.cost.gaps,
             })
             .collect(),
         cost: JsonCost {

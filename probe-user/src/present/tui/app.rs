@@ -125,6 +125,8 @@ pub struct Numbers {
     pub handler: HandlerSummary,
     pub whole_cost_ns: Option<f64>,
     pub cpu_share: Option<f64>,
+    /// The median gap before a hit, us, when hits are priced by it.
+    pub gap_median_us: Option<f64>,
 }
 
 impl Numbers {
@@ -137,6 +139,7 @@ impl Numbers {
                 handler: probe.handler,
                 whole_cost_ns: probe.whole_cost_ns,
                 cpu_share: probe.cpu_share,
+                gap_median_us: probe.gap_median_us,
             },
             View::Interval => Self {
                 hits: probe.interval.hits,
@@ -145,6 +148,7 @@ impl Numbers {
                 handler: probe.interval.handler,
                 whole_cost_ns: probe.whole_cost_ns,
                 cpu_share: probe.cpu_share,
+                gap_median_us: probe.gap_median_us,
             },
         }
     }

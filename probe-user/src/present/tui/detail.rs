@@ -120,7 +120,11 @@ fn totals_line(app: &App, id: usize) -> Line<'static> {
             Default::default()
         },
     );
-    let cost = n.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f);
+    let mut cost = n.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f);
+    if let Some(gap_us) = n.gap_median_us {
+        // What priced it: the typical idle time before a hit on its CPU.
+        cost.push_str(&format!(" (gap p50 {})", format::ns_f(gap_us * 1e3)));
+    }
     let cpu = n.cpu_share.map_or_else(|| "-".into(), format::percent);
     Line::from(vec![
         Span::raw(format!(

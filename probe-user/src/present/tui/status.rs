@@ -52,6 +52,7 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         let caches = snap.assumption.as_ref().map_or("", |d| match d.assumes {
             crate::cost::assume::Assumption::Hot => " hot",
             crate::cost::assume::Assumption::Cold => " cold",
+            crate::cost::assume::Assumption::Gap => " gap",
         });
         snap.cpu_share().map(|share| {
             let long = format!("probes cost target {} cpu", format::percent(share));

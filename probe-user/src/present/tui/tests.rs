@@ -215,6 +215,26 @@ fn screen_whole_cost_and_cpu_share() {
 }
 
 #[test]
+fn gap_pricing_shows_in_the_status_line_and_the_detail_pane() {
+    let mut app = app(120, 36);
+    app.selected = Some(0);
+    let mut snap = snapshot();
+    for probe in &mut snap.probes {
+        probe.whole_cost_ns = Some(2_166.0);
+        probe.cpu_share = Some(2_166.0 * probe.per_second / 1e9);
+        probe.gap_median_us = Some(371.0);
+    }
+    snap.assumption = Some(crate::cost::assume::Decision {
+        assumes: crate::cost::assume::Assumption::Gap,
+        why: "auto: each hit priced by the idle time before it on its CPU".into(),
+    });
+    app.update(snap);
+    let screen = render(&app).backend().to_string();
+    assert!(screen.contains("(gap p50 371us)"), "{screen}");
+    assert!(screen.contains(" gap"), "{screen}");
+}
+
+#[test]
 fn screen_main_80x24() {
     let mut app = app(80, 24);
     // The detail pane shows the probe the focus is for.

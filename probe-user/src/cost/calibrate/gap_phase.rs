@@ -1,0 +1,183 @@
+//! The gap curve (`cost::gap`): what a hit costs after a range of sleeps between two
+//! calls, with probetop's ring and in-kernel handlers, against the unprobed twin.
+
+use super::super::gap::{GapCurve, GapPoint};
+use super::super::workload::GapRun;
+use super::{CalibrateError, Drainer, RUN_TIMEOUT, Summary, Workload, XorShift};
+use crate::attach::Attachment;
+use crate::cost::workload::Func;
+use std::io::Write as _;
+
+/// Sleeps between two calls, us: none (the hot loop), then about 4x apart up to the
+/// idle time between two requests of a server at a few hundred requests per second.
+pub(super) const SLEEPS_US: [u64; 7] = [0, 2, 8, 32, 128, 512, 2048];
+
+/// Wall time a run aims for.
+const RUN_NS: f64 = 150e6;
+
+/// Repetitions at most: the curve is one more input among the rows, and each repetition
+/// takes ~3 s.
+pub(super) const MAX_REPS: usize = 9;
+
+/// Iterations of a run with `sleep_us` between calls: ~[`RUN_NS`] of wall time (a
+/// sleep costs ~10 us more than asked in syscalls and wakeup).
+fn iters_for(sleep_us: u64) -> u64 {
+    if sleep_us == 0 {
+        return 200_000;
+    }
+    (RUN_NS / (sleep_us as f64 * 1e3 + 10e3)).clamp(50.0, 100_000.0) as u64
+}
+
+impl Workload {
+    /// Runs `iters` iterations of the gap loop calling `func`.
+    fn run_gap(&mut self, func: Func, iters: u64, sleep_us: u64) -> Result<GapRun, CalibrateError> {
+        let name = func.name();
+        writeln!(self.stdin, "gap {name} {iters} {}", sleep_us * 1000)
+            .and_then(|()| self.stdin.flush())
+            .map_err(|e| CalibrateError::Child(format!("cannot send a command: {e}")))?;
+        let line = self
+            .replies
+            .recv_timeout(RUN_TIMEOUT)
+            .map_err(|_| CalibrateError::Child("stopped answering (did it die?)".into()))?;
+        let values: Option<Vec<f64>> = line
+            .strip_prefix("gap ")
+            .and_then(|rest| rest.split(' ').map(|v| v.parse().ok()).collect());
+        match values.as_deref() {
+            Some(&[cpu_ns_per_iter, wall_ns_per_iter]) => Ok(GapRun {
+                cpu_ns_per_iter,
+                wall_ns_per_iter,
+            }),
+            _ => Err(CalibrateError::Child(format!("replied {line:?}"))),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Samples {
+    ring: Vec<f64>,
+    kernel: Vec<f64>,
+    handler_ring: Vec<f64>,
+    gap: Vec<f64>,
+}
+
+/// Which function a run calls.
+#[derive(Clone, Copy)]
+enum Run {
+    Ring,
+    Kernel,
+    Twin,
+}
+
+/// Measures the curve. The in-kernel runs time one hit in `time_every`, as a run does
+/// by default; the others every hit.
+pub(super) fn measure(
+    child: &mut Workload,
+    attachment: &mut Attachment,
+    drainer: &Drainer,
+    reps: usize,
+    time_every: u64,
+    rng: &mut XorShift,
+) -> Result<GapCurve, CalibrateError> {
+    let mut samples: Vec<Samples> = SLEEPS_US.iter().map(|_| Samples::default()).collect();
+    for _ in 0..reps.clamp(1, MAX_REPS) {
+        let mut order: Vec<usize> = (0..SLEEPS_US.len()).collect();
+        rng.shuffle(&mut order);
+        for at in order {
+            let sleep_us = SLEEPS_US[at];
+            let iters = iters_for(sleep_us);
+            let mut runs = [Run::Ring, Run::Kernel, Run::Twin];
+            rng.shuffle(&mut runs);
+            let (mut ring, mut kernel, mut twin) = (None, None, None);
+            for run in runs {
+                match run {
+                    Run::Ring => {
+                        let before = drainer.totals();
+                        let r = child.run_gap(Func::EmulatedRing, iters, sleep_us)?;
+                        let after = drainer.wait_for(before.0 + iters);
+                        let records = after.0.saturating_sub(before.0);
+                        if records > 0 {
+                            samples[at]
+                                .handler_ring
+                                .push(after.1.saturating_sub(before.1) as f64 / records as f64);
+                        }
+                        ring = Some(r);
+                    }
+                    Run::Kernel => {
+                        attachment.set_time_every(time_every)?;
+                        let r = child.run_gap(Func::EmulatedKernel, iters, sleep_us);
+                        attachment.set_time_every(1)?;
+                        kernel = Some(r?);
+                    }
+                    Run::Twin => twin = Some(child.run_gap(Func::EmulatedTwin, iters, sleep_us)?),
+                }
+            }
+            if let (Some(ring), Some(kernel), Some(twin)) = (ring, kernel, twin) {
+                let s = &mut samples[at];
+                s.ring.push(ring.cpu_ns_per_iter - twin.cpu_ns_per_iter);
+                s.kernel.push(kernel.cpu_ns_per_iter - twin.cpu_ns_per_iter);
+                // From one hit to the next: the probed runs' iterations.
+                s.gap
+                    .push((ring.wall_ns_per_iter + kernel.wall_ns_per_iter) / 2.0);
+            }
+        }
+    }
+    let points = SLEEPS_US
+        .iter()
+        .zip(&samples)
+        .filter_map(|(sleep_us, s)| {
+            Some(GapPoint {
+                sleep_us: *sleep_us as f64,
+                gap_ns: Summary::of(&s.gap)?.median,
+                ring_ns: Summary::of(&s.ring)?,
+                kernel_ns: Summary::of(&s.kernel)?,
+                handler_ring_ns: Summary::of(&s.handler_ring),
+            })
+        })
+        .collect();
+    Ok(GapCurve { points, time_every })
+}
+
+/// The curve as `probetop calibrate` prints it.
+pub(super) fn render_text(curve: &GapCurve, out: &mut String) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        out,
+        "\nthe gap curve: a hit after a sleep between calls (thread CPU per iteration, probed - unprobed; in-kernel: 1 in {} timed)",
+        curve.time_every
+    );
+    let _ = writeln!(
+        out,
+        "{:>10} {:>12} {:>22} {:>22} {:>10}",
+        "sleep us", "gap us", "ring ns (IQR)", "in-kernel ns (IQR)", "handler"
+    );
+    for p in &curve.points {
+        let range = |s: &Summary| format!("{:.0} ({:.0}-{:.0})", s.median, s.q1, s.q3);
+        let _ = writeln!(
+            out,
+            "{:>10} {:>12.1} {:>22} {:>22} {:>10}",
+            p.sleep_us,
+            p.gap_ns / 1e3,
+            range(&p.ring_ns),
+            range(&p.kernel_ns),
+            p.handler_ring_ns
+                .map_or("-".to_string(), |h| format!("{:.0}", h.median)),
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_last_about_the_same_whatever_the_sleep() {
+        assert_eq!(iters_for(0), 200_000);
+        for sleep_us in SLEEPS_US.into_iter().filter(|s| *s > 0) {
+            let wall_ms = iters_for(sleep_us) as f64 * (sleep_us as f64 + 10.0) / 1e3;
+            assert!(
+                (100.0..=200.0).contains(&wall_ms),
+                "{sleep_us} us: {wall_ms} ms"
+            );
+        }
+    }
+}
