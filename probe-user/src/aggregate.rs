@@ -179,6 +179,9 @@ pub struct ProbeAggregate {
     pub last_args: Option<CapturedArgs>,
     /// Records received per thread id (threads created after attach included).
     pub threads: ThreadCounts,
+    /// Records received per process id (tgid): several processes share a probe with
+    /// `--follow-forks`, `--cgroup` or several `--pid`.
+    pub processes: ThreadCounts,
     /// How hits reach user space now (`probe_common::mode`).
     pub mode: u32,
     /// SAMPLE mode: every hit in the window, as the kernel counted them.
@@ -241,6 +244,7 @@ impl Default for ProbeAggregate {
             rate: RateWindow::new(Duration::from_secs(1)),
             last_args: None,
             threads: Default::default(),
+            processes: Default::default(),
             mode: mode::RING,
             sampled_hits: 0,
             counted_seen: 0,
@@ -333,6 +337,7 @@ impl ProbeAggregate {
     fn reset(&mut self) {
         self.received = 0;
         self.threads.clear();
+        self.processes.clear();
         self.dropped_base += self.dropped;
         self.dropped = 0;
         self.handler_ns.reset();
@@ -390,9 +395,10 @@ impl ProbeAggregate {
         self.interval_ns.reset();
     }
 
-    fn record(&mut self, handler_ns: u64, tid: u32) {
+    fn record(&mut self, handler_ns: u64, tid: u32, pid: u32) {
         self.received += 1;
         *self.threads.entry(tid).or_default() += 1;
+        *self.processes.entry(pid).or_default() += 1;
         // In SAMPLE mode the rate follows the kernel's count of every hit.
         if self.mode != mode::SAMPLE {
             self.rate.add(1);
@@ -490,7 +496,7 @@ impl Aggregator {
         }
         match self.probes.get_mut(event.probe_id as usize) {
             Some(probe) => {
-                probe.record(event.handler_ns, event.tid);
+                probe.record(event.handler_ns, event.tid, event.pid);
                 true
             }
             None => {
@@ -569,6 +575,8 @@ pub struct ProbeMeasurements {
     pub last_args: Option<CapturedArgs>,
     /// Records received per thread id, sorted by thread id.
     pub threads: Vec<(u32, u64)>,
+    /// Records received per process id, sorted by process id.
+    pub processes: Vec<(u32, u64)>,
     pub handler_ns: Histogram<u64>,
     /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
     pub timed_share: f64,
@@ -609,6 +617,12 @@ impl Aggregator {
                             p.threads.iter().map(|(t, n)| (*t, *n)).collect();
                         threads.sort_unstable();
                         threads
+                    },
+                    processes: {
+                        let mut processes: Vec<(u32, u64)> =
+                            p.processes.iter().map(|(t, n)| (*t, *n)).collect();
+                        processes.sort_unstable();
+                        processes
                     },
                     handler_ns: p.handler_ns.clone(),
                     timed_share: p.timed_share(),

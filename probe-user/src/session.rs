@@ -5,6 +5,7 @@
 mod follow;
 mod insitu;
 mod points;
+mod processes;
 mod specs;
 mod traced;
 
@@ -163,9 +164,14 @@ fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let specs = specs::collect(&args)?;
-    let pid = args.pid.ok_or_else(|| {
-        UsageError("which process? give --pid PID (for example --pid $(pidof mariadbd))".into())
-    })?;
+    let scope = processes::Scope::from_args(&args)?;
+    let pid = scope.primary()?;
+    let several = scope.several();
+    if several && args.follow_exec {
+        bail!(UsageError(
+            "--follow-exec follows one process: run it with one --pid, without --follow-forks or --cgroup".into()
+        ));
+    }
     if let Some(d) = args.duration
         && !(d.is_finite() && d > 0.0)
     {
@@ -211,6 +217,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // thread gone that is a live thread's, which perf events can name (a uprobe_multi
     // link's filter is the leader's).
     let filter_pid = target.live_thread.unwrap_or(pid);
+    // Several processes: attached for every process, counted for the set's members.
+    let filter_pid = if several { 0 } else { filter_pid };
+    let mut roots = vec![pid];
+    for &other in scope.pids.iter().skip(1) {
+        let other = Target::open(other)?;
+        traced::check_at_attach(&other, args.force)?;
+        roots.push(other.pid);
+    }
     traced::check_at_attach(&target, args.force)?;
     for path in &args.exports {
         check_export_format(&target, path)?;
@@ -300,9 +314,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for line in cost::entry_warnings(&spec_points, &prepared.costs) {
         say!("{line}");
     }
-    let dispatch_wanted =
-        !args.no_dispatch && probes.len() <= cost::dispatch::MAX_DISPATCH_PROBES as usize;
-    if !args.no_dispatch && !dispatch_wanted {
+    // Kernel dispatch is timed for one process's hits.
+    let dispatch_wanted = !several
+        && !args.no_dispatch
+        && probes.len() <= cost::dispatch::MAX_DISPATCH_PROBES as usize;
+    if !args.no_dispatch && !dispatch_wanted && !several {
         say!(
             "probetop: kernel dispatch time is measured for at most {} probes; whole cost per hit comes from calibration alone",
             cost::dispatch::MAX_DISPATCH_PROBES
@@ -326,8 +342,36 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         kernel_histograms,
         time_every,
         attach_path: target.live_thread.map(|_| attach::AttachPath::PerfEvent),
+        filter_processes: several,
         ..Default::default()
     })?;
+    // Before any probe: the set must hold the processes when the first hit fires.
+    let cgroup_poller = if several {
+        // A process forked in a cgroup is born in it: followed at once rather than
+        // found by the next read of cgroup.procs, after its first hits.
+        attachment.track_processes(scope.follow_forks || scope.cgroup.is_some())?;
+        let mut set = attachment.take_process_set()?;
+        let members = processes::seed(&mut set, &scope, &roots)?;
+        say!(
+            "probetop: probing {members} process{}{}{}; the probes fire in every process mapping their files, where the eBPF program ignores the others' hits (docs/user-guide.md#several-processes)",
+            if members == 1 { "" } else { "es" },
+            if scope.follow_forks {
+                ", and every process they fork"
+            } else {
+                ""
+            },
+            scope.cgroup.as_ref().map_or(String::new(), |d| format!(
+                ", and every process that enters {}",
+                d.display()
+            )),
+        );
+        scope
+            .cgroup
+            .clone()
+            .map(|dir| processes::spawn_cgroup_poller(set, dir, args.no_tui))
+    } else {
+        None
+    };
     if attachment.attach_path() == attach::AttachPath::PerfEvent.name() {
         let slots = probes.len() as u64 + u64::from(spare_probes);
         attach::fds::check_room(slots).map_err(|line| anyhow::anyhow!(line))?;
@@ -449,6 +493,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         commands: command_tx.clone(),
         in_situ: RwLock::new(None),
         attach_path,
+        several,
     });
     let mut in_situ = if args.in_situ {
         Some(insitu::Driver::start(
@@ -598,6 +643,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(server) = server {
         server.abort();
     }
+    if let Some(poller) = cgroup_poller {
+        poller.abort();
+    }
     let _ = command_tx.send(CollectorCommand::Stop).await;
     let Collected {
         aggregator,
@@ -628,6 +676,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     for notice in &aggregator.notices {
         say!("probetop: {notice}");
+    }
+    if !several {
+        let rows = source.rows();
+        let silent: Vec<(String, PathBuf)> = rows
+            .probes
+            .iter()
+            .zip(aggregator.probes())
+            .filter(|(probe, measured)| measured.hits() == 0 && probe.generation == 0)
+            .map(|(probe, _)| (probe.spec.clone(), probe.point.attach_path.clone()))
+            .collect();
+        for line in processes::silent_probe_hints(target.pid, &silent) {
+            say!("probetop: {line}");
+        }
     }
     let snapshot = aggregator.snapshot(duration);
     // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
@@ -664,6 +725,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         &intervals,
         started_unix_ms,
         duration,
+        several,
     );
     report.cost = cost::run_report(&aggregator, duration, other_programs);
     report.attach_path = Some(attach_path);
@@ -807,6 +869,11 @@ fn check_in_situ(args: &RunArgs) -> Result<(), UsageError> {
             "--in-situ measures one program: run it without --follow-exec".into(),
         ));
     }
+    if args.pids.len() > 1 || args.follow_forks || args.cgroup.is_some() {
+        return Err(UsageError(
+            "--in-situ measures one process: run it with one --pid, without --follow-forks or --cgroup".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -830,6 +897,8 @@ struct ReportSource {
     /// The in-situ measurement so far (`--in-situ`), updated at every window change.
     in_situ: RwLock<Option<cost::insitu::InSituSummary>>,
     attach_path: &'static str,
+    /// Several processes probed: reports split each probe by process.
+    several: bool,
 }
 
 impl ReportSource {
@@ -876,6 +945,7 @@ impl ReportSource {
             &intervals,
             unix_now_ms().saturating_sub(duration.as_millis() as u64),
             duration,
+            self.several,
         );
         let in_situ = self
             .in_situ
@@ -1042,6 +1112,7 @@ fn build_report(
     intervals: &IntervalLog,
     started_unix_ms: u64,
     duration: Duration,
+    several_processes: bool,
 ) -> Report {
     Report {
         target: target.clone(),
@@ -1065,6 +1136,11 @@ fn build_report(
                 mode: measured.mode,
                 last_args: measured.last_args.map(|a| a.values().collect()),
                 threads: measured.threads.clone(),
+                processes: if several_processes {
+                    measured.processes.clone()
+                } else {
+                    Vec::new()
+                },
                 hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
