@@ -184,8 +184,11 @@ fn descendants(root: u32) -> Vec<u32> {
     found
 }
 
+/// A file as /proc/PID/maps names it: device major, minor, and inode.
+type FileKey = (u32, u32, u64);
+
 /// (device, inode) of every file `pid` maps.
-fn mapped_files(pid: u32) -> BTreeSet<(u32, u32, u64)> {
+fn mapped_files(pid: u32) -> BTreeSet<FileKey> {
     let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return BTreeSet::new();
     };
@@ -213,7 +216,7 @@ pub(super) fn silent_probe_hints(pid: u32, silent: &[(String, PathBuf)]) -> Vec<
     if family.is_empty() {
         return Vec::new();
     }
-    let maps: Vec<(u32, BTreeSet<(u32, u32, u64)>)> =
+    let maps: Vec<(u32, BTreeSet<FileKey>)> =
         family.iter().map(|&p| (p, mapped_files(p))).collect();
     let mut by_file: Vec<(PathBuf, Vec<&str>)> = Vec::new();
     for (spec, file) in silent {
