@@ -802,7 +802,14 @@ pub struct FocusDetail {
     pub interval: PercentileCurve,
     /// hits/s and p99 per closed live interval, oldest first.
     pub history: Vec<HistoryPoint>,
+    /// Records per process, most first, at most [`FOCUS_PROCESSES`] of them.
+    pub processes: Vec<(u32, u64)>,
+    /// How many processes the probe's records came from.
+    pub process_count: usize,
 }
+
+/// Processes listed in a [`FocusDetail`].
+pub const FOCUS_PROCESSES: usize = 8;
 
 /// probetop's own use of the machine, measured by the collector.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -909,6 +916,14 @@ impl Aggregator {
             cumulative: PercentileCurve::of(&probe.handler_ns),
             interval: probe.last_interval_curve.clone(),
             history: probe.history.iter().copied().collect(),
+            processes: {
+                let mut processes: Vec<(u32, u64)> =
+                    probe.processes.iter().map(|(p, n)| (*p, *n)).collect();
+                processes.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                processes.truncate(FOCUS_PROCESSES);
+                processes
+            },
+            process_count: probe.processes.len(),
         })
     }
 }
