@@ -105,7 +105,7 @@ pub struct RunArgs {
     pub pids: Vec<u32>,
 
     /// Probe the --pid processes and every process forked from them, now and later
-    /// (hits are counted per process: the JSON's `pids` and the TUI's `P` key).
+    /// (hits are counted per process: the JSON's `pids`, the TUI's detail pane).
     #[arg(short = 'F', long)]
     pub follow_forks: bool,
 

@@ -535,12 +535,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // What happened while the TUI had the terminal, told again on stderr at the end.
     let mut notes = Vec::new();
+    // One process probed: a probe still silent after a while, in a parent whose
+    // children map its file, is named with --follow-forks once (or at the end).
+    let hint_at = tokio::time::sleep(processes::HINT_AFTER);
+    tokio::pin!(hint_at);
+    let mut hint_pending = !several;
+    let mut hinted = false;
+    // Said in the TUI's footer, and again on stderr at the end.
+    let mut hint_notes = Vec::new();
     let reason = if args.no_tui {
         let mut teller = follow::Teller::Stderr;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 reason = &mut shutdown => break reason,
+                _ = &mut hint_at, if hint_pending => {
+                    hint_pending = false;
+                    for line in silent_hints(&source, &session_snapshots.borrow(), target.pid) {
+                        say!("probetop: {line}");
+                        hinted = true;
+                    }
+                }
                 _ = insitu::due(&in_situ) => {
                     change_window(&mut in_situ, &mut attachment, &source, &session_snapshots);
                 }
@@ -594,6 +609,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let exit = loop {
             tokio::select! {
                 exit = &mut ui => break exit?,
+                _ = &mut hint_at, if hint_pending => {
+                    hint_pending = false;
+                    let lines = silent_hints(&source, &session_snapshots.borrow(), target.pid);
+                    for line in lines {
+                        let _ = event_tx.try_send(UiEvent::Message(line.clone()));
+                        hint_notes.push(line);
+                        hinted = true;
+                    }
+                }
                 Some(request) = request_rx.recv() => {
                     handle_request(request, &mut attachment, &mut in_situ, &source, &args.exports, args.force, &event_tx).await;
                 }
@@ -656,6 +680,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Duration::from_nanos(close_ktime_ns.saturating_sub(aggregator.window_start_ns()));
     let started_unix_ms = closed_unix_ms.saturating_sub(duration.as_millis() as u64);
 
+    notes.extend(hint_notes);
     for note in &notes {
         say!("probetop: {note}");
     }
@@ -677,16 +702,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for notice in &aggregator.notices {
         say!("probetop: {notice}");
     }
-    if !several {
-        let rows = source.rows();
-        let silent: Vec<(String, PathBuf)> = rows
-            .probes
-            .iter()
-            .zip(aggregator.probes())
-            .filter(|(probe, measured)| measured.hits() == 0 && probe.generation == 0)
-            .map(|(probe, _)| (probe.spec.clone(), probe.point.attach_path.clone()))
-            .collect();
-        for line in processes::silent_probe_hints(target.pid, &silent) {
+    if !several && !hinted {
+        let hits: Vec<u64> = aggregator.probes().iter().map(|p| p.hits()).collect();
+        for line in processes::silent_probe_hints(target.pid, &silent_probes(&source, &hits)) {
             say!("probetop: {line}");
         }
     }
@@ -754,6 +772,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         bail!("{}", failed.join("; "));
     }
     Ok(())
+}
+
+/// (spec, file) of the probes of the first program with no hit so far.
+fn silent_probes(source: &ReportSource, hits: &[u64]) -> Vec<(String, PathBuf)> {
+    source
+        .rows()
+        .probes
+        .iter()
+        .zip(hits)
+        .filter(|(probe, hits)| **hits == 0 && probe.generation == 0)
+        .map(|(probe, _)| (probe.spec.clone(), probe.point.attach_path.clone()))
+        .collect()
+}
+
+/// The --follow-forks hint lines for the probes silent in `snapshot`.
+fn silent_hints(source: &ReportSource, snapshot: &Snapshot, pid: u32) -> Vec<String> {
+    let hits: Vec<u64> = snapshot.probes.iter().map(|p| p.hits).collect();
+    // Before the first snapshot nothing is known yet.
+    if hits.is_empty() {
+        return Vec::new();
+    }
+    processes::silent_probe_hints(pid, &silent_probes(source, &hits))
 }
 
 /// Detaches every probe, saying how it goes when it takes a while; a second SIGINT or

@@ -144,6 +144,8 @@ fn without_follow_forks_the_parent_alone_counts_and_the_hint_says_so() {
     // The children call while held alive: wait until all 4 have (their hits are not
     // counted here; the hint needs them alive, which --hold keeps).
     wait_for_tree(target.pid(), 5);
+    // Said while running (after 5 s of silence), and not again at the end.
+    let hint = probetop.err().wait_for("--follow-forks");
     probetop.signal(libc::SIGINT);
     let status = probetop.wait();
     let stderr = probetop.err().rest().join("\n");
@@ -156,17 +158,37 @@ fn without_follow_forks_the_parent_alone_counts_and_the_hint_says_so() {
         probe(&report, "work_unit").get("pids").is_none(),
         "{report}"
     );
+    assert!(!stderr.contains("--follow-forks"), "said twice: {stderr}");
+    assert!(
+        hint.contains("uprobe:child_only")
+            && !hint.contains("work_unit")
+            && hint.contains("4 of its child processes"),
+        "{hint}"
+    );
+}
+
+/// A run that ends before the hint's moment says it at the end instead, once.
+#[test]
+fn the_hint_is_said_at_the_end_of_a_short_run() {
+    let target = started(
+        &fixture("c/forker"),
+        &[
+            "--early", "1", "--late", "0", "--grand", "0", "--hold", "--calls", "1",
+        ],
+    );
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["-e", "uprobe:child_only", "--duration", "0.5"]);
+    let mut probetop = Running::spawn(cmd);
+    let status = probetop.wait();
+    let stderr = probetop.err().rest().join("\n");
+    assert!(status.success(), "{stderr}");
     let hints: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("--follow-forks"))
         .collect();
     assert_eq!(hints.len(), 1, "{stderr}");
-    assert!(
-        hints[0].contains("uprobe:child_only")
-            && !hints[0].contains("work_unit")
-            && hints[0].contains("4 of its child processes"),
-        "{stderr}"
-    );
+    assert!(hints[0].contains("1 of its child processes"), "{stderr}");
 }
 
 /// Waits until `root`'s tree holds `count` processes.

@@ -15,6 +15,9 @@ use crate::{UsageError, attach::ProcessSet, cli::RunArgs};
 /// How often a cgroup's member list is read again for processes moved into it.
 const CGROUP_POLL: Duration = Duration::from_millis(200);
 
+/// How long a probe may stay at 0 hits before the --follow-forks hint looks at it.
+pub(super) const HINT_AFTER: Duration = Duration::from_secs(5);
+
 /// The processes asked for.
 #[derive(Debug, Clone)]
 pub(super) struct Scope {
