@@ -395,10 +395,12 @@ impl ProbeAggregate {
         self.interval_ns.reset();
     }
 
-    fn record(&mut self, handler_ns: u64, tid: u32, pid: u32) {
+    fn record(&mut self, handler_ns: u64, tid: u32, pid: Option<u32>) {
         self.received += 1;
         *self.threads.entry(tid).or_default() += 1;
-        *self.processes.entry(pid).or_default() += 1;
+        if let Some(pid) = pid {
+            *self.processes.entry(pid).or_default() += 1;
+        }
         // In SAMPLE mode the rate follows the kernel's count of every hit.
         if self.mode != mode::SAMPLE {
             self.rate.add(1);
@@ -440,6 +442,9 @@ pub struct Aggregator {
     /// Hot or cold: which calibration prices the hits (`--assume`), and what auto
     /// reads of the target.
     pub assumer: crate::cost::assume::Assumer,
+    /// Count records per process too (several processes probed); off, a hit costs
+    /// the collector no second map update.
+    pub count_processes: bool,
 }
 
 impl Aggregator {
@@ -454,6 +459,7 @@ impl Aggregator {
             window_start_ns: 0,
             window_end_ns: u64::MAX,
             assumer: Default::default(),
+            count_processes: false,
         }
     }
 
@@ -496,7 +502,11 @@ impl Aggregator {
         }
         match self.probes.get_mut(event.probe_id as usize) {
             Some(probe) => {
-                probe.record(event.handler_ns, event.tid, event.pid);
+                probe.record(
+                    event.handler_ns,
+                    event.tid,
+                    self.count_processes.then_some(event.pid),
+                );
                 true
             }
             None => {
@@ -938,6 +948,28 @@ mod tests {
             handler_ns,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn records_are_split_by_process_only_when_asked() {
+        let event = |pid| HitEvent {
+            pid,
+            tid: pid + 1,
+            ..hit(0, 10)
+        };
+        let mut agg = Aggregator::new(1);
+        agg.record(&event(7));
+        assert!(agg.measurements().probes[0].processes.is_empty());
+        agg.count_processes = true;
+        for pid in [9, 7, 9] {
+            agg.record(&event(pid));
+        }
+        assert_eq!(agg.measurements().probes[0].processes, vec![(7, 1), (9, 2)]);
+        let focus = agg.focus_detail(0).expect("probe 0");
+        assert_eq!(
+            (focus.processes, focus.process_count),
+            (vec![(9, 2), (7, 1)], 2)
+        );
     }
 
     #[test]

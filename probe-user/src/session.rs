@@ -441,6 +441,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         probe.mode = base_config.mode;
     }
     aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
+    aggregator.count_processes = several;
     let dispatch_running = dispatch.is_some();
     cost::install(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {
