@@ -418,8 +418,13 @@ impl Attachment {
             true => Some(processes::FieldOffsets::read()?),
             false => None,
         };
-        if let Some(offsets) = &offsets {
-            offsets.apply(&mut loader);
+        match &offsets {
+            Some(offsets) => offsets.apply(&mut loader),
+            // A hash map is allocated whole at creation (5 MiB at full size): left at
+            // one entry when no set is used.
+            None => {
+                loader.map_max_entries("PROCESSES", 1);
+            }
         }
         let mut ebpf = loader.load(EBPF_OBJECT)?;
         let multi = match forced {
