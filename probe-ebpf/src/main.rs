@@ -9,6 +9,7 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 mod dispatch;
+mod processes;
 
 use aya_ebpf::{
     EbpfContext as _, Global,
@@ -117,6 +118,10 @@ fn on_hit(ctx: Ctx) -> u32 {
     let probe_id = unsafe { bpf_get_attach_cookie(ctx) } as u32;
     if probe_id == FLUSH_PROBE_ID {
         flush_staged();
+        return 0;
+    }
+    // After the clock: a counted hit's handler time includes this test.
+    if !processes::counts_here() {
         return 0;
     }
     let Some(config) = CONFIG.get(probe_id) else {

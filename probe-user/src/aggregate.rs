@@ -179,6 +179,9 @@ pub struct ProbeAggregate {
     pub last_args: Option<CapturedArgs>,
     /// Records received per thread id (threads created after attach included).
     pub threads: ThreadCounts,
+    /// Records received per process id (tgid): several processes share a probe with
+    /// `--follow-forks`, `--cgroup` or several `--pid`.
+    pub processes: ThreadCounts,
     /// How hits reach user space now (`probe_common::mode`).
     pub mode: u32,
     /// SAMPLE mode: every hit in the window, as the kernel counted them.
@@ -241,6 +244,7 @@ impl Default for ProbeAggregate {
             rate: RateWindow::new(Duration::from_secs(1)),
             last_args: None,
             threads: Default::default(),
+            processes: Default::default(),
             mode: mode::RING,
             sampled_hits: 0,
             counted_seen: 0,
@@ -333,6 +337,7 @@ impl ProbeAggregate {
     fn reset(&mut self) {
         self.received = 0;
         self.threads.clear();
+        self.processes.clear();
         self.dropped_base += self.dropped;
         self.dropped = 0;
         self.handler_ns.reset();
@@ -390,9 +395,12 @@ impl ProbeAggregate {
         self.interval_ns.reset();
     }
 
-    fn record(&mut self, handler_ns: u64, tid: u32) {
+    fn record(&mut self, handler_ns: u64, tid: u32, pid: Option<u32>) {
         self.received += 1;
         *self.threads.entry(tid).or_default() += 1;
+        if let Some(pid) = pid {
+            *self.processes.entry(pid).or_default() += 1;
+        }
         // In SAMPLE mode the rate follows the kernel's count of every hit.
         if self.mode != mode::SAMPLE {
             self.rate.add(1);
@@ -434,6 +442,9 @@ pub struct Aggregator {
     /// Hot or cold: which calibration prices the hits (`--assume`), and what auto
     /// reads of the target.
     pub assumer: crate::cost::assume::Assumer,
+    /// Count records per process too (several processes probed); off, a hit costs
+    /// the collector no second map update.
+    pub count_processes: bool,
 }
 
 impl Aggregator {
@@ -448,6 +459,7 @@ impl Aggregator {
             window_start_ns: 0,
             window_end_ns: u64::MAX,
             assumer: Default::default(),
+            count_processes: false,
         }
     }
 
@@ -490,7 +502,11 @@ impl Aggregator {
         }
         match self.probes.get_mut(event.probe_id as usize) {
             Some(probe) => {
-                probe.record(event.handler_ns, event.tid);
+                probe.record(
+                    event.handler_ns,
+                    event.tid,
+                    self.count_processes.then_some(event.pid),
+                );
                 true
             }
             None => {
@@ -569,6 +585,8 @@ pub struct ProbeMeasurements {
     pub last_args: Option<CapturedArgs>,
     /// Records received per thread id, sorted by thread id.
     pub threads: Vec<(u32, u64)>,
+    /// Records received per process id, sorted by process id.
+    pub processes: Vec<(u32, u64)>,
     pub handler_ns: Histogram<u64>,
     /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
     pub timed_share: f64,
@@ -609,6 +627,12 @@ impl Aggregator {
                             p.threads.iter().map(|(t, n)| (*t, *n)).collect();
                         threads.sort_unstable();
                         threads
+                    },
+                    processes: {
+                        let mut processes: Vec<(u32, u64)> =
+                            p.processes.iter().map(|(t, n)| (*t, *n)).collect();
+                        processes.sort_unstable();
+                        processes
                     },
                     handler_ns: p.handler_ns.clone(),
                     timed_share: p.timed_share(),
@@ -791,7 +815,14 @@ pub struct FocusDetail {
     pub interval: PercentileCurve,
     /// hits/s and p99 per closed live interval, oldest first.
     pub history: Vec<HistoryPoint>,
+    /// Records per process, most first, at most [`FOCUS_PROCESSES`] of them.
+    pub processes: Vec<(u32, u64)>,
+    /// How many processes the probe's records came from.
+    pub process_count: usize,
 }
+
+/// Processes listed in a [`FocusDetail`].
+pub const FOCUS_PROCESSES: usize = 8;
 
 /// probetop's own use of the machine, measured by the collector.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -915,6 +946,14 @@ impl Aggregator {
             cumulative: PercentileCurve::of(&probe.handler_ns),
             interval: probe.last_interval_curve.clone(),
             history: probe.history.iter().copied().collect(),
+            processes: {
+                let mut processes: Vec<(u32, u64)> =
+                    probe.processes.iter().map(|(p, n)| (*p, *n)).collect();
+                processes.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+                processes.truncate(FOCUS_PROCESSES);
+                processes
+            },
+            process_count: probe.processes.len(),
         })
     }
 }
@@ -929,6 +968,28 @@ mod tests {
             handler_ns,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn records_are_split_by_process_only_when_asked() {
+        let event = |pid| HitEvent {
+            pid,
+            tid: pid + 1,
+            ..hit(0, 10)
+        };
+        let mut agg = Aggregator::new(1);
+        agg.record(&event(7));
+        assert!(agg.measurements().probes[0].processes.is_empty());
+        agg.count_processes = true;
+        for pid in [9, 7, 9] {
+            agg.record(&event(pid));
+        }
+        assert_eq!(agg.measurements().probes[0].processes, vec![(7, 1), (9, 2)]);
+        let focus = agg.focus_detail(0).expect("probe 0");
+        assert_eq!(
+            (focus.processes, focus.process_count),
+            (vec![(9, 2), (7, 1)], 2)
+        );
     }
 
     #[test]

@@ -104,9 +104,20 @@ pub struct ListArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Process to probe.
-    #[arg(short, long, value_name = "PID")]
-    pub pid: Option<u32>,
+    /// Process to probe; repeatable: the specs are resolved in the first, and hits
+    /// count in every one that maps the same files.
+    #[arg(short, long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+
+    /// Probe the --pid processes and every process forked from them, now and later
+    /// (hits are counted per process: the JSON's `pids`, the TUI's detail pane).
+    #[arg(short = 'F', long)]
+    pub follow_forks: bool,
+
+    /// Probe every process in this cgroup v2 directory and its sub-cgroups, now and
+    /// later (with --pid: those too; without: the specs are resolved in its first process).
+    #[arg(long, value_name = "PATH")]
+    pub cgroup: Option<PathBuf>,
 
     /// Probe to attach, repeatable: uprobe:FUNC, uretprobe:FUNC, usdt:[PROVIDER:]NAME,
     /// with an optional OBJECT: before FUNC (a path or a library name like libc).

@@ -5,6 +5,7 @@
 mod follow;
 mod insitu;
 mod points;
+mod processes;
 mod specs;
 mod traced;
 
@@ -163,9 +164,14 @@ fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let specs = specs::collect(&args)?;
-    let pid = args.pid.ok_or_else(|| {
-        UsageError("which process? give --pid PID (for example --pid $(pidof mariadbd))".into())
-    })?;
+    let scope = processes::Scope::from_args(&args)?;
+    let pid = scope.primary()?;
+    let several = scope.several();
+    if several && args.follow_exec {
+        bail!(UsageError(
+            "--follow-exec follows one process: run it with one --pid, without --follow-forks or --cgroup".into()
+        ));
+    }
     if let Some(d) = args.duration
         && !(d.is_finite() && d > 0.0)
     {
@@ -211,6 +217,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // thread gone that is a live thread's, which perf events can name (a uprobe_multi
     // link's filter is the leader's).
     let filter_pid = target.live_thread.unwrap_or(pid);
+    // Several processes: attached for every process, counted for the set's members.
+    let filter_pid = if several { 0 } else { filter_pid };
+    let mut roots = vec![pid];
+    for &other in scope.pids.iter().skip(1) {
+        let other = Target::open(other)?;
+        traced::check_at_attach(&other, args.force)?;
+        roots.push(other.pid);
+    }
     traced::check_at_attach(&target, args.force)?;
     for path in &args.exports {
         check_export_format(&target, path)?;
@@ -300,9 +314,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for line in cost::entry_warnings(&spec_points, &prepared.costs) {
         say!("{line}");
     }
-    let dispatch_wanted =
-        !args.no_dispatch && probes.len() <= cost::dispatch::MAX_DISPATCH_PROBES as usize;
-    if !args.no_dispatch && !dispatch_wanted {
+    // Kernel dispatch is timed for one process's hits.
+    let dispatch_wanted = !several
+        && !args.no_dispatch
+        && probes.len() <= cost::dispatch::MAX_DISPATCH_PROBES as usize;
+    if !args.no_dispatch && !dispatch_wanted && !several {
         say!(
             "probetop: kernel dispatch time is measured for at most {} probes; whole cost per hit comes from calibration alone",
             cost::dispatch::MAX_DISPATCH_PROBES
@@ -326,8 +342,36 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         kernel_histograms,
         time_every,
         attach_path: target.live_thread.map(|_| attach::AttachPath::PerfEvent),
+        filter_processes: several,
         ..Default::default()
     })?;
+    // Before any probe: the set must hold the processes when the first hit fires.
+    let cgroup_poller = if several {
+        // A process forked in a cgroup is born in it: followed at once rather than
+        // found by the next read of cgroup.procs, after its first hits.
+        attachment.track_processes(scope.follow_forks || scope.cgroup.is_some())?;
+        let mut set = attachment.take_process_set()?;
+        let members = processes::seed(&mut set, &scope, &roots)?;
+        say!(
+            "probetop: probing {members} process{}{}{}; the probes fire in every process mapping their files, where the eBPF program ignores the others' hits (docs/user-guide.md#several-processes)",
+            if members == 1 { "" } else { "es" },
+            if scope.follow_forks {
+                ", and every process they fork"
+            } else {
+                ""
+            },
+            scope.cgroup.as_ref().map_or(String::new(), |d| format!(
+                ", and every process that enters {}",
+                d.display()
+            )),
+        );
+        scope
+            .cgroup
+            .clone()
+            .map(|dir| processes::spawn_cgroup_poller(set, dir, args.no_tui))
+    } else {
+        None
+    };
     if attachment.attach_path() == attach::AttachPath::PerfEvent.name() {
         let slots = probes.len() as u64 + u64::from(spare_probes);
         attach::fds::check_room(slots).map_err(|line| anyhow::anyhow!(line))?;
@@ -398,6 +442,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
     aggregator.assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
+    aggregator.count_processes = several;
     let dispatch_running = dispatch.is_some();
     cost::install(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {
@@ -450,6 +495,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         commands: command_tx.clone(),
         in_situ: RwLock::new(None),
         attach_path,
+        several,
     });
     let mut in_situ = if args.in_situ {
         Some(insitu::Driver::start(
@@ -491,12 +537,27 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // What happened while the TUI had the terminal, told again on stderr at the end.
     let mut notes = Vec::new();
+    // One process probed: a probe still silent after a while, in a parent whose
+    // children map its file, is named with --follow-forks once (or at the end).
+    let hint_at = tokio::time::sleep(processes::HINT_AFTER);
+    tokio::pin!(hint_at);
+    let mut hint_pending = !several;
+    let mut hinted = false;
+    // Said in the TUI's footer, and again on stderr at the end.
+    let mut hint_notes = Vec::new();
     let reason = if args.no_tui {
         let mut teller = follow::Teller::Stderr;
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 reason = &mut shutdown => break reason,
+                _ = &mut hint_at, if hint_pending => {
+                    hint_pending = false;
+                    for line in silent_hints(&source, &session_snapshots.borrow(), target.pid) {
+                        say!("probetop: {line}");
+                        hinted = true;
+                    }
+                }
                 _ = insitu::due(&in_situ) => {
                     change_window(&mut in_situ, &mut attachment, &source, &session_snapshots);
                 }
@@ -550,6 +611,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let exit = loop {
             tokio::select! {
                 exit = &mut ui => break exit?,
+                _ = &mut hint_at, if hint_pending => {
+                    hint_pending = false;
+                    let lines = silent_hints(&source, &session_snapshots.borrow(), target.pid);
+                    for line in lines {
+                        let _ = event_tx.try_send(UiEvent::Message(line.clone()));
+                        hint_notes.push(line);
+                        hinted = true;
+                    }
+                }
                 Some(request) = request_rx.recv() => {
                     handle_request(request, &mut attachment, &mut in_situ, &source, &args.exports, args.force, &event_tx).await;
                 }
@@ -599,6 +669,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(server) = server {
         server.abort();
     }
+    if let Some(poller) = cgroup_poller {
+        poller.abort();
+    }
     let _ = command_tx.send(CollectorCommand::Stop).await;
     let Collected {
         aggregator,
@@ -609,6 +682,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Duration::from_nanos(close_ktime_ns.saturating_sub(aggregator.window_start_ns()));
     let started_unix_ms = closed_unix_ms.saturating_sub(duration.as_millis() as u64);
 
+    notes.extend(hint_notes);
     for note in &notes {
         say!("probetop: {note}");
     }
@@ -629,6 +703,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     for notice in &aggregator.notices {
         say!("probetop: {notice}");
+    }
+    if !several && !hinted {
+        let hits: Vec<u64> = aggregator.probes().iter().map(|p| p.hits()).collect();
+        for line in processes::silent_probe_hints(target.pid, &silent_probes(&source, &hits)) {
+            say!("probetop: {line}");
+        }
     }
     let snapshot = aggregator.snapshot(duration);
     // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
@@ -665,6 +745,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         &intervals,
         started_unix_ms,
         duration,
+        several,
     );
     report.cost = cost::run_report(&aggregator, duration, other_programs);
     report.attach_path = Some(attach_path);
@@ -693,6 +774,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         bail!("{}", failed.join("; "));
     }
     Ok(())
+}
+
+/// (spec, file) of the probes of the first program with no hit so far.
+fn silent_probes(source: &ReportSource, hits: &[u64]) -> Vec<(String, PathBuf)> {
+    source
+        .rows()
+        .probes
+        .iter()
+        .zip(hits)
+        .filter(|(probe, hits)| **hits == 0 && probe.generation == 0)
+        .map(|(probe, _)| (probe.spec.clone(), probe.point.attach_path.clone()))
+        .collect()
+}
+
+/// The --follow-forks hint lines for the probes silent in `snapshot`.
+fn silent_hints(source: &ReportSource, snapshot: &Snapshot, pid: u32) -> Vec<String> {
+    let hits: Vec<u64> = snapshot.probes.iter().map(|p| p.hits).collect();
+    // Before the first snapshot nothing is known yet.
+    if hits.is_empty() {
+        return Vec::new();
+    }
+    processes::silent_probe_hints(pid, &silent_probes(source, &hits))
 }
 
 /// Detaches every probe, saying how it goes when it takes a while; a second SIGINT or
@@ -808,6 +911,11 @@ fn check_in_situ(args: &RunArgs) -> Result<(), UsageError> {
             "--in-situ measures one program: run it without --follow-exec".into(),
         ));
     }
+    if args.pids.len() > 1 || args.follow_forks || args.cgroup.is_some() {
+        return Err(UsageError(
+            "--in-situ measures one process: run it with one --pid, without --follow-forks or --cgroup".into(),
+        ));
+    }
     Ok(())
 }
 
@@ -831,6 +939,8 @@ struct ReportSource {
     /// The in-situ measurement so far (`--in-situ`), updated at every window change.
     in_situ: RwLock<Option<cost::insitu::InSituSummary>>,
     attach_path: &'static str,
+    /// Several processes probed: reports split each probe by process.
+    several: bool,
 }
 
 impl ReportSource {
@@ -877,6 +987,7 @@ impl ReportSource {
             &intervals,
             unix_now_ms().saturating_sub(duration.as_millis() as u64),
             duration,
+            self.several,
         );
         let in_situ = self
             .in_situ
@@ -1043,6 +1154,7 @@ fn build_report(
     intervals: &IntervalLog,
     started_unix_ms: u64,
     duration: Duration,
+    several_processes: bool,
 ) -> Report {
     Report {
         target: target.clone(),
@@ -1066,6 +1178,11 @@ fn build_report(
                 mode: measured.mode,
                 last_args: measured.last_args.map(|a| a.values().collect()),
                 threads: measured.threads.clone(),
+                processes: if several_processes {
+                    measured.processes.clone()
+                } else {
+                    Vec::new()
+                },
                 hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),

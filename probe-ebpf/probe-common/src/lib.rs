@@ -7,6 +7,9 @@
 /// Upper bound of probe ids (BPF cookies); sizes the per-probe maps.
 pub const MAX_PROBES: u32 = 16384;
 
+/// Processes a run can follow at once (`--follow-forks`, `--cgroup`, several `--pid`).
+pub const MAX_PROCESSES: u32 = 65536;
+
 /// Default ring buffer size in bytes (a power of two, as the kernel requires).
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 

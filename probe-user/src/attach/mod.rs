@@ -21,8 +21,10 @@ pub mod fds;
 mod flush;
 mod kernel;
 mod multi;
+mod processes;
 
 pub use flush::StagedFlush;
+pub use processes::ProcessSet;
 
 use std::{
     collections::HashMap,
@@ -186,6 +188,9 @@ pub struct LoadOptions {
     /// How probes are attached; `None`: as `PROBETOP_ATTACH_PATH` says if set, else
     /// uprobe_multi links where the kernel has them (and filters by process reliably).
     pub attach_path: Option<AttachPath>,
+    /// Count hits only in the processes of a [`ProcessSet`]; probes are then attached
+    /// for every process (request pid 0) and the programs filter.
+    pub filter_processes: bool,
 }
 
 impl Default for LoadOptions {
@@ -199,6 +204,7 @@ impl Default for LoadOptions {
             kernel_histograms: true,
             time_every: 1,
             attach_path: None,
+            filter_processes: false,
         }
     }
 }
@@ -217,7 +223,8 @@ pub struct AttachRequest<'a> {
     pub semaphore_offset: Option<u64>,
     /// How hits reach user space, and which arguments to capture.
     pub config: ProbeConfig,
-    /// Fire only in this process.
+    /// Fire only in this process; 0: in every process mapping the file (the programs
+    /// then count the hits of a [`ProcessSet`]'s members only).
     pub pid: u32,
 }
 
@@ -408,6 +415,18 @@ impl Attachment {
             .map_max_entries("GAPS", gap_capacity(capacity, cpus))
             .override_global("WAKEUP_RECORDS", &wakeup_records, true);
         dispatch.apply(&mut loader);
+        let offsets = match options.filter_processes {
+            true => Some(processes::FieldOffsets::read()?),
+            false => None,
+        };
+        match &offsets {
+            Some(offsets) => offsets.apply(&mut loader),
+            // A hash map is allocated whole at creation (5 MiB at full size): left at
+            // one entry when no set is used.
+            None => {
+                loader.map_max_entries("PROCESSES", 1);
+            }
+        }
         let mut ebpf = loader.load(EBPF_OBJECT)?;
         let multi = match forced {
             Some(AttachPath::PerfEvent) => None,
@@ -1189,7 +1208,8 @@ const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
 // libc::Ioctl: the request is a c_ulong in glibc and a c_int in musl (the static build).
 const PERF_EVENT_IOC_ENABLE: libc::Ioctl = 0x2400;
 
-/// Opens a uprobe (or uretprobe) perf event at `path`+`offset` for process `pid`.
+/// Opens a uprobe (or uretprobe) perf event at `path`+`offset` for process `pid` (0: for
+/// every process).
 /// `ref_ctr_offset` non-zero makes the kernel count the USDT semaphore at that file offset.
 fn open_uprobe_event(
     pmu: UprobePmu,
@@ -1218,8 +1238,10 @@ fn open_uprobe_event(
         libc::syscall(
             libc::SYS_perf_event_open,
             &attr as *const PerfEventAttr,
-            pid as libc::pid_t,
-            -1 as libc::c_int,
+            // Every process is pid -1 with one CPU named, as the kernel requires; a
+            // uprobe event's program runs on every CPU whichever is named.
+            if pid == 0 { -1 } else { pid as libc::pid_t },
+            if pid == 0 { 0 } else { -1 as libc::c_int },
             -1 as libc::c_int,
             PERF_FLAG_FD_CLOEXEC,
         )

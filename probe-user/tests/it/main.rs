@@ -19,6 +19,7 @@ mod cost_insitu;
 mod cost_others;
 mod detach;
 mod exports;
+mod forks;
 mod hostile;
 mod list;
 mod listen;

@@ -39,6 +39,10 @@ struct JsonProbe<'a> {
     last_args: Option<&'a [Option<u64>]>,
     /// Records received per thread: `{"tid": count}`.
     threads: std::collections::BTreeMap<String, u64>,
+    /// Records received per process (`--follow-forks`, `--cgroup`, several `--pid`):
+    /// `{"pid": count}`; absent when one process is probed.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pids: std::collections::BTreeMap<String, u64>,
     /// What the kernel does with the probed instruction on every hit (`emulated-push`,
     /// `emulated-nop`, `emulated-branch`, `optimized`, `single-stepped`, `refused`,
     /// `unknown`); null if not looked at.
@@ -266,6 +270,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     .threads
                     .iter()
                     .map(|(tid, n)| (tid.to_string(), *n))
+                    .collect(),
+                pids: p
+                    .processes
+                    .iter()
+                    .map(|(pid, n)| (pid.to_string(), *n))
                     .collect(),
                 cost_class: p.cost.site.as_ref().map(|s| s.class.as_str()),
                 probed_instruction: p

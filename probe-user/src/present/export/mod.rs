@@ -61,6 +61,9 @@ pub struct ProbeReport {
     pub last_args: Option<Vec<Option<u64>>>,
     /// Records received per thread id, sorted by thread id.
     pub threads: Vec<(u32, u64)>,
+    /// Records received per process id, sorted; kept in reports only when several
+    /// processes are probed (empty otherwise).
+    pub processes: Vec<(u32, u64)>,
     /// Hits the probe took: records received plus records dropped.
     pub hits: u64,
     pub dropped: u64,
@@ -348,6 +351,7 @@ pub(crate) mod testing {
             mode: 0,
             last_args: None,
             threads: Vec::new(),
+            processes: Vec::new(),
             id,
             spec: format!("{kind}:{name}"),
             kind,
@@ -422,6 +426,7 @@ pub(crate) mod testing {
                 mode: 0,
                 last_args: None,
                 threads: Vec::new(),
+                processes: Vec::new(),
                 id,
                 spec: spec.into(),
                 kind,

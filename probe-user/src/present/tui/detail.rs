@@ -47,6 +47,15 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
             app.snapshot.probes.get(id).and_then(|p| p.last_args),
         ));
     }
+    let focus = app
+        .snapshot
+        .focus
+        .as_ref()
+        .filter(|f| f.probe_id as usize == id);
+    // Several processes (--follow-forks, --cgroup, several --pid): who took the hits.
+    if let Some(focus) = focus.filter(|f| f.process_count > 1) {
+        lines.push(processes_line(focus, inner.width as usize));
+    }
     let text_height = (lines.len() as u16).min(inner.height);
     let [text_area, charts] =
         Layout::vertical([Constraint::Length(text_height), Constraint::Fill(1)]).areas(inner);
@@ -55,11 +64,6 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
         return;
     }
 
-    let focus = app
-        .snapshot
-        .focus
-        .as_ref()
-        .filter(|f| f.probe_id as usize == id);
     let [left, right] =
         Layout::horizontal([Constraint::Percentage(55), Constraint::Percentage(45)])
             .spacing(1)
@@ -78,6 +82,26 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
             frame.render_widget(Paragraph::new(why).style(theme.dim()), charts);
         }
     }
+}
+
+/// `by process: 8439 1000 · 8440 990 · … (13)`: the processes with most records.
+fn processes_line(focus: &FocusDetail, width: usize) -> Line<'static> {
+    let listed: Vec<String> = focus
+        .processes
+        .iter()
+        .map(|(pid, n)| format!("{pid} {}", format::count(*n as f64)))
+        .collect();
+    let more = if focus.process_count > focus.processes.len() {
+        " · …"
+    } else {
+        ""
+    };
+    let text = format!(
+        "by process ({}): {}{more}",
+        focus.process_count,
+        listed.join(" · ")
+    );
+    Line::from(ellipsize(&text, width))
 }
 
 /// Keeps the end of a path, which names the file: `…/lib/x86_64/libc.so.6`.

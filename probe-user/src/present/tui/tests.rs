@@ -119,6 +119,7 @@ fn snapshot() -> Snapshot {
             cumulative: curve(140),
             interval: curve(150),
             history: history(),
+            ..Default::default()
         }),
         own: OwnUsage {
             cpu_share: Some(0.012),
@@ -774,4 +775,23 @@ fn counts_too_wide_for_their_column_are_abbreviated_not_cut() {
     assert!(row("uprobe:work_unit").contains(" 1.23G "), "{screen}");
     // Counts that fit stay exact.
     assert!(row("uprobe:leaf_ret").contains(" 98000 "), "{screen}");
+}
+
+/// With several processes (--follow-forks), the detail pane says who took the hits,
+/// most first; with one, it says nothing of it.
+#[test]
+fn detail_pane_lists_processes_when_several() {
+    let mut snap = snapshot();
+    if let Some(focus) = snap.focus.as_mut() {
+        focus.processes = vec![(8440, 2_000), (8439, 1_000), (8466, 1_000)];
+        focus.process_count = 13;
+    }
+    let mut several = app(120, 36);
+    several.update(snap);
+    let screen = text(&several);
+    assert!(
+        screen.contains("by process (13): 8440 2000 · 8439 1000 · 8466 1000 · …"),
+        "{screen}"
+    );
+    assert!(!text(&app(120, 36)).contains("by process"));
 }
