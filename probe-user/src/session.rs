@@ -1065,6 +1065,7 @@ fn build_report(
                 mode: measured.mode,
                 last_args: measured.last_args.map(|a| a.values().collect()),
                 threads: measured.threads.clone(),
+                threads_cover: measured.threads_cover,
                 hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),

@@ -440,3 +440,33 @@ fn a_thread_id_probes_its_process() {
         "{stderr:?}"
     );
 }
+
+/// Issue 18 item 12: the per-thread counts of the JSON say what they cover, and how
+/// many hits that is, in each mode (they used to be silently partial).
+#[test]
+fn per_thread_counts_say_what_they_cover() {
+    for (mode, extra, cover) in [
+        ("ring", &[][..], "every-hit"),
+        ("sample", &["--sample-every", "100"][..], "sampled"),
+        ("kernel", &[][..], "none-in-kernel-mode"),
+    ] {
+        let mut args = vec!["--mode", mode, "-e", "uprobe:work_unit"];
+        args.extend(extra);
+        let (stderr, report) = run_on_workload(&format!("threads-{mode}"), &args);
+        let probe = probe(&report, "work_unit");
+        assert_eq!(probe["hits"], CALLS, "{mode}: {stderr:?}");
+        assert_eq!(probe["threads_cover"], cover, "{mode}: {probe}");
+        let per_thread: u64 = probe["threads"]
+            .as_object()
+            .expect("threads")
+            .values()
+            .map(|n| n.as_u64().expect("count"))
+            .sum();
+        assert_eq!(probe["threads_hits"], per_thread, "{mode}: {probe}");
+        match mode {
+            "ring" => assert_eq!(per_thread, CALLS, "{probe}"),
+            "sample" => assert_eq!(per_thread, CALLS / 100, "{probe}"),
+            _ => assert_eq!(per_thread, 0, "{probe}"),
+        }
+    }
+}

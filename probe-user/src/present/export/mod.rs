@@ -61,6 +61,8 @@ pub struct ProbeReport {
     pub last_args: Option<Vec<Option<u64>>>,
     /// Records received per thread id, sorted by thread id.
     pub threads: Vec<(u32, u64)>,
+    /// Which hits `threads` counts.
+    pub threads_cover: crate::aggregate::ThreadsCover,
     /// Hits the probe took: records received plus records dropped.
     pub hits: u64,
     pub dropped: u64,
@@ -348,6 +350,7 @@ pub(crate) mod testing {
             mode: 0,
             last_args: None,
             threads: Vec::new(),
+            threads_cover: crate::aggregate::ThreadsCover::EveryHit,
             id,
             spec: format!("{kind}:{name}"),
             kind,
@@ -422,6 +425,7 @@ pub(crate) mod testing {
                 mode: 0,
                 last_args: None,
                 threads: Vec::new(),
+                threads_cover: crate::aggregate::ThreadsCover::EveryHit,
                 id,
                 spec: spec.into(),
                 kind,
