@@ -125,7 +125,7 @@ impl Follow {
     /// Takes the program the target runs now as seen, so that an exec whose program
     /// could not be resolved is not noticed again and again.
     fn mark_seen(&mut self) {
-        self.current.exe_identity = self.current.current_exe_identity();
+        self.current.mark_exec_seen();
     }
 }
 
