@@ -240,6 +240,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if merged > 0 {
         say!("{}", points::merged_line(merged));
     }
+    for line in points::unmapped_lines(&probes, pid) {
+        say!("{line}");
+    }
     points::check_total(probes.len(), args.max_probes, specs.len())?;
     if probes.len() > probe_common::MAX_PROBES as usize {
         bail!(UsageError(format!(

@@ -470,3 +470,25 @@ fn per_thread_counts_say_what_they_cover() {
         }
     }
 }
+
+/// Issue 18 item 10: a spec on an object the target does not map (another executable's
+/// path) is said, in one line naming it, instead of accepted silently.
+#[test]
+fn objects_the_target_does_not_map_are_said() {
+    let other = fixture("c/workload-nousdt");
+    let elsewhere = format!("uprobe:{}:work_unit", other.display());
+    let (stderr, report) =
+        run_on_workload("unmapped", &["-e", "uprobe:work_unit", "-e", &elsewhere]);
+    let said: Vec<&String> = stderr
+        .iter()
+        .filter(|l| l.contains("does not map"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr:?}");
+    assert!(
+        said[0].contains(&other.display().to_string()) && said[0].contains("1 probe point"),
+        "{said:?}"
+    );
+    // The target's own probe is not named, and counts as ever.
+    assert!(!said[0].contains("workload "), "{said:?}");
+    assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
+}
