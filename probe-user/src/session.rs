@@ -614,6 +614,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for note in &notes {
         say!("probetop: {note}");
     }
+    // What happened during the run (auto mode's switches) comes before how it ended.
+    for notice in &aggregator.notices {
+        say!("probetop: {notice}");
+    }
     // The program probed last: the first one, unless execs were followed.
     let current = follow.as_ref().map_or(&target, |f| f.current());
     match reason {
@@ -628,9 +632,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
         StopReason::Signal(name) => say!("probetop: {name}"),
         StopReason::Duration | StopReason::UserQuit | StopReason::TerminalLost => {}
-    }
-    for notice in &aggregator.notices {
-        say!("probetop: {notice}");
     }
     let snapshot = aggregator.snapshot(duration);
     // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)

@@ -287,6 +287,32 @@ fn auto_mode_moves_hot_probes_into_the_kernel() {
     );
 }
 
+/// Issue 18 item 16: the switch happened before the target exited, and is said before
+/// `pid N exited` (it was said after).
+#[test]
+fn auto_mode_switch_is_said_before_the_exit() {
+    let target = workload(&["--calls", "3000000", "--wait-signal"]);
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["--mode", "auto", "--auto-above", "1000"])
+        .args(["-e", "uprobe:work_unit"]);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    assert!(probetop.wait().success());
+    let stderr = probetop.err().rest();
+    let at = |needle: &str| {
+        stderr
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in {stderr:#?}"))
+    };
+    assert!(
+        at("aggregating it in the kernel") < at("exited"),
+        "{stderr:#?}"
+    );
+}
+
 /// Threads created after attach are probed too, and counted per thread.
 #[test]
 fn threads_created_after_attach_are_probed_and_counted_per_thread() {
