@@ -46,8 +46,8 @@ use probe_common::{ProbeConfig, mode};
 /// eprintln! would panic (and abort) before the exports are written.
 macro_rules! say {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        // Held while the TUI has the terminal (see present::tui::say).
+        $crate::present::tui::say(&format!($($arg)*));
     }};
 }
 

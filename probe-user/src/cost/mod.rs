@@ -399,8 +399,8 @@ pub fn report(
 /// One line on stderr; a failed write is ignored (a terminal gone after SIGHUP must
 /// not stop a run, nor its exports).
 pub(crate) fn say(line: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "{line}");
+    // Held while the TUI has the terminal, where it would garble the screen.
+    crate::present::tui::say(line);
 }
 
 fn percent(share: f64) -> String {

@@ -130,6 +130,8 @@ impl Follow {
 }
 
 /// Something for the session to act on.
+// One per exec, moved once: boxing the large variant would buy nothing.
+#[allow(clippy::large_enum_variant)]
 pub(super) enum Event {
     /// The target runs another program now.
     Execed(PathBuf),
