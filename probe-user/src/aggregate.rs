@@ -262,7 +262,52 @@ impl Default for ProbeAggregate {
     }
 }
 
+/// Which of a probe's hits its per-thread counts hold: they are counted from the
+/// records probetop receives, so hits that reach it only as a kernel count are in none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadsCover {
+    /// Every hit.
+    EveryHit,
+    /// Every hit but the dropped ones (a full ring buffer).
+    NotDropped,
+    /// The streamed sample only (`--mode sample`: one hit in --sample-every).
+    Sampled,
+    /// The hits before the probe was switched to the in-kernel histogram (`--mode auto`).
+    BeforeKernelMode,
+    /// None: the probe was aggregated in the kernel from the start (`--mode kernel`).
+    NoneInKernelMode,
+}
+
+impl ThreadsCover {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::EveryHit => "every-hit",
+            Self::NotDropped => "not-dropped",
+            Self::Sampled => "sampled",
+            Self::BeforeKernelMode => "before-kernel-mode",
+            Self::NoneInKernelMode => "none-in-kernel-mode",
+        }
+    }
+}
+
 impl ProbeAggregate {
+    /// Which hits [`Self::threads`] counts.
+    pub fn threads_cover(&self) -> ThreadsCover {
+        if self.mode == mode::SAMPLE || self.sampled_hits > 0 {
+            ThreadsCover::Sampled
+        } else if self.mode == mode::KERNEL_HISTOGRAM || self.kernel_hits > 0 {
+            if self.received == 0 && self.dropped == 0 {
+                ThreadsCover::NoneInKernelMode
+            } else {
+                ThreadsCover::BeforeKernelMode
+            }
+        } else if self.dropped > 0 {
+            ThreadsCover::NotDropped
+        } else {
+            ThreadsCover::EveryHit
+        }
+    }
+
     /// Hits the probe took. Records received plus those dropped; in SAMPLE mode the
     /// kernel's count of every hit instead; plus hits counted in the in-kernel histogram.
     pub fn hits(&self) -> u64 {
@@ -587,6 +632,8 @@ pub struct ProbeMeasurements {
     pub threads: Vec<(u32, u64)>,
     /// Records received per process id, sorted by process id.
     pub processes: Vec<(u32, u64)>,
+    /// Which hits `threads` counts.
+    pub threads_cover: ThreadsCover,
     pub handler_ns: Histogram<u64>,
     /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
     pub timed_share: f64,
@@ -634,6 +681,7 @@ impl Aggregator {
                         processes.sort_unstable();
                         processes
                     },
+                    threads_cover: p.threads_cover(),
                     handler_ns: p.handler_ns.clone(),
                     timed_share: p.timed_share(),
                     cost: p.cost.clone(),
@@ -1145,6 +1193,36 @@ mod tests {
         agg.record(&hit(0, 5));
         agg.set_dropped(0, 3);
         assert_eq!(agg.probes()[0].hits(), 4);
+    }
+
+    #[test]
+    fn threads_cover_says_which_hits_are_counted() {
+        let mut agg = Aggregator::new(1);
+        assert_eq!(agg.probes()[0].threads_cover(), ThreadsCover::EveryHit);
+        agg.record(&hit(0, 5));
+        assert_eq!(agg.probes()[0].threads_cover(), ThreadsCover::EveryHit);
+        agg.set_dropped(0, 3);
+        assert_eq!(agg.probes()[0].threads_cover(), ThreadsCover::NotDropped);
+        // Auto mode's switch to the in-kernel histogram.
+        agg.probes_mut()[0].mode = mode::KERNEL_HISTOGRAM;
+        agg.probes_mut()[0].set_counted_hits(10);
+        assert_eq!(
+            agg.probes()[0].threads_cover(),
+            ThreadsCover::BeforeKernelMode
+        );
+
+        let mut kernel = Aggregator::new(1);
+        kernel.probes_mut()[0].mode = mode::KERNEL_HISTOGRAM;
+        kernel.probes_mut()[0].set_counted_hits(10);
+        assert_eq!(
+            kernel.probes()[0].threads_cover(),
+            ThreadsCover::NoneInKernelMode
+        );
+
+        let mut sample = Aggregator::new(1);
+        sample.probes_mut()[0].mode = mode::SAMPLE;
+        sample.record(&hit(0, 5));
+        assert_eq!(sample.probes()[0].threads_cover(), ThreadsCover::Sampled);
     }
 
     #[test]

@@ -47,8 +47,8 @@ use probe_common::{ProbeConfig, mode};
 /// eprintln! would panic (and abort) before the exports are written.
 macro_rules! say {
     ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        // Held while the TUI has the terminal (see present::tui::say).
+        $crate::present::tui::say(&format!($($arg)*));
     }};
 }
 
@@ -253,6 +253,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let merged = points::merge_duplicates(&mut probes);
     if merged > 0 {
         say!("{}", points::merged_line(merged));
+    }
+    for line in points::unmapped_lines(&probes, pid) {
+        say!("{line}");
     }
     points::check_total(probes.len(), args.max_probes, specs.len())?;
     if probes.len() > probe_common::MAX_PROBES as usize {
@@ -686,6 +689,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for note in &notes {
         say!("probetop: {note}");
     }
+    // What happened during the run (auto mode's switches) comes before how it ended.
+    for notice in &aggregator.notices {
+        say!("probetop: {notice}");
+    }
     // The program probed last: the first one, unless execs were followed.
     let current = follow.as_ref().map_or(&target, |f| f.current());
     match reason {
@@ -700,9 +707,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         ),
         StopReason::Signal(name) => say!("probetop: {name}"),
         StopReason::Duration | StopReason::UserQuit | StopReason::TerminalLost => {}
-    }
-    for notice in &aggregator.notices {
-        say!("probetop: {notice}");
     }
     if !several && !hinted {
         let hits: Vec<u64> = aggregator.probes().iter().map(|p| p.hits()).collect();
@@ -1183,6 +1187,7 @@ fn build_report(
                 } else {
                     Vec::new()
                 },
+                threads_cover: measured.threads_cover,
                 hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),

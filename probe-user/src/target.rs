@@ -61,6 +61,10 @@ pub struct Target {
     /// program, whose code the probes no longer cover.
     #[serde(skip)]
     pub exe_identity: Option<(u64, u64)>,
+    /// What tells one exec from the next when both run the same executable (whose
+    /// device and inode do not change): see [`exec_token`].
+    #[serde(skip)]
+    pub exec_token: Option<[u8; 16]>,
     /// The thread id given instead of the process's pid, if one was.
     #[serde(skip)]
     pub given_tid: Option<u32>,
@@ -130,6 +134,7 @@ impl Target {
             cmdline,
             start_ticks,
             exe_identity: exe_identity(proc_pid),
+            exec_token: exec_token(proc_pid),
             given_tid: (asked != pid).then_some(asked),
             live_thread,
         })
@@ -160,10 +165,20 @@ impl Target {
     /// exec. `None` while it runs the same executable (or cannot be read).
     pub fn exec_changed(&self) -> Option<PathBuf> {
         let now = exe_identity(self.proc_pid())?;
-        if Some(now) == self.exe_identity {
+        // An unreadable token (the process going) says nothing about an exec.
+        let token_changed = self.exec_token.is_some()
+            && exec_token(self.proc_pid()).is_some_and(|t| Some(t) != self.exec_token);
+        if Some(now) == self.exe_identity && !token_changed {
             return None;
         }
         fs::read_link(format!("/proc/{}/exe", self.proc_pid())).ok()
+    }
+
+    /// Takes the program the process runs now as the one probed (its executable and
+    /// exec), so that an exec is noticed once.
+    pub fn mark_exec_seen(&mut self) {
+        self.exe_identity = exe_identity(self.proc_pid());
+        self.exec_token = exec_token(self.proc_pid());
     }
 
     /// Device and inode of the executable the process runs now.
@@ -278,6 +293,32 @@ impl PinnedExe {
     }
 }
 
+/// The 16 random bytes the kernel puts on a new program's stack at every exec
+/// (`AT_RANDOM` in the auxiliary vector), read from the process's memory: a new exec of
+/// the same executable has new ones, and nothing in /proc counts execs. (The start time
+/// and the executable stay; addresses would too with ASLR off.) `None` if unreadable.
+fn exec_token(pid: u32) -> Option<[u8; 16]> {
+    use std::os::unix::fs::FileExt as _;
+    const AT_RANDOM: u64 = 25;
+    let auxv = fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    let address = auxv
+        .chunks_exact(16)
+        .map(|pair| {
+            let word = |at: usize| {
+                pair.get(at..at + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_ne_bytes)
+            };
+            (word(0), word(8))
+        })
+        .find(|(key, _)| *key == AT_RANDOM)?
+        .1;
+    let mem = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let mut token = [0u8; 16];
+    mem.read_exact_at(&mut token, address).ok()?;
+    Some(token)
+}
+
 /// (device, inode) of the file `/proc/PID/exe` resolves to.
 fn exe_identity(pid: u32) -> Option<(u64, u64)> {
     use std::os::unix::fs::MetadataExt as _;
@@ -313,6 +354,17 @@ mod tests {
         assert!(me.is_alive());
         assert!(me.exe_identity.is_some());
         assert_eq!(me.exec_changed(), None);
+        // Each exec has its own token, even of the same executable.
+        assert!(me.exec_token.is_some());
+        assert_eq!(exec_token(std::process::id()), me.exec_token);
+        let mut child = std::process::Command::new("sleep")
+            .arg("10")
+            .spawn()
+            .expect("run sleep");
+        let token = exec_token(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(token.is_some() && token != me.exec_token);
         assert!(me.exe.is_absolute());
         assert!(!me.comm.is_empty());
     }

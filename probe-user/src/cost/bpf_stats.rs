@@ -18,11 +18,11 @@
 //! descriptor closes, whichever way probetop exits).
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     ffi::CStr,
     fs,
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
-    path::Path,
+    path::{Path, PathBuf},
 };
 
 use serde::Serialize;
@@ -88,10 +88,16 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
         return Vec::new();
     };
     let mapped: Vec<&MapEntry> = maps.iter().filter(|m| m.is_file()).collect();
-    let on_target = |file: &str| -> bool {
-        match FileId::of(Path::new(file)) {
+    // `file` as its attaching process named it, resolved there (`holder`).
+    let on_target = |file: &str, holder: Option<u32>| -> bool {
+        let Some(file) = in_process(file, holder) else {
+            return false;
+        };
+        match FileId::of(&file) {
             Ok(id) => mapped.iter().any(|m| id.matches(m)),
-            Err(_) => mapped.iter().any(|m| m.path.as_deref() == Some(file)),
+            Err(_) => mapped
+                .iter()
+                .any(|m| m.path.as_deref().map(Path::new) == Some(file.as_path())),
         }
     };
     // One entry per program, file and holder: run statistics are per program anyway.
@@ -116,7 +122,7 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
     };
     let mut seen = HashSet::new();
     for query in perf_event_queries(exclude_pids) {
-        if exclude_progs.contains(&query.prog_id) || !on_target(&query.file) {
+        if exclude_progs.contains(&query.prog_id) || !on_target(&query.file, Some(query.pid)) {
             continue;
         }
         seen.insert((query.prog_id, query.file.clone(), query.offset));
@@ -124,7 +130,7 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
             prog_id: query.prog_id,
             name: String::new(),
             kind: query.kind,
-            file: query.file,
+            file: readable(&query.file, Some(query.pid)),
             offsets: vec![query.offset],
             count: None,
             only_pid: None,
@@ -135,8 +141,16 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
             avg_run_ns: None,
         });
     }
-    for link in uprobe_links() {
-        if exclude_progs.contains(&link.prog_id) || !on_target(&link.file) {
+    let links = uprobe_links();
+    // Only needed (and a walk of every process's fdinfo) for paths relative to a process.
+    let holders = if links.iter().any(|l| relative_to_process(&l.file).is_some()) {
+        link_holders()
+    } else {
+        HashMap::new()
+    };
+    for mut link in links {
+        let holder = holders.get(&link.link_id).copied();
+        if exclude_progs.contains(&link.prog_id) || !on_target(&link.file, holder) {
             continue;
         }
         if link.only_pid.is_some_and(|p| p != 0 && p != pid) {
@@ -146,6 +160,7 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
         if seen.contains(&(link.prog_id, link.file.clone(), link.offset.unwrap_or(0))) {
             continue;
         }
+        link.file = readable(&link.file, holder);
         add(OtherProgram {
             prog_id: link.prog_id,
             name: String::new(),
@@ -154,8 +169,8 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
             offsets: link.offset.into_iter().collect(),
             count: link.count,
             only_pid: link.only_pid,
-            holder_pid: None,
-            holder_comm: None,
+            holder_pid: holder,
+            holder_comm: holder.and_then(comm),
             run_count: None,
             run_time_ns: None,
             avg_run_ns: None,
@@ -168,6 +183,65 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
         }
     }
     found
+}
+
+/// The rest of a path that names a file through the process that uses it
+/// (`/proc/self/fd/9`, as probetop itself attaches): it means nothing in another process.
+fn relative_to_process(file: &str) -> Option<&str> {
+    file.strip_prefix("/proc/self/")
+        .or_else(|| file.strip_prefix("/proc/thread-self/"))
+}
+
+/// `file` as process `holder` sees it; `None` when it names a file only within a
+/// process that is not known.
+fn in_process(file: &str, holder: Option<u32>) -> Option<PathBuf> {
+    match relative_to_process(file) {
+        Some(rest) => holder.map(|pid| PathBuf::from(format!("/proc/{pid}/{rest}"))),
+        None => Some(PathBuf::from(file)),
+    }
+}
+
+/// `file` for a reader: a process-relative path replaced by the file it names there.
+fn readable(file: &str, holder: Option<u32>) -> String {
+    if relative_to_process(file).is_none() {
+        return file.to_string();
+    }
+    in_process(file, holder)
+        .and_then(|path| fs::read_link(path).ok())
+        .map_or_else(|| file.to_string(), |p| p.display().to_string())
+}
+
+/// Which process holds each BPF link open (from /proc/PID/fdinfo's `link_id:`).
+fn link_holders() -> HashMap<u32, u32> {
+    let mut holders = HashMap::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return holders;
+    };
+    for proc_entry in procs.flatten() {
+        let Some(pid) = proc_entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = fs::read_dir(proc_entry.path().join("fdinfo")) else {
+            continue;
+        };
+        for entry in fds.flatten() {
+            let Ok(info) = fs::read_to_string(entry.path()) else {
+                continue;
+            };
+            for id in info
+                .lines()
+                .filter_map(|l| l.strip_prefix("link_id:"))
+                .filter_map(|id| id.trim().parse::<u32>().ok())
+            {
+                holders.entry(id).or_insert(pid);
+            }
+        }
+    }
+    holders
 }
 
 /// The other programs on the target's probes over one run.
@@ -234,7 +308,7 @@ pub fn render(programs: &[OtherProgram]) -> String {
         programs.len(),
         if programs.len() == 1 { "" } else { "s" }
     );
-    for p in programs {
+    for p in programs.iter().take(MAX_LISTED) {
         let mut line = format!("  prog {} {:?} {}", p.prog_id, p.name, p.kind);
         let _ = write!(line, " {}", p.file);
         match p.offsets.as_slice() {
@@ -269,8 +343,19 @@ pub fn render(programs: &[OtherProgram]) -> String {
         }
         let _ = writeln!(out, "{line}");
     }
+    if programs.len() > MAX_LISTED {
+        let _ = writeln!(
+            out,
+            "  and {} more (all of them in the JSON export's cost.other_bpf_programs)",
+            programs.len() - MAX_LISTED
+        );
+    }
     out
 }
+
+/// Programs listed on stderr; the rest are counted (a host running bpftrace on a
+/// whole library can have thousands).
+const MAX_LISTED: usize = 20;
 
 /// One program's cumulative statistics.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -449,6 +534,7 @@ fn c_string(buf: &[u8]) -> String {
 
 /// A uprobe link.
 struct UprobeLink {
+    link_id: u32,
     prog_id: u32,
     kind: &'static str,
     file: String,
@@ -529,6 +615,7 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
         return None;
     }
     let link_type = u32_at(&info, 0);
+    let link_id = u32_at(&info, 4);
     let prog_id = u32_at(&info, 8);
     let mut path = vec![0u8; PATH_MAX];
     match link_type {
@@ -547,6 +634,7 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
                 _ => return None,
             };
             Some(UprobeLink {
+                link_id,
                 prog_id,
                 kind,
                 file: c_string(&path),
@@ -576,6 +664,7 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
                 .then(|| offsets.first().copied())
                 .flatten();
             Some(UprobeLink {
+                link_id,
                 prog_id,
                 kind: "uprobe_multi",
                 file: c_string(&path),
@@ -617,6 +706,59 @@ mod tests {
         apply_stats(&mut programs, &[stat(10, 1000)], &[stat(110, 21_000)]);
         assert_eq!(programs[0].run_count, Some(100));
         assert_eq!(programs[0].avg_run_ns, Some(200.0));
+    }
+
+    #[test]
+    fn a_long_list_is_capped() {
+        let program = |id| OtherProgram {
+            prog_id: id,
+            name: "p".into(),
+            kind: "uprobe",
+            file: "/bin/x".into(),
+            offsets: vec![0x10],
+            count: None,
+            only_pid: None,
+            holder_pid: None,
+            holder_comm: None,
+            run_count: None,
+            run_time_ns: None,
+            avg_run_ns: None,
+        };
+        let many: Vec<OtherProgram> = (0..200).map(program).collect();
+        let text = render(&many);
+        assert!(
+            text.starts_with("probetop: 200 other BPF programs"),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 1 + MAX_LISTED + 1, "{text}");
+        assert!(
+            text.ends_with(
+                "and 180 more (all of them in the JSON export's cost.other_bpf_programs)\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(render(&many[..MAX_LISTED]).lines().count(), 1 + MAX_LISTED);
+    }
+
+    #[test]
+    fn process_relative_paths_resolve_in_their_process() {
+        assert_eq!(in_process("/proc/self/fd/9", None), None);
+        assert_eq!(
+            in_process("/proc/self/fd/9", Some(42)),
+            Some(PathBuf::from("/proc/42/fd/9"))
+        );
+        assert_eq!(
+            in_process("/usr/lib/libc.so.6", None),
+            Some(PathBuf::from("/usr/lib/libc.so.6"))
+        );
+        let me = std::process::id();
+        assert_eq!(
+            readable("/proc/self/exe", Some(me)),
+            std::fs::read_link("/proc/self/exe")
+                .expect("own exe")
+                .display()
+                .to_string()
+        );
     }
 
     #[test]

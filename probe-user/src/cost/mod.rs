@@ -430,8 +430,8 @@ fn fmt_gap_us(us: f64) -> String {
 }
 
 pub(crate) fn say(line: &str) {
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "{line}");
+    // Held while the TUI has the terminal, where it would garble the screen.
+    crate::present::tui::say(line);
 }
 
 fn percent(share: f64) -> String {

@@ -2,15 +2,16 @@
 //! format at `GET /metrics`, so a fleet's Prometheus can scrape every host.
 //!
 //! A minimal HTTP/1.1 server: one request per connection (`Connection: close`), a
-//! bounded request head, a deadline per connection, and a bound on connections served
-//! at once, so a slow or hostile client cannot hold probetop's memory or tasks.
+//! bounded request head read within a deadline, a deadline per connection, and a bound
+//! on connections open at once where a new connection cuts off the oldest, so a slow or
+//! hostile client can neither hold probetop's memory or tasks nor keep a scrape waiting.
 
-use std::{future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
+use std::{collections::VecDeque, future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 
 use tokio::{
     io::{AsyncReadExt as _, AsyncWriteExt as _},
     net::{TcpListener, TcpStream},
-    sync::Semaphore,
+    task::AbortHandle,
 };
 
 /// The exposition format's content type (text format 0.0.4).
@@ -19,7 +20,10 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const MAX_HEAD: usize = 16 * 1024;
 /// A connection is closed after this long, answered or not.
 const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
-/// Connections served at once; more wait in the kernel's backlog.
+/// The request head must have arrived within this; Prometheus sends it at once.
+const HEAD_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections open at once; a new one beyond this cuts off the oldest (a scrape is
+/// answered in milliseconds, so the oldest is the idle one).
 const MAX_CONNECTIONS: usize = 16;
 
 /// Why a request is refused.
@@ -30,6 +34,7 @@ pub enum Status {
     NotFound,
     MethodNotAllowed,
     HeaderTooLarge,
+    RequestTimeout,
     Unavailable,
 }
 
@@ -41,6 +46,7 @@ impl Status {
             Self::NotFound => "404 Not Found",
             Self::MethodNotAllowed => "405 Method Not Allowed",
             Self::HeaderTooLarge => "431 Request Header Fields Too Large",
+            Self::RequestTimeout => "408 Request Timeout",
             Self::Unavailable => "503 Service Unavailable",
         }
     }
@@ -114,12 +120,10 @@ where
     Fut: Future<Output = Option<String>> + Send + 'static,
 {
     let metrics = Arc::new(metrics);
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    // Oldest first. Waiting for a free slot instead would let a few idle clients keep
+    // every scrape in the backlog until their deadlines.
+    let mut open: VecDeque<AbortHandle> = VecDeque::new();
     loop {
-        // Only fails if the semaphore is closed, which nothing does.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             // Out of file descriptors and the like: let it pass rather than spin.
@@ -128,12 +132,19 @@ where
                 continue;
             }
         };
+        open.retain(|task| !task.is_finished());
+        while open.len() >= MAX_CONNECTIONS {
+            // Dropping its task closes its socket.
+            if let Some(oldest) = open.pop_front() {
+                oldest.abort();
+            }
+        }
         let metrics = metrics.clone();
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             // A client that is too slow is cut off; nothing to report.
             let _ = tokio::time::timeout(CONNECTION_DEADLINE, answer(stream, &*metrics)).await;
-            drop(slot);
         });
+        open.push_back(task.abort_handle());
     }
 }
 
@@ -142,9 +153,11 @@ where
     F: Fn() -> Fut,
     Fut: Future<Output = Option<String>>,
 {
-    let route = match read_head(&mut stream).await? {
-        Some(head) => route(&head),
-        None => Route::Refused(Status::HeaderTooLarge),
+    let route = match tokio::time::timeout(HEAD_DEADLINE, read_head(&mut stream)).await {
+        Ok(Ok(Some(head))) => route(&head),
+        Ok(Ok(None)) => Route::Refused(Status::HeaderTooLarge),
+        Ok(Err(e)) => return Err(e),
+        Err(_) => Route::Refused(Status::RequestTimeout),
     };
     let reply = match route {
         Route::Metrics { head_only } => match metrics().await {
@@ -190,6 +203,84 @@ async fn read_head(stream: &mut TcpStream) -> io::Result<Option<Vec<u8>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether the server has closed `stream` (EOF or reset), without waiting.
+    fn closed_by_server(stream: &TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        match stream.try_read(&mut byte) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != io::ErrorKind::WouldBlock,
+        }
+    }
+
+    /// Issue 18 item 14: clients that send half a request and wait must not keep a scrape
+    /// waiting for their deadlines; the oldest gives way to a new connection.
+    #[tokio::test]
+    async fn idle_half_sent_requests_do_not_block_a_scrape() {
+        let listener = bind("127.0.0.1:0".parse().expect("address"))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let server = tokio::spawn(serve(listener, || async {
+            Some("m_total 1\n".to_string())
+        }));
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS * 2 {
+            let mut stream = TcpStream::connect(addr).await.expect("connect");
+            stream.write_all(b"GET /metr").await.expect("send");
+            idle.push(stream);
+        }
+        let mut scrape = TcpStream::connect(addr).await.expect("connect");
+        scrape
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n")
+            .await
+            .expect("send");
+        let mut reply = String::new();
+        scrape.read_to_string(&mut reply).await.expect("reply");
+        assert!(reply.ends_with("\r\n\r\nm_total 1\n"), "{reply}");
+        // Answered at once, not after the idle ones ran out their time: the newest of
+        // them are still open (before the fix the scrape waited until all were cut).
+        let open = idle.iter().filter(|s| !closed_by_server(s)).count();
+        assert!(
+            open >= MAX_CONNECTIONS - 1,
+            "only {open} idle connections still open"
+        );
+        server.abort();
+    }
+
+    /// A client that trickles its request head a byte at a time is cut off by the head
+    /// deadline, not kept while it keeps sending.
+    #[tokio::test]
+    async fn trickled_heads_are_cut_off() {
+        let listener = bind("127.0.0.1:0".parse().expect("address"))
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let server = tokio::spawn(serve(listener, || async { Some(String::new()) }));
+        let mut stream = TcpStream::connect(addr).await.expect("connect");
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\n")
+            .await
+            .expect("send");
+        let mut reply = Vec::new();
+        // Far more bytes than the deadline lets through at this pace.
+        let mut buffer = [0u8; 256];
+        for _ in 0..600 {
+            match tokio::time::timeout(Duration::from_millis(100), stream.read(&mut buffer)).await {
+                Ok(Ok(0) | Err(_)) => break,
+                Ok(Ok(read)) => reply.extend_from_slice(&buffer[..read]),
+                Err(_) => {
+                    if stream.write_all(b"X").await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        let reply = String::from_utf8_lossy(&reply);
+        assert!(reply.starts_with("HTTP/1.1 408 Request Timeout"), "{reply}");
+        server.abort();
+    }
 
     #[test]
     fn routes() {

@@ -125,11 +125,15 @@ impl Follow {
     /// Takes the program the target runs now as seen, so that an exec whose program
     /// could not be resolved is not noticed again and again.
     fn mark_seen(&mut self) {
-        self.current.exe_identity = self.current.current_exe_identity();
+        self.current.mark_exec_seen();
     }
 }
 
 /// Something for the session to act on.
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per exec, moved once: boxing the large variant would buy nothing"
+)]
 pub(super) enum Event {
     /// The target runs another program now.
     Execed(PathBuf),

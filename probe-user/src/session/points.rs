@@ -25,6 +25,28 @@ enum File {
 /// the same program, at the same place.
 type PointKey = (File, u64, ProbeKind);
 
+/// One line per object that probes are on but the target does not map (a library it
+/// has not loaded, another program's path): they fire only if it maps that file later.
+pub(super) fn unmapped_lines(probes: &[Probe], pid: u32) -> Vec<String> {
+    let mut counts: Vec<(&std::path::Path, usize)> = Vec::new();
+    for probe in probes.iter().filter(|p| p.point.load_bias.is_none()) {
+        match counts.iter_mut().find(|(o, _)| *o == probe.point.object) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&probe.point.object, 1)),
+        }
+    }
+    counts
+        .into_iter()
+        .map(|(object, n)| {
+            format!(
+                "probetop: pid {pid} does not map {} (yet): its {n} probe point{} fire only if it loads that file; check the object in the spec (`probetop list --pid {pid}` shows what it maps)",
+                object.display(),
+                if n == 1 { "" } else { "s" }
+            )
+        })
+        .collect()
+}
+
 /// Keeps the first of every set of identical probe points (same file, offset and
 /// kind), in order: the row keeps the name and spec the user wrote first. Returns how
 /// many were dropped. Without it, 2000 copies of one `-e` (or a preset and the same

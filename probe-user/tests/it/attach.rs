@@ -309,6 +309,32 @@ fn auto_mode_moves_hot_probes_into_the_kernel() {
     );
 }
 
+/// Issue 18 item 16: the switch happened before the target exited, and is said before
+/// `pid N exited` (it was said after).
+#[test]
+fn auto_mode_switch_is_said_before_the_exit() {
+    let target = workload(&["--calls", "3000000", "--wait-signal"]);
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["--mode", "auto", "--auto-above", "1000"])
+        .args(["-e", "uprobe:work_unit"]);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    assert!(probetop.wait().success());
+    let stderr = probetop.err().rest();
+    let at = |needle: &str| {
+        stderr
+            .iter()
+            .position(|l| l.contains(needle))
+            .unwrap_or_else(|| panic!("no {needle:?} in {stderr:#?}"))
+    };
+    assert!(
+        at("aggregating it in the kernel") < at("exited"),
+        "{stderr:#?}"
+    );
+}
+
 /// Threads created after attach are probed too, and counted per thread.
 #[test]
 #[ignore = "needs root and the fixtures"]
@@ -564,6 +590,63 @@ fn follows_an_exec_into_another_program() {
     assert_eq!(execs[0]["exe"], workload.as_str());
     assert_eq!(execs[0]["probes_attached"], 1);
     nothing_left_of(&programs, &[links_before, links_after].concat());
+}
+
+/// Issue 18 item 8: with --follow-exec, an exec of the same binary is an exec too (the
+/// executable's device and inode do not change): the first program's hits stay in its
+/// rows and the second's get rows of their own. It was missed, both counted as one.
+#[test]
+fn follows_an_exec_of_the_same_binary() {
+    const AFTER: u64 = 3_000;
+    let execer = fixture("c/execer");
+    let target = started(
+        &execer,
+        &[
+            "--calls",
+            &CALLS.to_string(),
+            "--exec",
+            &execer.display().to_string(),
+            "--calls",
+            &AFTER.to_string(),
+        ],
+    );
+    let json = export_path("follow-same.json");
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--follow-exec",
+    ])
+    .arg("--export")
+    .arg(&json)
+    .args(["-e", "uprobe:work_unit"]);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached 1 probe");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("exec");
+    target.out().wait_for("ready pid=");
+    let execed = probetop.err().wait_for("exec'd");
+    assert!(
+        execed.contains(&canonical(&execer)) && execed.contains("(exec 1)"),
+        "{execed}"
+    );
+    probetop.err().wait_for("exec 1: attached 1 probe");
+    target.signal(libc::SIGUSR1);
+    // The second execer execs `sleep 3`, where no spec matches; then the pid exits.
+    let status = probetop.wait();
+    let stderr = probetop.err().rest().join("\n");
+    assert!(status.success(), "{stderr}");
+    let report: serde_json::Value = read_export(&json);
+    let execer = canonical(&execer);
+    assert_eq!(
+        rows(&report),
+        [
+            ("uprobe:work_unit".into(), 0, execer.clone(), CALLS),
+            ("uprobe:work_unit".into(), 1, execer.clone(), AFTER),
+        ]
+    );
+    assert_eq!(report["execs"][0]["exe"], execer.as_str());
 }
 
 /// With --follow-exec, a program no spec matches is said so and waited through: the

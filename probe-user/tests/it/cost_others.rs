@@ -92,3 +92,59 @@ fn finds_bpftrace_on_the_target_and_prices_it() {
     }
     let _ = std::fs::remove_file(&json);
 }
+
+/// probetop on `pid` with the perf-event attach path, whose probes the kernel names by
+/// `/proc/self/fd/N` (its held executable), attached and running until dropped.
+fn probetop_on_perf_path(pid: u32) -> Running {
+    let mut cmd = probetop();
+    cmd.env("PROBETOP_ATTACH_PATH", "perf_event")
+        .args(["--pid", &pid.to_string(), "--no-tui"])
+        .args(["-e", "uprobe:work_unit"]);
+    let running = Running::spawn(cmd);
+    running.err().wait_for("attached");
+    running
+}
+
+/// Issue 18 item 9: another probetop's probes are named `/proc/self/fd/N` by the kernel;
+/// resolved in the wrong process that names whatever this probetop holds at fd N (its
+/// own target), so probes on an unrelated binary were listed as on the target.
+#[test]
+fn other_probetops_on_unrelated_binaries_are_not_listed() {
+    let target = workload(&["--forever", "--batch", "1000", "--rate", "20000"]);
+    let unrelated = started(
+        &fixture("c/workload-nousdt"),
+        &["--forever", "--batch", "1000", "--rate", "20000"],
+    );
+    let elsewhere = probetop_on_perf_path(unrelated.pid());
+    let on_target = probetop_on_perf_path(target.pid());
+
+    let json = export_path("others-elsewhere.json");
+    let mut probetop = Running::spawn({
+        let mut cmd = probetop();
+        cmd.env("PROBETOP_ATTACH_PATH", "perf_event")
+            .args(["--pid", &target.pid().to_string(), "--no-tui"])
+            .args(["--duration", "1", "-e", "uprobe:work_unit", "--export"])
+            .arg(&json);
+        cmd
+    });
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let report: serde_json::Value = read_export(&json);
+    let others = report["cost"]["other_bpf_programs"]
+        .as_array()
+        .expect("other_bpf_programs");
+    let holders: Vec<u64> = others
+        .iter()
+        .filter_map(|p| p["holder_pid"].as_u64())
+        .collect();
+    assert!(
+        holders.contains(&u64::from(on_target.pid())),
+        "the probetop on the target is not listed: {others:#?}"
+    );
+    assert!(
+        !holders.contains(&u64::from(elsewhere.pid())),
+        "the probetop on another binary is listed: {others:#?}"
+    );
+    drop(on_target);
+    drop(elsewhere);
+    let _ = std::fs::remove_file(&json);
+}

@@ -460,3 +460,55 @@ fn a_thread_id_probes_its_process() {
         "{stderr:?}"
     );
 }
+
+/// Issue 18 item 12: the per-thread counts of the JSON say what they cover, and how
+/// many hits that is, in each mode (they used to be silently partial).
+#[test]
+fn per_thread_counts_say_what_they_cover() {
+    for (mode, extra, cover) in [
+        ("ring", &[][..], "every-hit"),
+        ("sample", &["--sample-every", "100"][..], "sampled"),
+        ("kernel", &[][..], "none-in-kernel-mode"),
+    ] {
+        let mut args = vec!["--mode", mode, "-e", "uprobe:work_unit"];
+        args.extend(extra);
+        let (stderr, report) = run_on_workload(&format!("threads-{mode}"), &args);
+        let probe = probe(&report, "work_unit");
+        assert_eq!(probe["hits"], CALLS, "{mode}: {stderr:?}");
+        assert_eq!(probe["threads_cover"], cover, "{mode}: {probe}");
+        let per_thread: u64 = probe["threads"]
+            .as_object()
+            .expect("threads")
+            .values()
+            .map(|n| n.as_u64().expect("count"))
+            .sum();
+        assert_eq!(probe["threads_hits"], per_thread, "{mode}: {probe}");
+        match mode {
+            "ring" => assert_eq!(per_thread, CALLS, "{probe}"),
+            "sample" => assert_eq!(per_thread, CALLS / 100, "{probe}"),
+            _ => assert_eq!(per_thread, 0, "{probe}"),
+        }
+    }
+}
+
+/// Issue 18 item 10: a spec on an object the target does not map (another executable's
+/// path) is said, in one line naming it, instead of accepted silently.
+#[test]
+fn objects_the_target_does_not_map_are_said() {
+    let other = fixture("c/workload-nousdt");
+    let elsewhere = format!("uprobe:{}:work_unit", other.display());
+    let (stderr, report) =
+        run_on_workload("unmapped", &["-e", "uprobe:work_unit", "-e", &elsewhere]);
+    let said: Vec<&String> = stderr
+        .iter()
+        .filter(|l| l.contains("does not map"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr:?}");
+    assert!(
+        said[0].contains(&other.display().to_string()) && said[0].contains("1 probe point"),
+        "{said:?}"
+    );
+    // The target's own probe is not named, and counts as ever.
+    assert!(!said[0].contains("workload "), "{said:?}");
+    assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
+}

@@ -43,6 +43,12 @@ struct JsonProbe<'a> {
     /// `{"pid": count}`; absent when one process is probed.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pids: std::collections::BTreeMap<String, u64>,
+    /// Which hits `threads` counts: `every-hit`, `not-dropped` (a full ring buffer's
+    /// drops have no thread), `sampled` (one hit in --sample-every), `before-kernel-mode`
+    /// (auto mode's switch to the in-kernel histogram) or `none-in-kernel-mode`.
+    threads_cover: &'static str,
+    /// The sum of `threads`, to set beside `hits`.
+    threads_hits: u64,
     /// What the kernel does with the probed instruction on every hit (`emulated-push`,
     /// `emulated-nop`, `emulated-branch`, `optimized`, `single-stepped`, `refused`,
     /// `unknown`); null if not looked at.
@@ -276,6 +282,8 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     .iter()
                     .map(|(pid, n)| (pid.to_string(), *n))
                     .collect(),
+                threads_cover: p.threads_cover.as_str(),
+                threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
                 cost_class: p.cost.site.as_ref().map(|s| s.class.as_str()),
                 probed_instruction: p
                     .cost

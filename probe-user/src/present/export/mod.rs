@@ -64,6 +64,8 @@ pub struct ProbeReport {
     /// Records received per process id, sorted; kept in reports only when several
     /// processes are probed (empty otherwise).
     pub processes: Vec<(u32, u64)>,
+    /// Which hits `threads` counts.
+    pub threads_cover: crate::aggregate::ThreadsCover,
     /// Hits the probe took: records received plus records dropped.
     pub hits: u64,
     pub dropped: u64,
@@ -352,6 +354,7 @@ pub(crate) mod testing {
             last_args: None,
             threads: Vec::new(),
             processes: Vec::new(),
+            threads_cover: crate::aggregate::ThreadsCover::EveryHit,
             id,
             spec: format!("{kind}:{name}"),
             kind,
@@ -379,6 +382,7 @@ pub(crate) mod testing {
                 cmdline: "fixture --calls 15".into(),
                 start_ticks: 123,
                 exe_identity: None,
+                exec_token: None,
                 given_tid: None,
                 live_thread: None,
             },
@@ -427,6 +431,7 @@ pub(crate) mod testing {
                 last_args: None,
                 threads: Vec::new(),
                 processes: Vec::new(),
+                threads_cover: crate::aggregate::ThreadsCover::EveryHit,
                 id,
                 spec: spec.into(),
                 kind,
@@ -549,6 +554,7 @@ pub(crate) mod testing {
                 cmdline: "fixture --calls 15 --name \"a b\"".into(),
                 start_ticks: 456,
                 exe_identity: None,
+                exec_token: None,
                 given_tid: None,
                 live_thread: None,
             },

@@ -13,6 +13,7 @@
 
 mod app;
 mod detail;
+mod held;
 mod help;
 mod plot;
 mod status;
@@ -34,6 +35,7 @@ use ratatui::{DefaultTerminal, Frame, widgets::Paragraph};
 use tokio::sync::{mpsc, watch};
 
 pub use app::{App, Effect, Sort, TargetLine, UiEvent, UiRequest, View};
+pub use held::say;
 pub use table::SortColumn;
 pub use theme::Theme;
 
@@ -115,9 +117,13 @@ impl TerminalSession {
         }
         let backend = ratatui::backend::CrosstermBackend::new(io::stdout());
         match ratatui::Terminal::new(backend) {
-            Ok(terminal) => Ok(Self {
-                terminal: ManuallyDrop::new(terminal),
-            }),
+            Ok(terminal) => {
+                // Released by the drop below, whichever way the UI ends.
+                held::hold();
+                Ok(Self {
+                    terminal: ManuallyDrop::new(terminal),
+                })
+            }
             Err(e) => {
                 restore_terminal();
                 Err(e)
@@ -135,6 +141,11 @@ impl Drop for TerminalSession {
         }
         // Otherwise it is left undropped: a few buffers, freed at exit.
         restore_terminal();
+        // What was said while the screen was the TUI's, on the restored terminal.
+        for line in held::release() {
+            use std::io::Write as _;
+            let _ = writeln!(io::stderr(), "{line}");
+        }
     }
 }
 
@@ -240,6 +251,11 @@ pub async fn run<R>(
                 }
                 dirty = false;
             }
+        }
+        // Lines said meanwhile (they would garble the screen on stderr) go to the footer.
+        for line in held::take_new() {
+            app.apply(UiEvent::Message(line));
+            dirty = true;
         }
         // The collector computes the selected probe's details; tell it at once.
         let rows = app.rows();

@@ -1,0 +1,96 @@
+//! Lines for stderr while the TUI has the terminal: written there they would garble the
+//! screen, so they are held, shown in the footer, and written to stderr once the
+//! terminal is restored.
+
+use std::sync::{Mutex, PoisonError};
+
+struct Held {
+    /// Whether the TUI has the terminal.
+    active: bool,
+    lines: Vec<String>,
+    /// How many of `lines` the TUI has taken for its footer.
+    shown: usize,
+}
+
+static HELD: Mutex<Held> = Mutex::new(Held {
+    active: false,
+    lines: Vec::new(),
+    shown: 0,
+});
+
+impl Held {
+    /// Holds `line` if the TUI has the terminal; gives it back otherwise.
+    fn offer(&mut self, line: &str) -> bool {
+        if self.active {
+            self.lines.push(line.to_string());
+        }
+        self.active
+    }
+
+    fn take_new(&mut self) -> Vec<String> {
+        let new = self.lines[self.shown..].to_vec();
+        self.shown = self.lines.len();
+        new
+    }
+
+    fn release(&mut self) -> Vec<String> {
+        self.active = false;
+        self.shown = 0;
+        std::mem::take(&mut self.lines)
+    }
+}
+
+fn held() -> std::sync::MutexGuard<'static, Held> {
+    HELD.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Writes `line` to stderr, or holds it while the TUI has the terminal. A failed write
+/// is ignored: after SIGHUP the terminal is gone, and that must not stop a run.
+pub fn say(line: &str) {
+    if held().offer(line) {
+        return;
+    }
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
+/// From now on lines are held.
+pub(super) fn hold() {
+    held().active = true;
+}
+
+/// Lines held since the last call, for the footer.
+pub(super) fn take_new() -> Vec<String> {
+    held().take_new()
+}
+
+/// Stops holding; returns every line held, to be written now.
+pub(super) fn release() -> Vec<String> {
+    held().release()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_held_while_the_tui_runs_and_given_back() {
+        // Not the process-wide one: other tests say things meanwhile.
+        let mut held = Held {
+            active: false,
+            lines: Vec::new(),
+            shown: 0,
+        };
+        assert!(!held.offer("probetop: before"));
+        held.active = true;
+        assert!(held.offer("probetop: one"));
+        assert_eq!(held.take_new(), ["probetop: one"]);
+        assert!(held.offer("probetop: two"));
+        assert_eq!(held.take_new(), ["probetop: two"]);
+        assert!(held.take_new().is_empty());
+        assert_eq!(held.release(), ["probetop: one", "probetop: two"]);
+        // Written, not held, once the TUI is gone.
+        assert!(!held.offer("probetop: after"));
+        assert!(held.release().is_empty());
+    }
+}
