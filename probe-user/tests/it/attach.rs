@@ -312,7 +312,9 @@ fn auto_mode_moves_hot_probes_into_the_kernel() {
 /// Issue 18 item 16: the switch happened before the target exited, and is said before
 /// `pid N exited` (it was said after).
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn auto_mode_switch_is_said_before_the_exit() {
+    let _turn = turn(module_path!());
     let target = workload(&["--calls", "3000000", "--wait-signal"]);
     let mut cmd = probetop();
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
@@ -596,7 +598,9 @@ fn follows_an_exec_into_another_program() {
 /// executable's device and inode do not change): the first program's hits stay in its
 /// rows and the second's get rows of their own. It was missed, both counted as one.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn follows_an_exec_of_the_same_binary() {
+    let _turn = turn(module_path!());
     const AFTER: u64 = 3_000;
     let execer = fixture("c/execer");
     let target = started(

@@ -464,7 +464,9 @@ fn a_thread_id_probes_its_process() {
 /// Issue 18 item 12: the per-thread counts of the JSON say what they cover, and how
 /// many hits that is, in each mode (they used to be silently partial).
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn per_thread_counts_say_what_they_cover() {
+    let _turn = turn(module_path!());
     for (mode, extra, cover) in [
         ("ring", &[][..], "every-hit"),
         ("sample", &["--sample-every", "100"][..], "sampled"),
@@ -494,7 +496,9 @@ fn per_thread_counts_say_what_they_cover() {
 /// Issue 18 item 10: a spec on an object the target does not map (another executable's
 /// path) is said, in one line naming it, instead of accepted silently.
 #[test]
+#[ignore = "needs root and the fixtures"]
 fn objects_the_target_does_not_map_are_said() {
+    let _turn = turn(module_path!());
     let other = fixture("c/workload-nousdt");
     let elsewhere = format!("uprobe:{}:work_unit", other.display());
     let (stderr, report) =
