@@ -1222,9 +1222,12 @@ pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
     let save = !args.no_save && !args.cold_only;
     let calibration = calibrate::run(options, |phase| say!("probetop calibrate: {phase}"))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&calibration)?);
+        crate::write_stdout(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&calibration)?
+        ))?;
     } else {
-        print!("{}", calibration.render_text());
+        crate::write_stdout(&calibration.render_text())?;
     }
     if save {
         let path = calibrate::save(&calibration)?;
@@ -1255,9 +1258,9 @@ pub fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
     }
     let listing = list(&source, pattern.as_deref())?;
     if args.json {
-        println!("{}", present::list::render_json(&listing)?);
+        crate::write_stdout(&format!("{}\n", present::list::render_json(&listing)?))?;
     } else {
-        print!("{}", present::list::render_text(&listing));
+        crate::write_stdout(&present::list::render_text(&listing))?;
     }
     Ok(())
 }
