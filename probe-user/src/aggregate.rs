@@ -204,6 +204,9 @@ pub struct ProbeAggregate {
     pub last_interval_curve: PercentileCurve,
     /// One point per closed live interval, oldest first, over the last [`HISTORY_SPAN`].
     pub history: VecDeque<HistoryPoint>,
+    /// The probe as its row names it (`usdt:fixture:tick`), for notices about it; empty
+    /// when unknown.
+    pub name: String,
 }
 
 /// How far back the per-probe time series reaches.
@@ -254,6 +257,7 @@ impl Default for ProbeAggregate {
             last_interval: IntervalSummary::default(),
             last_interval_curve: PercentileCurve::default(),
             history: VecDeque::new(),
+            name: String::new(),
         }
     }
 }

@@ -146,17 +146,18 @@ fn probe_config(
     config
 }
 
-/// One hit in how many has its handler timed: `--time-every`, for the kernel mode only,
-/// where no record needs the handler time of every hit.
+/// One hit in how many has its handler timed: `--time-every`, for the kernel mode and
+/// for auto mode once it aggregates a probe in the kernel, where no record needs the
+/// handler time of every hit.
 fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
     match (mode, asked) {
         (_, Some(0)) => Err(UsageError(
             "--time-every 0: give 1 to time every hit, or N to time one hit in N".into(),
         )),
-        (Mode::Kernel, asked) => Ok(asked.unwrap_or(probe_common::DEFAULT_TIME_EVERY)),
+        (Mode::Kernel | Mode::Auto, asked) => Ok(asked.unwrap_or(probe_common::DEFAULT_TIME_EVERY)),
         (_, None | Some(1)) => Ok(1),
         (_, Some(n)) => Err(UsageError(format!(
-            "--time-every {n} applies to --mode kernel only: records streamed in the other modes carry every hit's handler time"
+            "--time-every {n} applies to --mode kernel and auto only: records streamed in the other modes carry every hit's handler time"
         ))),
     }
 }
@@ -274,6 +275,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     let collector_options = CollectorOptions {
         auto_kernel_above: (args.mode == Mode::Auto).then_some(args.auto_above),
+        auto_time_every: time_every,
         interval: Duration::from_secs_f64(args.interval),
         keep_interval_log: wants_intervals,
     };
@@ -324,7 +326,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         dispatch_tgid: dispatch_wanted.then_some(pid),
         // Only the kernel and auto modes ever aggregate in the kernel.
         kernel_histograms,
-        time_every,
+        // Auto mode streams every hit, timed, until it switches a probe.
+        time_every: if args.mode == Mode::Auto {
+            1
+        } else {
+            time_every
+        },
         attach_path: target.live_thread.map(|_| attach::AttachPath::PerfEvent),
         ..Default::default()
     })?;
@@ -393,8 +400,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let flush = attachment.attach_flush()?;
     let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
-    for probe in aggregator.probes_mut() {
-        probe.mode = base_config.mode;
+    for (row, probe) in aggregator.probes_mut().iter_mut().zip(&probes) {
+        row.mode = base_config.mode;
+        row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
     }
     aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
     let dispatch_running = dispatch.is_some();

@@ -64,7 +64,7 @@ fn missing_pid_and_probes() {
 fn time_every_outside_the_kernel_mode() {
     // Checked before anything is looked up or attached.
     for (mode, every, needle) in [
-        ("ring", "8", "applies to --mode kernel only"),
+        ("ring", "8", "applies to --mode kernel and auto only"),
         ("kernel", "0", "--time-every 0"),
     ] {
         let args = ["--pid", "1", "-e", "uprobe:x", "--mode", mode, "--no-tui"];
