@@ -978,7 +978,7 @@ mod tests {
             hit: hit(0, 10),
             count: 3,
             faulted: 0b010,
-            args: [1, 2, 3, 4, 5, 6],
+            args: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
         };
         agg.record_any(&Record::HitWithArgs(event));
         let args = agg.probes()[0].last_args.expect("captured");

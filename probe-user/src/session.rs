@@ -136,7 +136,20 @@ fn probe_config(
     let mut config = base;
     if args > 0 {
         match attach::args::args_config(&probe.point, args) {
-            Ok(captured) => config.args = captured,
+            Ok(captured) => {
+                // Fewer than asked (a USDT site with fewer arguments, a function entry's
+                // six registers): said, not silently cut.
+                if (captured.count as usize) < args {
+                    say(format!(
+                        "{}: --args {args} captures {} argument value{} of {}, all it has in registers or notes",
+                        probe.spec,
+                        captured.count,
+                        if captured.count == 1 { "" } else { "s" },
+                        probe.point.name
+                    ));
+                }
+                config.args = captured;
+            }
             Err(e) => say(format!(
                 "{}: no argument values for {}: {e}",
                 probe.spec, probe.point.name
@@ -191,6 +204,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         )),
     };
     let time_every = time_every(args.mode, args.time_every)?;
+    if args.args > probe_common::MAX_ARGS {
+        bail!(UsageError(format!(
+            "--args {}: a hit carries at most {} argument values (the most a USDT site has, as in libbpf)",
+            args.args,
+            probe_common::MAX_ARGS
+        )));
+    }
     if args.sample_every == 0 {
         bail!(UsageError(
             "--sample-every 0: give 1 to stream every hit, or N to stream one hit in N".into()

@@ -599,7 +599,7 @@ mod tests {
             hit,
             count: 2,
             faulted: 0,
-            args: [7, u64::MAX, 0, 0, 0, 0],
+            args: [7, u64::MAX, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         };
         assert_eq!(
             Record::parse(&bytes_of(&with_args)),

@@ -74,6 +74,17 @@ fn time_every_outside_the_kernel_mode() {
 }
 
 #[test]
+fn more_arguments_than_a_hit_carries() {
+    // Checked before anything is looked up or attached; 12 is libbpf's USDT limit.
+    let out = run(&["--pid", "1", "-e", "usdt:x", "--args", "13", "--no-tui"]);
+    assert_clean_failure(
+        &out,
+        2,
+        "--args 13: a hit carries at most 12 argument values",
+    );
+}
+
+#[test]
 fn unknown_export_format() {
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let out = run(&[

@@ -86,6 +86,19 @@ fn c_usdt_arguments_and_function_values_read_back() {
     assert_eq!(args("probe_leaf"), [last * 3 + 1]);
 }
 
+/// A USDT site with twelve arguments (sys/sdt.h's most, libbpf's limit): `--args 12`
+/// reads all twelve, not the first six.
+#[test]
+fn twelve_usdt_arguments_read_back() {
+    let report = measure_fixture("c/probes", &["--args", "12", "-e", "usdt:fixture:dozen"]);
+    let dozen = probe(&report, "fixture:dozen");
+    assert_eq!(dozen["hits"], COUNT);
+    let last = COUNT - 1;
+    // DTRACE_PROBE12(fixture, dozen, i, i + 1, ..., i + 11)
+    let expected: Vec<u64> = (last..last + 12).collect();
+    assert_eq!(dozen["last_args"], serde_json::json!(expected));
+}
+
 /// The semaphore's value in the target, read (never written) through /proc/PID/mem.
 fn semaphore(pid: u32, probe_name: &str) -> u16 {
     use std::io::{Read as _, Seek as _, SeekFrom};

@@ -80,8 +80,10 @@ mod pod {
     unsafe impl aya::Pod for super::HitBatch {}
 }
 
-/// Most argument values one hit record carries (`--args N`).
-pub const MAX_ARGS: usize = 6;
+/// Most argument values one hit record carries (`--args N`): 12, the most a USDT site
+/// has (sys/sdt.h's STAP_PROBE12, libbpf's limit). Only records with arguments carry
+/// them ([`HitArgsEvent`]); a plain hit's record ([`HitEvent`]) does not grow.
+pub const MAX_ARGS: usize = 12;
 
 /// How the eBPF program fetches one argument value; mirrors the x86-64 forms of USDT
 /// argument specs, which also cover function arguments (registers) and return values.

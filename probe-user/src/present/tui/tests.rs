@@ -96,7 +96,7 @@ fn snapshot() -> Snapshot {
     leaf.last_args = Some(CapturedArgs {
         count: 3,
         faulted: 0b100,
-        values: [42, 0x7f00_dead_beef, 0, 0, 0, 0],
+        values: [42, 0x7f00_dead_beef, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
     });
     let mut malloc = probe(4_100, 800.0, 240);
     malloc.dropped = 17;
