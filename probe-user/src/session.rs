@@ -105,6 +105,7 @@ impl Probe {
             &self.point.name,
             &self.point.object.display().to_string(),
         );
+        label.resolved = self.point.resolved.clone();
         if let Some(tag) = cost::label_tag(cost) {
             label.display = format!("{} {tag}", label.display);
         }
@@ -1085,6 +1086,7 @@ fn build_report(
                 spec: probe.spec.clone(),
                 kind: probe.point.kind,
                 name: probe.point.name.clone(),
+                resolved: probe.point.resolved.clone(),
                 object: probe.point.object.display().to_string(),
                 address: probe.point.address,
                 file_offset: probe.point.file_offset,

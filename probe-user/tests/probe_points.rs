@@ -340,3 +340,33 @@ fn rust_return_probes() {
     assert_eq!(p["hits"], COUNT);
     assert!(p["last_args"][0].is_u64(), "return value captured: {p}");
 }
+
+/// libc's `strlen` is an IFUNC: its symbol is the resolver, which ran once at load. The
+/// probe goes where the target's calls go (the implementation the resolver chose, read
+/// from the target's GOT) and counts every call; the row keeps the name the user wrote,
+/// with the implementation beside it. `calloc`, a weak alias of `__libc_calloc`, is
+/// named as written too.
+#[test]
+fn ifunc_and_alias_probes_count_every_call_under_the_name_written() {
+    const CALLS: u64 = 100_000;
+    let target = started(&fixture("c/libcalls"), &["--count", &CALLS.to_string()]);
+    let report = measure(
+        target.pid(),
+        &["-e", "uprobe:libc:strlen", "-e", "uprobe:libc:calloc"],
+        || target.signal(libc::SIGUSR1),
+    );
+    let strlen = probe(&report, "strlen");
+    assert_eq!(strlen["hits"], CALLS, "{strlen}");
+    let chosen = strlen["resolved"]
+        .as_str()
+        .expect("strlen's implementation named");
+    // `__strlen_avx2` or another; a libc without symbols for it gives the address.
+    assert!(
+        chosen != "strlen"
+            && (chosen.contains("strlen") || chosen.starts_with("implementation at")),
+        "{chosen}"
+    );
+    let calloc = probe(&report, "calloc");
+    assert_eq!(calloc["hits"], CALLS, "{calloc}");
+    assert_eq!(calloc["resolved"], "__libc_calloc");
+}

@@ -368,9 +368,17 @@ fn c_aliases_are_one_point_with_a_stable_name() {
     for alias in ["probe_alias_impl", "probe_alias_long_name", "pa_weak"] {
         let points = resolve_ok(&path, &format!("uprobe:{alias}"));
         assert_eq!(points.len(), 1, "{alias}");
-        assert_eq!(points[0].name, "probe_alias_impl");
+        // Named as written, with the preferred name beside it when that differs.
+        assert_eq!(points[0].name, alias);
+        let preferred = (alias != "probe_alias_impl").then(|| "probe_alias_impl".to_string());
+        assert_eq!(points[0].resolved, preferred, "{alias}");
         assert_eq!(points[0].address, impl_addr);
     }
+    // A pattern names the point by its preferred name.
+    assert_eq!(
+        resolve_ok(&path, "uprobe:*alias_long*")[0].name,
+        "probe_alias_impl"
+    );
     assert_eq!(resolve_ok(&path, "uprobe:*alias*").len(), 1);
     let listed = listing(&path, &opts());
     let p = listed
@@ -392,12 +400,14 @@ fn c_ifunc_and_static_functions() {
     let path = fixture("c/probes");
     let ifunc = readelf_function(&path, "probe_ifunc");
     assert_eq!(ifunc.kind, "IFUNC");
+    // In a file there is no resolver's choice to read: the IFUNC stays at its resolver.
+    // In a running process it goes to the implementation (tests/probe_points.rs).
     for name in ["probe_ifunc", "resolve_probe_ifunc"] {
         let points = resolve_ok(&path, &format!("uprobe:{name}"));
         assert_eq!(points.len(), 1);
         assert_eq!(
             (points[0].name.as_str(), points[0].address),
-            ("probe_ifunc", ifunc.value)
+            (name, ifunc.value)
         );
     }
     let local = readelf_function(&path, "probe_static_helper");

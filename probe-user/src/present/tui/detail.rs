@@ -23,7 +23,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
     };
     let label = &app.labels[id];
     let inner_width = area.width.saturating_sub(2) as usize;
-    let name = ellipsize_middle(&label.display, inner_width.saturating_sub(4));
+    let full = match &label.resolved {
+        Some(resolved) => format!("{} = {resolved}", label.display),
+        None => label.display.clone(),
+    };
+    let name = ellipsize_middle(&full, inner_width.saturating_sub(4));
     let object_room = inner_width.saturating_sub(name.chars().count() + 8);
     let mut block = Block::bordered().title(Span::styled(format!(" {name} "), theme.title()));
     if object_room > 8 {
