@@ -197,6 +197,15 @@ mod wakeup_tests {
     use super::*;
 
     #[test]
+    fn twelve_arguments_do_not_grow_a_plain_hit() {
+        // Only records with arguments carry them: the hot path's records stay as small.
+        assert_eq!(core::mem::size_of::<HitEvent>(), 32);
+        assert_eq!(core::mem::size_of::<HitBatch>(), 8 + 32 * BATCH_RECORDS);
+        assert_eq!(core::mem::size_of::<HitArgsEvent>(), 32 + 8 + 8 * MAX_ARGS);
+        assert_eq!(MAX_ARGS, 12);
+    }
+
+    #[test]
     fn the_threshold_is_split_among_cpus_in_whole_records() {
         // 520-byte batches with their 8-byte headers: 528 bytes each.
         assert_eq!(wakeup_records(64 << 10, 2), 62);
