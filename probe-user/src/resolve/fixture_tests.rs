@@ -1232,3 +1232,45 @@ fn an_offset_needs_exactly_one_function() {
         .to_string();
     assert!(err.contains("not found"), "{err}");
 }
+
+#[test]
+fn live_ifunc_resolves_to_the_implementation_the_process_uses() {
+    for bin in ["c/probes", "c/probes-nopie"] {
+        let path = fixture(bin);
+        let implementation = readelf_function(&path, "ifunc_impl");
+        let resolver = readelf_function(&path, "probe_ifunc").value;
+        let proc = Running::start(&path.to_string_lossy(), &["--wait-stdin"]);
+        let target = Target::open(proc.pid).expect("target");
+        let points = resolve(&target, &spec("uprobe:probe_ifunc")).expect("resolve");
+        assert_eq!(points.len(), 1, "{bin}");
+        let p = &points[0];
+        assert_eq!(p.name, "probe_ifunc", "{bin}");
+        assert_eq!(p.resolved.as_deref(), Some("ifunc_impl"), "{bin}");
+        assert_eq!(p.address, implementation.value, "{bin}");
+        // The resolver by its own name stays the resolver (whose preferred name, at the
+        // same address, is the IFUNC's).
+        let points = resolve(&target, &spec("uprobe:resolve_probe_ifunc")).expect("resolve");
+        assert_eq!(
+            (points[0].address, points[0].resolved.as_deref()),
+            (resolver, Some("probe_ifunc")),
+            "{bin}"
+        );
+    }
+}
+
+#[test]
+fn an_ifunc_whose_choice_cannot_be_read_is_refused_with_the_reason() {
+    let image = super::elf::ElfImage::default();
+    let table = super::symbols::SymbolTable::default();
+    let err = super::ifunc::implementation(std::process::id(), &image, &table, 0, 0x1000)
+        .expect_err("no relocation");
+    let err = ResolveError::Ifunc {
+        name: "strfoo".into(),
+        object: "/lib/libc.so.6".into(),
+        reason: err,
+    };
+    assert_eq!(
+        err.to_string(),
+        "strfoo in /lib/libc.so.6 is an IFUNC: its symbol is a resolver that runs once at load, and the object has no IRELATIVE relocation for it, so its choice cannot be read; probe the implementation by its name instead (probetop list --pid PID '*strfoo*' lists them)"
+    );
+}
