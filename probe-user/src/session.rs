@@ -323,6 +323,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     for line in cost::entry_warnings(&spec_points, &prepared.costs) {
         say!("{line}");
     }
+    if let Some(line) = points::ifunc_resolvers_line(&spec_points) {
+        say!("{line}");
+    }
     let dispatch_wanted =
         !args.no_dispatch && probes.len() <= cost::dispatch::MAX_DISPATCH_PROBES as usize;
     if !args.no_dispatch && !dispatch_wanted {

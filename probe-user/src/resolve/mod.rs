@@ -79,6 +79,10 @@ pub struct ProbePoint {
     /// symbol table's preferred alias (`__libc_calloc` for `calloc`), or the
     /// implementation an IFUNC chose in the target (`__strlen_avx2` for `strlen`).
     pub resolved: Option<String>,
+    /// An IFUNC matched by a pattern, left at its resolver (which runs once at load), as
+    /// `probetop list` shows it: the run says so, naming a way to probe the
+    /// implementation.
+    pub ifunc_resolver: bool,
 }
 
 /// A uprobe's place in its function.
@@ -353,12 +357,14 @@ fn resolve_functions(
             let mut resolved = (wrote != &f.name).then(|| f.name.display.clone());
             let mut target = (f.address, f.file_offset, f.size);
             // Through the IFUNC's own name, not its resolver's (`resolve_probe_ifunc`,
-            // at the same address, still probes the resolver).
-            let ifunc = match &literal {
-                Some(_) => wrote.ifunc,
-                None => f.names().any(|n| n.ifunc && n.matches(&glob)),
-            };
-            if ifunc && let Some((pid, bias)) = scope.pid().zip(obj.load_bias) {
+            // at the same address, still probes the resolver). A pattern keeps it at the
+            // resolver, as `probetop list` shows it, and the run says so.
+            let ifunc_resolver =
+                literal.is_none() && f.names().any(|n| n.ifunc && n.matches(&glob));
+            if literal.is_some()
+                && wrote.ifunc
+                && let Some((pid, bias)) = scope.pid().zip(obj.load_bias)
+            {
                 match ifunc::implementation(pid, &obj.image, table, bias, f.address) {
                     Ok(chosen) => {
                         resolved = Some(match &chosen.function {
@@ -368,8 +374,6 @@ fn resolve_functions(
                         let size = chosen.function.as_ref().map_or(0, |g| g.size);
                         target = (chosen.address, chosen.file_offset, size);
                     }
-                    // A pattern goes on without it; a name is refused with the reason.
-                    Err(_) if literal.is_none() => continue,
                     Err(reason) => {
                         return Err(ResolveError::Ifunc {
                             name: wrote.display.clone(),
@@ -400,6 +404,7 @@ fn resolve_functions(
                 usdt: None,
                 function: Some(span),
                 resolved,
+                ifunc_resolver,
             });
             read_paths.push(obj.r.read_path.clone());
         }
@@ -629,6 +634,7 @@ fn usdt_point(obj: &Loaded, probe: &UsdtProbe) -> ProbePoint {
         }),
         function: None,
         resolved: None,
+        ifunc_resolver: false,
     }
 }
 
