@@ -135,7 +135,8 @@ fn on_hit(ctx: Ctx) -> u32 {
         count_gap(probe_id, start.wrapping_sub(previous));
     }
     // Records carry a timestamp: untimed hits (only while TIMING is set, which user
-    // space does in in-kernel mode alone) read the clock here instead.
+    // space does in kernel mode, and in auto mode once a probe is in the kernel) read
+    // the clock here instead.
     let record_start = || {
         if timed {
             start

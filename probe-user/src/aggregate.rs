@@ -207,6 +207,9 @@ pub struct ProbeAggregate {
     pub last_interval_curve: PercentileCurve,
     /// One point per closed live interval, oldest first, over the last [`HISTORY_SPAN`].
     pub history: VecDeque<HistoryPoint>,
+    /// The probe as its row names it (`usdt:fixture:tick`), for notices about it; empty
+    /// when unknown.
+    pub name: String,
 }
 
 /// How far back the per-probe time series reaches.
@@ -258,6 +261,7 @@ impl Default for ProbeAggregate {
             last_interval: IntervalSummary::default(),
             last_interval_curve: PercentileCurve::default(),
             history: VecDeque::new(),
+            name: String::new(),
         }
     }
 }
@@ -1103,7 +1107,7 @@ mod tests {
             hit: hit(0, 10),
             count: 3,
             faulted: 0b010,
-            args: [1, 2, 3, 4, 5, 6],
+            args: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
         };
         agg.record_any(&Record::HitWithArgs(event));
         let args = agg.probes()[0].last_args.expect("captured");

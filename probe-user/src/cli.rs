@@ -204,10 +204,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub sample_every: u32,
 
-    /// With --mode kernel: time the handler of one hit in N, chosen at random per CPU
-    /// (default 64); every hit is still counted. Two clock reads are most of what the
-    /// in-kernel handler costs a hit; `--time-every 1` times every hit. The other modes
-    /// time every hit, whose records carry it.
+    /// With --mode kernel, and --mode auto once it moves a probe into the kernel: time
+    /// the handler of one hit in N, chosen at random per CPU (default 64); every hit is
+    /// still counted. Two clock reads are most of what the in-kernel handler costs a hit;
+    /// `--time-every 1` times every hit. The other modes time every hit, whose records
+    /// carry it.
     #[arg(long, value_name = "N")]
     pub time_every: Option<u64>,
 

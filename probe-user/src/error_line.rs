@@ -3,6 +3,28 @@
 /// Set to 1 to see the kernel verifier's log of a refused program.
 const VERBOSE_ENV: &str = "PROBETOP_VERBOSE";
 
+/// Whether `error` is a write to a closed pipe (`probetop list | head`): the reader has
+/// what it wanted, so probetop exits quietly rather than report it.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+            || cause
+                .downcast_ref::<crate::manual::ManualError>()
+                .is_some_and(crate::manual::ManualError::is_broken_pipe)
+    })
+}
+
+/// Writes `text` to stdout and flushes it. Not print!: it panics when the reader has
+/// gone (`| head`); this returns the error, which [`is_broken_pipe`] recognises.
+pub fn write_stdout(text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
 /// An error chain as one line (`{:#}`), with each cause once and without the verifier's
 /// logs unless [`VERBOSE_ENV`] is set.
 pub fn error_line(error: &anyhow::Error) -> String {

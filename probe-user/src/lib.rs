@@ -20,7 +20,7 @@ pub mod spec;
 pub mod stream;
 pub mod target;
 
-pub use error_line::error_line;
+pub use error_line::{error_line, is_broken_pipe, write_stdout};
 
 /// A mistake in how probetop was invoked (exit status 2, like clap's own errors).
 #[derive(Debug, thiserror::Error)]

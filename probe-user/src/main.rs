@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use probe_user::{UsageError, cli, error_line, session};
+use probe_user::{UsageError, cli, error_line, is_broken_pipe, session};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -35,6 +35,8 @@ fn main() -> ExitCode {
     };
     match generated {
         Some(Ok(())) => return ExitCode::SUCCESS,
+        // The reader has what it wanted (`probetop completions bash | head`).
+        Some(Err(error)) if error.is_broken_pipe() => return ExitCode::SUCCESS,
         Some(Err(error)) => {
             eprintln!("probetop: {error}");
             return ExitCode::FAILURE;
@@ -64,6 +66,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // `probetop list | head`: the reader has what it wanted; nothing to report.
+        Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             // Not eprintln!: with the terminal gone it would panic, and abort with 134.
             use std::io::Write as _;

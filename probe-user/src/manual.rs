@@ -20,6 +20,13 @@ pub enum ManualError {
     Stdout(io::Error),
 }
 
+impl ManualError {
+    /// A write to stdout whose reader has gone (`probetop man | head`).
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, Self::Stdout(e) if e.kind() == io::ErrorKind::BrokenPipe)
+    }
+}
+
 /// The completion script for `shell` on `out`.
 pub fn completions(shell: Shell, out: &mut dyn Write) -> Result<(), ManualError> {
     let mut cmd = without_hidden_subcommands(crate::cli::Cli::command()).bin_name(BIN);

@@ -106,6 +106,7 @@ impl Probe {
             &self.point.name,
             &self.point.object.display().to_string(),
         );
+        label.resolved = self.point.resolved.clone();
         if let Some(tag) = cost::label_tag(cost) {
             label.display = format!("{} {tag}", label.display);
         }
@@ -137,7 +138,20 @@ fn probe_config(
     let mut config = base;
     if args > 0 {
         match attach::args::args_config(&probe.point, args) {
-            Ok(captured) => config.args = captured,
+            Ok(captured) => {
+                // Fewer than asked (a USDT site with fewer arguments, a function entry's
+                // six registers): said, not silently cut.
+                if (captured.count as usize) < args {
+                    say(format!(
+                        "{}: --args {args} captures {} argument value{} of {}, all it has in registers or notes",
+                        probe.spec,
+                        captured.count,
+                        if captured.count == 1 { "" } else { "s" },
+                        probe.point.name
+                    ));
+                }
+                config.args = captured;
+            }
             Err(e) => say(format!(
                 "{}: no argument values for {}: {e}",
                 probe.spec, probe.point.name
@@ -147,17 +161,18 @@ fn probe_config(
     config
 }
 
-/// One hit in how many has its handler timed: `--time-every`, for the kernel mode only,
-/// where no record needs the handler time of every hit.
+/// One hit in how many has its handler timed: `--time-every`, for the kernel mode and
+/// for auto mode once it aggregates a probe in the kernel, where no record needs the
+/// handler time of every hit.
 fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
     match (mode, asked) {
         (_, Some(0)) => Err(UsageError(
             "--time-every 0: give 1 to time every hit, or N to time one hit in N".into(),
         )),
-        (Mode::Kernel, asked) => Ok(asked.unwrap_or(probe_common::DEFAULT_TIME_EVERY)),
+        (Mode::Kernel | Mode::Auto, asked) => Ok(asked.unwrap_or(probe_common::DEFAULT_TIME_EVERY)),
         (_, None | Some(1)) => Ok(1),
         (_, Some(n)) => Err(UsageError(format!(
-            "--time-every {n} applies to --mode kernel only: records streamed in the other modes carry every hit's handler time"
+            "--time-every {n} applies to --mode kernel and auto only: records streamed in the other modes carry every hit's handler time"
         ))),
     }
 }
@@ -196,6 +211,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         )),
     };
     let time_every = time_every(args.mode, args.time_every)?;
+    if args.args > probe_common::MAX_ARGS {
+        bail!(UsageError(format!(
+            "--args {}: a hit carries at most {} argument values (the most a USDT site has, as in libbpf)",
+            args.args,
+            probe_common::MAX_ARGS
+        )));
+    }
     if args.sample_every == 0 {
         bail!(UsageError(
             "--sample-every 0: give 1 to stream every hit, or N to stream one hit in N".into()
@@ -291,6 +313,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     });
     let collector_options = CollectorOptions {
         auto_kernel_above: (args.mode == Mode::Auto).then_some(args.auto_above),
+        auto_time_every: time_every,
         interval: Duration::from_secs_f64(args.interval),
         keep_interval_log: wants_intervals,
     };
@@ -315,6 +338,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let spec_points: Vec<(&str, &ProbePoint)> =
         probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
     for line in cost::entry_warnings(&spec_points, &prepared.costs) {
+        say!("{line}");
+    }
+    if let Some(line) = points::ifunc_resolvers_line(&spec_points) {
         say!("{line}");
     }
     // Kernel dispatch is timed for one process's hits.
@@ -343,7 +369,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         dispatch_tgid: dispatch_wanted.then_some(pid),
         // Only the kernel and auto modes ever aggregate in the kernel.
         kernel_histograms,
-        time_every,
+        // Auto mode streams every hit, timed, until it switches a probe.
+        time_every: if args.mode == Mode::Auto {
+            1
+        } else {
+            time_every
+        },
         attach_path: target.live_thread.map(|_| attach::AttachPath::PerfEvent),
         filter_processes: several,
         ..Default::default()
@@ -440,8 +471,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let flush = attachment.attach_flush()?;
     let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
-    for probe in aggregator.probes_mut() {
-        probe.mode = base_config.mode;
+    for (row, probe) in aggregator.probes_mut().iter_mut().zip(&probes) {
+        row.mode = base_config.mode;
+        row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
     }
     aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
     aggregator.assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
@@ -1174,6 +1206,7 @@ fn build_report(
                 spec: probe.spec.clone(),
                 kind: probe.point.kind,
                 name: probe.point.name.clone(),
+                resolved: probe.point.resolved.clone(),
                 object: probe.point.object.display().to_string(),
                 address: probe.point.address,
                 file_offset: probe.point.file_offset,
@@ -1348,9 +1381,12 @@ pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
     let save = !args.no_save && !args.cold_only;
     let calibration = calibrate::run(options, |phase| say!("probetop calibrate: {phase}"))?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&calibration)?);
+        crate::write_stdout(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(&calibration)?
+        ))?;
     } else {
-        print!("{}", calibration.render_text());
+        crate::write_stdout(&calibration.render_text())?;
     }
     if save {
         let path = calibrate::save(&calibration)?;
@@ -1381,9 +1417,9 @@ pub fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
     }
     let listing = list(&source, pattern.as_deref())?;
     if args.json {
-        println!("{}", present::list::render_json(&listing)?);
+        crate::write_stdout(&format!("{}\n", present::list::render_json(&listing)?))?;
     } else {
-        print!("{}", present::list::render_text(&listing));
+        crate::write_stdout(&present::list::render_text(&listing))?;
     }
     Ok(())
 }

@@ -38,6 +38,9 @@ pub struct CollectorOptions {
     /// Switch a ring buffer probe to in-kernel aggregation once its rate exceeds this
     /// many hits per second.
     pub auto_kernel_above: Option<f64>,
+    /// With `auto_kernel_above`: once a probe is switched, time the handler of one hit in
+    /// this many (`--time-every`), as the kernel mode does; until then every hit is timed.
+    pub auto_time_every: u64,
     /// Length of a live interval: the UI's last-interval view and time series, and the
     /// histograms of an interval log.
     pub interval: Duration,
@@ -49,6 +52,7 @@ impl Default for CollectorOptions {
     fn default() -> Self {
         Self {
             auto_kernel_above: None,
+            auto_time_every: 1,
             interval: Duration::from_secs(1),
             keep_interval_log: false,
         }
@@ -296,7 +300,7 @@ pub async fn collect(
                 aggregator.tick(now - last_tick);
                 last_tick = now;
                 if let Some(limit) = options.auto_kernel_above {
-                    switch_hot_probes(&mut counters, &mut aggregator, limit);
+                    switch_hot_probes(&mut counters, &mut aggregator, limit, options.auto_time_every);
                 }
                 snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, *focus.borrow()));
             }
@@ -553,8 +557,15 @@ fn baseline_probes(
 }
 
 /// Moves ring buffer probes hotter than `limit` hits/s to in-kernel aggregation, which
-/// costs the target less per hit and user space nothing per hit.
-fn switch_hot_probes(counters: &mut KernelCounters, aggregator: &mut Aggregator, limit: f64) {
+/// costs the target less per hit and user space nothing per hit. From the first switch
+/// on, one hit in `time_every` is timed, as in the kernel mode: a probe still streaming
+/// reads the clock of an untimed hit after its config lookup, a few ns later.
+fn switch_hot_probes(
+    counters: &mut KernelCounters,
+    aggregator: &mut Aggregator,
+    limit: f64,
+    time_every: u64,
+) {
     let mut switched = Vec::new();
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let rate = probe.rate.per_second();
@@ -563,13 +574,30 @@ fn switch_hot_probes(counters: &mut KernelCounters, aggregator: &mut Aggregator,
             && counters.set_mode(id as u32, mode::KERNEL_HISTOGRAM).is_ok()
         {
             probe.mode = mode::KERNEL_HISTOGRAM;
-            switched.push((id, rate));
+            switched.push((probe_name(id, probe), rate));
         }
     }
-    for (id, rate) in switched {
+    if !switched.is_empty()
+        && time_every > 1
+        && let Err(e) = counters.set_time_every(time_every)
+    {
         aggregator.notices.push(format!(
-            "probe {id} fires {rate:.0} hits/s, above {limit:.0}: aggregating it in the kernel from now on"
+            "cannot time one hit in {time_every} from now on ({e}): every hit stays timed"
         ));
+    }
+    for (name, rate) in switched {
+        aggregator.notices.push(format!(
+            "{name} fires {rate:.0} hits/s, above {limit:.0}: aggregating it in the kernel from now on"
+        ));
+    }
+}
+
+/// How notices name a probe: as its row does, or by id when the row's name is unknown.
+fn probe_name(id: usize, probe: &ProbeAggregate) -> String {
+    if probe.name.is_empty() {
+        format!("probe {id}")
+    } else {
+        probe.name.clone()
     }
 }
 
@@ -595,7 +623,7 @@ mod tests {
             hit,
             count: 2,
             faulted: 0,
-            args: [7, u64::MAX, 0, 0, 0, 0],
+            args: [7, u64::MAX, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
         };
         assert_eq!(
             Record::parse(&bytes_of(&with_args)),

@@ -83,8 +83,10 @@ mod pod {
     unsafe impl aya::Pod for super::HitBatch {}
 }
 
-/// Most argument values one hit record carries (`--args N`).
-pub const MAX_ARGS: usize = 6;
+/// Most argument values one hit record carries (`--args N`): 12, the most a USDT site
+/// has (sys/sdt.h's STAP_PROBE12, libbpf's limit). Only records with arguments carry
+/// them ([`HitArgsEvent`]); a plain hit's record ([`HitEvent`]) does not grow.
+pub const MAX_ARGS: usize = 12;
 
 /// How the eBPF program fetches one argument value; mirrors the x86-64 forms of USDT
 /// argument specs, which also cover function arguments (registers) and return values.
@@ -196,6 +198,15 @@ pub fn next_draw(state: u64, cpu: u32) -> u64 {
 #[cfg(test)]
 mod wakeup_tests {
     use super::*;
+
+    #[test]
+    fn twelve_arguments_do_not_grow_a_plain_hit() {
+        // Only records with arguments carry them: the hot path's records stay as small.
+        assert_eq!(core::mem::size_of::<HitEvent>(), 32);
+        assert_eq!(core::mem::size_of::<HitBatch>(), 8 + 32 * BATCH_RECORDS);
+        assert_eq!(core::mem::size_of::<HitArgsEvent>(), 32 + 8 + 8 * MAX_ARGS);
+        assert_eq!(MAX_ARGS, 12);
+    }
 
     #[test]
     fn the_threshold_is_split_among_cpus_in_whole_records() {

@@ -242,6 +242,8 @@ fn lower(probe: &UsdtProbe, lookup: impl Fn(&str) -> Option<u64>, load_bias: Opt
             arg_symbols,
         }),
         function: None,
+        resolved: None,
+        ifunc_resolver: false,
     };
     for count in [0, 1, probe_common::MAX_ARGS, usize::MAX] {
         if let Ok(config) = args_config(&point, count) {

@@ -1055,8 +1055,25 @@ impl Attachment {
             histogram: take(&mut self.ebpf, "KERNEL_HISTOGRAM", PerCpuArray::try_from)?,
             gaps: take(&mut self.ebpf, "GAPS", PerCpuArray::try_from)?,
             config: take(&mut self.ebpf, "CONFIG", Array::try_from)?,
+            timing: self.timing_handle()?,
             dispatch: None,
         })
+    }
+
+    /// A second handle on the TIMING map, which stays here for the calibration's cases:
+    /// auto mode changes it from the collector, which owns the counters.
+    fn timing_handle(&self) -> Result<Array<MapData, u64>, AttachError> {
+        let name = "TIMING";
+        let Some(aya::maps::Map::Array(data)) = self.ebpf.map(name) else {
+            return Err(AttachError::MissingMap(name));
+        };
+        let id = data
+            .info()
+            .map_err(|source| AttachError::Map { name, source })?
+            .id();
+        let data = MapData::from_id(id).map_err(|source| AttachError::Map { name, source })?;
+        Array::try_from(aya::maps::Map::Array(data))
+            .map_err(|source| AttachError::Map { name, source })
     }
 }
 
@@ -1114,6 +1131,8 @@ pub struct KernelCounters {
     histogram: PerCpuArray<MapData, KernelHistogram>,
     gaps: PerCpuArray<MapData, probe_common::GapHistogram>,
     config: Array<MapData, ProbeConfig>,
+    /// One hit in how many is timed (`probe_common::untimed_below`), for all probes.
+    timing: Array<MapData, u64>,
     /// Kernel dispatch measurement, when it runs (`cost::dispatch`).
     dispatch: Option<crate::cost::dispatch::Dispatch>,
 }
@@ -1165,6 +1184,11 @@ impl KernelCounters {
         config: ProbeConfig,
     ) -> Result<(), aya::maps::MapError> {
         self.config.set(probe_id, config, 0)
+    }
+
+    /// Times the handler of one hit in `every` from now on (1: every hit).
+    pub fn set_time_every(&mut self, every: u64) -> Result<(), aya::maps::MapError> {
+        self.timing.set(0, probe_common::untimed_below(every), 0)
     }
 
     /// Switches how `probe_id`'s hits reach user space, from its next hit on.

@@ -16,6 +16,9 @@ pub struct ProbeLabel {
     pub display: String,
     /// The object's path.
     pub object: String,
+    /// What the name resolved to when that is another name (`__libc_calloc` for
+    /// `uprobe:calloc`, `__strlen_avx2` for the IFUNC `strlen`): the detail pane says so.
+    pub resolved: Option<String>,
     /// Set on a probe of a program the target no longer runs: the number of the exec
     /// (1 for the first) that replaced it (`--follow-exec`). Such a row keeps its
     /// measurements and never fires again.
@@ -28,6 +31,7 @@ impl ProbeLabel {
             kind,
             display: format!("{kind}:{name}"),
             object: object.to_string(),
+            resolved: None,
             before_exec: None,
         }
     }

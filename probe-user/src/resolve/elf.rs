@@ -6,10 +6,11 @@
 //! malformed part is reported or skipped rather than trusted.
 
 use object::elf::{
-    NT_GNU_BUILD_ID, PF_X, PT_LOAD, SHN_UNDEF, SHT_DYNSYM, SHT_NOBITS, SHT_NOTE, SHT_SYMTAB,
-    STB_GLOBAL, STB_LOCAL, STB_WEAK, STT_FUNC, STT_GNU_IFUNC, STT_OBJECT, STT_TLS,
+    EM_X86_64, NT_GNU_BUILD_ID, PF_X, PT_LOAD, R_X86_64_IRELATIVE, SHN_UNDEF, SHT_DYNSYM,
+    SHT_NOBITS, SHT_NOTE, SHT_RELA, SHT_SYMTAB, STB_GLOBAL, STB_LOCAL, STB_WEAK, STT_FUNC,
+    STT_GNU_IFUNC, STT_OBJECT, STT_TLS,
 };
-use object::read::elf::{FileHeader, ProgramHeader as _, SectionHeader as _, Sym as _};
+use object::read::elf::{FileHeader, ProgramHeader as _, Rela as _, SectionHeader as _, Sym as _};
 use object::{Endianness, FileKind};
 
 /// Longest symbol name kept; longer ones are skipped as garbage.
@@ -71,6 +72,14 @@ pub struct ElfSymbol {
     pub table: SymbolTableKind,
 }
 
+/// An `R_X86_64_IRELATIVE` relocation: the dynamic linker calls the IFUNC resolver at
+/// `resolver` and writes what it returns at `got` (link-time addresses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IrelativeSlot {
+    pub got: u64,
+    pub resolver: u64,
+}
+
 /// `.gnu_debuglink`: the separate debug file's name and the CRC32 of its contents.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DebugLink {
@@ -107,6 +116,8 @@ pub struct ElfImage {
     pub read_errors: Vec<String>,
     /// Built by the Go toolchain (it has `.go.buildinfo` or `.gopclntab`).
     pub is_go: bool,
+    /// IRELATIVE relocations (x86-64): where each IFUNC's choice is written at load.
+    pub irelative: Vec<IrelativeSlot>,
 }
 
 /// Whether the ELF file at `path` was built by the Go toolchain; false if unreadable.
@@ -260,6 +271,24 @@ fn parse_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<El
                 }
             }
             _ => {}
+        }
+        if sh_type == SHT_RELA && image.machine == EM_X86_64 {
+            // A broken table is skipped: only IFUNC probes need it.
+            if let Ok(Some((relocations, _))) = section.rela(endian, data) {
+                image.irelative.extend(
+                    relocations
+                        .iter()
+                        .filter(|r| r.r_type(endian, false) == R_X86_64_IRELATIVE)
+                        .map(|r| {
+                            let addend: i64 = r.r_addend(endian).into();
+                            IrelativeSlot {
+                                got: r.r_offset(endian).into(),
+                                resolver: addend as u64,
+                            }
+                        }),
+                );
+            }
+            continue;
         }
         if sh_type != SHT_NOTE {
             continue;

@@ -368,9 +368,17 @@ fn c_aliases_are_one_point_with_a_stable_name() {
     for alias in ["probe_alias_impl", "probe_alias_long_name", "pa_weak"] {
         let points = resolve_ok(&path, &format!("uprobe:{alias}"));
         assert_eq!(points.len(), 1, "{alias}");
-        assert_eq!(points[0].name, "probe_alias_impl");
+        // Named as written, with the preferred name beside it when that differs.
+        assert_eq!(points[0].name, alias);
+        let preferred = (alias != "probe_alias_impl").then(|| "probe_alias_impl".to_string());
+        assert_eq!(points[0].resolved, preferred, "{alias}");
         assert_eq!(points[0].address, impl_addr);
     }
+    // A pattern names the point by its preferred name.
+    assert_eq!(
+        resolve_ok(&path, "uprobe:*alias_long*")[0].name,
+        "probe_alias_impl"
+    );
     assert_eq!(resolve_ok(&path, "uprobe:*alias*").len(), 1);
     let listed = listing(&path, &opts());
     let p = listed
@@ -392,12 +400,14 @@ fn c_ifunc_and_static_functions() {
     let path = fixture("c/probes");
     let ifunc = readelf_function(&path, "probe_ifunc");
     assert_eq!(ifunc.kind, "IFUNC");
+    // In a file there is no resolver's choice to read: the IFUNC stays at its resolver.
+    // In a running process it goes to the implementation (tests/probe_points.rs).
     for name in ["probe_ifunc", "resolve_probe_ifunc"] {
         let points = resolve_ok(&path, &format!("uprobe:{name}"));
         assert_eq!(points.len(), 1);
         assert_eq!(
             (points[0].name.as_str(), points[0].address),
-            ("probe_ifunc", ifunc.value)
+            (name, ifunc.value)
         );
     }
     let local = readelf_function(&path, "probe_static_helper");
@@ -1221,4 +1231,46 @@ fn an_offset_needs_exactly_one_function() {
         .expect_err("unknown")
         .to_string();
     assert!(err.contains("not found"), "{err}");
+}
+
+#[test]
+fn live_ifunc_resolves_to_the_implementation_the_process_uses() {
+    for bin in ["c/probes", "c/probes-nopie"] {
+        let path = fixture(bin);
+        let implementation = readelf_function(&path, "ifunc_impl");
+        let resolver = readelf_function(&path, "probe_ifunc").value;
+        let proc = Running::start(&path.to_string_lossy(), &["--wait-stdin"]);
+        let target = Target::open(proc.pid).expect("target");
+        let points = resolve(&target, &spec("uprobe:probe_ifunc")).expect("resolve");
+        assert_eq!(points.len(), 1, "{bin}");
+        let p = &points[0];
+        assert_eq!(p.name, "probe_ifunc", "{bin}");
+        assert_eq!(p.resolved.as_deref(), Some("ifunc_impl"), "{bin}");
+        assert_eq!(p.address, implementation.value, "{bin}");
+        // The resolver by its own name stays the resolver (whose preferred name, at the
+        // same address, is the IFUNC's).
+        let points = resolve(&target, &spec("uprobe:resolve_probe_ifunc")).expect("resolve");
+        assert_eq!(
+            (points[0].address, points[0].resolved.as_deref()),
+            (resolver, Some("probe_ifunc")),
+            "{bin}"
+        );
+    }
+}
+
+#[test]
+fn an_ifunc_whose_choice_cannot_be_read_is_refused_with_the_reason() {
+    let image = super::elf::ElfImage::default();
+    let table = super::symbols::SymbolTable::default();
+    let err = super::ifunc::implementation(std::process::id(), &image, &table, 0, 0x1000)
+        .expect_err("no relocation");
+    let err = ResolveError::Ifunc {
+        name: "strfoo".into(),
+        object: "/lib/libc.so.6".into(),
+        reason: err,
+    };
+    assert_eq!(
+        err.to_string(),
+        "strfoo in /lib/libc.so.6 is an IFUNC: its symbol is a resolver that runs once at load, and the object has no IRELATIVE relocation for it, so its choice cannot be read; probe the implementation by its name instead (probetop list --pid PID '*strfoo*' lists them)"
+    );
 }

@@ -13,6 +13,7 @@
 pub mod debuginfo;
 pub mod elf;
 pub mod glob;
+pub mod ifunc;
 pub mod ldcache;
 pub mod list;
 pub mod maps;
@@ -74,6 +75,14 @@ pub struct ProbePoint {
     pub usdt: Option<UsdtSite>,
     /// Where the point sits in its function (uprobes and uretprobes only).
     pub function: Option<FunctionSpan>,
+    /// What `name`, as the user wrote it, resolved to when that is another name: the
+    /// symbol table's preferred alias (`__libc_calloc` for `calloc`), or the
+    /// implementation an IFUNC chose in the target (`__strlen_avx2` for `strlen`).
+    pub resolved: Option<String>,
+    /// An IFUNC matched by a pattern, left at its resolver (which runs once at load), as
+    /// `probetop list` shows it: the run says so, naming a way to probe the
+    /// implementation.
+    pub ifunc_resolver: bool,
 }
 
 /// A uprobe's place in its function.
@@ -138,6 +147,14 @@ pub enum ResolveError {
     Read {
         path: PathBuf,
         error: std::io::Error,
+    },
+    #[error(
+        "{name} in {object} is an IFUNC: its symbol is a resolver that runs once at load, and {reason}; probe the implementation by its name instead (probetop list --pid PID '*{name}*' lists them)"
+    )]
+    Ifunc {
+        name: String,
+        object: PathBuf,
+        reason: ifunc::IfuncError,
     },
     #[error("{path} is not an ELF file probetop can read: {reason}")]
     Elf { path: PathBuf, reason: String },
@@ -328,26 +345,64 @@ fn resolve_functions(
     for object in objects {
         let obj = cache.load(object, scope, opts)?;
         let table = obj.symbols();
+        let literal = glob.literal();
         for f in table.matching(&glob) {
+            // The row carries the name the user wrote; the preferred alias goes beside it.
+            let wrote = literal
+                .as_deref()
+                .and_then(|name| f.names().find(|n| n.keys().any(|k| k == name)))
+                .unwrap_or(&f.name);
+            let mut resolved = (wrote != &f.name).then(|| f.name.display.clone());
+            let mut target = (f.address, f.file_offset, f.size);
+            // Through the IFUNC's own name, not its resolver's (`resolve_probe_ifunc`,
+            // at the same address, still probes the resolver). A pattern keeps it at the
+            // resolver, as `probetop list` shows it, and the run says so.
+            let ifunc_resolver =
+                literal.is_none() && f.names().any(|n| n.ifunc && n.matches(&glob));
+            if literal.is_some()
+                && wrote.ifunc
+                && let Some((pid, bias)) = scope.pid().zip(obj.load_bias)
+            {
+                match ifunc::implementation(pid, &obj.image, table, bias, f.address) {
+                    Ok(chosen) => {
+                        resolved = Some(match &chosen.function {
+                            Some(g) => g.name.display.clone(),
+                            None => format!("implementation at {:#x}", chosen.address),
+                        });
+                        let size = chosen.function.as_ref().map_or(0, |g| g.size);
+                        target = (chosen.address, chosen.file_offset, size);
+                    }
+                    Err(reason) => {
+                        return Err(ResolveError::Ifunc {
+                            name: wrote.display.clone(),
+                            object: obj.r.display.clone(),
+                            reason,
+                        });
+                    }
+                }
+            }
+            let (address, file_offset, size) = target;
             let span = FunctionSpan {
                 offset: 0,
-                size: f.size,
+                size,
                 inner_symbol: table
-                    .next_after(f.address)
-                    .map(|next| next.address - f.address)
-                    .filter(|gap| *gap < f.size),
+                    .next_after(address)
+                    .map(|next| next.address - address)
+                    .filter(|gap| *gap < size),
             };
             points.push(ProbePoint {
                 kind: spec.kind,
                 object: obj.r.display.clone(),
                 attach_path: obj.r.attach_path.clone(),
-                name: f.name.display.clone(),
-                address: f.address,
-                file_offset: f.file_offset,
-                symbol: f.name.raw.clone(),
+                name: wrote.display.clone(),
+                address,
+                file_offset,
+                symbol: wrote.raw.clone(),
                 load_bias: obj.load_bias,
                 usdt: None,
                 function: Some(span),
+                resolved,
+                ifunc_resolver,
             });
             read_paths.push(obj.r.read_path.clone());
         }
@@ -579,6 +634,8 @@ fn usdt_point(obj: &Loaded, probe: &UsdtProbe) -> ProbePoint {
             arg_symbols,
         }),
         function: None,
+        resolved: None,
+        ifunc_resolver: false,
     }
 }
 
@@ -610,6 +667,14 @@ pub(crate) struct ObjectRef {
 }
 
 impl<'a> Scope<'a> {
+    /// The process resolved in, if any.
+    fn pid(&self) -> Option<u32> {
+        match self {
+            Scope::Process { target, .. } => Some(target.pid),
+            Scope::File(_) => None,
+        }
+    }
+
     fn process(target: &'a Target) -> Self {
         let exe_id = FileId::of(&target.exe_link()).ok();
         Scope::Process {

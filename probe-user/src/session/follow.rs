@@ -387,9 +387,11 @@ async fn attach(
     let rows = costs
         .iter()
         .zip(&configs)
-        .map(|(cost, config)| {
+        .zip(&probes)
+        .map(|((cost, config), point)| {
             let mut probe = ProbeAggregate::default();
             probe.mode = config.mode;
+            probe.name = ProbeLabel::new(point.point.kind, &point.point.name, "").display;
             // Kernel dispatch is not measured for these (it stopped at the exec).
             probe.cost = cost.clone();
             (probe, *config)

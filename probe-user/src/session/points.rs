@@ -227,6 +227,44 @@ pub(super) fn go_on_without_refused(
     run.attachment.attach_all(&requests)
 }
 
+/// Most IFUNC names one line shows.
+const IFUNC_NAMES_SHOWN: usize = 5;
+
+/// One line about IFUNCs a pattern matched: they are probed at their resolvers, which
+/// run once at load and so count (nearly) nothing; naming one probes what it chose.
+pub(super) fn ifunc_resolvers_line(
+    points: &[(&str, &crate::resolve::ProbePoint)],
+) -> Option<String> {
+    let names: Vec<&str> = points
+        .iter()
+        .filter(|(_, p)| p.ifunc_resolver)
+        .map(|(_, p)| p.name.as_str())
+        .collect();
+    if names.is_empty() {
+        return None;
+    }
+    let more = names.len().saturating_sub(IFUNC_NAMES_SHOWN);
+    let mut shown = names
+        .iter()
+        .take(IFUNC_NAMES_SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if more > 0 {
+        shown.push_str(&format!(" and {more} more"));
+    }
+    Some(format!(
+        "probetop: warning: {} IFUNC{} matched by a pattern ({shown}) probed at {} once at load: such a probe counts nearly nothing; name one (uprobe:libc:strlen) to probe the implementation the target calls",
+        names.len(),
+        if names.len() == 1 { "" } else { "s" },
+        if names.len() == 1 {
+            "its resolver, which runs"
+        } else {
+            "their resolvers, which run"
+        },
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

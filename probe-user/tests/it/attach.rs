@@ -290,22 +290,37 @@ fn auto_mode_moves_hot_probes_into_the_kernel() {
     let _turn = turn(module_path!());
     // Unpaced: far above the threshold.
     let target = workload(&["--forever", "--batch", "100000"]);
+    let json = export_path("auto-mode.json");
     let mut cmd = probetop();
     cmd.args([
         "--pid",
         &target.pid().to_string(),
         "--no-tui",
         "--duration",
-        "2",
+        "3",
     ])
     .args(["--mode", "auto", "--auto-above", "1000"])
-    .args(["-e", "uprobe:work_unit"]);
+    .args(["-e", "uprobe:work_unit", "--export"])
+    .arg(&json);
     let mut probetop = Running::spawn(cmd);
     assert!(probetop.wait().success());
     let stderr = probetop.err().rest().join("\n");
+    // Named as its row is, not by its id.
     assert!(
-        stderr.contains("aggregating it in the kernel"),
-        "no switch reported: {stderr}"
+        stderr.contains("uprobe:work_unit fires")
+            && stderr.contains("aggregating it in the kernel"),
+        "no switch reported by name: {stderr}"
+    );
+    // From the switch on, one hit in --time-every (64) is timed, as in the kernel mode:
+    // the switch comes within the first second or so of three, and the kernel mode is
+    // the faster, so most hits go untimed (every one was timed before the fix).
+    let report = read_export(&json);
+    let p = probe(&report, "work_unit");
+    let hits = p["hits"].as_u64().expect("hits");
+    let timed = p["handler_ns"]["count"].as_u64().expect("handler_ns.count");
+    assert!(
+        timed > 0 && hits - timed > hits / 4,
+        "{timed} of {hits} hits timed after the switch"
     );
 }
 

@@ -69,13 +69,25 @@ fn time_every_outside_the_kernel_mode() {
     let _turn = turn(module_path!());
     // Checked before anything is looked up or attached.
     for (mode, every, needle) in [
-        ("ring", "8", "applies to --mode kernel only"),
+        ("ring", "8", "applies to --mode kernel and auto only"),
         ("kernel", "0", "--time-every 0"),
     ] {
         let args = ["--pid", "1", "-e", "uprobe:x", "--mode", mode, "--no-tui"];
         let out = run(&[&args[..], &["--time-every", every]].concat());
         assert_clean_failure(&out, 2, needle);
     }
+}
+
+#[test]
+fn more_arguments_than_a_hit_carries() {
+    let _turn = turn(module_path!());
+    // Checked before anything is looked up or attached; 12 is libbpf's USDT limit.
+    let out = run(&["--pid", "1", "-e", "usdt:x", "--args", "13", "--no-tui"]);
+    assert_clean_failure(
+        &out,
+        2,
+        "--args 13: a hit carries at most 12 argument values",
+    );
 }
 
 #[test]

@@ -61,3 +61,42 @@ fn agrees_with_bpftrace() {
         assert_eq!(usdt, bpftrace_list("usdt", &path), "{relative}: usdt");
     }
 }
+
+/// A pipe whose reader has already gone: every write to it fails with EPIPE, as when
+/// `| head` has read its lines and exited.
+fn closed_pipe() -> std::fs::File {
+    use std::os::fd::FromRawFd as _;
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two descriptors pipe writes.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0, "pipe");
+    // SAFETY: fds[0] is the read end just created, closed once here.
+    unsafe { libc::close(fds[0]) };
+    // SAFETY: fds[1] is the write end just created and owned by nothing else.
+    unsafe { std::fs::File::from_raw_fd(fds[1]) }
+}
+
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_closed_pipe_ends_every_printing_command_quietly() {
+    let _turn = turn(module_path!());
+    let probes = fixture("c/probes");
+    let probes = probes.to_str().expect("utf-8 path");
+    for args in [
+        &["list", probes][..],
+        &["list", "--json", probes],
+        &["completions", "bash"],
+        &["man"],
+    ] {
+        let out = probetop()
+            .args(args)
+            .stdout(closed_pipe())
+            .output()
+            .expect("probetop runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.is_empty(),
+            "probetop {args:?} on a closed pipe: {} {stderr}",
+            out.status
+        );
+    }
+}

@@ -86,6 +86,21 @@ fn c_usdt_arguments_and_function_values_read_back() {
     assert_eq!(args("probe_leaf"), [last * 3 + 1]);
 }
 
+/// A USDT site with twelve arguments (sys/sdt.h's most, libbpf's limit): `--args 12`
+/// reads all twelve, not the first six.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn twelve_usdt_arguments_read_back() {
+    let _turn = turn(module_path!());
+    let report = measure_fixture("c/probes", &["--args", "12", "-e", "usdt:fixture:dozen"]);
+    let dozen = probe(&report, "fixture:dozen");
+    assert_eq!(dozen["hits"], COUNT);
+    let last = COUNT - 1;
+    // DTRACE_PROBE12(fixture, dozen, i, i + 1, ..., i + 11)
+    let expected: Vec<u64> = (last..last + 12).collect();
+    assert_eq!(dozen["last_args"], serde_json::json!(expected));
+}
+
 /// The semaphore's value in the target, read (never written) through /proc/PID/mem.
 fn semaphore(pid: u32, probe_name: &str) -> u16 {
     use std::io::{Read as _, Seek as _, SeekFrom};
@@ -383,4 +398,36 @@ fn rust_return_probes() {
     let p = probe(&report, "rustfix::trace_me");
     assert_eq!(p["hits"], COUNT);
     assert!(p["last_args"][0].is_u64(), "return value captured: {p}");
+}
+
+/// libc's `strlen` is an IFUNC: its symbol is the resolver, which ran once at load. The
+/// probe goes where the target's calls go (the implementation the resolver chose, read
+/// from the target's GOT) and counts every call; the row keeps the name the user wrote,
+/// with the implementation beside it. `calloc`, a weak alias of `__libc_calloc`, is
+/// named as written too.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn ifunc_and_alias_probes_count_every_call_under_the_name_written() {
+    let _turn = turn(module_path!());
+    const CALLS: u64 = 100_000;
+    let target = started(&fixture("c/libcalls"), &["--count", &CALLS.to_string()]);
+    let report = measure(
+        target.pid(),
+        &["-e", "uprobe:libc:strlen", "-e", "uprobe:libc:calloc"],
+        || target.signal(libc::SIGUSR1),
+    );
+    let strlen = probe(&report, "strlen");
+    assert_eq!(strlen["hits"], CALLS, "{strlen}");
+    let chosen = strlen["resolved"]
+        .as_str()
+        .expect("strlen's implementation named");
+    // `__strlen_avx2` or another; a libc without symbols for it gives the address.
+    assert!(
+        chosen != "strlen"
+            && (chosen.contains("strlen") || chosen.starts_with("implementation at")),
+        "{chosen}"
+    );
+    let calloc = probe(&report, "calloc");
+    assert_eq!(calloc["hits"], CALLS, "{calloc}");
+    assert_eq!(calloc["resolved"], "__libc_calloc");
 }

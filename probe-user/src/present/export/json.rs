@@ -20,6 +20,10 @@ struct JsonProbe<'a> {
     spec: &'a str,
     kind: ProbeKind,
     name: &'a str,
+    /// What `name` resolved to when that is another name: the preferred alias
+    /// (`__libc_calloc` for `calloc`) or an IFUNC's implementation (`__strlen_avx2`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    resolved: Option<&'a str>,
     object: &'a str,
     address: u64,
     file_offset: u64,
@@ -258,6 +262,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 spec: &p.spec,
                 kind: p.kind,
                 name: &p.name,
+                resolved: p.resolved.as_deref(),
                 object: &p.object,
                 address: p.address,
                 file_offset: p.file_offset,

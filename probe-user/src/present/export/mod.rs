@@ -44,8 +44,10 @@ pub struct ProbeReport {
     /// The spec the user wrote that produced this probe.
     pub spec: String,
     pub kind: ProbeKind,
-    /// Resolved symbol or `provider:name`.
+    /// The symbol as the user wrote it, or `provider:name`.
     pub name: String,
+    /// What `name` resolved to when that is another name (an alias, an IFUNC's choice).
+    pub resolved: Option<String>,
     pub object: String,
     pub address: u64,
     pub file_offset: u64,
@@ -359,6 +361,7 @@ pub(crate) mod testing {
             spec: format!("{kind}:{name}"),
             kind,
             name: name.to_string(),
+            resolved: None,
             object: "/usr/bin/fixture".into(),
             address: 0x1139 + id as u64,
             file_offset: 0x1139 + id as u64,
@@ -436,6 +439,7 @@ pub(crate) mod testing {
                 spec: spec.into(),
                 kind,
                 name: name.into(),
+                resolved: None,
                 object: object.into(),
                 address: 0x40_1000 + u64::from(id) * 0x10,
                 file_offset: 0x1000 + u64::from(id) * 0x10,

@@ -11,7 +11,7 @@ use ratatui::{
 
 use super::app::{App, View};
 use super::plot::{Plot, Series};
-use super::table::ellipsize;
+use super::table::{ellipsize, ellipsize_middle};
 use crate::aggregate::{CapturedArgs, FocusDetail, HISTORY_SPAN, HistoryPoint, PercentileCurve};
 use crate::present::format;
 
@@ -23,7 +23,11 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
     };
     let label = &app.labels[id];
     let inner_width = area.width.saturating_sub(2) as usize;
-    let name = ellipsize(&label.display, inner_width.saturating_sub(4));
+    let full = match &label.resolved {
+        Some(resolved) => format!("{} = {resolved}", label.display),
+        None => label.display.clone(),
+    };
+    let name = ellipsize_middle(&full, inner_width.saturating_sub(4));
     let object_room = inner_width.saturating_sub(name.chars().count() + 8);
     let mut block = Block::bordered().title(Span::styled(format!(" {name} "), theme.title()));
     if object_room > 8 {

@@ -225,6 +225,25 @@ pub fn ellipsize(text: &str, width: usize) -> String {
     cut
 }
 
+/// `text` cut to `width` characters in the middle: probe names differ at their ends
+/// (`usdt:hotspot:method__entry` and `method__return`), so both ends stay. The end gets
+/// the odd character.
+pub fn ellipsize_middle(text: &str, width: usize) -> String {
+    let count = text.chars().count();
+    if count <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let head = (width - 1) / 2;
+    let tail = width - 1 - head;
+    let mut cut: String = text.chars().take(head).collect();
+    cut.push('…');
+    cut.extend(text.chars().skip(count - tail));
+    cut
+}
+
 /// The probe's name with what sets it apart: detached, sampled, aggregated in the kernel.
 fn probe_name(app: &App, id: usize, width: usize) -> String {
     let label = &app.labels[id];
@@ -258,7 +277,7 @@ fn probe_name(app: &App, id: usize, width: usize) -> String {
         }
     };
     let room = width.saturating_sub(mark.chars().count());
-    format!("{}{mark}", ellipsize(&label.display, room))
+    format!("{}{mark}", ellipsize_middle(&label.display, room))
 }
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {

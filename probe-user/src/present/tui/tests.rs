@@ -96,7 +96,7 @@ fn snapshot() -> Snapshot {
     leaf.last_args = Some(CapturedArgs {
         count: 3,
         faulted: 0b100,
-        values: [42, 0x7f00_dead_beef, 0, 0, 0, 0],
+        values: [42, 0x7f00_dead_beef, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
     });
     let mut malloc = probe(4_100, 800.0, 240);
     malloc.dropped = 17;
@@ -794,4 +794,52 @@ fn detail_pane_lists_processes_when_several() {
         "{screen}"
     );
     assert!(!text(&app(120, 36)).contains("by process"));
+#[test]
+fn twins_stay_apart_when_names_are_cut() {
+    // Probes named alike but for their ends (JVM and python USDT pairs): cut at the
+    // end, each pair would read the same.
+    let jvm = "/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so";
+    let python = "/usr/lib/x86_64-linux-gnu/libpython3.11.so.1.0";
+    let twins = vec![
+        ProbeLabel::new(ProbeKind::Usdt, "hotspot:method__entry", jvm),
+        ProbeLabel::new(ProbeKind::Usdt, "hotspot:method__return", jvm),
+        ProbeLabel::new(ProbeKind::Usdt, "python:import__find__load__start", python),
+        ProbeLabel::new(ProbeKind::Usdt, "python:import__find__load__done", python),
+    ];
+    for width in [60, 80, 100] {
+        let mut app = App::new(
+            TargetLine {
+                pid: 4242,
+                comm: "java".into(),
+            },
+            twins.clone(),
+            true,
+            Theme::default(),
+        );
+        app.resize(width, 24);
+        app.update(snapshot());
+        let screen = text(&app);
+        let names: std::collections::BTreeSet<&str> = screen
+            .lines()
+            .filter_map(|l| l.split_once("│usdt:"))
+            .filter_map(|(_, rest)| rest.split_whitespace().next())
+            .collect();
+        assert_eq!(names.len(), 4, "{width} columns: {names:?} in\n{screen}");
+    }
+}
+
+#[test]
+fn names_are_cut_in_the_middle() {
+    use super::table::ellipsize_middle;
+    assert_eq!(
+        ellipsize_middle("usdt:hotspot:method__entry", 12),
+        "usdt:…_entry"
+    );
+    assert_eq!(
+        ellipsize_middle("usdt:hotspot:method__return", 12),
+        "usdt:…return"
+    );
+    assert_eq!(ellipsize_middle("short", 12), "short");
+    assert_eq!(ellipsize_middle("abcdef", 1), "…");
+    assert_eq!(ellipsize_middle("abcdef", 0), "");
 }

@@ -1,0 +1,79 @@
+//! IFUNC symbols (`strlen`, `memcpy` in glibc): the symbol's address is a resolver that
+//! runs once, at load, and returns the implementation for this CPU (`__strlen_avx2`).
+//! A probe there counts nothing. The dynamic linker wrote the resolver's choice into
+//! the GOT slot of each `R_X86_64_IRELATIVE` relocation whose addend is the resolver:
+//! reading that slot in the running process gives the implementation it calls.
+
+use std::os::unix::fs::FileExt as _;
+
+use super::elf::ElfImage;
+use super::symbols::{Function, SymbolTable};
+
+/// Why the implementation behind an IFUNC could not be found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IfuncError {
+    #[error("the object has no IRELATIVE relocation for it, so its choice cannot be read")]
+    NoRelocation,
+    #[error("the target's memory cannot be read at {address:#x}: {error}")]
+    Unreadable { address: u64, error: String },
+    #[error("its GOT slot holds {value:#x}, which is not code of this object (not bound yet?)")]
+    Elsewhere { value: u64 },
+}
+
+/// Where an IFUNC's calls go in the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Implementation {
+    /// Link-time address in the object.
+    pub address: u64,
+    /// File offset of `address`.
+    pub file_offset: u64,
+    /// The function there, if the symbol tables name it (stripped libc does not).
+    pub function: Option<Function>,
+}
+
+/// The implementation process `pid` calls for the IFUNC whose resolver is at
+/// `resolver` (link-time) in `image`, loaded at `load_bias`.
+pub fn implementation(
+    pid: u32,
+    image: &ElfImage,
+    table: &SymbolTable,
+    load_bias: u64,
+    resolver: u64,
+) -> Result<Implementation, IfuncError> {
+    let slot = image
+        .irelative
+        .iter()
+        .find(|r| r.resolver == resolver)
+        .ok_or(IfuncError::NoRelocation)?;
+    let address = load_bias.wrapping_add(slot.got);
+    let value = read_u64(pid, address).map_err(|error| IfuncError::Unreadable {
+        address,
+        error: error.to_string(),
+    })?;
+    // Before relocation the slot holds the link-time resolver address; a value that is
+    // not in this object's code is not a choice we can probe here.
+    let chosen = value.wrapping_sub(load_bias);
+    let file_offset = image
+        .vaddr_to_offset(chosen, Some(true))
+        .filter(|_| chosen != resolver)
+        .ok_or(IfuncError::Elsewhere { value })?;
+    let function = table
+        .functions
+        .binary_search_by_key(&chosen, |f| f.address)
+        .ok()
+        .and_then(|i| table.functions.get(i))
+        .cloned();
+    Ok(Implementation {
+        address: chosen,
+        file_offset,
+        function,
+    })
+}
+
+/// Eight bytes of process `pid`'s memory at `address` (little-endian, x86-64 only).
+fn read_u64(pid: u32, address: u64) -> std::io::Result<u64> {
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
+    let mut bytes = [0u8; 8];
+    mem.read_exact_at(&mut bytes, address)?;
+    Ok(u64::from_le_bytes(bytes))
+}
