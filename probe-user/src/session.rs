@@ -1381,12 +1381,12 @@ pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
     let save = !args.no_save && !args.cold_only;
     let calibration = calibrate::run(options, |phase| say!("probetop calibrate: {phase}"))?;
     if args.json {
-        crate::write_stdout(&format!(
+        crate::error_line::write_stdout(&format!(
             "{}\n",
             serde_json::to_string_pretty(&calibration)?
         ))?;
     } else {
-        crate::write_stdout(&calibration.render_text())?;
+        crate::error_line::write_stdout(&calibration.render_text())?;
     }
     if save {
         let path = calibrate::save(&calibration)?;
@@ -1417,9 +1417,9 @@ pub fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
     }
     let listing = list(&source, pattern.as_deref())?;
     if args.json {
-        crate::write_stdout(&format!("{}\n", present::list::render_json(&listing)?))?;
+        crate::error_line::write_stdout(&format!("{}\n", present::list::render_json(&listing)?))?;
     } else {
-        crate::write_stdout(&present::list::render_text(&listing))?;
+        crate::error_line::write_stdout(&present::list::render_text(&listing))?;
     }
     Ok(())
 }

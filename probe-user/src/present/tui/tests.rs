@@ -794,6 +794,8 @@ fn detail_pane_lists_processes_when_several() {
         "{screen}"
     );
     assert!(!text(&app(120, 36)).contains("by process"));
+}
+
 #[test]
 fn twins_stay_apart_when_names_are_cut() {
     // Probes named alike but for their ends (JVM and python USDT pairs): cut at the
