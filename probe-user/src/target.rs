@@ -361,6 +361,15 @@ mod tests {
             .arg("10")
             .spawn()
             .expect("run sleep");
+        // Spawned is not yet exec'd: until then the child is a copy of this process,
+        // token included.
+        let comm = format!("/proc/{}/comm", child.id());
+        for _ in 0..400 {
+            if fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
         let token = exec_token(child.id());
         let _ = child.kill();
         let _ = child.wait();
