@@ -362,10 +362,19 @@ mod tests {
             .spawn()
             .expect("run sleep");
         // Spawned is not yet exec'd: until then the child is a copy of this process,
-        // token included.
-        let comm = format!("/proc/{}/comm", child.id());
+        // token included, and its new auxv is written after its new name. Asleep under
+        // its new name, it is past the exec.
+        let (comm, stat) = (
+            format!("/proc/{}/comm", child.id()),
+            format!("/proc/{}/stat", child.id()),
+        );
         for _ in 0..400 {
-            if fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep") {
+            let named = fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep");
+            let asleep = fs::read_to_string(&stat)
+                .ok()
+                .and_then(|s| parse_stat(&s))
+                .is_some_and(|(state, _)| state == 'S');
+            if named && asleep {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
