@@ -1127,49 +1127,53 @@ impl Workload {
         self.child.id()
     }
 
-    /// Runs `calls` calls of `func` in the child; returns ns per call.
-    fn run(&mut self, func: Func, calls: u64) -> Result<f64, CalibrateError> {
-        let name = func.name();
-        writeln!(self.stdin, "run {name} {calls} {WARMUP}")
+    /// Sends `command` to the child and parses its reply, `PREFIX V1 V2 ...`, as
+    /// `count` numbers.
+    fn ask(
+        &mut self,
+        command: &str,
+        prefix: &str,
+        count: usize,
+    ) -> Result<Vec<f64>, CalibrateError> {
+        writeln!(self.stdin, "{command}")
             .and_then(|()| self.stdin.flush())
             .map_err(|e| CalibrateError::Child(format!("cannot send a command: {e}")))?;
-        match self.replies.recv_timeout(RUN_TIMEOUT) {
-            Ok(line) => line
-                .strip_prefix("ns ")
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(|| CalibrateError::Child(format!("replied {line:?}"))),
-            Err(_) => Err(CalibrateError::Child(
-                "stopped answering (did it die?)".into(),
-            )),
-        }
-    }
-
-    /// Runs `iters` iterations of the cold loop calling `func`.
-    fn run_cold(&mut self, func: Func, cold: &ColdOptions) -> Result<ColdRun, CalibrateError> {
-        let name = func.name();
-        writeln!(
-            self.stdin,
-            "cold {name} {} {COLD_WARMUP} {} {}",
-            cold.iters, cold.data_bytes, cold.code_bytes
-        )
-        .and_then(|()| self.stdin.flush())
-        .map_err(|e| CalibrateError::Child(format!("cannot send a command: {e}")))?;
         let line = self
             .replies
             .recv_timeout(RUN_TIMEOUT)
             .map_err(|_| CalibrateError::Child("stopped answering (did it die?)".into()))?;
-        let values: Option<Vec<f64>> = line
-            .strip_prefix("cold ")
-            .map(|rest| rest.split(' ').map(|v| v.parse().ok()).collect())
-            .and_then(|v: Option<Vec<f64>>| v.filter(|v| v.len() == 3));
-        match values.as_deref() {
-            Some(&[cpu_ns_per_iter, iter_ns_median, call_ns_median]) => Ok(ColdRun {
-                cpu_ns_per_iter,
-                iter_ns_median,
-                call_ns_median,
-            }),
-            _ => Err(CalibrateError::Child(format!("replied {line:?}"))),
-        }
+        line.strip_prefix(prefix)
+            .and_then(|rest| {
+                rest.trim_start()
+                    .split(' ')
+                    .map(|v| v.parse().ok())
+                    .collect()
+            })
+            .filter(|values: &Vec<f64>| values.len() == count)
+            .ok_or_else(|| CalibrateError::Child(format!("replied {line:?}")))
+    }
+
+    /// Runs `calls` calls of `func` in the child; returns ns per call.
+    fn run(&mut self, func: Func, calls: u64) -> Result<f64, CalibrateError> {
+        let values = self.ask(&format!("run {} {calls} {WARMUP}", func.name()), "ns", 1)?;
+        Ok(values[0])
+    }
+
+    /// Runs `iters` iterations of the cold loop calling `func`.
+    fn run_cold(&mut self, func: Func, cold: &ColdOptions) -> Result<ColdRun, CalibrateError> {
+        let command = format!(
+            "cold {} {} {COLD_WARMUP} {} {}",
+            func.name(),
+            cold.iters,
+            cold.data_bytes,
+            cold.code_bytes
+        );
+        let values = self.ask(&command, "cold", 3)?;
+        Ok(ColdRun {
+            cpu_ns_per_iter: values[0],
+            iter_ns_median: values[1],
+            call_ns_median: values[2],
+        })
     }
 
     /// [`Workload::run_pair`] in the cold loop: (probed, unprobed).

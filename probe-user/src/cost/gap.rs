@@ -220,14 +220,7 @@ mod tests {
     use super::*;
 
     fn s(median: f64) -> Summary {
-        Summary {
-            n: 1,
-            median,
-            q1: median,
-            q3: median,
-            ci_low: median,
-            ci_high: median,
-        }
+        Summary::exact(median)
     }
 
     fn curve() -> GapCurve {

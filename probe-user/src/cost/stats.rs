@@ -21,6 +21,19 @@ pub struct Summary {
 const RESAMPLES: usize = 2000;
 
 impl Summary {
+    /// One value, as a summary of itself (tests build calibrations from medians).
+    #[cfg(test)]
+    pub fn exact(value: f64) -> Self {
+        Self {
+            n: 1,
+            median: value,
+            q1: value,
+            q3: value,
+            ci_low: value,
+            ci_high: value,
+        }
+    }
+
     /// Summarises `samples`; `None` when there are none (or any is not finite).
     pub fn of(samples: &[f64]) -> Option<Self> {
         if samples.is_empty() || samples.iter().any(|s| !s.is_finite()) {

@@ -3,10 +3,9 @@
 
 use super::super::gap::{GapCurve, GapPoint};
 use super::super::workload::GapRun;
-use super::{CalibrateError, Drainer, RUN_TIMEOUT, Summary, Workload, XorShift};
+use super::{CalibrateError, Drainer, Summary, Workload, XorShift};
 use crate::attach::Attachment;
 use crate::cost::workload::Func;
-use std::io::Write as _;
 
 /// Sleeps between two calls, us: none (the hot loop), then about 4x apart up to the
 /// idle time between two requests of a server at a few hundred requests per second.
@@ -31,24 +30,12 @@ fn iters_for(sleep_us: u64) -> u64 {
 impl Workload {
     /// Runs `iters` iterations of the gap loop calling `func`.
     fn run_gap(&mut self, func: Func, iters: u64, sleep_us: u64) -> Result<GapRun, CalibrateError> {
-        let name = func.name();
-        writeln!(self.stdin, "gap {name} {iters} {}", sleep_us * 1000)
-            .and_then(|()| self.stdin.flush())
-            .map_err(|e| CalibrateError::Child(format!("cannot send a command: {e}")))?;
-        let line = self
-            .replies
-            .recv_timeout(RUN_TIMEOUT)
-            .map_err(|_| CalibrateError::Child("stopped answering (did it die?)".into()))?;
-        let values: Option<Vec<f64>> = line
-            .strip_prefix("gap ")
-            .and_then(|rest| rest.split(' ').map(|v| v.parse().ok()).collect());
-        match values.as_deref() {
-            Some(&[cpu_ns_per_iter, wall_ns_per_iter]) => Ok(GapRun {
-                cpu_ns_per_iter,
-                wall_ns_per_iter,
-            }),
-            _ => Err(CalibrateError::Child(format!("replied {line:?}"))),
-        }
+        let command = format!("gap {} {iters} {}", func.name(), sleep_us * 1000);
+        let values = self.ask(&command, "gap", 2)?;
+        Ok(GapRun {
+            cpu_ns_per_iter: values[0],
+            wall_ns_per_iter: values[1],
+        })
     }
 }
 
