@@ -51,11 +51,15 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
     let _ = std::fs::remove_dir_all(&cache);
 }
 
-/// A hit every 500 us, the CPU idle between (a server at a low rate): each hit is priced
-/// on the gap curve, and the estimate lands near what in situ measures on the fixture
-/// (ratio bounds, wide: both move with the machine's load).
+/// A hit every 250 us, the CPU idle between (a server at a low rate): each hit is priced
+/// on the gap curve, and the estimate must agree with what in situ measures on the
+/// fixture in the same run (its whole CPU, probes attached and detached), within its 95%
+/// interval widened 2x either way: both move with the machine's load, and at ~1% of a CPU
+/// a few seconds of in situ are noisy. The fixture's own per-call bracket is no truth
+/// here: a cold hit also slows what runs after it (the sleep, the wakeup), which the
+/// bracket leaves out and the calibration's gap loop and in situ count.
 fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
-    let target = workload(&["--forever", "--rate", "2000", "--batch", "1"]);
+    let target = workload(&["--forever", "--rate", "4000", "--batch", "1"]);
     let json = export_path("estimate-gap.json");
     let mut cmd = probetop();
     cmd.args([
@@ -63,7 +67,7 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
         &target.pid().to_string(),
         "--no-tui",
         "--duration",
-        "10",
+        "12",
     ])
     .args(["--in-situ", "--in-situ-window", "0.5", "--work", "none"])
     .args(["-e", "uprobe:work_unit", "--export"])
@@ -85,16 +89,22 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
     let median_us = probe["gaps"]["median_us"].as_f64().expect("median");
     assert!((100.0..=3000.0).contains(&median_us), "{}", probe["gaps"]);
     let estimate = probe["whole_cost_ns"].as_f64().expect("whole_cost_ns");
-    let in_situ = report["cost"]["in_situ"]["per_hit_ns"]["mean"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no in-situ number: {}", report["cost"]));
+    let per_hit = &report["cost"]["in_situ"]["per_hit_ns"];
+    let (mean, low, high) = (
+        per_hit["mean"].as_f64(),
+        per_hit["low"].as_f64(),
+        per_hit["high"].as_f64(),
+    );
+    let (Some(mean), Some(low), Some(high)) = (mean, low, high) else {
+        panic!("no in-situ interval: {}", report["cost"]);
+    };
     eprintln!(
-        "sparse hits: gap estimate {estimate:.0} ns/hit, in situ {in_situ:.0}, hot {hot_ring:.0}; gaps {}",
+        "sparse hits: gap estimate {estimate:.0} ns/hit, in situ {mean:.0} ({low:.0}..{high:.0}), hot {hot_ring:.0}; gaps {}",
         probe["gaps"]
     );
     assert!(
-        estimate >= 0.5 * in_situ && estimate <= 2.0 * in_situ,
-        "gap estimate {estimate:.0} ns/hit against {in_situ:.0} in situ"
+        estimate >= 0.5 * low && estimate <= 2.0 * high,
+        "gap estimate {estimate:.0} ns/hit against {mean:.0} ({low:.0}..{high:.0}) in situ"
     );
     let _ = std::fs::remove_file(&json);
 }
