@@ -82,7 +82,7 @@ pub struct CalibrateArgs {
     pub cold_only: bool,
 
     /// Skip the gap curve (a hit after sleeps of 2 us to 2 ms between calls), which
-    /// `--assume auto` prices hits with when it is there.
+    /// `--assume gap` prices hits with.
     #[arg(long)]
     pub no_gap: bool,
 }
@@ -224,9 +224,9 @@ pub struct RunArgs {
 
     /// Price hits with the calibration's hot loop (caches warm between hits: a tight
     /// loop), its cold loop (a server's code and data run between hits), its gap curve
-    /// (each hit by the idle time before it on its CPU), or auto: by the gap when the
-    /// calibration has the curve; else cold when the target maps more than 8 MiB of
-    /// code or a thread hits a probe less often than every 10 us, hot otherwise.
+    /// (each hit by the idle time before it on its CPU), or auto: cold when the target
+    /// maps more than 8 MiB of code or a thread hits a probe less often than every 10
+    /// us, hot otherwise.
     #[arg(long, value_enum, value_name = "CACHES", default_value_t = crate::cost::assume::AssumeChoice::Auto)]
     pub assume: crate::cost::assume::AssumeChoice,
 

@@ -51,8 +51,8 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
     let _ = std::fs::remove_dir_all(&cache);
 }
 
-/// A hit every 250 us, the CPU idle between (a server at a low rate): each hit is priced
-/// on the gap curve, and the estimate must agree with what in situ measures on the
+/// A hit every 250 us, the CPU idle between (a server at a low rate): with `--assume
+/// gap` each hit is priced on the gap curve, and the estimate must agree with what in situ measures on the
 /// fixture in the same run (its whole CPU, probes attached and detached), within its 95%
 /// interval widened 2x either way: both move with the machine's load, and at ~1% of a CPU
 /// a few seconds of in situ are noisy. The fixture's own per-call bracket is no truth
@@ -70,7 +70,7 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
         "12",
     ])
     .args(["--in-situ", "--in-situ-window", "0.5", "--work", "none"])
-    .args(["-e", "uprobe:work_unit", "--export"])
+    .args(["--assume", "gap", "-e", "uprobe:work_unit", "--export"])
     .arg(&json)
     .env("XDG_CACHE_HOME", cache);
     let mut probetop = Running::spawn(cmd);
@@ -195,20 +195,20 @@ fn estimate_within_a_quarter(cache: &std::path::Path, mode: &str) -> f64 {
     let report: serde_json::Value = read_export(&json);
     let probe = &report["probes"][0];
     assert_eq!(probe["cost_class"], "emulated-push", "{probe}");
-    // A small program hitting its probe every microsecond: auto prices each hit by the
-    // gap before it, nearly all under a microsecond (the hot loop's price).
-    assert_eq!(probe["whole_cost_assumes"], "gap", "{probe}");
+    // A small program hitting its probe every microsecond: auto prices it hot, and its
+    // gaps are nearly all under a microsecond.
+    assert_eq!(probe["whole_cost_assumes"], "hot", "{probe}");
     assert!(
         probe["gaps"]["median_us"].as_f64() == Some(0.0),
         "{}",
         probe["gaps"]
     );
     let assumption = &report["cost"]["assumption"];
-    assert_eq!(assumption["assumes"], "gap", "{assumption}");
+    assert_eq!(assumption["assumes"], "hot", "{assumption}");
     assert!(
         assumption["why"]
             .as_str()
-            .is_some_and(|w| w.starts_with("auto: each hit priced by the idle time")),
+            .is_some_and(|w| w.starts_with("auto: a hit every")),
         "{assumption}"
     );
     let estimate = probe["whole_cost_ns"]
