@@ -51,9 +51,26 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
     let _ = std::fs::remove_dir_all(&cache);
 }
 
+/// probetop on the fixture's `work_unit` with `args`, this test's calibration and an
+/// export to `json`.
+fn on_work_unit(
+    target: &Running,
+    cache: &std::path::Path,
+    json: &std::path::Path,
+    args: &[&str],
+) -> std::process::Command {
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(args)
+        .args(["-e", "uprobe:work_unit", "--export"])
+        .arg(json)
+        .env("XDG_CACHE_HOME", cache);
+    cmd
+}
+
 /// A hit every 250 us, the CPU idle between (a server at a low rate): with `--assume
-/// gap` each hit is priced on the gap curve, and the estimate must agree with what in situ measures on the
-/// fixture in the same run (its whole CPU, probes attached and detached), within its 95%
+/// gap` each hit is priced on the gap curve, and the estimate must agree with what in
+/// situ measures on the fixture in the same run (its whole CPU, probes attached and detached), within its 95%
 /// interval widened 2x either way: both move with the machine's load, and at ~1% of a CPU
 /// a few seconds of in situ are noisy. The fixture's own per-call bracket is no truth
 /// here: a cold hit also slows what runs after it (the sleep, the wakeup), which the
@@ -61,18 +78,22 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
 fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
     let target = workload(&["--forever", "--rate", "4000", "--batch", "1"]);
     let json = export_path("estimate-gap.json");
-    let mut cmd = probetop();
-    cmd.args([
-        "--pid",
-        &target.pid().to_string(),
-        "--no-tui",
-        "--duration",
-        "12",
-    ])
-    .args(["--in-situ", "--in-situ-window", "0.5", "--work", "none"])
-    .args(["--assume", "gap", "-e", "uprobe:work_unit", "--export"])
-    .arg(&json)
-    .env("XDG_CACHE_HOME", cache);
+    let cmd = on_work_unit(
+        &target,
+        cache,
+        &json,
+        &[
+            "--duration",
+            "12",
+            "--in-situ",
+            "--in-situ-window",
+            "0.5",
+            "--work",
+            "none",
+            "--assume",
+            "gap",
+        ],
+    );
     let mut probetop = Running::spawn(cmd);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     let report: serde_json::Value = read_export(&json);
@@ -115,19 +136,12 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
 fn cold_when_asked(cache: &std::path::Path, hot_ring: f64) {
     let target = workload(&["--forever", "--batch", "100000"]);
     let json = export_path("estimate-cold.json");
-    let mut cmd = probetop();
-    cmd.args([
-        "--pid",
-        &target.pid().to_string(),
-        "--no-tui",
-        "--duration",
-        "2",
-        "--assume",
-        "cold",
-    ])
-    .args(["-e", "uprobe:work_unit", "--export"])
-    .arg(&json)
-    .env("XDG_CACHE_HOME", cache);
+    let cmd = on_work_unit(
+        &target,
+        cache,
+        &json,
+        &["--duration", "2", "--assume", "cold"],
+    );
     let mut probetop = Running::spawn(cmd);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     let stderr = probetop.err().rest().join("\n");
@@ -159,19 +173,7 @@ fn estimate_within_a_quarter(cache: &std::path::Path, mode: &str) -> f64 {
     }));
 
     let json = export_path(&format!("estimate-{mode}.json"));
-    let mut cmd = probetop();
-    cmd.args([
-        "--pid",
-        &target.pid().to_string(),
-        "--no-tui",
-        "--duration",
-        "4",
-        "--mode",
-        mode,
-    ])
-    .args(["-e", "uprobe:work_unit", "--export"])
-    .arg(&json)
-    .env("XDG_CACHE_HOME", cache);
+    let cmd = on_work_unit(&target, cache, &json, &["--duration", "4", "--mode", mode]);
     let mut probetop = Running::spawn(cmd);
     probetop.err().wait_for("attached");
     // Lines written before the probe went live may still be in the pipe: wait for the

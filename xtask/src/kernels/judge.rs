@@ -63,7 +63,7 @@ pub(super) fn judge(kernel: &Kernel, boot: &Boot, calls: u64, sema: u64) -> Vec<
             let (expected, got, ok) = dispatch::judge(boot, step, calls, 0);
             rows.push(row(&format!("{step} dispatch"), expected, got, ok));
         }
-        let (expected, got, ok) = dispatch::judge_beside_another(boot, "foreign", calls, calls);
+        let (expected, got, ok) = dispatch::judge(boot, "foreign", calls, calls);
         let other = dispatch::foreign_hits(boot);
         rows.push(row(
             "foreign dispatch",
