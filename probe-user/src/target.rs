@@ -254,6 +254,17 @@ impl Target {
     }
 }
 
+/// The pid of every process now (the numeric entries of /proc); none if /proc cannot be
+/// read.
+pub fn all_pids() -> Vec<u32> {
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 /// A thread of process `pid` that has not exited, if any.
 fn live_thread(pid: u32) -> Option<u32> {
     let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;

@@ -214,18 +214,8 @@ fn readable(file: &str, holder: Option<u32>) -> String {
 /// Which process holds each BPF link open (from /proc/PID/fdinfo's `link_id:`).
 fn link_holders() -> HashMap<u32, u32> {
     let mut holders = HashMap::new();
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return holders;
-    };
-    for proc_entry in procs.flatten() {
-        let Some(pid) = proc_entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(fds) = fs::read_dir(proc_entry.path().join("fdinfo")) else {
+    for pid in crate::target::all_pids() {
+        let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
             continue;
         };
         for entry in fds.flatten() {
@@ -466,21 +456,11 @@ fn bpf(cmd: libc::c_long, attr: *mut u8, size: usize) -> libc::c_long {
 /// Every uprobe perf event with a BPF program held by a process not in `exclude`.
 fn perf_event_queries(exclude: &[u32]) -> Vec<FdQuery> {
     let mut out = Vec::new();
-    let Ok(procs) = fs::read_dir("/proc") else {
-        return out;
-    };
-    for proc_entry in procs.flatten() {
-        let Some(pid) = proc_entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
-            continue;
-        };
+    for pid in crate::target::all_pids() {
         if exclude.contains(&pid) {
             continue;
         }
-        let Ok(fds) = fs::read_dir(proc_entry.path().join("fd")) else {
+        let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
             continue;
         };
         for fd_entry in fds.flatten() {

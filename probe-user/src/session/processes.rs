@@ -150,11 +150,8 @@ fn cgroup_members(dir: &Path) -> io::Result<Vec<u32>> {
 
 /// (pid, parent pid) of every process now.
 fn parents() -> Vec<(u32, u32)> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+    crate::target::all_pids()
+        .into_iter()
         .filter_map(|pid| {
             let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
             Some((pid, parent_of(&stat)?))
