@@ -393,6 +393,7 @@ impl ProbeAggregate {
         self.interval_ns.reset();
         self.rate = RateWindow::new(self.rate.window);
         // counted_seen and kernel_seen stay: they are the kernel's totals, now the baseline.
+        self.cost.gaps.rebase();
         self.sampled_hits = 0;
         self.kernel_hits = 0;
         self.kernel_timed = 0;

@@ -132,6 +132,11 @@ impl GapCounts {
         self.now = totals;
     }
 
+    /// The window opens again (a reset): the totals last read become the baseline.
+    pub fn rebase(&mut self) {
+        self.base = self.now.clone();
+    }
+
     /// The kernel's totals now.
     pub fn update(&mut self, totals: Vec<u64>) {
         self.now = totals;
@@ -273,5 +278,8 @@ mod tests {
         assert_eq!(a.share_at_least(100_000.0), Some(0.25));
         let pooled = GapCounts::pooled([&a, &a].into_iter());
         assert_eq!(pooled.samples(), 80);
+        // A reset counts from the totals last read.
+        a.rebase();
+        assert_eq!(a.samples(), 0);
     }
 }
