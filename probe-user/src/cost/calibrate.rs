@@ -1230,7 +1230,7 @@ impl RingReader {
         while let Some(item) = self.ring.next() {
             // A batch of staged hits counts as each of its hits.
             let (records, handler_sum_ns) = (&mut self.records, &mut self.handler_sum_ns);
-            let parsed = crate::stream::Record::parse_each(&item, |record| {
+            let parsed = crate::record::Record::parse_each(&item, |record| {
                 *records += 1;
                 *handler_sum_ns += record.hit().handler_ns;
             });

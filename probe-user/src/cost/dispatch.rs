@@ -16,7 +16,7 @@ use aya::{
 use hdrhistogram::Histogram;
 use probe_common::{DispatchOffsets, DispatchTotal, dispatch, khist};
 
-use crate::aggregate::{HIGHEST_TRACKABLE_NS, new_ns_histogram};
+use crate::histogram::{HIGHEST_TRACKABLE_NS, new_ns_histogram};
 use crate::spec::ProbeKind;
 
 /// The function every breakpoint hit goes through; without it nothing is measured.

@@ -232,7 +232,7 @@ pub fn one_line(s: &str) -> String {
 mod tests {
     use super::super::testing::sample_report;
     use super::*;
-    use crate::aggregate::new_ns_histogram;
+    use crate::histogram::new_ns_histogram;
 
     #[test]
     fn java_fixed_rounds_half_up_on_shortest_digits() {

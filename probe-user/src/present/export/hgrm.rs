@@ -55,7 +55,7 @@ pub fn render_probe(probe: &ProbeReport) -> String {
         one_line(&probe.spec)
     );
     // The footer's bucket count is that of probetop's full bounds, whatever size the live
-    // histogram grew to (see aggregate::new_ns_histogram).
+    // histogram grew to (see histogram::new_ns_histogram).
     out.push_str(&distribution(&full_range(&probe.handler_ns)));
     out
 }
@@ -112,7 +112,7 @@ pub fn distribution(hist: &Histogram<u64>) -> String {
 mod tests {
     use super::super::testing::{rich_report, sample_report};
     use super::*;
-    use crate::aggregate::new_ns_histogram;
+    use crate::histogram::new_ns_histogram;
 
     /// One parsed data row: value, percentile, total count, 1/(1-p) (None on the last row).
     type Row = (f64, f64, u64, Option<f64>);

@@ -99,7 +99,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     for (start, length, hist, tag) in lines {
         encoded.clear();
         // With probetop's full bounds in the header, whatever size the live histogram grew
-        // to (see aggregate::new_ns_histogram).
+        // to (see histogram::new_ns_histogram).
         serializer
             .serialize(&full_range(hist), &mut encoded)
             .map_err(|e| ExportError::Encode {
@@ -132,7 +132,7 @@ mod tests {
     use super::super::Interval;
     use super::super::testing::{rich_report, sample_report};
     use super::*;
-    use crate::aggregate::new_ns_histogram;
+    use crate::histogram::new_ns_histogram;
 
     /// Every interval read back with the crate's interval log reader: (tag, start, length,
     /// max column, histogram), plus the StartTime and BaseTime entries.

@@ -342,7 +342,7 @@ impl UtcTime {
 pub(crate) mod testing {
     //! A report with known contents for exporter tests.
     use super::*;
-    use crate::aggregate::new_ns_histogram;
+    use crate::histogram::new_ns_histogram;
 
     pub fn sample_report() -> Report {
         let mut a = new_ns_histogram();
