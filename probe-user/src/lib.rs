@@ -7,6 +7,7 @@
 //! the command-line edge around it.
 pub mod aggregate;
 pub mod attach;
+pub mod calibrate;
 pub mod cli;
 pub mod cost;
 mod error_line;

@@ -1332,7 +1332,7 @@ fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
 
 /// `probetop calibrate`: measures what a hit costs here, prints it, caches it.
 pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
-    use cost::calibrate::{self, CalibrateOptions};
+    use crate::calibrate::{self, CalibrateOptions};
     privileges::check()?;
     let mut options = if args.quick {
         CalibrateOptions::quick()

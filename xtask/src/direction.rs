@@ -34,6 +34,8 @@ const LAYERS: &[&str] = &[
     "manual",
     // Says a broken pipe of `manual`'s writers quietly.
     "error_line",
+    // `probetop calibrate`: attaches programs and reads records, beside `session`.
+    "calibrate",
     "session",
 ];
 

@@ -13,7 +13,6 @@
 
 pub mod assume;
 pub mod bpf_stats;
-pub mod calibrate;
 pub mod classes;
 pub mod dispatch;
 pub mod estimate;
@@ -29,10 +28,10 @@ use std::fmt::Write as _;
 pub use estimate::{ProbeCost, cpu_share};
 
 use crate::aggregate::{Aggregator, HandlerSummary};
+use crate::calibrate::Calibration;
 use crate::present::ProbeLabel;
 use crate::resolve::ProbePoint;
 use crate::spec::ProbeKind;
-use calibrate::Calibration;
 use classes::{CostClass, KernelRules};
 use dispatch::{Dispatch, ProbeSite};
 use probe_common::dispatch as slots;
@@ -50,7 +49,7 @@ pub struct Prepared {
 /// Classifies every probe site and looks up this machine's calibration.
 pub fn prepare(points: &[&ProbePoint]) -> Prepared {
     let rules = KernelRules::running();
-    let calibration = calibrate::load_cached();
+    let calibration = crate::calibrate::load_cached();
     let gap_curve = calibration
         .as_ref()
         .and_then(|c| c.gap.clone())

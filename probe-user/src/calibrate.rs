@@ -38,12 +38,12 @@ use aya::maps::{MapData, RingBuf};
 use probe_common::{ProbeConfig, dispatch as slots, khist, mode};
 use serde::{Deserialize, Serialize};
 
-use super::bpf_stats::StatsGuard;
-use super::classes::KernelRules;
-use super::dispatch::{Dispatch, ProbeSite, SlotTotal};
-use super::stats::{Summary, XorShift};
-use super::workload::{ColdRun, Func};
 use crate::attach::{AttachRequest, Attachment, LoadOptions};
+use crate::cost::bpf_stats::StatsGuard;
+use crate::cost::classes::KernelRules;
+use crate::cost::dispatch::{Dispatch, ProbeSite, SlotTotal};
+use crate::cost::stats::{Summary, XorShift};
+use crate::cost::workload::{ColdRun, Func};
 use crate::resolve::maps::{FileId, read_maps};
 use crate::spec::ProbeKind;
 
@@ -500,7 +500,7 @@ pub struct Calibration {
     pub cold: Option<ColdCalibration>,
     /// A hit after a range of sleeps between calls (`cost::gap`; older caches: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gap: Option<super::gap::GapCurve>,
+    pub gap: Option<crate::cost::gap::GapCurve>,
 }
 
 /// What a hit costs in the cold loop: a server's case, where the code and data the
@@ -1369,7 +1369,7 @@ struct PhaseOne {
     cold_handler_kernel: Vec<f64>,
     /// The unprobed loop's median iteration, every run.
     cold_loop: Vec<f64>,
-    gap: Option<super::gap::GapCurve>,
+    gap: Option<crate::cost::gap::GapCurve>,
 }
 
 fn phase_one(
