@@ -124,34 +124,6 @@ pub(super) fn measure(
     Ok(GapCurve { points, time_every })
 }
 
-/// The curve as `probetop calibrate` prints it.
-pub(super) fn render_text(curve: &GapCurve, out: &mut String) {
-    use std::fmt::Write as _;
-    let _ = writeln!(
-        out,
-        "\nthe gap curve: a hit after a sleep between calls (thread CPU per iteration, probed - unprobed; in-kernel: 1 in {} timed)",
-        curve.time_every
-    );
-    let _ = writeln!(
-        out,
-        "{:>10} {:>12} {:>22} {:>22} {:>10}",
-        "sleep us", "gap us", "ring ns (IQR)", "in-kernel ns (IQR)", "handler"
-    );
-    for p in &curve.points {
-        let range = |s: &Summary| format!("{:.0} ({:.0}-{:.0})", s.median, s.q1, s.q3);
-        let _ = writeln!(
-            out,
-            "{:>10} {:>12.1} {:>22} {:>22} {:>10}",
-            p.sleep_us,
-            p.gap_ns / 1e3,
-            range(&p.ring_ns),
-            range(&p.kernel_ns),
-            p.handler_ring_ns
-                .map_or("-".to_string(), |h| format!("{:.0}", h.median)),
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

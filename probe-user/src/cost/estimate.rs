@@ -26,7 +26,7 @@ use super::assume::Assumption;
 use super::classes::{CostClass, SiteClass};
 use super::dispatch::DispatchMeasure;
 use super::gap::{GapCounts, GapCurve};
-use crate::calibrate::{Calibration, Case, DispatchCase};
+use crate::cost::calibration::{Calibration, Case, DispatchCase};
 use crate::spec::ProbeKind;
 use probe_common::mode;
 
@@ -319,7 +319,7 @@ pub fn cpu_share(whole_ns: f64, per_second: f64) -> f64 {
 mod tests {
     use super::super::stats::Summary;
     use super::*;
-    use crate::calibrate::{DispatchRow, Row};
+    use crate::cost::calibration::{DispatchRow, Row};
 
     fn s(median: f64) -> Summary {
         Summary::exact(median)
@@ -524,7 +524,7 @@ mod tests {
     }
 
     fn with_cold() -> Calibration {
-        use crate::calibrate::{ColdCalibration, ColdOptions};
+        use crate::cost::calibration::{ColdCalibration, ColdOptions};
         let mut c = cal();
         let rows = [
             (Case::UprobeEmulatedCold, 5000.0),
@@ -548,7 +548,7 @@ mod tests {
             },
             llc_bytes: None,
             loop_ns: s(2e6),
-            handler_method: crate::calibrate::ColdHandlerMethod::ProgramTime,
+            handler_method: crate::cost::calibration::ColdHandlerMethod::ProgramTime,
             handler_call_rows: Vec::new(),
             rows,
             iter_rows: Vec::new(),

@@ -45,6 +45,36 @@ pub struct GapCurve {
     pub time_every: u64,
 }
 
+impl GapCurve {
+    /// The curve as `probetop calibrate` prints it.
+    pub fn render_text(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "\nthe gap curve: a hit after a sleep between calls (thread CPU per iteration, probed - unprobed; in-kernel: 1 in {} timed)",
+            self.time_every
+        );
+        let _ = writeln!(
+            out,
+            "{:>10} {:>12} {:>22} {:>22} {:>10}",
+            "sleep us", "gap us", "ring ns (IQR)", "in-kernel ns (IQR)", "handler"
+        );
+        for p in &self.points {
+            let range = |s: &Summary| format!("{:.0} ({:.0}-{:.0})", s.median, s.q1, s.q3);
+            let _ = writeln!(
+                out,
+                "{:>10} {:>12.1} {:>22} {:>22} {:>10}",
+                p.sleep_us,
+                p.gap_ns / 1e3,
+                range(&p.ring_ns),
+                range(&p.kernel_ns),
+                p.handler_ring_ns
+                    .map_or("-".to_string(), |h| format!("{:.0}", h.median)),
+            );
+        }
+    }
+}
+
 /// Linear interpolation of `y` in the log of the gap, flat beyond either end.
 fn interpolate(points: &[(f64, f64)], gap_ns: f64) -> Option<f64> {
     let (first, last) = (points.first()?, points.last()?);

@@ -13,6 +13,7 @@
 
 pub mod assume;
 pub mod bpf_stats;
+pub mod calibration;
 pub mod classes;
 pub mod dispatch;
 pub mod estimate;
@@ -28,7 +29,7 @@ use std::fmt::Write as _;
 pub use estimate::{ProbeCost, cpu_share};
 
 use crate::aggregate::{Aggregator, HandlerSummary};
-use crate::calibrate::Calibration;
+use crate::cost::calibration::Calibration;
 use crate::present::ProbeLabel;
 use crate::resolve::ProbePoint;
 use crate::spec::ProbeKind;
@@ -49,7 +50,7 @@ pub struct Prepared {
 /// Classifies every probe site and looks up this machine's calibration.
 pub fn prepare(points: &[&ProbePoint]) -> Prepared {
     let rules = KernelRules::running();
-    let calibration = crate::calibrate::load_cached();
+    let calibration = crate::cost::calibration::load_cached();
     let gap_curve = calibration
         .as_ref()
         .and_then(|c| c.gap.clone())
