@@ -346,11 +346,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // Kernel dispatch is timed for one process's hits.
     let dispatch_wanted = !several
         && !args.no_dispatch
-        && probes.len() <= cost::dispatch::MAX_DISPATCH_PROBES as usize;
+        && probes.len() <= crate::attach::dispatch::MAX_DISPATCH_PROBES as usize;
     if !args.no_dispatch && !dispatch_wanted && !several {
         say!(
             "probetop: kernel dispatch time is measured for at most {} probes; whole cost per hit comes from calibration alone",
-            cost::dispatch::MAX_DISPATCH_PROBES
+            crate::attach::dispatch::MAX_DISPATCH_PROBES
         );
     }
     let spare_probes = if args.follow_exec {

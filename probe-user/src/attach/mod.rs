@@ -17,9 +17,11 @@
 //! so no exit path leaves a probe behind.
 
 pub mod args;
+pub mod dispatch;
 pub mod fds;
 mod flush;
 mod kernel;
+pub mod kernel_btf;
 mod multi;
 mod processes;
 
@@ -391,8 +393,7 @@ impl Attachment {
             Some(path) => Some(path),
             None => AttachPath::forced()?,
         };
-        let dispatch =
-            crate::cost::dispatch::MapSizes::new(options.dispatch_tgid, options.probe_count);
+        let dispatch = dispatch::MapSizes::new(options.dispatch_tgid, options.probe_count);
         let capacity = options
             .probe_count
             .saturating_add(options.spare_probes)
@@ -1134,17 +1135,17 @@ pub struct KernelCounters {
     /// One hit in how many is timed (`probe_common::untimed_below`), for all probes.
     timing: Array<MapData, u64>,
     /// Kernel dispatch measurement, when it runs (`cost::dispatch`).
-    dispatch: Option<crate::cost::dispatch::Dispatch>,
+    dispatch: Option<dispatch::Dispatch>,
 }
 
 impl KernelCounters {
     /// Hands over the dispatch measurement, read with the other counters.
-    pub fn set_dispatch(&mut self, dispatch: crate::cost::dispatch::Dispatch) {
+    pub fn set_dispatch(&mut self, dispatch: dispatch::Dispatch) {
         self.dispatch = Some(dispatch);
     }
 
     /// The dispatch measurement, if it runs.
-    pub fn dispatch(&self) -> Option<&crate::cost::dispatch::Dispatch> {
+    pub fn dispatch(&self) -> Option<&dispatch::Dispatch> {
         self.dispatch.as_ref()
     }
 

@@ -15,11 +15,9 @@ pub mod assume;
 pub mod bpf_stats;
 pub mod calibration;
 pub mod classes;
-pub mod dispatch;
 pub mod estimate;
 pub mod gap;
 pub mod insitu;
-pub mod kernel_btf;
 pub mod sites;
 pub mod stats;
 pub mod workload;
@@ -29,12 +27,12 @@ use std::fmt::Write as _;
 pub use estimate::{ProbeCost, cpu_share};
 
 use crate::aggregate::{Aggregator, HandlerSummary};
+use crate::attach::dispatch::{self, Dispatch, ProbeSite};
 use crate::cost::calibration::Calibration;
 use crate::present::ProbeLabel;
 use crate::resolve::ProbePoint;
 use crate::spec::ProbeKind;
 use classes::{CostClass, KernelRules};
-use dispatch::{Dispatch, ProbeSite};
 use probe_common::dispatch as slots;
 
 /// What the cost module knows about a run's probes before they are attached.
