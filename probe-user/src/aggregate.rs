@@ -470,9 +470,9 @@ pub struct Aggregator {
     pub notices: Vec<String>,
     /// Kernel dispatches in the target that matched none of the probes (another
     /// tool's uprobes), when dispatch is measured.
-    pub other_dispatch: Option<crate::attach::dispatch::SlotTotal>,
+    pub other_dispatch: Option<crate::cost::dispatch::SlotTotal>,
     /// Which kernel functions timed the dispatches, when dispatch is measured.
-    pub dispatch_hooks: Option<crate::attach::dispatch::Hooks>,
+    pub dispatch_hooks: Option<crate::cost::dispatch::Hooks>,
     /// CLOCK_MONOTONIC ns: the window opens once every probe is attached ...
     window_start_ns: u64,
     /// ... and closes when measuring stops.

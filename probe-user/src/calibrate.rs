@@ -37,7 +37,7 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 use probe_common::{ProbeConfig, dispatch as slots, khist, mode};
 
-use crate::attach::dispatch::{Dispatch, ProbeSite, SlotTotal};
+use crate::attach::dispatch::Dispatch;
 use crate::attach::{AttachRequest, Attachment, LoadOptions};
 use crate::cost::bpf_stats::StatsGuard;
 use crate::cost::calibration::{
@@ -45,6 +45,7 @@ use crate::cost::calibration::{
     FORMAT, HandlerMethod, Machine, Row, cache_dir, last_level_cache_bytes,
 };
 use crate::cost::classes::KernelRules;
+use crate::cost::dispatch::{ProbeSite, SlotTotal};
 use crate::cost::stats::{Summary, XorShift};
 use crate::cost::workload::{ColdRun, Func};
 use crate::resolve::maps::{FileId, read_maps};

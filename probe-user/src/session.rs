@@ -413,7 +413,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut dispatch = if !dispatch_wanted {
         None
     } else {
-        cost::start_dispatch(&mut attachment, &prepared.sites)
+        crate::attach::dispatch::start_dispatch(
+            &mut attachment,
+            &prepared.sites,
+            crate::present::tui::say,
+        )
     };
     // Signals are handled from here on, so an interrupt while attaching still detaches.
     let shutdown = shutdown_signal(
@@ -460,7 +464,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         say!("{}", points::skipped_line(late, points::REFUSED_AT_ATTACH));
         // Its maps were filled by probe id before the ids moved.
         if dispatch.is_some() {
-            cost::stop_dispatch(&mut attachment);
+            crate::attach::dispatch::stop_dispatch(&mut attachment);
             dispatch = None;
             say!(
                 "probetop: kernel dispatch time is not measured in this run (probe ids moved); whole cost per hit comes from calibration alone"

@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use super::assume::Assumption;
 use super::classes::{CostClass, SiteClass};
+use super::dispatch::DispatchMeasure;
 use super::gap::{GapCounts, GapCurve};
-use crate::attach::dispatch::DispatchMeasure;
 use crate::cost::calibration::{Calibration, Case, DispatchCase};
 use crate::spec::ProbeKind;
 use probe_common::mode;
@@ -487,7 +487,7 @@ mod tests {
     fn dispatch_plus_residual() {
         let mut measure = DispatchMeasure::default();
         measure.update(
-            crate::attach::dispatch::SlotTotal {
+            crate::cost::dispatch::SlotTotal {
                 count: 10,
                 sum_ns: 7000,
             },

@@ -15,6 +15,7 @@ pub mod assume;
 pub mod bpf_stats;
 pub mod calibration;
 pub mod classes;
+pub mod dispatch;
 pub mod estimate;
 pub mod gap;
 pub mod insitu;
@@ -27,12 +28,13 @@ use std::fmt::Write as _;
 pub use estimate::{ProbeCost, cpu_share};
 
 use crate::aggregate::{Aggregator, HandlerSummary};
-use crate::attach::dispatch::{self, Dispatch, ProbeSite};
+use crate::attach::dispatch::Dispatch;
 use crate::cost::calibration::Calibration;
 use crate::present::ProbeLabel;
 use crate::resolve::ProbePoint;
 use crate::spec::ProbeKind;
 use classes::{CostClass, KernelRules};
+use dispatch::ProbeSite;
 use probe_common::dispatch as slots;
 
 /// What the cost module knows about a run's probes before they are attached.
@@ -194,47 +196,6 @@ fn entry_spec(spec_text: &str, point: &ProbePoint, probes: &[(&str, &ProbePoint)
             format!("uprobe:{object}{}", point.symbol)
         }
     }
-}
-
-/// Starts dispatch measurement on a loaded attachment (loaded with `dispatch_tgid`);
-/// `None`, after saying why once, when the kernel refuses.
-pub fn start_dispatch(
-    attachment: &mut crate::attach::Attachment,
-    sites: &[ProbeSite],
-) -> Option<Dispatch> {
-    let verbose = std::env::var("PROBETOP_VERBOSE").is_ok_and(|v| v == "1");
-    match Dispatch::start(attachment.ebpf_mut(), sites) {
-        Ok(d) => {
-            for note in &d.notes {
-                say(&format!("probetop: dispatch: {note}"));
-            }
-            if verbose {
-                say(&format!("probetop: dispatch: {}", d.hooks.describe()));
-            }
-            Some(d)
-        }
-        Err(e) if verbose => {
-            say(&format!(
-                "probetop: kernel dispatch time not measured ({e}); whole cost per hit comes from calibration alone"
-            ));
-            None
-        }
-        // Not an error of the run: many kernels refuse fentry. One short line.
-        Err(e) => {
-            say(&format!(
-                "probetop: kernel dispatch time not measured on this kernel ({}; PROBETOP_VERBOSE=1 says more)",
-                e.short()
-            ));
-            None
-        }
-    }
-}
-
-/// Ends kernel dispatch measurement when the target execs: the kernel side joins
-/// dispatches to probes by their addresses in the old program, which may be those of
-/// unrelated code in the new one. The totals measured up to then stay.
-pub fn stop_dispatch(attachment: &mut crate::attach::Attachment) {
-    dispatch::stop(attachment.ebpf_mut());
 }
 
 /// Hands each probe its cost knowledge; `dispatch_on` readies the live measurement.

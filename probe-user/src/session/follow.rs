@@ -289,7 +289,7 @@ fn execed(follow: &mut Follow, links: &mut Links<'_, '_>, exe: PathBuf) {
         })
     });
     if follow.dispatch_running {
-        cost::stop_dispatch(links.attachment);
+        crate::attach::dispatch::stop_dispatch(links.attachment);
         follow.dispatch_running = false;
         links.teller.tell(format!(
             "kernel dispatch time was measured up to exec {generation}; the whole cost of later probes is estimated from calibration alone"
