@@ -999,6 +999,23 @@ impl Aggregator {
     }
 }
 
+/// Hands each probe its cost knowledge; `dispatch_on` readies the live measurement.
+pub fn install_costs(
+    aggregator: &mut Aggregator,
+    costs: Vec<crate::cost::ProbeCost>,
+    dispatch_on: bool,
+) {
+    for (probe, mut cost) in aggregator.probes_mut().iter_mut().zip(costs) {
+        if dispatch_on {
+            cost.dispatch = Some(Default::default());
+        }
+        probe.cost = cost;
+    }
+    if dispatch_on {
+        aggregator.other_dispatch = Some(Default::default());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -327,7 +327,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         None => None,
     };
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
-    let mut prepared = cost::prepare(&points);
+    let mut prepared = crate::resolve::costs::prepare(&points);
     let mut skipped = points::skip_refused_sites(&mut probes, &mut prepared);
     if !skipped.is_empty() {
         say!("{}", points::skipped_line(&skipped, points::LISTED_REFUSED));
@@ -337,7 +337,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let spec_points: Vec<(&str, &ProbePoint)> =
         probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
-    for line in cost::entry_warnings(&spec_points, &prepared.costs) {
+    for line in crate::resolve::costs::entry_warnings(&spec_points, &prepared.costs) {
         say!("{line}");
     }
     if let Some(line) = points::ifunc_resolvers_line(&spec_points) {
@@ -483,11 +483,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     aggregator.assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     aggregator.count_processes = several;
     let dispatch_running = dispatch.is_some();
-    cost::install(&mut aggregator, prepared.costs, dispatch_running);
+    crate::aggregate::install_costs(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {
         counters.set_dispatch(dispatch);
     }
-    let others = cost::bpf_stats::Others::start(pid, args.bpf_stats);
+    let others = cost::bpf_stats::Others::start(pid, args.bpf_stats, crate::present::tui::say);
     aggregator.open_window(stream::ktime_now_ns());
     stream::baseline_kernel_counters(&counters, &mut aggregator);
     let attach_path = attachment.attach_path();
@@ -770,7 +770,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         // As above: a terminal gone after SIGHUP must not stop the exports.
         use std::io::Write as _;
         let mut err = io::stderr().lock();
-        let _ = err.write_all(cost::report(&labels, &aggregator, duration).as_bytes());
+        let _ = err.write_all(
+            crate::present::cost_report::report(&labels, &aggregator, duration).as_bytes(),
+        );
         if let Some(summary) = &in_situ_summary {
             let _ = writeln!(err, "probetop: {}", summary.line());
         }
@@ -787,7 +789,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         duration,
         several,
     );
-    report.cost = cost::run_report(&aggregator, duration, other_programs);
+    report.cost = crate::present::cost_report::run_report(&aggregator, duration, other_programs);
     report.attach_path = Some(attach_path);
     if let Some(summary) = in_situ_summary {
         report.apply_in_situ(summary);
@@ -1228,7 +1230,7 @@ fn build_report(
                 hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
-                cost: cost::probe_report(measured, duration),
+                cost: crate::present::cost_report::probe_report(measured, duration),
                 intervals: intervals
                     .of_probe(id as u32)
                     .into_iter()

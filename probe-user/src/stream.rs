@@ -18,8 +18,10 @@ use tokio::{
 };
 
 use crate::aggregate::{Aggregator, IntervalLog, Measurements, OwnUsage, ProbeAggregate, Snapshot};
+use crate::attach::dispatch::Dispatch;
 use crate::attach::{KernelCounters, StagedFlush};
 use crate::record::Record;
+use probe_common::dispatch as slots;
 use probe_common::mode;
 
 /// How often the ring buffer is drained when no wakeup came.
@@ -283,7 +285,7 @@ pub async fn collect(
                     // Kernel counts carry no timestamps: take them at the cut, not later.
                     read_kernel_counters(&counters, &mut aggregator);
                     if let Some(dispatch) = counters.dispatch() {
-                        crate::cost::read_dispatch(dispatch, &mut aggregator, true);
+                        read_dispatch(dispatch, &mut aggregator, true);
                     }
                     counters_frozen = true;
                 }
@@ -294,7 +296,7 @@ pub async fn collect(
                     read_kernel_counters(&counters, &mut aggregator);
                     aggregator.reset(at_ktime_ns);
                     if let Some(dispatch) = counters.dispatch() {
-                        crate::cost::baseline_dispatch(dispatch, &mut aggregator);
+                        baseline_dispatch(dispatch, &mut aggregator);
                     }
                     intervals = IntervalLog::default();
                     started = Instant::now();
@@ -323,7 +325,7 @@ pub async fn collect(
     if !counters_frozen {
         read_kernel_counters(&counters, &mut aggregator);
         if let Some(dispatch) = counters.dispatch() {
-            crate::cost::read_dispatch(dispatch, &mut aggregator, true);
+            read_dispatch(dispatch, &mut aggregator, true);
         }
     }
     aggregator.unknown_records += stream.malformed;
@@ -406,7 +408,7 @@ fn resident_pages_of_statm(statm: &str) -> Option<u64> {
 /// failed read keeps the last known numbers; the maps live as long as we do.
 fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) {
     if let Some(dispatch) = counters.dispatch() {
-        crate::cost::read_dispatch(dispatch, aggregator, false);
+        read_dispatch(dispatch, aggregator, false);
     }
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let id = id as u32;
@@ -451,7 +453,7 @@ fn pool_gaps(aggregator: &mut Aggregator) {
 /// not measured. Call it before announcing that probes are live.
 pub fn baseline_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) {
     if let Some(dispatch) = counters.dispatch() {
-        crate::cost::baseline_dispatch(dispatch, aggregator);
+        baseline_dispatch(dispatch, aggregator);
     }
     let all = 0..aggregator.probes().len();
     baseline_probes(counters, aggregator, all);
@@ -545,6 +547,60 @@ fn probe_name(id: usize, probe: &ProbeAggregate) -> String {
         format!("probe {id}")
     } else {
         probe.name.clone()
+    }
+}
+
+/// Takes the kernel's dispatch totals (and histograms) as the window opens.
+fn baseline_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator) {
+    for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
+        let id = id as u32;
+        let Some(measure) = probe.cost.dispatch.as_mut() else {
+            continue;
+        };
+        let entry = dispatch.total(id, slots::ENTRY).unwrap_or_default();
+        let ret = dispatch.total(id, slots::RETURN).unwrap_or_default();
+        measure.baseline(entry, ret);
+        measure.baseline_histograms(
+            dispatch.histogram(id, slots::ENTRY).unwrap_or_default(),
+            dispatch.histogram(id, slots::RETURN).unwrap_or_default(),
+        );
+    }
+    dispatch.set_other_base(dispatch.other().unwrap_or_default());
+    aggregator.dispatch_hooks = Some(dispatch.hooks);
+    if let Some(other) = aggregator.other_dispatch.as_mut() {
+        *other = Default::default();
+    }
+}
+
+/// Reads the kernel's dispatch totals into the aggregator; with `histograms`, the
+/// histograms too (hundreds of reads per probe: at the end of a run, not every tick).
+/// A failed read keeps the last numbers.
+fn read_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator, histograms: bool) {
+    for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
+        let id = id as u32;
+        let Some(measure) = probe.cost.dispatch.as_mut() else {
+            continue;
+        };
+        if let (Ok(entry), Ok(ret)) = (
+            dispatch.total(id, slots::ENTRY),
+            dispatch.total(id, slots::RETURN),
+        ) {
+            measure.update(entry, ret);
+        }
+        if histograms
+            && let (Ok(entry), Ok(ret)) = (
+                dispatch.histogram(id, slots::ENTRY),
+                dispatch.histogram(id, slots::RETURN),
+            )
+        {
+            measure.set_histograms(&entry, &ret);
+        }
+    }
+    if let (Some(other), Ok(now)) = (
+        aggregator.other_dispatch.as_mut(),
+        dispatch.other_since_base(),
+    ) {
+        *other = now;
     }
 }
 

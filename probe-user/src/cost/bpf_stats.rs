@@ -245,12 +245,12 @@ pub struct Others {
 impl Others {
     /// Finds them and, if stats are on (or `enable_stats` turns them on), takes the
     /// run counts as the window opens.
-    pub fn start(pid: u32, enable_stats: bool) -> Self {
+    pub fn start(pid: u32, enable_stats: bool, say: impl Fn(&str)) -> Self {
         let guard = if enable_stats {
             match StatsGuard::enable() {
                 Ok(guard) => Some(guard),
                 Err(e) => {
-                    super::say(&format!(
+                    say(&format!(
                         "probetop: cannot turn the kernel's BPF statistics on: {e}"
                     ));
                     None

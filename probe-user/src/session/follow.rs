@@ -23,7 +23,8 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Probe, ReportSource, StopReason, probe_config, refuse_go_return_probes, unix_now_ms};
 use crate::aggregate::ProbeAggregate;
 use crate::attach::{Attachment, ProbeLink};
-use crate::cost::{self, ProbeCost, say};
+use crate::cost::ProbeCost;
+use crate::present::tui::say;
 use crate::present::{
     ProbeLabel,
     export::ExecReport,
@@ -533,7 +534,7 @@ impl Job {
             return Outcome::Superseded(target);
         }
         let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
-        let costs = cost::prepare(&points).costs;
+        let costs = crate::resolve::costs::prepare(&points).costs;
         Outcome::Resolved(Resolved {
             target,
             pin,

@@ -9,7 +9,7 @@ use probe_common::ProbeConfig;
 use super::Probe;
 use crate::UsageError;
 use crate::attach::{AttachError, AttachRequest, Attachment};
-use crate::cost::{self, classes::CostClass};
+use crate::cost::classes::CostClass;
 use crate::present::export::SkippedPoint;
 use crate::spec::ProbeKind;
 
@@ -95,7 +95,7 @@ pub(super) fn check_total(total: usize, max: usize, specs: usize) -> Result<(), 
 /// costs and sites go with them; returns what was skipped.
 pub(super) fn skip_refused_sites(
     probes: &mut Vec<Probe>,
-    prepared: &mut cost::Prepared,
+    prepared: &mut crate::resolve::costs::Prepared,
 ) -> Vec<SkippedPoint> {
     // A test hook: leaves the refusals to the kernel, to test the way on at attach.
     if std::env::var_os("PROBETOP_TEST_NO_SITE_FILTER").is_some() {
@@ -170,7 +170,7 @@ pub(super) fn skipped_line(skipped: &[SkippedPoint], why: &str) -> String {
 pub(super) struct Attached<'a> {
     pub attachment: &'a mut Attachment,
     pub probes: &'a mut Vec<Probe>,
-    pub prepared: &'a mut cost::Prepared,
+    pub prepared: &'a mut crate::resolve::costs::Prepared,
     pub skipped: &'a mut Vec<SkippedPoint>,
 }
 

@@ -74,7 +74,7 @@ pub struct ProbeReport {
     /// Handler time of every received hit, ns.
     pub handler_ns: Histogram<u64>,
     /// Cost class, whole cost per hit, CPU share, measured dispatch.
-    pub cost: crate::cost::ProbeCostReport,
+    pub cost: crate::present::cost_report::ProbeCostReport,
     /// Handler time per interval, oldest first (for interval logs and time series).
     pub intervals: Vec<Interval>,
 }
@@ -97,7 +97,7 @@ pub struct Report {
     pub duration_s: f64,
     pub probes: Vec<ProbeReport>,
     /// What all probes cost the target, and other BPF programs on its probes.
-    pub cost: crate::cost::RunCostReport,
+    pub cost: crate::present::cost_report::RunCostReport,
     /// Every exec of the target probetop followed (`--follow-exec`), oldest first.
     pub execs: Vec<ExecReport>,
     /// How the probes were attached: `uprobe_multi` links or `perf_event`s.

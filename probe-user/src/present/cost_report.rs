@@ -1,0 +1,215 @@
+//! The cost of the probes over a run, as reported: the end-of-run lines on stderr and
+//! the per-probe and per-run numbers exports carry. The prices are `cost`'s; the
+//! wording and the joining to labels and measurements are presentation.
+
+use std::fmt::Write as _;
+
+use crate::aggregate::{Aggregator, HandlerSummary};
+use crate::cost::{assume, bpf_stats, classes, cpu_share, dispatch, estimate, gap, insitu};
+
+use super::ProbeLabel;
+
+/// The end-of-run cost report, for stderr: the total CPU share, then one line per
+/// probe with its class, whole cost per hit, average rate and share over the run, and
+/// how the cost was estimated.
+pub fn report(
+    labels: &[ProbeLabel],
+    aggregator: &Aggregator,
+    duration: std::time::Duration,
+) -> String {
+    let mut out = String::new();
+    let measurements = aggregator.measurements();
+    let measured = measurements.probes;
+    let reports: Vec<ProbeCostReport> =
+        measured.iter().map(|p| probe_report(p, duration)).collect();
+    let total = reports
+        .iter()
+        .filter_map(|r| r.cpu_share)
+        .fold(None, |t: Option<f64>, s| Some(t.unwrap_or(0.0) + s));
+    let assumed = reports.iter().find_map(|r| r.assumes);
+    let assumption = match (&measurements.assumption, assumed) {
+        (Some(decision), Some(used))
+            if decision.assumes == assume::Assumption::Gap && used != decision.assumes =>
+        {
+            format!(
+                "; each hit priced by its gap where enough gaps were counted, else {} (too few counted: in-kernel mode samples one gap in --time-every hits)",
+                used.as_str()
+            )
+        }
+        (Some(decision), Some(used)) if used != decision.assumes => format!(
+            "; caches {} between hits ({}), but this calibration has no cold rows: priced hot, run `probetop calibrate` again",
+            decision.assumes.as_str(),
+            decision.why
+        ),
+        (Some(decision), _) => format!(
+            "; caches {} between hits: {}",
+            decision.assumes.as_str(),
+            decision.why
+        ),
+        (None, _) => String::new(),
+    };
+    match total {
+        Some(share) => {
+            let _ = writeln!(
+                out,
+                "probetop: these probes cost the target {} of a CPU over the run (hits/s x whole cost per hit, estimated{assumption})",
+                percent(share)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "probetop: no whole-cost estimate: run `probetop calibrate` once on this machine (kernel and CPU) to get one"
+            );
+        }
+    }
+    let seconds = duration.as_secs_f64().max(f64::MIN_POSITIVE);
+    for ((label, probe), report) in labels.iter().zip(&measured).zip(&reports) {
+        let class = report.site.as_ref().map_or("unknown".to_string(), |s| {
+            format!("{} ({})", s.class, s.instruction)
+        });
+        let mut line = format!("  {}  {class}", label.full_name());
+        match (report.whole_cost_ns, report.cpu_share) {
+            (Some(whole), Some(share)) => {
+                let _ = write!(
+                    line,
+                    ": {whole:.0} ns/hit x {:.0}/s = {} of a CPU",
+                    probe.hits as f64 / seconds,
+                    percent(share)
+                );
+            }
+            _ => line.push_str(": whole cost not estimated"),
+        }
+        let handler = HandlerSummary::of(&probe.handler_ns);
+        if handler.count > 0 {
+            let _ = write!(line, "; handler {:.0} ns", handler.mean);
+        }
+        if let Some(per_hit) = report.dispatch.as_ref().and_then(|d| d.per_hit_ns()) {
+            let _ = write!(line, "; dispatch {per_hit:.0} ns measured");
+        }
+        if let (Some(gaps), Some(assume::Assumption::Gap)) = (report.gaps, report.assumes) {
+            let _ = write!(
+                line,
+                "; gap before a hit: median {}, {:.0}% 100 us or more",
+                fmt_gap_us(gaps.median_us),
+                gaps.share_after_100_us * 100.0
+            );
+        }
+        if let Some(method) = report.method {
+            let _ = write!(line, " [{}]", method.as_str());
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    if let Some(other) = aggregator.other_dispatch.filter(|o| o.count > 0) {
+        let _ = writeln!(
+            out,
+            "  other uprobes in the target (not probetop's): {} hits, {:.0} ns kernel dispatch each",
+            other.count,
+            other.mean().unwrap_or(0.0)
+        );
+    }
+    out
+}
+
+/// A gap bucket's middle, us, as the report prints it.
+fn fmt_gap_us(us: f64) -> String {
+    match us {
+        u if u <= 0.0 => "under 1 us".to_string(),
+        u if u < 1000.0 => format!("{u:.0} us"),
+        u => format!("{:.1} ms", u / 1000.0),
+    }
+}
+
+fn percent(share: f64) -> String {
+    let p = share * 100.0;
+    if p < 0.1 {
+        format!("{p:.3}%")
+    } else {
+        format!("{p:.1}%")
+    }
+}
+
+/// A probe's cost over a whole run, for exports.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeCostReport {
+    pub site: Option<classes::SiteClass>,
+    pub whole_cost_ns: Option<f64>,
+    pub method: Option<estimate::Method>,
+    /// Share of one CPU over the run: whole cost x hits / duration.
+    pub cpu_share: Option<f64>,
+    pub dispatch: Option<dispatch::DispatchMeasure>,
+    /// The calibration rows the whole cost was priced with, hot or cold.
+    pub assumes: Option<assume::Assumption>,
+    /// The gaps before its hits on their CPUs.
+    pub gaps: Option<gap::GapSummary>,
+}
+
+/// The run's cost beyond single probes, for exports.
+#[derive(Debug, Clone, Default)]
+pub struct RunCostReport {
+    /// Share of one CPU all estimated probes took over the run.
+    pub cpu_share: Option<f64>,
+    /// Kernel dispatches in the target matching none of the probes.
+    pub other_dispatch: Option<dispatch::SlotTotal>,
+    /// Which kernel functions timed the dispatches.
+    pub dispatch_hooks: Option<dispatch::Hooks>,
+    pub other_programs: Vec<bpf_stats::OtherProgram>,
+    /// What the probes cost the target measured on it (`--in-situ`).
+    pub in_situ: Option<insitu::InSituSummary>,
+    /// The estimated whole cost per hit over every probe (weighted by hits), for the
+    /// comparison with the in-situ number.
+    pub estimated_per_hit_ns: Option<f64>,
+    /// Hot or cold over the run, and why.
+    pub assumption: Option<assume::Decision>,
+}
+
+/// The cost of one probe over a run of `duration`.
+pub fn probe_report(
+    probe: &crate::aggregate::ProbeMeasurements,
+    duration: std::time::Duration,
+) -> ProbeCostReport {
+    let handler = HandlerSummary::of(&probe.handler_ns);
+    let estimate = probe.cost.estimate(
+        probe.mode,
+        (handler.count > 0).then_some(handler.mean),
+        probe.timed_share,
+        probe.assumes,
+    );
+    let seconds = duration.as_secs_f64();
+    ProbeCostReport {
+        site: probe.cost.site.clone(),
+        whole_cost_ns: estimate.map(|e| e.whole_ns),
+        method: estimate.map(|e| e.method),
+        cpu_share: estimate
+            .filter(|_| seconds > 0.0)
+            .map(|e| cpu_share(e.whole_ns, probe.hits as f64 / seconds)),
+        dispatch: probe.cost.dispatch.clone().filter(|d| d.measured()),
+        assumes: estimate.map(|e| e.assumes),
+        gaps: probe.cost.gaps.summary(),
+    }
+}
+
+/// The run's totals over `duration`.
+pub fn run_report(
+    aggregator: &Aggregator,
+    duration: std::time::Duration,
+    other_programs: Vec<bpf_stats::OtherProgram>,
+) -> RunCostReport {
+    let measurements = aggregator.measurements();
+    let shares = measurements
+        .probes
+        .iter()
+        .filter_map(|p| probe_report(p, duration).cpu_share)
+        .collect::<Vec<_>>();
+    RunCostReport {
+        cpu_share: shares
+            .into_iter()
+            .fold(None, |total, s| Some(total.unwrap_or(0.0) + s)),
+        other_dispatch: aggregator.other_dispatch,
+        dispatch_hooks: aggregator.dispatch_hooks,
+        other_programs,
+        in_situ: None,
+        estimated_per_hit_ns: None,
+        assumption: measurements.assumption,
+    }
+}

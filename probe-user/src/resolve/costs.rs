@@ -1,0 +1,173 @@
+//! What each resolved probe point will cost, known before anything is attached: the
+//! cost class of its site (the probed instruction under this kernel's rules), the
+//! calibration's basis for its whole cost, and the warnings for single-stepped entries.
+//! The classes and prices are `cost`'s; joining them to points is resolve's.
+
+use crate::cost::calibration::{self, Calibration};
+use crate::cost::classes::{self, CostClass, KernelRules};
+use crate::cost::dispatch::ProbeSite;
+use crate::cost::{ProbeCost, estimate, sites};
+use crate::spec::ProbeKind;
+
+use super::{FunctionSpan, ProbePoint};
+
+/// What the cost module knows about a run's probes before they are attached.
+pub struct Prepared {
+    /// Per probe id.
+    pub costs: Vec<ProbeCost>,
+    /// Per probe id: where it sits in the target, for dispatch measurement.
+    pub sites: Vec<ProbeSite>,
+    /// This machine's calibration, if cached.
+    pub calibration: Option<Calibration>,
+}
+
+/// Classifies every probe site and looks up this machine's calibration.
+pub fn prepare(points: &[&ProbePoint]) -> Prepared {
+    let rules = KernelRules::running();
+    let calibration = calibration::load_cached();
+    let gap_curve = calibration
+        .as_ref()
+        .and_then(|c| c.gap.clone())
+        .map(std::sync::Arc::new);
+    let sites: Vec<ProbeSite> = points
+        .iter()
+        .map(|p| ProbeSite {
+            kind: p.kind,
+            vaddr: p.load_bias.map(|bias| p.address.wrapping_add(bias)),
+        })
+        .collect();
+    let costs =
+        points
+            .iter()
+            .enumerate()
+            .map(|(id, p)| {
+                let site = classes::classify_file(&p.attach_path, p.file_offset, rules)
+                    .unwrap_or_else(|_| classes::SiteClass {
+                        class: CostClass::Unknown,
+                        instruction: String::new(),
+                        reason: Some("cannot read the probed file"),
+                    });
+                // A uretprobe shares its entry breakpoint with an entry probe on the same
+                // function, whose cost that breakpoint then is.
+                let shares_entry = p.kind == ProbeKind::Uretprobe
+                    && points.iter().enumerate().any(|(other, q)| {
+                        other != id
+                            && q.kind != ProbeKind::Uretprobe
+                            && q.attach_path == p.attach_path
+                            && q.file_offset == p.file_offset
+                    });
+                ProbeCost {
+                    basis: calibration
+                        .as_ref()
+                        .map(|c| estimate::basis(c, site.class, p.kind, shares_entry)),
+                    cold_basis: calibration
+                        .as_ref()
+                        .and_then(|c| estimate::cold_basis(c, site.class, p.kind, shares_entry)),
+                    site: Some(site),
+                    gap_curve: gap_curve.clone(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+    Prepared {
+        costs,
+        sites,
+        calibration,
+    }
+}
+
+/// Warnings printed for at most this many single-stepped entries; then a count.
+const MAX_ENTRY_WARNINGS: usize = 5;
+
+/// One line per probe on a function entry the kernel single-steps, for stderr before
+/// attaching: a second trap on every hit, and, for an entry uprobe, a later
+/// instruction the kernel emulates that every call reaches once, if one is found
+/// ([`sites::later_site`]), with the spec that probes it. Nothing is moved: the user
+/// decides. `probes` are (spec as written, point) in probe id order, `costs` from
+/// [`prepare`].
+pub fn entry_warnings(probes: &[(&str, &ProbePoint)], costs: &[ProbeCost]) -> Vec<String> {
+    let rules = KernelRules::running();
+    let mut lines = Vec::new();
+    let mut more = 0usize;
+    for (&(spec_text, point), cost) in probes.iter().zip(costs) {
+        let Some(site) = cost.site.as_ref() else {
+            continue;
+        };
+        let Some(span) = point.function else {
+            continue;
+        };
+        if site.class != CostClass::SingleStepped || span.offset != 0 {
+            continue;
+        }
+        if lines.len() == MAX_ENTRY_WARNINGS {
+            more += 1;
+            continue;
+        }
+        let head = format!(
+            "probetop: warning: {spec_text}: the entry of {} ({}) is single-stepped, a second trap on every hit",
+            point.name, site.instruction
+        );
+        if point.kind == ProbeKind::Uretprobe {
+            lines.push(format!("{head}; a return probe can only start there"));
+            continue;
+        }
+        let later = later_site_of(point, span, rules);
+        let tail = match later {
+            Ok(later) => {
+                let spec = entry_spec(spec_text, point, probes);
+                later.advice(&spec)
+            }
+            Err(why) => format!("no later site is offered: {}", why.reason()),
+        };
+        lines.push(format!("{head}; {tail}"));
+    }
+    if more > 0 {
+        lines.push(format!(
+            "probetop: warning: and {more} more probe{} on single-stepped entries (`probetop list` shows each site's cost class and hint)",
+            if more == 1 { "" } else { "s" }
+        ));
+    }
+    lines
+}
+
+/// The later site of the function whose entry `point` is.
+fn later_site_of(
+    point: &ProbePoint,
+    span: FunctionSpan,
+    rules: KernelRules,
+) -> Result<sites::LaterSite, sites::NoLaterSite> {
+    if span.size == 0 || span.size > sites::MAX_FUNCTION_BYTES {
+        return Err(sites::NoLaterSite::Unsized);
+    }
+    let code = std::fs::File::open(&point.attach_path)
+        .and_then(|file| sites::read_code(&file, point.file_offset, span.size))
+        .map_err(|_| sites::NoLaterSite::Undecodable)?;
+    if code.len() as u64 != span.size {
+        return Err(sites::NoLaterSite::Undecodable);
+    }
+    sites::later_site(
+        &code,
+        point.address,
+        point.file_offset,
+        span.inner_symbol.as_slice(),
+        rules,
+    )
+}
+
+/// A uprobe spec naming `point`'s function alone, to which `+OFFSET` is added: the
+/// spec as written when it names one function by a plain name, else the object as
+/// written and the symbol as stored.
+fn entry_spec(spec_text: &str, point: &ProbePoint, probes: &[(&str, &ProbePoint)]) -> String {
+    let spec = crate::spec::ProbeSpec::parse(spec_text).ok();
+    let alone = probes.iter().filter(|(s, _)| *s == spec_text).count() == 1;
+    match spec {
+        Some(spec) if alone && !spec.is_glob() && spec.offset.is_none() => spec.text,
+        spec => {
+            let object = spec
+                .and_then(|s| s.object)
+                .map(|o| format!("{o}:"))
+                .unwrap_or_default();
+            format!("uprobe:{object}{}", point.symbol)
+        }
+    }
+}
