@@ -8,8 +8,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use probe_common::{HitEvent, MAX_ARGS, khist, mode};
+use probe_common::{HitEvent, MAX_ARGS, khist};
 
+use crate::delivery::DeliveryMode;
 use crate::histogram::{HIGHEST_TRACKABLE_NS, SIGNIFICANT_DIGITS, new_ns_histogram};
 use crate::record::Record;
 use serde::Serialize;
@@ -170,8 +171,8 @@ pub struct ProbeAggregate {
     /// Records received per process id (tgid): several processes share a probe with
     /// `--follow-forks`, `--cgroup` or several `--pid`.
     pub processes: ThreadCounts,
-    /// How hits reach user space now (`probe_common::mode`).
-    pub mode: u32,
+    /// How hits reach user space now.
+    pub mode: DeliveryMode,
     /// SAMPLE mode: every hit in the window, as the kernel counted them.
     pub sampled_hits: u64,
     /// The kernel's cumulative count of every hit (SAMPLE and KERNEL_HISTOGRAM modes) at
@@ -236,7 +237,7 @@ impl Default for ProbeAggregate {
             last_args: None,
             threads: Default::default(),
             processes: Default::default(),
-            mode: mode::RING,
+            mode: DeliveryMode::Ring,
             sampled_hits: 0,
             counted_seen: 0,
             kernel_hits: 0,
@@ -285,9 +286,9 @@ impl ThreadsCover {
 impl ProbeAggregate {
     /// Which hits [`Self::threads`] counts.
     pub fn threads_cover(&self) -> ThreadsCover {
-        if self.mode == mode::SAMPLE || self.sampled_hits > 0 {
+        if self.mode == DeliveryMode::Sample || self.sampled_hits > 0 {
             ThreadsCover::Sampled
-        } else if self.mode == mode::KERNEL_HISTOGRAM || self.kernel_hits > 0 {
+        } else if self.mode == DeliveryMode::KernelHistogram || self.kernel_hits > 0 {
             if self.received == 0 && self.dropped == 0 {
                 ThreadsCover::NoneInKernelMode
             } else {
@@ -303,7 +304,7 @@ impl ProbeAggregate {
     /// Hits the probe took. Records received plus those dropped; in SAMPLE mode the
     /// kernel's count of every hit instead; plus hits counted in the in-kernel histogram.
     pub fn hits(&self) -> u64 {
-        let streamed = if self.mode == mode::SAMPLE {
+        let streamed = if self.mode == DeliveryMode::Sample {
             self.sampled_hits
         } else {
             self.received + self.dropped
@@ -317,7 +318,7 @@ impl ProbeAggregate {
     pub fn set_counted_hits(&mut self, total: u64) {
         let new = total.saturating_sub(self.counted_seen);
         self.counted_seen = total;
-        if self.mode == mode::SAMPLE {
+        if self.mode == DeliveryMode::Sample {
             self.sampled_hits += new;
         } else {
             self.kernel_hits += new;
@@ -440,7 +441,7 @@ impl ProbeAggregate {
             *self.processes.entry(pid).or_default() += 1;
         }
         // In SAMPLE mode the rate follows the kernel's count of every hit.
-        if self.mode != mode::SAMPLE {
+        if self.mode != DeliveryMode::Sample {
             self.rate.add(1);
         }
         // A zero-length window is possible with a coarse clock; HDR's lowest value is 1
@@ -617,7 +618,7 @@ impl Aggregator {
 /// interval histogram and the UI's series stay behind: half the memory of a clone).
 #[derive(Debug, Clone)]
 pub struct ProbeMeasurements {
-    pub mode: u32,
+    pub mode: DeliveryMode,
     pub hits: u64,
     pub dropped: u64,
     pub last_args: Option<CapturedArgs>,
@@ -764,8 +765,8 @@ impl IntervalLog {
 /// What one probe looks like at a moment: the numbers the UI shows.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ProbeSnapshot {
-    /// `probe_common::mode` of the probe now.
-    pub mode: u32,
+    /// How the probe's hits reach user space now.
+    pub mode: DeliveryMode,
     pub hits: u64,
     pub dropped: u64,
     /// Hits per second over the last second.
@@ -1124,7 +1125,7 @@ mod tests {
     #[test]
     fn kernel_histogram_deltas() {
         let mut probe = ProbeAggregate {
-            mode: mode::KERNEL_HISTOGRAM,
+            mode: DeliveryMode::KernelHistogram,
             ..Default::default()
         };
         let mut totals = vec![0u64; khist::BUCKETS as usize];
@@ -1149,7 +1150,7 @@ mod tests {
     #[test]
     fn sampled_hits_count_every_hit() {
         let mut agg = Aggregator::new(1);
-        agg.probes_mut()[0].mode = mode::SAMPLE;
+        agg.probes_mut()[0].mode = DeliveryMode::Sample;
         agg.record(&hit(0, 10));
         agg.probes_mut()[0].set_counted_hits(100);
         assert_eq!(agg.probes()[0].hits(), 100);
@@ -1214,7 +1215,7 @@ mod tests {
         agg.set_dropped(0, 3);
         assert_eq!(agg.probes()[0].threads_cover(), ThreadsCover::NotDropped);
         // Auto mode's switch to the in-kernel histogram.
-        agg.probes_mut()[0].mode = mode::KERNEL_HISTOGRAM;
+        agg.probes_mut()[0].mode = DeliveryMode::KernelHistogram;
         agg.probes_mut()[0].set_counted_hits(10);
         assert_eq!(
             agg.probes()[0].threads_cover(),
@@ -1222,7 +1223,7 @@ mod tests {
         );
 
         let mut kernel = Aggregator::new(1);
-        kernel.probes_mut()[0].mode = mode::KERNEL_HISTOGRAM;
+        kernel.probes_mut()[0].mode = DeliveryMode::KernelHistogram;
         kernel.probes_mut()[0].set_counted_hits(10);
         assert_eq!(
             kernel.probes()[0].threads_cover(),
@@ -1230,7 +1231,7 @@ mod tests {
         );
 
         let mut sample = Aggregator::new(1);
-        sample.probes_mut()[0].mode = mode::SAMPLE;
+        sample.probes_mut()[0].mode = DeliveryMode::Sample;
         sample.record(&hit(0, 5));
         assert_eq!(sample.probes()[0].threads_cover(), ThreadsCover::Sampled);
     }
@@ -1369,7 +1370,7 @@ mod tests {
     #[test]
     fn reset_keeps_kernel_baselines() {
         let mut probe = ProbeAggregate {
-            mode: mode::KERNEL_HISTOGRAM,
+            mode: DeliveryMode::KernelHistogram,
             ..Default::default()
         };
         let mut totals = vec![0u64; khist::BUCKETS as usize];
@@ -1383,7 +1384,7 @@ mod tests {
         probe.apply_kernel_histogram(&totals);
         assert_eq!((probe.hits(), probe.kernel_timed), (4, 3));
         let mut sampled = ProbeAggregate {
-            mode: mode::SAMPLE,
+            mode: DeliveryMode::Sample,
             ..Default::default()
         };
         sampled.set_counted_hits(100);

@@ -35,7 +35,7 @@ use std::{
 };
 
 use aya::maps::{MapData, RingBuf};
-use probe_common::{ProbeConfig, dispatch as slots, khist, mode};
+use probe_common::{ProbeConfig, dispatch as slots, khist};
 
 use crate::attach::dispatch::Dispatch;
 use crate::attach::{AttachRequest, Attachment, LoadOptions};
@@ -48,6 +48,7 @@ use crate::cost::classes::KernelRules;
 use crate::cost::dispatch::{ProbeSite, SlotTotal};
 use crate::cost::stats::{Summary, XorShift};
 use crate::cost::workload::{ColdRun, Func};
+use crate::delivery::DeliveryMode;
 use crate::resolve::maps::{FileId, read_maps};
 use crate::spec::ProbeKind;
 
@@ -588,7 +589,7 @@ fn request<'a>(
     kind: ProbeKind,
     path: &'a Path,
     file_offset: u64,
-    mode: u32,
+    mode: DeliveryMode,
     pid: u32,
 ) -> AttachRequest<'a> {
     AttachRequest {
@@ -598,7 +599,7 @@ fn request<'a>(
         file_offset,
         semaphore_offset: None,
         config: ProbeConfig {
-            mode,
+            mode: mode.raw(),
             sample_every: 1,
             ..Default::default()
         },
@@ -647,8 +648,8 @@ fn phase_one(
         .filter(|c| !matches!(c, Case::UsdtUnattached | Case::HandlerKernelUntimed));
     for case in attached_cases {
         let mode = match case {
-            Case::HandlerKernel => mode::KERNEL_HISTOGRAM,
-            _ => mode::RING,
+            Case::HandlerKernel => DeliveryMode::KernelHistogram,
+            _ => DeliveryMode::Ring,
         };
         let func = case.func();
         let req = request(
@@ -966,7 +967,7 @@ fn phase_two(
             case.kind(),
             &exe,
             offsets.of(func),
-            mode::RING,
+            DeliveryMode::Ring,
             pid,
         );
         attachment.attach(&req).map_err(CalibrateError::from)?;

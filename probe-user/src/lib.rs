@@ -10,6 +10,7 @@ pub mod attach;
 pub mod calibrate;
 pub mod cli;
 pub mod cost;
+pub mod delivery;
 mod error_line;
 pub mod histogram;
 pub mod manual;

@@ -28,6 +28,7 @@ use tokio::{
 use crate::aggregate::{Aggregator, IntervalLog, ProbeMeasurements, Snapshot};
 use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
+use crate::delivery::DeliveryMode;
 use crate::present::{
     self, ProbeLabel,
     export::{self, ExecReport, Interval, ProbeReport, Report},
@@ -41,7 +42,7 @@ use crate::stream::{
 };
 use crate::target::{PinnedExe, Target};
 use crate::{UsageError, cost, privileges};
-use probe_common::{ProbeConfig, mode};
+use probe_common::ProbeConfig;
 
 /// Like eprintln!, but a failed write is ignored: after SIGHUP the terminal is gone, and
 /// eprintln! would panic (and abort) before the exports are written.
@@ -300,10 +301,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let base_config = ProbeConfig {
         mode: match args.mode {
-            Mode::Ring | Mode::Auto => mode::RING,
-            Mode::Sample => mode::SAMPLE,
-            Mode::Kernel => mode::KERNEL_HISTOGRAM,
-        },
+            Mode::Ring | Mode::Auto => DeliveryMode::Ring,
+            Mode::Sample => DeliveryMode::Sample,
+            Mode::Kernel => DeliveryMode::KernelHistogram,
+        }
+        .raw(),
         sample_every: args.sample_every.max(1),
         ..Default::default()
     };
@@ -476,7 +478,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
     for (row, probe) in aggregator.probes_mut().iter_mut().zip(&probes) {
-        row.mode = base_config.mode;
+        row.mode = DeliveryMode::of_config(&base_config);
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
     }
     aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);

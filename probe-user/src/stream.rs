@@ -20,9 +20,9 @@ use tokio::{
 use crate::aggregate::{Aggregator, IntervalLog, Measurements, OwnUsage, ProbeAggregate, Snapshot};
 use crate::attach::dispatch::Dispatch;
 use crate::attach::{KernelCounters, StagedFlush};
+use crate::delivery::DeliveryMode;
 use crate::record::Record;
 use probe_common::dispatch as slots;
-use probe_common::mode;
 
 /// How often the ring buffer is drained when no wakeup came.
 const POLL_INTERVAL: Duration = Duration::from_millis(25);
@@ -415,13 +415,13 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
         if let Ok(dropped) = counters.drops(id) {
             probe.set_dropped_total(dropped);
         }
-        if matches!(probe.mode, mode::SAMPLE | mode::KERNEL_HISTOGRAM)
+        if probe.mode.counts_in_kernel()
             && let Ok(total) = counters.hits(id)
         {
             probe.set_counted_hits(total);
         }
         // A probe switched by auto mode keeps its ring buffer counts and adds these.
-        if probe.mode == mode::KERNEL_HISTOGRAM
+        if probe.mode == DeliveryMode::KernelHistogram
             && let Ok(totals) = counters.histogram(id)
         {
             probe.apply_kernel_histogram(&totals);
@@ -490,11 +490,11 @@ fn baseline_probes(
     for (offset, probe) in probes.iter_mut().enumerate() {
         let id = (first + offset) as u32;
         let counted = match probe.mode {
-            mode::SAMPLE | mode::KERNEL_HISTOGRAM => counters.hits(id).unwrap_or(0),
+            DeliveryMode::Sample | DeliveryMode::KernelHistogram => counters.hits(id).unwrap_or(0),
             _ => 0,
         };
         let histogram = match probe.mode {
-            mode::KERNEL_HISTOGRAM => counters.histogram(id).unwrap_or_default(),
+            DeliveryMode::KernelHistogram => counters.histogram(id).unwrap_or_default(),
             _ => Vec::new(),
         };
         probe.baseline_kernel_counts(counted, &histogram);
@@ -518,11 +518,13 @@ fn switch_hot_probes(
     let mut switched = Vec::new();
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let rate = probe.rate.per_second();
-        if probe.mode == mode::RING
+        if probe.mode == DeliveryMode::Ring
             && rate > limit
-            && counters.set_mode(id as u32, mode::KERNEL_HISTOGRAM).is_ok()
+            && counters
+                .set_mode(id as u32, DeliveryMode::KernelHistogram)
+                .is_ok()
         {
-            probe.mode = mode::KERNEL_HISTOGRAM;
+            probe.mode = DeliveryMode::KernelHistogram;
             switched.push((probe_name(id, probe), rate));
         }
     }

@@ -13,7 +13,8 @@ use anyhow::{Context as _, Result, bail};
 
 /// probe-user's top-level modules, lowest first. The leaves use no other module: `sys`
 /// (the syscall layer issue #16 plans), `spec` (what a probe is: `ProbeKind`,
-/// `ProbeSpec`), the shared nanosecond histogram and the parsed ring record. `cost`
+/// `ProbeSpec`), the delivery mode, the shared nanosecond histogram and the parsed
+/// ring record. `cost`
 /// uses only leaves. In the pipeline, `stream` (the collector, which owns the ring
 /// buffer and drives the aggregator) sits above `aggregate` (pure state it feeds).
 const LAYERS: &[&str] = &[
@@ -21,6 +22,7 @@ const LAYERS: &[&str] = &[
     "privileges",
     "target",
     "spec",
+    "delivery",
     "histogram",
     "record",
     "cost",

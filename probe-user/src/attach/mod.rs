@@ -1193,9 +1193,13 @@ impl KernelCounters {
     }
 
     /// Switches how `probe_id`'s hits reach user space, from its next hit on.
-    pub fn set_mode(&mut self, probe_id: u32, mode: u32) -> Result<(), aya::maps::MapError> {
+    pub fn set_mode(
+        &mut self,
+        probe_id: u32,
+        mode: crate::delivery::DeliveryMode,
+    ) -> Result<(), aya::maps::MapError> {
         let mut config = self.config.get(&probe_id, 0)?;
-        config.mode = mode;
+        config.mode = mode.raw();
         self.config.set(probe_id, config, 0)
     }
 }

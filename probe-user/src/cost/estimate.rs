@@ -27,8 +27,8 @@ use super::classes::{CostClass, SiteClass};
 use super::dispatch::DispatchMeasure;
 use super::gap::{GapCounts, GapCurve};
 use crate::cost::calibration::{Calibration, Case, DispatchCase};
+use crate::delivery::DeliveryMode;
 use crate::spec::ProbeKind;
-use probe_common::mode;
 
 /// Calibrated numbers for one probe (its class and kind), ns per hit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -220,7 +220,7 @@ impl ProbeCost {
     /// `--time-every`; 1.0 otherwise); `assume` the calibration loop to price it with.
     pub fn estimate(
         &self,
-        probe_mode: u32,
+        probe_mode: DeliveryMode,
         handler_mean_ns: Option<f64>,
         timed_share: f64,
         assume: Assumption,
@@ -252,7 +252,7 @@ impl ProbeCost {
         let base = basis.base_ns?;
         let timed_share = timed_share.clamp(0.0, 1.0);
         let (on_top, handler_cal, correct) = match probe_mode {
-            mode::KERNEL_HISTOGRAM => {
+            DeliveryMode::KernelHistogram => {
                 let timed = basis.on_top_kernel_ns?;
                 // Untimed hits only count. An old calibration without that row prices
                 // every hit as timed: an overestimate, never an underestimate.
@@ -266,12 +266,12 @@ impl ProbeCost {
             }
             // Most sampled hits only count in the kernel; their handler time is seen on
             // the sampled ones only.
-            mode::SAMPLE => (basis.on_top_kernel_ns?, None, false),
+            DeliveryMode::Sample => (basis.on_top_kernel_ns?, None, false),
             _ => (basis.on_top_ring_ns?, basis.handler_ring_ns, true),
         };
         let correction = match (correct, handler_mean_ns, handler_cal) {
             // The live handler time is of the timed hits alone.
-            (true, Some(live), Some(cal)) if probe_mode == mode::KERNEL_HISTOGRAM => {
+            (true, Some(live), Some(cal)) if probe_mode == DeliveryMode::KernelHistogram => {
                 (live - cal) * timed_share
             }
             // The ring handler reads slower after a gap too: the curve has that in.
@@ -290,14 +290,14 @@ impl ProbeCost {
     /// What the gaps before this probe's hits add to its hot price, and how much slower
     /// they make the ring handler's clock read, ns per hit, from its own gaps or, with
     /// too few, every probe's. `None` without enough gaps counted.
-    fn gap_extra(&self, curve: &GapCurve, probe_mode: u32) -> Option<(f64, f64)> {
+    fn gap_extra(&self, curve: &GapCurve, probe_mode: DeliveryMode) -> Option<(f64, f64)> {
         let counts = if self.gaps.samples() >= super::gap::MIN_SAMPLES {
             &self.gaps
         } else {
             &self.gaps_pooled
         };
         // Sampled hits mostly only count in the kernel: priced as in-kernel ones.
-        let kernel = matches!(probe_mode, mode::KERNEL_HISTOGRAM | mode::SAMPLE);
+        let kernel = probe_mode.counts_in_kernel();
         let extra = counts.mean_of(|gap| curve.extra_ns(kernel, gap))?;
         let handler = if kernel {
             0.0
@@ -407,21 +407,26 @@ mod tests {
         };
         // 700 + 300, handler as calibrated.
         let e = cost
-            .estimate(mode::RING, Some(150.0), 1.0, Assumption::Hot)
+            .estimate(DeliveryMode::Ring, Some(150.0), 1.0, Assumption::Hot)
             .expect("estimate");
         assert_eq!(e.whole_ns, 1000.0);
         assert_eq!(e.method, Method::Calibration);
         // A handler 200 ns slower than in calibration (argument capture) costs 200 more.
         assert_eq!(
-            cost.estimate(mode::RING, Some(350.0), 1.0, Assumption::Hot)
+            cost.estimate(DeliveryMode::Ring, Some(350.0), 1.0, Assumption::Hot)
                 .unwrap()
                 .whole_ns,
             1200.0
         );
         assert_eq!(
-            cost.estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 1.0, Assumption::Hot)
-                .unwrap()
-                .whole_ns,
+            cost.estimate(
+                DeliveryMode::KernelHistogram,
+                Some(40.0),
+                1.0,
+                Assumption::Hot
+            )
+            .unwrap()
+            .whole_ns,
             800.0
         );
     }
@@ -443,7 +448,7 @@ mod tests {
         let cost = probe_cost(&cal());
         let whole = |handler: f64, share: f64| {
             cost.estimate(
-                mode::KERNEL_HISTOGRAM,
+                DeliveryMode::KernelHistogram,
                 Some(handler),
                 share,
                 Assumption::Hot,
@@ -466,7 +471,12 @@ mod tests {
         }
         assert_eq!(
             probe_cost(&noisy)
-                .estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 0.25, Assumption::Hot)
+                .estimate(
+                    DeliveryMode::KernelHistogram,
+                    Some(40.0),
+                    0.25,
+                    Assumption::Hot
+                )
                 .unwrap()
                 .whole_ns,
             725.0
@@ -476,7 +486,12 @@ mod tests {
         old.rows.retain(|r| r.case != Case::HandlerKernelUntimed);
         assert_eq!(
             probe_cost(&old)
-                .estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 0.25, Assumption::Hot)
+                .estimate(
+                    DeliveryMode::KernelHistogram,
+                    Some(40.0),
+                    0.25,
+                    Assumption::Hot
+                )
                 .unwrap()
                 .whole_ns,
             800.0
@@ -506,7 +521,7 @@ mod tests {
             ..Default::default()
         };
         let e = cost
-            .estimate(mode::RING, Some(150.0), 1.0, Assumption::Hot)
+            .estimate(DeliveryMode::Ring, Some(150.0), 1.0, Assumption::Hot)
             .expect("estimate");
         assert_eq!(e.whole_ns, 700.0 + 8000.0);
         assert_eq!(e.method, Method::DispatchAndCalibration);
@@ -597,12 +612,12 @@ mod tests {
         // A quarter of the hits pay 2000 more; the handler clock reads 400 more on
         // those, which is the curve's, not a slower handler.
         let e = cost
-            .estimate(mode::RING, Some(250.0), 1.0, Assumption::Gap)
+            .estimate(DeliveryMode::Ring, Some(250.0), 1.0, Assumption::Gap)
             .expect("estimate");
         assert_eq!((e.whole_ns, e.assumes), (1500.0, Assumption::Gap));
         // In-kernel: the in-kernel curve (1700 more a quarter of the time).
         let kernel = |c: &ProbeCost, assume| {
-            c.estimate(mode::KERNEL_HISTOGRAM, Some(40.0), 0.0, assume)
+            c.estimate(DeliveryMode::KernelHistogram, Some(40.0), 0.0, assume)
                 .expect("estimate")
                 .whole_ns
         };
@@ -613,7 +628,7 @@ mod tests {
         // Too few gaps of its own and none pooled: priced hot, and says so.
         cost.gaps = GapCounts::default();
         let e = cost
-            .estimate(mode::RING, Some(250.0), 1.0, Assumption::Gap)
+            .estimate(DeliveryMode::Ring, Some(250.0), 1.0, Assumption::Gap)
             .expect("estimate");
         assert_eq!((e.whole_ns, e.assumes), (1100.0, Assumption::Hot));
     }
@@ -636,18 +651,32 @@ mod tests {
         // Hot as before; cold: the cold entry 5000 + the cold ring handler 1200, the
         // handler clock compared with the cold loop's (400).
         assert_eq!(
-            whole(&push, mode::RING, 150.0, 1.0, Assumption::Hot).whole_ns,
+            whole(&push, DeliveryMode::Ring, 150.0, 1.0, Assumption::Hot).whole_ns,
             1000.0
         );
-        let cold = whole(&push, mode::RING, 450.0, 1.0, Assumption::Cold);
+        let cold = whole(&push, DeliveryMode::Ring, 450.0, 1.0, Assumption::Cold);
         assert_eq!((cold.whole_ns, cold.assumes), (6250.0, Assumption::Cold));
         // In-kernel, every hit timed: 5000 + 900; none timed: 5000 + 20 + (900 - 100).
         assert_eq!(
-            whole(&push, mode::KERNEL_HISTOGRAM, 300.0, 1.0, Assumption::Cold).whole_ns,
+            whole(
+                &push,
+                DeliveryMode::KernelHistogram,
+                300.0,
+                1.0,
+                Assumption::Cold
+            )
+            .whole_ns,
             5900.0
         );
         assert_eq!(
-            whole(&push, mode::KERNEL_HISTOGRAM, 300.0, 0.0, Assumption::Cold).whole_ns,
+            whole(
+                &push,
+                DeliveryMode::KernelHistogram,
+                300.0,
+                0.0,
+                Assumption::Cold
+            )
+            .whole_ns,
             5820.0
         );
         // Other classes: their hot row plus the emulated entry's cold extra (4300).
@@ -671,7 +700,7 @@ mod tests {
             ..push.clone()
         };
         assert!(hot_only.cold_basis.is_none());
-        let e = whole(&hot_only, mode::RING, 150.0, 1.0, Assumption::Cold);
+        let e = whole(&hot_only, DeliveryMode::Ring, 150.0, 1.0, Assumption::Cold);
         assert_eq!((e.whole_ns, e.assumes), (1000.0, Assumption::Hot));
     }
 
@@ -685,7 +714,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            cost.estimate(mode::RING, Some(100.0), 1.0, Assumption::Hot),
+            cost.estimate(DeliveryMode::Ring, Some(100.0), 1.0, Assumption::Hot),
             None
         );
         let refused = ProbeCost {
@@ -696,7 +725,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            refused.estimate(mode::RING, None, 1.0, Assumption::Hot),
+            refused.estimate(DeliveryMode::Ring, None, 1.0, Assumption::Hot),
             None
         );
         assert!((cpu_share(1000.0, 10_000.0) - 0.01).abs() < 1e-12);

@@ -51,7 +51,7 @@ pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot) -> String {
     let (timed, counted) = snapshot
         .probes
         .iter()
-        .filter(|p| p.mode == probe_common::mode::KERNEL_HISTOGRAM)
+        .filter(|p| p.mode == crate::delivery::DeliveryMode::KernelHistogram)
         .fold((0, 0), |(t, c), p| (t + p.handler.count, c + p.hits));
     if timed < counted {
         let _ = writeln!(
@@ -75,7 +75,7 @@ mod tests {
         let snapshot = Snapshot {
             elapsed: std::time::Duration::from_secs(4),
             probes: vec![ProbeSnapshot {
-                mode: probe_common::mode::RING,
+                mode: crate::delivery::DeliveryMode::Ring,
                 hits: 100_000,
                 dropped: 0,
                 per_second: 0.0,

@@ -391,7 +391,7 @@ async fn attach(
         .zip(&probes)
         .map(|((cost, config), point)| {
             let mut probe = ProbeAggregate::default();
-            probe.mode = config.mode;
+            probe.mode = crate::delivery::DeliveryMode::of_config(config);
             probe.name = ProbeLabel::new(point.point.kind, &point.point.name, "").display;
             // Kernel dispatch is not measured for these (it stopped at the exec).
             probe.cost = cost.clone();

@@ -886,8 +886,9 @@ fn exact_counts_through_the_kernels_choice() {
 #[ignore = "needs root and the fixtures"]
 fn detach_and_reattach_sets_keep_exact_counts() {
     let _turn = turn(module_path!());
-    use probe_common::{ProbeConfig, mode};
+    use probe_common::ProbeConfig;
     use probe_user::attach::{AttachPath, AttachRequest, Attachment, LoadOptions};
+    use probe_user::delivery::DeliveryMode;
     use probe_user::spec::ProbeKind;
 
     const PASSES: u64 = 5_000;
@@ -913,7 +914,7 @@ fn detach_and_reattach_sets_keep_exact_counts() {
         let mut target = started(&exe, &["--wait-signal", "--count", &PASSES.to_string()]);
         let pid = target.pid();
         let config = ProbeConfig {
-            mode: mode::KERNEL_HISTOGRAM,
+            mode: DeliveryMode::KernelHistogram.raw(),
             sample_every: 1,
             ..Default::default()
         };

@@ -268,11 +268,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 file_offset: p.file_offset,
                 generation: p.generation,
                 exe: &p.exe,
-                mode: match p.mode {
-                    probe_common::mode::SAMPLE => "sample",
-                    probe_common::mode::KERNEL_HISTOGRAM => "kernel",
-                    _ => "ring",
-                },
+                mode: p.mode.as_str(),
                 hits: p.hits,
                 dropped: p.dropped,
                 handler_ns: HandlerSummary::of(&p.handler_ns),

@@ -56,8 +56,8 @@ pub struct ProbeReport {
     pub generation: u32,
     /// The program the target ran when this probe was attached.
     pub exe: String,
-    /// How hits reached probetop at the end (`probe_common::mode`).
-    pub mode: u32,
+    /// How hits reached probetop at the end.
+    pub mode: crate::delivery::DeliveryMode,
     /// Argument values of the last hit that captured any; `None` inside where a read
     /// faulted.
     pub last_args: Option<Vec<Option<u64>>>,
@@ -352,7 +352,7 @@ pub(crate) mod testing {
         let mut b = new_ns_histogram();
         b.record_n(1000, 10).expect("in range");
         let probe = |id: u32, kind, name: &str, hist: Histogram<u64>, dropped| ProbeReport {
-            mode: 0,
+            mode: crate::delivery::DeliveryMode::Ring,
             last_args: None,
             threads: Vec::new(),
             processes: Vec::new(),
@@ -430,7 +430,7 @@ pub(crate) mod testing {
                 whole.add(h).expect("same bounds");
             }
             probes.push(ProbeReport {
-                mode: 0,
+                mode: crate::delivery::DeliveryMode::Ring,
                 last_args: None,
                 threads: Vec::new(),
                 processes: Vec::new(),

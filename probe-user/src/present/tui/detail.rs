@@ -126,13 +126,17 @@ fn totals_line(app: &App, id: usize) -> Line<'static> {
     let n = app.numbers(id);
     let probe = app.snapshot.probes.get(id);
     let mode = match probe.map(|p| (p.mode, p.handler.count, p.hits)) {
-        Some((probe_common::mode::SAMPLE, _, _)) => "sampled".to_string(),
+        Some((crate::delivery::DeliveryMode::Sample, _, _)) => "sampled".to_string(),
         // --time-every: the histogram holds the timed hits, the counts every hit.
-        Some((probe_common::mode::KERNEL_HISTOGRAM, timed, hits)) if timed < hits => format!(
-            "in-kernel histogram, {} of hits timed",
-            format::percent(timed as f64 / hits as f64)
-        ),
-        Some((probe_common::mode::KERNEL_HISTOGRAM, _, _)) => "in-kernel histogram".to_string(),
+        Some((crate::delivery::DeliveryMode::KernelHistogram, timed, hits)) if timed < hits => {
+            format!(
+                "in-kernel histogram, {} of hits timed",
+                format::percent(timed as f64 / hits as f64)
+            )
+        }
+        Some((crate::delivery::DeliveryMode::KernelHistogram, _, _)) => {
+            "in-kernel histogram".to_string()
+        }
         _ => "every hit streamed".to_string(),
     };
     let state = match app.before_exec(id) {

@@ -259,14 +259,14 @@ fn probe_name(app: &App, id: usize, width: usize) -> String {
         if short { " [off]" } else { " [detached]" }
     } else {
         match mode {
-            Some(probe_common::mode::SAMPLE) => {
+            Some(crate::delivery::DeliveryMode::Sample) => {
                 if short {
                     " [s]"
                 } else {
                     " [sampled]"
                 }
             }
-            Some(probe_common::mode::KERNEL_HISTOGRAM) => {
+            Some(crate::delivery::DeliveryMode::KernelHistogram) => {
                 if short {
                     " [k]"
                 } else {

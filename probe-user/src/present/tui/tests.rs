@@ -47,7 +47,7 @@ fn summary(base: u64, count: u64) -> HandlerSummary {
 
 fn probe(hits: u64, per_second: f64, base: u64) -> ProbeSnapshot {
     ProbeSnapshot {
-        mode: probe_common::mode::RING,
+        mode: crate::delivery::DeliveryMode::Ring,
         hits,
         dropped: 0,
         per_second,
@@ -100,7 +100,7 @@ fn snapshot() -> Snapshot {
     });
     let mut malloc = probe(4_100, 800.0, 240);
     malloc.dropped = 17;
-    malloc.mode = probe_common::mode::KERNEL_HISTOGRAM;
+    malloc.mode = crate::delivery::DeliveryMode::KernelHistogram;
     Snapshot {
         elapsed: Duration::from_secs(67),
         notice: None,
