@@ -2,9 +2,13 @@
 //!
 //! The pipeline, one module per stage: [`spec`] (what the user asked for) ->
 //! [`resolve`] (ELF symbols, USDT notes, /proc maps) -> [`attach`] (eBPF programs on
-//! uprobes) -> [`stream`] (ring buffer) -> [`aggregate`] (HDR histograms) -> [`present`]
-//! (TUI, summary, exports). [`session`] runs them in order; the `probetop` binary is
-//! the command-line edge around it.
+//! uprobes) -> [`stream`] (the collector: ring buffer and kernel counters) ->
+//! [`aggregate`] (HDR histograms) -> [`present`] (TUI, summary, exports). [`cost`] (what
+//! a hit costs the target) sits below it, the leaves ([`delivery`], [`histogram`],
+//! [`record`], [`target`], ...) below that; [`session`] runs the stages in order and
+//! [`calibrate`] measures this machine's costs; the `probetop` binary is the
+//! command-line edge around them. docs/architecture.md has the import order that
+//! `cargo xtask lint` checks.
 pub mod aggregate;
 pub mod attach;
 pub mod calibrate;

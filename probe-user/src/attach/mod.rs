@@ -176,7 +176,7 @@ pub struct LoadOptions {
     /// histograms), attached later under new ids (`--follow-exec`). Kernel dispatch is
     /// measured for the first `probe_count` only.
     pub spare_probes: u32,
-    /// Size the kernel dispatch maps for this process's probes (see `cost::dispatch`);
+    /// Size the kernel dispatch maps for this process's probes (see `attach::dispatch`);
     /// `None` leaves them minimal.
     pub dispatch_tgid: Option<u32>,
     /// Size the in-kernel histograms for every probe. They take 592 counters per probe
@@ -578,7 +578,7 @@ impl Attachment {
         Ok((info.run_count(), run_time_ns))
     }
 
-    /// The loaded object, for `cost::dispatch` to load and attach its programs and
+    /// The loaded object, for `attach::dispatch` to load and attach its programs and
     /// take its maps.
     pub fn ebpf_mut(&mut self) -> &mut Ebpf {
         &mut self.ebpf
@@ -1134,7 +1134,7 @@ pub struct KernelCounters {
     config: Array<MapData, ProbeConfig>,
     /// One hit in how many is timed (`probe_common::untimed_below`), for all probes.
     timing: Array<MapData, u64>,
-    /// Kernel dispatch measurement, when it runs (`cost::dispatch`).
+    /// Kernel dispatch measurement, when it runs (`dispatch`).
     dispatch: Option<dispatch::Dispatch>,
 }
 
