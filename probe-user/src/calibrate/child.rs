@@ -20,7 +20,7 @@ use aya::maps::{MapData, RingBuf};
 
 use crate::cost::calibration::ColdOptions;
 use crate::cost::workload::{ColdRun, Func};
-use crate::resolve::maps::{FileId, read_maps};
+use crate::procmaps::{FileId, read_maps};
 
 use super::{COLD_WARMUP, CalibrateError, WARMUP, WORKLOAD_SUBCOMMAND};
 

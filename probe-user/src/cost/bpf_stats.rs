@@ -27,7 +27,7 @@ use std::{
 
 use serde::Serialize;
 
-use crate::resolve::maps::{FileId, MapEntry, read_maps};
+use crate::procmaps::{FileId, MapEntry, read_maps};
 
 /// One BPF program on one probe point of an object the target maps.
 #[derive(Debug, Clone, PartialEq, Serialize)]

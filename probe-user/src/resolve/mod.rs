@@ -17,7 +17,6 @@ pub mod glob;
 pub mod ifunc;
 pub mod ldcache;
 pub mod list;
-pub mod maps;
 pub mod suggest;
 pub mod symbols;
 pub mod usdt;
@@ -38,10 +37,10 @@ use crate::target::Target;
 use self::debuginfo::{DebugSearch, SymbolSource};
 use self::elf::ElfImage;
 use self::glob::Glob;
-use self::maps::{FileId, MapEntry};
 use self::symbols::SymbolTable;
 use self::usdt::{UsdtNoteError, UsdtProbe};
 use self::usdt_args::{UsdtArg, UsdtArgError};
+use crate::procmaps::{self as maps, FileId, MapEntry};
 
 /// Default cap on the probe points one spec may expand to (`--max-probes`).
 pub const DEFAULT_MAX_PROBES: usize = 1000;
@@ -878,7 +877,7 @@ impl<'a> Scope<'a> {
             return None;
         };
         let text = r.display.to_string_lossy();
-        maps::load_bias(image, maps::mappings_of(maps, r.id, &text))
+        elf::load_bias(image, maps::mappings_of(maps, r.id, &text))
     }
 }
 

@@ -30,7 +30,8 @@ use crate::present::{
     export::ExecReport,
     tui::{TargetLine, UiEvent},
 };
-use crate::resolve::{self, ProbePoint, ResolveOptions, maps};
+use crate::procmaps as maps;
+use crate::resolve::{self, ProbePoint, ResolveOptions};
 use crate::spec::ProbeSpec;
 use crate::stream::CollectorCommand;
 use crate::target::{PinnedExe, Target};

@@ -1,8 +1,8 @@
-//! `/proc/PID/maps`: which files a process has mapped, and where (load bias).
+//! `/proc/PID/maps`: which files a process has mapped, and where. A leaf: `resolve`
+//! turns a mapping into a load bias (`resolve::elf::load_bias`); `cost` and `calibrate`
+//! read it too.
 
 use std::{fs, io, path::Path};
-
-use super::elf::ElfImage;
 
 /// One line of `/proc/PID/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,49 +127,9 @@ pub fn mappings_of<'a>(
     })
 }
 
-/// Load bias of `image` in a process, from the mappings of its file: the amount added
-/// to the object's virtual addresses at run time (0 for a non-PIE executable).
-pub fn load_bias<'a>(
-    image: &ElfImage,
-    mappings: impl IntoIterator<Item = &'a MapEntry>,
-) -> Option<u64> {
-    let mut fallback = None;
-    for m in mappings {
-        let Some(m_end) = m
-            .end
-            .checked_sub(m.start)
-            .and_then(|l| m.offset.checked_add(l))
-        else {
-            continue;
-        };
-        for s in &image.segments {
-            let Some(s_end) = s.offset.checked_add(s.filesz) else {
-                continue;
-            };
-            // A file offset inside both the mapping and the segment ties the two.
-            let f = s.offset.max(m.offset);
-            if f >= m_end || f >= s_end || s.filesz == 0 {
-                continue;
-            }
-            // runtime(f) - linktime(f) = (m.start + f - m.offset) - (s.vaddr + f - s.offset)
-            let bias = m
-                .start
-                .wrapping_sub(m.offset)
-                .wrapping_sub(s.vaddr)
-                .wrapping_add(s.offset);
-            if m.executable() && s.executable {
-                return Some(bias);
-            }
-            fallback.get_or_insert(bias);
-        }
-    }
-    fallback
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resolve::elf::LoadSegment;
 
     const SAMPLE: &str = "\
 55d0c8a00000-55d0c8a01000 r--p 00000000 fd:01 1234  /opt/my app/bin (x)
@@ -197,44 +157,6 @@ garbage line
         assert_eq!(maps[3].path.as_deref(), Some("[stack]"));
         assert!(!maps[3].is_file());
         assert_eq!(maps[4].path, None);
-    }
-
-    #[test]
-    fn bias_pie_and_non_pie() {
-        let maps = parse_maps(SAMPLE);
-        let pie = ElfImage {
-            segments: vec![
-                LoadSegment {
-                    vaddr: 0,
-                    memsz: 0x1000,
-                    offset: 0,
-                    filesz: 0x1000,
-                    executable: false,
-                },
-                LoadSegment {
-                    vaddr: 0x1000,
-                    memsz: 0x1000,
-                    offset: 0x1000,
-                    filesz: 0x1000,
-                    executable: true,
-                },
-            ],
-            ..ElfImage::default()
-        };
-        let bias = load_bias(&pie, maps.iter().take(2));
-        assert_eq!(bias, Some(0x55d0c8a00000));
-        let non_pie = ElfImage {
-            segments: vec![LoadSegment {
-                vaddr: 0x401000,
-                memsz: 0x1000,
-                offset: 0x1000,
-                filesz: 0x1000,
-                executable: true,
-            }],
-            ..ElfImage::default()
-        };
-        let m = parse_maps("00401000-00402000 r-xp 00001000 fd:01 7 /bin/x\n");
-        assert_eq!(load_bias(&non_pie, &m), Some(0));
     }
 
     #[test]
