@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     // The calibration's child measures its own CPU time: no runtime threads beside it.
     if let Some(cli::Command::CalibrateWorkload) = cli.command {
-        return match probe_user::cost::workload::child_main() {
+        return match probe_user::calibrate::workload::child_main() {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("probetop: calibration workload: {}", error_line(&error));

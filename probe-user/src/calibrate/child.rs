@@ -18,8 +18,8 @@ use std::{
 
 use aya::maps::{MapData, RingBuf};
 
+use super::workload::{ColdRun, Func};
 use crate::cost::calibration::ColdOptions;
-use crate::cost::workload::{ColdRun, Func};
 use crate::procmaps::{FileId, read_maps};
 
 use super::{COLD_WARMUP, CalibrateError, WARMUP, WORKLOAD_SUBCOMMAND};

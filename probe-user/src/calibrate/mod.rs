@@ -37,14 +37,15 @@ use crate::cost::calibration::{
 use crate::cost::classes::KernelRules;
 use crate::cost::dispatch::{ProbeSite, SlotTotal};
 use crate::cost::stats::{Summary, XorShift};
-use crate::cost::workload::Func;
 use crate::delivery::DeliveryMode;
 use crate::spec::ProbeKind;
 use child::{Drainer, Offsets, Workload};
+use workload::Func;
 
 /// The hidden subcommand the child runs.
 mod child;
 mod gap_phase;
+pub mod workload;
 
 pub const WORKLOAD_SUBCOMMAND: &str = "__calibrate-workload";
 
@@ -124,6 +125,52 @@ const COLD_ITERS_QUICK: u64 = 30;
 
 /// Iterations of the cold loop before each measured run.
 const COLD_WARMUP: u64 = 3;
+
+/// Which workload function each case runs, and so which kind of probe it takes.
+trait RunsOn: Copy {
+    fn func(self) -> Func;
+    fn kind(self) -> ProbeKind;
+}
+
+impl RunsOn for Case {
+    fn func(self) -> Func {
+        match self {
+            Case::UprobeEmulatedCold
+            | Case::UretprobeCold
+            | Case::HandlerRingCold
+            | Case::HandlerKernelCold => self.hot().func(),
+            Case::UsdtUnattached => Func::UsdtTwin,
+            Case::UsdtHit => Func::Usdt,
+            Case::UsdtNop5Hit => Func::UsdtNop5,
+            Case::UprobeEmulated => Func::Emulated,
+            Case::HandlerRing => Func::EmulatedRing,
+            Case::HandlerKernel | Case::HandlerKernelUntimed => Func::EmulatedKernel,
+            Case::UprobeSingleStepped => Func::SingleStepped,
+            Case::UprobeOptimized => Func::Nop5,
+            Case::Uretprobe => Func::Ret,
+        }
+    }
+
+    fn kind(self) -> ProbeKind {
+        self.func().probe_kind()
+    }
+}
+
+impl RunsOn for DispatchCase {
+    fn func(self) -> Func {
+        match self {
+            DispatchCase::Usdt => Func::Usdt,
+            DispatchCase::Emulated => Func::Emulated,
+            DispatchCase::SingleStepped => Func::SingleStepped,
+            DispatchCase::Optimized => Func::Nop5,
+            DispatchCase::Uretprobe => Func::Ret,
+        }
+    }
+
+    fn kind(self) -> ProbeKind {
+        self.func().probe_kind()
+    }
+}
 
 /// Writes `calibration` to the cache; returns the path.
 pub fn save(calibration: &Calibration) -> Result<PathBuf, CalibrateError> {

@@ -7,8 +7,6 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use super::stats::Summary;
-use super::workload::Func;
-use crate::spec::ProbeKind;
 
 /// Version of the cache file's layout (3: the `nop; nop5` USDT row).
 pub(crate) const FORMAT: u32 = 3;
@@ -199,28 +197,6 @@ impl Case {
         self.hot() != self
     }
 
-    pub(crate) fn func(self) -> Func {
-        match self {
-            Case::UprobeEmulatedCold
-            | Case::UretprobeCold
-            | Case::HandlerRingCold
-            | Case::HandlerKernelCold => self.hot().func(),
-            Case::UsdtUnattached => Func::UsdtTwin,
-            Case::UsdtHit => Func::Usdt,
-            Case::UsdtNop5Hit => Func::UsdtNop5,
-            Case::UprobeEmulated => Func::Emulated,
-            Case::HandlerRing => Func::EmulatedRing,
-            Case::HandlerKernel | Case::HandlerKernelUntimed => Func::EmulatedKernel,
-            Case::UprobeSingleStepped => Func::SingleStepped,
-            Case::UprobeOptimized => Func::Nop5,
-            Case::Uretprobe => Func::Ret,
-        }
-    }
-
-    pub(crate) fn kind(self) -> ProbeKind {
-        self.func().probe_kind()
-    }
-
     /// Probe id in phase one's attachment.
     pub(crate) fn probe_id(self) -> u32 {
         match self {
@@ -272,20 +248,6 @@ impl DispatchCase {
             DispatchCase::Optimized => "uprobe, 5-byte nop",
             DispatchCase::Uretprobe => "uretprobe (entry + return)",
         }
-    }
-
-    pub(crate) fn func(self) -> Func {
-        match self {
-            DispatchCase::Usdt => Func::Usdt,
-            DispatchCase::Emulated => Func::Emulated,
-            DispatchCase::SingleStepped => Func::SingleStepped,
-            DispatchCase::Optimized => Func::Nop5,
-            DispatchCase::Uretprobe => Func::Ret,
-        }
-    }
-
-    pub(crate) fn kind(self) -> ProbeKind {
-        self.func().probe_kind()
     }
 
     pub(crate) fn probe_id(self) -> u32 {

@@ -27,7 +27,6 @@ pub mod gap;
 pub mod insitu;
 pub mod sites;
 pub mod stats;
-pub mod workload;
 
 pub use estimate::{ProbeCost, cpu_share};
 
