@@ -20,7 +20,9 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Probe, ReportSource, StopReason, probe_config, refuse_go_return_probes, unix_now_ms};
+use super::StopReason;
+use super::probe::{Probe, refuse_go_return_probes};
+use super::report::{ReportSource, unix_now_ms};
 use crate::aggregate::ProbeAggregate;
 use crate::attach::{Attachment, ProbeLink};
 use crate::cost::{self, ProbeCost, say};
@@ -379,7 +381,7 @@ async fn attach(
     let configs: Vec<ProbeConfig> = probes
         .iter()
         .map(|probe| {
-            probe_config(follow.base_config, probe, follow.args, &mut |line| {
+            probe.config(follow.base_config, follow.args, &mut |line| {
                 notes.push(line)
             })
         })
