@@ -210,13 +210,7 @@ pub enum CollectorCommand {
 
 /// Now on the clock `bpf_ktime_get_ns()` reads (CLOCK_MONOTONIC), in ns.
 pub fn ktime_now_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    crate::sys::clock::monotonic_ns()
 }
 
 /// Where the collector's output goes and what steers it.
@@ -414,8 +408,7 @@ impl OwnUsageMeter {
         let ticks = std::fs::read_to_string("/proc/self/stat")
             .ok()
             .and_then(|stat| cpu_ticks_of_stat(&stat));
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let ticks_per_second = crate::sys::clock::clock_ticks_per_second().unwrap_or(0);
         let cpu_share = match (self.last, ticks) {
             (Some((then, before)), Some(ticks)) if ticks_per_second > 0 => {
                 let seconds = (now - then).as_secs_f64();
@@ -426,13 +419,12 @@ impl OwnUsageMeter {
             _ => None,
         };
         self.last = ticks.map(|t| (now, t));
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        let page_size = crate::sys::clock::page_size().unwrap_or(0);
         let rss_bytes = std::fs::read_to_string("/proc/self/statm")
             .ok()
             .and_then(|statm| resident_pages_of_statm(&statm))
             .filter(|_| page_size > 0)
-            .map(|pages| pages * page_size as u64);
+            .map(|pages| pages * page_size);
         OwnUsage {
             cpu_share,
             rss_bytes,

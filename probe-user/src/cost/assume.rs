@@ -234,8 +234,7 @@ impl Assumer {
 
     fn cores(from: Option<(Instant, u64)>, to: Option<(Instant, u64)>) -> Option<f64> {
         let ((t0, c0), (t1, c1)) = (from?, to?);
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let per_second = crate::sys::clock::clock_ticks_per_second().unwrap_or(0);
         let seconds = (t1 - t0).as_secs_f64();
         (per_second > 0 && seconds >= 0.2)
             .then(|| c1.saturating_sub(c0) as f64 / per_second as f64 / seconds)

@@ -431,7 +431,7 @@ fn fmt_gap_us(us: f64) -> String {
 
 pub(crate) fn say(line: &str) {
     // Held while the TUI has the terminal, where it would garble the screen.
-    crate::present::tui::say(line);
+    crate::sys::say(line);
 }
 
 fn percent(share: f64) -> String {

@@ -345,13 +345,7 @@ impl Func {
 
 /// CPU time of the calling thread, ns.
 pub fn thread_cpu_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    crate::sys::clock::thread_cpu_ns()
 }
 
 /// Calls `func` `warmup` times, then `calls` times under the CPU clock; returns CPU ns
@@ -539,13 +533,7 @@ fn tsc() -> u64 {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    crate::sys::clock::monotonic_ns()
 }
 
 /// One run of the cold loop.
@@ -657,9 +645,8 @@ pub fn child_main() -> anyhow::Result<()> {
     let stdin = io::stdin();
     let mut out = io::stdout().lock();
     // Sleeps as short as asked: the default timer slack (50 us) would stretch the gap
-    // loop's short ones. PR_SET_TIMERSLACK only concerns this thread.
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
+    // loop's short ones.
+    crate::sys::process::least_timer_slack();
     writeln!(out, "ready")?;
     out.flush()?;
     let mut footprint: Option<Footprint> = None;

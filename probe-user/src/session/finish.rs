@@ -13,6 +13,7 @@ use crate::cli::RunArgs;
 use crate::cost;
 use crate::present::{self, export};
 use crate::stream::{self, Collected, CollectorCommand};
+use crate::sys;
 
 pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyhow::Result<()> {
     let Running {
@@ -106,16 +107,11 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         let hits: u64 = measured.probes.iter().map(|p| p.hits).sum();
         driver.summary(hits)
     });
-    {
-        // As above: a terminal gone after SIGHUP must not stop the exports.
-        use std::io::Write as _;
-        let mut err = io::stderr().lock();
-        let _ = err.write_all(cost::report(&labels, &aggregator, duration).as_bytes());
-        if let Some(summary) = &in_situ_summary {
-            let _ = writeln!(err, "probetop: {}", summary.line());
-        }
-        let _ = err.write_all(cost::bpf_stats::render(&other_programs).as_bytes());
+    sys::stderr::say_text(&cost::report(&labels, &aggregator, duration));
+    if let Some(summary) = &in_situ_summary {
+        say!("probetop: {}", summary.line());
     }
+    sys::stderr::say_text(&cost::bpf_stats::render(&other_programs));
 
     let rows = source.rows();
     let mut report = build_report(

@@ -9,7 +9,7 @@
 /// exports are written.
 macro_rules! say {
     ($($arg:tt)*) => {{
-        $crate::present::tui::say(&format!($($arg)*));
+        $crate::sys::say(&format!($($arg)*));
     }};
 }
 

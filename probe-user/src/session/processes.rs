@@ -120,12 +120,10 @@ pub(super) fn spawn_cgroup_poller(
             for pid in members {
                 // A full set or a failed update: the next round tries again.
                 if set.add(pid).unwrap_or(false) && announce {
-                    use std::io::Write as _;
-                    let _ = writeln!(
-                        io::stderr(),
+                    crate::sys::say(&format!(
                         "probetop: pid {pid} entered {}: probing it",
                         dir.display()
-                    );
+                    ));
                 }
             }
         }

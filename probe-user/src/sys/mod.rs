@@ -1,6 +1,16 @@
-//! The raw system calls and `/proc` readers, behind safe functions: every `unsafe` of
-//! probe-user that talks to the kernel directly is here, each with its SAFETY line.
-//! A leaf: it uses nothing of the crate. BPF maps and programs go through aya; the few
-//! `bpf(2)` commands aya 0.14 does not have are [`bpf`]'s.
+//! The raw system calls, behind safe functions: each `unsafe` of probe-user that talks
+//! to the kernel directly is here, with its SAFETY line, and its callers use the safe
+//! wrappers. A leaf: it uses nothing of the crate. BPF maps and programs go through
+//! aya; the few `bpf(2)` commands aya 0.14 does not have are [`bpf`]'s. The lines
+//! probetop writes to stderr go through [`stderr`], which holds them while the TUI
+//! has the terminal.
 
+pub mod bpf;
+pub mod clock;
+pub mod cpu;
+pub mod limits;
+pub mod perf;
 pub mod process;
+pub mod stderr;
+
+pub use stderr::say;
