@@ -60,8 +60,7 @@ fn denied_advice_for_root(effective: u64) -> &'static str {
 }
 
 fn effective_caps(status: &str) -> Option<u64> {
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    u64::from_str_radix(hex.trim(), 16).ok()
+    u64::from_str_radix(sys::procfs::status_field(status, "CapEff:")?, 16).ok()
 }
 
 fn has_needed(caps: u64) -> bool {

@@ -180,12 +180,7 @@ pub fn text_bytes(pid: u32) -> Option<u64> {
 
 /// utime + stime of `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_comm.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
+    crate::sys::procfs::Stat::of(pid).map(|stat| stat.cpu_ticks())
 }
 
 /// The run's choice and what auto needs of the target, read as the run goes.

@@ -25,7 +25,7 @@ use super::probe::{Probe, refuse_go_return_probes};
 use super::report::{ReportSource, unix_now_ms};
 use crate::aggregate::ProbeAggregate;
 use crate::attach::{Attachment, ProbeLink};
-use crate::cost::{self, ProbeCost, say};
+use crate::cost::{self, ProbeCost};
 use crate::present::{
     ProbeLabel,
     export::ExecReport,
@@ -34,6 +34,7 @@ use crate::present::{
 use crate::resolve::{self, ProbePoint, ResolveOptions, maps};
 use crate::spec::ProbeSpec;
 use crate::stream::CollectorCommand;
+use crate::sys::say;
 use crate::target::{PinnedExe, Target};
 use probe_common::ProbeConfig;
 
