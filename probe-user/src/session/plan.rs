@@ -167,3 +167,25 @@ fn check_capture(args: &RunArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_every_applies_where_the_kernel_aggregates() {
+        assert_eq!(
+            time_every(Mode::Kernel, None).ok(),
+            Some(probe_common::DEFAULT_TIME_EVERY)
+        );
+        assert_eq!(time_every(Mode::Auto, Some(8)).ok(), Some(8));
+        assert_eq!(time_every(Mode::Ring, None).ok(), Some(1));
+        assert_eq!(time_every(Mode::Sample, Some(1)).ok(), Some(1));
+        let refused = time_every(Mode::Ring, Some(8)).expect_err("ring streams every hit");
+        assert!(
+            refused.0.contains("--mode kernel and auto only"),
+            "{refused}"
+        );
+        assert!(time_every(Mode::Kernel, Some(0)).is_err());
+    }
+}

@@ -33,13 +33,15 @@ use crate::target::{PinnedExe, Target};
 use probe_common::{ProbeConfig, mode};
 
 /// A run measuring: what the drive and finish phases act on.
+/// Fields drop in order: on an error path the probes are detached (`attachment`)
+/// before the executable they were attached through is closed (`pin`), as at the end.
 pub(super) struct Running {
+    pub attachment: Attachment,
     pub target: Target,
     /// Held until no probe can be attached through it again (`space`): its number
     /// must not name another file meanwhile.
     pub pin: PinnedExe,
     pub several: bool,
-    pub attachment: Attachment,
     /// One per row, as on screen and in the summary.
     pub labels: Vec<ProbeLabel>,
     pub source: Arc<ReportSource>,
