@@ -428,7 +428,7 @@ impl Drop for Mariadb {
 }
 
 /// A new directory under the system's temporary directory.
-fn temp_dir(prefix: &str) -> Result<PathBuf> {
+pub(crate) fn temp_dir(prefix: &str) -> Result<PathBuf> {
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -438,7 +438,7 @@ fn temp_dir(prefix: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn file(path: &Path) -> Result<fs::File> {
+pub(crate) fn file(path: &Path) -> Result<fs::File> {
     fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -447,7 +447,7 @@ fn file(path: &Path) -> Result<fs::File> {
 }
 
 /// The last `lines` lines of a log, for error messages.
-fn tail(path: &Path, lines: usize) -> String {
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
