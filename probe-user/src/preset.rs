@@ -95,6 +95,8 @@ mod tests {
         let want = vec![
             usdt("query__start"),
             usdt("query__done"),
+            usdt("query__execute__start"),
+            usdt("query__execute__done"),
             usdt("transaction__start"),
             usdt("transaction__commit"),
             usdt("transaction__abort"),

@@ -395,23 +395,27 @@ impl Mariadb {
         if !self.is_running() {
             return Ok(());
         }
-        println!("+ kill -TERM {}  # mariadbd", self.pid);
-        // SAFETY: kill(2) on our own unreaped child's pid: it cannot name another process.
-        unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if !self.is_running() {
-                return Ok(());
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        bail!(
-            "mariadbd (pid {}) ignored SIGTERM for 60 s: killed",
-            self.pid
-        )
+        stop_child(&mut self.child, libc::SIGTERM, "mariadbd")
     }
+}
+
+/// Sends `signal` to our child (a server's clean shutdown) and waits for it to exit;
+/// SIGKILL if it takes over a minute.
+pub(crate) fn stop_child(child: &mut Child, signal: libc::c_int, name: &str) -> Result<()> {
+    let pid = child.id();
+    println!("+ kill -{signal} {pid}  # {name}");
+    // SAFETY: kill(2) on our own unreaped child's pid: it cannot name another process.
+    unsafe { libc::kill(pid as libc::pid_t, signal) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    bail!("{name} (pid {pid}) ignored signal {signal} for 60 s: killed")
 }
 
 impl Drop for Mariadb {

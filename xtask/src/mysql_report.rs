@@ -190,7 +190,7 @@ impl Run {
     }
 }
 
-fn per_query_us(seconds: f64, queries: u64) -> f64 {
+pub(crate) fn per_query_us(seconds: f64, queries: u64) -> f64 {
     if queries == 0 {
         return f64::NAN;
     }

@@ -14,7 +14,7 @@ use std::{fs, thread};
 
 use anyhow::{Context as _, Result, bail, ensure};
 
-use crate::mysql::{Stalled, file, tail, temp_dir};
+use crate::mysql::{Stalled, file, stop_child, tail, temp_dir};
 use crate::util::proc::process_cpu;
 use crate::{echo, output_ok, show};
 
@@ -247,22 +247,7 @@ impl Cluster {
         if !self.is_running() {
             return Ok(());
         }
-        println!("+ kill -INT {}  # postgres", self.pid);
-        // SAFETY: kill(2) on our own unreaped child's pid: it cannot name another process.
-        unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if !self.is_running() {
-                return Ok(());
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.postmaster.kill();
-        let _ = self.postmaster.wait();
-        bail!(
-            "postgres (pid {}) ignored SIGINT for 60 s: killed",
-            self.pid
-        )
+        stop_child(&mut self.postmaster, libc::SIGINT, "postgres")
     }
 }
 

@@ -219,24 +219,25 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Probe `spec`'s hits, and its split by pid.
+/// Spec `spec`'s hits, and their split by pid, summed over its sites (a USDT probe may
+/// have several, each a probe of its own in the export).
 fn hits(report: &serde_json::Value, spec: &str) -> (u64, BTreeMap<u32, u64>) {
-    let probe = report["probes"]
+    let probes: Vec<&serde_json::Value> = report["probes"]
         .as_array()
         .expect("probes")
         .iter()
-        .find(|p| p["spec"] == spec)
-        .unwrap_or_else(|| panic!("no probe {spec} in {report}"));
-    assert_eq!(probe["dropped"], 0, "{probe}");
-    let pids = probe["pids"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(pid, n)| (pid.parse().expect("pid"), n.as_u64().expect("count")))
-                .collect()
-        })
-        .unwrap_or_default();
-    (probe["hits"].as_u64().expect("hits"), pids)
+        .filter(|p| p["spec"] == spec)
+        .collect();
+    assert!(!probes.is_empty(), "no probe {spec} in {report}");
+    let (mut total, mut pids) = (0, BTreeMap::new());
+    for probe in probes {
+        assert_eq!(probe["dropped"], 0, "{probe}");
+        total += probe["hits"].as_u64().expect("hits");
+        for (pid, n) in probe["pids"].as_object().into_iter().flatten() {
+            *pids.entry(pid.parse().expect("pid")).or_insert(0) += n.as_u64().expect("count");
+        }
+    }
+    (total, pids)
 }
 
 #[test]
@@ -252,7 +253,7 @@ fn counts_every_backend_through_the_postmaster() {
         .args(["--preset", "postgres", "--no-tui", "--export"])
         .arg(&json);
     let mut probetop = Running::spawn(cmd);
-    probetop.err().wait_for("attached 8 probes");
+    probetop.err().wait_for("attached 12 probes");
 
     // A new connection: its backend is forked after probetop attached. It says its pid,
     // runs STATEMENTS statements and one that fails (division by zero).
@@ -299,10 +300,12 @@ fn counts_every_backend_through_the_postmaster() {
     let n = STATEMENTS + 1; // with pg_backend_pid()
 
     // The first backend: every statement starts; the failing one never finishes, is a
-    // transaction that aborts, and is refused before it reaches the executor. A backend
+    // transaction that aborts, and is refused in planning, before any portal runs. A backend
     // runs one transaction of its own as it starts (reading the catalogs).
     let q = hits(&report, "usdt:postgresql:query__start");
     let done = hits(&report, "usdt:postgresql:query__done");
+    let run = hits(&report, "usdt:postgresql:query__execute__start");
+    let ran = hits(&report, "usdt:postgresql:query__execute__done");
     let begun = hits(&report, "usdt:postgresql:transaction__start");
     let committed = hits(&report, "usdt:postgresql:transaction__commit");
     let aborted = hits(&report, "usdt:postgresql:transaction__abort");
@@ -312,6 +315,8 @@ fn counts_every_backend_through_the_postmaster() {
     let summary = format!("backend {backend}; {report}");
     assert_eq!(q.1.get(&backend), Some(&(n + 1)), "{summary}");
     assert_eq!(done.1.get(&backend), Some(&n), "{summary}");
+    assert_eq!(run.1.get(&backend), Some(&n), "{summary}");
+    assert_eq!(ran.1.get(&backend), Some(&n), "{summary}");
     assert_eq!(begun.1.get(&backend), Some(&(1 + n + 1)), "{summary}");
     assert_eq!(committed.1.get(&backend), Some(&(1 + n)), "{summary}");
     assert_eq!(aborted.1.get(&backend), Some(&1), "{summary}");
@@ -321,6 +326,9 @@ fn counts_every_backend_through_the_postmaster() {
     // executor work); the waiter one SELECT, which waits once.
     assert_eq!(q.0, n + 1 + 3 + 1, "{summary}");
     assert_eq!(done.0, n + 3 + 1, "{summary}");
+    // Utility statements run in a portal too.
+    assert_eq!(run.0, n + 3 + 1, "{summary}");
+    assert_eq!(ran.0, n + 3 + 1, "{summary}");
     assert_eq!(begun.0, (1 + n + 1) + (1 + 1) + (1 + 1), "{summary}");
     assert_eq!(committed.0, (1 + n) + 2 + 2, "{summary}");
     assert_eq!(aborted.0, 1, "{summary}");
@@ -355,7 +363,7 @@ fn the_preset_has_no_single_stepped_site_in_debians_postgres() {
         let spec = probe_user::spec::ProbeSpec::parse(text).expect("preset specs parse");
         let listing = list_json([postgres.as_str(), spec.name.as_str()]);
         let points = listing["points"].as_array().expect("points");
-        // lock__wait__* and query__* are one site each in this build.
+        // query__execute__* are two sites each in this build, the others one.
         assert!(!points.is_empty(), "{text}: not in {postgres}");
         for p in points {
             let class = p["cost_class"].as_str().expect("cost_class");
@@ -368,5 +376,5 @@ fn the_preset_has_no_single_stepped_site_in_debians_postgres() {
         }
         checked += 1;
     }
-    assert_eq!(checked, 8);
+    assert_eq!(checked, 10);
 }

@@ -21,7 +21,7 @@ use anyhow::{Context as _, Result, ensure};
 use serde_json::{Value, json};
 
 use crate::mysql_report::{
-    Stream, Tool, bpftrace_counts, cpu_sum, rotated, safe_tag, splice_between, uptime,
+    Stream, Tool, bpftrace_counts, cpu_sum, per_query_us, rotated, safe_tag, splice_between, uptime,
 };
 use crate::postgres::{Cluster, PGBENCH_SETUP_QUERIES, POSTGRES, Pgbench, PgbenchResult};
 use crate::util::proc::{HostCpu, process_cpu};
@@ -102,7 +102,7 @@ struct Run {
 
 impl Run {
     fn us_per_tx(&self) -> f64 {
-        per_tx_us(self.cluster_s, self.pgbench.transactions)
+        per_query_us(self.cluster_s, self.pgbench.transactions)
     }
     fn total_hits(&self) -> u64 {
         self.hits.values().sum()
@@ -137,13 +137,6 @@ impl Run {
             "estimate_ns": self.estimate_ns, "queries_counted": self.queries_counted(),
         })
     }
-}
-
-fn per_tx_us(seconds: f64, transactions: u64) -> f64 {
-    if transactions == 0 {
-        return f64::NAN;
-    }
-    seconds * 1e6 / transactions as f64
 }
 
 struct Report {
@@ -420,7 +413,8 @@ impl Report {
                     if spec == QUERY_START {
                         run.query_pids = p["pids"].as_object().map_or(0, |m| m.len());
                     }
-                    run.hits.insert(spec, hits);
+                    // A USDT probe's sites are a probe each: sum them.
+                    *run.hits.entry(spec).or_insert(0) += hits;
                 }
                 run.estimate_ns = (counted > 0).then(|| weighted / counted as f64);
             }
