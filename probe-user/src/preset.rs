@@ -89,9 +89,9 @@ mod tests {
     fn postgres_is_queries_transactions_locks_and_the_executor() {
         let got: Vec<(ProbeKind, String)> = specs(text("postgres").expect("postgres preset"))
             .into_iter()
-            .map(|s| (s.kind, s.name))
+            .map(|s| (s.kind, s.text))
             .collect();
-        let usdt = |name: &str| (ProbeKind::Usdt, format!("postgresql:{name}"));
+        let usdt = |name: &str| (ProbeKind::Usdt, format!("usdt:postgresql:{name}"));
         let want = vec![
             usdt("query__start"),
             usdt("query__done"),
@@ -102,7 +102,7 @@ mod tests {
             usdt("transaction__abort"),
             usdt("lock__wait__start"),
             usdt("lock__wait__done"),
-            (ProbeKind::Uprobe, "ExecutorStart".to_string()),
+            (ProbeKind::Uprobe, "uprobe:ExecutorStart".to_string()),
         ];
         assert_eq!(got, want);
     }
