@@ -218,6 +218,9 @@ enum Task {
         /// Directory of mysqld.md [default: docs].
         #[arg(long)]
         out: Option<PathBuf>,
+        /// probetop's --assume for the estimate column (auto, hot, cold, gap).
+        #[arg(long, default_value = "auto", value_parser = ["auto", "hot", "cold", "gap"])]
+        assume: String,
     },
 }
 
@@ -415,6 +418,7 @@ fn run_task(cli: Cli) -> Result<()> {
             pairs,
             in_situ_seconds,
             out,
+            assume,
         } => {
             let out = match out {
                 Some(dir) => dir,
@@ -423,6 +427,7 @@ fn run_task(cli: Cli) -> Result<()> {
             };
             fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             let mut options = insitu_check::CheckOptions::new(quick, rates, modes, pairs, out)?;
+            options.assume = assume;
             if let Some(seconds) = in_situ_seconds {
                 ensure!(
                     seconds.is_finite() && seconds >= 5.0,
