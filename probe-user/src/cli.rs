@@ -130,7 +130,9 @@ pub struct RunArgs {
 
     /// Attach a built-in set of probes, repeatable: `mysql` (MySQL and MariaDB's
     /// request path: do_command, dispatch_command and its return, mysql_parse,
-    /// Prepared_statement::execute_loop, mysql_execute_command).
+    /// Prepared_statement::execute_loop, mysql_execute_command); `postgres`
+    /// (PostgreSQL's statement, transaction and lock-wait USDT probes and ExecutorStart:
+    /// probe the postmaster with --follow-forks).
     #[arg(long = "preset", value_name = "NAME")]
     pub presets: Vec<String>,
 

@@ -27,6 +27,7 @@ pub mod resolve;
 pub mod session;
 pub mod spec;
 pub mod stream;
+pub mod sys;
 pub mod target;
 
 pub use error_line::{error_line, is_broken_pipe, write_stdout};

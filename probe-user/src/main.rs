@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use probe_user::{UsageError, cli, error_line, is_broken_pipe, session};
+use probe_user::{UsageError, cli, error_line, is_broken_pipe, session, sys};
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
@@ -16,7 +16,10 @@ fn main() -> ExitCode {
         return match probe_user::calibrate::workload::child_main() {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
-                eprintln!("probetop: calibration workload: {}", error_line(&error));
+                sys::say(&format!(
+                    "probetop: calibration workload: {}",
+                    error_line(&error)
+                ));
                 ExitCode::FAILURE
             }
         };
@@ -38,7 +41,7 @@ fn main() -> ExitCode {
         // The reader has what it wanted (`probetop completions bash | head`).
         Some(Err(error)) if error.is_broken_pipe() => return ExitCode::SUCCESS,
         Some(Err(error)) => {
-            eprintln!("probetop: {error}");
+            sys::say(&format!("probetop: {error}"));
             return ExitCode::FAILURE;
         }
         None => {}
@@ -50,7 +53,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("probetop: cannot start the async runtime: {e}");
+            sys::say(&format!("probetop: cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
@@ -70,8 +73,7 @@ fn main() -> ExitCode {
         Err(error) if is_broken_pipe(&error) => ExitCode::SUCCESS,
         Err(error) => {
             // Not eprintln!: with the terminal gone it would panic, and abort with 134.
-            use std::io::Write as _;
-            let _ = writeln!(std::io::stderr(), "probetop: {}", error_line(&error));
+            sys::say(&format!("probetop: {}", error_line(&error)));
             if error.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(2)
             } else {

@@ -7,7 +7,10 @@
 use std::fmt;
 
 /// Every preset: (name, text of `presets/NAME.txt`).
-const PRESETS: &[(&str, &str)] = &[("mysql", include_str!("../../presets/mysql.txt"))];
+const PRESETS: &[(&str, &str)] = &[
+    ("mysql", include_str!("../../presets/mysql.txt")),
+    ("postgres", include_str!("../../presets/postgres.txt")),
+];
 
 /// A preset name probetop does not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -83,6 +86,28 @@ mod tests {
     }
 
     #[test]
+    fn postgres_is_queries_transactions_locks_and_the_executor() {
+        let got: Vec<(ProbeKind, String)> = specs(text("postgres").expect("postgres preset"))
+            .into_iter()
+            .map(|s| (s.kind, s.text))
+            .collect();
+        let usdt = |name: &str| (ProbeKind::Usdt, format!("usdt:postgresql:{name}"));
+        let want = vec![
+            usdt("query__start"),
+            usdt("query__done"),
+            usdt("query__execute__start"),
+            usdt("query__execute__done"),
+            usdt("transaction__start"),
+            usdt("transaction__commit"),
+            usdt("transaction__abort"),
+            usdt("lock__wait__start"),
+            usdt("lock__wait__done"),
+            (ProbeKind::Uprobe, "uprobe:ExecutorStart".to_string()),
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
     fn presets_name_functions_not_offsets() {
         // Offsets belong to one build of a program; a preset is for every build.
         for name in names() {
@@ -94,10 +119,10 @@ mod tests {
 
     #[test]
     fn unknown_names_list_the_presets() {
-        let err = text("postgres").expect_err("no such preset");
+        let err = text("oracle").expect_err("no such preset");
         assert_eq!(
             err.to_string(),
-            "unknown preset \"postgres\": the presets are mysql"
+            "unknown preset \"oracle\": the presets are mysql, postgres"
         );
     }
 }

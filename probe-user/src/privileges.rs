@@ -2,6 +2,8 @@
 
 use std::fs;
 
+use crate::sys;
+
 const CAP_SYS_PTRACE: u32 = 19;
 const CAP_SYS_ADMIN: u32 = 21;
 const CAP_PERFMON: u32 = 38;
@@ -24,16 +26,7 @@ pub enum PrivilegeError {
 /// Fails when run setuid/setgid, or unless the effective capabilities allow loading BPF
 /// and opening uprobes.
 pub fn check() -> Result<(), PrivilegeError> {
-    // SAFETY: these getters have no preconditions and cannot fail.
-    let (uid, euid, gid, egid) = unsafe {
-        (
-            libc::getuid(),
-            libc::geteuid(),
-            libc::getgid(),
-            libc::getegid(),
-        )
-    };
-    if uid != euid || gid != egid {
+    if sys::process::runs_setid() {
         return Err(PrivilegeError::Setuid);
     }
     let status = fs::read_to_string("/proc/self/status").map_err(PrivilegeError::Unreadable)?;
@@ -48,8 +41,7 @@ pub fn check() -> Result<(), PrivilegeError> {
 /// What to do when the kernel refuses to show another process's /proc files: the
 /// advice depends on who probetop runs as, since "run as root" is no help to root.
 pub fn denied_advice() -> &'static str {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !sys::process::is_root() {
         return "; run probetop as root";
     }
     let effective = fs::read_to_string("/proc/self/status")
@@ -68,8 +60,7 @@ fn denied_advice_for_root(effective: u64) -> &'static str {
 }
 
 fn effective_caps(status: &str) -> Option<u64> {
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
-    u64::from_str_radix(hex.trim(), 16).ok()
+    u64::from_str_radix(sys::procfs::status_field(status, "CapEff:")?, 16).ok()
 }
 
 fn has_needed(caps: u64) -> bool {

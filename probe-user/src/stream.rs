@@ -159,13 +159,7 @@ pub enum CollectorCommand {
 
 /// Now on the clock `bpf_ktime_get_ns()` reads (CLOCK_MONOTONIC), in ns.
 pub fn ktime_now_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    crate::sys::clock::monotonic_ns()
 }
 
 /// Where the collector's output goes and what steers it.
@@ -360,11 +354,8 @@ struct OwnUsageMeter {
 impl OwnUsageMeter {
     fn measure(&mut self) -> OwnUsage {
         let now = Instant::now();
-        let ticks = std::fs::read_to_string("/proc/self/stat")
-            .ok()
-            .and_then(|stat| cpu_ticks_of_stat(&stat));
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let ticks_per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let ticks = crate::sys::procfs::Stat::own().map(|stat| stat.cpu_ticks());
+        let ticks_per_second = crate::sys::clock::clock_ticks_per_second().unwrap_or(0);
         let cpu_share = match (self.last, ticks) {
             (Some((then, before)), Some(ticks)) if ticks_per_second > 0 => {
                 let seconds = (now - then).as_secs_f64();
@@ -375,33 +366,15 @@ impl OwnUsageMeter {
             _ => None,
         };
         self.last = ticks.map(|t| (now, t));
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let rss_bytes = std::fs::read_to_string("/proc/self/statm")
-            .ok()
-            .and_then(|statm| resident_pages_of_statm(&statm))
+        let page_size = crate::sys::clock::page_size().unwrap_or(0);
+        let rss_bytes = crate::sys::procfs::own_resident_pages()
             .filter(|_| page_size > 0)
-            .map(|pages| pages * page_size as u64);
+            .map(|pages| pages * page_size);
         OwnUsage {
             cpu_share,
             rss_bytes,
         }
     }
-}
-
-/// utime + stime (fields 14 and 15) of a /proc/PID/stat line. The command name (field 2)
-/// may hold spaces and parentheses, so fields are counted after its closing `)`.
-fn cpu_ticks_of_stat(stat: &str) -> Option<u64> {
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_comm.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// Resident pages, the second field of /proc/PID/statm.
-fn resident_pages_of_statm(statm: &str) -> Option<u64> {
-    statm.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Reads drops, and for probes not streaming every hit, the kernel's own counts. A
@@ -612,13 +585,6 @@ mod tests {
 
     #[test]
     fn own_usage_fields() {
-        // A command name with spaces and a parenthesis must not shift the fields.
-        let stat = "1234 (a b) c) S 1 2 3 4 5 6 7 8 9 10 250 17 0 0 20 0 1 0";
-        assert_eq!(cpu_ticks_of_stat(stat), Some(267));
-        assert_eq!(
-            resident_pages_of_statm("5000 1200 300 10 0 900 0\n"),
-            Some(1200)
-        );
         let mut meter = OwnUsageMeter::default();
         let first = meter.measure();
         assert!(first.rss_bytes.is_some_and(|b| b > 0));

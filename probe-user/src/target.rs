@@ -8,6 +8,8 @@ use std::{
 
 use serde::Serialize;
 
+use crate::sys;
+
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
     #[error("no process with pid {0}: check the pid (pidof NAME, pgrep -f PATTERN)")]
@@ -94,14 +96,15 @@ impl Target {
             }
             Err(error) => return Err(TargetError::unreadable(pid, "stat", error)),
         };
-        let (state, start_ticks) = parse_stat(&stat).ok_or_else(|| {
+        let stat = sys::procfs::Stat::parse(&stat).ok_or_else(|| {
             TargetError::unreadable(
                 pid,
                 "stat",
                 io::Error::new(io::ErrorKind::InvalidData, "unexpected format"),
             )
         })?;
-        let live_thread = if state == 'Z' {
+        let start_ticks = stat.start_ticks;
+        let live_thread = if stat.state == 'Z' {
             Some(live_thread(pid).ok_or(TargetError::Zombie(pid))?)
         } else {
             None
@@ -212,12 +215,10 @@ impl Target {
 
     /// Whether `pid` still names this same process (not exited, not reused).
     pub fn is_alive(&self) -> bool {
-        fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .ok()
-            .and_then(|stat| parse_stat(&stat))
-            .is_some_and(|(state, start)| {
-                start == self.start_ticks && (state != 'Z' || live_thread(self.pid).is_some())
-            })
+        sys::procfs::Stat::of(self.pid).is_some_and(|stat| {
+            stat.start_ticks == self.start_ticks
+                && (stat.state != 'Z' || live_thread(self.pid).is_some())
+        })
     }
 }
 
@@ -271,16 +272,14 @@ fn live_thread(pid: u32) -> Option<u32> {
     tasks.flatten().find_map(|task| {
         let tid: u32 = task.file_name().to_str()?.parse().ok()?;
         let stat = fs::read_to_string(task.path().join("stat")).ok()?;
-        let (state, _) = parse_stat(&stat)?;
+        let state = sys::procfs::Stat::parse(&stat)?.state;
         (!matches!(state, 'Z' | 'X')).then_some(tid)
     })
 }
 
 /// A number field of /proc/PID/status, such as `TracerPid:` or `Tgid:`.
 fn status_field(status: &str, key: &str) -> Option<u32> {
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(key)?.trim().parse().ok())
+    sys::procfs::status_field(status, key)?.parse().ok()
 }
 
 /// An executable held open by probetop.
@@ -337,27 +336,9 @@ fn exe_identity(pid: u32) -> Option<(u64, u64)> {
     Some((meta.dev(), meta.ino()))
 }
 
-/// State and start time from /proc/PID/stat. The command name may hold spaces and
-/// parentheses, so fields are counted from the last `)`.
-fn parse_stat(stat: &str) -> Option<(char, u64)> {
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_comm.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    // After the state come fields 4.. of proc(5); starttime is field 22.
-    let start = fields.nth(22 - 4)?.parse().ok()?;
-    Some((state, start))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_with_odd_command_name() {
-        let stat =
-            "1234 (a) b (c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100";
-        assert_eq!(parse_stat(stat), Some(('S', 987654)));
-    }
 
     #[test]
     fn this_process_is_a_target() {
@@ -383,8 +364,8 @@ mod tests {
             let named = fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep");
             let asleep = fs::read_to_string(&stat)
                 .ok()
-                .and_then(|s| parse_stat(&s))
-                .is_some_and(|(state, _)| state == 'S');
+                .and_then(|s| sys::procfs::Stat::parse(&s))
+                .is_some_and(|s| s.state == 'S');
             if named && asleep {
                 break;
             }

@@ -1,9 +1,10 @@
 //! The direction of probe-user's imports: each top-level module may use only the modules
 //! below it in [`LAYERS`] (leaves, then `cost`, then the pipeline's stages in import
-//! order, resolve, attach, aggregate, stream, present, and `session` on top). Every `crate::` path in probe-user/src
-//! (comments aside) is an edge; an edge upwards is a back-edge, and fails the check
-//! unless docs/architecture.md lists it as a known exception. An exception that no longer
-//! occurs fails too, so the list only shrinks as modules move.
+//! order, resolve, attach, aggregate, stream, present, and `session` on top). Every
+//! `crate::` path in probe-user/src (comments aside) is an edge; an edge upwards is a
+//! back-edge, and fails the check unless docs/architecture.md lists it as a known
+//! exception. An exception that no longer occurs fails too, so the list only shrinks as
+//! modules move.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -11,12 +12,12 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result, bail};
 
-/// probe-user's top-level modules, lowest first. The leaves use no other module: `sys`
-/// (the syscall layer issue #16 plans), `spec` (what a probe is: `ProbeKind`,
-/// `ProbeSpec`), the delivery mode, the shared nanosecond histogram and the parsed
-/// ring record. `cost`
-/// uses only leaves. In the pipeline, `stream` (the collector, which owns the ring
-/// buffer and drives the aggregator) sits above `aggregate` (pure state it feeds).
+/// probe-user's top-level modules, lowest first. The leaves use only leaves: `sys`
+/// (raw syscalls, the stderr writer), `spec` (what a probe is: `ProbeKind`,
+/// `ProbeSpec`), the delivery mode, the shared nanosecond histogram and the parsed ring
+/// record. `cost` uses only leaves. In the pipeline, `stream` (the collector, which owns
+/// the ring buffer and drives the aggregator) sits above `aggregate` (pure state it
+/// feeds).
 const LAYERS: &[&str] = &[
     "sys",
     "privileges",

@@ -50,6 +50,9 @@ pub struct CheckOptions {
     pub in_situ_seconds: f64,
     /// Where mysqld.md is.
     pub out: PathBuf,
+    /// probetop's `--assume` for the estimate: `auto` (what a user gets), `hot`, `cold`
+    /// or `gap`.
+    pub assume: String,
 }
 
 impl CheckOptions {
@@ -79,6 +82,7 @@ impl CheckOptions {
             block_seconds: if quick { 4.0 } else { 8.0 },
             in_situ_seconds: if quick { 12.0 } else { 60.0 },
             out,
+            assume: "auto".into(),
         })
     }
 }
@@ -256,6 +260,7 @@ fn measure_cell(
         let json = work.join(format!("insitu-{rate}-{mode}-{meter}.json"));
         let mut cmd = probetop_command(probetop, pid, mode);
         cmd.args(["--in-situ", "--work", meter])
+            .args(["--assume", &options.assume])
             .arg("--duration")
             .arg(options.in_situ_seconds.to_string())
             .arg("-o")
@@ -381,7 +386,10 @@ fn render(
     );
     line(
         &mut w,
-        "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes; in brackets the loop that priced it, as `--assume auto` chose: hot (a tight loop), cold (caches evicted between hits) or gap (each hit by the time its CPU went without one, on the calibration's gap curve; docs/cost.md).\n".into(),
+        format!(
+            "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes, with `--assume {}`; in brackets the loop that priced it: hot (a tight loop), cold (caches evicted between hits) or gap (each hit by the time its CPU went without one, on the calibration's gap curve; docs/cost.md).\n",
+            options.assume
+        ),
     );
     line(
         &mut w,
@@ -437,9 +445,10 @@ fn render(
     line(
         &mut w,
         format!(
-            "    {} --pid $(pidof mariadbd) --no-tui --mode MODE -e {} --in-situ --work METER --duration {:.0}",
+            "    {} --pid $(pidof mariadbd) --no-tui --mode MODE -e {} --in-situ --work METER --assume {} --duration {:.0}",
             probetop.display(),
             PROBES.join(" -e "),
+            options.assume,
             options.in_situ_seconds
         ),
     );

@@ -25,6 +25,8 @@ mod kernels;
 mod mysql;
 mod mysql_report;
 mod peers;
+mod postgres;
+mod postgres_report;
 mod util;
 
 mod cmd;
@@ -162,6 +164,38 @@ enum Task {
         #[arg(long)]
         no_in_situ: bool,
     },
+    /// Measure what probing a PostgreSQL cluster through its postmaster costs it
+    /// (`--follow-forks --preset postgres` against bpftrace, under pgbench at a fixed
+    /// rate, every query counted); writes docs/postgres.md and docs/postgres/.
+    PostgresReport {
+        /// A short try: 4 s runs, one round, a 10 s in-situ run, written under the
+        /// target directory unless --out is given.
+        #[arg(long)]
+        quick: bool,
+        /// Seconds of each pgbench run [default: 15, --quick: 4].
+        #[arg(long)]
+        seconds: Option<u32>,
+        /// Rounds of every variant [default: 3, --quick: 1].
+        #[arg(long)]
+        rounds: Option<u32>,
+        /// pgbench clients (connections, so backends).
+        #[arg(long, default_value_t = 4)]
+        clients: u32,
+        /// Transactions per second pgbench sends over all clients (-R).
+        #[arg(long, default_value_t = 2000)]
+        rate: u32,
+        /// pgbench's scale (100,000 accounts per unit; 5 fits in shared_buffers).
+        #[arg(long, default_value_t = 5)]
+        scale: u32,
+        /// Seconds of the --in-situ run on one backend, 0 for none [default: 40,
+        /// --quick: 10].
+        #[arg(long)]
+        in_situ_seconds: Option<u32>,
+        /// Directory for postgres.md and postgres/ [default: docs, --quick:
+        /// <target>/postgres-report-quick].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// probetop's --in-situ measurement and its estimate against the truth measured
     /// from outside, on a private mariadbd under an open-loop sysbench load; writes its
     /// section of docs/mysqld.md.
@@ -184,6 +218,9 @@ enum Task {
         /// Directory of mysqld.md [default: docs].
         #[arg(long)]
         out: Option<PathBuf>,
+        /// probetop's --assume for the estimate column (auto, hot, cold, gap).
+        #[arg(long, default_value = "auto", value_parser = ["auto", "hot", "cold", "gap"])]
+        assume: String,
     },
 }
 
@@ -219,6 +256,7 @@ const APT_PACKAGES: &[&str] = &[
     "openjdk-17-jdk-headless", // runs it
     "mariadb-server",          // a live mysqld to probe (tests/it/mysql.rs, cargo xtask mysql-*)
     "sysbench",                // its load
+    "postgresql-15", // a live PostgreSQL and pgbench (tests/it/postgres.rs, cargo xtask postgres-report)
 ];
 
 const ROOT_REQUIRED: &str = "integration tests attach real probes: run as root";
@@ -284,6 +322,40 @@ fn run_task(cli: Cli) -> Result<()> {
         Task::Soak { seconds } => soak(&ctx, seconds),
         Task::MysqlSysbench { load, time, probe } => mysql_sysbench(&ctx, &load, time, probe),
         Task::MysqlServe { load } => mysql_serve(&ctx, &load),
+        Task::PostgresReport {
+            quick,
+            seconds,
+            rounds,
+            clients,
+            rate,
+            scale,
+            in_situ_seconds,
+            out,
+        } => {
+            let out = match out {
+                Some(dir) => dir,
+                None if quick => ctx.target_dir().join("postgres-report-quick"),
+                None => ctx.root.join("docs"),
+            };
+            let seconds = seconds.unwrap_or(if quick { 4 } else { 15 });
+            ensure!(seconds >= 1, "--seconds: give at least 1");
+            ensure!(
+                clients >= 1 && rate >= 1,
+                "--clients and --rate: give at least 1"
+            );
+            postgres_report::postgres_report(
+                &ctx,
+                postgres_report::ReportOptions {
+                    seconds,
+                    rounds: rounds.unwrap_or(if quick { 1 } else { 3 }).max(1),
+                    clients,
+                    rate,
+                    scale,
+                    in_situ_seconds: in_situ_seconds.unwrap_or(if quick { 10 } else { 40 }),
+                    out,
+                },
+            )
+        }
         Task::MysqlReport {
             quick,
             duration,
@@ -346,6 +418,7 @@ fn run_task(cli: Cli) -> Result<()> {
             pairs,
             in_situ_seconds,
             out,
+            assume,
         } => {
             let out = match out {
                 Some(dir) => dir,
@@ -354,6 +427,7 @@ fn run_task(cli: Cli) -> Result<()> {
             };
             fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             let mut options = insitu_check::CheckOptions::new(quick, rates, modes, pairs, out)?;
+            options.assume = assume;
             if let Some(seconds) = in_situ_seconds {
                 ensure!(
                     seconds.is_finite() && seconds >= 5.0,

@@ -395,23 +395,27 @@ impl Mariadb {
         if !self.is_running() {
             return Ok(());
         }
-        println!("+ kill -TERM {}  # mariadbd", self.pid);
-        // SAFETY: kill(2) on our own unreaped child's pid: it cannot name another process.
-        unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < deadline {
-            if !self.is_running() {
-                return Ok(());
-            }
-            thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        bail!(
-            "mariadbd (pid {}) ignored SIGTERM for 60 s: killed",
-            self.pid
-        )
+        stop_child(&mut self.child, libc::SIGTERM, "mariadbd")
     }
+}
+
+/// Sends `signal` to our child (a server's clean shutdown) and waits for it to exit;
+/// SIGKILL if it takes over a minute.
+pub(crate) fn stop_child(child: &mut Child, signal: libc::c_int, name: &str) -> Result<()> {
+    let pid = child.id();
+    println!("+ kill -{signal} {pid}  # {name}");
+    // SAFETY: kill(2) on our own unreaped child's pid: it cannot name another process.
+    unsafe { libc::kill(pid as libc::pid_t, signal) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return Ok(());
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    bail!("{name} (pid {pid}) ignored signal {signal} for 60 s: killed")
 }
 
 impl Drop for Mariadb {
@@ -428,7 +432,7 @@ impl Drop for Mariadb {
 }
 
 /// A new directory under the system's temporary directory.
-fn temp_dir(prefix: &str) -> Result<PathBuf> {
+pub(crate) fn temp_dir(prefix: &str) -> Result<PathBuf> {
     let nanos = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -438,7 +442,7 @@ fn temp_dir(prefix: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
-fn file(path: &Path) -> Result<fs::File> {
+pub(crate) fn file(path: &Path) -> Result<fs::File> {
     fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -447,7 +451,7 @@ fn file(path: &Path) -> Result<fs::File> {
 }
 
 /// The last `lines` lines of a log, for error messages.
-fn tail(path: &Path, lines: usize) -> String {
+pub(crate) fn tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")

@@ -190,7 +190,7 @@ impl Run {
     }
 }
 
-fn per_query_us(seconds: f64, queries: u64) -> f64 {
+pub(crate) fn per_query_us(seconds: f64, queries: u64) -> f64 {
     if queries == 0 {
         return f64::NAN;
     }
@@ -446,7 +446,7 @@ const TRAP_CASES: &[TrapCase] = &[
 ];
 
 /// `uptime`'s line, or why not.
-fn uptime() -> String {
+pub(crate) fn uptime() -> String {
     Command::new("uptime")
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
@@ -454,7 +454,7 @@ fn uptime() -> String {
 }
 
 /// `items` starting at `by` (mod len): the order variants run in, per repeat and cell.
-fn rotated<T: Clone>(items: &[T], by: usize) -> Vec<T> {
+pub(crate) fn rotated<T: Clone>(items: &[T], by: usize) -> Vec<T> {
     let n = items.len().max(1);
     (0..items.len())
         .map(|i| items[(i + by) % n].clone())
@@ -479,7 +479,7 @@ fn shuffled<T: Clone>(items: &[T], seed: u64) -> Vec<T> {
     out
 }
 
-fn cpu_sum((user, system): (f64, f64)) -> f64 {
+pub(crate) fn cpu_sum((user, system): (f64, f64)) -> f64 {
     user + system
 }
 
@@ -492,7 +492,7 @@ fn safe(label: &str) -> String {
 }
 
 /// Samples per histogram in bpftrace's printout (`@name:` then `[lo, hi) count |@@@|`).
-fn bpftrace_counts(text: &str) -> BTreeMap<String, u64> {
+pub(crate) fn bpftrace_counts(text: &str) -> BTreeMap<String, u64> {
     let mut counts = BTreeMap::new();
     let mut current: Option<String> = None;
     for line in text.lines() {
@@ -518,13 +518,13 @@ fn bpftrace_counts(text: &str) -> BTreeMap<String, u64> {
 // Statistics
 
 /// Median and range of the finite values, None when there are none.
-fn spread(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
+pub(crate) fn spread(values: impl IntoIterator<Item = f64>) -> Option<Spread> {
     let values: Vec<f64> = values.into_iter().collect();
     let s = stats::spread(&values);
     (s.n > 0).then_some(s)
 }
 
-fn pct(new: f64, base: f64) -> String {
+pub(crate) fn pct(new: f64, base: f64) -> String {
     if !(new.is_finite() && base.is_finite()) || base == 0.0 {
         return "-".into();
     }
@@ -532,7 +532,7 @@ fn pct(new: f64, base: f64) -> String {
 }
 
 /// `median (min-max)` with `digits` decimals; one number when there is one run.
-fn show_spread(s: Option<Spread>, digits: usize) -> String {
+pub(crate) fn show_spread(s: Option<Spread>, digits: usize) -> String {
     match s {
         None => "-".into(),
         Some(s) if s.min == s.max => format!("{:.*}", digits, s.median),

@@ -410,13 +410,9 @@ attach_tracing!(attach_fentry, FEntry, "fentry");
 attach_tracing!(attach_fexit, FExit, "fexit");
 
 /// Starts dispatch measurement on a loaded attachment (loaded with `dispatch_tgid`);
-/// `None`, after saying why once, when the kernel refuses. Lines go to `say` (the
-/// session's stderr writer, held while the TUI has the terminal).
-pub fn start_dispatch(
-    attachment: &mut super::Attachment,
-    sites: &[ProbeSite],
-    say: impl Fn(&str),
-) -> Option<Dispatch> {
+/// `None`, after saying why once, when the kernel refuses.
+pub fn start_dispatch(attachment: &mut super::Attachment, sites: &[ProbeSite]) -> Option<Dispatch> {
+    use crate::sys::say;
     let verbose = std::env::var("PROBETOP_VERBOSE").is_ok_and(|v| v == "1");
     match Dispatch::start(attachment.ebpf_mut(), sites) {
         Ok(d) => {

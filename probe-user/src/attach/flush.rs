@@ -19,6 +19,8 @@ use std::{
 
 use probe_common::FLUSH_PROBE_ID;
 
+use crate::sys;
+
 /// How often every CPU's staged records are flushed without being asked: the live
 /// views refresh no faster, and each flush is a wakeup on the target's CPUs.
 const FLUSH_EVERY: Duration = Duration::from_millis(200);
@@ -142,32 +144,12 @@ impl Drop for StagedFlush {
 /// The CPUs probetop's threads may run on. A target on a CPU outside them (another
 /// cpuset) has its last records flushed by its own next hit only.
 fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into `set`.
-    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `cpu` is below CPU_SETSIZE, the size of the set.
-        .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
-        .collect())
+    sys::cpu::allowed_cpus()
 }
 
 /// Pins the calling thread to `cpu`.
 fn pin_to(cpu: usize) -> io::Result<()> {
-    // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` came from CPU_ISSET over the same set size.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: sched_setaffinity reads size_of::<cpu_set_t>() bytes of `set`; 0 is this
-    // thread, which the call moves to `cpu` before it returns.
-    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    sys::cpu::pin_thread_to(cpu)
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@
 //! (no privileges, a seccomp filter) leaves the verdict to the real load, which reports
 //! it in its own words.
 
-use std::{fs, io, os::fd::FromRawFd as _, os::fd::OwnedFd};
+use std::{fs, io, os::fd::OwnedFd};
+
+use crate::sys;
 
 /// The release that brought everything probetop needs from the kernel.
 const NEEDED_RELEASE: &str = "5.15";
@@ -91,39 +93,7 @@ const COOKIE: [Insn; 3] = [
     insn(EXIT, 0),
 ];
 
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_LINK_CREATE: libc::c_long = 28;
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
-/// `enum bpf_attach_type`'s BPF_PERF_EVENT (5.15).
-const BPF_PERF_EVENT: u32 = 41;
-
-/// The start of `union bpf_attr`'s `link_create`.
-#[repr(C)]
-struct LinkCreateAttr {
-    prog_fd: u32,
-    target_fd: u32,
-    attach_type: u32,
-    flags: u32,
-}
-
-/// `bpf(cmd, attr)` for the commands that return a new file descriptor.
-pub(super) fn sys_bpf<T>(cmd: libc::c_long, attr: &T) -> io::Result<OwnedFd> {
-    // SAFETY: attr is a valid prefix of union bpf_attr for cmd and lives across the
-    // call; the kernel reads size_of::<T>() bytes of it and zero-fills the rest.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            std::ptr::from_ref(attr),
-            size_of::<T>() as libc::c_uint,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
 
 /// Loads `insns` as a kprobe-type program (what uprobe programs are), without a log.
 fn load_program(insns: &[Insn]) -> io::Result<OwnedFd> {
@@ -141,21 +111,17 @@ fn load_program(insns: &[Insn]) -> io::Result<OwnedFd> {
         prog_ifindex: 0,
         expected_attach_type: 0,
     };
-    sys_bpf(BPF_PROG_LOAD, &attr)
+    // SAFETY: attr is prog_load's prefix of union bpf_attr; the instructions and the
+    // license it points to outlive the call, and the kernel copies them.
+    unsafe { sys::bpf::call_fd(sys::bpf::PROG_LOAD, &attr) }
 }
 
 /// Asks for a perf-event link of `program` to no perf event at all: a kernel that has
 /// such links answers EBADF (the target is checked after the attach type), one that
 /// does not EINVAL (an attach type it does not know). Nothing is ever attached.
 fn link_to_no_perf_event(program: &OwnedFd) -> Option<io::Error> {
-    use std::os::fd::AsRawFd as _;
-    let attr = LinkCreateAttr {
-        prog_fd: program.as_raw_fd() as u32,
-        target_fd: u32::MAX,
-        attach_type: BPF_PERF_EVENT,
-        flags: 0,
-    };
-    sys_bpf(BPF_LINK_CREATE, &attr).err()
+    use std::os::fd::AsFd as _;
+    sys::bpf::link_to_no_perf_event(program.as_fd()).err()
 }
 
 #[cfg(test)]
@@ -166,7 +132,6 @@ mod tests {
     fn instructions_have_the_kernel_layout() {
         assert_eq!(size_of::<Insn>(), 8);
         assert_eq!(size_of::<super::super::multi::ProgLoad>(), 72);
-        assert_eq!(size_of::<LinkCreateAttr>(), 16);
     }
 
     /// As root on this machine's kernel (5.15 or later) nothing is missing; unprivileged,

@@ -33,7 +33,7 @@ use std::{
     ffi::CString,
     fs, io,
     os::{
-        fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
+        fd::{AsFd as _, OwnedFd},
         unix::ffi::OsStrExt as _,
     },
     path::{Path, PathBuf},
@@ -47,6 +47,7 @@ use aya::{
 use probe_common::{KernelHistogram, ProbeConfig, khist};
 
 use crate::spec::ProbeKind;
+use crate::sys;
 
 /// The eBPF object built by build.rs from probe-ebpf; empty in builds made with
 /// `AYA_BUILD_SKIP=1` (see build.rs).
@@ -832,14 +833,15 @@ impl Attachment {
             offset: request.file_offset,
             source,
         })?;
-        let link = link_perf_event(program_fd.as_fd(), perf_event.as_fd(), u64::from(probe_id))
-            .map_err(|source| AttachError::Link {
-                probe_id,
-                kind: request.kind,
-                path: path_text,
-                offset: request.file_offset,
-                source,
-            })?;
+        let link =
+            sys::bpf::link_perf_event(program_fd.as_fd(), perf_event.as_fd(), u64::from(probe_id))
+                .map_err(|source| AttachError::Link {
+                    probe_id,
+                    kind: request.kind,
+                    path: path_text,
+                    offset: request.file_offset,
+                    source,
+                })?;
         Ok(ProbeLink {
             _fds: LinkFds::PerfEvent {
                 _link: link,
@@ -877,8 +879,9 @@ impl Attachment {
                 let (pmu, program_fd) = self.perf_program(PROG_UPROBE)?;
                 let perf_event =
                     open_uprobe_event(pmu, &path, offset, 0, false, own_pid).map_err(failed)?;
-                let link = link_perf_event(program_fd.as_fd(), perf_event.as_fd(), cookie)
-                    .map_err(failed)?;
+                let link =
+                    sys::bpf::link_perf_event(program_fd.as_fd(), perf_event.as_fd(), cookie)
+                        .map_err(failed)?;
                 vec![link, perf_event]
             }
         };
@@ -1204,39 +1207,6 @@ impl KernelCounters {
     }
 }
 
-/// `struct perf_event_attr` up to `config3` (PERF_ATTR_SIZE_VER8).
-#[repr(C)]
-#[derive(Default)]
-struct PerfEventAttr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-    branch_sample_type: u64,
-    sample_regs_user: u64,
-    sample_stack_user: u32,
-    clockid: i32,
-    sample_regs_intr: u64,
-    aux_watermark: u32,
-    sample_max_stack: u16,
-    reserved_2: u16,
-    aux_sample_size: u32,
-    reserved_3: u32,
-    sig_data: u64,
-    config3: u64,
-}
-
-const PERF_FLAG_FD_CLOEXEC: libc::c_ulong = 1 << 3;
-// libc::Ioctl: the request is a c_ulong in glibc and a c_int in musl (the static build).
-const PERF_EVENT_IOC_ENABLE: libc::Ioctl = 0x2400;
-
 /// Opens a uprobe (or uretprobe) perf event at `path`+`offset` for process `pid` (0: for
 /// every process).
 /// `ref_ctr_offset` non-zero makes the kernel count the USDT semaphore at that file offset.
@@ -1253,94 +1223,5 @@ fn open_uprobe_event(
     if retprobe {
         config |= 1 << pmu.retprobe_bit;
     }
-    let attr = PerfEventAttr {
-        kind: pmu.perf_type,
-        size: size_of::<PerfEventAttr>() as u32,
-        config,
-        config1: path.as_ptr() as u64,
-        config2: offset,
-        ..Default::default()
-    };
-    // SAFETY: attr is a valid perf_event_attr of the size it declares, and the path it
-    // points to outlives the call; the kernel copies both before returning.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            &attr as *const PerfEventAttr,
-            // Every process is pid -1 with one CPU named, as the kernel requires; a
-            // uprobe event's program runs on every CPU whichever is named.
-            if pid == 0 { -1 } else { pid as libc::pid_t },
-            if pid == 0 { 0 } else { -1 as libc::c_int },
-            -1 as libc::c_int,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    // SAFETY: PERF_EVENT_IOC_ENABLE takes no argument and fd is a perf event.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_ENABLE, 0) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fd)
-}
-
-/// `union bpf_attr`'s `link_create` for a perf event target.
-#[repr(C)]
-struct LinkCreatePerfEvent {
-    prog_fd: u32,
-    target_fd: u32,
-    attach_type: u32,
-    flags: u32,
-    bpf_cookie: u64,
-}
-
-const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_PERF_EVENT: u32 = 41;
-
-/// Binds `program` to `perf_event` with a link whose cookie the program reads back.
-fn link_perf_event(
-    program: BorrowedFd<'_>,
-    perf_event: BorrowedFd<'_>,
-    cookie: u64,
-) -> io::Result<OwnedFd> {
-    let attr = LinkCreatePerfEvent {
-        prog_fd: program.as_raw_fd() as u32,
-        target_fd: perf_event.as_raw_fd() as u32,
-        attach_type: BPF_PERF_EVENT,
-        flags: 0,
-        bpf_cookie: cookie,
-    };
-    // SAFETY: attr is a valid prefix of union bpf_attr for BPF_LINK_CREATE, the size
-    // passed is its own, and the kernel zero-fills the rest.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            &attr as *const LinkCreatePerfEvent,
-            size_of::<LinkCreatePerfEvent>() as u32,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn perf_event_attr_has_the_kernel_layout() {
-        // PERF_ATTR_SIZE_VER8, and config1/config2 where the uprobe PMU reads path/offset.
-        assert_eq!(size_of::<PerfEventAttr>(), 136);
-        assert_eq!(std::mem::offset_of!(PerfEventAttr, config1), 56);
-        assert_eq!(std::mem::offset_of!(PerfEventAttr, config2), 64);
-        assert_eq!(std::mem::offset_of!(PerfEventAttr, config3), 128);
-        assert_eq!(std::mem::offset_of!(LinkCreatePerfEvent, bpf_cookie), 16);
-    }
+    sys::perf::uprobe_event(pmu.perf_type, config, &path, offset, pid)
 }

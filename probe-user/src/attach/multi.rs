@@ -20,7 +20,7 @@ use std::{
     ffi::CString,
     io,
     os::{
-        fd::{AsFd as _, AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
+        fd::{AsFd as _, AsRawFd as _, BorrowedFd, OwnedFd},
         unix::ffi::OsStrExt as _,
     },
     path::Path,
@@ -30,6 +30,7 @@ use aya::{Ebpf, maps::Map};
 use aya_obj::generated::{bpf_insn, bpf_prog_info};
 
 use super::AttachError;
+use crate::sys;
 
 /// `BPF_PROG_TYPE_KPROBE`: uprobe programs are kprobe programs to the kernel.
 const BPF_PROG_TYPE_KPROBE: u32 = 2;
@@ -37,9 +38,6 @@ const BPF_PROG_TYPE_KPROBE: u32 = 2;
 pub(super) const BPF_TRACE_UPROBE_MULTI: u32 = 48;
 /// `uprobe_multi.flags`: the points are function returns.
 const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
-const BPF_PROG_LOAD: libc::c_long = 5;
-const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
-const BPF_LINK_CREATE: libc::c_long = 28;
 
 /// `union bpf_attr`'s `link_create` for a uprobe_multi link.
 #[repr(C)]
@@ -238,9 +236,9 @@ fn load_program(name: &'static str, relocated: &Relocated) -> Result<OwnedFd, At
             prog_ifindex: 0,
             expected_attach_type: BPF_TRACE_UPROBE_MULTI,
         };
-        // The instructions, license and log buffer attr points to outlive the call,
-        // and the log's size is its own.
-        super::kernel::sys_bpf(BPF_PROG_LOAD, &attr)
+        // SAFETY: attr is prog_load's prefix of union bpf_attr; the instructions, license
+        // and log buffer it points to outlive the call, and the log's size is its own.
+        unsafe { sys::bpf::call_fd(sys::bpf::PROG_LOAD, &attr) }
     };
     attempt(&mut []).or_else(|_| {
         // Again with the verifier's log, for the error.
@@ -306,19 +304,7 @@ pub(super) fn create_link(
     // SAFETY: attr is a valid prefix of union bpf_attr for BPF_LINK_CREATE, of the
     // size passed; the path and the three arrays of `cnt` u64 it points to outlive the
     // call, and the kernel copies them before returning.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            &attr as *const LinkCreateUprobeMulti,
-            size_of::<LinkCreateUprobeMulti>() as u32,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the syscall returned a new file descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    unsafe { sys::bpf::call_fd(sys::bpf::LINK_CREATE, &attr) }
 }
 
 /// Whether this kernel makes uprobe_multi links for `program` (a multi copy): a link on
@@ -343,7 +329,7 @@ pub(super) fn kernel_supports(program: BorrowedFd<'_>) -> io::Result<()> {
 pub(super) fn run_stats(program: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     // SAFETY: bpf_prog_info is plain integers, for which all zeroes is a valid value.
     let mut info: bpf_prog_info = unsafe { std::mem::zeroed() };
-    let attr = ObjGetInfo {
+    let mut attr = ObjGetInfo {
         bpf_fd: program.as_raw_fd() as u32,
         info_len: size_of::<bpf_prog_info>() as u32,
         info: &mut info as *mut bpf_prog_info as u64,
@@ -351,17 +337,7 @@ pub(super) fn run_stats(program: BorrowedFd<'_>) -> io::Result<(u64, u64)> {
     // SAFETY: attr is a valid prefix of union bpf_attr for BPF_OBJ_GET_INFO_BY_FD, of
     // the size passed; it points to a bpf_prog_info of the length it declares, which
     // the kernel fills (up to that length) before returning.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_OBJ_GET_INFO_BY_FD,
-            &attr as *const ObjGetInfo,
-            size_of::<ObjGetInfo>() as u32,
-        )
-    };
-    if ret < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    unsafe { sys::bpf::call(sys::bpf::OBJ_GET_INFO_BY_FD, &mut attr) }?;
     Ok((info.run_cnt, info.run_time_ns))
 }
 

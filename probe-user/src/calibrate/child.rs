@@ -4,7 +4,7 @@
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
-    os::fd::AsRawFd as _,
+    os::fd::AsFd as _,
     path::Path,
     process::{Child, ChildStdin, Command, Stdio},
     sync::{
@@ -275,14 +275,7 @@ impl Drainer {
                 // As the live collector: woken by the handler once 64 KiB are queued,
                 // else every 25 ms. A consumer that is not woken leaves the queue above
                 // the threshold, and then every hit forces a wakeup (~800 ns more).
-                let mut fd = libc::pollfd {
-                    fd: reader.ring.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd for the duration of the call; the ring
-                // buffer keeps its fd open while the reader owns it.
-                unsafe { libc::poll(&mut fd, 1, 25) };
+                crate::sys::process::wait_readable(reader.ring.as_fd(), 25);
             }
         });
         Self {

@@ -31,10 +31,12 @@ impl Workload {
     /// Runs `iters` iterations of the gap loop calling `func`.
     fn run_gap(&mut self, func: Func, iters: u64, sleep_us: u64) -> Result<GapRun, CalibrateError> {
         let command = format!("gap {} {iters} {}", func.name(), sleep_us * 1000);
-        let values = self.ask(&command, "gap", 2)?;
+        let values = self.ask(&command, "gap", 4)?;
         Ok(GapRun {
             cpu_ns_per_iter: values[0],
             wall_ns_per_iter: values[1],
+            call_ns_median: values[2],
+            call_ns_trimmed_mean: values[3],
         })
     }
 }
@@ -43,6 +45,8 @@ impl Workload {
 struct Samples {
     ring: Vec<f64>,
     kernel: Vec<f64>,
+    ring_call: Vec<f64>,
+    kernel_call: Vec<f64>,
     handler_ring: Vec<f64>,
     gap: Vec<f64>,
 }
@@ -102,6 +106,10 @@ pub(super) fn measure(
                 let s = &mut samples[at];
                 s.ring.push(ring.cpu_ns_per_iter - twin.cpu_ns_per_iter);
                 s.kernel.push(kernel.cpu_ns_per_iter - twin.cpu_ns_per_iter);
+                s.ring_call
+                    .push(ring.call_ns_trimmed_mean - twin.call_ns_trimmed_mean);
+                s.kernel_call
+                    .push(kernel.call_ns_trimmed_mean - twin.call_ns_trimmed_mean);
                 // From one hit to the next: the probed runs' iterations.
                 s.gap
                     .push((ring.wall_ns_per_iter + kernel.wall_ns_per_iter) / 2.0);
@@ -118,6 +126,8 @@ pub(super) fn measure(
                 ring_ns: Summary::of(&s.ring)?,
                 kernel_ns: Summary::of(&s.kernel)?,
                 handler_ring_ns: Summary::of(&s.handler_ring),
+                ring_call_ns: Summary::of(&s.ring_call),
+                kernel_call_ns: Summary::of(&s.kernel_call),
             })
         })
         .collect();

@@ -345,13 +345,7 @@ impl Func {
 
 /// CPU time of the calling thread, ns.
 pub fn thread_cpu_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    crate::sys::clock::thread_cpu_ns()
 }
 
 /// Calls `func` `warmup` times, then `calls` times under the CPU clock; returns CPU ns
@@ -539,13 +533,7 @@ fn tsc() -> u64 {
 }
 
 fn monotonic_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    crate::sys::clock::monotonic_ns()
 }
 
 /// One run of the cold loop.
@@ -615,6 +603,11 @@ pub struct GapRun {
     pub cpu_ns_per_iter: f64,
     /// Wall ns per iteration: the time from one call to the next.
     pub wall_ns_per_iter: f64,
+    /// The call alone, from just before it to just after by the time-stamp counter: the
+    /// median, and the mean of all but the slowest 2% (an interrupt or a preemption). The
+    /// sleep's syscall and wakeup, which vary by more than a hit costs, are left out.
+    pub call_ns_median: f64,
+    pub call_ns_trimmed_mean: f64,
 }
 
 /// Runs `iters` iterations of: one call of `func`, then a sleep of `sleep_ns` (none
@@ -629,20 +622,39 @@ pub fn run_gap(func: Func, iters: u64, sleep_ns: u64) -> GapRun {
         acc ^= unsafe { f(i) };
     }
     let n = iters.max(1);
-    let (cpu_start, wall_start) = (thread_cpu_ns(), monotonic_ns());
+    let mut call_ticks = Vec::with_capacity(n as usize);
+    let (cpu_start, wall_start, tsc_start) = (thread_cpu_ns(), monotonic_ns(), tsc());
     for i in 0..n {
+        let before = tsc();
         // SAFETY: as above.
         acc = acc.wrapping_add(unsafe { f(i) });
+        call_ticks.push(tsc().saturating_sub(before));
         if sleep_ns > 0 {
             std::thread::sleep(pause);
         }
     }
-    let (cpu_end, wall_end) = (thread_cpu_ns(), monotonic_ns());
+    let (cpu_end, wall_end, tsc_end) = (thread_cpu_ns(), monotonic_ns(), tsc());
     std::hint::black_box(acc);
+    let ns_per_tick = wall_end.saturating_sub(wall_start) as f64
+        / tsc_end.saturating_sub(tsc_start).max(1) as f64;
+    call_ticks.sort_unstable();
+    let call_median = median_of(&mut call_ticks);
     GapRun {
         cpu_ns_per_iter: cpu_end.saturating_sub(cpu_start) as f64 / n as f64,
         wall_ns_per_iter: wall_end.saturating_sub(wall_start) as f64 / n as f64,
+        call_ns_median: call_median * ns_per_tick,
+        call_ns_trimmed_mean: mean_below(&call_ticks, 0.98) * ns_per_tick,
     }
+}
+
+/// The mean of the sorted `values` below the `keep` quantile.
+fn mean_below(sorted: &[u64], keep: f64) -> f64 {
+    let count = ((sorted.len() as f64 * keep).ceil() as usize).min(sorted.len());
+    let kept = &sorted[..count.max(1).min(sorted.len())];
+    if kept.is_empty() {
+        return 0.0;
+    }
+    kept.iter().map(|v| *v as f64).sum::<f64>() / kept.len() as f64
 }
 
 /// Calls before a gap run is measured.
@@ -651,15 +663,14 @@ const WARMUP_GAP_CALLS: u64 = 3;
 /// The child's side: `ready`, then one reply per command on stdin until it closes.
 /// `run FUNC CALLS WARMUP` -> `ns PER_CALL`;
 /// `cold FUNC ITERS WARMUP DATA_BYTES CODE_BYTES` -> `cold CPU_PER_ITER ITER CALL`;
-/// `gap FUNC ITERS SLEEP_NS` -> `gap CPU_PER_ITER WALL_PER_ITER`;
+/// `gap FUNC ITERS SLEEP_NS` -> `gap CPU_PER_ITER WALL_PER_ITER CALL_MEDIAN CALL_TRIMMED`;
 /// anything else -> `error ...`.
 pub fn child_main() -> anyhow::Result<()> {
     let stdin = io::stdin();
     let mut out = io::stdout().lock();
     // Sleeps as short as asked: the default timer slack (50 us) would stretch the gap
-    // loop's short ones. PR_SET_TIMERSLACK only concerns this thread.
-    // SAFETY: prctl with integer arguments only.
-    unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
+    // loop's short ones.
+    crate::sys::process::least_timer_slack();
     writeln!(out, "ready")?;
     out.flush()?;
     let mut footprint: Option<Footprint> = None;
@@ -700,7 +711,13 @@ pub fn child_main() -> anyhow::Result<()> {
                 match (Func::from_name(func), iters.parse(), sleep_ns.parse()) {
                     (Some(func), Ok(iters), Ok(sleep_ns)) => {
                         let r = run_gap(func, iters, sleep_ns);
-                        format!("gap {} {}", r.cpu_ns_per_iter, r.wall_ns_per_iter)
+                        format!(
+                            "gap {} {} {} {}",
+                            r.cpu_ns_per_iter,
+                            r.wall_ns_per_iter,
+                            r.call_ns_median,
+                            r.call_ns_trimmed_mean
+                        )
                     }
                     _ => format!("error bad command {line:?}"),
                 }

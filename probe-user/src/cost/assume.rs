@@ -180,12 +180,7 @@ pub fn text_bytes(pid: u32) -> Option<u64> {
 
 /// utime + stime of `pid`, in clock ticks.
 fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    let mut fields = after_comm.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
+    crate::sys::procfs::Stat::of(pid).map(|stat| stat.cpu_ticks())
 }
 
 /// The run's choice and what auto needs of the target, read as the run goes.
@@ -234,8 +229,7 @@ impl Assumer {
 
     fn cores(from: Option<(Instant, u64)>, to: Option<(Instant, u64)>) -> Option<f64> {
         let ((t0, c0), (t1, c1)) = (from?, to?);
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+        let per_second = crate::sys::clock::clock_ticks_per_second().unwrap_or(0);
         let seconds = (t1 - t0).as_secs_f64();
         (per_second > 0 && seconds >= 0.2)
             .then(|| c1.saturating_sub(c0) as f64 / per_second as f64 / seconds)

@@ -21,13 +21,14 @@ use std::{
     collections::{HashMap, HashSet},
     ffi::CStr,
     fs,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, OwnedFd},
     path::{Path, PathBuf},
 };
 
 use serde::Serialize;
 
 use crate::procmaps::{FileId, MapEntry, read_maps};
+use crate::sys;
 
 /// One BPF program on one probe point of an object the target maps.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -245,12 +246,12 @@ pub struct Others {
 impl Others {
     /// Finds them and, if stats are on (or `enable_stats` turns them on), takes the
     /// run counts as the window opens.
-    pub fn start(pid: u32, enable_stats: bool, say: impl Fn(&str)) -> Self {
+    pub fn start(pid: u32, enable_stats: bool) -> Self {
         let guard = if enable_stats {
             match StatsGuard::enable() {
                 Ok(guard) => Some(guard),
                 Err(e) => {
-                    say(&format!(
+                    sys::say(&format!(
                         "probetop: cannot turn the kernel's BPF statistics on: {e}"
                     ));
                     None
@@ -420,10 +421,6 @@ struct FdQuery {
     offset: u64,
 }
 
-const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
-const BPF_TASK_FD_QUERY: libc::c_long = 20;
-const BPF_LINK_GET_FD_BY_ID: libc::c_long = 30;
-const BPF_LINK_GET_NEXT_ID: libc::c_long = 31;
 const BPF_FD_TYPE_UPROBE: u32 = 4;
 const BPF_FD_TYPE_URETPROBE: u32 = 5;
 const BPF_LINK_TYPE_PERF_EVENT: u32 = 7;
@@ -445,12 +442,6 @@ struct TaskFdQueryAttr {
     fd_type: u32,
     probe_offset: u64,
     probe_addr: u64,
-}
-
-fn bpf(cmd: libc::c_long, attr: *mut u8, size: usize) -> libc::c_long {
-    // SAFETY: attr points to a bpf_attr prefix of `size` bytes the caller owns, with any
-    // buffers it names alive for the call; the kernel checks the rest.
-    unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size as u32) }
 }
 
 /// Every uprobe perf event with a BPF program held by a process not in `exclude`.
@@ -484,8 +475,9 @@ fn perf_event_queries(exclude: &[u32]) -> Vec<FdQuery> {
                 buf: buf.as_mut_ptr() as u64,
                 ..Default::default()
             };
-            let size = size_of::<TaskFdQueryAttr>();
-            if bpf(BPF_TASK_FD_QUERY, (&raw mut attr).cast(), size) < 0 {
+            // SAFETY: attr is task_fd_query's union bpf_attr; the buffer it points to
+            // is `buf_len` bytes, alive for the call, and the kernel writes at most that.
+            if unsafe { sys::bpf::call(sys::bpf::TASK_FD_QUERY, &mut attr) }.is_err() {
                 // No program on it, or not a probe: nothing to report.
                 continue;
             }
@@ -530,21 +522,12 @@ const LINK_INFO_SIZE: usize = 256;
 fn uprobe_links() -> Vec<UprobeLink> {
     let mut out = Vec::new();
     let mut id = 0u32;
-    loop {
-        // { start_id, next_id, open_flags }
-        let mut next = [id, 0u32, 0u32];
-        if bpf(BPF_LINK_GET_NEXT_ID, next.as_mut_ptr().cast(), 12) < 0 {
-            break;
-        }
-        id = next[1];
-        let mut by_id = [id, 0u32, 0u32];
-        let fd = bpf(BPF_LINK_GET_FD_BY_ID, by_id.as_mut_ptr().cast(), 12);
-        if fd < 0 {
+    while let Ok(next) = sys::bpf::link_next_id(id) {
+        id = next;
+        let Ok(fd) = sys::bpf::link_fd_by_id(id) else {
             // Gone meanwhile, or not ours to open.
             continue;
-        }
-        // SAFETY: the syscall returned a new file descriptor that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        };
         if let Some(link) = describe_link(&fd) {
             out.push(link);
         }
@@ -553,7 +536,11 @@ fn uprobe_links() -> Vec<UprobeLink> {
 }
 
 /// `BPF_OBJ_GET_INFO_BY_FD` into `info`; false on failure.
-fn link_info(fd: &OwnedFd, info: &mut [u8; LINK_INFO_SIZE]) -> bool {
+///
+/// # Safety
+/// Every pointer put into `info` (a path or offsets buffer) is alive for the call and at
+/// least as long as the length put beside it.
+unsafe fn link_info(fd: &OwnedFd, info: &mut [u8; LINK_INFO_SIZE]) -> bool {
     #[repr(C)]
     struct InfoAttr {
         bpf_fd: u32,
@@ -565,11 +552,9 @@ fn link_info(fd: &OwnedFd, info: &mut [u8; LINK_INFO_SIZE]) -> bool {
         info_len: LINK_INFO_SIZE as u32,
         info: info.as_mut_ptr() as u64,
     };
-    bpf(
-        BPF_OBJ_GET_INFO_BY_FD,
-        (&raw mut attr).cast(),
-        size_of::<InfoAttr>(),
-    ) >= 0
+    // SAFETY: attr is obj_get_info_by_fd's union bpf_attr, pointing to `info`, of the
+    // length it gives; the pointers in `info` are the caller's contract.
+    unsafe { sys::bpf::call(sys::bpf::OBJ_GET_INFO_BY_FD, &mut attr) }.is_ok()
 }
 
 fn u32_at(info: &[u8], at: usize) -> u32 {
@@ -591,7 +576,8 @@ fn put_u32(info: &mut [u8], at: usize, value: u32) {
 /// union at 16.
 fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
     let mut info = [0u8; LINK_INFO_SIZE];
-    if !link_info(fd, &mut info) {
+    // SAFETY: `info` holds no pointer.
+    if !unsafe { link_info(fd, &mut info) } {
         return None;
     }
     let link_type = u32_at(&info, 0);
@@ -605,7 +591,8 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
             let mut info = [0u8; LINK_INFO_SIZE];
             put_u64(&mut info, 24, path.as_mut_ptr() as u64);
             put_u32(&mut info, 32, path.len() as u32);
-            if !link_info(fd, &mut info) {
+            // SAFETY: `path` is alive across the call, of the length put beside it.
+            if !unsafe { link_info(fd, &mut info) } {
                 return None;
             }
             let kind = match u32_at(&info, 16) {
@@ -629,7 +616,8 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
             let mut info = [0u8; LINK_INFO_SIZE];
             put_u64(&mut info, 16, path.as_mut_ptr() as u64);
             put_u32(&mut info, 48, path.len() as u32);
-            if !link_info(fd, &mut info) {
+            // SAFETY: `path` is alive across the call, of the length put beside it.
+            if !unsafe { link_info(fd, &mut info) } {
                 return None;
             }
             let count = u32_at(&info, 52);
@@ -640,7 +628,9 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
             put_u32(&mut with_offsets, 48, path.len() as u32);
             put_u64(&mut with_offsets, 24, offsets.as_mut_ptr() as u64);
             put_u32(&mut with_offsets, 52, count);
-            let offset = (count > 0 && link_info(fd, &mut with_offsets))
+            // SAFETY: `path` and `offsets` are alive across the call, of the lengths
+            // put beside them (`count` u64 offsets).
+            let offset = (count > 0 && unsafe { link_info(fd, &mut with_offsets) })
                 .then(|| offsets.first().copied())
                 .flatten();
             Some(UprobeLink {

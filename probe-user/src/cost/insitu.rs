@@ -80,7 +80,7 @@ const AUTO_MIN_COUNT: u64 = 20;
 #[derive(Debug)]
 pub struct TargetMeter {
     pid: u32,
-    clock: libc::clockid_t,
+    clock: crate::sys::clock::ProcessCpuClock,
     work: WorkMeter,
     /// Wakeups: each thread's timeslice count at the last reading, and the running total
     /// (a thread that exits takes its count along; only increments are summed).
@@ -90,15 +90,8 @@ pub struct TargetMeter {
 
 impl TargetMeter {
     pub fn new(pid: u32, work: WorkMeter) -> Result<Self, MeterError> {
-        let mut clock: libc::clockid_t = 0;
-        // SAFETY: clock_getcpuclockid writes one clockid_t through a valid pointer.
-        let rc = unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) };
-        if rc != 0 {
-            return Err(MeterError::Clock {
-                pid,
-                source: io::Error::from_raw_os_error(rc),
-            });
-        }
+        let clock = crate::sys::clock::ProcessCpuClock::of(pid)
+            .map_err(|source| MeterError::Clock { pid, source })?;
         let mut meter = Self {
             pid,
             clock,
@@ -174,19 +167,11 @@ impl TargetMeter {
     }
 
     pub fn read(&mut self) -> Result<Reading, MeterError> {
-        let mut now = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes one timespec through a valid pointer.
-        if unsafe { libc::clock_gettime(self.clock, &mut now) } != 0 {
-            return Err(MeterError::Clock {
-                pid: self.pid,
-                source: io::Error::last_os_error(),
-            });
-        }
+        let cpu_ns = self.clock.read_ns().map_err(|source| MeterError::Clock {
+            pid: self.pid,
+            source,
+        })?;
         let at = Instant::now();
-        let cpu_ns = now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64;
         let work = match self.work {
             WorkMeter::None | WorkMeter::Auto => 0,
             WorkMeter::Syscalls => self.syscalls()?,

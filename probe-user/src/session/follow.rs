@@ -20,11 +20,12 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Probe, ReportSource, StopReason, probe_config, refuse_go_return_probes, unix_now_ms};
+use super::StopReason;
+use super::probe::{Probe, refuse_go_return_probes};
+use super::report::{ReportSource, unix_now_ms};
 use crate::aggregate::ProbeAggregate;
 use crate::attach::{Attachment, ProbeLink};
 use crate::cost::ProbeCost;
-use crate::present::tui::say;
 use crate::present::{
     ProbeLabel,
     export::ExecReport,
@@ -34,6 +35,7 @@ use crate::procmaps as maps;
 use crate::resolve::{self, ProbePoint, ResolveOptions};
 use crate::spec::ProbeSpec;
 use crate::stream::CollectorCommand;
+use crate::sys::say;
 use crate::target::{PinnedExe, Target};
 use probe_common::ProbeConfig;
 
@@ -381,7 +383,7 @@ async fn attach(
     let configs: Vec<ProbeConfig> = probes
         .iter()
         .map(|probe| {
-            probe_config(follow.base_config, probe, follow.args, &mut |line| {
+            probe.config(follow.base_config, follow.args, &mut |line| {
                 notes.push(line)
             })
         })

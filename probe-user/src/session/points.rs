@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use probe_common::ProbeConfig;
 
-use super::Probe;
+use super::probe::Probe;
 use crate::UsageError;
 use crate::attach::{AttachError, AttachRequest, Attachment};
 use crate::cost::classes::CostClass;

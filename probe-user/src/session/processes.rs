@@ -120,12 +120,10 @@ pub(super) fn spawn_cgroup_poller(
             for pid in members {
                 // A full set or a failed update: the next round tries again.
                 if set.add(pid).unwrap_or(false) && announce {
-                    use std::io::Write as _;
-                    let _ = writeln!(
-                        io::stderr(),
+                    crate::sys::say(&format!(
                         "probetop: pid {pid} entered {}: probing it",
                         dir.display()
-                    );
+                    ));
                 }
             }
         }
@@ -152,18 +150,8 @@ fn cgroup_members(dir: &Path) -> io::Result<Vec<u32>> {
 fn parents() -> Vec<(u32, u32)> {
     crate::target::all_pids()
         .into_iter()
-        .filter_map(|pid| {
-            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            Some((pid, parent_of(&stat)?))
-        })
+        .filter_map(|pid| Some((pid, crate::sys::procfs::Stat::of(pid)?.ppid)))
         .collect()
-}
-
-/// The parent pid in a /proc/PID/stat line (field 4; the command name may hold spaces
-/// and parentheses, so fields are counted from the last `)`).
-fn parent_of(stat: &str) -> Option<u32> {
-    let after_comm = &stat[stat.rfind(')')? + 1..];
-    after_comm.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Every process descended from `root` now.
@@ -253,16 +241,4 @@ pub(super) fn silent_probe_hints(pid: u32, silent: &[(String, PathBuf)]) -> Vec<
         ));
     }
     lines
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parent_of;
-
-    #[test]
-    fn parent_from_stat() {
-        assert_eq!(parent_of("42 (a) b (c)) S 7 42 42 0 -1"), Some(7));
-        assert_eq!(parent_of("42 (sh) S 1 42"), Some(1));
-        assert_eq!(parent_of("garbage"), None);
-    }
 }

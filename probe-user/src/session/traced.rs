@@ -13,10 +13,10 @@ pub(super) fn check_at_attach(target: &Target, force: bool) -> Result<(), UsageE
         return Ok(());
     };
     if force {
-        eprintln!(
+        crate::sys::say(&format!(
             "probetop: {}; attaching anyway (--force)",
             what_happens(target, &tracer)
-        );
+        ));
         return Ok(());
     }
     Err(UsageError(format!(

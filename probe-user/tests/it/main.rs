@@ -26,5 +26,6 @@ mod listen;
 mod lost_terminal;
 mod mysql;
 mod overload;
+mod postgres;
 mod probe_points;
 mod tui;

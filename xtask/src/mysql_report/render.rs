@@ -682,11 +682,11 @@ pub(super) fn per(total: f64, hits: f64) -> String {
     }
 }
 
-pub(super) fn med(s: Option<Spread>) -> f64 {
+pub(crate) fn med(s: Option<Spread>) -> f64 {
     s.map_or(f64::NAN, |s| s.median)
 }
 
-pub(super) fn fmt0(x: f64) -> String {
+pub(crate) fn fmt0(x: f64) -> String {
     if x.is_finite() {
         format!("{x:.0}")
     } else {
@@ -696,7 +696,7 @@ pub(super) fn fmt0(x: f64) -> String {
 
 /// The tag probetop's .hgrm export gives a spec's file (`uprobe:do_command` ->
 /// `uprobe_do_command`).
-pub(super) fn safe_tag(spec: &str) -> String {
+pub(crate) fn safe_tag(spec: &str) -> String {
     spec.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
@@ -735,7 +735,7 @@ pub fn splice_between(existing: &str, section: &str, marks: (&str, &str)) -> Opt
 }
 
 /// Now as `YYYY-MM-DD HH:MM`, from the system clock (xtask has no date crate).
-pub(super) fn utc_now() -> String {
+pub(crate) fn utc_now() -> String {
     let secs = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());

@@ -15,7 +15,7 @@ pub(super) const TOOL_STOP_PATIENCE: Duration = Duration::from_secs(120);
 /// probetop or bpftrace, attached and running; stopped with SIGINT like a user would.
 pub struct Tool {
     child: Child,
-    pub(super) pid: u32,
+    pub(crate) pid: u32,
     lines: mpsc::Receiver<String>,
     command: String,
 }

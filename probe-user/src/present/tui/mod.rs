@@ -13,7 +13,6 @@
 
 mod app;
 mod detail;
-mod held;
 mod help;
 mod plot;
 mod status;
@@ -35,11 +34,11 @@ use ratatui::{DefaultTerminal, Frame, widgets::Paragraph};
 use tokio::sync::{mpsc, watch};
 
 pub use app::{App, Effect, Sort, TargetLine, UiEvent, UiRequest, View};
-pub use held::say;
 pub use table::SortColumn;
 pub use theme::Theme;
 
 use crate::aggregate::Snapshot;
+use crate::sys;
 
 /// Redraws at most this often.
 const FRAME_INTERVAL: Duration = Duration::from_millis(100);
@@ -119,7 +118,7 @@ impl TerminalSession {
         match ratatui::Terminal::new(backend) {
             Ok(terminal) => {
                 // Released by the drop below, whichever way the UI ends.
-                held::hold();
+                sys::stderr::hold();
                 Ok(Self {
                     terminal: ManuallyDrop::new(terminal),
                 })
@@ -142,10 +141,7 @@ impl Drop for TerminalSession {
         // Otherwise it is left undropped: a few buffers, freed at exit.
         restore_terminal();
         // What was said while the screen was the TUI's, on the restored terminal.
-        for line in held::release() {
-            use std::io::Write as _;
-            let _ = writeln!(io::stderr(), "{line}");
-        }
+        sys::stderr::release();
     }
 }
 
@@ -253,7 +249,7 @@ pub async fn run<R>(
             }
         }
         // Lines said meanwhile (they would garble the screen on stderr) go to the footer.
-        for line in held::take_new() {
+        for line in sys::stderr::take_new() {
             app.apply(UiEvent::Message(line));
             dirty = true;
         }

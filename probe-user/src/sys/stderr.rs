@@ -1,6 +1,8 @@
-//! Lines for stderr while the TUI has the terminal: written there they would garble the
-//! screen, so they are held, shown in the footer, and written to stderr once the
-//! terminal is restored.
+//! probetop's one writer of stderr. While the TUI has the terminal, lines written
+//! there would garble the screen, so they are held, shown in the footer, and written
+//! to stderr once the terminal is restored. A failed write is ignored: after SIGHUP the
+//! terminal is gone, and `eprintln!` would panic (and abort) before the exports are
+//! written.
 
 use std::sync::{Mutex, PoisonError};
 
@@ -50,23 +52,44 @@ pub fn say(line: &str) {
     if held().offer(line) {
         return;
     }
-    use std::io::Write as _;
-    let _ = writeln!(std::io::stderr(), "{line}");
+    write_raw(&format!("{line}\n"));
 }
 
-/// From now on lines are held.
-pub(super) fn hold() {
+/// Writes `text`, whole lines, as [`say`] does each of them (a report of many lines in
+/// one write).
+pub fn say_text(text: &str) {
+    let mut held = held();
+    if held.active {
+        for line in text.lines() {
+            held.offer(line);
+        }
+        return;
+    }
+    drop(held);
+    write_raw(text);
+}
+
+fn write_raw(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// From now on lines are held (the TUI took the terminal).
+pub fn hold() {
     held().active = true;
 }
 
-/// Lines held since the last call, for the footer.
-pub(super) fn take_new() -> Vec<String> {
+/// Lines held since the last call, for the TUI's footer.
+pub fn take_new() -> Vec<String> {
     held().take_new()
 }
 
-/// Stops holding; returns every line held, to be written now.
-pub(super) fn release() -> Vec<String> {
-    held().release()
+/// Stops holding and writes every line held (the terminal is restored).
+pub fn release() {
+    let lines = held().release();
+    for line in lines {
+        write_raw(&format!("{line}\n"));
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,95 @@
+//! The second phase: the specs resolved to probe points in the target, checked, and
+//! each site classified (`resolve::costs::prepare`), sites the kernel refuses set aside.
+
+use anyhow::{Context as _, bail};
+
+use super::plan::Plan;
+use super::points;
+use super::probe::{Probe, refuse_go_return_probes};
+use crate::UsageError;
+use crate::cli::RunArgs;
+use crate::present::export::SkippedPoint;
+use crate::resolve::{self, ProbePoint, ResolveOptions};
+use crate::target::PinnedExe;
+
+/// The probes to attach.
+pub(super) struct Found {
+    pub resolve_options: ResolveOptions,
+    /// The target's executable, held open for the whole run: probes on it are attached
+    /// through it.
+    pub pin: PinnedExe,
+    pub probes: Vec<Probe>,
+    pub prepared: crate::resolve::costs::Prepared,
+    /// Matched, not attached: the kernel refuses them.
+    pub skipped: Vec<SkippedPoint>,
+}
+
+pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
+    let target = &plan.target;
+    let pid = target.pid;
+    let resolve_options = ResolveOptions {
+        max_probes: args.max_probes,
+        ..Default::default()
+    };
+    let pin = target
+        .pin_exe()
+        .with_context(|| format!("cannot open the executable of pid {pid}"))?;
+    let resolver = resolve::Resolver::new(target, resolve_options.clone());
+    let mut probes = Vec::new();
+    for spec in &plan.specs {
+        for point in resolver.resolve(spec)? {
+            probes.push(Probe::new(spec, point, 0, target, &pin));
+        }
+    }
+    // The parsed objects (whole files, symbol tables) are not needed while measuring.
+    drop(resolver);
+    let merged = points::merge_duplicates(&mut probes);
+    if merged > 0 {
+        say!("{}", points::merged_line(merged));
+    }
+    for line in points::unmapped_lines(&probes, pid) {
+        say!("{line}");
+    }
+    points::check_total(probes.len(), args.max_probes, plan.specs.len())?;
+    if probes.len() > probe_common::MAX_PROBES as usize {
+        bail!(UsageError(format!(
+            "{} probe points in all, more than probetop can attach at once ({}): narrow the specs",
+            probes.len(),
+            probe_common::MAX_PROBES
+        )));
+    }
+    if !args.force {
+        refuse_go_return_probes(&probes)?;
+    }
+    let specs = plan.specs.len();
+    say!(
+        "probetop: {} probe point{} from {specs} spec{}",
+        probes.len(),
+        if probes.len() == 1 { "" } else { "s" },
+        if specs == 1 { "" } else { "s" }
+    );
+    let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
+    let mut prepared = crate::resolve::costs::prepare(&points);
+    let skipped = points::skip_refused_sites(&mut probes, &mut prepared);
+    if !skipped.is_empty() {
+        say!("{}", points::skipped_line(&skipped, points::LISTED_REFUSED));
+    }
+    if probes.is_empty() {
+        bail!("the kernel refuses to probe every point the specs match: nothing to attach");
+    }
+    let spec_points: Vec<(&str, &ProbePoint)> =
+        probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
+    for line in crate::resolve::costs::entry_warnings(&spec_points, &prepared.costs) {
+        say!("{line}");
+    }
+    if let Some(line) = points::ifunc_resolvers_line(&spec_points) {
+        say!("{line}");
+    }
+    Ok(Found {
+        resolve_options,
+        pin,
+        probes,
+        prepared,
+        skipped,
+    })
+}

@@ -1,0 +1,157 @@
+//! The last phase: one cut for every probe, the collector stopped, what happened said,
+//! the summary printed and the exports written, and only then the probes detached.
+
+use std::{io, time::Duration};
+
+use anyhow::{Context as _, bail};
+
+use super::drive::{Driven, silent_probes};
+use super::report::{self, build_report};
+use super::start::Running;
+use super::{StopReason, processes, stop, traced};
+use crate::cli::RunArgs;
+use crate::cost;
+use crate::present::{self, export};
+use crate::stream::{self, Collected, CollectorCommand};
+use crate::sys;
+
+pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyhow::Result<()> {
+    let Running {
+        target,
+        pin,
+        several,
+        attachment,
+        labels,
+        source,
+        commands,
+        collector,
+        mut in_situ,
+        follow,
+        server,
+        cgroup_poller,
+        others,
+        attach_path,
+        ..
+    } = run;
+    // One cut for every probe. The probes stay attached until the exports are written:
+    // detaching can take the kernel long (a grace period per perf event), and what was
+    // measured must not wait on it, nor be lost if probetop is killed meanwhile. Hits
+    // after the cut are not counted. A send fails only if the collector is gone, and
+    // then its result says what happened.
+    let close_ktime_ns = stream::ktime_now_ns();
+    let closed_unix_ms = report::unix_now_ms();
+    let close = CollectorCommand::CloseWindow {
+        at_ktime_ns: close_ktime_ns,
+    };
+    let _ = commands.send(close).await;
+    if let Some(driver) = in_situ.as_mut() {
+        driver.finish();
+    }
+    if let Some(server) = server {
+        server.abort();
+    }
+    if let Some(poller) = cgroup_poller {
+        poller.abort();
+    }
+    let _ = commands.send(CollectorCommand::Stop).await;
+    let Collected {
+        aggregator,
+        intervals,
+    } = collector.await.context("the collector task failed")?;
+    // Measured from the window's opening (or the last reset) to the cut.
+    let duration =
+        Duration::from_nanos(close_ktime_ns.saturating_sub(aggregator.window_start_ns()));
+    let started_unix_ms = closed_unix_ms.saturating_sub(duration.as_millis() as u64);
+
+    for note in &driven.notes {
+        say!("probetop: {note}");
+    }
+    // What happened during the run (auto mode's switches) comes before how it ended.
+    for notice in &aggregator.notices {
+        say!("probetop: {notice}");
+    }
+    // The program probed last: the first one, unless execs were followed.
+    let current = follow.as_ref().map_or(&target, |f| f.current());
+    match driven.reason {
+        StopReason::TargetExited => say!("probetop: pid {} exited", target.pid),
+        StopReason::TargetExeced => say!(
+            "probetop: pid {} exec'd {}: probes on {} no longer fire; measurements up to the exec follow",
+            target.pid,
+            current
+                .exec_changed()
+                .map_or_else(|| "another program".into(), |p| p.display().to_string()),
+            current.exe.display()
+        ),
+        StopReason::Signal(name) => say!("probetop: {name}"),
+        StopReason::Duration | StopReason::UserQuit | StopReason::TerminalLost => {}
+    }
+    if !several && !driven.hinted {
+        let hits: Vec<u64> = aggregator.probes().iter().map(|p| p.hits()).collect();
+        for line in processes::silent_probe_hints(target.pid, &silent_probes(&source, &hits)) {
+            say!("probetop: {line}");
+        }
+    }
+    let snapshot = aggregator.snapshot(duration);
+    // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
+    // before the exports are written, so a failed write is ignored.
+    {
+        use std::io::Write as _;
+        let mut out = io::stdout().lock();
+        let _ = out
+            .write_all(present::summary::table(&labels, &snapshot).as_bytes())
+            .and_then(|()| out.flush());
+    }
+    let other_programs = others.finish();
+    let measured = aggregator.measurements();
+    let in_situ_summary = in_situ.as_ref().map(|driver| {
+        let hits: u64 = measured.probes.iter().map(|p| p.hits).sum();
+        driver.summary(hits)
+    });
+    sys::stderr::say_text(&crate::present::cost_report::report(
+        &labels,
+        &aggregator,
+        duration,
+    ));
+    if let Some(summary) = &in_situ_summary {
+        say!("probetop: {}", summary.line());
+    }
+    sys::stderr::say_text(&cost::bpf_stats::render(&other_programs));
+
+    let rows = source.rows();
+    let mut report = build_report(
+        &target,
+        &rows,
+        &measured.probes,
+        &intervals,
+        started_unix_ms,
+        duration,
+        several,
+    );
+    report.cost = crate::present::cost_report::run_report(&aggregator, duration, other_programs);
+    report.attach_path = Some(attach_path);
+    if let Some(summary) = in_situ_summary {
+        report.apply_in_situ(summary);
+    }
+    let mut failed = Vec::new();
+    for path in &args.exports {
+        match export::write(&report, path, args.force) {
+            Ok(written) => {
+                for file in written {
+                    say!("probetop: wrote {}", file.display());
+                }
+            }
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    if let Some(line) = traced::warning_at_exit(&target) {
+        say!("probetop: {line}");
+    }
+    stop::detach_with_progress(attachment).await;
+    // Held until no probe can be attached through it again (`space`): its number must
+    // not name another file meanwhile.
+    drop(pin);
+    if !failed.is_empty() {
+        bail!("{}", failed.join("; "));
+    }
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! One probing run, start to finish, as phases: [`plan`] (the arguments checked, the
+//! target opened) -> [`find`] (the specs resolved to probe points) -> [`start`] (loaded,
+//! attached, the collector running) -> [`drive`] (measuring until something stops it)
+//! -> [`finish`] (exports written, then the probes detached). With `--follow-exec`,
+//! [`follow`] resolves and attaches again in every program the target execs.
+
+/// A line on stderr, held while the TUI has the terminal; a failed write is ignored:
+/// after SIGHUP the terminal is gone, and eprintln! would panic (and abort) before the
+/// exports are written.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        $crate::sys::say(&format!($($arg)*));
+    }};
+}
+
+mod commands;
+mod drive;
+mod find;
+mod finish;
+mod follow;
+mod insitu;
+mod plan;
+mod points;
+mod probe;
+mod processes;
+mod report;
+mod specs;
+mod start;
+mod stop;
+mod traced;
+
+pub use commands::{calibrate, list};
+
+use crate::cli::RunArgs;
+
+/// Why measuring stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopReason {
+    Duration,
+    Signal(&'static str),
+    TargetExited,
+    /// The target exec'd another program; the probes no longer fire.
+    TargetExeced,
+    UserQuit,
+    /// The TUI's terminal went away (writes and reads fail): measuring stops as on
+    /// SIGHUP, and what was measured is exported.
+    TerminalLost,
+}
+
+/// `probetop [run]`: every phase in turn. An error before [`start`] leaves nothing
+/// attached; one after it drops the attachment, which detaches every probe.
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let plan = plan::Plan::from_args(&args)?;
+    let found = find::find(&plan, &args)?;
+    let mut running = start::start(plan, found, &args).await?;
+    let driven = drive::drive(&mut running, &args).await?;
+    finish::finish(running, driven, &args).await
+}

@@ -1,0 +1,191 @@
+//! The first phase: what the arguments ask for, checked before anything is opened
+//! (bad input gets one line saying what to do), and the target opened.
+
+use anyhow::bail;
+
+use super::{processes, report, specs, traced};
+use crate::cli::{Mode, RunArgs};
+use crate::present::export;
+use crate::spec::ProbeSpec;
+use crate::target::Target;
+use crate::{UsageError, attach, privileges};
+
+/// A run's settings, checked, and its target.
+pub(super) struct Plan {
+    pub specs: Vec<ProbeSpec>,
+    pub scope: processes::Scope,
+    /// Several processes probed (`-F`, `--cgroup`, several `--pid`).
+    pub several: bool,
+    /// The first process, a thread id mapped to its process.
+    pub target: Target,
+    /// Whose hits the kernel's filter lets through (0: every process's).
+    pub filter_pid: u32,
+    /// The processes named (`--pid`), opened and checked.
+    pub roots: Vec<u32>,
+    pub ring_bytes: u32,
+    /// `--time-every`, checked against the mode.
+    pub time_every: u64,
+}
+
+impl Plan {
+    pub(super) fn from_args(args: &RunArgs) -> anyhow::Result<Self> {
+        let specs = specs::collect(args)?;
+        let scope = processes::Scope::from_args(args)?;
+        let pid = scope.primary()?;
+        let several = scope.several();
+        check_numbers(args, several)?;
+        let ring_bytes = ring_bytes(args)?;
+        let time_every = time_every(args.mode, args.time_every)?;
+        check_capture(args)?;
+        privileges::check()?;
+        // Before anything is opened: each probe on the perf-event path holds two
+        // descriptors.
+        if let Err(e) = attach::fds::raise_limit() {
+            say!("probetop: cannot raise the open-file limit ({e}); `ulimit -n` shows it");
+        }
+        let target = Target::open(pid)?;
+        if let Some(note) = target.identity_note() {
+            say!("probetop: {note}");
+        }
+        // Probes fire only in the process whose memory their filter names: with the
+        // main thread gone that is a live thread's, which perf events can name (a
+        // uprobe_multi link's filter is the leader's).
+        let filter_pid = target.live_thread.unwrap_or(target.pid);
+        // Several processes: attached for every process, counted for the set's members.
+        let filter_pid = if several { 0 } else { filter_pid };
+        let mut roots = vec![target.pid];
+        for &other in scope.pids.iter().skip(1) {
+            let other = Target::open(other)?;
+            traced::check_at_attach(&other, args.force)?;
+            roots.push(other.pid);
+        }
+        traced::check_at_attach(&target, args.force)?;
+        for path in &args.exports {
+            report::check_export_format(&target, path)?;
+            // Found now, not after the whole run: a missing or read-only directory, a
+            // link, a FIFO (whose open would hang).
+            export::check(path, args.force).map_err(|e| UsageError(e.to_string()))?;
+        }
+        Ok(Self {
+            specs,
+            scope,
+            several,
+            target,
+            filter_pid,
+            roots,
+            ring_bytes,
+            time_every,
+        })
+    }
+}
+
+fn check_numbers(args: &RunArgs, several: bool) -> anyhow::Result<()> {
+    if several && args.follow_exec {
+        bail!(UsageError(
+            "--follow-exec follows one process: run it with one --pid, without --follow-forks or --cgroup".into()
+        ));
+    }
+    if let Some(d) = args.duration
+        && !(d.is_finite() && d > 0.0)
+    {
+        bail!(UsageError(format!(
+            "--duration {d}: give a positive number of seconds"
+        )));
+    }
+    if !(args.interval.is_finite() && args.interval >= 0.01) {
+        bail!(UsageError(format!(
+            "--interval {}: give at least 0.01 seconds",
+            args.interval
+        )));
+    }
+    Ok(())
+}
+
+/// The ring buffer's size: `--ring-kib` or `--ring-mib`, a power of two of 4 KiB or
+/// more.
+fn ring_bytes(args: &RunArgs) -> anyhow::Result<u32> {
+    let ring_bytes = match args.ring_kib {
+        Some(kib) => kib.checked_mul(1 << 10),
+        None => args.ring_mib.checked_mul(1 << 20),
+    };
+    match ring_bytes {
+        Some(bytes) if bytes.is_power_of_two() && bytes >= 4096 => Ok(bytes),
+        _ => bail!(UsageError(
+            "the ring buffer size must be a power of two, at least 4 KiB and below 4 GiB (--ring-mib 4, 8, 16, ...)".into()
+        )),
+    }
+}
+
+/// One hit in how many has its handler timed: `--time-every`, for the kernel mode and
+/// for auto mode once it aggregates a probe in the kernel, where no record needs the
+/// handler time of every hit.
+fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
+    match (mode, asked) {
+        (_, Some(0)) => Err(UsageError(
+            "--time-every 0: give 1 to time every hit, or N to time one hit in N".into(),
+        )),
+        (Mode::Kernel | Mode::Auto, asked) => Ok(asked.unwrap_or(probe_common::DEFAULT_TIME_EVERY)),
+        (_, None | Some(1)) => Ok(1),
+        (_, Some(n)) => Err(UsageError(format!(
+            "--time-every {n} applies to --mode kernel and auto only: records streamed in the other modes carry every hit's handler time"
+        ))),
+    }
+}
+
+/// `--args`, `--sample-every` and `--in-situ`'s settings.
+fn check_capture(args: &RunArgs) -> anyhow::Result<()> {
+    if args.args > probe_common::MAX_ARGS {
+        bail!(UsageError(format!(
+            "--args {}: a hit carries at most {} argument values (the most a USDT site has, as in libbpf)",
+            args.args,
+            probe_common::MAX_ARGS
+        )));
+    }
+    if args.sample_every == 0 {
+        bail!(UsageError(
+            "--sample-every 0: give 1 to stream every hit, or N to stream one hit in N".into()
+        ));
+    }
+    if !args.in_situ {
+        return Ok(());
+    }
+    if !(args.in_situ_window.is_finite() && args.in_situ_window >= 0.1) {
+        bail!(UsageError(format!(
+            "--in-situ-window {}: give at least 0.1 seconds",
+            args.in_situ_window
+        )));
+    }
+    if args.follow_exec {
+        bail!(UsageError(
+            "--in-situ measures one program: run it without --follow-exec".into(),
+        ));
+    }
+    if args.pids.len() > 1 || args.follow_forks || args.cgroup.is_some() {
+        bail!(UsageError(
+            "--in-situ measures one process: run it with one --pid, without --follow-forks or --cgroup".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_every_applies_where_the_kernel_aggregates() {
+        assert_eq!(
+            time_every(Mode::Kernel, None).ok(),
+            Some(probe_common::DEFAULT_TIME_EVERY)
+        );
+        assert_eq!(time_every(Mode::Auto, Some(8)).ok(), Some(8));
+        assert_eq!(time_every(Mode::Ring, None).ok(), Some(1));
+        assert_eq!(time_every(Mode::Sample, Some(1)).ok(), Some(1));
+        let refused = time_every(Mode::Ring, Some(8)).expect_err("ring streams every hit");
+        assert!(
+            refused.0.contains("--mode kernel and auto only"),
+            "{refused}"
+        );
+        assert!(time_every(Mode::Kernel, Some(0)).is_err());
+    }
+}

@@ -1,0 +1,139 @@
+//! A probe as the session knows it: the point resolved, the spec that asked for it and
+//! the program it was found in; how it is named, configured and attached. Shared by the
+//! start of a run and by [`super::follow`], which resolves the same specs again after
+//! an exec.
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+
+use crate::UsageError;
+use crate::attach::{self, AttachRequest};
+use crate::cost;
+use crate::present::ProbeLabel;
+use crate::resolve::{self, ProbePoint};
+use crate::spec::{ProbeKind, ProbeSpec};
+use crate::target::{PinnedExe, Target};
+use probe_common::ProbeConfig;
+
+/// A resolved probe with the spec that asked for it, and the program it was resolved
+/// in.
+#[derive(Debug, Clone)]
+pub(super) struct Probe {
+    pub spec: String,
+    pub point: ProbePoint,
+    /// Execs of the target followed before it was attached (`--follow-exec`).
+    pub generation: u32,
+    /// The program the target ran then.
+    pub exe: PathBuf,
+}
+
+impl Probe {
+    /// A point resolved in `target`'s executable is attached through `pin`, the file
+    /// that was read, rather than `/proc/PID/exe`, which names whatever runs now.
+    pub(super) fn new(
+        spec: &ProbeSpec,
+        mut point: ProbePoint,
+        generation: u32,
+        target: &Target,
+        pin: &PinnedExe,
+    ) -> Self {
+        if point.attach_path == target.exe_link() {
+            point.attach_path = pin.path();
+        }
+        Self {
+            spec: spec.text.clone(),
+            point,
+            generation,
+            exe: target.exe.clone(),
+        }
+    }
+
+    /// How the probe is named on screen; single-stepped and refused sites are marked.
+    pub(super) fn label(&self, cost: &cost::ProbeCost) -> ProbeLabel {
+        let mut label = ProbeLabel::new(
+            self.point.kind,
+            &self.point.name,
+            &self.point.object.display().to_string(),
+        );
+        label.resolved = self.point.resolved.clone();
+        if let Some(tag) = cost::label_tag(cost) {
+            label.display = format!("{} {tag}", label.display);
+        }
+        label
+    }
+
+    /// The kernel's view of the probe, under id `probe_id`.
+    pub(super) fn request(
+        &self,
+        probe_id: u32,
+        config: ProbeConfig,
+        pid: u32,
+    ) -> AttachRequest<'_> {
+        AttachRequest {
+            probe_id,
+            kind: self.point.kind,
+            path: &self.point.attach_path,
+            file_offset: self.point.file_offset,
+            semaphore_offset: self.point.usdt.as_ref().and_then(|u| u.semaphore_offset),
+            config,
+            pid,
+        }
+    }
+
+    /// The probe's config: the run's mode, and its argument recipes with `--args`
+    /// (a probe whose arguments cannot be read still attaches; `say` says why).
+    pub(super) fn config(
+        &self,
+        base: ProbeConfig,
+        args: usize,
+        say: &mut dyn FnMut(String),
+    ) -> ProbeConfig {
+        let mut config = base;
+        if args > 0 {
+            match attach::args::args_config(&self.point, args) {
+                Ok(captured) => {
+                    // Fewer than asked (a USDT site with fewer arguments, a function
+                    // entry's six registers): said, not silently cut.
+                    if (captured.count as usize) < args {
+                        say(format!(
+                            "{}: --args {args} captures {} argument value{} of {}, all it has in registers or notes",
+                            self.spec,
+                            captured.count,
+                            if captured.count == 1 { "" } else { "s" },
+                            self.point.name
+                        ));
+                    }
+                    config.args = captured;
+                }
+                Err(e) => say(format!(
+                    "{}: no argument values for {}: {e}",
+                    self.spec, self.point.name
+                )),
+            }
+        }
+        config
+    }
+}
+
+/// Go moves goroutine stacks, so the return address a uretprobe plants can be copied
+/// to a stack the kernel does not track: the probe misfires or the target crashes.
+pub(super) fn refuse_go_return_probes(probes: &[Probe]) -> anyhow::Result<()> {
+    let mut checked = std::collections::HashMap::new();
+    for probe in probes
+        .iter()
+        .filter(|p| p.point.kind == ProbeKind::Uretprobe)
+    {
+        let is_go = *checked
+            .entry(probe.point.attach_path.clone())
+            .or_insert_with(|| resolve::elf::is_go_binary(&probe.point.attach_path));
+        if is_go {
+            bail!(UsageError(format!(
+                "{}: {} is a Go program, and uretprobes on Go functions break when Go moves a goroutine's stack (the target can crash); use uprobe instead, or --force to attach anyway",
+                probe.spec,
+                probe.point.object.display()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,412 @@
+//! The third phase: the eBPF programs loaded, the process set seeded, the probes
+//! attached, and the collector, the in-situ driver, exec following and `--listen`
+//! started. From here on every exit path detaches (the [`Attachment`] does when
+//! dropped), and [`super::finish`] exports first.
+
+use std::{
+    future::Future,
+    pin::Pin,
+    sync::{Arc, RwLock},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+};
+
+use super::find::Found;
+use super::plan::Plan;
+use super::probe::Probe;
+use super::report::{ReportSource, Rows};
+use super::{StopReason, follow, insitu, points, processes, stop};
+use crate::aggregate::{Aggregator, Snapshot};
+use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
+use crate::cli::{Mode, RunArgs};
+use crate::cost;
+use crate::delivery::DeliveryMode;
+use crate::present::{ProbeLabel, export, listen};
+use crate::stream::{
+    self, Collected, CollectorCommand, CollectorLinks, CollectorOptions, HitStream,
+};
+use crate::target::{PinnedExe, Target};
+use probe_common::ProbeConfig;
+
+/// A run measuring: what the drive and finish phases act on.
+/// Fields drop in order: on an error path the probes are detached (`attachment`)
+/// before the executable they were attached through is closed (`pin`), as at the end.
+pub(super) struct Running {
+    pub attachment: Attachment,
+    pub target: Target,
+    /// Held until no probe can be attached through it again (`space`): its number
+    /// must not name another file meanwhile.
+    pub pin: PinnedExe,
+    pub several: bool,
+    /// One per row, as on screen and in the summary.
+    pub labels: Vec<ProbeLabel>,
+    pub source: Arc<ReportSource>,
+    pub commands: mpsc::Sender<CollectorCommand>,
+    pub collector: JoinHandle<Collected>,
+    pub snapshots: watch::Receiver<Snapshot>,
+    /// The probe the TUI shows in detail, for the collector.
+    pub focus: watch::Sender<Option<u32>>,
+    pub in_situ: Option<insitu::Driver>,
+    pub follow: Option<follow::Follow>,
+    pub server: Option<JoinHandle<()>>,
+    pub cgroup_poller: Option<JoinHandle<()>>,
+    pub others: cost::bpf_stats::Others,
+    /// Resolves when measuring should stop (see [`stop::shutdown_signal`]).
+    pub shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>>,
+    pub attach_path: &'static str,
+}
+
+/// What the attach step settled.
+struct Attached {
+    attachment: Attachment,
+    probes: Vec<Probe>,
+    prepared: crate::resolve::costs::Prepared,
+    skipped: Vec<export::SkippedPoint>,
+    dispatch: Option<crate::attach::dispatch::Dispatch>,
+    shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>>,
+    cgroup_poller: Option<JoinHandle<()>>,
+}
+
+pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::Result<Running> {
+    // Bound before anything is attached, so a taken port fails fast.
+    let listener = match args.listen {
+        Some(addr) => Some(
+            listen::bind(addr)
+                .await
+                .with_context(|| format!("--listen {addr}: cannot listen there"))?,
+        ),
+        None => None,
+    };
+    let base_config = ProbeConfig {
+        mode: match args.mode {
+            Mode::Ring | Mode::Auto => DeliveryMode::Ring,
+            Mode::Sample => DeliveryMode::Sample,
+            Mode::Kernel => DeliveryMode::KernelHistogram,
+        }
+        .raw(),
+        sample_every: args.sample_every.max(1),
+        ..Default::default()
+    };
+    let Found {
+        resolve_options,
+        pin,
+        probes,
+        prepared,
+        skipped,
+    } = found;
+    let attached = attach_probes(&plan, args, base_config, probes, prepared, skipped)?;
+    let Attached {
+        mut attachment,
+        probes,
+        prepared,
+        skipped,
+        dispatch,
+        shutdown,
+        cgroup_poller,
+    } = attached;
+    let pid = plan.target.pid;
+    let ring = attachment.take_ring()?;
+    let flush = attachment.attach_flush()?;
+    let mut counters = attachment.take_counters()?;
+    let mut aggregator = Aggregator::new(probes.len());
+    for (row, probe) in aggregator.probes_mut().iter_mut().zip(&probes) {
+        row.mode = DeliveryMode::of_config(&base_config);
+        row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
+    }
+    aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
+    aggregator.assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
+    aggregator.count_processes = plan.several;
+    let dispatch_running = dispatch.is_some();
+    crate::aggregate::install_costs(&mut aggregator, prepared.costs, dispatch_running);
+    if let Some(dispatch) = dispatch {
+        counters.set_dispatch(dispatch);
+    }
+    let others = cost::bpf_stats::Others::start(pid, args.bpf_stats);
+    aggregator.open_window(stream::ktime_now_ns());
+    stream::baseline_kernel_counters(&counters, &mut aggregator);
+    let attach_path = attachment.attach_path();
+    say!(
+        "probetop: attached {} probe{} to pid {} ({}) via {attach_path}",
+        probes.len(),
+        if probes.len() == 1 { "" } else { "s" },
+        plan.target.pid,
+        plan.target.comm
+    );
+
+    // A test hook: a panic with probes attached must leave none behind (see tests/attach.rs).
+    if std::env::var_os("PROBETOP_TEST_PANIC_AFTER_ATTACH").is_some() {
+        panic!("PROBETOP_TEST_PANIC_AFTER_ATTACH is set");
+    }
+
+    let labels: Vec<ProbeLabel> = probes
+        .iter()
+        .zip(aggregator.probes())
+        .map(|(p, measured)| p.label(&measured.cost))
+        .collect();
+    let (snapshot_tx, snapshots) = watch::channel(Snapshot::default());
+    let (commands, command_rx) = mpsc::channel(16);
+    let (focus, focus_rx) = watch::channel(None);
+    let collector_options = CollectorOptions {
+        auto_kernel_above: (args.mode == Mode::Auto).then_some(args.auto_above),
+        auto_time_every: plan.time_every,
+        interval: Duration::from_secs_f64(args.interval),
+        keep_interval_log: args.exports.iter().any(|p| {
+            p.extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("hlog"))
+        }),
+    };
+    let collector = tokio::spawn(stream::collect(
+        HitStream::new(ring, Some(flush))?,
+        counters,
+        aggregator,
+        collector_options,
+        CollectorLinks {
+            snapshots: snapshot_tx,
+            commands: command_rx,
+            focus: focus_rx,
+        },
+    ));
+    let live: Vec<u32> = (0..probes.len() as u32).collect();
+    let source = Arc::new(ReportSource {
+        target: plan.target.clone(),
+        rows: RwLock::new(Rows {
+            probes,
+            execs: Vec::new(),
+            skipped,
+        }),
+        commands: commands.clone(),
+        in_situ: RwLock::new(None),
+        attach_path,
+        several: plan.several,
+    });
+    let in_situ = if args.in_situ {
+        Some(insitu::Driver::start(
+            pid,
+            args.work,
+            Duration::from_secs_f64(args.in_situ_window),
+        )?)
+    } else {
+        None
+    };
+    let follow = args.follow_exec.then(|| {
+        follow::Follow::new(follow::Setup {
+            specs: plan.specs.clone(),
+            resolve_options,
+            force: args.force,
+            args: args.args,
+            base_config,
+            target: plan.target.clone(),
+            live,
+            dispatch_running,
+        })
+    });
+    let server = listener.map(|listener| serve(listener, &source));
+    Ok(Running {
+        target: plan.target,
+        pin,
+        several: plan.several,
+        attachment,
+        labels,
+        source,
+        commands,
+        collector,
+        snapshots,
+        focus,
+        in_situ,
+        follow,
+        server,
+        cgroup_poller,
+        others,
+        shutdown,
+        attach_path,
+    })
+}
+
+/// Loads the programs, seeds the process set, and attaches every probe; signals are
+/// handled from before the first probe, so an interrupt while attaching still detaches.
+fn attach_probes(
+    plan: &Plan,
+    args: &RunArgs,
+    base_config: ProbeConfig,
+    mut probes: Vec<Probe>,
+    mut prepared: crate::resolve::costs::Prepared,
+    mut skipped: Vec<export::SkippedPoint>,
+) -> anyhow::Result<Attached> {
+    let target = &plan.target;
+    let several = plan.several;
+    // Kernel dispatch is timed for one process's hits.
+    let dispatch_wanted = !several
+        && !args.no_dispatch
+        && probes.len() <= crate::attach::dispatch::MAX_DISPATCH_PROBES as usize;
+    if !args.no_dispatch && !dispatch_wanted && !several {
+        say!(
+            "probetop: kernel dispatch time is measured for at most {} probes; whole cost per hit comes from calibration alone",
+            crate::attach::dispatch::MAX_DISPATCH_PROBES
+        );
+    }
+    let spare_probes = if args.follow_exec {
+        follow::spare_probes(probes.len() as u32)
+    } else {
+        0
+    };
+    let kernel_histograms = matches!(args.mode, Mode::Kernel | Mode::Auto);
+    if kernel_histograms {
+        say_kernel_histogram_memory(probes.len() + spare_probes as usize);
+    }
+    let mut attachment = Attachment::load(LoadOptions {
+        ring_bytes: plan.ring_bytes,
+        probe_count: probes.len() as u32,
+        spare_probes,
+        dispatch_tgid: dispatch_wanted.then_some(target.pid),
+        // Only the kernel and auto modes ever aggregate in the kernel.
+        kernel_histograms,
+        // Auto mode streams every hit, timed, until it switches a probe.
+        time_every: if args.mode == Mode::Auto {
+            1
+        } else {
+            plan.time_every
+        },
+        attach_path: target.live_thread.map(|_| attach::AttachPath::PerfEvent),
+        filter_processes: several,
+        ..Default::default()
+    })?;
+    // Before any probe: the set must hold the processes when the first hit fires.
+    let cgroup_poller = if several {
+        seed_processes(plan, args, &mut attachment)?
+    } else {
+        None
+    };
+    if attachment.attach_path() == attach::AttachPath::PerfEvent.name() {
+        let slots = probes.len() as u64 + u64::from(spare_probes);
+        attach::fds::check_room(slots).map_err(|line| anyhow::anyhow!(line))?;
+    }
+    let mut dispatch = if !dispatch_wanted {
+        None
+    } else {
+        crate::attach::dispatch::start_dispatch(&mut attachment, &prepared.sites)
+    };
+    let shutdown = stop::shutdown_signal(
+        target,
+        args.duration.map(Duration::from_secs_f64),
+        !args.follow_exec,
+    )?;
+    // All at once: one uprobe_multi link per file and program where the kernel has them.
+    let config_of =
+        |probe: &Probe| probe.config(base_config, args.args, &mut |line| say!("probetop: {line}"));
+    let requests: Vec<AttachRequest> = probes
+        .iter()
+        .enumerate()
+        .map(|(id, probe)| probe.request(id as u32, config_of(probe), plan.filter_pid))
+        .collect();
+    let outcomes = attachment.attach_each(&requests);
+    drop(requests);
+    let skipped_before = skipped.len();
+    let attached = points::go_on_without_refused(
+        outcomes,
+        points::Attached {
+            attachment: &mut attachment,
+            probes: &mut probes,
+            prepared: &mut prepared,
+            skipped: &mut skipped,
+        },
+        &config_of,
+        plan.filter_pid,
+    );
+    attached.map_err(|e| {
+        let spec = e
+            .probe_id()
+            .and_then(|id| probes.get(id as usize))
+            .map_or("the probes".to_string(), |probe| {
+                format!("{} ({})", probe.spec, probe.point.name)
+            });
+        anyhow::Error::new(e).context(format!("attaching {spec}"))
+    })?;
+    if skipped.len() > skipped_before {
+        let late = &skipped[skipped_before..];
+        say!("{}", points::skipped_line(late, points::REFUSED_AT_ATTACH));
+        // Its maps were filled by probe id before the ids moved.
+        if dispatch.is_some() {
+            crate::attach::dispatch::stop_dispatch(&mut attachment);
+            dispatch = None;
+            say!(
+                "probetop: kernel dispatch time is not measured in this run (probe ids moved); whole cost per hit comes from calibration alone"
+            );
+        }
+    }
+    Ok(Attached {
+        attachment,
+        probes,
+        prepared,
+        skipped,
+        dispatch,
+        shutdown: Box::pin(shutdown),
+        cgroup_poller,
+    })
+}
+
+/// Several processes: the set the eBPF program counts hits of, seeded before any probe
+/// is attached; with `--cgroup`, the poller that adds processes entering it.
+fn seed_processes(
+    plan: &Plan,
+    args: &RunArgs,
+    attachment: &mut Attachment,
+) -> anyhow::Result<Option<JoinHandle<()>>> {
+    let scope = &plan.scope;
+    // A process forked in a cgroup is born in it: followed at once rather than found
+    // by the next read of cgroup.procs, after its first hits.
+    attachment.track_processes(scope.follow_forks || scope.cgroup.is_some())?;
+    let mut set = attachment.take_process_set()?;
+    let members = processes::seed(&mut set, scope, &plan.roots)?;
+    say!(
+        "probetop: probing {members} process{}{}{}; the probes fire in every process mapping their files, where the eBPF program ignores the others' hits (docs/user-guide.md#several-processes)",
+        if members == 1 { "" } else { "es" },
+        if scope.follow_forks {
+            ", and every process they fork"
+        } else {
+            ""
+        },
+        scope.cgroup.as_ref().map_or(String::new(), |d| format!(
+            ", and every process that enters {}",
+            d.display()
+        )),
+    );
+    Ok(scope
+        .cgroup
+        .clone()
+        .map(|dir| processes::spawn_cgroup_poller(set, dir, args.no_tui)))
+}
+
+/// `--listen`: serves what was measured so far, as Prometheus text.
+fn serve(listener: tokio::net::TcpListener, source: &Arc<ReportSource>) -> JoinHandle<()> {
+    match listener.local_addr() {
+        Ok(addr) => say!("probetop: serving metrics on http://{addr}/metrics"),
+        Err(e) => say!("probetop: serving metrics (address unknown: {e})"),
+    }
+    let source = source.clone();
+    tokio::spawn(listen::serve(listener, move || {
+        let source = source.clone();
+        async move {
+            let report = source.report(false).await?;
+            Some(export::prometheus::render_prometheus(&report))
+        }
+    }))
+}
+
+/// The in-kernel histograms are per-CPU arrays of 592 counters per probe: on a large
+/// host with many probes that is real kernel memory, so say how much when it is.
+fn say_kernel_histogram_memory(probe_slots: usize) {
+    let cpus = aya::util::nr_cpus().unwrap_or(1);
+    let bytes = probe_slots * probe_common::khist::BUCKETS as usize * 8 * cpus;
+    if bytes >= 64 << 20 {
+        say!(
+            "probetop: in-kernel histograms take {} MiB of kernel memory ({probe_slots} probe slots x {} buckets x {cpus} CPUs); --mode ring takes none",
+            bytes >> 20,
+            probe_common::khist::BUCKETS
+        );
+    }
+}

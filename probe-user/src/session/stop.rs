@@ -1,0 +1,119 @@
+//! How measuring stops: what ends it ([`shutdown_signal`]), and detaching at the end
+//! ([`detach_with_progress`]), which a second signal may cut short.
+
+use std::{future::Future, time::Duration};
+
+use anyhow::bail;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::{StopReason, follow};
+use crate::attach::Attachment;
+use crate::sys;
+use crate::target::Target;
+
+/// Resolves when measuring should stop: after `duration`, on SIGINT, SIGTERM or
+/// SIGHUP (a lost terminal), when the target exits, or with `stop_on_exec` when it
+/// execs another program.
+pub(super) fn shutdown_signal(
+    target: &Target,
+    duration: Option<Duration>,
+    stop_on_exec: bool,
+) -> anyhow::Result<impl Future<Output = StopReason> + use<>> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let exited = sys::process::exit_watch(target.pid)?;
+    // The pidfd names whatever process has the pid now; make sure that is still ours.
+    // An exec keeps the pid, the start time and the pidfd: only an exit ends it.
+    if !target.is_alive() {
+        bail!("pid {} exited before probes were attached", target.pid);
+    }
+    let watched = target.clone();
+    Ok(async move {
+        // exec raises no event on a pidfd, so look every quarter second.
+        let execed = async {
+            if !stop_on_exec {
+                // Followed instead (see follow::next_event).
+                return std::future::pending().await;
+            }
+            let mut every = tokio::time::interval(follow::EXEC_POLL);
+            loop {
+                every.tick().await;
+                if watched.exec_changed().is_some() {
+                    break;
+                }
+            }
+        };
+        let deadline = async {
+            match duration {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = deadline => StopReason::Duration,
+            _ = interrupt.recv() => StopReason::Signal("SIGINT"),
+            _ = terminate.recv() => StopReason::Signal("SIGTERM"),
+            _ = hangup.recv() => StopReason::Signal("SIGHUP"),
+            _ = exited.readable() => StopReason::TargetExited,
+            _ = execed => StopReason::TargetExeced,
+        }
+    })
+}
+
+/// Detaches every probe, saying how it goes when it takes a while; a second SIGINT or
+/// SIGTERM stops waiting (what was measured is written by then) and exits, leaving the
+/// kernel to detach what is left as it closes probetop's descriptors.
+pub(super) async fn detach_with_progress(mut attachment: Attachment) {
+    let total = attachment.attached_ids().len();
+    let detach = tokio::task::spawn_blocking(move || {
+        attachment.detach_all();
+        drop(attachment);
+    });
+    tokio::pin!(detach);
+    let started = std::time::Instant::now();
+    // Once after a second, then every five: enough to show it is moving.
+    let mut told = tokio::time::interval_at(
+        tokio::time::Instant::now() + Duration::from_secs(1),
+        Duration::from_secs(5),
+    );
+    let (mut interrupt, mut terminate) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (Some(i), Some(t)),
+        _ => (None, None),
+    };
+    let again = async {
+        match (interrupt.as_mut(), terminate.as_mut()) {
+            (Some(i), Some(t)) => tokio::select! {
+                _ = i.recv() => "SIGINT",
+                _ = t.recv() => "SIGTERM",
+            },
+            _ => std::future::pending().await,
+        }
+    };
+    tokio::pin!(again);
+    loop {
+        tokio::select! {
+            _ = &mut detach => break,
+            _ = told.tick() => say!(
+                "probetop: detaching {total} probe{}: {:.0} s so far (the kernel waits a grace period per probe; SIGINT again to exit now)",
+                if total == 1 { "" } else { "s" },
+                started.elapsed().as_secs_f64()
+            ),
+            name = &mut again => {
+                say!("probetop: {name} again: exiting now; the kernel detaches the rest as it closes probetop's descriptors");
+                std::process::exit(0);
+            }
+        }
+    }
+    if started.elapsed() >= Duration::from_secs(1) {
+        say!(
+            "probetop: detached {total} probes in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    } else {
+        say!("probetop: detached");
+    }
+}

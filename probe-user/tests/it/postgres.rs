@@ -1,0 +1,380 @@
+//! probetop on a live PostgreSQL cluster with `--preset postgres`, attached to the
+//! postmaster with `--follow-forks`: the backends forked for new connections are counted,
+//! every statement, transaction and lock wait exactly, each under its backend's pid.
+//!
+//! Also: no site of the preset is single-stepped (or refused) in Debian's postgres.
+//!
+//! Needs Debian's postgresql-15 (`cargo xtask setup` installs it). The cluster is private
+//! to the test: `initdb` in a temporary directory as the `postgres` user (postgres
+//! refuses to run as root), a unix socket in that directory, no TCP, autovacuum off (its
+//! workers would add transactions), stopped when the test ends.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+const BIN: &str = "/usr/lib/postgresql/15/bin";
+/// Statements the first connection sends, besides one that fails.
+const STATEMENTS: u64 = 200;
+
+/// The `postgres` user's (uid, gid), from /etc/passwd.
+fn postgres_ids() -> (u32, u32) {
+    let passwd = std::fs::read_to_string("/etc/passwd").expect("/etc/passwd");
+    passwd
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&"postgres"))
+                .then(|| (f[2].parse().expect("uid"), f[3].parse().expect("gid")))
+        })
+        .expect("no postgres user: `cargo xtask setup` installs postgresql-15")
+}
+
+/// A private cluster, its postmaster stopped and its directory removed on drop.
+struct Cluster {
+    postmaster: Child,
+    dir: PathBuf,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let postgres = Path::new(BIN).join("postgres");
+        assert!(
+            postgres.exists() && Path::new("/usr/bin/psql").exists(),
+            "{} is missing: `cargo xtask setup` installs postgresql-15",
+            postgres.display()
+        );
+        let (uid, gid) = postgres_ids();
+        let dir = std::env::temp_dir().join(format!("probetop-test-pg-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("chown the cluster dir");
+        let data = dir.join("data");
+        output_ok(
+            Command::new(Path::new(BIN).join("initdb"))
+                .arg("-D")
+                .arg(&data)
+                .args(["-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8"])
+                .arg("--locale=C")
+                .uid(uid)
+                .gid(gid)
+                .stdin(Stdio::null()),
+            "initdb",
+        );
+        let mut cmd = Command::new(&postgres);
+        cmd.arg("-D")
+            .arg(&data)
+            // The socket in our directory, nothing on TCP.
+            .args(["-c", "listen_addresses="])
+            .arg("-c")
+            .arg(format!("unix_socket_directories={}", dir.display()))
+            .args(["-c", "autovacuum=off", "-c", "fsync=off"])
+            .uid(uid)
+            .gid(gid)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("postgres.log")).expect("log file"));
+        // SAFETY: runs in the forked child before exec, after its uid changed (which
+        // would clear the setting), and only calls prctl, which is async-signal-safe.
+        unsafe {
+            cmd.pre_exec(|| {
+                // SIGINT, a fast shutdown, if the test process dies without the guard.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let postmaster = cmd.spawn().expect("start postgres");
+        let mut cluster = Cluster { postmaster, dir };
+        let deadline = Instant::now() + PATIENCE;
+        while cluster.psql("SELECT 1").is_err() {
+            if let Ok(Some(status)) = cluster.postmaster.try_wait() {
+                panic!("postgres exited ({status}): {}", cluster.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "postgres does not answer: {}",
+                cluster.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    fn pid(&self) -> u32 {
+        self.postmaster.id()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("postgres.log")).unwrap_or_default()
+    }
+
+    /// psql on a new connection, reading its statements from stdin.
+    fn client(&self) -> Command {
+        let mut cmd = Command::new("psql");
+        cmd.arg("-h")
+            .arg(&self.dir)
+            .args(["-U", "postgres", "-X", "-q", "-A", "-t", "postgres"]);
+        cmd
+    }
+
+    /// One statement on a new connection: its output, or psql's error.
+    fn psql(&self, sql: &str) -> Result<String, String> {
+        let out = self
+            .client()
+            .args(["-c", sql])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // SIGINT: a fast shutdown (clients disconnected, a checkpoint); SIGKILL if slow.
+        // SAFETY: kill(2) on our own unreaped child's pid.
+        unsafe { libc::kill(self.pid() as libc::pid_t, libc::SIGINT) };
+        let deadline = Instant::now() + PATIENCE;
+        while matches!(self.postmaster.try_wait(), Ok(None)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.postmaster.kill();
+        let _ = self.postmaster.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The process whose command line (postgres sets its title) contains `needle`.
+fn process_titled(needle: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        String::from_utf8_lossy(&cmdline)
+            .contains(needle)
+            .then_some(pid)
+    })
+}
+
+/// A session that takes a table lock and holds it until told to commit, while a second
+/// session's SELECT on the table waits for it: exactly one lock wait.
+fn one_lock_wait(cluster: &Cluster) {
+    let mut holder = cluster
+        .client()
+        // Echo each command's tag, so we see the lock taken.
+        .args(["-c", "\\set QUIET off"])
+        .arg("-f")
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("psql holding the lock");
+    let mut stdin = holder.stdin.take().expect("stdin");
+    stdin
+        .write_all(b"BEGIN;\nLOCK TABLE t;\n")
+        .expect("write to psql");
+    stdin.flush().expect("flush psql");
+    let lines = Lines::from_stdout(holder.stdout.take().expect("stdout"));
+    lines.wait_for("LOCK TABLE");
+    let waiter = cluster
+        .client()
+        .args(["-c", "SELECT count(*) FROM t"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("psql waiting for the lock");
+    let mut waiter = KillOnDrop(waiter);
+    // The backend's title ends in "waiting" while it waits on a heavyweight lock.
+    let deadline = Instant::now() + PATIENCE;
+    while process_titled("SELECT waiting").is_none() {
+        assert!(Instant::now() < deadline, "the SELECT never waited");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stdin.write_all(b"COMMIT;\n").expect("write to psql");
+    drop(stdin);
+    assert!(holder.wait().expect("holder exits").success());
+    assert!(waiter.0.wait().expect("waiter exits").success());
+}
+
+/// Kills a client left running by a failed assertion.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+/// Spec `spec`'s hits, and their split by pid, summed over its sites (a USDT probe may
+/// have several, each a probe of its own in the export).
+fn hits(report: &serde_json::Value, spec: &str) -> (u64, BTreeMap<u32, u64>) {
+    let probes: Vec<&serde_json::Value> = report["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .filter(|p| p["spec"] == spec)
+        .collect();
+    assert!(!probes.is_empty(), "no probe {spec} in {report}");
+    let (mut total, mut pids) = (0, BTreeMap::new());
+    for probe in probes {
+        assert_eq!(probe["dropped"], 0, "{probe}");
+        total += probe["hits"].as_u64().expect("hits");
+        for (pid, n) in probe["pids"].as_object().into_iter().flatten() {
+            *pids.entry(pid.parse().expect("pid")).or_insert(0) += n.as_u64().expect("count");
+        }
+    }
+    (total, pids)
+}
+
+#[test]
+#[ignore = "needs root and PostgreSQL (cargo xtask setup)"]
+fn counts_every_backend_through_the_postmaster() {
+    let _turn = turn(module_path!());
+    let cluster = Cluster::start();
+    cluster.psql("CREATE TABLE t (x int)").expect("create t");
+
+    let json = export_path("postgres.json");
+    let mut cmd = probetop();
+    cmd.args(["--pid", &cluster.pid().to_string(), "--follow-forks"])
+        .args(["--preset", "postgres", "--no-tui", "--export"])
+        .arg(&json);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached 12 probes");
+
+    // A new connection: its backend is forked after probetop attached. It says its pid,
+    // runs STATEMENTS statements and one that fails (division by zero).
+    let mut script = String::from("SELECT pg_backend_pid();\n");
+    for i in 0..STATEMENTS {
+        script.push_str(&format!("SELECT {i};\n"));
+    }
+    script.push_str("SELECT 1/0;\n");
+    let mut client = cluster
+        .client()
+        .arg("-f")
+        .arg("-")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("psql");
+    client
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(script.as_bytes())
+        .expect("write to psql");
+    let out = client.wait_with_output().expect("psql runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("division by zero"),
+        "{out:?}"
+    );
+    let backend: u32 = text
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no backend pid in {text:?}"));
+
+    // Two more connections: one holds a table lock, the other waits for it.
+    one_lock_wait(&cluster);
+
+    probetop.signal(libc::SIGINT);
+    let status = probetop.wait();
+    let stderr = probetop.err().rest();
+    assert!(status.success(), "probetop failed: {stderr:?}");
+    let report = read_export(&json);
+    let n = STATEMENTS + 1; // with pg_backend_pid()
+
+    // The first backend: every statement starts; the failing one never finishes, is a
+    // transaction that aborts, and is refused in planning, before any portal runs. A backend
+    // runs one transaction of its own as it starts (reading the catalogs).
+    let q = hits(&report, "usdt:postgresql:query__start");
+    let done = hits(&report, "usdt:postgresql:query__done");
+    let run = hits(&report, "usdt:postgresql:query__execute__start");
+    let ran = hits(&report, "usdt:postgresql:query__execute__done");
+    let begun = hits(&report, "usdt:postgresql:transaction__start");
+    let committed = hits(&report, "usdt:postgresql:transaction__commit");
+    let aborted = hits(&report, "usdt:postgresql:transaction__abort");
+    let waits = hits(&report, "usdt:postgresql:lock__wait__start");
+    let waited = hits(&report, "usdt:postgresql:lock__wait__done");
+    let executed = hits(&report, "uprobe:ExecutorStart");
+    let summary = format!("backend {backend}; {report}");
+    assert_eq!(q.1.get(&backend), Some(&(n + 1)), "{summary}");
+    assert_eq!(done.1.get(&backend), Some(&n), "{summary}");
+    assert_eq!(run.1.get(&backend), Some(&n), "{summary}");
+    assert_eq!(ran.1.get(&backend), Some(&n), "{summary}");
+    assert_eq!(begun.1.get(&backend), Some(&(1 + n + 1)), "{summary}");
+    assert_eq!(committed.1.get(&backend), Some(&(1 + n)), "{summary}");
+    assert_eq!(aborted.1.get(&backend), Some(&1), "{summary}");
+    assert_eq!(executed.1.get(&backend), Some(&n), "{summary}");
+
+    // The lock holder sends BEGIN, LOCK and COMMIT (one transaction, none of them
+    // executor work); the waiter one SELECT, which waits once.
+    assert_eq!(q.0, n + 1 + 3 + 1, "{summary}");
+    assert_eq!(done.0, n + 3 + 1, "{summary}");
+    // Utility statements run in a portal too.
+    assert_eq!(run.0, n + 3 + 1, "{summary}");
+    assert_eq!(ran.0, n + 3 + 1, "{summary}");
+    assert_eq!(begun.0, (1 + n + 1) + (1 + 1) + (1 + 1), "{summary}");
+    assert_eq!(committed.0, (1 + n) + 2 + 2, "{summary}");
+    assert_eq!(aborted.0, 1, "{summary}");
+    assert_eq!(waits.0, 1, "{summary}");
+    assert_eq!(waited.0, 1, "{summary}");
+    assert_eq!(waits.1, waited.1, "{summary}");
+    assert_eq!(executed.0, n + 1, "{summary}");
+    // Three backends, none of them the postmaster, all forked after probetop started.
+    assert_eq!(q.1.len(), 3, "{summary}");
+    assert!(!q.1.contains_key(&cluster.pid()), "{summary}");
+
+    // The cluster is unharmed and answers.
+    assert_eq!(cluster.psql("SELECT count(*) FROM t").as_deref(), Ok("0"));
+}
+
+#[test]
+#[ignore = "needs Debian's postgresql-15 (cargo xtask setup)"]
+fn the_preset_has_no_single_stepped_site_in_debians_postgres() {
+    let _turn = turn(module_path!());
+    let postgres = format!("{BIN}/postgres");
+    assert!(
+        Path::new(&postgres).exists(),
+        "{postgres} is missing: `cargo xtask setup` installs postgresql-15"
+    );
+    let preset = probe_user::preset::text("postgres").expect("postgres preset");
+    let mut checked = 0;
+    for line in preset.lines() {
+        let text = line.split('#').next().unwrap_or("").trim();
+        if text.is_empty() {
+            continue;
+        }
+        let spec = probe_user::spec::ProbeSpec::parse(text).expect("preset specs parse");
+        let listing = list_json([postgres.as_str(), spec.name.as_str()]);
+        let points = listing["points"].as_array().expect("points");
+        // query__execute__* are two sites each in this build, the others one.
+        assert!(!points.is_empty(), "{text}: not in {postgres}");
+        for p in points {
+            let class = p["cost_class"].as_str().expect("cost_class");
+            assert!(
+                class.starts_with("emulated") || class == "optimized",
+                "{text}: {} is `{}`, {class}",
+                p["name"],
+                p["instruction"]
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 10);
+}
