@@ -4,6 +4,7 @@
 
 mod follow;
 mod insitu;
+mod maps_watch;
 mod points;
 mod processes;
 mod specs;
@@ -526,12 +527,24 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             probes,
             execs: Vec::new(),
             skipped,
+            replaced: Vec::new(),
         }),
         commands: command_tx.clone(),
         in_situ: RwLock::new(None),
         attach_path,
         several,
     });
+    let maps_watch = {
+        let rows = source
+            .rows
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        maps_watch::spawn(
+            target.live_thread.unwrap_or(pid),
+            &rows.probes,
+            source.clone(),
+        )
+    };
     let mut in_situ = if args.in_situ {
         Some(insitu::Driver::start(
             pid,
@@ -703,6 +716,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     if let Some(server) = server {
         server.abort();
+    }
+    if let Some(watch) = maps_watch {
+        watch.abort();
     }
     if let Some(poller) = cgroup_poller {
         poller.abort();
@@ -963,6 +979,8 @@ struct Rows {
     execs: Vec<ExecReport>,
     /// Points matched but not attached (the kernel refuses them).
     skipped: Vec<export::SkippedPoint>,
+    /// Probed objects replaced on disk and loaded again ([`maps_watch`]).
+    replaced: Vec<export::ReplacedObject>,
 }
 
 /// What a report needs besides the measurements, and the way to ask the collector for
@@ -1177,6 +1195,7 @@ fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
         execs: Vec::new(),
         attach_path: None,
         skipped: Vec::new(),
+        replaced: Vec::new(),
     };
     export::render(&empty, path)
         .map_err(|e| UsageError(format!("--export {}: {e}", path.display())))?;
@@ -1240,6 +1259,7 @@ fn build_report(
         execs: rows.execs.clone(),
         attach_path: None,
         skipped: rows.skipped.clone(),
+        replaced: rows.replaced.clone(),
     }
 }
 

@@ -516,3 +516,66 @@ fn objects_the_target_does_not_map_are_said() {
     assert!(!said[0].contains("workload "), "{said:?}");
     assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
 }
+
+/// Issue 18 item 10, second half: a probed library replaced on disk (a new file renamed
+/// over its path) and opened again by the target is another inode, which the probes
+/// are not on. The calls before the replacement are counted exactly, and the
+/// replacement is said once, on stderr and in the JSON, instead of the counts going
+/// quiet with no word.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_library_replaced_on_disk_and_loaded_again_is_said() {
+    let _turn = turn(module_path!());
+    let dir = std::env::temp_dir().join(format!("probetop-reload-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let lib = dir.join("libreload.so");
+    std::fs::copy(fixture("c/libreload.so"), &lib).unwrap();
+    let calls = CALLS.to_string();
+    let mut target = started(
+        &fixture("c/reload"),
+        &[lib.to_str().unwrap(), "--calls", &calls],
+    );
+    let json = export_path("reload.json");
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "-e"])
+        .arg(format!("uprobe:{}:reload_unit", lib.display()))
+        .arg("--export")
+        .arg(&json);
+    let mut probetop = Running::spawn(cmd);
+    let mut stderr = until(probetop.err(), "attached");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("first calls=");
+    // As a package upgrade does: a new file, renamed over the old one's path.
+    let new = dir.join("libreload.so.new");
+    std::fs::copy(fixture("c/libreload.so"), &new).unwrap();
+    std::fs::rename(&new, &lib).unwrap();
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("second calls=");
+    stderr.extend(until(probetop.err(), "loaded"));
+    target.signal(libc::SIGUSR1);
+    assert!(target.wait().success());
+    let status = probetop.wait();
+    stderr.extend(probetop.err().rest());
+    assert!(status.success(), "{stderr:?}");
+    let said: Vec<&String> = stderr
+        .iter()
+        .filter(|l| l.contains("replaced on disk"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {stderr:?}");
+    assert!(
+        said[0].contains(&lib.display().to_string())
+            && said[0].contains("1 probe stays on the old file"),
+        "{said:?}"
+    );
+    let report = read_export(&json);
+    // The first library's calls, every one; none of the new file's.
+    assert_eq!(probe(&report, "reload_unit")["hits"], CALLS, "{stderr:?}");
+    let replaced = report["replaced_objects"]
+        .as_array()
+        .expect("replaced_objects");
+    assert_eq!(replaced.len(), 1, "{report}");
+    assert_eq!(replaced[0]["object"], lib.display().to_string());
+    assert_eq!(replaced[0]["probes"], serde_json::json!([0]));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -240,6 +240,10 @@ struct JsonReport<'a> {
     /// Points the specs matched that the kernel refuses to probe: not attached.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     skipped: &'a [super::SkippedPoint],
+    /// Probed objects the target loaded again as another file (replaced on disk): their
+    /// probes stayed on the old one and missed the new file's calls.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    replaced_objects: &'a [super::ReplacedObject],
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
@@ -346,6 +350,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             .collect(),
         attach_path: report.attach_path,
         skipped: &report.skipped,
+        replaced_objects: &report.replaced,
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",

@@ -104,6 +104,21 @@ pub struct Report {
     pub attach_path: Option<&'static str>,
     /// Probe points matched but not attached: the kernel refuses to probe them.
     pub skipped: Vec<SkippedPoint>,
+    /// Objects replaced on disk and loaded again by the target while probed: their
+    /// probes stayed on the old file.
+    pub replaced: Vec<ReplacedObject>,
+}
+
+/// A probed object the target maps as another file now (the file at its path was
+/// replaced and loaded again): the probes on it stay on the old file, and count none of
+/// the new file's calls.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReplacedObject {
+    pub object: String,
+    /// Ids of the probes on the old file.
+    pub probes: Vec<u32>,
+    /// When probetop noticed it, unix time in ms.
+    pub at_unix_ms: u64,
 }
 
 /// A probe point a spec matched that was not attached, and why.
@@ -399,6 +414,7 @@ pub(crate) mod testing {
             execs: Vec::new(),
             attach_path: None,
             skipped: Vec::new(),
+            replaced: Vec::new(),
         }
     }
 
@@ -569,6 +585,7 @@ pub(crate) mod testing {
             execs: Vec::new(),
             attach_path: None,
             skipped: Vec::new(),
+            replaced: Vec::new(),
         }
     }
 
