@@ -1240,6 +1240,7 @@ fn build_report(
                     Vec::new()
                 },
                 threads_cover: measured.threads_cover,
+                threads_dropped: measured.threads_dropped.clone(),
                 hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),

@@ -47,8 +47,13 @@ struct JsonProbe<'a> {
     /// `{"pid": count}`; absent when one process is probed.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pids: std::collections::BTreeMap<String, u64>,
-    /// Which hits `threads` counts: `every-hit`, `not-dropped` (a full ring buffer's
-    /// drops have no thread), `sampled` (one hit in --sample-every), `before-kernel-mode`
+    /// Hits dropped per thread (a full ring buffer), counted in the kernel:
+    /// `{"tid": count}`; absent when none was dropped.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    threads_dropped: std::collections::BTreeMap<String, u64>,
+    /// Which hits `threads` and `threads_dropped` count: `every-hit` (together, every
+    /// hit), `not-dropped` (some drops' threads are unknown: more threads dropped than
+    /// the kernel's table holds), `sampled` (one hit in --sample-every), `before-kernel-mode`
     /// (auto mode's switch to the in-kernel histogram) or `none-in-kernel-mode`.
     threads_cover: &'static str,
     /// The sum of `threads`, to set beside `hits`.
@@ -290,6 +295,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     .processes
                     .iter()
                     .map(|(pid, n)| (pid.to_string(), *n))
+                    .collect(),
+                threads_dropped: p
+                    .threads_dropped
+                    .iter()
+                    .map(|(tid, n)| (tid.to_string(), *n))
                     .collect(),
                 threads_cover: p.threads_cover.as_str(),
                 threads_hits: p.threads.iter().map(|(_, n)| n).sum(),

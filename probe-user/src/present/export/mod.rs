@@ -68,6 +68,8 @@ pub struct ProbeReport {
     pub processes: Vec<(u32, u64)>,
     /// Which hits `threads` counts.
     pub threads_cover: crate::aggregate::ThreadsCover,
+    /// Hits dropped per thread id (a full ring buffer), sorted.
+    pub threads_dropped: Vec<(u32, u64)>,
     /// Hits the probe took: records received plus records dropped.
     pub hits: u64,
     pub dropped: u64,
@@ -372,6 +374,7 @@ pub(crate) mod testing {
             threads: Vec::new(),
             processes: Vec::new(),
             threads_cover: crate::aggregate::ThreadsCover::EveryHit,
+            threads_dropped: Vec::new(),
             id,
             spec: format!("{kind}:{name}"),
             kind,
@@ -451,6 +454,7 @@ pub(crate) mod testing {
                 threads: Vec::new(),
                 processes: Vec::new(),
                 threads_cover: crate::aggregate::ThreadsCover::EveryHit,
+                threads_dropped: Vec::new(),
                 id,
                 spec: spec.into(),
                 kind,
