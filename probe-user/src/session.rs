@@ -534,17 +534,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         attach_path,
         several,
     });
-    let maps_watch = {
-        let rows = source
-            .rows
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        maps_watch::spawn(
-            target.live_thread.unwrap_or(pid),
-            &rows.probes,
-            source.clone(),
-        )
-    };
+    let maps_watch = maps_watch::spawn(target.live_thread.unwrap_or(pid), &source);
     let mut in_situ = if args.in_situ {
         Some(insitu::Driver::start(
             pid,

@@ -69,14 +69,17 @@ fn replaced(object: &Watched, maps: &[MapEntry]) -> bool {
 }
 
 /// Watches the maps of `pid` (a live thread's where the main thread has exited) for
-/// the probed objects of `probes`; `None` when none is watched. Aborted at the end.
-pub(super) fn spawn(
-    pid: u32,
-    probes: &[Probe],
-    source: Arc<ReportSource>,
-) -> Option<tokio::task::JoinHandle<()>> {
-    let objects = watched(probes);
-    (!objects.is_empty()).then(|| tokio::spawn(run(pid, objects, source)))
+/// the objects of the probes attached at the start; `None` when none is watched.
+/// Aborted at the end.
+pub(super) fn spawn(pid: u32, source: &Arc<ReportSource>) -> Option<tokio::task::JoinHandle<()>> {
+    let objects = watched(
+        &source
+            .rows
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .probes,
+    );
+    (!objects.is_empty()).then(|| tokio::spawn(run(pid, objects, source.clone())))
 }
 
 async fn run(pid: u32, mut objects: Vec<Watched>, source: Arc<ReportSource>) {
