@@ -423,14 +423,14 @@ fn count_drop(probe_id: u32, tid: u32) {
         unsafe { *slot += 1 }
     }
     let key = (u64::from(probe_id) << 32) | u64::from(tid);
-    match THREAD_DROPS.get_ptr_mut(&key) {
+    match THREAD_DROPS.get_ptr_mut(key) {
         // SAFETY: this CPU's own value, live while the program runs (RCU); BPF programs
         // do not migrate mid-run.
         Some(count) => unsafe { *count += 1 },
         // Sets this CPU's value (the others' are zero); a full map evicts the least
         // recently used entry.
         None => {
-            let _ = THREAD_DROPS.insert(&key, &1, 0);
+            let _ = THREAD_DROPS.insert(key, 1, 0);
         }
     }
 }
