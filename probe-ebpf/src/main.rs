@@ -18,7 +18,7 @@ use aya_ebpf::{
         bpf_probe_read_kernel, bpf_probe_read_user, generated::bpf_get_attach_cookie,
     },
     macros::{map, uprobe, uretprobe},
-    maps::{Array, PerCpuArray, RingBuf},
+    maps::{Array, LruPerCpuHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use probe_common::{
@@ -52,6 +52,15 @@ static SINCE_WAKEUP: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// Per probe id, per CPU: hits whose record did not fit in the ring buffer.
 #[map]
 static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBES, 0);
+
+/// Per (probe id << 32 | thread id), per CPU: hits whose record did not fit in the ring
+/// buffer, so that per-thread counts can hold them too (records carry the thread; a
+/// dropped hit has none). Per CPU because a CPU flushing its batch counts drops of
+/// threads that may be running elsewhere. LRU: past its size the least recently
+/// dropping threads are forgotten, which user space sees as a sum short of `DROPS`'.
+#[map]
+static THREAD_DROPS: LruPerCpuHashMap<u64, u64> =
+    LruPerCpuHashMap::with_max_entries(probe_common::THREAD_DROPS_ENTRIES, 0);
 
 /// Per probe id, per CPU: every hit of a probe not streamed in full (SAMPLE and
 /// KERNEL_HISTOGRAM modes).
@@ -244,7 +253,7 @@ fn send_record(ctx: Ctx, probe_id: u32, config: &ProbeConfig, start: u64) {
 #[inline(always)]
 fn stage_record(probe_id: u32, start: u64) {
     let Some(batch) = STAGED.get_ptr_mut(0) else {
-        count_drop(probe_id);
+        count_drop(probe_id, current_tid());
         return;
     };
     // SAFETY: the batch is this CPU's own, and BPF programs do not migrate mid-run.
@@ -258,7 +267,7 @@ fn stage_record(probe_id: u32, start: u64) {
     // Opaque to LLVM so the verifier sees the bounds check get_mut makes.
     let at = core::hint::black_box(batch.len) as usize;
     let Some(slot) = batch.records.get_mut(at) else {
-        count_drop(probe_id);
+        count_drop(probe_id, current_tid());
         return;
     };
     *slot = hit_header(probe_id, start);
@@ -288,7 +297,7 @@ fn flush_batch(batch: &mut HitBatch) {
             if i >= batch.len as usize {
                 break;
             }
-            count_drop(batch.records[i].probe_id);
+            count_drop(batch.records[i].probe_id, batch.records[i].tid);
         }
     }
     batch.len = 0;
@@ -297,7 +306,7 @@ fn flush_batch(batch: &mut HitBatch) {
 #[inline(always)]
 fn send_record_with_args(ctx: Ctx, probe_id: u32, config: &ProbeConfig, start: u64) {
     let Some(mut entry) = EVENTS.reserve::<HitArgsEvent>(0) else {
-        count_drop(probe_id);
+        count_drop(probe_id, current_tid());
         return;
     };
     let event = entry.write(HitArgsEvent {
@@ -401,10 +410,28 @@ fn wakeup_flag() -> u64 {
 }
 
 #[inline(always)]
-fn count_drop(probe_id: u32) {
+fn current_tid() -> u32 {
+    bpf_get_current_pid_tgid() as u32
+}
+
+/// Counts a dropped hit of `probe_id` on thread `tid`: per CPU for the probe, and per
+/// thread.
+#[inline(always)]
+fn count_drop(probe_id: u32, tid: u32) {
     if let Some(slot) = DROPS.get_ptr_mut(probe_id) {
         // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
         unsafe { *slot += 1 }
+    }
+    let key = (u64::from(probe_id) << 32) | u64::from(tid);
+    match THREAD_DROPS.get_ptr_mut(key) {
+        // SAFETY: this CPU's own value, live while the program runs (RCU); BPF programs
+        // do not migrate mid-run.
+        Some(count) => unsafe { *count += 1 },
+        // Sets this CPU's value (the others' are zero); a full map evicts the least
+        // recently used entry.
+        None => {
+            let _ = THREAD_DROPS.insert(key, 1, 0);
+        }
     }
 }
 

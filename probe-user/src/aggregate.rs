@@ -171,6 +171,10 @@ pub struct ProbeAggregate {
     /// Records received per process id (tgid): several processes share a probe with
     /// `--follow-forks`, `--cgroup` or several `--pid`.
     pub processes: ThreadCounts,
+    /// The kernel's cumulative count of dropped hits per thread id (`THREAD_DROPS`).
+    thread_drops: ThreadCounts,
+    /// [`Self::thread_drops`] at the last reset.
+    thread_drops_base: ThreadCounts,
     /// How hits reach user space now.
     pub mode: DeliveryMode,
     /// SAMPLE mode: every hit in the window, as the kernel counted them.
@@ -236,6 +240,8 @@ impl Default for ProbeAggregate {
             rate: RateWindow::new(Duration::from_secs(1)),
             last_args: None,
             threads: Default::default(),
+            thread_drops: Default::default(),
+            thread_drops_base: Default::default(),
             processes: Default::default(),
             mode: DeliveryMode::Ring,
             sampled_hits: 0,
@@ -294,7 +300,11 @@ impl ProbeAggregate {
             } else {
                 ThreadsCover::BeforeKernelMode
             }
-        } else if self.dropped > 0 {
+        } else if self.dropped > 0
+            && self.threads_dropped().map(|(_, n)| n).sum::<u64>() != self.dropped
+        {
+            // Drops whose thread the kernel's table forgot (more threads dropping than
+            // it holds), or counted between two reads of the kernel's maps.
             ThreadsCover::NotDropped
         } else {
             ThreadsCover::EveryHit
@@ -371,6 +381,20 @@ impl ProbeAggregate {
         self.dropped = total.saturating_sub(self.dropped_base);
     }
 
+    /// Takes the kernel's cumulative count of `tid`'s dropped hits.
+    pub fn set_thread_dropped_total(&mut self, tid: u32, total: u64) {
+        self.thread_drops.insert(tid, total);
+    }
+
+    /// Dropped hits per thread since attach (or the last reset), unsorted; threads
+    /// with none left out.
+    pub fn threads_dropped(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+        self.thread_drops.iter().filter_map(|(&tid, &total)| {
+            let n = total.saturating_sub(self.thread_drops_base.get(&tid).copied().unwrap_or(0));
+            (n > 0).then_some((tid, n))
+        })
+    }
+
     /// Forgets everything measured; the kernel's cumulative counts become the new zero.
     fn reset(&mut self) {
         self.received = 0;
@@ -378,6 +402,7 @@ impl ProbeAggregate {
         self.processes.clear();
         self.dropped_base += self.dropped;
         self.dropped = 0;
+        self.thread_drops_base = self.thread_drops.clone();
         self.handler_ns.reset();
         self.interval_ns.reset();
         self.rate = RateWindow::new(self.rate.window);
@@ -626,7 +651,9 @@ pub struct ProbeMeasurements {
     pub threads: Vec<(u32, u64)>,
     /// Records received per process id, sorted by process id.
     pub processes: Vec<(u32, u64)>,
-    /// Which hits `threads` counts.
+    /// Hits dropped per thread id (a full ring buffer), sorted by thread id.
+    pub threads_dropped: Vec<(u32, u64)>,
+    /// Which hits `threads` and `threads_dropped` count.
     pub threads_cover: ThreadsCover,
     pub handler_ns: Histogram<u64>,
     /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
@@ -674,6 +701,11 @@ impl Aggregator {
                             p.processes.iter().map(|(t, n)| (*t, *n)).collect();
                         processes.sort_unstable();
                         processes
+                    },
+                    threads_dropped: {
+                        let mut dropped: Vec<(u32, u64)> = p.threads_dropped().collect();
+                        dropped.sort_unstable();
+                        dropped
                     },
                     threads_cover: p.threads_cover(),
                     handler_ns: p.handler_ns.clone(),
@@ -1207,6 +1239,20 @@ mod tests {
     }
 
     #[test]
+    fn drops_per_thread_count_from_a_reset() {
+        let mut agg = Aggregator::new(1);
+        agg.probes_mut()[0].set_thread_dropped_total(9, 3);
+        agg.reset(0);
+        assert!(agg.measurements().probes[0].threads_dropped.is_empty());
+        agg.probes_mut()[0].set_thread_dropped_total(9, 5);
+        agg.probes_mut()[0].set_thread_dropped_total(4, 1);
+        assert_eq!(
+            agg.measurements().probes[0].threads_dropped,
+            [(4, 1), (9, 2)]
+        );
+    }
+
+    #[test]
     fn threads_cover_says_which_hits_are_counted() {
         let mut agg = Aggregator::new(1);
         assert_eq!(agg.probes()[0].threads_cover(), ThreadsCover::EveryHit);
@@ -1214,6 +1260,12 @@ mod tests {
         assert_eq!(agg.probes()[0].threads_cover(), ThreadsCover::EveryHit);
         agg.set_dropped(0, 3);
         assert_eq!(agg.probes()[0].threads_cover(), ThreadsCover::NotDropped);
+        // The kernel's per-thread drops account for all three: every hit again.
+        agg.probes_mut()[0].set_thread_dropped_total(9, 2);
+        assert_eq!(agg.probes()[0].threads_cover(), ThreadsCover::NotDropped);
+        agg.probes_mut()[0].set_thread_dropped_total(9, 3);
+        assert_eq!(agg.probes()[0].threads_cover(), ThreadsCover::EveryHit);
+        assert_eq!(agg.measurements().probes[0].threads_dropped, [(9, 3)]);
         // Auto mode's switch to the in-kernel histogram.
         agg.probes_mut()[0].mode = DeliveryMode::KernelHistogram;
         agg.probes_mut()[0].set_counted_hits(10);

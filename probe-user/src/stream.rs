@@ -383,9 +383,11 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
     if let Some(dispatch) = counters.dispatch() {
         read_dispatch(dispatch, aggregator, false);
     }
+    let mut dropping = false;
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let id = id as u32;
         if let Ok(dropped) = counters.drops(id) {
+            dropping |= dropped > 0;
             probe.set_dropped_total(dropped);
         }
         if probe.mode.counts_in_kernel()
@@ -401,6 +403,14 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
         }
         if let Ok(gaps) = counters.gaps(id) {
             probe.cost.gaps.update(gaps);
+        }
+    }
+    // A walk of the kernel's table: only once hits were dropped.
+    if dropping {
+        for (id, tid, total) in counters.thread_drops() {
+            if let Some(probe) = aggregator.probes_mut().get_mut(id as usize) {
+                probe.set_thread_dropped_total(tid, total);
+            }
         }
     }
     pool_gaps(aggregator);

@@ -7,6 +7,11 @@
 /// Upper bound of probe ids (BPF cookies); sizes the per-probe maps.
 pub const MAX_PROBES: u32 = 16384;
 
+/// (probe, thread) pairs whose dropped hits the kernel counts apart (`THREAD_DROPS`, a
+/// per-CPU LRU hash: ~100 bytes plus 8 per CPU each); beyond, the least recently
+/// dropping are forgotten and the per-thread counts say they are short.
+pub const THREAD_DROPS_ENTRIES: u32 = 8192;
+
 /// Processes a run can follow at once (`--follow-forks`, `--cgroup`, several `--pid`).
 pub const MAX_PROCESSES: u32 = 65536;
 

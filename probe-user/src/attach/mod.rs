@@ -41,7 +41,7 @@ use std::{
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, MapData, PerCpuArray, RingBuf},
+    maps::{Array, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::UProbe,
 };
 use probe_common::{KernelHistogram, ProbeConfig, khist};
@@ -1055,6 +1055,7 @@ impl Attachment {
         }
         Ok(KernelCounters {
             drops: take(&mut self.ebpf, "DROPS", PerCpuArray::try_from)?,
+            thread_drops: take(&mut self.ebpf, "THREAD_DROPS", PerCpuHashMap::try_from)?,
             hits: take(&mut self.ebpf, "HITS", PerCpuArray::try_from)?,
             histogram: take(&mut self.ebpf, "KERNEL_HISTOGRAM", PerCpuArray::try_from)?,
             gaps: take(&mut self.ebpf, "GAPS", PerCpuArray::try_from)?,
@@ -1131,6 +1132,8 @@ fn gap_capacity(capacity: u32, cpus: u64) -> u32 {
 /// config, which can change while attached.
 pub struct KernelCounters {
     drops: PerCpuArray<MapData, u64>,
+    /// Per (probe id << 32 | thread id), per CPU: dropped hits.
+    thread_drops: PerCpuHashMap<MapData, u64, u64>,
     hits: PerCpuArray<MapData, u64>,
     histogram: PerCpuArray<MapData, KernelHistogram>,
     gaps: PerCpuArray<MapData, probe_common::GapHistogram>,
@@ -1155,6 +1158,17 @@ impl KernelCounters {
     /// Hits of `probe_id` whose record did not fit in the ring buffer, over all CPUs.
     pub fn drops(&self, probe_id: u32) -> Result<u64, aya::maps::MapError> {
         Ok(self.drops.get(&probe_id, 0)?.iter().sum())
+    }
+
+    /// Dropped hits per (probe id, thread id), over all CPUs: every pair the kernel's
+    /// table holds (it forgets the least recently dropping past
+    /// `probe_common::THREAD_DROPS_ENTRIES`).
+    pub fn thread_drops(&self) -> Vec<(u32, u32, u64)> {
+        self.thread_drops
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(key, per_cpu)| ((key >> 32) as u32, key as u32, per_cpu.iter().sum::<u64>()))
+            .collect()
     }
 
     /// Every hit of a probe in SAMPLE or KERNEL_HISTOGRAM mode, over all CPUs.

@@ -198,7 +198,8 @@ fn map_fd(map: &Map) -> Option<BorrowedFd<'_>> {
         | Map::RingBuf(data)
         | Map::HashMap(data)
         | Map::PerCpuHashMap(data)
-        | Map::LruHashMap(data) => Some(data.fd().as_fd()),
+        | Map::LruHashMap(data)
+        | Map::PerCpuLruHashMap(data) => Some(data.fd().as_fd()),
         _ => None,
     }
 }

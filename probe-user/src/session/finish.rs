@@ -28,6 +28,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         mut in_situ,
         follow,
         server,
+        maps_watch,
         cgroup_poller,
         others,
         attach_path,
@@ -49,6 +50,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     }
     if let Some(server) = server {
         server.abort();
+    }
+    if let Some(watch) = maps_watch {
+        watch.abort();
     }
     if let Some(poller) = cgroup_poller {
         poller.abort();

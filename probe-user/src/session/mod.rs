@@ -19,6 +19,7 @@ mod find;
 mod finish;
 mod follow;
 mod insitu;
+mod maps_watch;
 mod plan;
 mod points;
 mod probe;

@@ -26,6 +26,8 @@ pub(super) struct Rows {
     pub execs: Vec<ExecReport>,
     /// Points matched but not attached (the kernel refuses them).
     pub skipped: Vec<export::SkippedPoint>,
+    /// Probed objects replaced on disk and loaded again ([`super::maps_watch`]).
+    pub replaced: Vec<export::ReplacedObject>,
 }
 
 /// What a report needs besides the measurements, and the way to ask the collector for
@@ -161,6 +163,7 @@ pub(super) fn check_export_format(target: &Target, path: &Path) -> anyhow::Resul
         execs: Vec::new(),
         attach_path: None,
         skipped: Vec::new(),
+        replaced: Vec::new(),
     };
     export::render(&empty, path)
         .map_err(|e| UsageError(format!("--export {}: {e}", path.display())))?;
@@ -205,6 +208,7 @@ pub(super) fn build_report(
                     Vec::new()
                 },
                 threads_cover: measured.threads_cover,
+                threads_dropped: measured.threads_dropped.clone(),
                 hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
@@ -224,6 +228,7 @@ pub(super) fn build_report(
         execs: rows.execs.clone(),
         attach_path: None,
         skipped: rows.skipped.clone(),
+        replaced: rows.replaced.clone(),
     }
 }
 

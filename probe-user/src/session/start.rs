@@ -20,7 +20,7 @@ use super::find::Found;
 use super::plan::Plan;
 use super::probe::Probe;
 use super::report::{ReportSource, Rows};
-use super::{StopReason, follow, insitu, points, processes, stop};
+use super::{StopReason, follow, insitu, maps_watch, points, processes, stop};
 use crate::aggregate::{Aggregator, Snapshot};
 use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
@@ -54,6 +54,8 @@ pub(super) struct Running {
     pub in_situ: Option<insitu::Driver>,
     pub follow: Option<follow::Follow>,
     pub server: Option<JoinHandle<()>>,
+    /// Says when a probed object is replaced on disk and loaded again.
+    pub maps_watch: Option<JoinHandle<()>>,
     pub cgroup_poller: Option<JoinHandle<()>>,
     pub others: cost::bpf_stats::Others,
     /// Resolves when measuring should stop (see [`stop::shutdown_signal`]).
@@ -178,12 +180,14 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
             probes,
             execs: Vec::new(),
             skipped,
+            replaced: Vec::new(),
         }),
         commands: commands.clone(),
         in_situ: RwLock::new(None),
         attach_path,
         several: plan.several,
     });
+    let maps_watch = maps_watch::spawn(plan.target.live_thread.unwrap_or(pid), &source);
     let in_situ = if args.in_situ {
         Some(insitu::Driver::start(
             pid,
@@ -220,6 +224,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         in_situ,
         follow,
         server,
+        maps_watch,
         cgroup_poller,
         others,
         shutdown,

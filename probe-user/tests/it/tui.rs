@@ -628,3 +628,75 @@ fn stays_responsive_under_a_flood() {
     assert!(stderr.contains("attached 1 probe"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 18 item 16: a line probetop says while the TUI has the terminal (here: a
+/// probed library replaced on disk and loaded again) is held, shown in the footer
+/// without garbling the screen, and written to stderr once the terminal is restored.
+/// stderr is the pane itself (through tee, to read it back), as when run by hand.
+#[test]
+#[ignore = "needs root, the fixtures and tmux"]
+fn a_line_said_while_the_tui_runs_goes_to_the_footer_then_stderr() {
+    let _turn = turn(module_path!());
+    let dir = temp_dir("held");
+    let lib = dir.join("libreload.so");
+    std::fs::copy(fixture("c/libreload.so"), &lib).expect("copy the library");
+    let target = started(
+        &fixture("c/reload"),
+        &[lib.to_str().expect("utf-8 path"), "--calls", "1000"],
+    );
+    let pid = target.pid();
+    let probetop = format!(
+        "{} --pid {pid} -e uprobe:{}:reload_unit",
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
+        lib.display(),
+    );
+    // stderr on the terminal, and a copy in a file.
+    let command = format!(
+        "bash -c {}",
+        shell_quote(Path::new(&format!(
+            "{probetop} 2> >(tee {} >&2)",
+            shell_quote(&dir.join("stderr.txt"))
+        )))
+    );
+    let tmux = Tmux::start("held", 180, 30, &dir, &command);
+    tmux.wait_for("attached", |s| s.contains("1/1 probes attached"));
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("first calls=");
+    let new = dir.join("libreload.so.new");
+    std::fs::copy(fixture("c/libreload.so"), &new).expect("copy the library");
+    std::fs::rename(&new, &lib).expect("rename over it");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("second calls=");
+    let said = "it is another file now";
+    let screen = tmux.wait_for("the line in the footer", |s| s.contains(said));
+    let lines: Vec<&str> = screen.lines().collect();
+    let at: Vec<usize> = (0..lines.len())
+        .filter(|&i| lines[i].contains(said))
+        .collect();
+    // Once, in the footer (the last line), and the rest of the screen intact.
+    assert_eq!(at.len(), 1, "{screen}");
+    let last = lines.iter().rposition(|l| !l.trim().is_empty());
+    assert_eq!(Some(at[0]), last, "not in the footer:\n{screen}");
+    assert!(
+        lines[0].contains(&format!("pid {pid}")) && lines[0].contains("reload"),
+        "status line:\n{screen}"
+    );
+    assert_eq!(table_rows(&screen), ["uprobe:reload_unit"], "{screen}");
+    assert!(
+        !std::fs::read_to_string(dir.join("stderr.txt"))
+            .unwrap_or_default()
+            .contains(said),
+        "written to stderr while the TUI ran"
+    );
+    // The target exits, and so does probetop: the line is on stderr, once.
+    target.signal(libc::SIGUSR1);
+    let screen = tmux.wait_for("probetop exited", |s| s.contains("probetop-exit="));
+    assert!(screen.contains("probetop-exit=0"), "{screen}");
+    let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
+    assert_eq!(stderr.matches(said).count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("probetop: pid {pid} loaded {}", lib.display())),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

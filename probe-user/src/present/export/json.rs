@@ -47,8 +47,13 @@ struct JsonProbe<'a> {
     /// `{"pid": count}`; absent when one process is probed.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pids: std::collections::BTreeMap<String, u64>,
-    /// Which hits `threads` counts: `every-hit`, `not-dropped` (a full ring buffer's
-    /// drops have no thread), `sampled` (one hit in --sample-every), `before-kernel-mode`
+    /// Hits dropped per thread (a full ring buffer), counted in the kernel:
+    /// `{"tid": count}`; absent when none was dropped.
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    threads_dropped: std::collections::BTreeMap<String, u64>,
+    /// Which hits `threads` and `threads_dropped` count: `every-hit` (together, every
+    /// hit), `not-dropped` (some drops' threads are unknown: more threads dropped than
+    /// the kernel's table holds), `sampled` (one hit in --sample-every), `before-kernel-mode`
     /// (auto mode's switch to the in-kernel histogram) or `none-in-kernel-mode`.
     threads_cover: &'static str,
     /// The sum of `threads`, to set beside `hits`.
@@ -240,6 +245,10 @@ struct JsonReport<'a> {
     /// Points the specs matched that the kernel refuses to probe: not attached.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     skipped: &'a [super::SkippedPoint],
+    /// Probed objects the target loaded again as another file (replaced on disk): their
+    /// probes stayed on the old one and missed the new file's calls.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    replaced_objects: &'a [super::ReplacedObject],
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
@@ -282,6 +291,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     .processes
                     .iter()
                     .map(|(pid, n)| (pid.to_string(), *n))
+                    .collect(),
+                threads_dropped: p
+                    .threads_dropped
+                    .iter()
+                    .map(|(tid, n)| (tid.to_string(), *n))
                     .collect(),
                 threads_cover: p.threads_cover.as_str(),
                 threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
@@ -342,6 +356,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             .collect(),
         attach_path: report.attach_path,
         skipped: &report.skipped,
+        replaced_objects: &report.replaced,
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",

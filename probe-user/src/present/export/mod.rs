@@ -68,6 +68,8 @@ pub struct ProbeReport {
     pub processes: Vec<(u32, u64)>,
     /// Which hits `threads` counts.
     pub threads_cover: crate::aggregate::ThreadsCover,
+    /// Hits dropped per thread id (a full ring buffer), sorted.
+    pub threads_dropped: Vec<(u32, u64)>,
     /// Hits the probe took: records received plus records dropped.
     pub hits: u64,
     pub dropped: u64,
@@ -104,6 +106,21 @@ pub struct Report {
     pub attach_path: Option<&'static str>,
     /// Probe points matched but not attached: the kernel refuses to probe them.
     pub skipped: Vec<SkippedPoint>,
+    /// Objects replaced on disk and loaded again by the target while probed: their
+    /// probes stayed on the old file.
+    pub replaced: Vec<ReplacedObject>,
+}
+
+/// A probed object the target maps as another file now (the file at its path was
+/// replaced and loaded again): the probes on it stay on the old file, and count none of
+/// the new file's calls.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReplacedObject {
+    pub object: String,
+    /// Ids of the probes on the old file.
+    pub probes: Vec<u32>,
+    /// When probetop noticed it, unix time in ms.
+    pub at_unix_ms: u64,
 }
 
 /// A probe point a spec matched that was not attached, and why.
@@ -357,6 +374,7 @@ pub(crate) mod testing {
             threads: Vec::new(),
             processes: Vec::new(),
             threads_cover: crate::aggregate::ThreadsCover::EveryHit,
+            threads_dropped: Vec::new(),
             id,
             spec: format!("{kind}:{name}"),
             kind,
@@ -399,6 +417,7 @@ pub(crate) mod testing {
             execs: Vec::new(),
             attach_path: None,
             skipped: Vec::new(),
+            replaced: Vec::new(),
         }
     }
 
@@ -435,6 +454,7 @@ pub(crate) mod testing {
                 threads: Vec::new(),
                 processes: Vec::new(),
                 threads_cover: crate::aggregate::ThreadsCover::EveryHit,
+                threads_dropped: Vec::new(),
                 id,
                 spec: spec.into(),
                 kind,
@@ -569,6 +589,7 @@ pub(crate) mod testing {
             execs: Vec::new(),
             attach_path: None,
             skipped: Vec::new(),
+            replaced: Vec::new(),
         }
     }
 
