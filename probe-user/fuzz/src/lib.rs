@@ -13,7 +13,7 @@ use probe_user::attach::args::args_config;
 use probe_user::resolve::debuginfo::{self, DebugSearch, MAX_DEBUGDATA_BYTES};
 use probe_user::resolve::elf::{ElfImage, RawStapsdtNote};
 use probe_user::resolve::glob::Glob;
-use probe_user::resolve::maps::{self, MapEntry};
+use probe_user::procmaps::{self as maps, MapEntry};
 use probe_user::resolve::symbols::{self, SymbolTable};
 use probe_user::resolve::usdt::{self, UsdtProbe};
 use probe_user::resolve::usdt_args::{self, ArgLocation, UsdtArg};
@@ -131,7 +131,7 @@ fn check_image(image: &ElfImage) {
             deleted: false,
         };
         let maps_ = [map("r--p"), map("r-xp")];
-        let _ = maps::load_bias(image, &maps_);
+        let _ = probe_user::resolve::elf::load_bias(image, &maps_);
     }
 }
 
