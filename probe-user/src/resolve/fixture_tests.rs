@@ -10,9 +10,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 
 use super::debuginfo::{DebugSearch, SymbolSource};
+use super::elf::ElfImage;
 use super::list::{ListSource, ListedKind, Listing, list_with};
+use super::symbols::SymbolTable;
 use super::usdt_args::{ArgLocation, Displacement, Reg, RegRef, UsdtArg, parse_args};
 use super::*;
+use crate::procmaps::{self as maps, FileId};
 use crate::spec::{ProbeKind, ProbeSpec};
 use crate::target::Target;
 

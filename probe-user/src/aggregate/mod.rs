@@ -1,0 +1,288 @@
+//! Aggregation: hit records into per-probe HDR histograms of handler time.
+//!
+//! Pure state and arithmetic, no I/O: the stream stage feeds it, the present stage reads
+//! [`ProbeAggregate::summary`] and the histograms themselves.
+
+mod interval_log;
+mod probe;
+mod rate;
+mod snapshot;
+mod summary;
+mod threads;
+
+pub use interval_log::{IntervalHistogram, IntervalLog};
+pub use probe::{CapturedArgs, HISTORY_SPAN, ProbeAggregate};
+pub use rate::RateWindow;
+pub use snapshot::{
+    FOCUS_PROCESSES, FocusDetail, HistoryPoint, IntervalSummary, OwnUsage, ProbeSnapshot, Snapshot,
+};
+pub use summary::{
+    CURVE_DECADES, CURVE_STEPS_PER_DECADE, HandlerSummary, PercentileCurve, full_range,
+};
+pub use threads::{ThreadCounts, ThreadsCover, TidHasher};
+
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use probe_common::{HitEvent, MAX_ARGS};
+
+use crate::delivery::DeliveryMode;
+use crate::record::Record;
+
+/// Per-probe aggregates, indexed by probe id (the BPF cookie).
+///
+/// Only hits inside the measurement window count, so every probe is measured over the
+/// same span although the kernel attaches and detaches them one at a time.
+#[derive(Debug, Clone, Default)]
+pub struct Aggregator {
+    probes: Vec<ProbeAggregate>,
+    /// Records whose probe id is not in the table: a bug if ever non-zero.
+    pub unknown_records: u64,
+    /// Hits before the window opened or after it closed, not counted anywhere else.
+    pub outside_window: u64,
+    /// Things the user should know about the run (mode switches), oldest first.
+    pub notices: Vec<String>,
+    /// Kernel dispatches in the target that matched none of the probes (another
+    /// tool's uprobes), when dispatch is measured.
+    pub other_dispatch: Option<crate::cost::dispatch::SlotTotal>,
+    /// Which kernel functions timed the dispatches, when dispatch is measured.
+    pub dispatch_hooks: Option<crate::cost::dispatch::Hooks>,
+    /// CLOCK_MONOTONIC ns: the window opens once every probe is attached ...
+    window_start_ns: u64,
+    /// ... and closes when measuring stops.
+    window_end_ns: u64,
+    /// Hot or cold: which calibration prices the hits (`--assume`), and what auto
+    /// reads of the target.
+    pub assumer: crate::cost::assume::Assumer,
+    /// Count records per process too (several processes probed); off, a hit costs
+    /// the collector no second map update.
+    pub count_processes: bool,
+}
+
+impl Aggregator {
+    pub fn new(probe_count: usize) -> Self {
+        Self {
+            probes: vec![ProbeAggregate::default(); probe_count],
+            unknown_records: 0,
+            outside_window: 0,
+            notices: Vec::new(),
+            other_dispatch: None,
+            dispatch_hooks: None,
+            window_start_ns: 0,
+            window_end_ns: u64::MAX,
+            assumer: Default::default(),
+            count_processes: false,
+        }
+    }
+
+    /// Counts only hits whose handler started at or after `ktime_ns` (CLOCK_MONOTONIC).
+    pub fn open_window(&mut self, ktime_ns: u64) {
+        self.window_start_ns = ktime_ns;
+        self.assumer.open();
+    }
+
+    /// Counts only hits whose handler started at or before `ktime_ns`.
+    pub fn close_window(&mut self, ktime_ns: u64) {
+        self.window_end_ns = ktime_ns;
+    }
+
+    /// Records a ring buffer record of either kind.
+    pub fn record_any(&mut self, record: &Record) {
+        match record {
+            Record::Hit(hit) => {
+                self.record(hit);
+            }
+            Record::HitWithArgs(event) => {
+                if self.record(&event.hit)
+                    && let Some(probe) = self.probes.get_mut(event.hit.probe_id as usize)
+                {
+                    probe.last_args = Some(CapturedArgs {
+                        count: event.count.min(MAX_ARGS as u32) as u8,
+                        faulted: event.faulted,
+                        values: event.args,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Records one hit; returns whether it counted (inside the window, known probe).
+    pub fn record(&mut self, event: &HitEvent) -> bool {
+        if event.ktime_ns < self.window_start_ns || event.ktime_ns > self.window_end_ns {
+            self.outside_window += 1;
+            return false;
+        }
+        match self.probes.get_mut(event.probe_id as usize) {
+            Some(probe) => {
+                probe.record(
+                    event.handler_ns,
+                    event.tid,
+                    self.count_processes.then_some(event.pid),
+                );
+                true
+            }
+            None => {
+                self.unknown_records += 1;
+                false
+            }
+        }
+    }
+
+    /// Sets the kernel's drop count for a probe (it is cumulative in the kernel).
+    pub fn set_dropped(&mut self, probe_id: usize, dropped: u64) {
+        if let Some(probe) = self.probes.get_mut(probe_id) {
+            probe.set_dropped_total(dropped);
+        }
+    }
+
+    /// Closes a rate tick of length `elapsed` for every probe.
+    pub fn tick(&mut self, elapsed: Duration) {
+        for probe in &mut self.probes {
+            probe.rate.tick(elapsed);
+        }
+    }
+
+    pub fn probes(&self) -> &[ProbeAggregate] {
+        &self.probes
+    }
+
+    /// Appends probes (of a program the target exec'd); returns the id of the first.
+    /// They count from now on, within the same window as the others.
+    pub fn add_probes(&mut self, probes: Vec<ProbeAggregate>) -> usize {
+        let first = self.probes.len();
+        self.probes.extend(probes);
+        first
+    }
+
+    pub fn probes_mut(&mut self) -> &mut [ProbeAggregate] {
+        &mut self.probes
+    }
+
+    /// Total records received over all probes.
+    pub fn received(&self) -> u64 {
+        self.probes.iter().map(|p| p.received).sum()
+    }
+
+    /// CLOCK_MONOTONIC ns at which the measurement window opened (or was last reset).
+    pub fn window_start_ns(&self) -> u64 {
+        self.window_start_ns
+    }
+
+    /// Restarts every histogram and count as if the window had just opened at `ktime_ns`;
+    /// notices stay.
+    pub fn reset(&mut self, ktime_ns: u64) {
+        self.window_start_ns = ktime_ns;
+        self.assumer.open();
+        for probe in &mut self.probes {
+            probe.reset();
+        }
+    }
+
+    /// Closes a live interval of `length` for every probe (see
+    /// [`ProbeAggregate::roll_interval`]).
+    pub fn roll_interval(&mut self, length: Duration) {
+        for probe in &mut self.probes {
+            probe.roll_interval(length);
+        }
+    }
+}
+
+/// What a report needs of one probe, copied out of the collector while it runs (the
+/// interval histogram and the UI's series stay behind: half the memory of a clone).
+#[derive(Debug, Clone)]
+pub struct ProbeMeasurements {
+    pub mode: DeliveryMode,
+    pub hits: u64,
+    pub dropped: u64,
+    pub last_args: Option<CapturedArgs>,
+    /// Records received per thread id, sorted by thread id.
+    pub threads: Vec<(u32, u64)>,
+    /// Records received per process id, sorted by process id.
+    pub processes: Vec<(u32, u64)>,
+    /// Hits dropped per thread id (a full ring buffer), sorted by thread id.
+    pub threads_dropped: Vec<(u32, u64)>,
+    /// Which hits `threads` and `threads_dropped` count.
+    pub threads_cover: ThreadsCover,
+    pub handler_ns: Histogram<u64>,
+    /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
+    pub timed_share: f64,
+    /// Cost class, calibration basis and measured dispatch.
+    pub cost: crate::cost::ProbeCost,
+    /// Hot or cold, decided over the run so far (the same for every probe).
+    pub assumes: crate::cost::assume::Assumption,
+}
+
+/// Everything a report needs, measured so far.
+#[derive(Debug, Clone, Default)]
+pub struct Measurements {
+    /// CLOCK_MONOTONIC ns at which the window opened (or was last reset).
+    pub window_start_ns: u64,
+    pub probes: Vec<ProbeMeasurements>,
+    /// Hot or cold over the run so far, and why.
+    pub assumption: Option<crate::cost::assume::Decision>,
+}
+
+impl Aggregator {
+    /// A copy of what reports need.
+    pub fn measurements(&self) -> Measurements {
+        let decision = self
+            .assumer
+            .run(self.probes.iter().map(ProbeAggregate::hits).sum());
+        Measurements {
+            window_start_ns: self.window_start_ns,
+            probes: self
+                .probes
+                .iter()
+                .map(|p| ProbeMeasurements {
+                    mode: p.mode,
+                    hits: p.hits(),
+                    dropped: p.dropped,
+                    last_args: p.last_args,
+                    threads: {
+                        let mut threads: Vec<(u32, u64)> =
+                            p.threads.iter().map(|(t, n)| (*t, *n)).collect();
+                        threads.sort_unstable();
+                        threads
+                    },
+                    processes: {
+                        let mut processes: Vec<(u32, u64)> =
+                            p.processes.iter().map(|(t, n)| (*t, *n)).collect();
+                        processes.sort_unstable();
+                        processes
+                    },
+                    threads_dropped: {
+                        let mut dropped: Vec<(u32, u64)> = p.threads_dropped().collect();
+                        dropped.sort_unstable();
+                        dropped
+                    },
+                    threads_cover: p.threads_cover(),
+                    handler_ns: p.handler_ns.clone(),
+                    timed_share: p.timed_share(),
+                    cost: p.cost.clone(),
+                    assumes: decision.assumes,
+                })
+                .collect(),
+            assumption: Some(decision),
+        }
+    }
+}
+
+/// Hands each probe its cost knowledge; `dispatch_on` readies the live measurement.
+pub fn install_costs(
+    aggregator: &mut Aggregator,
+    costs: Vec<crate::cost::ProbeCost>,
+    dispatch_on: bool,
+) {
+    for (probe, mut cost) in aggregator.probes_mut().iter_mut().zip(costs) {
+        if dispatch_on {
+            cost.dispatch = Some(Default::default());
+        }
+        probe.cost = cost;
+    }
+    if dispatch_on {
+        aggregator.other_dispatch = Some(Default::default());
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Uprobe and uretprobe specs: function symbols matched by name or glob, and
+//! `FUNC+OFFSET` checked to be an instruction boundary inside its function.
+
+use std::path::PathBuf;
+
+use super::debuginfo::SymbolSource;
+use super::glob::Glob;
+use super::scope::{ObjectRef, Scope};
+use super::{
+    FunctionSpan, MAX_SUGGESTIONS, ObjectCache, ProbePoint, ResolveError, ResolveOptions, ifunc,
+    suggest,
+};
+use crate::cost::{classes, sites};
+use crate::spec::ProbeSpec;
+
+pub(super) fn resolve_functions(
+    scope: &Scope<'_>,
+    spec: &ProbeSpec,
+    objects: &[ObjectRef],
+    opts: &ResolveOptions,
+    cache: &ObjectCache,
+) -> Result<Vec<ProbePoint>, ResolveError> {
+    let glob = Glob::new(&spec.name);
+    let mut points = Vec::new();
+    // Where each point's object is read from, for an offset's check.
+    let mut read_paths = Vec::new();
+    let mut loaded = Vec::new();
+    for object in objects {
+        let obj = cache.load(object, scope, opts)?;
+        let table = obj.symbols();
+        let literal = glob.literal();
+        for f in table.matching(&glob) {
+            // The row carries the name the user wrote; the preferred alias goes beside it.
+            let wrote = literal
+                .as_deref()
+                .and_then(|name| f.names().find(|n| n.keys().any(|k| k == name)))
+                .unwrap_or(&f.name);
+            let mut resolved = (wrote != &f.name).then(|| f.name.display.clone());
+            let mut target = (f.address, f.file_offset, f.size);
+            // Through the IFUNC's own name, not its resolver's (`resolve_probe_ifunc`,
+            // at the same address, still probes the resolver). A pattern keeps it at the
+            // resolver, as `probetop list` shows it, and the run says so.
+            let ifunc_resolver =
+                literal.is_none() && f.names().any(|n| n.ifunc && n.matches(&glob));
+            if literal.is_some()
+                && wrote.ifunc
+                && let Some((pid, bias)) = scope.pid().zip(obj.load_bias)
+            {
+                match ifunc::implementation(pid, &obj.image, table, bias, f.address) {
+                    Ok(chosen) => {
+                        resolved = Some(match &chosen.function {
+                            Some(g) => g.name.display.clone(),
+                            None => format!("implementation at {:#x}", chosen.address),
+                        });
+                        let size = chosen.function.as_ref().map_or(0, |g| g.size);
+                        target = (chosen.address, chosen.file_offset, size);
+                    }
+                    Err(reason) => {
+                        return Err(ResolveError::Ifunc {
+                            name: wrote.display.clone(),
+                            object: obj.r.display.clone(),
+                            reason,
+                        });
+                    }
+                }
+            }
+            let (address, file_offset, size) = target;
+            let span = FunctionSpan {
+                offset: 0,
+                size,
+                inner_symbol: table
+                    .next_after(address)
+                    .map(|next| next.address - address)
+                    .filter(|gap| *gap < size),
+            };
+            points.push(ProbePoint {
+                kind: spec.kind,
+                object: obj.r.display.clone(),
+                attach_path: obj.r.attach_path.clone(),
+                name: wrote.display.clone(),
+                address,
+                file_offset,
+                symbol: wrote.raw.clone(),
+                load_bias: obj.load_bias,
+                usdt: None,
+                function: Some(span),
+                resolved,
+                ifunc_resolver,
+            });
+            read_paths.push(obj.r.read_path.clone());
+        }
+        loaded.push(obj);
+    }
+    if let Some(offset) = spec.offset
+        && !points.is_empty()
+    {
+        return at_offset(spec, offset, points, &read_paths);
+    }
+    if points.is_empty() {
+        let needle = if glob.is_pattern() {
+            glob.longest_literal()
+        } else {
+            spec.name.clone()
+        };
+        let suggestions = suggest::closest(
+            &needle,
+            loaded.iter().flat_map(|o| o.symbols().all_names()),
+            MAX_SUGGESTIONS,
+        );
+        let mut hint = suggest::hint(&suggestions);
+        if let Some(o) = loaded.first()
+            && matches!(o.source(), SymbolSource::Dynsym)
+        {
+            hint.push_str(
+                " (the object is stripped and no debug info was found: only exported functions are visible)",
+            );
+        }
+        return Err(ResolveError::SymbolNotFound {
+            name: spec.name.clone(),
+            object: objects
+                .first()
+                .map(|o| o.display.clone())
+                .unwrap_or_default(),
+            hint,
+        });
+    }
+    Ok(points)
+}
+
+/// Moves the one point of `FUNC+OFFSET` to the offset, once it is known to be an
+/// instruction boundary inside the function.
+fn at_offset(
+    spec: &ProbeSpec,
+    offset: u64,
+    mut points: Vec<ProbePoint>,
+    read_paths: &[PathBuf],
+) -> Result<Vec<ProbePoint>, ResolveError> {
+    if points.len() > 1 {
+        return Err(ResolveError::AmbiguousOffset {
+            spec: spec.text.clone(),
+            name: spec.name.clone(),
+            count: points.len(),
+            names: points
+                .iter()
+                .map(|p| p.symbol.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let mut point = points.remove(0);
+    let span = point
+        .function
+        .as_mut()
+        .expect("function points have a span");
+    if offset > 0 {
+        let code = if span.size == 0 || offset >= span.size {
+            Vec::new()
+        } else {
+            std::fs::File::open(&read_paths[0])
+                .and_then(|file| {
+                    sites::read_code(
+                        &file,
+                        point.file_offset,
+                        span.size
+                            .min(offset.saturating_add(classes::MAX_INSN_LEN as u64)),
+                    )
+                })
+                .map_err(|error| ResolveError::Read {
+                    path: point.object.clone(),
+                    error,
+                })?
+        };
+        sites::check_offset(&code, span.size, offset)
+            .map_err(|e| ResolveError::BadOffset(e.message(&spec.name, offset)))?;
+        point.name = format!("{}+{offset:#x}", point.name);
+        point.address += offset;
+        point.file_offset += offset;
+        span.offset = offset;
+    }
+    Ok(vec![point])
+}
