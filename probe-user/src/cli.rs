@@ -241,6 +241,7 @@ pub struct RunArgs {
     /// Measure what the probes cost the target on the target itself: alternate windows
     /// with every probe attached and detached, and compare the target's CPU time per
     /// unit of work (--work) between them. Hits are counted in the attached windows only.
+    /// With several processes (-F, --cgroup, several --pid) their CPU and work are summed.
     #[arg(long)]
     pub in_situ: bool,
 
@@ -249,7 +250,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value_t = 1.0)]
     pub in_situ_window: f64,
 
-    /// With --in-situ: the unit of the target's work. syscalls: /proc/PID/io's syscr +
+    /// With --in-situ: the unit of the target's work (summed over a process set). syscalls: /proc/PID/io's syscr +
     /// syscw (a server makes a few reads and writes per request); wakeups: its threads'
     /// timeslices (a request wakes a thread; for servers on recv/send, like mariadbd);
     /// none: CPU per second, for a load that comes at a fixed rate; auto: the first of

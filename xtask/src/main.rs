@@ -187,7 +187,7 @@ enum Task {
         /// pgbench's scale (100,000 accounts per unit; 5 fits in shared_buffers).
         #[arg(long, default_value_t = 5)]
         scale: u32,
-        /// Seconds of the --in-situ run on one backend, 0 for none [default: 40,
+        /// Seconds of the --in-situ run through the postmaster (-F), 0 for none [default: 40,
         /// --quick: 10].
         #[arg(long)]
         in_situ_seconds: Option<u32>,

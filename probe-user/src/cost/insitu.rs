@@ -18,6 +18,9 @@ use std::{collections::HashMap, fmt, fs, io, time::Instant};
 
 use super::stats::{XorShift, quantile};
 
+mod set;
+pub use set::{Members, SetMeter};
+
 /// Windows before a number is given: fewer pairs make an interval that means little.
 pub const MIN_PAIRS: usize = 3;
 /// Bootstrap resamples of the pairs' mean.
@@ -59,6 +62,10 @@ pub struct Reading {
     pub cpu_ns: u64,
     /// Work units done so far (0 with [`WorkMeter::None`]).
     pub work: u64,
+    /// Processes read (a set's members, those gone since the last reading included).
+    pub processes: u32,
+    /// Members gone between two readings so far, their last moments unmeasured.
+    pub lost: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -180,7 +187,13 @@ impl TargetMeter {
                 self.wakeups
             }
         };
-        Ok(Reading { at, cpu_ns, work })
+        Ok(Reading {
+            at,
+            cpu_ns,
+            work,
+            processes: 1,
+            lost: 0,
+        })
     }
 }
 
@@ -207,6 +220,10 @@ pub struct Window {
     pub seconds: f64,
     pub cpu_ns: u64,
     pub work: u64,
+    /// Processes the window covered.
+    pub processes: u32,
+    /// Whether a process exited in it with CPU unmeasured: its pairs are dropped.
+    pub lost: bool,
 }
 
 impl Window {
@@ -216,6 +233,8 @@ impl Window {
             seconds: end.at.saturating_duration_since(start.at).as_secs_f64(),
             cpu_ns: end.cpu_ns.saturating_sub(start.cpu_ns),
             work: end.work.saturating_sub(start.work),
+            processes: end.processes,
+            lost: end.lost > start.lost,
         }
     }
 
@@ -276,6 +295,11 @@ pub struct InSituSummary {
     pub windows_off: usize,
     /// ON windows with an OFF window on both sides.
     pub pairs: usize,
+    /// Such windows left out because a process exited in one of the three with CPU
+    /// unmeasured.
+    pub dropped_pairs: usize,
+    /// The fewest and most processes a window covered.
+    pub processes: (u32, u32),
     pub seconds_on: f64,
     pub seconds_off: f64,
     /// Added CPU while the probes are attached, as a share of one CPU.
@@ -298,8 +322,18 @@ pub struct InSituSummary {
 impl InSituSummary {
     /// One line for the end of a run.
     pub fn line(&self) -> String {
+        let (fewest, most) = self.processes;
+        let over = match (fewest, most) {
+            (_, 0 | 1) => String::new(),
+            (f, m) if f == m => format!(", {m} processes"),
+            (f, m) => format!(", {f}-{m} processes"),
+        };
+        let dropped = match self.dropped_pairs {
+            0 => String::new(),
+            n => format!(", {n} pairs dropped: a process exited"),
+        };
         let mut line = format!(
-            "in situ ({} windows on, {} off, work = {}): ",
+            "in situ ({} windows on, {} off{over}{dropped}, work = {}): ",
             self.windows_on,
             self.windows_off,
             self.work.as_str()
@@ -374,11 +408,16 @@ impl InSitu {
     }
 
     /// The added CPU of each ON window against the mean of its neighbours, as a share
-    /// of one CPU at the ON window's work rate.
-    fn differences(&self) -> Vec<f64> {
-        self.windows
+    /// of one CPU at the ON window's work rate; and how many such triples were dropped
+    /// for a process that exited in them.
+    fn differences(&self) -> (Vec<f64>, usize) {
+        let triples = self
+            .windows
             .windows(3)
-            .filter(|w| w[1].probes_on && !w[0].probes_on && !w[2].probes_on)
+            .filter(|w| w[1].probes_on && !w[0].probes_on && !w[2].probes_on);
+        let dropped = triples.clone().filter(|w| w.iter().any(|w| w.lost)).count();
+        let differences = triples
+            .filter(|w| !w.iter().any(|w| w.lost))
             .filter_map(|w| match self.work {
                 WorkMeter::None | WorkMeter::Auto => {
                     Some(w[1].cpu_share() - (w[0].cpu_share() + w[2].cpu_share()) / 2.0)
@@ -390,7 +429,8 @@ impl InSitu {
                 }
             })
             .filter(|d| d.is_finite())
-            .collect()
+            .collect();
+        (differences, dropped)
     }
 
     /// What can be said with `hits_on` hits counted over the ON windows.
@@ -399,7 +439,11 @@ impl InSitu {
         let off: Vec<&Window> = self.windows.iter().filter(|w| !w.probes_on).collect();
         let seconds_on: f64 = on.iter().map(|w| w.seconds).sum();
         let seconds_off: f64 = off.iter().map(|w| w.seconds).sum();
-        let differences = self.differences();
+        let (differences, dropped_pairs) = self.differences();
+        let processes = (
+            self.windows.iter().map(|w| w.processes).min().unwrap_or(0),
+            self.windows.iter().map(|w| w.processes).max().unwrap_or(0),
+        );
         let added_share = bootstrap_mean(&differences);
         let hits_per_second = if seconds_on > 0.0 {
             hits_on as f64 / seconds_on
@@ -441,6 +485,8 @@ impl InSitu {
             windows_on: on.len(),
             windows_off: off.len(),
             pairs: differences.len(),
+            dropped_pairs,
+            processes,
             seconds_on,
             seconds_off,
             added_share,
@@ -500,6 +546,8 @@ mod tests {
             seconds: 1.0,
             cpu_ns: cpu_ms * 1_000_000,
             work,
+            processes: 1,
+            lost: false,
         }
     }
 
@@ -600,6 +648,35 @@ mod tests {
     }
 
     #[test]
+    fn a_window_with_an_exit_drops_its_pairs() {
+        // 9 windows, 4 pairs; a process exits unmeasured in window 4 (OFF), which the
+        // pairs around ON windows 3 and 5 share.
+        let mut insitu = InSitu::new(WorkMeter::None);
+        for k in 0..9 {
+            let on = k % 2 == 1;
+            let mut w = window(on, if on { 120 } else { 100 }, 0);
+            w.processes = 5;
+            w.lost = k == 4;
+            if k == 4 {
+                // What the exited process took along: it would read as a cost.
+                w.cpu_ns = 40_000_000;
+            }
+            insitu.push_window(w);
+        }
+        let summary = insitu.summary(40_000);
+        assert_eq!(
+            (summary.pairs, summary.dropped_pairs),
+            (2, 2),
+            "{summary:?}"
+        );
+        assert_eq!(summary.processes, (5, 5));
+        let share = summary.added_share.expect("share");
+        assert!((share.mean - 0.02).abs() < 1e-9, "{share:?}");
+        let line = summary.line();
+        assert!(line.contains("5 processes, 2 pairs dropped"), "{line}");
+    }
+
+    #[test]
     fn too_few_windows_are_still_measuring() {
         let mut insitu = InSitu::new(WorkMeter::None);
         for k in 0..3 {
@@ -624,6 +701,8 @@ mod tests {
             seconds: 0.05,
             cpu_ns: 15_000_000,
             work: 0,
+            processes: 1,
+            lost: false,
         };
         insitu.push_change(true, change);
         insitu.push_change(false, change);

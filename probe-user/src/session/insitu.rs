@@ -1,6 +1,7 @@
 //! `--in-situ`: the session's side of the in-situ measurement (`cost::insitu`). It owns
 //! the window clock and detaches and attaches the probes at each change, reading the
-//! target's CPU and work on either side of every change.
+//! target's CPU and work on either side of every change: one process's, or summed over
+//! the process set (`--follow-forks`, several `--pid`, `--cgroup`).
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use tokio::time::Instant;
 
 use crate::attach::Attachment;
 use crate::cost::insitu::{
-    InSitu, InSituSummary, MeterError, Reading, TargetMeter, Window, WorkMeter,
+    InSitu, InSituSummary, Members, MeterError, Reading, SetMeter, Window, WorkMeter,
 };
 use crate::cost::stats::XorShift;
 
@@ -17,7 +18,7 @@ use crate::cost::stats::XorShift;
 const WINDOW_OVER_CHANGE: f64 = 4.0;
 
 pub struct Driver {
-    meter: TargetMeter,
+    meter: SetMeter,
     insitu: InSitu,
     window: Duration,
     /// Whether the probes are attached now.
@@ -31,9 +32,10 @@ pub struct Driver {
 
 impl Driver {
     /// Starts with the probes attached, as they are when this is called.
-    pub fn start(pid: u32, work: WorkMeter, window: Duration) -> Result<Self, MeterError> {
+    pub fn start(members: Members, work: WorkMeter, window: Duration) -> Result<Self, MeterError> {
+        let pid = members.roots.first().copied().unwrap_or(0);
         // `auto` is resolved here, to the meter the summaries then name.
-        let mut meter = TargetMeter::new(pid, work)?;
+        let mut meter = SetMeter::new(members, work)?;
         let window_start = meter.read()?;
         let work = meter.work();
         let mut driver = Self {

@@ -160,11 +160,6 @@ fn check_capture(args: &RunArgs) -> anyhow::Result<()> {
             "--in-situ measures one program: run it without --follow-exec".into(),
         ));
     }
-    if args.pids.len() > 1 || args.follow_forks || args.cgroup.is_some() {
-        bail!(UsageError(
-            "--in-situ measures one process: run it with one --pid, without --follow-forks or --cgroup".into(),
-        ));
-    }
     Ok(())
 }
 

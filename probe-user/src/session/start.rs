@@ -189,8 +189,18 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     });
     let maps_watch = maps_watch::spawn(plan.target.live_thread.unwrap_or(pid), &source);
     let in_situ = if args.in_situ {
+        // Over the set with several processes: a pre-fork server works in its children.
+        let members = crate::cost::insitu::Members {
+            roots: if plan.several {
+                plan.roots.clone()
+            } else {
+                vec![pid]
+            },
+            follow_forks: plan.scope.follow_forks,
+            cgroup: plan.scope.cgroup.clone(),
+        };
         Some(insitu::Driver::start(
-            pid,
+            members,
             args.work,
             Duration::from_secs_f64(args.in_situ_window),
         )?)

@@ -90,3 +90,105 @@ fn in_situ_finds_the_fixtures_own_cost_per_hit() {
     );
     let _ = std::fs::remove_file(&json);
 }
+
+/// `--in-situ` through a process tree (`-F`): the forker fixture's 5 processes (a parent,
+/// 2 workers, a child of each), each calling `work_unit` 800 times a second in 5 ms
+/// bursts (a pre-fork server's open-loop load, 4,000 hits/s in all), their CPU summed
+/// in each window. The cost per hit measured so must agree with the calibrated gap
+/// estimate within the bounds cost_estimate's sparse case holds one process to (the
+/// estimate within the 95% interval widened 2x either way), and every window must cover
+/// the 5 processes, none dropped (none exits).
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn in_situ_sums_a_process_tree() {
+    let _turn = turn(module_path!());
+    let cache = std::env::temp_dir().join(format!("probetop-insitu-tree-{}", std::process::id()));
+    calibrate_quick(&cache);
+    let target = started(
+        &fixture("c/forker"),
+        &[
+            "--early", "1", "--late", "1", "--grand", "1", "--rate", "800",
+        ],
+    );
+    target.signal(libc::SIGUSR1);
+    // Patience, not a timed assertion: the workers fork their children at once.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while crate::forks::tree_of(target.pid()).len() < 5 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tree did not grow to 5"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let json = export_path("in-situ-tree.json");
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "-F",
+        "--no-tui",
+        "--duration",
+        "12",
+        "--in-situ",
+        "--in-situ-window",
+        "0.5",
+        "--work",
+        "none",
+        "--assume",
+        "gap",
+        "-e",
+        "uprobe:work_unit",
+        "--export",
+    ])
+    .arg(&json)
+    .env("XDG_CACHE_HOME", &cache);
+    let mut probetop = Running::spawn(cmd);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let stderr = probetop.err().rest();
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.contains("in situ (") && l.contains(", 5 processes")),
+        "no in-situ line over 5 processes: {stderr:?}"
+    );
+    let report = read_export(&json);
+    let in_situ = &report["cost"]["in_situ"];
+    assert_eq!(in_situ["processes"], 5, "{in_situ}");
+    assert_eq!(in_situ["processes_min"], 5, "{in_situ}");
+    assert_eq!(in_situ["dropped_pairs"], 0, "{in_situ}");
+    assert!(in_situ["pairs"].as_u64().unwrap_or(0) >= 4, "{in_situ}");
+    // Every process's hits counted, each under its own pid.
+    let pids = report["probes"][0]["pids"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no pids split: {}", report["probes"][0]));
+    assert_eq!(pids.len(), 5, "{pids:?}");
+    let rate = in_situ["hits_per_second"]
+        .as_f64()
+        .expect("hits_per_second");
+    assert!(
+        (2000.0..=6000.0).contains(&rate),
+        "{rate} hits/s: {in_situ}"
+    );
+    let estimate = report["cost"]["estimated_per_hit_ns"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no estimate: {}", report["cost"]));
+    let per_hit = &in_situ["per_hit_ns"];
+    let (Some(mean), Some(low), Some(high)) = (
+        per_hit["mean"].as_f64(),
+        per_hit["low"].as_f64(),
+        per_hit["high"].as_f64(),
+    ) else {
+        panic!("no in-situ interval: {in_situ}");
+    };
+    eprintln!(
+        "process tree: gap estimate {estimate:.0} ns/hit, in situ {mean:.0} ({low:.0}..{high:.0}), verdict {}, {} pairs",
+        in_situ["verdict"], in_situ["pairs"]
+    );
+    assert!(
+        estimate >= 0.5 * low && estimate <= 2.0 * high,
+        "gap estimate {estimate:.0} ns/hit against {mean:.0} ({low:.0}..{high:.0}) in situ over the tree"
+    );
+    target.signal(libc::SIGTERM);
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_dir_all(&cache);
+}

@@ -19,7 +19,7 @@ fn pids(report: &serde_json::Value, name: &str) -> BTreeMap<u32, u64> {
 }
 
 /// Every process of the fixture's tree (itself included) now.
-fn tree_of(root: u32) -> Vec<u32> {
+pub(crate) fn tree_of(root: u32) -> Vec<u32> {
     let mut tree = vec![root];
     let mut i = 0;
     while i < tree.len() {

@@ -1,7 +1,7 @@
-//! probetop's `--in-situ` measurement on one backend under the same load: its cost per
-//! hit measured on the target, beside the estimate and the cost measured from outside.
-//! `--in-situ` measures one process, so it runs on a backend's pid, not through the
-//! postmaster.
+//! probetop's `--in-situ` measurement through the postmaster under the same load
+//! (`--pid POSTMASTER -F`): the CPU of the postmaster and every process it forked (the
+//! backends, the background processes) summed in each window, its cost per hit measured
+//! on the cluster, beside the estimate and the cost measured from outside.
 
 use super::*;
 
@@ -9,22 +9,24 @@ impl Report {
     pub(super) fn in_situ_run(&mut self) -> Result<Value> {
         let seconds = self.options.in_situ_seconds;
         let json_path = self.work.join("in-situ.json");
-        println!("postgres-report: --in-situ on one backend, {seconds} s");
+        println!("postgres-report: --in-situ through the postmaster (-F), {seconds} s");
         let (load, export) = thread::scope(|s| -> Result<(PgbenchResult, Value)> {
-            // The load outlasts the in-situ run: its backends connect first.
+            // The load outlasts the in-situ run: its backends connect first, so that every
+            // window covers the same processes.
             let load = s.spawn(|| self.pgbench.run(&self.cluster, seconds + 8));
-            let backend = self.a_backend(Duration::from_secs(20));
-            let measured = backend.and_then(|pid| {
+            let connected = self.backends_up(Duration::from_secs(20));
+            let measured = connected.and_then(|()| {
+                let pid = self.cluster.pid();
                 let mut cmd = Command::new(&self.probetop);
                 cmd.arg("--pid")
                     .arg(pid.to_string())
-                    .args(["--no-tui", "--preset", "postgres", "--in-situ"])
-                    // A fixed-rate load: the backend's CPU per second is the meter.
+                    .args(["-F", "--no-tui", "--preset", "postgres", "--in-situ"])
+                    // A fixed-rate load: the cluster's CPU per second is the meter.
                     .args(["--work", "none", "--duration", &seconds.to_string()])
                     .arg("-o")
                     .arg(&json_path);
                 crate::echo(&cmd);
-                let shown = show(&cmd).replace(&pid.to_string(), "BACKEND");
+                let shown = show(&cmd).replace(&pid.to_string(), "POSTMASTER");
                 self.commands.insert("probetop-in-situ", shown);
                 let out = crate::output_ok(&mut cmd)?;
                 print!("{}", String::from_utf8_lossy(&out.stdout));
@@ -53,8 +55,8 @@ impl Report {
         }))
     }
 
-    /// The pid of a client backend once the load's connections are up.
-    fn a_backend(&self, patience: Duration) -> Result<u32> {
+    /// Returns once the load's connections are up.
+    fn backends_up(&self, patience: Duration) -> Result<()> {
         let deadline = Instant::now() + patience;
         // A backend's title: "postgres: USER DB [local] STATE".
         let backends = || -> Vec<u32> {
@@ -79,9 +81,7 @@ impl Report {
         }
         // pgbench's own setup connection (it reads the scale) is gone by now.
         thread::sleep(Duration::from_secs(1));
-        backends()
-            .first()
-            .copied()
-            .context("the pgbench backends went away")
+        ensure!(!backends().is_empty(), "the pgbench backends went away");
+        Ok(())
     }
 }

@@ -134,10 +134,12 @@ impl Report {
             "**Per hit.** *From outside*: the cluster CPU a transaction took above the same \
              round's bare run, over the hits of a transaction (median, range). *Estimate*: \
              probetop's calibrated whole cost per hit (`probetop calibrate`; `whole_cost_ns` \
-             weighted by hits). *In situ*: `--in-situ` on one backend (it measures one \
-             process, so not through the postmaster), probes attached and detached in \
-             alternate windows, the backend's CPU per second compared (`--work none`: the \
-             load's rate is fixed), mean and 95% interval.\n\n\
+             weighted by hits). *In situ*: `--in-situ` through the postmaster (`-F`: the \
+             postmaster and every process it forked, their CPU summed in each window), \
+             probes attached and detached in alternate windows, the cluster's CPU per \
+             second compared (`--work none`: the load's rate is fixed), mean and 95% \
+             interval; pairs of windows in which a process exited are dropped and \
+             counted.\n\n\
              | | ns per hit |\n|---|---|\n",
         );
         for v in [
@@ -168,10 +170,13 @@ impl Report {
                 let per_hit = &is["per_hit_ns"];
                 let _ = writeln!(
                     s,
-                    "| probetop `--in-situ`, one backend ({} s, {} hits, {:.0} TPS) | {} [{} to {}], verdict {}; its estimate {} |",
+                    "| probetop `--in-situ` through the postmaster ({} processes, {} s, {} hits, {:.0} TPS, {} pairs, {} dropped) | {} [{} to {}], verdict {}; its estimate {} |",
+                    is["processes"],
                     v["seconds"],
                     v["hits"],
                     v["tps"].as_f64().unwrap_or(f64::NAN),
+                    is["pairs"],
+                    is["dropped_pairs"],
                     fmt0(per_hit["mean"].as_f64().unwrap_or(f64::NAN)),
                     fmt0(per_hit["low"].as_f64().unwrap_or(f64::NAN)),
                     fmt0(per_hit["high"].as_f64().unwrap_or(f64::NAN)),

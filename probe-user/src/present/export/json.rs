@@ -166,6 +166,12 @@ struct JsonInSitu {
     windows_on: usize,
     windows_off: usize,
     pairs: usize,
+    /// Pairs left out because a process of the set exited in them, its last CPU
+    /// unmeasured.
+    dropped_pairs: usize,
+    /// The most and the fewest processes a window covered (1 for one --pid).
+    processes: u32,
+    processes_min: u32,
     seconds_on: f64,
     seconds_off: f64,
     /// Added CPU while attached, as a share of one CPU.
@@ -188,6 +194,9 @@ impl From<&crate::cost::insitu::InSituSummary> for JsonInSitu {
             windows_on: s.windows_on,
             windows_off: s.windows_off,
             pairs: s.pairs,
+            dropped_pairs: s.dropped_pairs,
+            processes: s.processes.1,
+            processes_min: s.processes.0,
             seconds_on: s.seconds_on,
             seconds_off: s.seconds_off,
             cpu_share: s.added_share.map(Into::into),
