@@ -40,7 +40,7 @@ use self::glob::Glob;
 use self::symbols::SymbolTable;
 use self::usdt::{UsdtNoteError, UsdtProbe};
 use self::usdt_args::{UsdtArg, UsdtArgError};
-use crate::procmaps::{self as maps, FileId, MapEntry};
+use crate::sys::maps::{self, FileId, MapEntry};
 
 /// Default cap on the probe points one spec may expand to (`--max-probes`).
 pub const DEFAULT_MAX_PROBES: usize = 1000;
@@ -680,7 +680,7 @@ impl<'a> Scope<'a> {
         Scope::Process {
             target,
             maps: maps::read_maps(target.proc_pid()).unwrap_or_default(),
-            root: PathBuf::from(format!("/proc/{}/root", target.proc_pid())),
+            root: crate::sys::procfs::file(target.proc_pid(), "root"),
             exe_id,
         }
     }
@@ -744,12 +744,10 @@ impl<'a> Scope<'a> {
         let via = if entry.deleted {
             // The name now points elsewhere (or nowhere); the mapping still reaches the
             // mapped inode.
-            PathBuf::from(format!(
-                "/proc/{}/map_files/{:x}-{:x}",
+            crate::sys::procfs::file(
                 target.proc_pid(),
-                entry.start,
-                entry.end
-            ))
+                &format!("map_files/{:x}-{:x}", entry.start, entry.end),
+            )
         } else {
             in_root.clone()
         };
