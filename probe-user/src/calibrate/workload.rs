@@ -5,11 +5,12 @@
 //! CPU time per call while the parent keeps probes attached to some functions; each
 //! probed function has an unprobed twin with the same code for the baseline.
 
-use crate::sys::mem::{Executable, Mapping};
 use std::{
     io::{self, BufRead as _, Write as _},
     time::Duration,
 };
+
+use crate::sys::mem::{Executable, Mapping};
 
 /// One workload function in its own 64-byte line of `.text` (so no probed
 /// instruction crosses a page), taking and returning a u64 so the loop cannot drop
