@@ -21,7 +21,6 @@ pub mod manual;
 pub mod present;
 pub mod preset;
 pub mod privileges;
-pub mod procmaps;
 pub mod record;
 pub mod resolve;
 pub mod session;

@@ -1,7 +1,5 @@
 //! What probetop itself needs from the kernel before it touches the target.
 
-use std::fs;
-
 use crate::sys;
 
 const CAP_SYS_PTRACE: u32 = 19;
@@ -29,7 +27,7 @@ pub fn check() -> Result<(), PrivilegeError> {
     if sys::process::runs_setid() {
         return Err(PrivilegeError::Setuid);
     }
-    let status = fs::read_to_string("/proc/self/status").map_err(PrivilegeError::Unreadable)?;
+    let status = sys::procfs::own_status().map_err(PrivilegeError::Unreadable)?;
     let effective = effective_caps(&status).unwrap_or(0);
     if has_needed(effective) {
         Ok(())
@@ -44,7 +42,7 @@ pub fn denied_advice() -> &'static str {
     if !sys::process::is_root() {
         return "; run probetop as root";
     }
-    let effective = fs::read_to_string("/proc/self/status")
+    let effective = sys::procfs::own_status()
         .ok()
         .and_then(|status| effective_caps(&status))
         .unwrap_or(0);

@@ -2,13 +2,13 @@
 
 use std::{
     fs, io,
-    os::fd::{AsRawFd as _, OwnedFd},
+    os::fd::{AsFd as _, OwnedFd},
     path::PathBuf,
 };
 
 use serde::Serialize;
 
-use crate::sys;
+use crate::sys::procfs;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TargetError {
@@ -85,18 +85,15 @@ impl Target {
         }
         // A thread id names its process: probes are per process. /proc/TID exists for
         // every thread, though it is not listed.
-        let pid = fs::read_to_string(format!("/proc/{asked}/status"))
-            .ok()
-            .and_then(|status| status_field(&status, "Tgid:"))
-            .unwrap_or(asked);
-        let stat = match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        let pid = procfs::tgid(asked).unwrap_or(asked);
+        let stat = match procfs::Stat::read(pid) {
             Ok(stat) => stat,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(TargetError::NoSuchProcess(pid));
             }
             Err(error) => return Err(TargetError::unreadable(pid, "stat", error)),
         };
-        let stat = sys::procfs::Stat::parse(&stat).ok_or_else(|| {
+        let stat = stat.ok_or_else(|| {
             TargetError::unreadable(
                 pid,
                 "stat",
@@ -110,7 +107,7 @@ impl Target {
             None
         };
         let proc_pid = live_thread.unwrap_or(pid);
-        let exe = match fs::read_link(format!("/proc/{proc_pid}/exe")) {
+        let exe = match procfs::exe_target(proc_pid) {
             Ok(exe) => exe,
             // Kernel threads have no executable; their link reads as ENOENT.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -118,17 +115,11 @@ impl Target {
             }
             Err(error) => return Err(TargetError::unreadable(pid, "exe", error)),
         };
-        let comm = fs::read_to_string(format!("/proc/{pid}/comm"))
+        let comm = procfs::comm(pid)
             .map(|c| c.trim_end().to_string())
             .unwrap_or_default();
-        let cmdline = fs::read(format!("/proc/{pid}/cmdline"))
-            .map(|raw| {
-                raw.split(|&b| b == 0)
-                    .filter(|a| !a.is_empty())
-                    .map(String::from_utf8_lossy)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            })
+        let cmdline = procfs::cmdline(pid)
+            .map(|args| args.join(" "))
             .unwrap_or_default();
         Ok(Self {
             pid,
@@ -136,7 +127,7 @@ impl Target {
             comm,
             cmdline,
             start_ticks,
-            exe_identity: exe_identity(proc_pid),
+            exe_identity: procfs::exe_identity(proc_pid),
             exec_token: exec_token(proc_pid),
             given_tid: (asked != pid).then_some(asked),
             live_thread,
@@ -167,32 +158,32 @@ impl Target {
     /// The program the process runs now, if it is no longer the one probed: it called
     /// exec. `None` while it runs the same executable (or cannot be read).
     pub fn exec_changed(&self) -> Option<PathBuf> {
-        let now = exe_identity(self.proc_pid())?;
+        let now = procfs::exe_identity(self.proc_pid())?;
         // An unreadable token (the process going) says nothing about an exec.
         let token_changed = self.exec_token.is_some()
             && exec_token(self.proc_pid()).is_some_and(|t| Some(t) != self.exec_token);
         if Some(now) == self.exe_identity && !token_changed {
             return None;
         }
-        fs::read_link(format!("/proc/{}/exe", self.proc_pid())).ok()
+        procfs::exe_target(self.proc_pid()).ok()
     }
 
     /// Takes the program the process runs now as the one probed (its executable and
     /// exec), so that an exec is noticed once.
     pub fn mark_exec_seen(&mut self) {
-        self.exe_identity = exe_identity(self.proc_pid());
+        self.exe_identity = procfs::exe_identity(self.proc_pid());
         self.exec_token = exec_token(self.proc_pid());
     }
 
     /// Device and inode of the executable the process runs now.
     pub fn current_exe_identity(&self) -> Option<(u64, u64)> {
-        exe_identity(self.proc_pid())
+        procfs::exe_identity(self.proc_pid())
     }
 
     /// A path to the executable that stays valid while the process lives, even if the
     /// file is deleted or replaced on disk: the kernel resolves it to the mapped inode.
     pub fn exe_link(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/{}/exe", self.proc_pid()))
+        procfs::exe(self.proc_pid())
     }
 
     /// Whether `other` is this same process (the same pid and start time), perhaps
@@ -215,7 +206,7 @@ impl Target {
 
     /// Whether `pid` still names this same process (not exited, not reused).
     pub fn is_alive(&self) -> bool {
-        sys::procfs::Stat::of(self.pid).is_some_and(|stat| {
+        procfs::Stat::of(self.pid).is_some_and(|stat| {
             stat.start_ticks == self.start_ticks
                 && (stat.state != 'Z' || live_thread(self.pid).is_some())
         })
@@ -233,21 +224,18 @@ impl Target {
     /// The tracer of the first traced thread of the process, if any thread is traced
     /// (`TracerPid` in /proc/PID/task/TID/status; strace -f and gdb trace every thread).
     pub fn tracer(&self) -> Option<Tracer> {
-        let tasks = fs::read_dir(format!("/proc/{}/task", self.pid)).ok()?;
-        tasks.flatten().find_map(|task| {
-            let status = fs::read_to_string(task.path().join("status")).ok()?;
+        let tasks = procfs::threads(self.pid).ok()?;
+        tasks.into_iter().find_map(|task| {
+            let status = procfs::thread_file(self.pid, task, "status").ok()?;
             let tid = status_field(&status, "TracerPid:")?;
             if tid == 0 {
                 return None;
             }
             // TracerPid names the tracing thread; say its process.
-            let pid = fs::read_to_string(format!("/proc/{tid}/status"))
-                .ok()
-                .and_then(|s| status_field(&s, "Tgid:"))
-                .unwrap_or(tid);
+            let pid = procfs::tgid(tid).unwrap_or(tid);
             Some(Tracer {
                 pid,
-                comm: fs::read_to_string(format!("/proc/{pid}/comm"))
+                comm: procfs::comm(pid)
                     .map(|c| c.trim_end().to_string())
                     .unwrap_or_else(|_| "?".into()),
             })
@@ -255,31 +243,19 @@ impl Target {
     }
 }
 
-/// The pid of every process now (the numeric entries of /proc); none if /proc cannot be
-/// read.
-pub fn all_pids() -> Vec<u32> {
-    let Ok(dir) = fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect()
-}
-
 /// A thread of process `pid` that has not exited, if any.
 fn live_thread(pid: u32) -> Option<u32> {
-    let tasks = fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    tasks.flatten().find_map(|task| {
-        let tid: u32 = task.file_name().to_str()?.parse().ok()?;
-        let stat = fs::read_to_string(task.path().join("stat")).ok()?;
-        let state = sys::procfs::Stat::parse(&stat)?.state;
+    let tasks = procfs::threads(pid).ok()?;
+    tasks.into_iter().find_map(|tid| {
+        let stat = procfs::thread_file(pid, tid, "stat").ok()?;
+        let state = procfs::Stat::parse(&stat)?.state;
         (!matches!(state, 'Z' | 'X')).then_some(tid)
     })
 }
 
 /// A number field of /proc/PID/status, such as `TracerPid:` or `Tgid:`.
 fn status_field(status: &str, key: &str) -> Option<u32> {
-    sys::procfs::status_field(status, key)?.parse().ok()
+    procfs::status_field(status, key)?.parse().ok()
 }
 
 /// An executable held open by probetop.
@@ -299,7 +275,7 @@ pub struct PinnedExe {
 impl PinnedExe {
     /// A path that names the held file for as long as this lives.
     pub fn path(&self) -> PathBuf {
-        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+        procfs::own_fd_path(self.fd.as_fd())
     }
 }
 
@@ -308,32 +284,11 @@ impl PinnedExe {
 /// the same executable has new ones, and nothing in /proc counts execs. (The start time
 /// and the executable stay; addresses would too with ASLR off.) `None` if unreadable.
 fn exec_token(pid: u32) -> Option<[u8; 16]> {
-    use std::os::unix::fs::FileExt as _;
     const AT_RANDOM: u64 = 25;
-    let auxv = fs::read(format!("/proc/{pid}/auxv")).ok()?;
-    let address = auxv
-        .chunks_exact(16)
-        .map(|pair| {
-            let word = |at: usize| {
-                pair.get(at..at + 8)
-                    .and_then(|b| b.try_into().ok())
-                    .map_or(0, u64::from_ne_bytes)
-            };
-            (word(0), word(8))
-        })
-        .find(|(key, _)| *key == AT_RANDOM)?
-        .1;
-    let mem = fs::File::open(format!("/proc/{pid}/mem")).ok()?;
+    let address = procfs::auxv_value(pid, AT_RANDOM)?;
     let mut token = [0u8; 16];
-    mem.read_exact_at(&mut token, address).ok()?;
+    procfs::read_memory(pid, address, &mut token).ok()?;
     Some(token)
-}
-
-/// (device, inode) of the file `/proc/PID/exe` resolves to.
-fn exe_identity(pid: u32) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt as _;
-    let meta = fs::metadata(format!("/proc/{pid}/exe")).ok()?;
-    Some((meta.dev(), meta.ino()))
 }
 
 #[cfg(test)]
@@ -364,7 +319,7 @@ mod tests {
             let named = fs::read_to_string(&comm).is_ok_and(|c| c.trim() == "sleep");
             let asleep = fs::read_to_string(&stat)
                 .ok()
-                .and_then(|s| sys::procfs::Stat::parse(&s))
+                .and_then(|s| procfs::Stat::parse(&s))
                 .is_some_and(|s| s.state == 'S');
             if named && asleep {
                 break;

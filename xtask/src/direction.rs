@@ -21,8 +21,6 @@ use anyhow::{Context as _, Result, bail};
 const LAYERS: &[&str] = &[
     "sys",
     "privileges",
-    // /proc/PID/maps, read by resolve, cost and calibrate.
-    "procmaps",
     "target",
     "spec",
     "delivery",

@@ -13,7 +13,7 @@ use probe_user::attach::args::args_config;
 use probe_user::resolve::debuginfo::{self, DebugSearch, MAX_DEBUGDATA_BYTES};
 use probe_user::resolve::elf::{ElfImage, RawStapsdtNote};
 use probe_user::resolve::glob::Glob;
-use probe_user::procmaps::MapEntry;
+use probe_user::sys::maps::MapEntry;
 use probe_user::resolve::symbols::{self, SymbolTable};
 use probe_user::resolve::usdt::{self, UsdtProbe};
 use probe_user::resolve::usdt_args::{self, ArgLocation, UsdtArg};

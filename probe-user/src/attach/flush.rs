@@ -9,7 +9,7 @@
 //! CPU the target runs on.
 
 use std::{
-    fs, io,
+    io,
     os::fd::OwnedFd,
     path::PathBuf,
     sync::mpsc,
@@ -37,7 +37,7 @@ pub extern "C" fn probetop_flush_staged_records() -> u32 {
 /// give the kernel and the file offset, from the mapping holding its address.
 pub(super) fn own_flush_point() -> io::Result<(PathBuf, u64)> {
     let address = probetop_flush_staged_records as *const () as usize as u64;
-    let maps = fs::read_to_string("/proc/self/maps")?;
+    let maps = sys::maps::read_maps(std::process::id())?;
     let offset = file_offset_in_maps(&maps, address).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
@@ -46,25 +46,14 @@ pub(super) fn own_flush_point() -> io::Result<(PathBuf, u64)> {
     })?;
     // The kernel opens the path in probetop's own process: /proc/self/exe is its file
     // even if it was replaced on disk since.
-    Ok((PathBuf::from("/proc/self/exe"), offset))
+    Ok((sys::maps::OWN_EXE.into(), offset))
 }
 
-/// The file offset of `address` in the file mapping of `/proc/PID/maps` text that
-/// holds it.
-fn file_offset_in_maps(maps: &str, address: u64) -> Option<u64> {
-    maps.lines().find_map(|line| {
-        let mut fields = line.split_whitespace();
-        let (start, end) = fields.next()?.split_once('-')?;
-        let (start, end) = (
-            u64::from_str_radix(start, 16).ok()?,
-            u64::from_str_radix(end, 16).ok()?,
-        );
-        let _perms = fields.next()?;
-        let offset = u64::from_str_radix(fields.next()?, 16).ok()?;
-        (start..end)
-            .contains(&address)
-            .then(|| address - start + offset)
-    })
+/// The file offset of `address` in the mapping that holds it.
+fn file_offset_in_maps(maps: &[sys::maps::MapEntry], address: u64) -> Option<u64> {
+    maps.iter()
+        .find(|m| (m.start..m.end).contains(&address))
+        .map(|m| address - m.start + m.offset)
 }
 
 /// The flush probe, attached, and the threads that fire it. Dropping it stops the
@@ -163,9 +152,10 @@ mod tests {
 5555b000-5555f000 r-xp 00001000 fe:01 42 /usr/bin/probetop
 7fff0000-7fff1000 rw-p 00000000 00:00 0 [stack]
 ";
-        assert_eq!(file_offset_in_maps(maps, 0x5555_b010), Some(0x1010));
-        assert_eq!(file_offset_in_maps(maps, 0x5555_a004), Some(0x4));
-        assert_eq!(file_offset_in_maps(maps, 0x1000), None);
+        let maps = sys::maps::parse_maps(maps);
+        assert_eq!(file_offset_in_maps(&maps, 0x5555_b010), Some(0x1010));
+        assert_eq!(file_offset_in_maps(&maps, 0x5555_a004), Some(0x4));
+        assert_eq!(file_offset_in_maps(&maps, 0x1000), None);
     }
 
     #[test]

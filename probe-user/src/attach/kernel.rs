@@ -11,7 +11,7 @@
 //! (no privileges, a seccomp filter) leaves the verdict to the real load, which reports
 //! it in its own words.
 
-use std::{fs, io, os::fd::OwnedFd};
+use std::{io, os::fd::OwnedFd};
 
 use crate::sys;
 
@@ -26,9 +26,7 @@ pub fn require_features() -> Result<(), String> {
     if missing.is_empty() {
         return Ok(());
     }
-    let release = fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|r| r.trim().to_owned())
-        .unwrap_or_else(|_| "older".to_owned());
+    let release = sys::procfs::kernel_release().unwrap_or_else(|_| "older".to_owned());
     Err(format!(
         "needs Linux {NEEDED_RELEASE} or later ({}); this kernel is {release}",
         missing.join(", ")

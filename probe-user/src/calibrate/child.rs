@@ -20,7 +20,7 @@ use aya::maps::{MapData, RingBuf};
 
 use super::workload::{ColdRun, Func};
 use crate::cost::calibration::ColdOptions;
-use crate::procmaps::{FileId, read_maps};
+use crate::sys::maps::{FileId, OWN_EXE, read_maps};
 
 use super::{COLD_WARMUP, CalibrateError, WARMUP, WORKLOAD_SUBCOMMAND};
 
@@ -32,8 +32,8 @@ pub(super) struct Offsets {
 
 impl Offsets {
     pub(super) fn of_self() -> Result<Self, CalibrateError> {
-        let exe = FileId::of(Path::new("/proc/self/exe"))
-            .map_err(|e| CalibrateError::Locate(format!("/proc/self/exe: {e}")))?;
+        let exe = FileId::of(Path::new(OWN_EXE))
+            .map_err(|e| CalibrateError::Locate(format!("{OWN_EXE}: {e}")))?;
         let maps = read_maps(std::process::id())
             .map_err(|e| CalibrateError::Locate(format!("/proc/self/maps: {e}")))?;
         let mut by_func = Vec::new();
@@ -82,7 +82,7 @@ pub(super) const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
 impl Workload {
     pub(super) fn spawn() -> Result<Self, CalibrateError> {
-        let mut child = Command::new("/proc/self/exe")
+        let mut child = Command::new(OWN_EXE)
             .arg(WORKLOAD_SUBCOMMAND)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -377,7 +377,7 @@ fn phase_one(
     rng: &mut XorShift,
 ) -> Result<PhaseOne, CalibrateError> {
     let pid = child.pid();
-    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let exe = crate::sys::procfs::exe(pid);
     let mut attachment = Attachment::load(LoadOptions {
         probe_count: 8,
         ..Default::default()
@@ -685,7 +685,7 @@ fn phase_two(
     rng: &mut XorShift,
 ) -> Result<Vec<DispatchRow>, PhaseTwoError> {
     let pid = child.pid();
-    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let exe = crate::sys::procfs::exe(pid);
     let cases = DispatchCase::ALL;
     let mut attachment = Attachment::load(LoadOptions {
         probe_count: cases.len() as u32,

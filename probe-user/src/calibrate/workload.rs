@@ -10,6 +10,8 @@ use std::{
     time::Duration,
 };
 
+use crate::sys::mem::{Executable, Mapping};
+
 /// One workload function in its own 64-byte line of `.text` (so no probed
 /// instruction crosses a page), taking and returning a u64 so the loop cannot drop
 /// the calls.
@@ -371,67 +373,6 @@ pub fn run(func: Func, calls: u64, warmup: u64) -> f64 {
 /// Bytes of one cache line: the data walk's stride and the code chain's block.
 const LINE: usize = 64;
 
-/// Anonymous memory, unmapped when dropped.
-struct Mapping {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl Mapping {
-    /// `len` bytes of zeroed read-write memory in small pages, every page faulted in.
-    fn new(len: usize) -> io::Result<Self> {
-        let len = len.max(LINE).next_multiple_of(4096);
-        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let mapping = Self {
-            ptr: ptr.cast(),
-            len,
-        };
-        // Small pages, so walking the buffer takes one TLB entry per 4 KiB, as a
-        // server's heap does, instead of one per 2 MiB. Advice only: a refusal is
-        // harmless.
-        // SAFETY: the range is the mapping just made.
-        unsafe { libc::madvise(ptr, len, libc::MADV_NOHUGEPAGE) };
-        // Fault every page in now, so no page fault lands in a measured run.
-        for page in (0..len).step_by(4096) {
-            // SAFETY: `page` < len, inside the writable mapping.
-            unsafe { mapping.ptr.add(page).write_volatile(1) };
-        }
-        Ok(mapping)
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping is `len` readable bytes, alive as long as `self`, and
-        // written only through `&mut self` (before it is made executable).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and `&mut self` makes this the only view.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`; no reference to it outlives
-        // `self`.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// What the cold loop runs between two calls, as a server runs its own code between
 /// two hits: a walk over a data buffer (one load per cache line, every page touched:
 /// evicts the data caches and the TLB) and a chain of code lines (one taken jump per
@@ -440,7 +381,7 @@ pub struct Footprint {
     data: Mapping,
     data_bytes: usize,
     /// Holds the chain's code: unmapped with the footprint.
-    _code: Mapping,
+    _code: Executable,
     code_bytes: usize,
     chain: unsafe extern "C" fn(u64) -> u64,
 }
@@ -449,22 +390,18 @@ impl Footprint {
     /// A footprint of `data_bytes` of data and `code_bytes` of code (each at least one
     /// line).
     pub fn new(data_bytes: usize, code_bytes: usize) -> io::Result<Self> {
-        let data = Mapping::new(data_bytes)?;
-        let mut code = Mapping::new(code_bytes)?;
+        let data = Mapping::new(data_bytes.max(LINE))?;
+        let mut code = Mapping::new(code_bytes.max(LINE))?;
         let lines = write_chain(code.bytes_mut(), code_bytes.max(LINE) / LINE);
         debug_assert!(lines > 0);
-        // SAFETY: mprotect on the mapping made above, whose writes are done.
-        let protected =
-            unsafe { libc::mprotect(code.ptr.cast(), code.len, libc::PROT_READ | libc::PROT_EXEC) };
-        if protected != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let code = code.into_executable()?;
         // SAFETY: the mapping now holds a complete chain (write_chain) starting at its
         // first byte: position-independent code following the C calling convention,
         // returning its argument plus the number of lines, touching no memory but the
         // stack for its return address.
-        let chain =
-            unsafe { std::mem::transmute::<*mut u8, unsafe extern "C" fn(u64) -> u64>(code.ptr) };
+        let chain = unsafe {
+            std::mem::transmute::<*const u8, unsafe extern "C" fn(u64) -> u64>(code.start())
+        };
         Ok(Self {
             data,
             data_bytes,
@@ -481,7 +418,7 @@ impl Footprint {
     /// Walks the data, then runs the code chain; returns a value the caller must
     /// consume (so no load can be dropped).
     pub fn run(&self, seed: u64) -> u64 {
-        let data = &self.data.bytes()[..self.data_bytes.min(self.data.len)];
+        let data = &self.data.bytes()[..self.data_bytes.min(self.data.bytes().len())];
         let mut sum = seed;
         for byte in data.iter().step_by(LINE) {
             sum = sum.wrapping_add(u64::from(*byte));

@@ -169,7 +169,7 @@ pub fn decide(choice: AssumeChoice, inputs: AutoInputs) -> Decision {
 
 /// Bytes of the executable mappings of `pid`.
 pub fn text_bytes(pid: u32) -> Option<u64> {
-    let maps = crate::procmaps::read_maps(pid).ok()?;
+    let maps = crate::sys::maps::read_maps(pid).ok()?;
     Some(
         maps.iter()
             .filter(|m| m.executable())

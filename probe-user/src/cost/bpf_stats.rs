@@ -27,8 +27,8 @@ use std::{
 
 use serde::Serialize;
 
-use crate::procmaps::{FileId, MapEntry, read_maps};
-use crate::sys;
+use crate::sys::maps::{FileId, MapEntry, read_maps};
+use crate::sys::{self, procfs};
 
 /// One BPF program on one probe point of an object the target maps.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -79,7 +79,7 @@ impl StatsGuard {
 
 /// Whether the kernel keeps BPF run statistics now (sysctl or an enable fd).
 pub fn stats_enabled() -> bool {
-    fs::read_to_string("/proc/sys/kernel/bpf_stats_enabled").is_ok_and(|v| v.trim() != "0")
+    procfs::kernel_sysctl("bpf_stats_enabled").is_ok_and(|v| v != "0")
 }
 
 /// Finds the BPF programs on uprobes of objects `pid` maps, other than those of the
@@ -197,7 +197,7 @@ fn relative_to_process(file: &str) -> Option<&str> {
 /// process that is not known.
 fn in_process(file: &str, holder: Option<u32>) -> Option<PathBuf> {
     match relative_to_process(file) {
-        Some(rest) => holder.map(|pid| PathBuf::from(format!("/proc/{pid}/{rest}"))),
+        Some(rest) => holder.map(|pid| procfs::file(pid, rest)),
         None => Some(PathBuf::from(file)),
     }
 }
@@ -215,14 +215,11 @@ fn readable(file: &str, holder: Option<u32>) -> String {
 /// Which process holds each BPF link open (from /proc/PID/fdinfo's `link_id:`).
 fn link_holders() -> HashMap<u32, u32> {
     let mut holders = HashMap::new();
-    for pid in crate::target::all_pids() {
-        let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+    for pid in procfs::all_pids() {
+        let Ok(infos) = procfs::fdinfos(pid) else {
             continue;
         };
-        for entry in fds.flatten() {
-            let Ok(info) = fs::read_to_string(entry.path()) else {
-                continue;
-            };
+        for info in infos {
             for id in info
                 .lines()
                 .filter_map(|l| l.strip_prefix("link_id:"))
@@ -388,13 +385,10 @@ pub fn apply_stats(programs: &mut [OtherProgram], before: &[ProgramStats], after
 /// Ids of the BPF programs process `pid` holds open (from /proc/PID/fdinfo).
 pub fn programs_held_by(pid: u32) -> Vec<u32> {
     let mut ids = Vec::new();
-    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+    let Ok(infos) = procfs::fdinfos(pid) else {
         return ids;
     };
-    for entry in dir.flatten() {
-        let Ok(info) = fs::read_to_string(entry.path()) else {
-            continue;
-        };
+    for info in infos {
         ids.extend(
             info.lines()
                 .filter_map(|l| l.strip_prefix("prog_id:"))
@@ -407,9 +401,7 @@ pub fn programs_held_by(pid: u32) -> Vec<u32> {
 }
 
 fn comm(pid: u32) -> Option<String> {
-    fs::read_to_string(format!("/proc/{pid}/comm"))
-        .ok()
-        .map(|c| c.trim().to_string())
+    procfs::comm(pid).ok().map(|c| c.trim().to_string())
 }
 
 /// A uprobe perf event with a BPF program, as `BPF_TASK_FD_QUERY` describes it.
@@ -447,24 +439,15 @@ struct TaskFdQueryAttr {
 /// Every uprobe perf event with a BPF program held by a process not in `exclude`.
 fn perf_event_queries(exclude: &[u32]) -> Vec<FdQuery> {
     let mut out = Vec::new();
-    for pid in crate::target::all_pids() {
+    for pid in procfs::all_pids() {
         if exclude.contains(&pid) {
             continue;
         }
-        let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        let Ok(fds) = procfs::fds(pid) else {
             continue;
         };
-        for fd_entry in fds.flatten() {
-            let is_perf = fs::read_link(fd_entry.path())
-                .is_ok_and(|l| l.as_os_str() == "anon_inode:[perf_event]");
-            let Some(fd) = fd_entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            if !is_perf {
+        for (fd, link) in fds {
+            if link.is_none_or(|l| l.as_os_str() != "anon_inode:[perf_event]") {
                 continue;
             }
             let mut buf = vec![0u8; PATH_MAX];

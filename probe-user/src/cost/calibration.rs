@@ -657,17 +657,9 @@ pub struct Machine {
 
 impl Machine {
     pub fn current() -> Self {
-        let kernel_release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
-            .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| "unknown".into());
-        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        let cpu_model = cpuinfo
-            .lines()
-            .find_map(|l| {
-                let (key, value) = l.split_once(':')?;
-                (key.trim() == "model name").then(|| value.trim().to_string())
-            })
-            .unwrap_or_else(|| "unknown CPU".into());
+        let kernel_release =
+            crate::sys::procfs::kernel_release().unwrap_or_else(|_| "unknown".into());
+        let cpu_model = crate::sys::procfs::cpu_model().unwrap_or_else(|| "unknown CPU".into());
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self {
             kernel_release,

@@ -127,22 +127,10 @@ impl KernelRules {
     /// Whether probed 5-byte nops are optimized.
     pub fn optimizes_nop5(self) -> bool {
         static RUNNING: OnceLock<bool> = OnceLock::new();
-        self.optimizes_nop5
-            .unwrap_or_else(|| *RUNNING.get_or_init(|| kernel_has_symbol("arch_uprobe_optimize")))
+        self.optimizes_nop5.unwrap_or_else(|| {
+            *RUNNING.get_or_init(|| crate::sys::procfs::kernel_has_symbol("arch_uprobe_optimize"))
+        })
     }
-}
-
-/// Whether /proc/kallsyms names `symbol` (a function the kernel was built with); reads
-/// until the first match.
-fn kernel_has_symbol(symbol: &str) -> bool {
-    use std::io::BufRead as _;
-    let Ok(file) = std::fs::File::open("/proc/kallsyms") else {
-        return false;
-    };
-    std::io::BufReader::with_capacity(1 << 16, file)
-        .lines()
-        .map_while(Result::ok)
-        .any(|line| line.split_whitespace().nth(2) == Some(symbol))
 }
 
 /// Longest x86 instruction.

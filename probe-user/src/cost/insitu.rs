@@ -14,9 +14,10 @@
 //! an open-loop load whose rate does not depend on the target's speed. `auto` looks at
 //! the target for a moment and takes the first of syscalls and wakeups that moves.
 
-use std::{collections::HashMap, fmt, fs, io, time::Instant};
+use std::{collections::HashMap, fmt, io, time::Instant};
 
 use super::stats::{XorShift, quantile};
+use crate::sys::procfs;
 
 mod set;
 pub use set::{Members, SetMeter};
@@ -132,11 +133,9 @@ impl TargetMeter {
     }
 
     fn syscalls(&self) -> Result<u64, MeterError> {
-        let text = fs::read_to_string(format!("/proc/{}/io", self.pid)).map_err(|source| {
-            MeterError::Io {
-                pid: self.pid,
-                source,
-            }
+        let text = procfs::io_counters(self.pid).map_err(|source| MeterError::Io {
+            pid: self.pid,
+            source,
         })?;
         Ok(syscalls(&text))
     }
@@ -144,19 +143,11 @@ impl TargetMeter {
     /// Adds every thread's timeslices since the last reading to the running total.
     fn count_wakeups(&mut self) -> Result<(), MeterError> {
         let pid = self.pid;
-        let dir = fs::read_dir(format!("/proc/{pid}/task"))
-            .map_err(|source| MeterError::Threads { pid, source })?;
+        let threads = procfs::threads(pid).map_err(|source| MeterError::Threads { pid, source })?;
         let mut now = HashMap::with_capacity(self.slices.len());
-        for entry in dir.flatten() {
-            let Some(tid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|t| t.parse::<u32>().ok())
-            else {
-                continue;
-            };
+        for tid in threads {
             // A thread that exits between the listing and the read is simply gone.
-            let Ok(text) = fs::read_to_string(entry.path().join("schedstat")) else {
+            let Ok(text) = procfs::thread_file(pid, tid, "schedstat") else {
                 continue;
             };
             if let Some(count) = timeslices(&text) {

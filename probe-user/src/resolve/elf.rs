@@ -13,7 +13,7 @@ use object::elf::{
 use object::read::elf::{FileHeader, ProgramHeader as _, Rela as _, SectionHeader as _, Sym as _};
 use object::{Endianness, FileKind};
 
-use crate::procmaps::MapEntry;
+use crate::sys::maps::MapEntry;
 
 /// Longest symbol name kept; longer ones are skipped as garbage.
 const MAX_NAME_LEN: usize = 64 * 1024;
@@ -398,7 +398,7 @@ pub fn load_bias<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::procmaps::parse_maps;
+    use crate::sys::maps::parse_maps;
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {

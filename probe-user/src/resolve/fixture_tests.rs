@@ -15,8 +15,8 @@ use super::list::{ListSource, ListedKind, Listing, list_with};
 use super::symbols::SymbolTable;
 use super::usdt_args::{ArgLocation, Displacement, Reg, RegRef, UsdtArg, parse_args};
 use super::*;
-use crate::procmaps::{self as maps, FileId};
 use crate::spec::{ProbeKind, ProbeSpec};
+use crate::sys::maps::{self, FileId};
 use crate::target::Target;
 
 // ---------------------------------------------------------------------------------------

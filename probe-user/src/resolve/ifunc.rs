@@ -4,8 +4,6 @@
 //! the GOT slot of each `R_X86_64_IRELATIVE` relocation whose addend is the resolver:
 //! reading that slot in the running process gives the implementation it calls.
 
-use std::os::unix::fs::FileExt as _;
-
 use super::elf::ElfImage;
 use super::symbols::{Function, SymbolTable};
 
@@ -72,8 +70,7 @@ pub fn implementation(
 
 /// Eight bytes of process `pid`'s memory at `address` (little-endian, x86-64 only).
 fn read_u64(pid: u32, address: u64) -> std::io::Result<u64> {
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
     let mut bytes = [0u8; 8];
-    mem.read_exact_at(&mut bytes, address)?;
+    crate::sys::procfs::read_memory(pid, address, &mut bytes)?;
     Ok(u64::from_le_bytes(bytes))
 }

@@ -10,8 +10,8 @@ use super::elf::{self, ElfImage};
 use super::symbols::SymbolTable;
 use super::usdt::{self, UsdtNoteError, UsdtProbe};
 use super::{MAX_SUGGESTIONS, ResolveError, ResolveOptions, ldcache, suggest};
-use crate::procmaps::{self as maps, FileId, MapEntry};
 use crate::spec::{ProbeKind, ProbeSpec};
+use crate::sys::maps::{self, FileId, MapEntry};
 use crate::target::Target;
 
 /// Largest object file read (a debug build of a big server is a few hundred MiB).
@@ -58,7 +58,7 @@ impl<'a> Scope<'a> {
         Scope::Process {
             target,
             maps: maps::read_maps(target.proc_pid()).unwrap_or_default(),
-            root: PathBuf::from(format!("/proc/{}/root", target.proc_pid())),
+            root: crate::sys::procfs::file(target.proc_pid(), "root"),
             exe_id,
         }
     }
@@ -122,12 +122,10 @@ impl<'a> Scope<'a> {
         let via = if entry.deleted {
             // The name now points elsewhere (or nowhere); the mapping still reaches the
             // mapped inode.
-            PathBuf::from(format!(
-                "/proc/{}/map_files/{:x}-{:x}",
+            crate::sys::procfs::file(
                 target.proc_pid(),
-                entry.start,
-                entry.end
-            ))
+                &format!("map_files/{:x}-{:x}", entry.start, entry.end),
+            )
         } else {
             in_root.clone()
         };

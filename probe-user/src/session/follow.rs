@@ -31,10 +31,10 @@ use crate::present::{
     export::ExecReport,
     tui::{TargetLine, UiEvent},
 };
-use crate::procmaps as maps;
 use crate::resolve::{self, ProbePoint, ResolveOptions};
 use crate::spec::ProbeSpec;
 use crate::stream::CollectorCommand;
+use crate::sys::maps;
 use crate::sys::say;
 use crate::target::{PinnedExe, Target};
 use probe_common::ProbeConfig;

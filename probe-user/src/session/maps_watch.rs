@@ -13,7 +13,7 @@ use std::{sync::Arc, time::Duration};
 use super::probe::Probe;
 use super::report::{ReportSource, unix_now_ms};
 use crate::present::export::ReplacedObject;
-use crate::procmaps::{self as maps, FileId, MapEntry};
+use crate::sys::maps::{self, FileId, MapEntry};
 
 /// How often the maps are read: a replaced library shows its first calls' loss within
 /// this.

@@ -5,11 +5,11 @@
 use std::{
     collections::{BTreeSet, HashMap},
     fs, io,
-    os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
     time::Duration,
 };
 
+use crate::sys::maps::{self, FileId};
 use crate::{UsageError, attach::ProcessSet, cli::RunArgs};
 
 /// How often a cgroup's member list is read again for processes moved into it.
@@ -148,7 +148,7 @@ fn cgroup_members(dir: &Path) -> io::Result<Vec<u32>> {
 
 /// (pid, parent pid) of every process now.
 fn parents() -> Vec<(u32, u32)> {
-    crate::target::all_pids()
+    crate::sys::procfs::all_pids()
         .into_iter()
         .filter_map(|pid| Some((pid, crate::sys::procfs::Stat::of(pid)?.ppid)))
         .collect()
@@ -177,19 +177,12 @@ type FileKey = (u32, u32, u64);
 
 /// (device, inode) of every file `pid` maps.
 fn mapped_files(pid: u32) -> BTreeSet<FileKey> {
-    let Ok(maps) = fs::read_to_string(format!("/proc/{pid}/maps")) else {
+    let Ok(maps) = maps::read_maps(pid) else {
         return BTreeSet::new();
     };
-    maps.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let dev = fields.nth(3)?;
-            let inode: u64 = fields.next()?.parse().ok()?;
-            let (major, minor) = dev.split_once(':')?;
-            let major = u32::from_str_radix(major, 16).ok()?;
-            let minor = u32::from_str_radix(minor, 16).ok()?;
-            (inode != 0).then_some((major, minor, inode))
-        })
+    maps.iter()
+        .filter(|m| m.inode != 0)
+        .map(|m| (m.dev_major, m.dev_minor, m.inode))
         .collect()
 }
 
@@ -215,10 +208,10 @@ pub(super) fn silent_probe_hints(pid: u32, silent: &[(String, PathBuf)]) -> Vec<
     }
     let mut lines = Vec::new();
     for (file, specs) in by_file {
-        let Ok(meta) = fs::metadata(&file) else {
+        let Ok(id) = FileId::of(&file) else {
             continue;
         };
-        let key = (libc::major(meta.dev()), libc::minor(meta.dev()), meta.ino());
+        let key = (id.dev_major, id.dev_minor, id.inode);
         let mapping: Vec<u32> = maps
             .iter()
             .filter(|(_, files)| files.contains(&key))

@@ -1,15 +1,19 @@
 //! The raw system calls, behind safe functions: each `unsafe` of probe-user that talks
 //! to the kernel directly is here, with its SAFETY line, and its callers use the safe
-//! wrappers; and one parser of each /proc per-process format probetop reads in several
-//! places ([`procfs`]). A leaf: it uses nothing of the crate. BPF maps and programs go through
-//! aya; the few `bpf(2)` commands aya 0.14 does not have are [`bpf`]'s. The lines
-//! probetop writes to stderr go through [`stderr`], which holds them while the TUI
-//! has the terminal.
+//! wrappers (anonymous and executable memory: [`mem`]). Every file of /proc probetop
+//! reads is named here too, with one parser of each format: per-process files, sysctls,
+//! kallsyms ([`procfs`]) and the memory map ([`maps`]). A leaf: it uses nothing of the
+//! crate. BPF maps and programs go through aya; the few `bpf(2)` commands aya 0.14 does
+//! not have are [`bpf`]'s. The lines probetop writes to stderr go through [`stderr`],
+//! which holds them while the TUI has the terminal.
 
 pub mod bpf;
 pub mod clock;
 pub mod cpu;
+pub mod files;
 pub mod limits;
+pub mod maps;
+pub mod mem;
 pub mod perf;
 pub mod process;
 pub mod procfs;

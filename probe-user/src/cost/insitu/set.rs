@@ -41,7 +41,7 @@ impl Members {
             set.extend(cgroup_members(dir));
         }
         if self.follow_forks {
-            let parents: Vec<(u32, u32)> = crate::target::all_pids()
+            let parents: Vec<(u32, u32)> = crate::sys::procfs::all_pids()
                 .into_iter()
                 .filter_map(|pid| Some((pid, Stat::of(pid)?.ppid)))
                 .collect();
@@ -178,7 +178,7 @@ impl SetMeter {
 
     /// The set's totals now. Fails only when no member can be read at all.
     pub fn read(&mut self) -> Result<Reading, MeterError> {
-        let now_ticks = boot_ticks();
+        let now_ticks = crate::sys::procfs::boot_ticks();
         let kind = match self.work {
             // Resolved in `new`; never read as auto.
             WorkMeter::Auto => WorkMeter::None,
@@ -263,16 +263,6 @@ impl SetMeter {
             lost: self.lost,
         })
     }
-}
-
-/// Time since boot in clock ticks (/proc/uptime, the clock a process's start time is
-/// on); `None` if unknown, and then no process counts from its birth.
-fn boot_ticks() -> Option<u64> {
-    let ticks = crate::sys::clock::clock_ticks_per_second()?;
-    let uptime = fs::read_to_string("/proc/uptime").ok()?;
-    let seconds: f64 = uptime.split_whitespace().next()?.parse().ok()?;
-    // Rounded down: a process started in the tick of the reading counts from birth.
-    Some((seconds * ticks as f64) as u64)
 }
 
 #[cfg(test)]

@@ -263,9 +263,7 @@ mod tests {
     fn a_fifo_or_device_is_refused_without_being_opened() {
         let dir = temp_dir("fifo");
         let fifo = dir.join("r.json");
-        let c_path = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
-        // SAFETY: mkfifo reads a NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+        crate::sys::files::mkfifo(&fifo, 0o644).expect("mkfifo");
         // An open would block here for good: no reader ever comes.
         let refused = check(&fifo, false).expect_err("a FIFO");
         assert_eq!(

@@ -1,6 +1,6 @@
-//! `/proc/PID/maps`: which files a process has mapped, and where. A leaf: `resolve`
-//! turns a mapping into a load bias (`resolve::elf::load_bias`); `cost` and `calibrate`
-//! read it too.
+//! `/proc/PID/maps`: which files a process has mapped, and where. `resolve` turns a
+//! mapping into a load bias (`resolve::elf::load_bias`); `cost`, `calibrate` and
+//! `session` read it too.
 
 use std::{fs, io, path::Path};
 
@@ -35,6 +35,10 @@ impl MapEntry {
         self.inode != 0 && self.path.as_deref().is_some_and(|p| p.starts_with('/'))
     }
 }
+
+/// This process's executable, as a path the kernel resolves even when the file was
+/// replaced on disk since.
+pub const OWN_EXE: &str = "/proc/self/exe";
 
 /// Reads and parses `/proc/PID/maps`.
 pub fn read_maps(pid: u32) -> io::Result<Vec<MapEntry>> {
