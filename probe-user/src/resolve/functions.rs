@@ -37,17 +37,22 @@ pub(super) fn resolve_functions(
                 .unwrap_or(&f.name);
             let mut resolved = (wrote != &f.name).then(|| f.name.display.clone());
             let mut target = (f.address, f.file_offset, f.size);
-            // Through the IFUNC's own name, not its resolver's (`resolve_probe_ifunc`,
-            // at the same address, still probes the resolver). A pattern keeps it at the
+            // An IFUNC's symbol is its resolver, which runs once at load: the probe goes
+            // where the target's calls go, the implementation the resolver chose (read
+            // from the target's GOT), for a name and for a pattern alike. A name whose
+            // choice cannot be read is refused; a pattern keeps that one at its
             // resolver, as `probetop list` shows it, and the run says so.
-            let ifunc_resolver =
-                literal.is_none() && f.names().any(|n| n.ifunc && n.matches(&glob));
-            if literal.is_some()
-                && wrote.ifunc
-                && let Some((pid, bias)) = scope.pid().zip(obj.load_bias)
-            {
-                match ifunc::implementation(pid, &obj.image, table, bias, f.address) {
-                    Ok(chosen) => {
+            let matched_ifunc = match literal {
+                Some(_) => wrote.ifunc,
+                None => f.names().any(|n| n.ifunc && n.matches(&glob)),
+            };
+            let mut ifunc_resolver = false;
+            if matched_ifunc {
+                let chosen = scope.pid().zip(obj.load_bias).map(|(pid, bias)| {
+                    ifunc::implementation(pid, &obj.image, table, bias, f.address)
+                });
+                match chosen {
+                    Some(Ok(chosen)) => {
                         resolved = Some(match &chosen.function {
                             Some(g) => g.name.display.clone(),
                             None => format!("implementation at {:#x}", chosen.address),
@@ -55,13 +60,16 @@ pub(super) fn resolve_functions(
                         let size = chosen.function.as_ref().map_or(0, |g| g.size);
                         target = (chosen.address, chosen.file_offset, size);
                     }
-                    Err(reason) => {
+                    Some(Err(reason)) if literal.is_some() => {
                         return Err(ResolveError::Ifunc {
                             name: wrote.display.clone(),
                             object: obj.r.display.clone(),
                             reason,
                         });
                     }
+                    // No process to read the choice from (a binary path), or a
+                    // pattern's IFUNC without one: at the resolver, said once.
+                    _ => ifunc_resolver = literal.is_none(),
                 }
             }
             let (address, file_offset, size) = target;

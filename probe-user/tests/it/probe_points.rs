@@ -431,3 +431,23 @@ fn ifunc_and_alias_probes_count_every_call_under_the_name_written() {
     assert_eq!(calloc["hits"], CALLS, "{calloc}");
     assert_eq!(calloc["resolved"], "__libc_calloc");
 }
+
+/// A pattern that matches an IFUNC probes the implementation too (it kept the resolver,
+/// which counted nothing, with a warning): `strl?n` matches `strlen` alone.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_pattern_matching_an_ifunc_probes_the_implementation() {
+    let _turn = turn(module_path!());
+    const CALLS: u64 = 100_000;
+    let target = started(&fixture("c/libcalls"), &["--count", &CALLS.to_string()]);
+    let report = measure(target.pid(), &["-e", "uprobe:libc:strl?n"], || {
+        target.signal(libc::SIGUSR1)
+    });
+    let strlen = probe(&report, "strlen");
+    assert_eq!(strlen["hits"], CALLS, "{strlen}");
+    let chosen = strlen["resolved"].as_str().unwrap_or_default();
+    assert!(
+        chosen.contains("strlen") || chosen.starts_with("implementation at"),
+        "{strlen}"
+    );
+}
