@@ -31,12 +31,11 @@ impl Workload {
     /// Runs `iters` iterations of the gap loop calling `func`.
     fn run_gap(&mut self, func: Func, iters: u64, sleep_us: u64) -> Result<GapRun, CalibrateError> {
         let command = format!("gap {} {iters} {}", func.name(), sleep_us * 1000);
-        let values = self.ask(&command, "gap", 4)?;
+        let values = self.ask(&command, "gap", 3)?;
         Ok(GapRun {
             cpu_ns_per_iter: values[0],
             wall_ns_per_iter: values[1],
-            call_ns_median: values[2],
-            call_ns_trimmed_mean: values[3],
+            call_ns_trimmed_mean: values[2],
         })
     }
 }

@@ -540,10 +540,9 @@ pub struct GapRun {
     pub cpu_ns_per_iter: f64,
     /// Wall ns per iteration: the time from one call to the next.
     pub wall_ns_per_iter: f64,
-    /// The call alone, from just before it to just after by the time-stamp counter: the
-    /// median, and the mean of all but the slowest 2% (an interrupt or a preemption). The
-    /// sleep's syscall and wakeup, which vary by more than a hit costs, are left out.
-    pub call_ns_median: f64,
+    /// The call alone, from just before it to just after by the time-stamp counter, the
+    /// mean of all but the slowest 2% (an interrupt or a preemption). The sleep's
+    /// syscall and wakeup, which vary by more than a hit costs, are left out.
     pub call_ns_trimmed_mean: f64,
 }
 
@@ -575,11 +574,9 @@ pub fn run_gap(func: Func, iters: u64, sleep_ns: u64) -> GapRun {
     let ns_per_tick = wall_end.saturating_sub(wall_start) as f64
         / tsc_end.saturating_sub(tsc_start).max(1) as f64;
     call_ticks.sort_unstable();
-    let call_median = median_of(&mut call_ticks);
     GapRun {
         cpu_ns_per_iter: cpu_end.saturating_sub(cpu_start) as f64 / n as f64,
         wall_ns_per_iter: wall_end.saturating_sub(wall_start) as f64 / n as f64,
-        call_ns_median: call_median * ns_per_tick,
         call_ns_trimmed_mean: mean_below(&call_ticks, 0.98) * ns_per_tick,
     }
 }
@@ -587,7 +584,7 @@ pub fn run_gap(func: Func, iters: u64, sleep_ns: u64) -> GapRun {
 /// The mean of the sorted `values` below the `keep` quantile.
 fn mean_below(sorted: &[u64], keep: f64) -> f64 {
     let count = ((sorted.len() as f64 * keep).ceil() as usize).min(sorted.len());
-    let kept = &sorted[..count.max(1).min(sorted.len())];
+    let kept = &sorted[..count];
     if kept.is_empty() {
         return 0.0;
     }
@@ -600,7 +597,7 @@ const WARMUP_GAP_CALLS: u64 = 3;
 /// The child's side: `ready`, then one reply per command on stdin until it closes.
 /// `run FUNC CALLS WARMUP` -> `ns PER_CALL`;
 /// `cold FUNC ITERS WARMUP DATA_BYTES CODE_BYTES` -> `cold CPU_PER_ITER ITER CALL`;
-/// `gap FUNC ITERS SLEEP_NS` -> `gap CPU_PER_ITER WALL_PER_ITER CALL_MEDIAN CALL_TRIMMED`;
+/// `gap FUNC ITERS SLEEP_NS` -> `gap CPU_PER_ITER WALL_PER_ITER CALL_TRIMMED_MEAN`;
 /// anything else -> `error ...`.
 pub fn child_main() -> anyhow::Result<()> {
     let stdin = io::stdin();
@@ -649,11 +646,8 @@ pub fn child_main() -> anyhow::Result<()> {
                     (Some(func), Ok(iters), Ok(sleep_ns)) => {
                         let r = run_gap(func, iters, sleep_ns);
                         format!(
-                            "gap {} {} {} {}",
-                            r.cpu_ns_per_iter,
-                            r.wall_ns_per_iter,
-                            r.call_ns_median,
-                            r.call_ns_trimmed_mean
+                            "gap {} {} {}",
+                            r.cpu_ns_per_iter, r.wall_ns_per_iter, r.call_ns_trimmed_mean
                         )
                     }
                     _ => format!("error bad command {line:?}"),
