@@ -31,6 +31,9 @@ const PROBES: [&str; 4] = [
     "uretprobe:dispatch_command",
     "uprobe:mysql_execute_command",
 ];
+/// Called only by SHUTDOWN: probetop attached to it costs the server its presence alone
+/// (its threads, its reads of /proc, the breakpoint's page), no hit.
+const NEVER_HIT: &str = "uprobe:kill_mysql";
 const TEST: &str = "oltp_point_select";
 /// Statements per second of the cells: the range is 2k-10k.
 pub const DEFAULT_RATES: [u32; 2] = [2000, 6000];
@@ -45,6 +48,9 @@ pub struct CheckOptions {
     pub modes: Vec<String>,
     /// Attached/detached block pairs of the outside measurement.
     pub pairs: u32,
+    /// Also a block with probetop attached to a probe that never fires after each pair:
+    /// the part of the truth that is probetop's presence, not its hits.
+    pub presence: bool,
     pub block_seconds: f64,
     /// Length of each probetop --in-situ run.
     pub in_situ_seconds: f64,
@@ -79,6 +85,7 @@ impl CheckOptions {
             rates,
             modes,
             pairs: pairs.unwrap_or(if quick { 2 } else { 6 }).max(1),
+            presence: true,
             block_seconds: if quick { 4.0 } else { 8.0 },
             in_situ_seconds: if quick { 12.0 } else { 60.0 },
             out,
@@ -93,8 +100,10 @@ struct Cell {
     mode: String,
     /// Hits per second of the attached blocks.
     hits_per_second: f64,
-    /// Added mariadbd CPU per hit of each pair of blocks, ns.
+    /// Added mariadbd CPU per hit of each attached block, ns.
     truth_ns: Vec<f64>,
+    /// Added mariadbd CPU (in CPUs) of each present block: probetop with no hits.
+    presence_share: Vec<f64>,
     /// mariadbd's own CPU share in the detached blocks.
     base_share: f64,
     in_situ: Vec<(String, Value)>,
@@ -163,12 +172,12 @@ pub fn check_on(
     Ok(())
 }
 
-fn probetop_command(probetop: &Path, pid: u32, mode: &str) -> Command {
+fn probetop_command(probetop: &Path, pid: u32, mode: &str, probes: &[&str]) -> Command {
     let mut cmd = Command::new(probetop);
     cmd.arg("--pid")
         .arg(pid.to_string())
         .args(["--no-tui", "--mode", mode]);
-    for spec in PROBES {
+    for spec in probes {
         cmd.args(["-e", spec]);
     }
     cmd
@@ -190,7 +199,9 @@ fn measure_cell(
 ) -> Result<Cell> {
     let pid = server.pid();
     // One open-loop load for the whole cell, longer than everything measured in it.
-    let seconds = f64::from(options.pairs) * 2.0 * (options.block_seconds + 3.0)
+    let blocks_per_pair = if options.presence { 4.0 } else { 2.0 };
+    let seconds = (f64::from(options.pairs) * blocks_per_pair + 1.0)
+        * (options.block_seconds + 3.0)
         + 2.0 * (options.in_situ_seconds + 5.0)
         + 20.0;
     let mut load = sysbench.command(TEST);
@@ -209,48 +220,64 @@ fn measure_cell(
     thread::sleep(Duration::from_secs(5));
 
     let measure_s = options.block_seconds;
-    let mut blocks = Vec::new();
-    for pair in 0..options.pairs {
-        // ABBA: a load that drifts within a pair cancels over two.
-        let order = if pair % 2 == 0 {
-            [true, false]
-        } else {
-            [false, true]
-        };
-        for attached in order {
-            if attached {
-                let json = work.join(format!("truth-{rate}-{mode}-{pair}.json"));
-                let mut cmd = probetop_command(probetop, pid, mode);
-                cmd.arg("-o").arg(&json);
-                let mut tool = Tool::start(cmd, "attached", Stream::Stderr)?;
-                let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
-                thread::sleep(Duration::from_secs_f64(measure_s));
-                let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
-                tool.stop()?;
-                let share = (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64();
-                let report = read_json(&json)?;
-                let hits: u64 = report["probes"]
-                    .as_array()
-                    .map(|p| p.iter().filter_map(|p| p["hits"].as_u64()).sum())
-                    .unwrap_or(0);
-                let duration = report["duration_s"].as_f64().unwrap_or(0.0);
-                ensure!(duration > 0.0 && hits > 0, "no hits in {}", json.display());
-                blocks.push(Block {
-                    share,
-                    hits_per_second: Some(hits as f64 / duration),
-                });
-            } else {
-                // The same settling time as an attach takes, then the same window.
-                thread::sleep(Duration::from_secs(1));
-                let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
-                thread::sleep(Duration::from_secs_f64(measure_s));
-                let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
-                blocks.push(Block {
-                    share: (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64(),
-                    hits_per_second: None,
-                });
-            }
+    // Detached blocks between every other kind, so each attached or present block has a
+    // detached neighbour on either side: D A D P D A D P D ...
+    let mut sequence = vec![BlockKind::Detached];
+    for _ in 0..options.pairs {
+        sequence.push(BlockKind::Attached);
+        sequence.push(BlockKind::Detached);
+        if options.presence {
+            sequence.push(BlockKind::Present);
+            sequence.push(BlockKind::Detached);
         }
+    }
+    let mut blocks = Vec::new();
+    for (index, kind) in sequence.into_iter().enumerate() {
+        let probes: &[&str] = match kind {
+            BlockKind::Attached => &PROBES,
+            BlockKind::Present => &[NEVER_HIT],
+            BlockKind::Detached => &[],
+        };
+        if probes.is_empty() {
+            // The same settling time as an attach takes, then the same window.
+            thread::sleep(Duration::from_secs(1));
+            let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
+            thread::sleep(Duration::from_secs_f64(measure_s));
+            let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
+            blocks.push(Block {
+                share: (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64(),
+                kind,
+                hits_per_second: 0.0,
+            });
+            continue;
+        }
+        let json = work.join(format!("truth-{rate}-{mode}-{index}.json"));
+        let mut cmd = probetop_command(probetop, pid, mode, probes);
+        cmd.arg("-o").arg(&json);
+        let mut tool = Tool::start(cmd, "attached", Stream::Stderr)?;
+        let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
+        thread::sleep(Duration::from_secs_f64(measure_s));
+        let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
+        tool.stop()?;
+        let share = (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64();
+        let report = read_json(&json)?;
+        let hits: u64 = report["probes"]
+            .as_array()
+            .map(|p| p.iter().filter_map(|p| p["hits"].as_u64()).sum())
+            .unwrap_or(0);
+        let duration = report["duration_s"].as_f64().unwrap_or(0.0);
+        ensure!(duration > 0.0, "no run time in {}", json.display());
+        ensure!(
+            (kind == BlockKind::Attached) == (hits > 0),
+            "{} hits in {} ({kind:?} block)",
+            hits,
+            json.display()
+        );
+        blocks.push(Block {
+            share,
+            kind,
+            hits_per_second: hits as f64 / duration,
+        });
     }
     let truth_ns = truth_per_hit(&blocks);
     let mut in_situ = Vec::new();
@@ -258,7 +285,7 @@ fn measure_cell(
     let mut estimate_assumes = None;
     for meter in ["auto", "none"] {
         let json = work.join(format!("insitu-{rate}-{mode}-{meter}.json"));
-        let mut cmd = probetop_command(probetop, pid, mode);
+        let mut cmd = probetop_command(probetop, pid, mode, &PROBES);
         cmd.args(["--in-situ", "--work", meter])
             .args(["--assume", &options.assume])
             .arg("--duration")
@@ -289,14 +316,19 @@ fn measure_cell(
         hits_per_second: median(
             &blocks
                 .iter()
-                .filter_map(|b| b.hits_per_second)
+                .filter(|b| b.kind == BlockKind::Attached)
+                .map(|b| b.hits_per_second)
                 .collect::<Vec<_>>(),
         ),
         truth_ns,
+        presence_share: added_share(&blocks, BlockKind::Present)
+            .into_iter()
+            .map(|(added, _)| added)
+            .collect(),
         base_share: median(
             &blocks
                 .iter()
-                .filter(|b| b.hits_per_second.is_none())
+                .filter(|b| b.kind == BlockKind::Detached)
                 .map(|b| b.share)
                 .collect::<Vec<_>>(),
         ),
@@ -306,26 +338,38 @@ fn measure_cell(
     })
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BlockKind {
+    /// probetop with the request-path probes.
+    Attached,
+    /// probetop with one probe that never fires: what its presence alone costs.
+    Present,
+    /// Nothing attached.
+    Detached,
+}
+
 /// One block of the outside measurement, in time order.
 struct Block {
     /// mariadbd's CPU over the block, in CPUs.
     share: f64,
-    /// The probes' hits per second, for a block with probetop attached.
-    hits_per_second: Option<f64>,
+    kind: BlockKind,
+    /// The probes' hits per second (0 unless attached).
+    hits_per_second: f64,
 }
 
-/// Added CPU per hit (ns) of each attached block against the mean of the detached
-/// blocks next to it on either side: a load that drifts linearly cancels, as in the
-/// in-situ measurement itself.
-fn truth_per_hit(blocks: &[Block]) -> Vec<f64> {
+/// Added CPU (in CPUs) of each block of `kind` against the mean of the detached blocks
+/// next to it on either side, with the block: a load that drifts linearly cancels, as in
+/// the in-situ measurement itself.
+fn added_share(blocks: &[Block], kind: BlockKind) -> Vec<(f64, &Block)> {
     fn detached<'a>(mut side: impl Iterator<Item = &'a Block>) -> Option<f64> {
-        side.find(|b| b.hits_per_second.is_none()).map(|b| b.share)
+        side.find(|b| b.kind == BlockKind::Detached)
+            .map(|b| b.share)
     }
     blocks
         .iter()
         .enumerate()
+        .filter(|(_, block)| block.kind == kind)
         .filter_map(|(i, block)| {
-            let hits = block.hits_per_second?;
             let before = detached(blocks[..i].iter().rev());
             let after = detached(blocks[i + 1..].iter());
             let base = match (before, after) {
@@ -333,8 +377,16 @@ fn truth_per_hit(blocks: &[Block]) -> Vec<f64> {
                 (Some(x), None) | (None, Some(x)) => x,
                 (None, None) => return None,
             };
-            Some((block.share - base) * 1e9 / hits)
+            Some((block.share - base, block))
         })
+        .collect()
+}
+
+/// Added CPU per hit (ns) of each attached block.
+fn truth_per_hit(blocks: &[Block]) -> Vec<f64> {
+    added_share(blocks, BlockKind::Attached)
+        .into_iter()
+        .map(|(added, block)| added * 1e9 / block.hits_per_second)
         .collect()
 }
 
@@ -373,10 +425,18 @@ fn render(
     line(
         &mut w,
         format!(
-            "- **truth**: mariadbd's CPU (its process CPU clock) over {:.0} s blocks with probetop attached and with nothing attached, {} pairs in ABBA order; per hit = an attached block's CPU minus the mean of the detached blocks on either side of it, over its hits per second. Median and IQR over the attached blocks.",
+            "- **truth**: mariadbd's CPU (its process CPU clock) over {:.0} s blocks with probetop attached and with nothing attached, {} attached blocks, each between two detached ones; per hit = an attached block's CPU minus the mean of the detached blocks on either side of it, over its hits per second. Median and IQR over the attached blocks.",
             options.block_seconds, options.pairs
         ),
     );
+    if options.presence {
+        line(
+            &mut w,
+            format!(
+                "- **presence**: as many blocks, between detached ones too, with probetop attached in the same mode to `{NEVER_HIT}`, which never fires: what probetop's being there costs the server without a hit (its threads on the server's CPUs, its reads of /proc, the breakpoint's page). Median added share of a CPU; in brackets over the attached blocks' hits, the part of the truth per hit that is presence. **per hit** = truth minus that part."
+            ),
+        );
+    }
     line(
         &mut w,
         format!(
@@ -393,23 +453,36 @@ fn render(
     );
     line(
         &mut w,
-        "| statements/s | mode | hits/s | mariadbd base CPU | truth ns/hit (IQR) | in situ, --work auto (95% CI) | vs truth | in situ, --work none (95% CI) | vs truth | estimate | vs truth |".into(),
+        "| statements/s | mode | hits/s | mariadbd base CPU | truth ns/hit (IQR) | presence, % of a CPU [ns/hit] | per hit | in situ, --work auto (95% CI) | vs truth | in situ, --work none (95% CI) | vs truth | estimate | vs truth | vs per hit |".into(),
     );
     line(
         &mut w,
-        "|---|---|---|---|---|---|---|---|---|---|---|".into(),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
     );
     for cell in cells {
         let truth = median(&cell.truth_ns);
+        let presence = (!cell.presence_share.is_empty()).then(|| median(&cell.presence_share));
+        let presence_per_hit = presence.map(|p| p * 1e9 / cell.hits_per_second);
+        let per_hit = presence_per_hit.map(|p| truth - p);
         let mut row = format!(
-            "| {} | {} | {:.0} | {:.1}% | {:.0} ({:.0}-{:.0}) |",
+            "| {} | {} | {:.0} | {:.1}% | {:.0} ({:.0}-{:.0}) | {} | {} |",
             cell.rate,
             cell.mode,
             cell.hits_per_second,
             cell.base_share * 100.0,
             truth,
             quantile(&cell.truth_ns, 0.25),
-            quantile(&cell.truth_ns, 0.75)
+            quantile(&cell.truth_ns, 0.75),
+            match (presence, presence_per_hit) {
+                (Some(p), Some(h)) => format!(
+                    "{:.2}% ({:.2}-{:.2}) [{h:.0}]",
+                    p * 100.0,
+                    quantile(&cell.presence_share, 0.25) * 100.0,
+                    quantile(&cell.presence_share, 0.75) * 100.0
+                ),
+                _ => "-".into(),
+            },
+            per_hit.map_or("-".into(), |p| format!("{p:.0}"))
         );
         for (_, s) in &cell.in_situ {
             let per_hit = &s["per_hit_ns"];
@@ -437,6 +510,10 @@ fn render(
                 off_by(e, truth)
             )),
             None => row.push_str(" no calibration | - |"),
+        }
+        match (cell.estimate_ns, per_hit) {
+            (Some(e), Some(p)) => row.push_str(&format!(" {} |", off_by(e, p))),
+            _ => row.push_str(" - |"),
         }
         line(&mut w, row);
     }
@@ -491,11 +568,13 @@ mod tests {
     fn each_attached_block_against_its_detached_neighbours() {
         let on = |share, hits| Block {
             share,
-            hits_per_second: Some(hits),
+            kind: BlockKind::Attached,
+            hits_per_second: hits,
         };
         let off = |share| Block {
             share,
-            hits_per_second: None,
+            kind: BlockKind::Detached,
+            hits_per_second: 0.0,
         };
         // ABBA: on off off on on off, a load drifting by 0.01 a block.
         let blocks = [
@@ -512,6 +591,41 @@ mod tests {
         assert!(truth[0].abs() < 1e-6, "{truth:?}");
         assert!((truth[1] - 5.0).abs() < 1e-6, "{truth:?}");
         assert!((truth[2] - 15.0).abs() < 1e-6, "{truth:?}");
+    }
+
+    #[test]
+    fn present_blocks_against_detached_ones_only() {
+        let block = |share, kind| Block {
+            share,
+            kind,
+            hits_per_second: if kind == BlockKind::Attached {
+                1e6
+            } else {
+                0.0
+            },
+        };
+        // D A D P D: the present block between 0.12 and 0.13, the attached one's
+        // neighbours skip nothing but must not count the present block as detached.
+        let blocks = [
+            block(0.10, BlockKind::Detached),
+            block(0.20, BlockKind::Attached),
+            block(0.12, BlockKind::Detached),
+            block(0.135, BlockKind::Present),
+            block(0.13, BlockKind::Detached),
+            block(0.30, BlockKind::Attached),
+            block(0.20, BlockKind::Present),
+        ];
+        let present: Vec<f64> = added_share(&blocks, BlockKind::Present)
+            .into_iter()
+            .map(|(added, _)| added)
+            .collect();
+        assert_eq!(present.len(), 2);
+        assert!((present[0] - 0.01).abs() < 1e-9, "{present:?}");
+        // The last present block has only the detached 0.13 before it, not the attached 0.30.
+        assert!((present[1] - 0.07).abs() < 1e-9, "{present:?}");
+        let truth = truth_per_hit(&blocks);
+        assert!((truth[0] - 90.0).abs() < 1e-6, "{truth:?}");
+        assert!((truth[1] - 170.0).abs() < 1e-6, "{truth:?}");
     }
 
     #[test]

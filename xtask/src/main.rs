@@ -215,6 +215,12 @@ enum Task {
         /// Length of each probetop --in-situ run [default: 60, --quick: 12].
         #[arg(long, value_name = "SECS")]
         in_situ_seconds: Option<f64>,
+        /// Length of each block of the outside measurement [default: 8, --quick: 4].
+        #[arg(long, value_name = "SECS")]
+        block_seconds: Option<f64>,
+        /// No blocks with probetop attached to a probe that never fires (its presence).
+        #[arg(long)]
+        no_presence: bool,
         /// Directory of mysqld.md [default: docs].
         #[arg(long)]
         out: Option<PathBuf>,
@@ -417,6 +423,8 @@ fn run_task(cli: Cli) -> Result<()> {
             modes,
             pairs,
             in_situ_seconds,
+            block_seconds,
+            no_presence,
             out,
             assume,
         } => {
@@ -428,6 +436,14 @@ fn run_task(cli: Cli) -> Result<()> {
             fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
             let mut options = insitu_check::CheckOptions::new(quick, rates, modes, pairs, out)?;
             options.assume = assume;
+            options.presence = !no_presence;
+            if let Some(seconds) = block_seconds {
+                ensure!(
+                    seconds.is_finite() && seconds >= 1.0,
+                    "--block-seconds: give at least 1"
+                );
+                options.block_seconds = seconds;
+            }
             if let Some(seconds) = in_situ_seconds {
                 ensure!(
                     seconds.is_finite() && seconds >= 5.0,
