@@ -13,12 +13,12 @@ use probe_user::attach::args::args_config;
 use probe_user::resolve::debuginfo::{self, DebugSearch, MAX_DEBUGDATA_BYTES};
 use probe_user::resolve::elf::{ElfImage, RawStapsdtNote};
 use probe_user::resolve::glob::Glob;
-use probe_user::sys::maps::MapEntry;
 use probe_user::resolve::symbols::{self, SymbolTable};
 use probe_user::resolve::usdt::{self, UsdtProbe};
 use probe_user::resolve::usdt_args::{self, ArgLocation, UsdtArg};
-use probe_user::resolve::{ProbePoint, UsdtSite, suggest};
-use probe_user::spec::{ProbeKind, ProbeSpec};
+use probe_user::resolve::{suggest, usdt_probe_point};
+use probe_user::spec::ProbeSpec;
+use probe_user::sys::maps::MapEntry;
 
 /// Heap a parser may hold per input byte. Generous for real files (the seeds peak well
 /// below it), small enough that quadratic growth shows at a few KiB of input.
@@ -210,41 +210,8 @@ fn check_probes(
 
 /// Builds the probe point a resolve would and lowers its arguments as attach does.
 fn lower(probe: &UsdtProbe, lookup: impl Fn(&str) -> Option<u64>, load_bias: Option<u64>) {
-    let mut arg_symbols = std::collections::BTreeMap::new();
-    if let Ok(args) = &probe.args {
-        for arg in args {
-            if let ArgLocation::RipRelative { disp } | ArgLocation::Memory { disp, .. } =
-                &arg.location
-                && let Some(sym) = &disp.symbol
-                && let Some(addr) = lookup(sym)
-            {
-                arg_symbols.insert(sym.clone(), addr);
-            }
-        }
-    }
-    let full = format!("{}:{}", probe.provider, probe.name);
-    let point = ProbePoint {
-        kind: ProbeKind::Usdt,
-        object: PathBuf::from("/fuzz/object"),
-        attach_path: PathBuf::from("/fuzz/object"),
-        name: full.clone(),
-        address: probe.address,
-        file_offset: probe.file_offset,
-        symbol: full,
-        load_bias,
-        usdt: Some(UsdtSite {
-            provider: probe.provider.clone(),
-            name: probe.name.clone(),
-            semaphore_address: probe.semaphore_address,
-            semaphore_offset: probe.semaphore_offset,
-            args_raw: probe.args_raw.clone(),
-            args: probe.args.clone(),
-            arg_symbols,
-        }),
-        function: None,
-        resolved: None,
-        ifunc_resolver: false,
-    };
+    let object = PathBuf::from("/fuzz/object");
+    let point = usdt_probe_point(probe, object.clone(), object, load_bias, 0, lookup);
     for count in [0, 1, probe_common::MAX_ARGS, usize::MAX] {
         if let Ok(config) = args_config(&point, count) {
             assert!(config.count as usize <= count.min(probe_common::MAX_ARGS));

@@ -473,6 +473,33 @@ fn monotonic_ns() -> u64 {
     crate::sys::clock::monotonic_ns()
 }
 
+/// The thread's CPU time, the wall time and the time-stamp counter, read at the start
+/// and at the end of a measured run.
+#[derive(Debug, Clone, Copy)]
+struct Clocks {
+    cpu_ns: u64,
+    wall_ns: u64,
+    tsc: u64,
+}
+
+impl Clocks {
+    #[inline(always)]
+    fn now() -> Self {
+        Self {
+            cpu_ns: thread_cpu_ns(),
+            wall_ns: monotonic_ns(),
+            tsc: tsc(),
+        }
+    }
+}
+
+/// Wall ns per time-stamp counter tick from `start` to `end`: the run's own rate, so
+/// tick counts inside it convert to ns without knowing the counter's frequency.
+fn ns_per_tick(start: Clocks, end: Clocks) -> f64 {
+    end.wall_ns.saturating_sub(start.wall_ns) as f64
+        / end.tsc.saturating_sub(start.tsc).max(1) as f64
+}
+
 /// One run of the cold loop.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ColdRun {
@@ -510,8 +537,8 @@ pub fn run_cold(func: Func, iters: u64, warmup: u64, footprint: &Footprint) -> C
     let n = iters.max(1) as usize;
     let mut iter_ticks = Vec::with_capacity(n);
     let mut call_ticks = Vec::with_capacity(n);
-    let (cpu_start, wall_start, tsc_start) = (thread_cpu_ns(), monotonic_ns(), tsc());
-    let mut last = tsc_start;
+    let start = Clocks::now();
+    let mut last = start.tsc;
     for i in 0..n as u64 {
         acc = acc.wrapping_add(footprint.run(i));
         let before = tsc();
@@ -522,12 +549,11 @@ pub fn run_cold(func: Func, iters: u64, warmup: u64, footprint: &Footprint) -> C
         iter_ticks.push(after.saturating_sub(last));
         last = after;
     }
-    let (cpu_end, wall_end, tsc_end) = (thread_cpu_ns(), monotonic_ns(), tsc());
+    let end = Clocks::now();
     std::hint::black_box(acc);
-    let ns_per_tick = wall_end.saturating_sub(wall_start) as f64
-        / tsc_end.saturating_sub(tsc_start).max(1) as f64;
+    let ns_per_tick = ns_per_tick(start, end);
     ColdRun {
-        cpu_ns_per_iter: cpu_end.saturating_sub(cpu_start) as f64 / n as f64,
+        cpu_ns_per_iter: end.cpu_ns.saturating_sub(start.cpu_ns) as f64 / n as f64,
         iter_ns_median: median_of(&mut iter_ticks) * ns_per_tick,
         call_ns_median: median_of(&mut call_ticks) * ns_per_tick,
     }
@@ -559,7 +585,7 @@ pub fn run_gap(func: Func, iters: u64, sleep_ns: u64) -> GapRun {
     }
     let n = iters.max(1);
     let mut call_ticks = Vec::with_capacity(n as usize);
-    let (cpu_start, wall_start, tsc_start) = (thread_cpu_ns(), monotonic_ns(), tsc());
+    let start = Clocks::now();
     for i in 0..n {
         let before = tsc();
         // SAFETY: as above.
@@ -569,14 +595,13 @@ pub fn run_gap(func: Func, iters: u64, sleep_ns: u64) -> GapRun {
             std::thread::sleep(pause);
         }
     }
-    let (cpu_end, wall_end, tsc_end) = (thread_cpu_ns(), monotonic_ns(), tsc());
+    let end = Clocks::now();
     std::hint::black_box(acc);
-    let ns_per_tick = wall_end.saturating_sub(wall_start) as f64
-        / tsc_end.saturating_sub(tsc_start).max(1) as f64;
+    let ns_per_tick = ns_per_tick(start, end);
     call_ticks.sort_unstable();
     GapRun {
-        cpu_ns_per_iter: cpu_end.saturating_sub(cpu_start) as f64 / n as f64,
-        wall_ns_per_iter: wall_end.saturating_sub(wall_start) as f64 / n as f64,
+        cpu_ns_per_iter: end.cpu_ns.saturating_sub(start.cpu_ns) as f64 / n as f64,
+        wall_ns_per_iter: end.wall_ns.saturating_sub(start.wall_ns) as f64 / n as f64,
         call_ns_trimmed_mean: mean_below(&call_ticks, 0.98) * ns_per_tick,
     }
 }

@@ -89,34 +89,8 @@ impl GapCurve {
             );
         }
     }
-}
 
-/// Linear interpolation of `y` in the log of the gap, flat beyond either end.
-fn interpolate(points: &[(f64, f64)], gap_ns: f64) -> Option<f64> {
-    let (first, last) = (points.first()?, points.last()?);
-    if gap_ns <= first.0 {
-        return Some(first.1);
-    }
-    if gap_ns >= last.0 {
-        return Some(last.1);
-    }
-    let x = gap_ns.ln();
-    points.windows(2).find_map(|pair| {
-        let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
-        if gap_ns > x1 {
-            return None;
-        }
-        let (lx0, lx1) = (x0.ln(), x1.ln());
-        let t = if lx1 > lx0 {
-            (x - lx0) / (lx1 - lx0)
-        } else {
-            1.0
-        };
-        Some(y0 + t * (y1 - y0))
-    })
-}
-
-impl GapCurve {
+    /// `(gap_ns, y)` of the points with a finite gap and a `y`, by gap ascending.
     fn series(&self, y: impl Fn(&GapPoint) -> Option<f64>) -> Vec<(f64, f64)> {
         let mut points: Vec<(f64, f64)> = self
             .points
@@ -160,6 +134,31 @@ impl GapCurve {
         let hottest = series.first()?.1;
         Some((interpolate(&series, gap_ns)? - hottest).max(0.0))
     }
+}
+
+/// Linear interpolation of `y` in the log of the gap, flat beyond either end.
+fn interpolate(points: &[(f64, f64)], gap_ns: f64) -> Option<f64> {
+    let (first, last) = (points.first()?, points.last()?);
+    if gap_ns <= first.0 {
+        return Some(first.1);
+    }
+    if gap_ns >= last.0 {
+        return Some(last.1);
+    }
+    let x = gap_ns.ln();
+    points.windows(2).find_map(|pair| {
+        let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
+        if gap_ns > x1 {
+            return None;
+        }
+        let (lx0, lx1) = (x0.ln(), x1.ln());
+        let t = if lx1 > lx0 {
+            (x - lx0) / (lx1 - lx0)
+        } else {
+            1.0
+        };
+        Some(y0 + t * (y1 - y0))
+    })
 }
 
 /// The gaps before a probe's hits, for reports.

@@ -32,6 +32,7 @@ mod usdt_points;
 
 pub use error::ResolveError;
 pub use point::{FunctionSpan, ProbePoint, UsdtSite};
+pub use usdt_points::usdt_probe_point;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

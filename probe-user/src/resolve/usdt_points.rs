@@ -1,6 +1,7 @@
 //! USDT specs: the sites of the objects' stapsdt notes, matched by provider and name.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use super::glob::Glob;
 use super::scope::{Loaded, ObjectRef, Scope};
@@ -111,6 +112,31 @@ pub(super) fn resolve_usdt(
 }
 
 fn usdt_point(obj: &Loaded, probe: &UsdtProbe) -> ProbePoint {
+    let shift = std::fs::File::open(&obj.r.read_path).map_or(0, |file| {
+        usdt::nop5_shift_at(&file, probe.file_offset, classes::KernelRules::running())
+    });
+    usdt_probe_point(
+        probe,
+        obj.r.display.clone(),
+        obj.r.attach_path.clone(),
+        obj.load_bias,
+        shift,
+        |sym| obj.symbols().address_of(sym),
+    )
+}
+
+/// The probe point of the USDT site `probe` of `object` (attached through
+/// `attach_path`): moved `shift` bytes on ([`usdt::nop5_shift`]), with the address
+/// `lookup` gives each symbol its arguments name. Public for the fuzz targets, which
+/// build their points with it.
+pub fn usdt_probe_point(
+    probe: &UsdtProbe,
+    object: PathBuf,
+    attach_path: PathBuf,
+    load_bias: Option<u64>,
+    shift: u64,
+    lookup: impl Fn(&str) -> Option<u64>,
+) -> ProbePoint {
     let mut arg_symbols = BTreeMap::new();
     if let Ok(args) = &probe.args {
         for arg in args {
@@ -120,25 +146,22 @@ fn usdt_point(obj: &Loaded, probe: &UsdtProbe) -> ProbePoint {
                 _ => continue,
             };
             if let Some(sym) = &disp.symbol
-                && let Some(addr) = obj.symbols().address_of(sym)
+                && let Some(addr) = lookup(sym)
             {
                 arg_symbols.insert(sym.clone(), addr);
             }
         }
     }
     let full = format!("{}:{}", probe.provider, probe.name);
-    let shift = std::fs::File::open(&obj.r.read_path).map_or(0, |file| {
-        usdt::nop5_shift_at(&file, probe.file_offset, classes::KernelRules::running())
-    });
     ProbePoint {
         kind: ProbeKind::Usdt,
-        object: obj.r.display.clone(),
-        attach_path: obj.r.attach_path.clone(),
+        object,
+        attach_path,
         name: full.clone(),
         address: probe.address + shift,
         file_offset: probe.file_offset + shift,
         symbol: full,
-        load_bias: obj.load_bias,
+        load_bias,
         usdt: Some(UsdtSite {
             provider: probe.provider.clone(),
             name: probe.name.clone(),

@@ -4,12 +4,14 @@
 //! a probe silent in a process whose children map its file.
 use std::{
     collections::{BTreeSet, HashMap},
-    fs, io,
-    path::{Path, PathBuf},
+    path::PathBuf,
     time::Duration,
 };
 
-use crate::sys::maps::{self, FileId};
+use crate::sys::{
+    cgroup,
+    maps::{self, FileId},
+};
 use crate::{UsageError, attach::ProcessSet, cli::RunArgs};
 
 /// How often a cgroup's member list is read again for processes moved into it.
@@ -29,7 +31,7 @@ pub(super) struct Scope {
 impl Scope {
     pub fn from_args(args: &RunArgs) -> Result<Self, UsageError> {
         if let Some(dir) = &args.cgroup
-            && !dir.join("cgroup.procs").is_file()
+            && !cgroup::is_cgroup_dir(dir)
         {
             return Err(UsageError(format!(
                 "--cgroup {}: not a cgroup v2 directory (no cgroup.procs in it); give a directory under /sys/fs/cgroup",
@@ -59,7 +61,7 @@ impl Scope {
                 "which process? give --pid PID (for example --pid $(pidof mariadbd)) or --cgroup PATH".into(),
             ));
         };
-        let members = cgroup_members(dir)
+        let members = cgroup::members(dir)
             .map_err(|e| UsageError(format!("--cgroup {}: cannot read it: {e}", dir.display())))?;
         members.into_iter().next().ok_or_else(|| {
             UsageError(format!(
@@ -80,7 +82,7 @@ pub(super) fn seed(set: &mut ProcessSet, scope: &Scope, roots: &[u32]) -> anyhow
         set.add(pid)?;
     }
     if let Some(dir) = &scope.cgroup {
-        for pid in cgroup_members(dir)? {
+        for pid in cgroup::members(dir)? {
             set.add(pid)?;
         }
     }
@@ -114,7 +116,7 @@ pub(super) fn spawn_cgroup_poller(
         let mut tick = tokio::time::interval(CGROUP_POLL);
         loop {
             tick.tick().await;
-            let Ok(members) = cgroup_members(&dir) else {
+            let Ok(members) = cgroup::members(&dir) else {
                 continue;
             };
             for pid in members {
@@ -128,22 +130,6 @@ pub(super) fn spawn_cgroup_poller(
             }
         }
     })
-}
-
-/// Every process in a cgroup v2 directory and its sub-cgroups, in `cgroup.procs` order.
-fn cgroup_members(dir: &Path) -> io::Result<Vec<u32>> {
-    let mut pids = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let procs = fs::read_to_string(dir.join("cgroup.procs"))?;
-        pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-        for entry in fs::read_dir(&dir)?.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                dirs.push(entry.path());
-            }
-        }
-    }
-    Ok(pids)
 }
 
 /// (pid, parent pid) of every process now.

@@ -2,12 +2,14 @@
 //! to the kernel directly is here, with its SAFETY line, and its callers use the safe
 //! wrappers (anonymous and executable memory: [`mem`]). Every file of /proc probetop
 //! reads is named here too, with one parser of each format: per-process files, sysctls,
-//! kallsyms ([`procfs`]) and the memory map ([`maps`]). A leaf: it uses nothing of the
+//! kallsyms ([`procfs`]) and the memory map ([`maps`]), and the cgroup v2 member lists
+//! ([`cgroup`]). A leaf: it uses nothing of the
 //! crate. BPF maps and programs go through aya; the few `bpf(2)` commands aya 0.14 does
 //! not have are [`bpf`]'s. The lines probetop writes to stderr go through [`stderr`],
 //! which holds them while the TUI has the terminal.
 
 pub mod bpf;
+pub mod cgroup;
 pub mod clock;
 pub mod cpu;
 pub mod files;

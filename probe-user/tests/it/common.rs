@@ -9,6 +9,9 @@ use std::{
     time::Duration,
 };
 
+mod server;
+pub use server::{stop_server, stop_with_test, wait_until_answering};
+
 /// Generous bound for anything that should take a second: CI machines are slow and busy.
 pub const PATIENCE: Duration = Duration::from_secs(60);
 

@@ -9,7 +9,6 @@
 //! server is private to the test: its own datadir in a temporary directory, a unix
 //! socket, no network, stopped when the test ends.
 
-use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -69,32 +68,17 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // SAFETY: runs in the forked child before exec and only calls prctl, which is
-        // async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                // If the test process dies (or the test thread ends) without dropping
-                // the guard, the server still shuts down.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // SIGTERM, its clean shutdown, if the test dies without the guard.
+        stop_with_test(&mut cmd, libc::SIGTERM);
         let child = cmd.spawn().expect("start mariadbd");
         let mut server = Server { child, dir, socket };
-        let deadline = Instant::now() + PATIENCE;
-        while server.query("SELECT 1").is_err() {
-            if let Ok(Some(status)) = server.child.try_wait() {
-                panic!("mariadbd exited ({status}): {}", server.error_log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "mariadbd does not answer: {}",
-                server.error_log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until_answering(
+            &mut server,
+            "mariadbd",
+            |s| &mut s.child,
+            |s| s.query("SELECT 1").is_ok(),
+            Server::error_log,
+        );
         server
             .query("CREATE DATABASE sbtest")
             .expect("create sbtest");
@@ -164,16 +148,8 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        // SIGTERM is mariadbd's clean shutdown; SIGKILL if it lingers.
-        // SAFETY: kill(2) on our own unreaped child's pid.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + PATIENCE;
-        while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // SIGTERM is mariadbd's clean shutdown.
+        stop_server(&mut self.child, libc::SIGTERM, &self.dir);
     }
 }
 

@@ -79,31 +79,17 @@ impl Cluster {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("postgres.log")).expect("log file"));
-        // SAFETY: runs in the forked child before exec, after its uid changed (which
-        // would clear the setting), and only calls prctl, which is async-signal-safe.
-        unsafe {
-            cmd.pre_exec(|| {
-                // SIGINT, a fast shutdown, if the test process dies without the guard.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGINT) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // SIGINT, a fast shutdown, if the test dies without the guard.
+        stop_with_test(&mut cmd, libc::SIGINT);
         let postmaster = cmd.spawn().expect("start postgres");
         let mut cluster = Cluster { postmaster, dir };
-        let deadline = Instant::now() + PATIENCE;
-        while cluster.psql("SELECT 1").is_err() {
-            if let Ok(Some(status)) = cluster.postmaster.try_wait() {
-                panic!("postgres exited ({status}): {}", cluster.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "postgres does not answer: {}",
-                cluster.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_until_answering(
+            &mut cluster,
+            "postgres",
+            |c| &mut c.postmaster,
+            |c| c.psql("SELECT 1").is_ok(),
+            Cluster::log,
+        );
         cluster
     }
 
@@ -142,16 +128,8 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        // SIGINT: a fast shutdown (clients disconnected, a checkpoint); SIGKILL if slow.
-        // SAFETY: kill(2) on our own unreaped child's pid.
-        unsafe { libc::kill(self.pid() as libc::pid_t, libc::SIGINT) };
-        let deadline = Instant::now() + PATIENCE;
-        while matches!(self.postmaster.try_wait(), Ok(None)) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.postmaster.kill();
-        let _ = self.postmaster.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // SIGINT: a fast shutdown (clients disconnected, a checkpoint).
+        stop_server(&mut self.postmaster, libc::SIGINT, &self.dir);
     }
 }
 

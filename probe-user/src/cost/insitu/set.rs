@@ -13,12 +13,12 @@
 
 use std::{
     collections::{HashMap, HashSet},
-    fs, io,
-    path::{Path, PathBuf},
+    io,
+    path::PathBuf,
 };
 
 use super::{AUTO_LOOK, AUTO_MIN_COUNT, MeterError, Reading, TargetMeter, WorkMeter};
-use crate::sys::procfs::Stat;
+use crate::sys::{cgroup, procfs::Stat};
 
 /// Which processes make up the set.
 #[derive(Debug, Clone, Default)]
@@ -38,7 +38,7 @@ impl Members {
     fn now(&self, known: impl Iterator<Item = u32>) -> HashSet<u32> {
         let mut set: HashSet<u32> = self.roots.iter().copied().chain(known).collect();
         if let Some(dir) = &self.cgroup {
-            set.extend(cgroup_members(dir));
+            set.extend(cgroup::readable_members(dir));
         }
         if self.follow_forks {
             let parents: Vec<(u32, u32)> = crate::sys::procfs::all_pids()
@@ -60,27 +60,6 @@ impl Members {
         }
         set
     }
-}
-
-/// Every process in a cgroup v2 directory and its sub-cgroups; none if unreadable (the
-/// cgroup was removed: its processes are gone or counted already).
-fn cgroup_members(dir: &Path) -> Vec<u32> {
-    let mut pids = Vec::new();
-    let mut dirs = vec![dir.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        if let Ok(procs) = fs::read_to_string(dir.join("cgroup.procs")) {
-            pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok()));
-        }
-        if let Ok(entries) = fs::read_dir(&dir) {
-            dirs.extend(
-                entries
-                    .flatten()
-                    .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-                    .map(|e| e.path()),
-            );
-        }
-    }
-    pids
 }
 
 /// One process of the set, as last read.
