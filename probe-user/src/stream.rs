@@ -401,8 +401,9 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
         {
             probe.apply_kernel_histogram(&totals);
         }
-        if let Ok(gaps) = counters.gaps(id) {
+        if let Ok((gaps, busy)) = counters.gaps(id) {
             probe.cost.gaps.update(gaps);
+            probe.cost.busy_gaps.update(busy);
         }
     }
     // A walk of the kernel's table: only once hits were dropped.
@@ -427,8 +428,11 @@ fn pool_gaps(aggregator: &mut Aggregator) {
     }
     let pooled =
         crate::cost::gap::GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.gaps));
+    let busy =
+        crate::cost::gap::GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.busy_gaps));
     for probe in aggregator.probes_mut() {
         probe.cost.gaps_pooled = pooled.clone();
+        probe.cost.busy_gaps_pooled = busy.clone();
     }
 }
 
@@ -481,10 +485,9 @@ fn baseline_probes(
             _ => Vec::new(),
         };
         probe.baseline_kernel_counts(counted, &histogram);
-        probe
-            .cost
-            .gaps
-            .baseline(counters.gaps(id).unwrap_or_default());
+        let (gaps, busy) = counters.gaps(id).unwrap_or_default();
+        probe.cost.gaps.baseline(gaps);
+        probe.cost.busy_gaps.baseline(busy);
     }
 }
 

@@ -22,6 +22,7 @@ pub mod dispatch;
 mod error;
 pub mod fds;
 mod flush;
+mod idle;
 mod kernel;
 pub mod kernel_btf;
 mod links;

@@ -45,6 +45,7 @@ use workload::Func;
 /// The hidden subcommand the child runs.
 mod child;
 mod gap_phase;
+mod work_phase;
 pub mod workload;
 
 pub const WORKLOAD_SUBCOMMAND: &str = "__calibrate-workload";
@@ -315,6 +316,7 @@ pub fn run(
         dispatch_error,
         cold,
         gap: phase_one.gap.clone(),
+        work: phase_one.work.clone(),
     })
 }
 
@@ -368,6 +370,7 @@ struct PhaseOne {
     /// The unprobed loop's median iteration, every run.
     cold_loop: Vec<f64>,
     gap: Option<crate::cost::gap::GapCurve>,
+    work: Option<crate::cost::work::WorkCurve>,
 }
 
 fn phase_one(
@@ -519,6 +522,16 @@ fn phase_one(
             probe_common::DEFAULT_TIME_EVERY,
             rng,
         )?);
+        if let Some(cold) = &options.cold {
+            out.work = Some(work_phase::measure(
+                child,
+                &mut attachment,
+                cold,
+                options.gap_reps,
+                probe_common::DEFAULT_TIME_EVERY,
+                rng,
+            )?);
+        }
     }
     drop(drainer);
     // The handler rows are what probetop's handler adds to the empty program's cost:

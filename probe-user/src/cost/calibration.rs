@@ -344,6 +344,10 @@ pub struct Calibration {
     /// A hit after a range of sleeps between calls (`cost::gap`; older caches: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap: Option<crate::cost::gap::GapCurve>,
+    /// A hit after a range of footprints walked between calls (`cost::work`; older
+    /// caches: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work: Option<crate::cost::work::WorkCurve>,
 }
 
 /// What a hit costs in the cold loop: a server's case, where the code and data the
@@ -599,6 +603,9 @@ impl Calibration {
         if let Some(gap) = &self.gap {
             gap.render_text(&mut out);
         }
+        if let Some(work) = &self.work {
+            work.render_text(&mut out);
+        }
         match (&self.dispatch_error, self.dispatch.is_empty()) {
             (Some(e), _) => {
                 let _ = writeln!(out, "\ndispatch measurement unavailable: {e}");
@@ -756,6 +763,7 @@ mod tests {
             dispatch_error: None,
             cold: None,
             gap: None,
+            work: None,
         }
     }
 

@@ -26,6 +26,7 @@ use super::assume::Assumption;
 use super::classes::{CostClass, SiteClass};
 use super::dispatch::DispatchMeasure;
 use super::gap::{GapCounts, GapCurve};
+use super::work::WorkCurve;
 use crate::cost::calibration::{Calibration, Case, DispatchCase};
 use crate::delivery::DeliveryMode;
 use crate::spec::ProbeKind;
@@ -202,6 +203,12 @@ pub struct ProbeCost {
     pub gaps: GapCounts,
     /// ... and every probe's together, for a probe with too few of its own.
     pub gaps_pooled: GapCounts,
+    /// The calibration's work curve, if it has one (shared by every probe).
+    pub work_curve: Option<Arc<WorkCurve>>,
+    /// The busy part of the same gaps (code run on the CPU between the two hits), where
+    /// the kernel measured it, and every probe's together.
+    pub busy_gaps: GapCounts,
+    pub busy_gaps_pooled: GapCounts,
 }
 
 /// An estimate and how it was made.
@@ -274,6 +281,8 @@ impl ProbeCost {
             (true, Some(live), Some(cal)) if probe_mode == DeliveryMode::KernelHistogram => {
                 (live - cal) * timed_share
             }
+            // Priced by the work curve, whose iterations hold the handler's slowdown.
+            (true, Some(_), Some(_)) if handler_extra.is_infinite() => 0.0,
             // The ring handler reads slower after a gap too: the curve has that in.
             (true, Some(live), Some(cal)) => live - cal - handler_extra,
             _ => 0.0,
@@ -291,11 +300,7 @@ impl ProbeCost {
     /// they make the ring handler's clock read, ns per hit, from its own gaps or, with
     /// too few, every probe's. `None` without enough gaps counted.
     fn gap_extra(&self, curve: &GapCurve, probe_mode: DeliveryMode) -> Option<(f64, f64)> {
-        let counts = if self.gaps.samples() >= super::gap::MIN_SAMPLES {
-            &self.gaps
-        } else {
-            &self.gaps_pooled
-        };
+        let counts = own_or_pooled(&self.gaps, &self.gaps_pooled);
         // Sampled hits mostly only count in the kernel: priced as in-kernel ones.
         let kernel = probe_mode.counts_in_kernel();
         let extra = counts.mean_of(|gap| curve.extra_ns(kernel, gap))?;
@@ -306,7 +311,27 @@ impl ProbeCost {
                 .mean_of(|gap| curve.handler_extra_ns(gap))
                 .unwrap_or(0.0)
         };
-        Some((extra, handler))
+        // The code run between hits evicts more than the idle time does on a busy
+        // machine: the dearer of the two. The work curve's whole iteration holds the
+        // handler's own slowdown, so the live handler time then corrects nothing
+        // (argument capture is not added: said in docs/cost.md).
+        let busy = self.work_curve.as_ref().and_then(|work| {
+            own_or_pooled(&self.busy_gaps, &self.busy_gaps_pooled)
+                .mean_of(|busy| work.extra_ns(kernel, busy))
+        });
+        match busy {
+            Some(busy) if busy > extra => Some((busy, f64::INFINITY)),
+            _ => Some((extra, handler)),
+        }
+    }
+}
+
+/// A probe's own counts, or with too few every probe's together.
+fn own_or_pooled<'a>(own: &'a GapCounts, pooled: &'a GapCounts) -> &'a GapCounts {
+    if own.samples() >= super::gap::MIN_SAMPLES {
+        own
+    } else {
+        pooled
     }
 }
 
@@ -380,6 +405,7 @@ mod tests {
             dispatch_error: None,
             cold: None,
             gap: None,
+            work: None,
         }
     }
 
@@ -635,6 +661,82 @@ mod tests {
             .estimate(DeliveryMode::Ring, Some(250.0), 1.0, Assumption::Gap)
             .expect("estimate");
         assert_eq!((e.whole_ns, e.assumes), (1100.0, Assumption::Hot));
+    }
+
+    #[test]
+    fn the_work_curve_prices_a_hit_after_code_ran_when_dearer_than_its_gap() {
+        use super::super::gap::GapCounts;
+        use super::super::work::{WorkCurve, WorkPoint};
+        let point = |work_ns: f64, ring: f64| WorkPoint {
+            data_bytes: 0,
+            code_bytes: 0,
+            work_ns,
+            ring_ns: s(ring),
+            kernel_ns: s(ring / 2.0),
+        };
+        let counts = |bucket: usize| {
+            let mut c = GapCounts::default();
+            c.baseline(vec![0; probe_common::gap::BUCKETS as usize]);
+            let mut totals = vec![0; probe_common::gap::BUCKETS as usize];
+            totals[bucket] = 40;
+            c.update(totals);
+            c
+        };
+        let mut cost = ProbeCost {
+            site: site(CostClass::EmulatedPush),
+            basis: Some(basis(
+                &cal(),
+                CostClass::EmulatedPush,
+                ProbeKind::Uprobe,
+                false,
+            )),
+            // One point: the gap adds nothing at any gap.
+            gap_curve: Some(std::sync::Arc::new(super::super::gap::GapCurve {
+                points: vec![super::super::gap::GapPoint {
+                    sleep_us: 0.0,
+                    gap_ns: 500.0,
+                    ring_ns: s(0.0),
+                    kernel_ns: s(0.0),
+                    handler_ring_ns: Some(s(60.0)),
+                    ring_call_ns: Some(s(1000.0)),
+                    kernel_call_ns: Some(s(900.0)),
+                }],
+                time_every: 64,
+            })),
+            work_curve: Some(std::sync::Arc::new(WorkCurve {
+                points: vec![point(100.0, 500.0), point(40_000.0, 3500.0)],
+                time_every: 64,
+            })),
+            // Gaps of 32-64 us (bucket 6), all of it code run: past the curve's end.
+            gaps: counts(6),
+            busy_gaps: counts(6),
+            ..Default::default()
+        };
+        let hot = cost
+            .estimate(DeliveryMode::Ring, None, 1.0, Assumption::Hot)
+            .expect("hot")
+            .whole_ns;
+        // The gap curve adds nothing: the work curve's 3000 more, and the
+        // live handler time corrects nothing (the curve's iterations hold it).
+        let e = cost
+            .estimate(DeliveryMode::Ring, Some(900.0), 1.0, Assumption::Gap)
+            .expect("estimate");
+        assert_eq!((e.whole_ns, e.assumes), (hot + 3000.0, Assumption::Gap));
+        let kernel = cost
+            .estimate(DeliveryMode::KernelHistogram, None, 1.0, Assumption::Gap)
+            .expect("kernel")
+            .whole_ns
+            - cost
+                .estimate(DeliveryMode::KernelHistogram, None, 1.0, Assumption::Hot)
+                .expect("kernel hot")
+                .whole_ns;
+        assert_eq!(kernel, 1500.0);
+        // The same gaps idle (no code run in them): the work curve adds nothing.
+        cost.busy_gaps = counts(0);
+        let e = cost
+            .estimate(DeliveryMode::Ring, None, 1.0, Assumption::Gap)
+            .expect("estimate");
+        assert_eq!(e.whole_ns, hot);
     }
 
     #[test]

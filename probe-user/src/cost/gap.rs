@@ -137,7 +137,7 @@ impl GapCurve {
 }
 
 /// Linear interpolation of `y` in the log of the gap, flat beyond either end.
-fn interpolate(points: &[(f64, f64)], gap_ns: f64) -> Option<f64> {
+pub(super) fn interpolate(points: &[(f64, f64)], gap_ns: f64) -> Option<f64> {
     let (first, last) = (points.first()?, points.last()?);
     if gap_ns <= first.0 {
         return Some(first.1);

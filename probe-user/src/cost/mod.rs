@@ -27,6 +27,7 @@ pub mod gap;
 pub mod insitu;
 pub mod sites;
 pub mod stats;
+pub mod work;
 
 pub use estimate::{ProbeCost, cpu_share};
 

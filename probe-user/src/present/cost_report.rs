@@ -94,6 +94,9 @@ pub fn report(
                 fmt_gap_us(gaps.median_us),
                 gaps.share_after_100_us * 100.0
             );
+            if let Some(busy) = report.busy_gaps {
+                let _ = write!(line, " (busy: median {})", fmt_gap_us(busy.median_us));
+            }
         }
         if let Some(method) = report.method {
             let _ = write!(line, " [{}]", method.as_str());
@@ -142,6 +145,8 @@ pub struct ProbeCostReport {
     pub assumes: Option<assume::Assumption>,
     /// The gaps before its hits on their CPUs.
     pub gaps: Option<gap::GapSummary>,
+    /// The busy part of the same gaps, where the kernel measured it.
+    pub busy_gaps: Option<gap::GapSummary>,
 }
 
 /// The run's cost beyond single probes, for exports.
@@ -186,6 +191,7 @@ pub fn probe_report(
         dispatch: probe.cost.dispatch.clone().filter(|d| d.measured()),
         assumes: estimate.map(|e| e.assumes),
         gaps: probe.cost.gaps.summary(),
+        busy_gaps: probe.cost.busy_gaps.summary(),
     }
 }
 

@@ -29,6 +29,10 @@ pub fn prepare(points: &[&ProbePoint]) -> Prepared {
         .as_ref()
         .and_then(|c| c.gap.clone())
         .map(std::sync::Arc::new);
+    let work_curve = calibration
+        .as_ref()
+        .and_then(|c| c.work.clone())
+        .map(std::sync::Arc::new);
     let sites: Vec<ProbeSite> = points
         .iter()
         .map(|p| ProbeSite {
@@ -65,6 +69,7 @@ pub fn prepare(points: &[&ProbePoint]) -> Prepared {
                         .and_then(|c| estimate::cold_basis(c, site.class, p.kind, shares_entry)),
                     site: Some(site),
                     gap_curve: gap_curve.clone(),
+                    work_curve: work_curve.clone(),
                     ..Default::default()
                 }
             })

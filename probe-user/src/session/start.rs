@@ -290,6 +290,13 @@ fn attach_probes(
         filter_processes: several,
         ..Default::default()
     })?;
+    // Without it a gap is only a time: the busy-time pricing (`--assume busy`) falls
+    // back to the gap's.
+    if let Err(e) = attachment.time_idle_cpus() {
+        say!(
+            "probetop: the busy time between hits is not measured ({e}); `--assume busy` prices by the gap"
+        );
+    }
     // Before any probe: the set must hold the processes when the first hit fires.
     let cgroup_poller = if several {
         seed_processes(plan, args, &mut attachment)?

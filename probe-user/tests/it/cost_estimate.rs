@@ -109,6 +109,20 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
     );
     let median_us = probe["gaps"]["median_us"].as_f64().expect("median");
     assert!((100.0..=3000.0).contains(&median_us), "{}", probe["gaps"]);
+    // The busy part of the same gaps (the sched_switch program's idle time taken out):
+    // counted for the same hits, and the fixture sleeps through most of each gap.
+    let busy = &probe["busy_gaps"];
+    let busy_samples = busy["samples"].as_u64().expect("busy gap samples");
+    assert!(
+        busy_samples <= samples && busy_samples + cpus >= samples,
+        "{busy_samples} busy gaps for {samples} gaps"
+    );
+    let busy_median_us = busy["median_us"].as_f64().expect("busy median");
+    assert!(
+        busy_median_us <= median_us / 2.0,
+        "busy {busy} against gaps {}",
+        probe["gaps"]
+    );
     // The estimate itself: once in situ gives a number, a probe's `whole_cost_ns` is
     // the in-situ one, which would compare in situ with itself.
     let estimate = report["cost"]["estimated_per_hit_ns"]

@@ -87,6 +87,11 @@ struct JsonProbe<'a> {
     /// prices each hit by it).
     #[serde(skip_serializing_if = "Option::is_none")]
     gaps: Option<crate::cost::gap::GapSummary>,
+    /// The same gaps less the time their CPU was idle: the code run on it between the
+    /// two hits (the `sched_switch` program). `gap` pricing takes the work curve there
+    /// when it is dearer than the gap curve.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    busy_gaps: Option<crate::cost::gap::GapSummary>,
 }
 
 /// Kernel dispatch time of one probe: entry breakpoint hits and uretprobe returns.
@@ -325,6 +330,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
                 }),
                 gaps: p.cost.gaps,
+                busy_gaps: p.cost.busy_gaps,
             })
             .collect(),
         cost: JsonCost {

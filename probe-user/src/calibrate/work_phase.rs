@@ -1,0 +1,128 @@
+//! The work curve (`cost::work`): what a hit costs after a range of footprints walked
+//! between two calls, the whole iteration timed, with probetop's ring and in-kernel
+//! handlers, against the unprobed twin.
+
+use super::workload::Func;
+use super::{CalibrateError, Summary, Workload, XorShift};
+use crate::attach::Attachment;
+use crate::cost::calibration::ColdOptions;
+use crate::cost::work::{WorkCurve, WorkPoint};
+
+/// Shares of the cold loop's footprint walked between calls: none (the hot loop), then
+/// about 2-4x apart up to the cold loop itself (~60 us of walk here).
+/// Finer from half on: the walk's time jumps there, where data and code outgrow the
+/// L2 (10 to 60 us here), and a server's busy gaps fall in that range.
+const SHARES: [f64; 11] = [
+    0.0,
+    1.0 / 64.0,
+    1.0 / 32.0,
+    1.0 / 16.0,
+    1.0 / 8.0,
+    1.0 / 4.0,
+    0.5,
+    0.625,
+    0.75,
+    0.875,
+    1.0,
+];
+
+/// Wall time a run aims for, and the cold loop's iteration it assumes at full size.
+const RUN_NS: f64 = 40e6;
+const FULL_WALK_NS: f64 = 60e3;
+
+/// Iterations of a run walking `share` of the cold footprint.
+fn iters_for(share: f64) -> u64 {
+    (RUN_NS / (share * FULL_WALK_NS + 1e3)).clamp(60.0, 20_000.0) as u64
+}
+
+#[derive(Default)]
+struct Samples {
+    ring: Vec<f64>,
+    kernel: Vec<f64>,
+    work: Vec<f64>,
+}
+
+#[derive(Clone, Copy)]
+enum Run {
+    Ring,
+    Kernel,
+    Twin,
+}
+
+/// Measures the curve; `cold` is the cold loop's footprint, the curve's largest (the
+/// cold rows hold it whole).
+pub(super) fn measure(
+    child: &mut Workload,
+    attachment: &mut Attachment,
+    cold: &ColdOptions,
+    reps: usize,
+    time_every: u64,
+    rng: &mut XorShift,
+) -> Result<WorkCurve, CalibrateError> {
+    let options: Vec<ColdOptions> = SHARES
+        .iter()
+        .map(|share| ColdOptions {
+            data_bytes: (cold.data_bytes as f64 * share) as u64 & !63,
+            code_bytes: (cold.code_bytes as f64 * share) as u64 & !63,
+            iters: iters_for(*share),
+        })
+        .collect();
+    let mut samples: Vec<Samples> = SHARES.iter().map(|_| Samples::default()).collect();
+    for _ in 0..reps.max(1) {
+        let mut order: Vec<usize> = (0..SHARES.len()).collect();
+        rng.shuffle(&mut order);
+        for at in order {
+            let mut runs = [Run::Ring, Run::Kernel, Run::Twin];
+            rng.shuffle(&mut runs);
+            let (mut ring, mut kernel, mut twin) = (None, None, None);
+            for run in runs {
+                match run {
+                    Run::Ring => ring = Some(child.run_cold(Func::EmulatedRing, &options[at])?),
+                    Run::Kernel => {
+                        attachment.set_time_every(time_every)?;
+                        let r = child.run_cold(Func::EmulatedKernel, &options[at]);
+                        attachment.set_time_every(1)?;
+                        kernel = Some(r?);
+                    }
+                    Run::Twin => twin = Some(child.run_cold(Func::EmulatedTwin, &options[at])?),
+                }
+            }
+            if let (Some(ring), Some(kernel), Some(twin)) = (ring, kernel, twin) {
+                let s = &mut samples[at];
+                s.ring.push(ring.iter_ns_median - twin.iter_ns_median);
+                s.kernel.push(kernel.iter_ns_median - twin.iter_ns_median);
+                s.work.push(twin.iter_ns_median - twin.call_ns_median);
+            }
+        }
+    }
+    let points = options
+        .iter()
+        .zip(&samples)
+        .filter_map(|(o, s)| {
+            Some(WorkPoint {
+                data_bytes: o.data_bytes,
+                code_bytes: o.code_bytes,
+                work_ns: Summary::of(&s.work)?.median,
+                ring_ns: Summary::of(&s.ring)?,
+                kernel_ns: Summary::of(&s.kernel)?,
+            })
+        })
+        .collect();
+    Ok(WorkCurve { points, time_every })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_last_tens_of_ms_whatever_the_share() {
+        for share in SHARES {
+            let ms = iters_for(share) as f64 * (share * FULL_WALK_NS + 1e3) / 1e6;
+            assert!(
+                (20.0..=60.0).contains(&ms) || iters_for(share) == 60,
+                "{share}: {ms} ms"
+            );
+        }
+    }
+}

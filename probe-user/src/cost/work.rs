@@ -1,0 +1,123 @@
+//! Priced by the work between hits: a hit costs more the more code ran on its CPU since
+//! the previous one.
+//!
+//! The gap curve (`cost::gap`) sleeps between calls, and on an idle machine a sleeping
+//! CPU evicts little: a hit 2 ms after another cost 2.4x a hot one. A server's CPU does
+//! not sleep between two hits of a request (mariadbd runs 6-46 us of its own code
+//! between them), and between requests other processes run on it. The work curve
+//! measures that: the cold loop's footprint walk (data and code) at a range of sizes
+//! between calls, the whole iteration timed, probed minus unprobed, so that what the hit
+//! leaves behind (the walk's own lines it evicted) is in. The BPF program counts, per
+//! probe, the busy part of each gap (the gap less its CPU's idle time, from the
+//! `sched_switch` program); a hit is priced at the curve there, or at the gap curve
+//! when that is dearer.
+
+use serde::{Deserialize, Serialize};
+
+use super::gap::interpolate;
+use super::stats::Summary;
+
+/// One point of the work curve.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WorkPoint {
+    /// The footprint walked between two calls.
+    pub data_bytes: u64,
+    pub code_bytes: u64,
+    /// The walk's time, ns: the unprobed loop's median iteration less its call.
+    pub work_ns: f64,
+    /// What the hit adds to the median iteration with probetop's ring handler (an
+    /// emulated uprobe), probed minus unprobed, ns ...
+    pub ring_ns: Summary,
+    /// ... and with its in-kernel handler, one hit in `time_every` timed.
+    pub kernel_ns: Summary,
+}
+
+/// The work curve of a calibration, by work ascending.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WorkCurve {
+    pub points: Vec<WorkPoint>,
+    pub time_every: u64,
+}
+
+impl WorkCurve {
+    /// What a hit after `busy_ns` of code run on its CPU costs beyond a hit of the
+    /// curve's smallest footprint, ns; never below 0 (noise).
+    pub fn extra_ns(&self, kernel: bool, busy_ns: f64) -> Option<f64> {
+        let mut series: Vec<(f64, f64)> = self
+            .points
+            .iter()
+            .filter(|p| p.work_ns > 0.0 && p.work_ns.is_finite())
+            .map(|p| {
+                let y = if kernel { p.kernel_ns } else { p.ring_ns };
+                (p.work_ns, y.median)
+            })
+            .collect();
+        series.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let smallest = series.first()?.1;
+        Some((interpolate(&series, busy_ns)? - smallest).max(0.0))
+    }
+
+    /// The curve as `probetop calibrate` prints it.
+    pub fn render_text(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let _ = writeln!(
+            out,
+            "\nthe work curve: a hit after a footprint walked between calls, the whole iteration probed - unprobed (median); in-kernel: 1 in {} timed",
+            self.time_every
+        );
+        let _ = writeln!(
+            out,
+            "{:>9} {:>9} {:>9} {:>20} {:>20}",
+            "data KiB", "code KiB", "work us", "ring (IQR)", "in-kernel (IQR)"
+        );
+        for p in &self.points {
+            let range = |s: &Summary| format!("{:.0} ({:.0}-{:.0})", s.median, s.q1, s.q3);
+            let _ = writeln!(
+                out,
+                "{:>9} {:>9} {:>9.1} {:>20} {:>20}",
+                p.data_bytes >> 10,
+                p.code_bytes >> 10,
+                p.work_ns / 1e3,
+                range(&p.ring_ns),
+                range(&p.kernel_ns),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn point(work_ns: f64, ring: f64, kernel: f64) -> WorkPoint {
+        WorkPoint {
+            data_bytes: 0,
+            code_bytes: 0,
+            work_ns,
+            ring_ns: Summary::exact(ring),
+            kernel_ns: Summary::exact(kernel),
+        }
+    }
+
+    #[test]
+    fn extra_over_the_smallest_footprint_interpolated_and_flat_beyond() {
+        let curve = WorkCurve {
+            points: vec![
+                point(60_000.0, 2500.0, 2300.0),
+                point(100.0, 500.0, 420.0),
+                point(6_000.0, 700.0, 600.0),
+            ],
+            time_every: 64,
+        };
+        assert_eq!(curve.extra_ns(false, 0.0), Some(0.0));
+        assert_eq!(curve.extra_ns(false, 6_000.0), Some(200.0));
+        assert_eq!(curve.extra_ns(true, 1e9), Some(1880.0));
+        let between = curve.extra_ns(false, 20_000.0).expect("extra");
+        assert!(200.0 < between && between < 2000.0, "{between}");
+        let empty = WorkCurve {
+            points: Vec::new(),
+            time_every: 64,
+        };
+        assert_eq!(empty.extra_ns(false, 1.0), None);
+    }
+}
