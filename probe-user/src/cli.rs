@@ -81,8 +81,8 @@ pub struct CalibrateArgs {
     #[arg(long, hide = true)]
     pub cold_only: bool,
 
-    /// Skip the gap curve (a hit after sleeps of 2 us to 2 ms between calls), which
-    /// `--assume gap` prices hits with.
+    /// Skip the gap and work curves (a hit after sleeps of 2 us to 2 ms between calls,
+    /// and after footprints walked between them), which `--assume gap` prices hits with.
     #[arg(long)]
     pub no_gap: bool,
 }

@@ -13,9 +13,10 @@
 //!   (its CPU time per second, rounded, at least one);
 //! - hot otherwise (a small program hitting its probes in a tight loop).
 //!
-//! `--assume gap` prices each hit by the idle time before it on its CPU instead, on the
-//! calibration's gap curve (`cost::gap`); the rule above is then the fallback of a probe
-//! with too few gaps counted yet.
+//! `--assume gap` prices each hit by the time before it on its CPU instead, on the
+//! calibration's gap curve (`cost::gap`), or by the code that CPU ran meanwhile on its
+//! work curve (`cost::work`) where that is dearer; the rule above is then the fallback
+//! of a probe with too few gaps counted yet.
 
 use std::time::Instant;
 
@@ -55,8 +56,8 @@ impl Assumption {
 pub enum AssumeChoice {
     Hot,
     Cold,
-    /// Each hit by the idle time before it on its CPU (needs a calibration with a gap
-    /// curve; otherwise auto's rule).
+    /// Each hit by the time before it on its CPU, or the code run on it meanwhile where
+    /// dearer (needs a calibration with a gap curve; otherwise auto's rule).
     Gap,
     /// Cold for a large process or sparse hits, hot for a tight loop.
     #[default]
