@@ -50,9 +50,9 @@ struct Samples {
     gap: Vec<f64>,
 }
 
-/// Which function a run calls.
+/// Which function a run calls (the work curve's runs too).
 #[derive(Clone, Copy)]
-enum Run {
+pub(super) enum Run {
     Ring,
     Kernel,
     Twin,

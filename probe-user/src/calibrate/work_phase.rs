@@ -2,6 +2,7 @@
 //! between two calls, the whole iteration timed, with probetop's ring and in-kernel
 //! handlers, against the unprobed twin.
 
+use super::gap_phase::Run;
 use super::workload::Func;
 use super::{CalibrateError, Summary, Workload, XorShift};
 use crate::attach::Attachment;
@@ -40,13 +41,6 @@ struct Samples {
     ring: Vec<f64>,
     kernel: Vec<f64>,
     work: Vec<f64>,
-}
-
-#[derive(Clone, Copy)]
-enum Run {
-    Ring,
-    Kernel,
-    Twin,
 }
 
 /// Measures the curve; `cold` is the cold loop's footprint, the curve's largest (the
