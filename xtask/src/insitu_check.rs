@@ -390,6 +390,31 @@ fn truth_per_hit(blocks: &[Block]) -> Vec<f64> {
         .collect()
 }
 
+/// 95% bootstrap interval of median(a) - median(b), each resampled on its own (a fixed
+/// seed: the report is reproducible from the same blocks).
+fn median_difference_interval(a: &[f64], b: &[f64]) -> (f64, f64) {
+    const RESAMPLES: usize = 2000;
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n.max(1) as u64) as usize
+    };
+    let mut resample = |values: &[f64]| -> f64 {
+        let drawn: Vec<f64> = (0..values.len())
+            .map(|_| values[next(values.len())])
+            .collect();
+        median(&drawn)
+    };
+    let mut differences: Vec<f64> = (0..RESAMPLES)
+        .map(|_| resample(a) - resample(b))
+        .filter(|d| d.is_finite())
+        .collect();
+    differences.sort_by(f64::total_cmp);
+    (quantile(&differences, 0.025), quantile(&differences, 0.975))
+}
+
 /// `x` against `truth`, as a signed percentage.
 fn off_by(x: f64, truth: f64) -> String {
     if !(x.is_finite() && truth.is_finite() && truth != 0.0) {
@@ -433,7 +458,7 @@ fn render(
         line(
             &mut w,
             format!(
-                "- **presence**: as many blocks, between detached ones too, with probetop attached in the same mode to `{NEVER_HIT}`, which never fires: what probetop's being there costs the server without a hit (its threads on the server's CPUs, its reads of /proc, the breakpoint's page). Median added share of a CPU; in brackets over the attached blocks' hits, the part of the truth per hit that is presence. **per hit** = truth minus that part."
+                "- **presence**: as many blocks, between detached ones too, with probetop attached in the same mode to `{NEVER_HIT}`, which never fires: what probetop's being there costs the server without a hit (its threads on the server's CPUs, its reads of /proc, the breakpoint's page). Median added share of a CPU; in brackets over the attached blocks' hits, the part of the truth per hit that is presence. **per hit** = truth minus that part, with its 95% bootstrap interval (the blocks of each kind resampled)."
             ),
         );
     }
@@ -464,6 +489,14 @@ fn render(
         let presence = (!cell.presence_share.is_empty()).then(|| median(&cell.presence_share));
         let presence_per_hit = presence.map(|p| p * 1e9 / cell.hits_per_second);
         let per_hit = presence_per_hit.map(|p| truth - p);
+        let per_hit_interval = per_hit.map(|_| {
+            let presence_ns: Vec<f64> = cell
+                .presence_share
+                .iter()
+                .map(|p| p * 1e9 / cell.hits_per_second)
+                .collect();
+            median_difference_interval(&cell.truth_ns, &presence_ns)
+        });
         let mut row = format!(
             "| {} | {} | {:.0} | {:.1}% | {:.0} ({:.0}-{:.0}) | {} | {} |",
             cell.rate,
@@ -482,7 +515,10 @@ fn render(
                 ),
                 _ => "-".into(),
             },
-            per_hit.map_or("-".into(), |p| format!("{p:.0}"))
+            match (per_hit, per_hit_interval) {
+                (Some(p), Some((low, high))) => format!("{p:.0} ({low:.0}-{high:.0})"),
+                _ => "-".into(),
+            }
         );
         for (_, s) in &cell.in_situ {
             let per_hit = &s["per_hit_ns"];
@@ -626,6 +662,16 @@ mod tests {
         let truth = truth_per_hit(&blocks);
         assert!((truth[0] - 90.0).abs() < 1e-6, "{truth:?}");
         assert!((truth[1] - 170.0).abs() < 1e-6, "{truth:?}");
+    }
+
+    #[test]
+    fn the_interval_of_a_difference_of_medians_holds_it() {
+        let a = [10.0, 11.0, 12.0, 13.0, 14.0, 15.0];
+        let b = [1.0, 2.0, 3.0];
+        let (low, high) = median_difference_interval(&a, &b);
+        assert!(low <= 10.5 && 10.5 <= high, "{low}..{high}");
+        assert!(low >= 10.0 - 3.0 && high <= 15.0 - 1.0, "{low}..{high}");
+        assert!(median_difference_interval(&[], &b).0.is_nan());
     }
 
     #[test]
