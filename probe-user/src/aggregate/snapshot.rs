@@ -30,6 +30,8 @@ pub struct ProbeSnapshot {
     /// The median gap before its hits since the previous hit on their CPU, us, when
     /// its hits are priced by it.
     pub gap_median_us: Option<f64>,
+    /// The median busy part of those gaps (code run on the CPU), us, with it.
+    pub busy_median_us: Option<f64>,
 }
 
 /// The numbers of one probe over one closed live interval.
@@ -136,11 +138,12 @@ impl Aggregator {
                         priced_hot |= e.assumes != decision.assumes;
                         (e.whole_ns, e.assumes)
                     });
-                let gap_median_us = match whole_cost_ns {
-                    Some((_, crate::cost::assume::Assumption::Gap)) => {
-                        p.cost.gaps.summary().map(|g| g.median_us)
-                    }
-                    _ => None,
+                let (gap_median_us, busy_median_us) = match whole_cost_ns {
+                    Some((_, crate::cost::assume::Assumption::Gap)) => (
+                        p.cost.gaps.summary().map(|g| g.median_us),
+                        p.cost.busy_gaps.summary().map(|g| g.median_us),
+                    ),
+                    _ => (None, None),
                 };
                 let whole_cost_ns = whole_cost_ns.map(|(ns, _)| ns);
                 ProbeSnapshot {
@@ -154,6 +157,7 @@ impl Aggregator {
                     last_args: p.last_args,
                     interval: p.last_interval,
                     gap_median_us,
+                    busy_median_us,
                 }
             })
             .collect();

@@ -127,6 +127,8 @@ pub struct Numbers {
     pub cpu_share: Option<f64>,
     /// The median gap before a hit, us, when hits are priced by it.
     pub gap_median_us: Option<f64>,
+    /// Its busy part's median, us.
+    pub busy_median_us: Option<f64>,
 }
 
 impl Numbers {
@@ -140,6 +142,7 @@ impl Numbers {
                 whole_cost_ns: probe.whole_cost_ns,
                 cpu_share: probe.cpu_share,
                 gap_median_us: probe.gap_median_us,
+                busy_median_us: probe.busy_median_us,
             },
             View::Interval => Self {
                 hits: probe.interval.hits,
@@ -149,6 +152,7 @@ impl Numbers {
                 whole_cost_ns: probe.whole_cost_ns,
                 cpu_share: probe.cpu_share,
                 gap_median_us: probe.gap_median_us,
+                busy_median_us: probe.busy_median_us,
             },
         }
     }
