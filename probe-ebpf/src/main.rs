@@ -138,15 +138,18 @@ fn on_hit(ctx: Ctx) -> u32 {
     let Some(config) = CONFIG.get(probe_id) else {
         return 0;
     };
-    let idle_now = idle::idle_total();
+    // This CPU's idle total plus one, 0 when unknown (stored so in LAST_HIT). Opaque to
+    // LLVM and set on every path: a value it spilled on one path only was read on
+    // another, which the 6.1 verifier refuses (invalid read from stack).
+    let idle_plus_one = core::hint::black_box(idle::idle_total().map_or(0, |n| n + 1));
     if previous != 0 {
         let gap_ns = start.wrapping_sub(previous);
         // The gap less the time the CPU idled in it: the code run between the hits.
-        let busy_ns = match (idle_now, LAST_HIT.get(1)) {
-            (Some(now), Some(&then)) if then != 0 => {
-                Some(gap_ns.saturating_sub(now.saturating_sub(then - 1)))
-            }
-            _ => None,
+        let then = LAST_HIT.get(1).copied().unwrap_or(0);
+        let busy_ns = if idle_plus_one != 0 && then != 0 {
+            Some(gap_ns.saturating_sub(idle_plus_one.saturating_sub(then)))
+        } else {
+            None
         };
         count_gap(probe_id, gap_ns, busy_ns);
     }
@@ -155,15 +158,8 @@ fn on_hit(ctx: Ctx) -> u32 {
         unsafe { *last = if drawn { start } else { 0 } };
     }
     if let Some(last_idle) = LAST_HIT.get_ptr_mut(1) {
-        // Stored plus one, so that 0 still means unknown.
         // SAFETY: as above.
-        unsafe {
-            *last_idle = if drawn {
-                idle_now.map_or(0, |n| n + 1)
-            } else {
-                0
-            }
-        };
+        unsafe { *last_idle = if drawn { idle_plus_one } else { 0 } };
     }
     // Records carry a timestamp: untimed hits (only while TIMING is set, which user
     // space does in kernel mode, and in auto mode once a probe is in the kernel) read
