@@ -600,6 +600,32 @@ mod tests {
         c
     }
 
+    /// An emulated-push uprobe priced by [`cal`].
+    fn emulated_push_cost() -> ProbeCost {
+        ProbeCost {
+            site: site(CostClass::EmulatedPush),
+            basis: Some(basis(
+                &cal(),
+                CostClass::EmulatedPush,
+                ProbeKind::Uprobe,
+                false,
+            )),
+            ..Default::default()
+        }
+    }
+
+    /// Gap counts since an empty baseline: `(bucket, count)` pairs.
+    fn gap_counts(counts: &[(usize, u64)]) -> super::super::gap::GapCounts {
+        let mut gaps = super::super::gap::GapCounts::default();
+        gaps.baseline(vec![0; probe_common::gap::BUCKETS as usize]);
+        let mut totals = vec![0; probe_common::gap::BUCKETS as usize];
+        for &(bucket, n) in counts {
+            totals[bucket] = n;
+        }
+        gaps.update(totals);
+        gaps
+    }
+
     #[test]
     fn the_gap_curve_prices_each_hit_by_its_gap() {
         use super::super::gap::{GapCounts, GapCurve, GapPoint};
@@ -621,23 +647,12 @@ mod tests {
             ],
             time_every: 64,
         };
-        let mut gaps = GapCounts::default();
-        gaps.baseline(vec![0; probe_common::gap::BUCKETS as usize]);
-        let mut totals = vec![0; probe_common::gap::BUCKETS as usize];
-        totals[0] = 30; // right after another hit: hot
-        totals[11] = 10; // after 1-2 ms: beyond the curve's last point
-        gaps.update(totals);
+        // 30 right after another hit (hot), 10 after 1-2 ms (beyond the curve's end).
+        let gaps = gap_counts(&[(0, 30), (11, 10)]);
         let mut cost = ProbeCost {
-            site: site(CostClass::EmulatedPush),
-            basis: Some(basis(
-                &cal(),
-                CostClass::EmulatedPush,
-                ProbeKind::Uprobe,
-                false,
-            )),
             gap_curve: Some(std::sync::Arc::new(curve)),
             gaps,
-            ..Default::default()
+            ..emulated_push_cost()
         };
         // A quarter of the hits pay 2000 more; the handler clock reads 400 more on
         // those, which is the curve's, not a slower handler.
@@ -665,7 +680,6 @@ mod tests {
 
     #[test]
     fn the_work_curve_prices_a_hit_after_code_ran_when_dearer_than_its_gap() {
-        use super::super::gap::GapCounts;
         use super::super::work::{WorkCurve, WorkPoint};
         let point = |work_ns: f64, ring: f64| WorkPoint {
             data_bytes: 0,
@@ -674,22 +688,8 @@ mod tests {
             ring_ns: s(ring),
             kernel_ns: s(ring / 2.0),
         };
-        let counts = |bucket: usize| {
-            let mut c = GapCounts::default();
-            c.baseline(vec![0; probe_common::gap::BUCKETS as usize]);
-            let mut totals = vec![0; probe_common::gap::BUCKETS as usize];
-            totals[bucket] = 40;
-            c.update(totals);
-            c
-        };
+        let counts = |bucket: usize| gap_counts(&[(bucket, 40)]);
         let mut cost = ProbeCost {
-            site: site(CostClass::EmulatedPush),
-            basis: Some(basis(
-                &cal(),
-                CostClass::EmulatedPush,
-                ProbeKind::Uprobe,
-                false,
-            )),
             // One point: the gap adds nothing at any gap.
             gap_curve: Some(std::sync::Arc::new(super::super::gap::GapCurve {
                 points: vec![super::super::gap::GapPoint {
@@ -710,7 +710,7 @@ mod tests {
             // Gaps of 32-64 us (bucket 6), all of it code run: past the curve's end.
             gaps: counts(6),
             busy_gaps: counts(6),
-            ..Default::default()
+            ..emulated_push_cost()
         };
         let hot = cost
             .estimate(DeliveryMode::Ring, None, 1.0, Assumption::Hot)
