@@ -420,16 +420,9 @@ mod tests {
     #[test]
     fn calibration_only() {
         let cost = ProbeCost {
-            site: site(CostClass::EmulatedPush),
-            basis: Some(basis(
-                &cal(),
-                CostClass::EmulatedPush,
-                ProbeKind::Uprobe,
-                false,
-            )),
             cold_basis: None,
             dispatch: None,
-            ..Default::default()
+            ..emulated_push_cost()
         };
         // 700 + 300, handler as calibrated.
         let e = cost
