@@ -487,16 +487,15 @@ fn render(
     for cell in cells {
         let truth = median(&cell.truth_ns);
         let presence = (!cell.presence_share.is_empty()).then(|| median(&cell.presence_share));
-        let presence_per_hit = presence.map(|p| p * 1e9 / cell.hits_per_second);
+        let presence_ns: Vec<f64> = cell
+            .presence_share
+            .iter()
+            .map(|p| p * 1e9 / cell.hits_per_second)
+            .collect();
+        let presence_per_hit = presence.map(|_| median(&presence_ns));
         let per_hit = presence_per_hit.map(|p| truth - p);
-        let per_hit_interval = per_hit.map(|_| {
-            let presence_ns: Vec<f64> = cell
-                .presence_share
-                .iter()
-                .map(|p| p * 1e9 / cell.hits_per_second)
-                .collect();
-            median_difference_interval(&cell.truth_ns, &presence_ns)
-        });
+        let per_hit_interval =
+            per_hit.map(|_| median_difference_interval(&cell.truth_ns, &presence_ns));
         let mut row = format!(
             "| {} | {} | {:.0} | {:.1}% | {:.0} ({:.0}-{:.0}) | {} | {} |",
             cell.rate,

@@ -10,9 +10,9 @@ use crate::cost::calibration::ColdOptions;
 use crate::cost::work::{WorkCurve, WorkPoint};
 
 /// Shares of the cold loop's footprint walked between calls: none (the hot loop), then
-/// about 2-4x apart up to the cold loop itself (~60 us of walk here).
-/// Finer from half on: the walk's time jumps there, where data and code outgrow the
-/// L2 (10 to 60 us here), and a server's busy gaps fall in that range.
+/// doubling up to half, then finer up to the cold loop itself (~60 us of walk here): the
+/// walk's time jumps past half, where data and code outgrow the L2 (10 to 60 us here),
+/// and a server's busy gaps fall in that range.
 const SHARES: [f64; 11] = [
     0.0,
     1.0 / 64.0,
@@ -43,8 +43,7 @@ struct Samples {
     work: Vec<f64>,
 }
 
-/// Measures the curve; `cold` is the cold loop's footprint, the curve's largest (the
-/// cold rows hold it whole).
+/// Measures the curve; `cold` is the cold loop's footprint, the curve's largest.
 pub(super) fn measure(
     child: &mut Workload,
     attachment: &mut Attachment,

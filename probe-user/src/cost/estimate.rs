@@ -246,7 +246,7 @@ impl ProbeCost {
             (Assumption::Gap, _) if gap_extra.is_some() => (self.basis?, Assumption::Gap),
             _ => (self.basis?, Assumption::Hot),
         };
-        let (extra, handler_extra) = gap_extra.unwrap_or((0.0, 0.0));
+        let (extra, handler_extra) = gap_extra.unwrap_or((0.0, Some(0.0)));
         let measured = self.dispatch.as_ref().and_then(DispatchMeasure::per_hit_ns);
         if let (Some(dispatch), Some(residual)) = (measured, basis.residual_ns) {
             // The residual is calibrated hot only; the dispatch is measured as it is.
@@ -281,10 +281,11 @@ impl ProbeCost {
             (true, Some(live), Some(cal)) if probe_mode == DeliveryMode::KernelHistogram => {
                 (live - cal) * timed_share
             }
-            // Priced by the work curve, whose iterations hold the handler's slowdown.
-            (true, Some(_), Some(_)) if handler_extra.is_infinite() => 0.0,
-            // The ring handler reads slower after a gap too: the curve has that in.
-            (true, Some(live), Some(cal)) => live - cal - handler_extra,
+            // The ring handler reads slower after a gap too: the curve has that in. Priced
+            // by the work curve, whose iterations hold the handler's slowdown: nothing.
+            (true, Some(live), Some(cal)) => {
+                handler_extra.map_or(0.0, |slower| live - cal - slower)
+            }
             _ => 0.0,
         };
         Some(Estimate {
@@ -298,8 +299,10 @@ impl ProbeCost {
 impl ProbeCost {
     /// What the gaps before this probe's hits add to its hot price, and how much slower
     /// they make the ring handler's clock read, ns per hit, from its own gaps or, with
-    /// too few, every probe's. `None` without enough gaps counted.
-    fn gap_extra(&self, curve: &GapCurve, probe_mode: DeliveryMode) -> Option<(f64, f64)> {
+    /// too few, every probe's; the second is `None` when the work curve prices the hits
+    /// (its iterations hold the handler's slowdown: the live handler time corrects
+    /// nothing). `None` without enough gaps counted.
+    fn gap_extra(&self, curve: &GapCurve, probe_mode: DeliveryMode) -> Option<(f64, Option<f64>)> {
         let counts = own_or_pooled(&self.gaps, &self.gaps_pooled);
         // Sampled hits mostly only count in the kernel: priced as in-kernel ones.
         let kernel = probe_mode.counts_in_kernel();
@@ -320,8 +323,8 @@ impl ProbeCost {
                 .mean_of(|busy| work.extra_ns(kernel, busy))
         });
         match busy {
-            Some(busy) if busy > extra => Some((busy, f64::INFINITY)),
-            _ => Some((extra, handler)),
+            Some(busy) if busy > extra => Some((busy, None)),
+            _ => Some((extra, Some(handler))),
         }
     }
 }
