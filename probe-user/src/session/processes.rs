@@ -90,7 +90,7 @@ pub(super) fn seed(set: &mut ProcessSet, scope: &Scope, roots: &[u32]) -> anyhow
         // Until nothing new: a child found may have children of its own.
         loop {
             let mut added = false;
-            for (pid, parent) in parents() {
+            for (pid, parent) in crate::sys::procfs::parents() {
                 if set.contains(parent) && set.add(pid)? {
                     added = true;
                 }
@@ -132,18 +132,10 @@ pub(super) fn spawn_cgroup_poller(
     })
 }
 
-/// (pid, parent pid) of every process now.
-fn parents() -> Vec<(u32, u32)> {
-    crate::sys::procfs::all_pids()
-        .into_iter()
-        .filter_map(|pid| Some((pid, crate::sys::procfs::Stat::of(pid)?.ppid)))
-        .collect()
-}
-
 /// Every process descended from `root` now.
 fn descendants(root: u32) -> Vec<u32> {
     let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
-    for (pid, parent) in parents() {
+    for (pid, parent) in crate::sys::procfs::parents() {
         children.entry(parent).or_default().push(pid);
     }
     let mut found = Vec::new();

@@ -157,6 +157,14 @@ pub fn all_pids() -> Vec<u32> {
     fs::read_dir("/proc").map_or_else(|_| Vec::new(), numeric_entries)
 }
 
+/// (pid, parent pid) of every process now; one that exits meanwhile is left out.
+pub fn parents() -> Vec<(u32, u32)> {
+    all_pids()
+        .into_iter()
+        .filter_map(|pid| Some((pid, Stat::of(pid)?.ppid)))
+        .collect()
+}
+
 fn numeric_entries(dir: fs::ReadDir) -> Vec<u32> {
     dir.flatten()
         .filter_map(|e| e.file_name().to_str()?.parse().ok())

@@ -41,10 +41,7 @@ impl Members {
             set.extend(cgroup::readable_members(dir));
         }
         if self.follow_forks {
-            let parents: Vec<(u32, u32)> = crate::sys::procfs::all_pids()
-                .into_iter()
-                .filter_map(|pid| Some((pid, Stat::of(pid)?.ppid)))
-                .collect();
+            let parents = crate::sys::procfs::parents();
             // Until nothing new: a child found may have children of its own.
             loop {
                 let before = set.len();
