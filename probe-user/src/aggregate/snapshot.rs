@@ -32,6 +32,8 @@ pub struct ProbeSnapshot {
     pub gap_median_us: Option<f64>,
     /// The median busy part of those gaps (code run on the CPU), us, with it.
     pub busy_median_us: Option<f64>,
+    /// What placed its hits on the calibration's curves, with them.
+    pub reading: Option<crate::cost::estimate::GapReading>,
 }
 
 /// The numbers of one probe over one closed live interval.
@@ -126,26 +128,23 @@ impl Aggregator {
             .map(|p| {
                 let handler = p.summary();
                 let per_second = p.rate.per_second();
-                let whole_cost_ns = p
-                    .cost
-                    .estimate(
-                        p.mode,
-                        (handler.count > 0).then_some(handler.mean),
-                        p.timed_share(),
-                        decision.assumes,
-                    )
-                    .map(|e| {
-                        priced_hot |= e.assumes != decision.assumes;
-                        (e.whole_ns, e.assumes)
-                    });
-                let (gap_median_us, busy_median_us) = match whole_cost_ns {
-                    Some((_, crate::cost::assume::Assumption::Gap)) => (
+                let estimate = p.cost.estimate(
+                    p.mode,
+                    Some(&p.handler_ns),
+                    p.timed_share(),
+                    decision.assumes,
+                );
+                if let Some(e) = estimate {
+                    priced_hot |= e.assumes != decision.assumes;
+                }
+                let (gap_median_us, busy_median_us) = match estimate.map(|e| e.assumes) {
+                    Some(crate::cost::assume::Assumption::Gap) => (
                         p.cost.gaps.summary().map(|g| g.median_us),
                         p.cost.busy_gaps.summary().map(|g| g.median_us),
                     ),
                     _ => (None, None),
                 };
-                let whole_cost_ns = whole_cost_ns.map(|(ns, _)| ns);
+                let whole_cost_ns = estimate.map(|e| e.whole_ns);
                 ProbeSnapshot {
                     mode: p.mode,
                     hits: p.hits(),
@@ -158,6 +157,7 @@ impl Aggregator {
                     interval: p.last_interval,
                     gap_median_us,
                     busy_median_us,
+                    reading: estimate.and_then(|e| e.reading),
                 }
             })
             .collect();

@@ -523,9 +523,15 @@ fn phase_one(
             rng,
         )?);
         if let Some(cold) = &options.cold {
+            let clocks = work_phase::HandlerClocks {
+                drainer: &drainer,
+                counters: &counters,
+                kernel_probe: Case::HandlerKernel.probe_id(),
+            };
             out.work = Some(work_phase::measure(
                 child,
                 &mut attachment,
+                &clocks,
                 cold,
                 options.gap_reps,
                 probe_common::DEFAULT_TIME_EVERY,

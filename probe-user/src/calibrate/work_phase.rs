@@ -4,8 +4,8 @@
 
 use super::gap_phase::Run;
 use super::workload::Func;
-use super::{CalibrateError, Summary, Workload, XorShift};
-use crate::attach::Attachment;
+use super::{CalibrateError, Drainer, Summary, Workload, XorShift, histogram_mean};
+use crate::attach::{Attachment, KernelCounters};
 use crate::cost::calibration::ColdOptions;
 use crate::cost::work::{WorkCurve, WorkPoint};
 
@@ -41,12 +41,23 @@ struct Samples {
     ring: Vec<f64>,
     kernel: Vec<f64>,
     work: Vec<f64>,
+    handler_ring: Vec<f64>,
+    handler_kernel: Vec<f64>,
+}
+
+/// Where the handlers' own clocks are read: the ring's records and the in-kernel
+/// probe's histogram.
+pub(super) struct HandlerClocks<'a> {
+    pub drainer: &'a Drainer,
+    pub counters: &'a KernelCounters,
+    pub kernel_probe: u32,
 }
 
 /// Measures the curve; `cold` is the cold loop's footprint, the curve's largest.
 pub(super) fn measure(
     child: &mut Workload,
     attachment: &mut Attachment,
+    clocks: &HandlerClocks,
     cold: &ColdOptions,
     reps: usize,
     time_every: u64,
@@ -68,20 +79,32 @@ pub(super) fn measure(
             let mut runs = [Run::Ring, Run::Kernel, Run::Twin];
             rng.shuffle(&mut runs);
             let (mut ring, mut kernel, mut twin) = (None, None, None);
+            let s = &mut samples[at];
             for run in runs {
                 match run {
-                    Run::Ring => ring = Some(child.run_cold(Func::EmulatedRing, &options[at])?),
+                    Run::Ring => {
+                        let before = clocks.drainer.totals();
+                        ring = Some(child.run_cold(Func::EmulatedRing, &options[at])?);
+                        let after = clocks.drainer.wait_for(before.0 + options[at].iters);
+                        let records = after.0.saturating_sub(before.0);
+                        if records > 0 {
+                            let sum = after.1.saturating_sub(before.1);
+                            s.handler_ring.push(sum as f64 / records as f64);
+                        }
+                    }
                     Run::Kernel => {
+                        let before = clocks.counters.histogram(clocks.kernel_probe)?;
                         attachment.set_time_every(time_every)?;
                         let r = child.run_cold(Func::EmulatedKernel, &options[at]);
                         attachment.set_time_every(1)?;
                         kernel = Some(r?);
+                        let after = clocks.counters.histogram(clocks.kernel_probe)?;
+                        s.handler_kernel.extend(histogram_mean(&after, &before));
                     }
                     Run::Twin => twin = Some(child.run_cold(Func::EmulatedTwin, &options[at])?),
                 }
             }
             if let (Some(ring), Some(kernel), Some(twin)) = (ring, kernel, twin) {
-                let s = &mut samples[at];
                 s.ring.push(ring.iter_ns_median - twin.iter_ns_median);
                 s.kernel.push(kernel.iter_ns_median - twin.iter_ns_median);
                 s.work.push(twin.iter_ns_median - twin.call_ns_median);
@@ -98,6 +121,8 @@ pub(super) fn measure(
                 work_ns: Summary::of(&s.work)?.median,
                 ring_ns: Summary::of(&s.ring)?,
                 kernel_ns: Summary::of(&s.kernel)?,
+                handler_ring_ns: Summary::of(&s.handler_ring),
+                handler_kernel_ns: Summary::of(&s.handler_kernel),
             })
         })
         .collect();

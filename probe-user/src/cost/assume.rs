@@ -14,9 +14,10 @@
 //! - hot otherwise (a small program hitting its probes in a tight loop).
 //!
 //! `--assume gap` prices each hit by the time before it on its CPU instead, on the
-//! calibration's gap curve (`cost::gap`), or by the code that CPU ran meanwhile on its
-//! work curve (`cost::work`) where that is dearer; the rule above is then the fallback
-//! of a probe with too few gaps counted yet.
+//! calibration's gap curve (`cost::gap`), or on its work curve (`cost::work`) where that
+//! is dearer: in ring mode at how slow probetop's handler ran on the hit, in-kernel at
+//! the code that CPU ran meanwhile; the rule above is then the fallback of a probe with
+//! too few gaps counted yet.
 
 use std::time::Instant;
 
@@ -56,8 +57,9 @@ impl Assumption {
 pub enum AssumeChoice {
     Hot,
     Cold,
-    /// Each hit by the time before it on its CPU, or the code run on it meanwhile where
-    /// dearer (needs a calibration with a gap curve; otherwise auto's rule).
+    /// Each hit by the time before it on its CPU, or where dearer by how cold its
+    /// handler ran (ring) or the code run on its CPU meanwhile (in-kernel) (needs a
+    /// calibration with a gap curve; otherwise auto's rule).
     Gap,
     /// Cold for a large process or sparse hits, hot for a tight loop.
     #[default]

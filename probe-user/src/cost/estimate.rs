@@ -18,6 +18,7 @@
 //! Without a calibration for this kernel and CPU there is no estimate: `None`, never a
 //! guess.
 
+use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use std::sync::Arc;
@@ -70,6 +71,56 @@ impl Method {
             Method::InSitu => "in-situ",
         }
     }
+}
+
+/// What placed a hit priced by `--assume gap` on a calibration curve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GapReading {
+    /// The gap curve at the time its CPU went without a hit.
+    Gap,
+    /// The work curve at the code run on its CPU since the previous hit.
+    BusyGap,
+    /// The work curve at how slow the ring handler's own clock ran on it.
+    HandlerClock,
+}
+
+impl GapReading {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GapReading::Gap => "gap",
+            GapReading::BusyGap => "busy-gap",
+            GapReading::HandlerClock => "handler-clock",
+        }
+    }
+
+    /// As the TUI's detail pane says it.
+    pub fn short(self) -> &'static str {
+        match self {
+            GapReading::Gap => "gap",
+            GapReading::BusyGap => "busy",
+            GapReading::HandlerClock => "clock",
+        }
+    }
+
+    /// As the end-of-run line says it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            GapReading::Gap => "priced by its gaps",
+            GapReading::BusyGap => "priced by the code run in its gaps",
+            GapReading::HandlerClock => "priced by its handler's clock",
+        }
+    }
+}
+
+/// What `--assume gap` adds to a probe's hot price.
+struct GapPrice {
+    extra_ns: f64,
+    /// How much slower the gaps make the ring handler's clock read; `None` when the work
+    /// curve prices the hits (its iterations hold the handler's slowdown: the live
+    /// handler time corrects nothing).
+    handler_slower_ns: Option<f64>,
+    reading: GapReading,
 }
 
 /// The calibration row pricing an entry breakpoint of `class`.
@@ -219,16 +270,18 @@ pub struct Estimate {
     /// The calibration rows it was priced with: the cold ones were asked for but a
     /// calibration without them prices hot.
     pub assumes: Assumption,
+    /// Priced by `--assume gap`: what placed the hits on its curves.
+    pub reading: Option<GapReading>,
 }
 
 impl ProbeCost {
-    /// The whole cost of one hit, ns; `handler_mean_ns` is the live handler time of the
+    /// The whole cost of one hit, ns; `handler` holds the live handler times of the
     /// timed hits, `timed_share` the share of hits timed (in-kernel mode with
     /// `--time-every`; 1.0 otherwise); `assume` the calibration loop to price it with.
     pub fn estimate(
         &self,
         probe_mode: DeliveryMode,
-        handler_mean_ns: Option<f64>,
+        handler: Option<&Histogram<u64>>,
         timed_share: f64,
         assume: Assumption,
     ) -> Option<Estimate> {
@@ -236,9 +289,11 @@ impl ProbeCost {
         if matches!(class, CostClass::Refused | CostClass::Unknown) {
             return None;
         }
+        let handler = handler.filter(|h| !h.is_empty());
+        let handler_mean_ns = handler.map(Histogram::mean);
         // By the gap: the hot rows, plus what the curve adds at each hit's gap.
         let gap_extra = match (assume, &self.gap_curve) {
-            (Assumption::Gap, Some(curve)) => self.gap_extra(curve, probe_mode),
+            (Assumption::Gap, Some(curve)) => self.gap_extra(curve, probe_mode, handler),
             _ => None,
         };
         let (basis, assumes) = match (assume, self.cold_basis) {
@@ -246,7 +301,10 @@ impl ProbeCost {
             (Assumption::Gap, _) if gap_extra.is_some() => (self.basis?, Assumption::Gap),
             _ => (self.basis?, Assumption::Hot),
         };
-        let (extra, handler_extra) = gap_extra.unwrap_or((0.0, Some(0.0)));
+        let reading = gap_extra.as_ref().map(|price| price.reading);
+        let (extra, handler_extra) = gap_extra.map_or((0.0, Some(0.0)), |price| {
+            (price.extra_ns, price.handler_slower_ns)
+        });
         let measured = self.dispatch.as_ref().and_then(DispatchMeasure::per_hit_ns);
         if let (Some(dispatch), Some(residual)) = (measured, basis.residual_ns) {
             // The residual is calibrated hot only; the dispatch is measured as it is.
@@ -254,6 +312,7 @@ impl ProbeCost {
                 whole_ns: (dispatch + residual).max(0.0),
                 method: Method::DispatchAndCalibration,
                 assumes: Assumption::Hot,
+                reading: None,
             });
         }
         let base = basis.base_ns?;
@@ -292,22 +351,26 @@ impl ProbeCost {
             whole_ns: (base + on_top + correction + extra).max(0.0),
             method: Method::Calibration,
             assumes,
+            reading: reading.filter(|_| assumes == Assumption::Gap),
         })
     }
 }
 
 impl ProbeCost {
-    /// What the gaps before this probe's hits add to its hot price, and how much slower
-    /// they make the ring handler's clock read, ns per hit, from its own gaps or, with
-    /// too few, every probe's; the second is `None` when the work curve prices the hits
-    /// (its iterations hold the handler's slowdown: the live handler time corrects
-    /// nothing). `None` without enough gaps counted.
-    fn gap_extra(&self, curve: &GapCurve, probe_mode: DeliveryMode) -> Option<(f64, Option<f64>)> {
+    /// What the gaps before this probe's hits add to its hot price, ns per hit, from its
+    /// own gaps or, with too few, every probe's, or from the work curve read at
+    /// `handler`'s clock or at the busy gaps. `None` without enough gaps counted.
+    fn gap_extra(
+        &self,
+        curve: &GapCurve,
+        probe_mode: DeliveryMode,
+        handler: Option<&Histogram<u64>>,
+    ) -> Option<GapPrice> {
         let counts = own_or_pooled(&self.gaps, &self.gaps_pooled);
         // Sampled hits mostly only count in the kernel: priced as in-kernel ones.
         let kernel = probe_mode.counts_in_kernel();
         let extra = counts.mean_of(|gap| curve.extra_ns(kernel, gap))?;
-        let handler = if kernel {
+        let handler_slower = if kernel {
             0.0
         } else {
             counts
@@ -317,16 +380,49 @@ impl ProbeCost {
         // The code run between hits evicts more than the idle time does on a busy
         // machine: the dearer of the two. The work curve's whole iteration holds the
         // handler's own slowdown, so the live handler time then corrects nothing
-        // (argument capture is not added: said in docs/cost.md).
+        // (argument capture is not added: said in docs/cost.md). Where on the work
+        // curve: in ring mode, where every hit's handler is timed as in the curve's ring
+        // runs, by its clock (how cold each hit was, whatever ran before it); in-kernel,
+        // by the busy gaps, as the in-kernel clock read colder against its calibration
+        // on mariadbd than the truth (docs/cost.md, "By the handler's clock").
         let busy = self.work_curve.as_ref().and_then(|work| {
-            own_or_pooled(&self.busy_gaps, &self.busy_gaps_pooled)
-                .mean_of(|busy| work.extra_ns(kernel, busy))
+            handler
+                .filter(|_| !kernel && work.has_ring_clock())
+                .and_then(|hits| mean_over_hits(hits, |ns| work.extra_by_ring_clock(ns)))
+                .map(|extra| (extra, GapReading::HandlerClock))
+                .or_else(|| {
+                    own_or_pooled(&self.busy_gaps, &self.busy_gaps_pooled)
+                        .mean_of(|busy| work.extra_ns(kernel, busy))
+                        .map(|extra| (extra, GapReading::BusyGap))
+                })
         });
-        match busy {
-            Some(busy) if busy > extra => Some((busy, None)),
-            _ => Some((extra, Some(handler))),
-        }
+        Some(match busy {
+            Some((busy, reading)) if busy > extra => GapPrice {
+                extra_ns: busy,
+                handler_slower_ns: None,
+                reading,
+            },
+            _ => GapPrice {
+                extra_ns: extra,
+                handler_slower_ns: Some(handler_slower),
+                reading: GapReading::Gap,
+            },
+        })
     }
+}
+
+/// The mean of `price` over the hits of a handler histogram, each at its value; `None`
+/// with fewer than [`super::gap::MIN_SAMPLES`] hits or where `price` has none.
+fn mean_over_hits(hits: &Histogram<u64>, price: impl Fn(f64) -> Option<f64>) -> Option<f64> {
+    if hits.len() < super::gap::MIN_SAMPLES {
+        return None;
+    }
+    let mut total = 0.0;
+    for value in hits.iter_recorded() {
+        let ns = hits.median_equivalent(value.value_iterated_to()) as f64;
+        total += value.count_at_value() as f64 * price(ns)?;
+    }
+    Some(total / hits.len() as f64)
 }
 
 /// A probe's own counts, or with too few every probe's together.
@@ -351,6 +447,13 @@ mod tests {
 
     fn s(median: f64) -> Summary {
         Summary::exact(median)
+    }
+
+    /// A live handler histogram whose every hit read `ns`.
+    fn clock(ns: f64) -> Histogram<u64> {
+        let mut hits = Histogram::new(3).expect("histogram");
+        hits.record_n(ns as u64, 100).expect("record");
+        hits
     }
 
     fn cal() -> Calibration {
@@ -429,21 +532,31 @@ mod tests {
         };
         // 700 + 300, handler as calibrated.
         let e = cost
-            .estimate(DeliveryMode::Ring, Some(150.0), 1.0, Assumption::Hot)
+            .estimate(
+                DeliveryMode::Ring,
+                Some(&clock(150.0)),
+                1.0,
+                Assumption::Hot,
+            )
             .expect("estimate");
         assert_eq!(e.whole_ns, 1000.0);
         assert_eq!(e.method, Method::Calibration);
         // A handler 200 ns slower than in calibration (argument capture) costs 200 more.
         assert_eq!(
-            cost.estimate(DeliveryMode::Ring, Some(350.0), 1.0, Assumption::Hot)
-                .unwrap()
-                .whole_ns,
+            cost.estimate(
+                DeliveryMode::Ring,
+                Some(&clock(350.0)),
+                1.0,
+                Assumption::Hot
+            )
+            .unwrap()
+            .whole_ns,
             1200.0
         );
         assert_eq!(
             cost.estimate(
                 DeliveryMode::KernelHistogram,
-                Some(40.0),
+                Some(&clock(40.0)),
                 1.0,
                 Assumption::Hot
             )
@@ -471,7 +584,7 @@ mod tests {
         let whole = |handler: f64, share: f64| {
             cost.estimate(
                 DeliveryMode::KernelHistogram,
-                Some(handler),
+                Some(&clock(handler)),
                 share,
                 Assumption::Hot,
             )
@@ -495,7 +608,7 @@ mod tests {
             probe_cost(&noisy)
                 .estimate(
                     DeliveryMode::KernelHistogram,
-                    Some(40.0),
+                    Some(&clock(40.0)),
                     0.25,
                     Assumption::Hot
                 )
@@ -510,7 +623,7 @@ mod tests {
             probe_cost(&old)
                 .estimate(
                     DeliveryMode::KernelHistogram,
-                    Some(40.0),
+                    Some(&clock(40.0)),
                     0.25,
                     Assumption::Hot
                 )
@@ -543,7 +656,12 @@ mod tests {
             ..Default::default()
         };
         let e = cost
-            .estimate(DeliveryMode::Ring, Some(150.0), 1.0, Assumption::Hot)
+            .estimate(
+                DeliveryMode::Ring,
+                Some(&clock(150.0)),
+                1.0,
+                Assumption::Hot,
+            )
             .expect("estimate");
         assert_eq!(e.whole_ns, 700.0 + 8000.0);
         assert_eq!(e.method, Method::DispatchAndCalibration);
@@ -653,14 +771,24 @@ mod tests {
         // A quarter of the hits pay 2000 more; the handler clock reads 400 more on
         // those, which is the curve's, not a slower handler.
         let e = cost
-            .estimate(DeliveryMode::Ring, Some(250.0), 1.0, Assumption::Gap)
+            .estimate(
+                DeliveryMode::Ring,
+                Some(&clock(250.0)),
+                1.0,
+                Assumption::Gap,
+            )
             .expect("estimate");
         assert_eq!((e.whole_ns, e.assumes), (1500.0, Assumption::Gap));
         // In-kernel: the in-kernel curve (1700 more a quarter of the time).
         let kernel = |c: &ProbeCost, assume| {
-            c.estimate(DeliveryMode::KernelHistogram, Some(40.0), 0.0, assume)
-                .expect("estimate")
-                .whole_ns
+            c.estimate(
+                DeliveryMode::KernelHistogram,
+                Some(&clock(40.0)),
+                0.0,
+                assume,
+            )
+            .expect("estimate")
+            .whole_ns
         };
         assert_eq!(
             kernel(&cost, Assumption::Gap) - kernel(&cost, Assumption::Hot),
@@ -669,7 +797,12 @@ mod tests {
         // Too few gaps of its own and none pooled: priced hot, and says so.
         cost.gaps = GapCounts::default();
         let e = cost
-            .estimate(DeliveryMode::Ring, Some(250.0), 1.0, Assumption::Gap)
+            .estimate(
+                DeliveryMode::Ring,
+                Some(&clock(250.0)),
+                1.0,
+                Assumption::Gap,
+            )
             .expect("estimate");
         assert_eq!((e.whole_ns, e.assumes), (1100.0, Assumption::Hot));
     }
@@ -683,6 +816,8 @@ mod tests {
             work_ns,
             ring_ns: s(ring),
             kernel_ns: s(ring / 2.0),
+            handler_ring_ns: None,
+            handler_kernel_ns: None,
         };
         let counts = |bucket: usize| gap_counts(&[(bucket, 40)]);
         let mut cost = ProbeCost {
@@ -715,7 +850,12 @@ mod tests {
         // The gap curve adds nothing: the work curve's 3000 more, and the
         // live handler time corrects nothing (the curve's iterations hold it).
         let e = cost
-            .estimate(DeliveryMode::Ring, Some(900.0), 1.0, Assumption::Gap)
+            .estimate(
+                DeliveryMode::Ring,
+                Some(&clock(900.0)),
+                1.0,
+                Assumption::Gap,
+            )
             .expect("estimate");
         assert_eq!((e.whole_ns, e.assumes), (hot + 3000.0, Assumption::Gap));
         let kernel = cost
@@ -733,6 +873,56 @@ mod tests {
             .estimate(DeliveryMode::Ring, None, 1.0, Assumption::Gap)
             .expect("estimate");
         assert_eq!(e.whole_ns, hot);
+
+        // A curve with the ring handler's clock: ring mode reads it at each hit's
+        // clock, whatever the busy gaps say; in-kernel still by the busy gaps.
+        let clocked = |work_ns: f64, ring: f64, clock: f64| WorkPoint {
+            handler_ring_ns: Some(s(clock)),
+            ..point(work_ns, ring)
+        };
+        cost.work_curve = Some(std::sync::Arc::new(WorkCurve {
+            points: vec![
+                clocked(100.0, 500.0, 60.0),
+                clocked(40_000.0, 3500.0, 260.0),
+            ],
+            time_every: 64,
+        }));
+        // Half the hits as fast as the hot loop's, half halfway to the cold clock.
+        let mut hits = Histogram::new(3).expect("histogram");
+        hits.record_n(60, 50).expect("record");
+        hits.record_n(160, 50).expect("record");
+        let e = cost
+            .estimate(DeliveryMode::Ring, Some(&hits), 1.0, Assumption::Gap)
+            .expect("estimate");
+        assert_eq!((e.whole_ns, e.assumes), (hot + 750.0, Assumption::Gap));
+        assert_eq!(e.reading, Some(GapReading::HandlerClock));
+        let kernel_hot = cost
+            .estimate(
+                DeliveryMode::KernelHistogram,
+                Some(&hits),
+                1.0,
+                Assumption::Hot,
+            )
+            .expect("kernel hot")
+            .whole_ns;
+        let e = cost
+            .estimate(
+                DeliveryMode::KernelHistogram,
+                Some(&hits),
+                1.0,
+                Assumption::Gap,
+            )
+            .expect("kernel");
+        assert_eq!(e.whole_ns, kernel_hot);
+        // Too few timed hits to read: the busy gaps again.
+        let mut few = Histogram::new(3).expect("histogram");
+        few.record_n(160, 5).expect("record");
+        cost.busy_gaps = counts(6);
+        let e = cost
+            .estimate(DeliveryMode::Ring, Some(&few), 1.0, Assumption::Gap)
+            .expect("estimate");
+        assert_eq!(e.whole_ns, hot + 3000.0);
+        assert_eq!(e.reading, Some(GapReading::BusyGap));
     }
 
     #[test]
@@ -747,7 +937,7 @@ mod tests {
         };
         let push = cost(CostClass::EmulatedPush, ProbeKind::Uprobe, false);
         let whole = |p: &ProbeCost, mode, handler, share, assume| {
-            p.estimate(mode, Some(handler), share, assume)
+            p.estimate(mode, Some(&clock(handler)), share, assume)
                 .expect("estimate")
         };
         // Hot as before; cold: the cold entry 5000 + the cold ring handler 1200, the
@@ -816,7 +1006,12 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            cost.estimate(DeliveryMode::Ring, Some(100.0), 1.0, Assumption::Hot),
+            cost.estimate(
+                DeliveryMode::Ring,
+                Some(&clock(100.0)),
+                1.0,
+                Assumption::Hot
+            ),
             None
         );
         let refused = ProbeCost {

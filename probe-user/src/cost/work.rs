@@ -30,6 +30,12 @@ pub struct WorkPoint {
     pub ring_ns: Summary,
     /// ... and with its in-kernel handler, one hit in `time_every` timed.
     pub kernel_ns: Summary,
+    /// The handlers' own clocks at this footprint (the ring's over every hit, the
+    /// in-kernel one's over its timed hits), ns: how cold the program and its maps were.
+    #[serde(default)]
+    pub handler_ring_ns: Option<Summary>,
+    #[serde(default)]
+    pub handler_kernel_ns: Option<Summary>,
 }
 
 /// The work curve of a calibration, by work ascending.
@@ -57,6 +63,60 @@ impl WorkCurve {
         Some((interpolate(&series, busy_ns)? - smallest).max(0.0))
     }
 
+    /// What a hit costs beyond the smallest footprint's, ns, read from how slow the ring
+    /// handler's own clock ran on it (`handler_ns`): the curve's points as (handler
+    /// clock, hit) pairs, the hit made non-decreasing in the clock (noise), linear
+    /// between points and flat beyond. `None` when the curve has no handler clocks.
+    ///
+    /// Why the handler's clock: it runs on the hit's own CPU right after the trap, and
+    /// its program and maps were last touched by the previous hit, as the trap path's
+    /// lines were. Whatever the target ran in between evicted both alike, so how much
+    /// slower the handler ran says how cold the trap was, with no model of the target.
+    pub fn extra_by_ring_clock(&self, handler_ns: f64) -> Option<f64> {
+        let smallest = self
+            .points
+            .iter()
+            .min_by(|a, b| a.work_ns.total_cmp(&b.work_ns))?
+            .ring_ns
+            .median;
+        let mut series: Vec<(f64, f64)> = self
+            .points
+            .iter()
+            .filter_map(|p| Some((p.handler_ring_ns?.median, p.ring_ns.median)))
+            .filter(|(clock, _)| clock.is_finite())
+            .collect();
+        series.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut dearest = f64::MIN;
+        for point in &mut series {
+            dearest = dearest.max(point.1);
+            point.1 = dearest;
+        }
+        let (first, last) = (series.first()?, series.last()?);
+        let hit = if handler_ns <= first.0 {
+            first.1
+        } else if handler_ns >= last.0 {
+            last.1
+        } else {
+            series.windows(2).find_map(|pair| {
+                let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
+                (handler_ns <= x1).then(|| {
+                    if x1 > x0 {
+                        y0 + (handler_ns - x0) / (x1 - x0) * (y1 - y0)
+                    } else {
+                        y1
+                    }
+                })
+            })?
+        };
+        Some((hit - smallest).max(0.0))
+    }
+
+    /// Whether the curve holds the ring handler's clock at its points (calibrations from
+    /// before it did not).
+    pub fn has_ring_clock(&self) -> bool {
+        !self.points.is_empty() && self.points.iter().all(|p| p.handler_ring_ns.is_some())
+    }
+
     /// The curve as `probetop calibrate` prints it.
     pub fn render_text(&self, out: &mut String) {
         use std::fmt::Write as _;
@@ -67,19 +127,26 @@ impl WorkCurve {
         );
         let _ = writeln!(
             out,
-            "{:>9} {:>9} {:>9} {:>20} {:>20}",
-            "data KiB", "code KiB", "work us", "ring (IQR)", "in-kernel (IQR)"
+            "{:>9} {:>9} {:>9} {:>20} {:>20} {:>15}",
+            "data KiB", "code KiB", "work us", "ring (IQR)", "in-kernel (IQR)", "handler r/k"
         );
         for p in &self.points {
             let range = |s: &Summary| format!("{:.0} ({:.0}-{:.0})", s.median, s.q1, s.q3);
+            let clock =
+                |s: &Option<Summary>| s.map_or("-".to_string(), |s| format!("{:.0}", s.median));
             let _ = writeln!(
                 out,
-                "{:>9} {:>9} {:>9.1} {:>20} {:>20}",
+                "{:>9} {:>9} {:>9.1} {:>20} {:>20} {:>15}",
                 p.data_bytes >> 10,
                 p.code_bytes >> 10,
                 p.work_ns / 1e3,
                 range(&p.ring_ns),
                 range(&p.kernel_ns),
+                format!(
+                    "{}/{}",
+                    clock(&p.handler_ring_ns),
+                    clock(&p.handler_kernel_ns)
+                ),
             );
         }
     }
@@ -96,6 +163,8 @@ mod tests {
             work_ns,
             ring_ns: Summary::exact(ring),
             kernel_ns: Summary::exact(kernel),
+            handler_ring_ns: None,
+            handler_kernel_ns: None,
         }
     }
 
@@ -114,10 +183,39 @@ mod tests {
         assert_eq!(curve.extra_ns(true, 1e9), Some(1880.0));
         let between = curve.extra_ns(false, 20_000.0).expect("extra");
         assert!(200.0 < between && between < 2000.0, "{between}");
+        assert_eq!(curve.extra_by_ring_clock(60.0), None);
         let empty = WorkCurve {
             points: Vec::new(),
             time_every: 64,
         };
         assert_eq!(empty.extra_ns(false, 1.0), None);
+    }
+
+    #[test]
+    fn the_handler_clock_reads_the_hit_off_the_curve() {
+        let clocked = |work_ns: f64, ring: f64, clock: f64| WorkPoint {
+            handler_ring_ns: Some(Summary::exact(clock)),
+            ..point(work_ns, ring, 0.0)
+        };
+        let curve = WorkCurve {
+            points: vec![
+                clocked(20.0, 450.0, 60.0),
+                clocked(2_000.0, 900.0, 75.0),
+                // Cheaper than the point before with a slower clock: noise, read as 900.
+                clocked(4_000.0, 600.0, 80.0),
+                clocked(14_000.0, 1400.0, 120.0),
+                clocked(57_000.0, 2700.0, 250.0),
+            ],
+            time_every: 64,
+        };
+        assert!(curve.has_ring_clock());
+        // As fast as the hot loop's or faster: nothing more.
+        assert_eq!(curve.extra_by_ring_clock(40.0), Some(0.0));
+        assert_eq!(curve.extra_by_ring_clock(60.0), Some(0.0));
+        assert_eq!(curve.extra_by_ring_clock(80.0), Some(450.0));
+        // Halfway between 120 and 250 ns of clock: halfway between 1400 and 2700.
+        assert_eq!(curve.extra_by_ring_clock(185.0), Some(1600.0));
+        // Slower than the coldest point: the coldest price, no more.
+        assert_eq!(curve.extra_by_ring_clock(5_000.0), Some(2250.0));
     }
 }

@@ -97,6 +97,9 @@ pub fn report(
             if let Some(busy) = report.busy_gaps {
                 let _ = write!(line, " (busy: median {})", fmt_gap_us(busy.median_us));
             }
+            if let Some(reading) = report.reading {
+                let _ = write!(line, ", {}", reading.describe());
+            }
         }
         if let Some(method) = report.method {
             let _ = write!(line, " [{}]", method.as_str());
@@ -143,6 +146,8 @@ pub struct ProbeCostReport {
     pub dispatch: Option<dispatch::DispatchMeasure>,
     /// The calibration rows the whole cost was priced with, hot or cold.
     pub assumes: Option<assume::Assumption>,
+    /// Priced by the gap: what placed its hits on the curves.
+    pub reading: Option<estimate::GapReading>,
     /// The gaps before its hits on their CPUs.
     pub gaps: Option<gap::GapSummary>,
     /// The busy part of the same gaps, where the kernel measured it.
@@ -173,10 +178,9 @@ pub fn probe_report(
     probe: &crate::aggregate::ProbeMeasurements,
     duration: std::time::Duration,
 ) -> ProbeCostReport {
-    let handler = HandlerSummary::of(&probe.handler_ns);
     let estimate = probe.cost.estimate(
         probe.mode,
-        (handler.count > 0).then_some(handler.mean),
+        Some(&probe.handler_ns),
         probe.timed_share,
         probe.assumes,
     );
@@ -190,6 +194,7 @@ pub fn probe_report(
             .map(|e| cpu_share(e.whole_ns, probe.hits as f64 / seconds)),
         dispatch: probe.cost.dispatch.clone().filter(|d| d.measured()),
         assumes: estimate.map(|e| e.assumes),
+        reading: estimate.and_then(|e| e.reading),
         gaps: probe.cost.gaps.summary(),
         busy_gaps: probe.cost.busy_gaps.summary(),
     }

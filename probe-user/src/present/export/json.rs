@@ -76,6 +76,11 @@ struct JsonProbe<'a> {
     /// idle time before it, `gaps`); see `cost.assumption`.
     #[serde(skip_serializing_if = "Option::is_none")]
     whole_cost_assumes: Option<&'static str>,
+    /// With `gap`: what placed its hits on the calibration's curves: `gap` (the idle
+    /// time before each), `busy-gap` (the code run before each) or `handler-clock` (how
+    /// slow the ring handler ran on each; docs/cost.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    whole_cost_reading: Option<&'static str>,
     /// Share of one CPU the probe took from the target over the run (whole cost x
     /// hits / duration; 0.01 is 1% of a CPU).
     cpu_share: Option<f64>,
@@ -323,6 +328,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 whole_cost_ns: p.cost.whole_cost_ns,
                 whole_cost_method: p.cost.method.map(|m| m.as_str()),
                 whole_cost_assumes: p.cost.assumes.map(|a| a.as_str()),
+                whole_cost_reading: p.cost.reading.map(|r| r.as_str()),
                 cpu_share: p.cost.cpu_share,
                 dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
                     per_hit_mean: d.per_hit_ns(),

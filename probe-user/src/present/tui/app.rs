@@ -129,6 +129,8 @@ pub struct Numbers {
     pub gap_median_us: Option<f64>,
     /// Its busy part's median, us.
     pub busy_median_us: Option<f64>,
+    /// What placed its hits on the calibration's curves.
+    pub reading: Option<crate::cost::estimate::GapReading>,
 }
 
 impl Numbers {
@@ -143,6 +145,7 @@ impl Numbers {
                 cpu_share: probe.cpu_share,
                 gap_median_us: probe.gap_median_us,
                 busy_median_us: probe.busy_median_us,
+                reading: probe.reading,
             },
             View::Interval => Self {
                 hits: probe.interval.hits,
@@ -153,6 +156,7 @@ impl Numbers {
                 cpu_share: probe.cpu_share,
                 gap_median_us: probe.gap_median_us,
                 busy_median_us: probe.busy_median_us,
+                reading: probe.reading,
             },
         }
     }

@@ -160,6 +160,9 @@ fn totals_line(app: &App, id: usize) -> Line<'static> {
         if let Some(busy_us) = n.busy_median_us {
             cost.push_str(&format!(", busy {}", format::ns_f(busy_us * 1e3)));
         }
+        if let Some(reading) = n.reading {
+            cost.push_str(&format!(", by {}", reading.short()));
+        }
         cost.push(')');
     }
     let cpu = n.cpu_share.map_or_else(|| "-".into(), format::percent);

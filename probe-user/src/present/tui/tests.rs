@@ -225,6 +225,7 @@ fn gap_pricing_shows_in_the_status_line_and_the_detail_pane() {
         probe.cpu_share = Some(2_166.0 * probe.per_second / 1e9);
         probe.gap_median_us = Some(371.0);
         probe.busy_median_us = Some(23.0);
+        probe.reading = Some(crate::cost::estimate::GapReading::HandlerClock);
     }
     snap.assumption = Some(crate::cost::assume::Decision {
         assumes: crate::cost::assume::Assumption::Gap,
@@ -232,7 +233,10 @@ fn gap_pricing_shows_in_the_status_line_and_the_detail_pane() {
     });
     app.update(snap);
     let screen = render(&app).backend().to_string();
-    assert!(screen.contains("(gap p50 371us, busy 23.0us)"), "{screen}");
+    assert!(
+        screen.contains("(gap p50 371us, busy 23.0us, by clock)"),
+        "{screen}"
+    );
     assert!(screen.contains(" gap"), "{screen}");
 }
 
