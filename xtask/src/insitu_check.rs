@@ -304,9 +304,7 @@ fn measure_cell(
         })?;
         let report = read_json(&json)?;
         estimate_ns = estimate_ns.or(report["cost"]["estimated_per_hit_ns"].as_f64());
-        estimate_assumes = estimate_assumes.or(report["cost"]["assumption"]["assumes"]
-            .as_str()
-            .map(str::to_string));
+        estimate_assumes = estimate_assumes.or_else(|| estimate_label(&report));
         in_situ.push((meter.to_string(), report["cost"]["in_situ"].clone()));
     }
     drop(load_guard);
@@ -335,6 +333,25 @@ fn measure_cell(
         in_situ,
         estimate_ns,
         estimate_assumes,
+    })
+}
+
+/// What priced a run's estimate: the loop it assumed and, priced by the gap, what
+/// placed the probes' hits on the curves (`gap: handler-clock`).
+fn estimate_label(report: &Value) -> Option<String> {
+    let assumes = report["cost"]["assumption"]["assumes"].as_str()?;
+    let mut readings: Vec<&str> = Vec::new();
+    for probe in report["probes"].as_array().into_iter().flatten() {
+        if let Some(reading) = probe["whole_cost_reading"].as_str()
+            && !readings.contains(&reading)
+        {
+            readings.push(reading);
+        }
+    }
+    Some(if readings.is_empty() {
+        assumes.to_string()
+    } else {
+        format!("{assumes}: {}", readings.join(", "))
     })
 }
 
@@ -597,6 +614,26 @@ mod tests {
         let twice = splice(&once, "B\n");
         assert!(twice.contains("B\n") && !twice.contains("A\n"), "{twice}");
         assert_eq!(twice.matches(BEGIN_MARK).count(), 1);
+    }
+
+    #[test]
+    fn the_estimate_says_what_placed_its_hits() {
+        let report = serde_json::json!({
+            "cost": {"assumption": {"assumes": "gap"}},
+            "probes": [
+                {"whole_cost_reading": "handler-clock"},
+                {"whole_cost_reading": "gap"},
+                {"whole_cost_reading": "handler-clock"},
+                {},
+            ],
+        });
+        assert_eq!(
+            estimate_label(&report).as_deref(),
+            Some("gap: handler-clock, gap")
+        );
+        let hot = serde_json::json!({"cost": {"assumption": {"assumes": "hot"}}, "probes": []});
+        assert_eq!(estimate_label(&hot).as_deref(), Some("hot"));
+        assert_eq!(estimate_label(&serde_json::json!({})), None);
     }
 
     #[test]
