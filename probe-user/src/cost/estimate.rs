@@ -260,6 +260,9 @@ pub struct ProbeCost {
     /// the kernel measured it, and every probe's together.
     pub busy_gaps: GapCounts,
     pub busy_gaps_pooled: GapCounts,
+    /// Its handler reads argument values (`--args`): slower for that, not for cold
+    /// caches, so its clock does not say how cold a hit was.
+    pub captures_args: bool,
 }
 
 /// An estimate and how it was made.
@@ -387,7 +390,7 @@ impl ProbeCost {
         // on mariadbd than the truth (docs/cost.md, "By the handler's clock").
         let busy = self.work_curve.as_ref().and_then(|work| {
             handler
-                .filter(|_| !kernel && work.has_ring_clock())
+                .filter(|_| !kernel && !self.captures_args && work.has_ring_clock())
                 .and_then(|hits| mean_over_hits(hits, |ns| work.extra_by_ring_clock(ns)))
                 .map(|extra| (extra, GapReading::HandlerClock))
                 .or_else(|| {
@@ -914,6 +917,13 @@ mod tests {
             )
             .expect("kernel");
         assert_eq!(e.whole_ns, kernel_hot);
+        // A handler capturing arguments runs slower for that: the busy gaps.
+        cost.captures_args = true;
+        let e = cost
+            .estimate(DeliveryMode::Ring, Some(&hits), 1.0, Assumption::Gap)
+            .expect("estimate");
+        assert_eq!(e.reading, Some(GapReading::Gap));
+        cost.captures_args = false;
         // Too few timed hits to read: the busy gaps again.
         let mut few = Histogram::new(3).expect("histogram");
         few.record_n(160, 5).expect("record");

@@ -398,6 +398,7 @@ async fn attach(
             probe.name = ProbeLabel::new(point.point.kind, &point.point.name, "").display;
             // Kernel dispatch is not measured for these (it stopped at the exec).
             probe.cost = cost.clone();
+            probe.cost.captures_args = config.args.count > 0;
             (probe, *config)
         })
         .collect();

@@ -105,7 +105,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     let Attached {
         mut attachment,
         probes,
-        prepared,
+        mut prepared,
         skipped,
         dispatch,
         shutdown,
@@ -124,6 +124,9 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     aggregator.assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     aggregator.count_processes = plan.several;
     let dispatch_running = dispatch.is_some();
+    for cost in &mut prepared.costs {
+        cost.captures_args = args.args > 0;
+    }
     crate::aggregate::install_costs(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {
         counters.set_dispatch(dispatch);
