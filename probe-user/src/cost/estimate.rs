@@ -389,9 +389,11 @@ impl ProbeCost {
         // by the busy gaps, as the in-kernel clock read colder against its calibration
         // on mariadbd than the truth (docs/cost.md, "By the handler's clock").
         let busy = self.work_curve.as_ref().and_then(|work| {
+            let clock = work.ring_clock().filter(|_| work.has_ring_clock());
             handler
-                .filter(|_| !kernel && !self.captures_args && work.has_ring_clock())
-                .and_then(|hits| mean_over_hits(hits, |ns| work.extra_by_ring_clock(ns)))
+                .zip(clock)
+                .filter(|_| !kernel && !self.captures_args)
+                .and_then(|(hits, clock)| mean_over_hits(hits, |ns| clock.extra_ns(ns)))
                 .map(|extra| (extra, GapReading::HandlerClock))
                 .or_else(|| {
                     own_or_pooled(&self.busy_gaps, &self.busy_gaps_pooled)
@@ -415,16 +417,18 @@ impl ProbeCost {
 }
 
 /// The mean of `price` over the hits of a handler histogram, each at its value; `None`
-/// with fewer than [`super::gap::MIN_SAMPLES`] hits or where `price` has none.
-fn mean_over_hits(hits: &Histogram<u64>, price: impl Fn(f64) -> Option<f64>) -> Option<f64> {
+/// with fewer than [`super::gap::MIN_SAMPLES`] hits.
+fn mean_over_hits(hits: &Histogram<u64>, price: impl Fn(f64) -> f64) -> Option<f64> {
     if hits.len() < super::gap::MIN_SAMPLES {
         return None;
     }
-    let mut total = 0.0;
-    for value in hits.iter_recorded() {
-        let ns = hits.median_equivalent(value.value_iterated_to()) as f64;
-        total += value.count_at_value() as f64 * price(ns)?;
-    }
+    let total: f64 = hits
+        .iter_recorded()
+        .map(|value| {
+            let ns = hits.median_equivalent(value.value_iterated_to()) as f64;
+            value.count_at_value() as f64 * price(ns)
+        })
+        .sum();
     Some(total / hits.len() as f64)
 }
 

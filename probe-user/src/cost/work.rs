@@ -63,52 +63,37 @@ impl WorkCurve {
         Some((interpolate(&series, busy_ns)? - smallest).max(0.0))
     }
 
-    /// What a hit costs beyond the smallest footprint's, ns, read from how slow the ring
-    /// handler's own clock ran on it (`handler_ns`): the curve's points as (handler
-    /// clock, hit) pairs, the hit made non-decreasing in the clock (noise), linear
-    /// between points and flat beyond. `None` when the curve has no handler clocks.
+    /// How to read a hit's price off the curve from how slow the ring handler's own
+    /// clock ran on it; `None` when the curve has no handler clocks.
     ///
     /// Why the handler's clock: it runs on the hit's own CPU right after the trap, and
     /// its program and maps were last touched by the previous hit, as the trap path's
     /// lines were. Whatever the target ran in between evicted both alike, so how much
     /// slower the handler ran says how cold the trap was, with no model of the target.
-    pub fn extra_by_ring_clock(&self, handler_ns: f64) -> Option<f64> {
+    pub fn ring_clock(&self) -> Option<RingClockReading> {
         let smallest = self
             .points
             .iter()
             .min_by(|a, b| a.work_ns.total_cmp(&b.work_ns))?
             .ring_ns
             .median;
-        let mut series: Vec<(f64, f64)> = self
+        let mut by_clock: Vec<(f64, f64)> = self
             .points
             .iter()
             .filter_map(|p| Some((p.handler_ring_ns?.median, p.ring_ns.median)))
             .filter(|(clock, _)| clock.is_finite())
             .collect();
-        series.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if by_clock.is_empty() {
+            return None;
+        }
+        by_clock.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // A slower clock with a cheaper hit is noise: read as the dearest before it.
         let mut dearest = f64::MIN;
-        for point in &mut series {
+        for point in &mut by_clock {
             dearest = dearest.max(point.1);
             point.1 = dearest;
         }
-        let (first, last) = (series.first()?, series.last()?);
-        let hit = if handler_ns <= first.0 {
-            first.1
-        } else if handler_ns >= last.0 {
-            last.1
-        } else {
-            series.windows(2).find_map(|pair| {
-                let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
-                (handler_ns <= x1).then(|| {
-                    if x1 > x0 {
-                        y0 + (handler_ns - x0) / (x1 - x0) * (y1 - y0)
-                    } else {
-                        y1
-                    }
-                })
-            })?
-        };
-        Some((hit - smallest).max(0.0))
+        Some(RingClockReading { by_clock, smallest })
     }
 
     /// Whether the curve holds the ring handler's clock at its points (calibrations from
@@ -152,6 +137,46 @@ impl WorkCurve {
     }
 }
 
+/// The work curve as (ring handler clock, hit) pairs: see [`WorkCurve::ring_clock`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RingClockReading {
+    /// By clock ascending, the hit made non-decreasing in it.
+    by_clock: Vec<(f64, f64)>,
+    /// The hit at the curve's smallest footprint.
+    smallest: f64,
+}
+
+impl RingClockReading {
+    /// What a hit whose handler clock read `handler_ns` costs beyond a hit of the
+    /// curve's smallest footprint, ns: linear between points, flat beyond, never below 0.
+    pub fn extra_ns(&self, handler_ns: f64) -> f64 {
+        let (first, last) = match (self.by_clock.first(), self.by_clock.last()) {
+            (Some(first), Some(last)) => (*first, *last),
+            _ => return 0.0,
+        };
+        let hit = if handler_ns <= first.0 {
+            first.1
+        } else if handler_ns >= last.0 {
+            last.1
+        } else {
+            self.by_clock
+                .windows(2)
+                .find_map(|pair| {
+                    let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
+                    (handler_ns <= x1).then(|| {
+                        if x1 > x0 {
+                            y0 + (handler_ns - x0) / (x1 - x0) * (y1 - y0)
+                        } else {
+                            y1
+                        }
+                    })
+                })
+                .unwrap_or(last.1)
+        };
+        (hit - self.smallest).max(0.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,7 +208,7 @@ mod tests {
         assert_eq!(curve.extra_ns(true, 1e9), Some(1880.0));
         let between = curve.extra_ns(false, 20_000.0).expect("extra");
         assert!(200.0 < between && between < 2000.0, "{between}");
-        assert_eq!(curve.extra_by_ring_clock(60.0), None);
+        assert_eq!(curve.ring_clock(), None);
         let empty = WorkCurve {
             points: Vec::new(),
             time_every: 64,
@@ -209,13 +234,14 @@ mod tests {
             time_every: 64,
         };
         assert!(curve.has_ring_clock());
+        let reading = curve.ring_clock().expect("clocks");
         // As fast as the hot loop's or faster: nothing more.
-        assert_eq!(curve.extra_by_ring_clock(40.0), Some(0.0));
-        assert_eq!(curve.extra_by_ring_clock(60.0), Some(0.0));
-        assert_eq!(curve.extra_by_ring_clock(80.0), Some(450.0));
+        assert_eq!(reading.extra_ns(40.0), 0.0);
+        assert_eq!(reading.extra_ns(60.0), 0.0);
+        assert_eq!(reading.extra_ns(80.0), 450.0);
         // Halfway between 120 and 250 ns of clock: halfway between 1400 and 2700.
-        assert_eq!(curve.extra_by_ring_clock(185.0), Some(1600.0));
+        assert_eq!(reading.extra_ns(185.0), 1600.0);
         // Slower than the coldest point: the coldest price, no more.
-        assert_eq!(curve.extra_by_ring_clock(5_000.0), Some(2250.0));
+        assert_eq!(reading.extra_ns(5_000.0), 2250.0);
     }
 }

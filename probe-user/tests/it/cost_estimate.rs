@@ -99,6 +99,12 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
     let report: serde_json::Value = read_export(&json);
     let probe = &report["probes"][0];
     assert_eq!(probe["whole_cost_assumes"], "gap", "{probe}");
+    // In ring mode, with a calibration that keeps the handler's clock on its work curve,
+    // the work curve is read at that clock, never at the busy gaps.
+    let reading = probe["whole_cost_reading"]
+        .as_str()
+        .expect("whole_cost_reading");
+    assert!(matches!(reading, "gap" | "handler-clock"), "{probe}");
     // Ring mode counts the gap before every hit but each CPU's first.
     let hits = probe["hits"].as_u64().expect("hits");
     let samples = probe["gaps"]["samples"].as_u64().expect("gap samples");
