@@ -138,22 +138,32 @@ impl GapCurve {
 
 /// Linear interpolation of `y` in the log of the gap, flat beyond either end.
 pub(super) fn interpolate(points: &[(f64, f64)], gap_ns: f64) -> Option<f64> {
+    interpolate_in(points, gap_ns, f64::ln)
+}
+
+/// Linear interpolation of `y` in `scale(x)` between `points` (by x ascending), flat
+/// beyond either end.
+pub(super) fn interpolate_in(
+    points: &[(f64, f64)],
+    x: f64,
+    scale: impl Fn(f64) -> f64,
+) -> Option<f64> {
     let (first, last) = (points.first()?, points.last()?);
-    if gap_ns <= first.0 {
+    if x <= first.0 {
         return Some(first.1);
     }
-    if gap_ns >= last.0 {
+    if x >= last.0 {
         return Some(last.1);
     }
-    let x = gap_ns.ln();
+    let sx = scale(x);
     points.windows(2).find_map(|pair| {
         let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
-        if gap_ns > x1 {
+        if x > x1 {
             return None;
         }
-        let (lx0, lx1) = (x0.ln(), x1.ln());
-        let t = if lx1 > lx0 {
-            (x - lx0) / (lx1 - lx0)
+        let (sx0, sx1) = (scale(x0), scale(x1));
+        let t = if sx1 > sx0 {
+            (sx - sx0) / (sx1 - sx0)
         } else {
             1.0
         };

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::gap::interpolate;
+use super::gap::{interpolate, interpolate_in};
 use super::stats::Summary;
 
 /// One point of the work curve.
@@ -150,30 +150,8 @@ impl RingClockReading {
     /// What a hit whose handler clock read `handler_ns` costs beyond a hit of the
     /// curve's smallest footprint, ns: linear between points, flat beyond, never below 0.
     pub fn extra_ns(&self, handler_ns: f64) -> f64 {
-        let (first, last) = match (self.by_clock.first(), self.by_clock.last()) {
-            (Some(first), Some(last)) => (*first, *last),
-            _ => return 0.0,
-        };
-        let hit = if handler_ns <= first.0 {
-            first.1
-        } else if handler_ns >= last.0 {
-            last.1
-        } else {
-            self.by_clock
-                .windows(2)
-                .find_map(|pair| {
-                    let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
-                    (handler_ns <= x1).then(|| {
-                        if x1 > x0 {
-                            y0 + (handler_ns - x0) / (x1 - x0) * (y1 - y0)
-                        } else {
-                            y1
-                        }
-                    })
-                })
-                .unwrap_or(last.1)
-        };
-        (hit - self.smallest).max(0.0)
+        interpolate_in(&self.by_clock, handler_ns, |clock| clock)
+            .map_or(0.0, |hit| (hit - self.smallest).max(0.0))
     }
 }
 
