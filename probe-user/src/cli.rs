@@ -214,6 +214,14 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub time_every: Option<u64>,
 
+    /// With --mode kernel and --assume gap: stream every hit, timed, for this long
+    /// first, then aggregate in the kernel. The ring handler's clock on those hits says
+    /// how cold the target runs each probe, which prices its in-kernel hits (the
+    /// in-kernel handler's own clock cannot: docs/cost.md). Costs the target the ring
+    /// mode's price for that long. 0: never; the code run between hits prices them.
+    #[arg(long, value_name = "SECS", default_value_t = 3.0)]
+    pub clock_seconds: f64,
+
     /// With --mode auto: the hits/s above which a probe is aggregated in the kernel.
     #[arg(long, value_name = "HITS_PER_S", default_value_t = 200_000.0)]
     pub auto_above: f64,

@@ -49,6 +49,9 @@ pub struct CollectorOptions {
     pub interval: Duration,
     /// Keep every interval's histograms (for interval logs).
     pub keep_interval_log: bool,
+    /// In-kernel mode's clock phase (`--clock-seconds`): the probes start streaming
+    /// every hit, timed, and go to the kernel after this long.
+    pub clock_phase: Option<Duration>,
 }
 
 impl Default for CollectorOptions {
@@ -58,6 +61,7 @@ impl Default for CollectorOptions {
             auto_time_every: 1,
             interval: Duration::from_secs(1),
             keep_interval_log: false,
+            clock_phase: None,
         }
     }
 }
@@ -207,6 +211,7 @@ pub async fn collect(
     }
     let mut last_tick = Instant::now();
     let mut counters_frozen = false;
+    let mut clock_phase_ends = options.clock_phase.map(|length| Instant::now() + length);
     let mut intervals = IntervalLog::default();
     let mut interval_start = Duration::ZERO;
     let mut own_meter = OwnUsageMeter::default();
@@ -244,6 +249,12 @@ pub async fn collect(
                 last_tick = now;
                 if let Some(limit) = options.auto_kernel_above {
                     switch_hot_probes(&mut counters, &mut aggregator, limit, options.auto_time_every);
+                }
+                if !counters_frozen
+                    && let Some(end) = clock_phase_ends
+                    && end_clock_phase(&mut stream, &mut counters, &mut aggregator, options.auto_time_every, now >= end)
+                {
+                    clock_phase_ends = None;
                 }
                 snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, *focus.borrow()));
             }
@@ -511,6 +522,11 @@ fn switch_hot_probes(
                 .is_ok()
         {
             probe.mode = DeliveryMode::KernelHistogram;
+            // The ring handler's clock so far prices its in-kernel hits (`--assume
+            // clock`); its handler histogram goes on holding both, as said in the README.
+            if !probe.handler_ns.is_empty() {
+                probe.cost.streamed_clock = Some(probe.handler_ns.clone());
+            }
             switched.push((probe_name(id, probe), rate));
         }
     }
@@ -527,6 +543,62 @@ fn switch_hot_probes(
             "{name} fires {rate:.0} hits/s, above {limit:.0}: aggregating it in the kernel from now on"
         ));
     }
+}
+
+/// Clocked hits after which a probe leaves the clock phase before it ends: a hot probe
+/// (the reason for `--mode kernel`) streams for a fraction of a second, not the phase.
+const CLOCK_PHASE_HITS: u64 = 5_000;
+
+/// The clock phase (`--clock-seconds`): a streaming probe goes to the kernel once it has
+/// [`CLOCK_PHASE_HITS`] records, or every one when `over`. The hits it streamed so far
+/// (flushed and drained first) become its streamed clock. Once none streams, one hit in
+/// `time_every` is timed from then on (every one until then: a record's clock must
+/// cover its whole handler). Returns whether the phase is over.
+fn end_clock_phase(
+    stream: &mut HitStream,
+    counters: &mut KernelCounters,
+    aggregator: &mut Aggregator,
+    time_every: u64,
+    over: bool,
+) -> bool {
+    let (mut switched, mut stayed, mut streaming) = (Vec::new(), 0, 0);
+    for (id, probe) in aggregator.probes().iter().enumerate() {
+        if probe.mode != DeliveryMode::Ring {
+            continue;
+        }
+        if !over && probe.received < CLOCK_PHASE_HITS {
+            streaming += 1;
+            continue;
+        }
+        match counters.set_mode(id as u32, DeliveryMode::KernelHistogram) {
+            Ok(()) => switched.push(id),
+            Err(_) => stayed += 1,
+        }
+    }
+    if !switched.is_empty() {
+        stream.drain_all(|record| aggregator.record_any(&record));
+        let probes = aggregator.probes_mut();
+        for &id in &switched {
+            probes[id].end_clock_phase();
+        }
+    }
+    if streaming > 0 {
+        return false;
+    }
+    if time_every > 1
+        && let Err(e) = counters.set_time_every(time_every)
+    {
+        aggregator.notices.push(format!(
+            "cannot time one hit in {time_every} from now on ({e}): every hit stays timed"
+        ));
+    }
+    if stayed > 0 {
+        aggregator.notices.push(format!(
+            "{stayed} probe{} could not go to the kernel after the clock phase: streaming every hit",
+            if stayed == 1 { "" } else { "s" }
+        ));
+    }
+    true
 }
 
 /// How notices name a probe: as its row does, or by id when the row's name is unknown.

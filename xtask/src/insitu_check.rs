@@ -253,7 +253,8 @@ fn measure_cell(
         }
         let json = work.join(format!("truth-{rate}-{mode}-{index}.json"));
         let mut cmd = probetop_command(probetop, pid, mode, probes);
-        cmd.arg("-o").arg(&json);
+        // The truth is the mode's own price: no streamed start.
+        cmd.args(["--clock-seconds", "0"]).arg("-o").arg(&json);
         let mut tool = Tool::start(cmd, "attached", Stream::Stderr)?;
         let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
         thread::sleep(Duration::from_secs_f64(measure_s));

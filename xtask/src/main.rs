@@ -224,8 +224,8 @@ enum Task {
         /// Directory of mysqld.md [default: docs].
         #[arg(long)]
         out: Option<PathBuf>,
-        /// probetop's --assume for the estimate column (auto, hot, cold, gap).
-        #[arg(long, default_value = "auto", value_parser = ["auto", "hot", "cold", "gap"])]
+        /// probetop's --assume for the estimate column (auto, hot, cold, gap, clock).
+        #[arg(long, default_value = "auto", value_parser = ["auto", "hot", "cold", "gap", "clock"])]
         assume: String,
     },
 }

@@ -198,6 +198,18 @@ impl ProbeAggregate {
         }
     }
 
+    /// Ends the clock phase of an in-kernel run (`--clock-seconds`): the ring handler's
+    /// times of the hits streamed so far become the probe's streamed clock, which prices
+    /// its in-kernel hits, and the handler histogram starts over with the in-kernel
+    /// handler's own. The hits stay counted.
+    pub fn end_clock_phase(&mut self) {
+        let streamed = std::mem::replace(&mut self.handler_ns, new_live_ns_histogram());
+        if !streamed.is_empty() {
+            self.cost.streamed_clock = Some(streamed);
+        }
+        self.mode = DeliveryMode::KernelHistogram;
+    }
+
     /// Share of the in-kernel hits whose handler was timed, for pricing them: below 1
     /// only with --time-every (records always carry their handler time).
     pub fn timed_share(&self) -> f64 {

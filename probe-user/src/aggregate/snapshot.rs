@@ -138,7 +138,10 @@ impl Aggregator {
                     priced_hot |= e.assumes != decision.assumes;
                 }
                 let (gap_median_us, busy_median_us) = match estimate.map(|e| e.assumes) {
-                    Some(crate::cost::assume::Assumption::Gap) => (
+                    Some(
+                        crate::cost::assume::Assumption::Gap
+                        | crate::cost::assume::Assumption::Clock,
+                    ) => (
                         p.cost.gaps.summary().map(|g| g.median_us),
                         p.cost.busy_gaps.summary().map(|g| g.median_us),
                     ),
@@ -172,6 +175,12 @@ impl Aggregator {
                 decision
                     .why
                     .push_str("; hot where too few gaps are counted yet");
+            }
+            // Too few hits clocked yet, or a probe capturing arguments.
+            crate::cost::assume::Assumption::Clock if priced_hot => {
+                decision
+                    .why
+                    .push_str("; cold where the clock cannot be read yet");
             }
             _ => {}
         }

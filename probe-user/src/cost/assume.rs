@@ -18,6 +18,12 @@
 //! is dearer: in ring mode at how slow probetop's handler ran on the hit, in-kernel at
 //! the code that CPU ran meanwhile; the rule above is then the fallback of a probe with
 //! too few gaps counted yet.
+//!
+//! `--assume clock` prices each hit by how slow probetop's ring handler ran on it, read
+//! on the work curve (or by its gap where dearer), and a probe whose clock cannot be
+//! read (too few hits yet, `--args`) cold. Auto takes it where its rule says cold and
+//! the clock can be read: on mariadbd it lay within 25% of the truth where the cold
+//! rows did not (docs/cost.md).
 
 use std::time::Instant;
 
@@ -40,6 +46,9 @@ pub enum Assumption {
     Cold,
     /// Each hit by the time its CPU went without one (the calibration's gap curve).
     Gap,
+    /// Each hit by how slow probetop's handler ran on it (the work curve), or by its gap
+    /// where dearer; cold where the clock cannot be read.
+    Clock,
 }
 
 impl Assumption {
@@ -48,6 +57,7 @@ impl Assumption {
             Assumption::Hot => "hot",
             Assumption::Cold => "cold",
             Assumption::Gap => "gap",
+            Assumption::Clock => "clock",
         }
     }
 }
@@ -61,7 +71,13 @@ pub enum AssumeChoice {
     /// handler ran (ring) or the code run on its CPU meanwhile (in-kernel) (needs a
     /// calibration with a gap curve; otherwise auto's rule).
     Gap,
-    /// Cold for a large process or sparse hits, hot for a tight loop.
+    /// Each hit by how slow probetop's ring handler ran on it, read on the calibration's
+    /// work curve (in-kernel: on the hits streamed for --clock-seconds first), or by the
+    /// time before it where dearer; cold where the clock cannot be read (needs a
+    /// calibration with the handler's clock; otherwise auto's rule).
+    Clock,
+    /// Hot for a tight loop; for a large process or sparse hits, by the handler's clock
+    /// where the calibration has it, else cold.
     #[default]
     Auto,
 }
@@ -77,6 +93,9 @@ pub struct AutoInputs {
     pub busy_cores: Option<f64>,
     /// Whether the calibration has a gap curve.
     pub gap_curve: bool,
+    /// Whether the handler's clock can price the hits: the calibration's work curve has
+    /// it, and the probes stream (or stream first, in-kernel) without `--args`.
+    pub clock: bool,
 }
 
 /// The assumption and why.
@@ -92,11 +111,21 @@ fn busy_threads(busy_cores: Option<f64>) -> f64 {
     busy_cores.map_or(1.0, |c| c.round().max(1.0))
 }
 
-/// The auto rule. The gap curve is not part of it yet: on mariadbd it priced hits
-/// 35-48% under the truth from outside (docs/cost.md), where the cold rows erred high, and
-/// an estimate that errs low tells a DBA a probe is cheaper than it is.
+/// The auto rule: hot or cold as [`hot_or_cold`] decides, and where that says cold, the
+/// handler's clock when it can be read. On mariadbd the cold rows priced hits 21-177%
+/// over the truth from outside, the clock within 25% of it in every cell measured
+/// (docs/cost.md, "By the handler's clock"). The idle gap curve alone is not part of
+/// it: it priced mariadbd 35-48% under the truth, and an estimate that errs low tells a
+/// DBA a probe is cheaper than it is.
 pub fn auto(inputs: AutoInputs) -> Decision {
-    hot_or_cold(inputs)
+    let decision = hot_or_cold(inputs);
+    if decision.assumes == Assumption::Cold && inputs.clock && inputs.gap_curve {
+        return Decision {
+            assumes: Assumption::Clock,
+            why: format!("{}: by the handler's clock", decision.why),
+        };
+    }
+    decision
 }
 
 /// Auto's rule, and `--assume gap`'s without a gap curve.
@@ -166,6 +195,18 @@ pub fn decide(choice: AssumeChoice, inputs: AutoInputs) -> Decision {
             );
             decision
         }
+        AssumeChoice::Clock if inputs.clock && inputs.gap_curve => Decision {
+            assumes: Assumption::Clock,
+            why: "--assume clock".into(),
+        },
+        AssumeChoice::Clock => {
+            let mut decision = hot_or_cold(inputs);
+            decision.why = format!(
+                "--assume clock, but the handler's clock cannot be read here (a calibration without it, --args, or --mode sample) ({})",
+                decision.why
+            );
+            decision
+        }
         AssumeChoice::Auto => auto(inputs),
     }
 }
@@ -193,6 +234,8 @@ pub struct Assumer {
     pub text_bytes: Option<u64>,
     /// Whether the calibration has a gap curve.
     pub gap_curve: bool,
+    /// Whether the handler's clock can price the hits ([`AutoInputs::clock`]).
+    pub clock: bool,
     pid: Option<u32>,
     /// (when, CPU ticks): when the window opened, and the last two readings.
     first: Option<(Instant, u64)>,
@@ -248,6 +291,7 @@ impl Assumer {
                 busy_cores: Self::cores(self.previous, self.last)
                     .or_else(|| Self::cores(self.first, self.last)),
                 gap_curve: self.gap_curve,
+                clock: self.clock,
             },
         )
     }
@@ -267,6 +311,7 @@ impl Assumer {
                 },
                 busy_cores: Self::cores(self.first, self.last),
                 gap_curve: self.gap_curve,
+                clock: self.clock,
             },
         )
     }
@@ -282,6 +327,7 @@ mod tests {
             hits_per_second,
             busy_cores,
             gap_curve: false,
+            clock: false,
         }
     }
 
@@ -322,6 +368,7 @@ mod tests {
                 hits_per_second: 1e7,
                 busy_cores: None,
                 gap_curve: false,
+                clock: false,
             })
             .assumes,
             Assumption::Cold
@@ -331,6 +378,20 @@ mod tests {
         assert_eq!(auto(inputs(None, 500_000.0, None)).assumes, Assumption::Hot);
         // No hits: cold (and they cost nothing anyway).
         assert_eq!(auto(inputs(Some(1), 0.0, None)).assumes, Assumption::Cold);
+        // With the handler's clock readable, cold becomes the clock; hot stays hot.
+        let clocked = |text_mib, hits_per_second| AutoInputs {
+            gap_curve: true,
+            clock: true,
+            ..inputs(Some(text_mib), hits_per_second, Some(1.0))
+        };
+        let server = auto(clocked(30, 6000.0));
+        assert_eq!(server.assumes, Assumption::Clock, "{}", server.why);
+        assert!(
+            server.why.ends_with("by the handler's clock"),
+            "{}",
+            server.why
+        );
+        assert_eq!(auto(clocked(2, 1_000_000.0)).assumes, Assumption::Hot);
     }
 
     #[test]
@@ -342,6 +403,23 @@ mod tests {
             Assumption::Cold
         );
         assert_eq!(decide(AssumeChoice::Auto, server).assumes, Assumption::Cold);
+        // --assume clock without a readable clock: auto's hot or cold, saying why.
+        let no_clock = decide(AssumeChoice::Clock, server);
+        assert_eq!(no_clock.assumes, Assumption::Cold);
+        assert!(
+            no_clock.why.starts_with("--assume clock, but"),
+            "{}",
+            no_clock.why
+        );
+        let clocked = AutoInputs {
+            gap_curve: true,
+            clock: true,
+            ..inputs(Some(1), 1e7, Some(1.0))
+        };
+        assert_eq!(
+            decide(AssumeChoice::Clock, clocked).assumes,
+            Assumption::Clock
+        );
     }
 
     #[test]

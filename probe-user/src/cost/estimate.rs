@@ -83,6 +83,9 @@ pub enum GapReading {
     BusyGap,
     /// The work curve at how slow the ring handler's own clock ran on it.
     HandlerClock,
+    /// In-kernel: the work curve at how slow the ring handler's clock ran on the
+    /// probe's hits streamed in its first seconds (`--clock-seconds`).
+    StreamedClock,
 }
 
 impl GapReading {
@@ -91,6 +94,7 @@ impl GapReading {
             GapReading::Gap => "gap",
             GapReading::BusyGap => "busy-gap",
             GapReading::HandlerClock => "handler-clock",
+            GapReading::StreamedClock => "streamed-clock",
         }
     }
 
@@ -100,6 +104,7 @@ impl GapReading {
             GapReading::Gap => "gap",
             GapReading::BusyGap => "busy",
             GapReading::HandlerClock => "clock",
+            GapReading::StreamedClock => "clock at start",
         }
     }
 
@@ -109,6 +114,7 @@ impl GapReading {
             GapReading::Gap => "priced by its gaps",
             GapReading::BusyGap => "priced by the code run in its gaps",
             GapReading::HandlerClock => "priced by its handler's clock",
+            GapReading::StreamedClock => "priced by its handler's clock while streamed",
         }
     }
 }
@@ -263,6 +269,10 @@ pub struct ProbeCost {
     /// Its handler reads argument values (`--args`): slower for that, not for cold
     /// caches, so its clock does not say how cold a hit was.
     pub captures_args: bool,
+    /// In-kernel: the ring handler's clock over the hits streamed before the probe
+    /// went to the kernel (`--clock-seconds`), kept across resets: how cold the target
+    /// runs its hits, not a measurement of the window.
+    pub streamed_clock: Option<Histogram<u64>>,
 }
 
 /// An estimate and how it was made.
@@ -297,11 +307,15 @@ impl ProbeCost {
         // By the gap: the hot rows, plus what the curve adds at each hit's gap.
         let gap_extra = match (assume, &self.gap_curve) {
             (Assumption::Gap, Some(curve)) => self.gap_extra(curve, probe_mode, handler),
+            (Assumption::Clock, Some(curve)) => self.clock_price(curve, probe_mode, handler),
             _ => None,
         };
         let (basis, assumes) = match (assume, self.cold_basis) {
-            (Assumption::Cold, Some(cold)) => (cold, Assumption::Cold),
-            (Assumption::Gap, _) if gap_extra.is_some() => (self.basis?, Assumption::Gap),
+            (Assumption::Gap | Assumption::Clock, _) if gap_extra.is_some() => {
+                (self.basis?, assume)
+            }
+            // A hit whose clock cannot be read is priced as a server's: cold.
+            (Assumption::Cold | Assumption::Clock, Some(cold)) => (cold, Assumption::Cold),
             _ => (self.basis?, Assumption::Hot),
         };
         let reading = gap_extra.as_ref().map(|price| price.reading);
@@ -354,7 +368,7 @@ impl ProbeCost {
             whole_ns: (base + on_top + correction + extra).max(0.0),
             method: Method::Calibration,
             assumes,
-            reading: reading.filter(|_| assumes == Assumption::Gap),
+            reading: reading.filter(|_| matches!(assumes, Assumption::Gap | Assumption::Clock)),
         })
     }
 }
@@ -369,17 +383,8 @@ impl ProbeCost {
         probe_mode: DeliveryMode,
         handler: Option<&Histogram<u64>>,
     ) -> Option<GapPrice> {
-        let counts = own_or_pooled(&self.gaps, &self.gaps_pooled);
-        // Sampled hits mostly only count in the kernel: priced as in-kernel ones.
         let kernel = probe_mode.counts_in_kernel();
-        let extra = counts.mean_of(|gap| curve.extra_ns(kernel, gap))?;
-        let handler_slower = if kernel {
-            0.0
-        } else {
-            counts
-                .mean_of(|gap| curve.handler_extra_ns(gap))
-                .unwrap_or(0.0)
-        };
+        let (extra, handler_slower) = self.idle_gap_extra(curve, kernel)?;
         // The code run between hits evicts more than the idle time does on a busy
         // machine: the dearer of the two. The work curve's whole iteration holds the
         // handler's own slowdown, so the live handler time then corrects nothing
@@ -387,19 +392,14 @@ impl ProbeCost {
         // curve: in ring mode, where every hit's handler is timed as in the curve's ring
         // runs, by its clock (how cold each hit was, whatever ran before it); in-kernel,
         // by the busy gaps, as the in-kernel clock read colder against its calibration
-        // on mariadbd than the truth (docs/cost.md, "By the handler's clock").
+        // on mariadbd than the truth (docs/cost.md, "By the handler's clock"), so by the
+        // ring clock of its first seconds streamed, or without them by the busy gaps.
         let busy = self.work_curve.as_ref().and_then(|work| {
-            let clock = work.ring_clock().filter(|_| work.has_ring_clock());
-            handler
-                .zip(clock)
-                .filter(|_| !kernel && !self.captures_args)
-                .and_then(|(hits, clock)| mean_over_hits(hits, |ns| clock.extra_ns(ns)))
-                .map(|extra| (extra, GapReading::HandlerClock))
-                .or_else(|| {
-                    own_or_pooled(&self.busy_gaps, &self.busy_gaps_pooled)
-                        .mean_of(|busy| work.extra_ns(kernel, busy))
-                        .map(|extra| (extra, GapReading::BusyGap))
-                })
+            self.clock_extra(work, kernel, handler).or_else(|| {
+                own_or_pooled(&self.busy_gaps, &self.busy_gaps_pooled)
+                    .mean_of(|busy| work.extra_ns(kernel, busy))
+                    .map(|extra| (extra, GapReading::BusyGap))
+            })
         });
         Some(match busy {
             Some((busy, reading)) if busy > extra => GapPrice {
@@ -413,6 +413,70 @@ impl ProbeCost {
                 reading: GapReading::Gap,
             },
         })
+    }
+}
+
+impl ProbeCost {
+    /// What the idle gap curve adds at this probe's gaps (own, or every probe's with
+    /// too few), and how much slower the ring handler's clock reads for it.
+    fn idle_gap_extra(&self, curve: &GapCurve, kernel: bool) -> Option<(f64, f64)> {
+        let counts = own_or_pooled(&self.gaps, &self.gaps_pooled);
+        let extra = counts.mean_of(|gap| curve.extra_ns(kernel, gap))?;
+        let handler_slower = if kernel {
+            0.0
+        } else {
+            counts
+                .mean_of(|gap| curve.handler_extra_ns(gap))
+                .unwrap_or(0.0)
+        };
+        Some((extra, handler_slower))
+    }
+
+    /// `--assume clock`: the work curve at the handler's clock, or the idle gap curve
+    /// where dearer; `None` when the clock cannot be read (the caller prices cold).
+    /// Gaps not counted yet add nothing: the clock alone prices.
+    fn clock_price(
+        &self,
+        curve: &GapCurve,
+        probe_mode: DeliveryMode,
+        handler: Option<&Histogram<u64>>,
+    ) -> Option<GapPrice> {
+        let kernel = probe_mode.counts_in_kernel();
+        let work = self.work_curve.as_ref()?;
+        let (clock, reading) = self.clock_extra(work, kernel, handler)?;
+        Some(match self.idle_gap_extra(curve, kernel) {
+            Some((gap, handler_slower)) if gap >= clock => GapPrice {
+                extra_ns: gap,
+                handler_slower_ns: Some(handler_slower),
+                reading: GapReading::Gap,
+            },
+            _ => GapPrice {
+                extra_ns: clock,
+                handler_slower_ns: None,
+                reading,
+            },
+        })
+    }
+
+    /// The work curve read at the ring handler's clock: in ring mode the live one
+    /// (`handler`), in-kernel the one streamed first. `None` for a probe capturing
+    /// arguments, without enough clocked hits, or with a curve without clocks.
+    fn clock_extra(
+        &self,
+        work: &WorkCurve,
+        kernel: bool,
+        handler: Option<&Histogram<u64>>,
+    ) -> Option<(f64, GapReading)> {
+        if self.captures_args {
+            return None;
+        }
+        let (hits, reading) = if kernel {
+            (self.streamed_clock.as_ref()?, GapReading::StreamedClock)
+        } else {
+            (handler?, GapReading::HandlerClock)
+        };
+        let clock = work.ring_clock(kernel)?;
+        mean_over_hits(hits, |ns| clock.extra_ns(ns)).map(|extra| (extra, reading))
     }
 }
 
@@ -882,7 +946,8 @@ mod tests {
         assert_eq!(e.whole_ns, hot);
 
         // A curve with the ring handler's clock: ring mode reads it at each hit's
-        // clock, whatever the busy gaps say; in-kernel still by the busy gaps.
+        // clock, whatever the busy gaps say; in-kernel by the busy gaps unless its
+        // first hits were streamed.
         let clocked = |work_ns: f64, ring: f64, clock: f64| WorkPoint {
             handler_ring_ns: Some(s(clock)),
             ..point(work_ns, ring)
@@ -921,6 +986,20 @@ mod tests {
             )
             .expect("kernel");
         assert_eq!(e.whole_ns, kernel_hot);
+        // In-kernel with the ring clock of its first seconds streamed: the in-kernel
+        // price at the footprints those clocks place it (half of the ring's here).
+        cost.streamed_clock = Some(hits.clone());
+        let e = cost
+            .estimate(
+                DeliveryMode::KernelHistogram,
+                Some(&hits),
+                1.0,
+                Assumption::Gap,
+            )
+            .expect("kernel");
+        assert_eq!(e.whole_ns, kernel_hot + 375.0);
+        assert_eq!(e.reading, Some(GapReading::StreamedClock));
+        cost.streamed_clock = None;
         // A handler capturing arguments runs slower for that: the busy gaps.
         cost.captures_args = true;
         let e = cost

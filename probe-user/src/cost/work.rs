@@ -64,23 +64,30 @@ impl WorkCurve {
     }
 
     /// How to read a hit's price off the curve from how slow the ring handler's own
-    /// clock ran on it; `None` when the curve has no handler clocks.
+    /// clock ran on it: the price with the ring handler, or with `kernel`, what the
+    /// in-kernel handler costs at the same footprint. `None` when the curve has no
+    /// handler clocks.
     ///
     /// Why the handler's clock: it runs on the hit's own CPU right after the trap, and
     /// its program and maps were last touched by the previous hit, as the trap path's
     /// lines were. Whatever the target ran in between evicted both alike, so how much
     /// slower the handler ran says how cold the trap was, with no model of the target.
-    pub fn ring_clock(&self) -> Option<RingClockReading> {
-        let smallest = self
-            .points
-            .iter()
-            .min_by(|a, b| a.work_ns.total_cmp(&b.work_ns))?
-            .ring_ns
-            .median;
+    /// In-kernel probes are read by the ring clock of their first seconds streamed
+    /// (`--clock-seconds`): the in-kernel handler's own clock read colder than the truth.
+    pub fn ring_clock(&self, kernel: bool) -> Option<RingClockReading> {
+        if !self.has_ring_clock() {
+            return None;
+        }
+        let price = |p: &WorkPoint| if kernel { p.kernel_ns } else { p.ring_ns }.median;
+        let smallest = price(
+            self.points
+                .iter()
+                .min_by(|a, b| a.work_ns.total_cmp(&b.work_ns))?,
+        );
         let mut by_clock: Vec<(f64, f64)> = self
             .points
             .iter()
-            .filter_map(|p| Some((p.handler_ring_ns?.median, p.ring_ns.median)))
+            .filter_map(|p| Some((p.handler_ring_ns?.median, price(p))))
             .filter(|(clock, _)| clock.is_finite())
             .collect();
         if by_clock.is_empty() {
@@ -186,7 +193,7 @@ mod tests {
         assert_eq!(curve.extra_ns(true, 1e9), Some(1880.0));
         let between = curve.extra_ns(false, 20_000.0).expect("extra");
         assert!(200.0 < between && between < 2000.0, "{between}");
-        assert_eq!(curve.ring_clock(), None);
+        assert_eq!(curve.ring_clock(false), None);
         let empty = WorkCurve {
             points: Vec::new(),
             time_every: 64,
@@ -198,7 +205,7 @@ mod tests {
     fn the_handler_clock_reads_the_hit_off_the_curve() {
         let clocked = |work_ns: f64, ring: f64, clock: f64| WorkPoint {
             handler_ring_ns: Some(Summary::exact(clock)),
-            ..point(work_ns, ring, 0.0)
+            ..point(work_ns, ring, ring - 50.0)
         };
         let curve = WorkCurve {
             points: vec![
@@ -212,7 +219,7 @@ mod tests {
             time_every: 64,
         };
         assert!(curve.has_ring_clock());
-        let reading = curve.ring_clock().expect("clocks");
+        let reading = curve.ring_clock(false).expect("clocks");
         // As fast as the hot loop's or faster: nothing more.
         assert_eq!(reading.extra_ns(40.0), 0.0);
         assert_eq!(reading.extra_ns(60.0), 0.0);
@@ -221,5 +228,14 @@ mod tests {
         assert_eq!(reading.extra_ns(185.0), 1600.0);
         // Slower than the coldest point: the coldest price, no more.
         assert_eq!(reading.extra_ns(5_000.0), 2250.0);
+        // In-kernel: the same footprint read by the ring clock, priced with the
+        // in-kernel handler (50 ns cheaper at every point here).
+        let kernel = curve.ring_clock(true).expect("clocks");
+        assert_eq!(kernel.extra_ns(185.0), 1600.0);
+        assert_eq!(kernel.extra_ns(5_000.0), 2250.0);
+        // A curve missing the clock at any point is not read by it.
+        let mut partial = curve.clone();
+        partial.points[2].handler_ring_ns = None;
+        assert_eq!(partial.ring_clock(true), None);
     }
 }

@@ -29,6 +29,15 @@ pub fn report(
     let assumed = reports.iter().find_map(|r| r.assumes);
     let assumption = match (&measurements.assumption, assumed) {
         (Some(decision), Some(used))
+            if decision.assumes == assume::Assumption::Clock && used != decision.assumes =>
+        {
+            format!(
+                "; each hit priced by its handler's clock where enough hits were clocked ({}), else {}",
+                decision.why,
+                used.as_str()
+            )
+        }
+        (Some(decision), Some(used))
             if decision.assumes == assume::Assumption::Gap && used != decision.assumes =>
         {
             format!(
@@ -39,6 +48,10 @@ pub fn report(
         (Some(decision), Some(used)) if used != decision.assumes => format!(
             "; caches {} between hits ({}), but this calibration has no cold rows: priced hot, run `probetop calibrate` again",
             decision.assumes.as_str(),
+            decision.why
+        ),
+        (Some(decision), _) if decision.assumes == assume::Assumption::Clock => format!(
+            "; how cold each hit ran read off probetop's handler clock: {}",
             decision.why
         ),
         (Some(decision), _) => format!(
@@ -87,7 +100,9 @@ pub fn report(
         if let Some(per_hit) = report.dispatch.as_ref().and_then(|d| d.per_hit_ns()) {
             let _ = write!(line, "; dispatch {per_hit:.0} ns measured");
         }
-        if let (Some(gaps), Some(assume::Assumption::Gap)) = (report.gaps, report.assumes) {
+        if let (Some(gaps), Some(assume::Assumption::Gap | assume::Assumption::Clock)) =
+            (report.gaps, report.assumes)
+        {
             let _ = write!(
                 line,
                 "; gap before a hit: median {}, {:.0}% 100 us or more",
@@ -152,6 +167,8 @@ pub struct ProbeCostReport {
     pub gaps: Option<gap::GapSummary>,
     /// The busy part of the same gaps, where the kernel measured it.
     pub busy_gaps: Option<gap::GapSummary>,
+    /// In-kernel: the ring handler's clock over the hits streamed first.
+    pub streamed_clock: Option<crate::aggregate::HandlerSummary>,
 }
 
 /// The run's cost beyond single probes, for exports.
@@ -197,6 +214,11 @@ pub fn probe_report(
         reading: estimate.and_then(|e| e.reading),
         gaps: probe.cost.gaps.summary(),
         busy_gaps: probe.cost.busy_gaps.summary(),
+        streamed_clock: probe
+            .cost
+            .streamed_clock
+            .as_ref()
+            .map(crate::aggregate::HandlerSummary::of),
     }
 }
 

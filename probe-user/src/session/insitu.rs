@@ -28,11 +28,24 @@ pub struct Driver {
     /// The probes the driver detached for the current OFF window.
     suspended: Vec<u32>,
     rng: XorShift,
+    /// The first window is the clock phase's (`--clock-seconds`): streamed, not the
+    /// mode measured, so not counted.
+    uncounted_first: bool,
 }
 
+/// The collector ends the clock phase at its next snapshot tick (every 100 ms): the
+/// uncounted first window outlasts it by this much.
+const AFTER_CLOCK_PHASE: Duration = Duration::from_millis(300);
+
 impl Driver {
-    /// Starts with the probes attached, as they are when this is called.
-    pub fn start(members: Members, work: WorkMeter, window: Duration) -> Result<Self, MeterError> {
+    /// Starts with the probes attached, as they are when this is called; with a clock
+    /// phase, the windows start when it ends.
+    pub fn start(
+        members: Members,
+        work: WorkMeter,
+        window: Duration,
+        clock_phase: Option<Duration>,
+    ) -> Result<Self, MeterError> {
         let pid = members.roots.first().copied().unwrap_or(0);
         // `auto` is resolved here, to the meter the summaries then name.
         let mut meter = SetMeter::new(members, work)?;
@@ -47,8 +60,12 @@ impl Driver {
             next_change: Instant::now(),
             suspended: Vec::new(),
             rng: XorShift::new(u64::from(pid) ^ 0x9e37_79b9_7f4a_7c15),
+            uncounted_first: clock_phase.is_some(),
         };
-        driver.schedule();
+        match clock_phase {
+            Some(phase) => driver.next_change = Instant::now() + phase + AFTER_CLOCK_PHASE,
+            None => driver.schedule(),
+        }
         Ok(driver)
     }
 
@@ -74,6 +91,11 @@ impl Driver {
     /// Ends the current window and starts the next: detaches every attached probe, or
     /// attaches again those it detached.
     pub fn change(&mut self, attachment: &mut Attachment) -> anyhow::Result<()> {
+        if std::mem::take(&mut self.uncounted_first) {
+            self.window_start = self.meter.read()?;
+            self.schedule();
+            return Ok(());
+        }
         let end = self.meter.read()?;
         self.insitu
             .push_window(Window::between(self.on, &self.window_start, &end));
@@ -114,6 +136,9 @@ impl Driver {
 
     /// Closes the current window where the run ends, so its measurements count.
     pub fn finish(&mut self) {
+        if self.uncounted_first {
+            return;
+        }
         if let Ok(end) = self.meter.read() {
             // A window cut short is still a window: its rates are per second or per work.
             let window = Window::between(self.on, &self.window_start, &end);

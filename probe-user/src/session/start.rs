@@ -94,6 +94,16 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         sample_every: args.sample_every.max(1),
         ..Default::default()
     };
+    let clock_phase = clock_phase(args, &found.prepared);
+    // The clock phase streams the probes attached now; those a later exec brings go
+    // to the kernel at once.
+    let initial_config = match clock_phase {
+        Some(_) => ProbeConfig {
+            mode: DeliveryMode::Ring.raw(),
+            ..base_config
+        },
+        None => base_config,
+    };
     let Found {
         resolve_options,
         pin,
@@ -101,7 +111,15 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         prepared,
         skipped,
     } = found;
-    let attached = attach_probes(&plan, args, base_config, probes, prepared, skipped)?;
+    let attached = attach_probes(
+        &plan,
+        args,
+        initial_config,
+        clock_phase.is_some(),
+        probes,
+        prepared,
+        skipped,
+    )?;
     let Attached {
         mut attachment,
         probes,
@@ -117,11 +135,19 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
     for (row, probe) in aggregator.probes_mut().iter_mut().zip(&probes) {
-        row.mode = DeliveryMode::of_config(&base_config);
+        row.mode = DeliveryMode::of_config(&initial_config);
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
     }
     aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
     aggregator.assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
+    // The clock is read on streamed hits: ring and auto modes, or kernel mode's phase.
+    aggregator.assumer.clock = work_curve_has_clock(&prepared)
+        && args.args == 0
+        && match args.mode {
+            Mode::Ring | Mode::Auto => true,
+            Mode::Kernel => clock_phase.is_some(),
+            Mode::Sample => false,
+        };
     aggregator.count_processes = plan.several;
     let dispatch_running = dispatch.is_some();
     for cost in &mut prepared.costs {
@@ -142,6 +168,13 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         plan.target.pid,
         plan.target.comm
     );
+
+    if let Some(phase) = clock_phase {
+        say!(
+            "probetop: streaming every hit for the first {:.1} s to read how cold each probe runs, then counting in the kernel (--clock-seconds)",
+            phase.as_secs_f64()
+        );
+    }
 
     // A test hook: a panic with probes attached must leave none behind (see tests/attach.rs).
     if std::env::var_os("PROBETOP_TEST_PANIC_AFTER_ATTACH").is_some() {
@@ -164,6 +197,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
             p.extension()
                 .is_some_and(|e| e.eq_ignore_ascii_case("hlog"))
         }),
+        clock_phase,
     };
     let collector = tokio::spawn(stream::collect(
         HitStream::new(ring, Some(flush))?,
@@ -206,6 +240,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
             members,
             args.work,
             Duration::from_secs_f64(args.in_situ_window),
+            clock_phase,
         )?)
     } else {
         None
@@ -245,12 +280,40 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     })
 }
 
+/// Whether the calibration's work curve holds the ring handler's clock.
+fn work_curve_has_clock(prepared: &crate::resolve::costs::Prepared) -> bool {
+    prepared.costs.iter().any(|cost| {
+        cost.work_curve
+            .as_ref()
+            .is_some_and(|work| work.has_ring_clock())
+    })
+}
+
+/// How long the probes stream first in `--mode kernel` so that the ring handler's clock
+/// can price their in-kernel hits (`--clock-seconds`): only where the estimate may read
+/// it (`--assume gap`, `clock` or `auto`; no `--args`; a calibration whose work curve
+/// holds the clock).
+fn clock_phase(args: &RunArgs, prepared: &crate::resolve::costs::Prepared) -> Option<Duration> {
+    use cost::assume::AssumeChoice;
+    (args.mode == Mode::Kernel
+        && matches!(
+            args.assume,
+            AssumeChoice::Gap | AssumeChoice::Clock | AssumeChoice::Auto
+        )
+        && args.args == 0
+        && work_curve_has_clock(prepared)
+        && args.clock_seconds.is_finite()
+        && args.clock_seconds > 0.0)
+        .then(|| Duration::from_secs_f64(args.clock_seconds))
+}
+
 /// Loads the programs, seeds the process set, and attaches every probe; signals are
 /// handled from before the first probe, so an interrupt while attaching still detaches.
 fn attach_probes(
     plan: &Plan,
     args: &RunArgs,
     base_config: ProbeConfig,
+    clock_phase: bool,
     mut probes: Vec<Probe>,
     mut prepared: crate::resolve::costs::Prepared,
     mut skipped: Vec<export::SkippedPoint>,
@@ -283,8 +346,9 @@ fn attach_probes(
         dispatch_tgid: dispatch_wanted.then_some(target.pid),
         // Only the kernel and auto modes ever aggregate in the kernel.
         kernel_histograms,
-        // Auto mode streams every hit, timed, until it switches a probe.
-        time_every: if args.mode == Mode::Auto {
+        // Auto mode and the clock phase stream every hit, timed, until they switch a
+        // probe.
+        time_every: if args.mode == Mode::Auto || clock_phase {
             1
         } else {
             plan.time_every
@@ -293,11 +357,11 @@ fn attach_probes(
         filter_processes: several,
         ..Default::default()
     })?;
-    // Without it a gap is only a time: the busy-time pricing (`--assume busy`) falls
+    // Without it a gap is only a time: the busy-time pricing (`--assume gap`) falls
     // back to the gap's.
     if let Err(e) = attachment.time_idle_cpus() {
         say!(
-            "probetop: the busy time between hits is not measured ({e}); `--assume busy` prices by the gap"
+            "probetop: the busy time between hits is not measured ({e}); `--assume gap` prices by the idle gap alone"
         );
     }
     // Before any probe: the set must hold the processes when the first hit fires.

@@ -48,6 +48,7 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
     }
     cold_when_asked(&cache, hot_ring);
     sparse_hits_priced_by_their_gap(&cache, hot_ring);
+    in_kernel_hits_priced_by_the_clock_streamed_first(&cache);
     let _ = std::fs::remove_dir_all(&cache);
 }
 
@@ -151,6 +152,100 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
         estimate >= 0.5 * low && estimate <= 2.0 * high,
         "gap estimate {estimate:.0} ns/hit against {mean:.0} ({low:.0}..{high:.0}) in situ"
     );
+    let _ = std::fs::remove_file(&json);
+}
+
+/// `--mode kernel --assume gap` streams every hit for `--clock-seconds` first, then
+/// counts in the kernel: no hit lost or counted twice across the switch, the streamed
+/// hits' handler clock kept apart from the in-kernel handler's times, and the
+/// in-kernel hits priced by it.
+fn in_kernel_hits_priced_by_the_clock_streamed_first(cache: &std::path::Path) {
+    const CALLS: u64 = 12_000;
+    // 3 s at 4000 calls/s: one streamed, two in the kernel.
+    let target = workload(&[
+        "--calls",
+        &CALLS.to_string(),
+        "--rate",
+        "4000",
+        "--wait-signal",
+    ]);
+    let json = export_path("estimate-clock-phase.json");
+    let cmd = on_work_unit(
+        &target,
+        cache,
+        &json,
+        &[
+            "--mode",
+            "kernel",
+            "--assume",
+            "gap",
+            "--clock-seconds",
+            "1",
+        ],
+    );
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    probetop
+        .err()
+        .wait_for("streaming every hit for the first 1.0 s");
+    target.signal(libc::SIGUSR1);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let report: serde_json::Value = read_export(&json);
+    let probe = &report["probes"][0];
+    assert_eq!(probe["hits"], CALLS, "{probe}");
+    assert_eq!(probe["mode"], "kernel", "{probe}");
+    let streamed = probe["streamed_clock_ns"]["count"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no streamed clock: {probe}"));
+    let timed = probe["handler_ns"]["count"].as_u64().expect("handler_ns");
+    // About a third of the hits streamed, and one in 64 of the rest timed in the kernel.
+    assert!(
+        (CALLS / 10..CALLS * 2 / 3).contains(&streamed),
+        "{streamed} of {CALLS} hits streamed"
+    );
+    assert!(
+        timed > 0 && timed < (CALLS - streamed) / 8,
+        "{timed} in-kernel hits timed of {}",
+        CALLS - streamed
+    );
+    assert_eq!(probe["whole_cost_assumes"], "gap", "{probe}");
+    let reading = probe["whole_cost_reading"]
+        .as_str()
+        .expect("whole_cost_reading");
+    assert!(matches!(reading, "gap" | "streamed-clock"), "{probe}");
+    let _ = std::fs::remove_file(&json);
+
+    // A hot probe (unpaced, the reason for `--mode kernel`) leaves the phase once it
+    // has 5,000 clocked hits, long before its 3 s: run for 2 s, most hits are counted
+    // in the kernel, one in 64 of them timed.
+    let target = workload(&["--forever", "--batch", "100000"]);
+    let json = export_path("estimate-clock-phase-hot.json");
+    let cmd = on_work_unit(
+        &target,
+        cache,
+        &json,
+        &["--mode", "kernel", "--assume", "clock", "--duration", "2"],
+    );
+    let mut probetop = Running::spawn(cmd);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let report: serde_json::Value = read_export(&json);
+    let probe = &report["probes"][0];
+    let hits = probe["hits"].as_u64().expect("hits");
+    let streamed = probe["streamed_clock_ns"]["count"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no streamed clock: {probe}"));
+    let timed = probe["handler_ns"]["count"].as_u64().expect("handler_ns");
+    assert!(
+        streamed >= 5_000 && streamed < hits / 4,
+        "{streamed} of {hits} hits streamed"
+    );
+    assert!(
+        timed > 0 && timed < (hits - streamed) / 8,
+        "{timed} in-kernel hits timed of {}",
+        hits - streamed
+    );
+    // A tight loop: the clock reads it hot, as the gap does.
+    assert_eq!(report["cost"]["assumption"]["assumes"], "clock", "{report}");
     let _ = std::fs::remove_file(&json);
 }
 

@@ -78,7 +78,8 @@ struct JsonProbe<'a> {
     whole_cost_assumes: Option<&'static str>,
     /// With `gap`: what placed its hits on the calibration's curves: `gap` (the idle
     /// time before each), `busy-gap` (the code run before each) or `handler-clock` (how
-    /// slow the ring handler ran on each; docs/cost.md).
+    /// slow the ring handler ran on each) or `streamed-clock` (in-kernel: how slow the
+    /// ring handler ran on the hits streamed first, `streamed_clock_ns`; docs/cost.md).
     #[serde(skip_serializing_if = "Option::is_none")]
     whole_cost_reading: Option<&'static str>,
     /// Share of one CPU the probe took from the target over the run (whole cost x
@@ -97,6 +98,11 @@ struct JsonProbe<'a> {
     /// when it is dearer than the gap curve.
     #[serde(skip_serializing_if = "Option::is_none")]
     busy_gaps: Option<crate::cost::gap::GapSummary>,
+    /// In-kernel mode: probetop's ring handler's own time over the hits streamed in the
+    /// first `--clock-seconds` (before the probe went to the kernel), ns: how cold the
+    /// target runs each hit, which `streamed-clock` pricing reads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    streamed_clock_ns: Option<HandlerSummary>,
 }
 
 /// Kernel dispatch time of one probe: entry breakpoint hits and uretprobe returns.
@@ -337,6 +343,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 }),
                 gaps: p.cost.gaps,
                 busy_gaps: p.cost.busy_gaps,
+                streamed_clock_ns: p.cost.streamed_clock,
             })
             .collect(),
         cost: JsonCost {

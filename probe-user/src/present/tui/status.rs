@@ -53,6 +53,7 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
             crate::cost::assume::Assumption::Hot => " hot",
             crate::cost::assume::Assumption::Cold => " cold",
             crate::cost::assume::Assumption::Gap => " gap",
+            crate::cost::assume::Assumption::Clock => " clock",
         });
         snap.cpu_share().map(|share| {
             let long = format!("probes cost target {} cpu", format::percent(share));
