@@ -234,9 +234,10 @@ pub struct RunArgs {
 
     /// Price hits with the calibration's hot loop (caches warm between hits: a tight
     /// loop), its cold loop (a server's code and data run between hits), its gap curve
-    /// (each hit by the idle time before it on its CPU), or auto: cold when the target
-    /// maps more than 8 MiB of code or a thread hits a probe less often than every 10
-    /// us, hot otherwise.
+    /// (each hit by the idle time before it on its CPU), the handler's clock (how slow
+    /// probetop's handler ran on each hit: how cold it was), or auto: hot for a program
+    /// of at most 8 MiB of code hitting each busy thread at least every 10 us; otherwise
+    /// the clock where the calibration has it, else cold.
     #[arg(long, value_enum, value_name = "CACHES", default_value_t = crate::cost::assume::AssumeChoice::Auto)]
     pub assume: crate::cost::assume::AssumeChoice,
 

@@ -490,7 +490,7 @@ fn render(
     line(
         &mut w,
         format!(
-            "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes, with `--assume {}`; in brackets the loop that priced it: hot (a tight loop), cold (caches evicted between hits) or gap (each hit by the time its CPU went without one, on the calibration's gap curve; docs/cost.md).\n",
+            "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes, with `--assume {}`; in brackets the loop that priced it: hot (a tight loop), cold (caches evicted between hits), gap (each hit by the time its CPU went without one, on the calibration's gap curve) or clock (each hit by its handler's clock, streamed; in-kernel, the clock of its first seconds streamed), then what placed its hits: gap, busy-gap, handler-clock or streamed-clock (docs/cost.md).\n",
             options.assume
         ),
     );

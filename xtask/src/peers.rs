@@ -227,8 +227,10 @@ fn measure(tools: &Tools, variant: Variant, calls: u64) -> Result<f64> {
                 &tools.probetop
             });
             let ready = if let Variant::Probetop(mode) = variant {
+                // The mode's own price, without the streamed start that reads the clock.
                 tracer
                     .args(["--pid", &pid, "--no-tui", "--mode", mode])
+                    .args(["--clock-seconds", "0"])
                     .args(["-e", "uprobe:main.traceMe"]);
                 "attached"
             } else {

@@ -470,12 +470,18 @@ impl Bench {
             } else {
                 "kernel"
             };
-            let mut cmd = match (&self.settings.compare, case.tool) {
-                (Some(other), Tool::CompareRing | Tool::CompareKernel) => Command::new(other),
-                _ => self.probetop(),
+            let (mut cmd, ours) = match (&self.settings.compare, case.tool) {
+                (Some(other), Tool::CompareRing | Tool::CompareKernel) => {
+                    (Command::new(other), false)
+                }
+                _ => (self.probetop(), true),
             };
             cmd.args(["--pid", &pid.to_string(), "--no-tui", "--mode", mode])
                 .args(["-e", case.site.probetop_spec()]);
+            // The mode's own price, without the streamed start that reads the clock.
+            if ours && mode == "kernel" {
+                cmd.args(["--clock-seconds", "0"]);
+            }
             if case.tool == Tool::ProbetopKernelEveryHit {
                 cmd.args(["--time-every", "1"]);
             }

@@ -163,6 +163,9 @@ impl Bench {
             "--no-tui",
             "--mode",
             mode,
+            // The mode's own price, without the streamed start that reads the clock.
+            "--clock-seconds",
+            "0",
         ])
         .args(["-e", "uprobe:work_unit", "--export"])
         .arg(&export);
