@@ -300,7 +300,8 @@ fn change_window(
     snapshots: &watch::Receiver<Snapshot>,
 ) -> Option<cost::insitu::InSituSummary> {
     let active = driver.as_mut()?;
-    if let Err(e) = active.change(attachment) {
+    let hits: u64 = snapshots.borrow().probes.iter().map(|p| p.hits).sum();
+    if let Err(e) = active.change(attachment, hits) {
         say!(
             "probetop: in situ measurement stopped: {}",
             crate::error_line(&e)
@@ -308,7 +309,6 @@ fn change_window(
         *driver = None;
         return None;
     }
-    let hits: u64 = snapshots.borrow().probes.iter().map(|p| p.hits).sum();
     let summary = active.summary(hits);
     *source
         .in_situ

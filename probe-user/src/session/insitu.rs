@@ -31,6 +31,9 @@ pub struct Driver {
     /// The first window is the clock phase's (`--clock-seconds`): streamed, not the
     /// mode measured, so not counted.
     uncounted_first: bool,
+    /// Hits counted before the first counted window: the clock phase's, left out of
+    /// the hits per second of the ON windows as its time is.
+    uncounted_hits: u64,
 }
 
 /// The collector ends the clock phase at its next snapshot tick (every 100 ms): the
@@ -61,6 +64,7 @@ impl Driver {
             suspended: Vec::new(),
             rng: XorShift::new(u64::from(pid) ^ 0x9e37_79b9_7f4a_7c15),
             uncounted_first: clock_phase.is_some(),
+            uncounted_hits: 0,
         };
         match clock_phase {
             Some(phase) => driver.next_change = Instant::now() + phase + AFTER_CLOCK_PHASE,
@@ -89,9 +93,10 @@ impl Driver {
     }
 
     /// Ends the current window and starts the next: detaches every attached probe, or
-    /// attaches again those it detached.
-    pub fn change(&mut self, attachment: &mut Attachment) -> anyhow::Result<()> {
+    /// attaches again those it detached. `hits` is every hit counted since the start.
+    pub fn change(&mut self, attachment: &mut Attachment, hits: u64) -> anyhow::Result<()> {
         if std::mem::take(&mut self.uncounted_first) {
+            self.uncounted_hits = hits;
             self.window_start = self.meter.read()?;
             self.schedule();
             return Ok(());
@@ -148,8 +153,11 @@ impl Driver {
         }
     }
 
-    pub fn summary(&self, hits_on: u64) -> InSituSummary {
-        self.insitu.summary(hits_on)
+    /// The summary with `hits` counted since the start, the uncounted first window's
+    /// left out.
+    pub fn summary(&self, hits: u64) -> InSituSummary {
+        self.insitu
+            .summary(hits.saturating_sub(self.uncounted_hits))
     }
 }
 

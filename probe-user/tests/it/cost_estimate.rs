@@ -247,6 +247,46 @@ fn in_kernel_hits_priced_by_the_clock_streamed_first(cache: &std::path::Path) {
     // A tight loop: the clock reads it hot, as the gap does.
     assert_eq!(report["cost"]["assumption"]["assumes"], "clock", "{report}");
     let _ = std::fs::remove_file(&json);
+
+    // In situ leaves the phase out, its hits with its time: the ON windows' hit rate is
+    // the fixture's open-loop rate, not inflated by the phase's hits.
+    const RATE: f64 = 20_000.0;
+    let target = workload(&["--forever", "--batch", "5000", "--rate", "20000"]);
+    let json = export_path("estimate-clock-phase-insitu.json");
+    let cmd = on_work_unit(
+        &target,
+        cache,
+        &json,
+        &[
+            "--mode",
+            "kernel",
+            "--assume",
+            "clock",
+            "--clock-seconds",
+            "1",
+            "--in-situ",
+            "--in-situ-window",
+            "0.5",
+            "--work",
+            "none",
+            "--duration",
+            "5",
+        ],
+    );
+    let mut probetop = Running::spawn(cmd);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let stderr = probetop.err().rest().join("\n");
+    assert!(stderr.contains("for the first 1.0 s"), "{stderr}");
+    let report: serde_json::Value = read_export(&json);
+    let in_situ = &report["cost"]["in_situ"];
+    let rate = in_situ["hits_per_second"]
+        .as_f64()
+        .expect("hits_per_second");
+    assert!(
+        (RATE * 0.8..RATE * 1.2).contains(&rate),
+        "in situ counted {rate:.0} hits/s in its ON windows at a rate of {RATE}: {in_situ}"
+    );
+    let _ = std::fs::remove_file(&json);
 }
 
 /// `--assume cold` prices the same tight loop with the cold loop's rows: dearer than
