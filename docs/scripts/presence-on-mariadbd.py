@@ -1,0 +1,107 @@
+# Why probetop with a probe that never fires lowers mariadbd's CPU at 2,000 statements/s
+# (docs/mysqld.md, "presence"): a private mariadbd under sysbench's open-loop
+# oltp_point_select, its CPU (its process CPU clock) over BLOCK-second blocks
+# with nothing else running (detached), probetop attached to uprobe:kill_mysql in kernel
+# mode (presence), and a process of about probetop's own CPU that wakes 1,000 times a
+# second and does nothing else (sleeper). Each kind's block sits between two detached
+# blocks; added share = the block minus the mean of its neighbours. Median and IQR over
+# ROUNDS. Run as root from a built worktree, on an idle machine:
+#   python3 docs/scripts/presence-on-mariadbd.py [RATE] [ROUNDS] [BLOCK]
+import ctypes, os, signal, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PROBETOP = os.path.join(ROOT, "target/release/probetop")
+RATE = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
+BLOCK = float(sys.argv[3]) if len(sys.argv) > 3 else 8.0
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def cpu_s(pid):
+    """The process CPU clock: every thread, in ns (/proc's ticks are too coarse)."""
+    clock = ctypes.c_int()
+    if LIBC.clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
+        raise OSError(f"clock_getcpuclockid({pid}) failed")
+    return time.clock_gettime(clock.value)
+
+
+def share(pid, seconds):
+    c0, t0 = cpu_s(pid), time.monotonic()
+    time.sleep(seconds)
+    return (cpu_s(pid) - c0) / (time.monotonic() - t0)
+
+
+def start_server(tmp):
+    data, sock = os.path.join(tmp, "data"), os.path.join(tmp, "mysqld.sock")
+    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
+                    "--auth-root-authentication-method=normal", "--skip-test-db"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={data}",
+                               f"--socket={sock}", f"--tmpdir={tmp}", "--user=root",
+                               "--skip-networking", "--innodb-buffer-pool-size=256M",
+                               f"--log-error={tmp}/error.log"])
+    for _ in range(100):
+        if os.path.exists(sock):
+            break
+        time.sleep(0.2)
+    subprocess.run(["mariadb", f"--socket={sock}", "-uroot", "-e", "CREATE DATABASE sbtest"],
+                   check=True)
+    return server, sock
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="presence-")
+    server, sock = start_server(tmp)
+    common = ["--db-driver=mysql", f"--mysql-socket={sock}", "--mysql-user=root",
+              "--mysql-db=sbtest", "--tables=4", "--table-size=10000"]
+    subprocess.run(["sysbench", "oltp_read_only", *common, "prepare"], check=True,
+                   stdout=subprocess.DEVNULL)
+    run_s = int(ROUNDS * 4 * (BLOCK + 1.5) + 60)
+    load = subprocess.Popen(["sysbench", "oltp_point_select", *common, "--threads=4",
+                             f"--rate={RATE}", f"--time={run_s}", "run"],
+                            stdout=subprocess.DEVNULL)
+    pid = server.pid
+    time.sleep(10)  # the load settles
+    added = {"presence": [], "sleeper": []}
+    own = []
+    try:
+        previous = None
+        for _ in range(ROUNDS):
+            for kind in ("presence", "sleeper"):
+                time.sleep(1)
+                before = previous if previous is not None else share(pid, BLOCK)
+                if kind == "presence":
+                    tool = subprocess.Popen([PROBETOP, "--pid", str(pid), "--no-tui", "--mode",
+                                             "kernel", "--clock-seconds", "0", "-e",
+                                             "uprobe:kill_mysql"],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                            text=True)
+                    for line in tool.stderr:
+                        if "probetop: attached" in line:
+                            break
+                else:
+                    tool = subprocess.Popen([sys.executable, "-c",
+                                             "import time\nwhile True: time.sleep(0.001)"])
+                    time.sleep(1)
+                t0 = cpu_s(tool.pid)
+                during = share(pid, BLOCK)
+                own.append((kind, cpu_s(tool.pid) - t0))
+                tool.send_signal(signal.SIGINT if kind == "presence" else signal.SIGTERM)
+                tool.wait()
+                time.sleep(1)
+                after = share(pid, BLOCK)
+                added[kind].append(during - (before + after) / 2)
+                previous = after
+    finally:
+        load.kill()
+        server.terminate()
+        server.wait()
+    for kind, values in added.items():
+        q = statistics.quantiles(values, n=4)
+        tool_cpu = statistics.median(s for k, s in own if k == kind) / BLOCK
+        print(f"{kind}: mariadbd {statistics.median(values) * 100:+.2f}% of a CPU "
+              f"(IQR {q[0] * 100:+.2f}..{q[2] * 100:+.2f}, n={len(values)}); "
+              f"the tool itself {tool_cpu * 100:.2f}%")
+
+
+main()
