@@ -255,6 +255,9 @@ pub async fn collect(
                     && end_clock_phase(&mut stream, &mut counters, &mut aggregator, options.auto_time_every, now >= end)
                 {
                     clock_phase_ends = None;
+                    // In situ starts counting at this snapshot: its hits as of now, not
+                    // as of the last read of the kernel's counters.
+                    read_kernel_counters(&counters, &mut aggregator);
                 }
                 snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, *focus.borrow()));
             }

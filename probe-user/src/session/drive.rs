@@ -300,14 +300,28 @@ fn change_window(
     snapshots: &watch::Receiver<Snapshot>,
 ) -> Option<cost::insitu::InSituSummary> {
     let active = driver.as_mut()?;
-    let hits: u64 = snapshots.borrow().probes.iter().map(|p| p.hits).sum();
-    if let Err(e) = active.change(attachment, hits) {
-        say!(
-            "probetop: in situ measurement stopped: {}",
-            crate::error_line(&e)
-        );
-        *driver = None;
-        return None;
+    let (hits, streaming) = {
+        let snapshot = snapshots.borrow();
+        let hits: u64 = snapshot.probes.iter().map(|p| p.hits).sum();
+        // Before the collector's first snapshot no row says its mode: still streaming.
+        let streaming = snapshot.probes.is_empty()
+            || snapshot
+                .probes
+                .iter()
+                .any(|p| p.mode == crate::delivery::DeliveryMode::Ring);
+        (hits, streaming)
+    };
+    match active.change(attachment, hits, streaming) {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(e) => {
+            say!(
+                "probetop: in situ measurement stopped: {}",
+                crate::error_line(&e)
+            );
+            *driver = None;
+            return None;
+        }
     }
     let summary = active.summary(hits);
     *source

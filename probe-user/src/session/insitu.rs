@@ -29,16 +29,21 @@ pub struct Driver {
     suspended: Vec<u32>,
     rng: XorShift,
     /// The first window is the clock phase's (`--clock-seconds`): streamed, not the
-    /// mode measured, so not counted.
-    uncounted_first: bool,
+    /// mode measured, so not counted. It ends once no probe streams, or at this
+    /// deadline.
+    uncounted_first: Option<Instant>,
     /// Hits counted before the first counted window: the clock phase's, left out of
     /// the hits per second of the ON windows as its time is.
     uncounted_hits: u64,
 }
 
 /// The collector ends the clock phase at its next snapshot tick (every 100 ms): the
-/// uncounted first window outlasts it by this much.
+/// uncounted first window lasts at most this much longer than the phase.
 const AFTER_CLOCK_PHASE: Duration = Duration::from_millis(300);
+
+/// How often the uncounted first window looks whether every probe left the phase (a
+/// hot probe leaves long before it ends).
+const CLOCK_PHASE_POLL: Duration = Duration::from_millis(100);
 
 impl Driver {
     /// Starts with the probes attached, as they are when this is called; with a clock
@@ -63,11 +68,11 @@ impl Driver {
             next_change: Instant::now(),
             suspended: Vec::new(),
             rng: XorShift::new(u64::from(pid) ^ 0x9e37_79b9_7f4a_7c15),
-            uncounted_first: clock_phase.is_some(),
+            uncounted_first: clock_phase.map(|phase| Instant::now() + phase + AFTER_CLOCK_PHASE),
             uncounted_hits: 0,
         };
         match clock_phase {
-            Some(phase) => driver.next_change = Instant::now() + phase + AFTER_CLOCK_PHASE,
+            Some(_) => driver.next_change = Instant::now() + CLOCK_PHASE_POLL,
             None => driver.schedule(),
         }
         Ok(driver)
@@ -93,13 +98,26 @@ impl Driver {
     }
 
     /// Ends the current window and starts the next: detaches every attached probe, or
-    /// attaches again those it detached. `hits` is every hit counted since the start.
-    pub fn change(&mut self, attachment: &mut Attachment, hits: u64) -> anyhow::Result<()> {
-        if std::mem::take(&mut self.uncounted_first) {
+    /// attaches again those it detached. `hits` is every hit counted since the start;
+    /// `streaming`, whether a probe still streams in the clock phase. Returns whether a
+    /// window ended (not while the uncounted first one waits for the phase).
+    pub fn change(
+        &mut self,
+        attachment: &mut Attachment,
+        hits: u64,
+        streaming: bool,
+    ) -> anyhow::Result<bool> {
+        if let Some(deadline) = self.uncounted_first {
+            let now = Instant::now();
+            if streaming && now < deadline {
+                self.next_change = now + CLOCK_PHASE_POLL;
+                return Ok(false);
+            }
+            self.uncounted_first = None;
             self.uncounted_hits = hits;
             self.window_start = self.meter.read()?;
             self.schedule();
-            return Ok(());
+            return Ok(true);
         }
         let end = self.meter.read()?;
         self.insitu
@@ -117,7 +135,7 @@ impl Driver {
             .push_change(self.on, Window::between(self.on, &end, &after));
         self.window_start = after;
         self.schedule();
-        Ok(())
+        Ok(true)
     }
 
     /// During an OFF window a probe's detach or attach asked by the user applies to the
@@ -141,7 +159,7 @@ impl Driver {
 
     /// Closes the current window where the run ends, so its measurements count.
     pub fn finish(&mut self) {
-        if self.uncounted_first {
+        if self.uncounted_first.is_some() {
             return;
         }
         if let Ok(end) = self.meter.read() {

@@ -249,7 +249,9 @@ fn in_kernel_hits_priced_by_the_clock_streamed_first(cache: &std::path::Path) {
     let _ = std::fs::remove_file(&json);
 
     // In situ leaves the phase out, its hits with its time: the ON windows' hit rate is
-    // the fixture's open-loop rate, not inflated by the phase's hits.
+    // the fixture's open-loop rate, not inflated by the phase's hits. The probe leaves
+    // the phase after 5,000 hits (a quarter of a second here), and the windows start
+    // then, not when the 3 s phase would end.
     const RATE: f64 = 20_000.0;
     let target = workload(&["--forever", "--batch", "5000", "--rate", "20000"]);
     let json = export_path("estimate-clock-phase-insitu.json");
@@ -263,20 +265,20 @@ fn in_kernel_hits_priced_by_the_clock_streamed_first(cache: &std::path::Path) {
             "--assume",
             "clock",
             "--clock-seconds",
-            "1",
+            "3",
             "--in-situ",
             "--in-situ-window",
             "0.5",
             "--work",
             "none",
             "--duration",
-            "5",
+            "6",
         ],
     );
     let mut probetop = Running::spawn(cmd);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     let stderr = probetop.err().rest().join("\n");
-    assert!(stderr.contains("for the first 1.0 s"), "{stderr}");
+    assert!(stderr.contains("for the first 3.0 s"), "{stderr}");
     let report: serde_json::Value = read_export(&json);
     let in_situ = &report["cost"]["in_situ"];
     let rate = in_situ["hits_per_second"]
@@ -285,6 +287,13 @@ fn in_kernel_hits_priced_by_the_clock_streamed_first(cache: &std::path::Path) {
     assert!(
         (RATE * 0.8..RATE * 1.2).contains(&rate),
         "in situ counted {rate:.0} hits/s in its ON windows at a rate of {RATE}: {in_situ}"
+    );
+    // Measured from about half a second in, not from 3.3 s: most of the 6 s counted.
+    let counted = in_situ["seconds_on"].as_f64().unwrap_or(0.0)
+        + in_situ["seconds_off"].as_f64().unwrap_or(0.0);
+    assert!(
+        counted > 4.0,
+        "in situ counted {counted:.1} s of a 6 s run with a probe out of the phase at once: {in_situ}"
     );
     let _ = std::fs::remove_file(&json);
 }
