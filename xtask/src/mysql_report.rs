@@ -64,8 +64,8 @@ enum Variant {
     None,
     /// probetop with the whole preset, every hit streamed (ring mode, the default).
     Probetop,
-    /// probetop with the whole preset in `--mode kernel`: every hit counted in the
-    /// kernel, one in 64 timed, no records.
+    /// probetop with the whole preset in `--mode kernel --clock-seconds 0`: every hit
+    /// counted in the kernel, one in 64 timed, no records, from the first.
     ProbetopKernel,
     /// bpftrace on the same functions, each probe a hist() of its own ktime delta.
     Bpftrace,

@@ -10,11 +10,11 @@ use aya::{
 };
 
 use super::{AttachError, Attachment};
+use crate::sys::tracefs::{self, Tracefs};
 
 const PROG_NEWTASK: &str = "probetop_newtask";
 const PROG_FREE: &str = "probetop_free";
 const MAP: &str = "PROCESSES";
-const TRACEFS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// Where the tracepoints' fields are on this kernel.
 #[derive(Debug, Clone, Copy)]
@@ -25,10 +25,24 @@ pub(super) struct FieldOffsets {
 }
 
 impl FieldOffsets {
-    /// Read from the tracepoints' `format` files.
+    /// Read from the tracepoints' `format` files (tracefs mounted first if need be).
     pub(super) fn read() -> Result<Self, AttachError> {
-        let newtask = read_format("task/task_newtask")?;
-        let free = read_format("sched/sched_process_free")?;
+        let root = match tracefs::find_or_mount() {
+            Ok(Tracefs::Found(root)) => root,
+            Ok(Tracefs::MountedNow(root)) => {
+                crate::sys::say(&format!(
+                    "probetop: mounted tracefs at {root} to follow processes (left mounted)"
+                ));
+                root
+            }
+            Err(e) => {
+                return Err(AttachError::Unsupported(format!(
+                    "tracefs is not mounted and mounting it failed ({e}): run `mount -t tracefs tracefs /sys/kernel/tracing` to follow processes"
+                )));
+            }
+        };
+        let newtask = read_format(root, "task/task_newtask")?;
+        let free = read_format(root, "sched/sched_process_free")?;
         let field = |format: &str, event: &str, name: &str| {
             field_offset(format, name).ok_or_else(|| {
                 AttachError::Unsupported(format!(
@@ -54,18 +68,12 @@ impl FieldOffsets {
     }
 }
 
-fn read_format(event: &str) -> Result<String, AttachError> {
-    let mut last = None;
-    for root in TRACEFS {
-        match fs::read_to_string(format!("{root}/events/{event}/format")) {
-            Ok(text) => return Ok(text),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(AttachError::Unsupported(format!(
-        "cannot read the {event} tracepoint's format under /sys/kernel/tracing ({}): mount tracefs to follow processes",
-        last.map_or_else(|| "not found".to_string(), |e| e.to_string())
-    )))
+fn read_format(root: &str, event: &str) -> Result<String, AttachError> {
+    fs::read_to_string(format!("{root}/events/{event}/format")).map_err(|e| {
+        AttachError::Unsupported(format!(
+            "cannot read the {event} tracepoint's format under {root} ({e}): this kernel cannot follow processes"
+        ))
+    })
 }
 
 /// The offset of field `name` in a tracepoint `format` file

@@ -3,7 +3,7 @@
 //! wrappers (anonymous and executable memory: [`mem`]). Every file of /proc probetop
 //! reads is named here too, with one parser of each format: per-process files, sysctls,
 //! kallsyms ([`procfs`]) and the memory map ([`maps`]), and the cgroup v2 member lists
-//! ([`cgroup`]). A leaf: it uses nothing of the
+//! ([`cgroup`]), and tracefs, mounted when absent ([`tracefs`]). A leaf: it uses nothing of the
 //! crate. BPF maps and programs go through aya; the few `bpf(2)` commands aya 0.14 does
 //! not have are [`bpf`]'s. The lines probetop writes to stderr go through [`stderr`],
 //! which holds them while the TUI has the terminal.
@@ -20,5 +20,6 @@ pub mod perf;
 pub mod process;
 pub mod procfs;
 pub mod stderr;
+pub mod tracefs;
 
 pub use stderr::say;

@@ -154,13 +154,24 @@ fn rows_are_complete_ordered_and_reproducible() {
             (nop - push).abs() <= 0.35 * nop.max(push),
             "usdt-hit and uprobe-emulated should be one class: {rows:?}"
         );
-        // The `nop; nop5` USDT form, probed on its nop5: a call where the kernel
-        // optimizes it, no trap, so far below the plain nop's trap (ten times and more
-        // apart in docs/peers.md); elsewhere the same trap.
+        // The `nop; nop5` USDT form, probed on its nop5: where the kernel optimizes it,
+        // a call into the kernel's trampoline and no trap, the optimized uprobe's path:
+        // one class with it, and below the plain nop's trap. How far below depends on
+        // the host's kernel-entry mitigations: 184 against 807 ns in docs/peers.md, 464
+        // against 633 on an AMD host with SRSO's Safe RET, whose every kernel return the
+        // trampoline's syscall pays.
         if calibration["optimizes_nop5"] == true {
+            let (nop5, optimized) = (
+                median(&rows, "usdt-nop5-hit"),
+                median(&rows, "uprobe-optimized"),
+            );
             assert!(
-                median(&rows, "usdt-nop5-hit") < 0.7 * median(&rows, "usdt-hit"),
-                "usdt-nop5-hit should cost well below usdt-hit: {rows:?}"
+                (nop5 - optimized).abs() <= 0.35 * nop5.max(optimized),
+                "usdt-nop5-hit and uprobe-optimized should be one class: {rows:?}"
+            );
+            assert!(
+                nop5 < median(&rows, "usdt-hit"),
+                "usdt-nop5-hit should cost less than usdt-hit: {rows:?}"
             );
         }
         // A uretprobe is its entry breakpoint plus the return.

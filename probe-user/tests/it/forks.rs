@@ -255,6 +255,48 @@ fn several_pids_are_counted_apart() {
     assert_eq!(split, expected);
 }
 
+/// A process set needs two tracepoints from tracefs. Where it is not mounted (a VM or
+/// container booted without systemd), probetop mounts it, says so and counts exactly:
+/// run in a mount namespace of its own with tracefs unmounted, so the machine's mounts
+/// are left as they were.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn tracefs_is_mounted_when_absent() {
+    let _turn = turn(module_path!());
+    let (a, b) = (held_single(), held_single());
+    let json = export_path("forks-tracefs.json");
+    let mut cmd = std::process::Command::new("unshare");
+    cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg(
+            "umount /sys/kernel/tracing 2>/dev/null; umount /sys/kernel/debug/tracing 2>/dev/null; \
+             if [ -d /sys/kernel/tracing/events ] || [ -d /sys/kernel/debug/tracing/events ]; then \
+             echo 'tracefs still mounted' >&2; exit 97; fi; exec \"$0\" \"$@\"",
+        )
+        .arg(env!("CARGO_BIN_EXE_probetop"))
+        .args(["--pid", &a.pid().to_string(), "--pid", &b.pid().to_string()])
+        .args(["--no-tui", "--export"])
+        .arg(&json)
+        .args(["-e", "uprobe:work_unit"]);
+    let mut probetop = Running::spawn(cmd);
+    probetop
+        .err()
+        .wait_for("mounted tracefs at /sys/kernel/tracing");
+    probetop.err().wait_for("attached");
+    for process in [&a, &b] {
+        process.signal(libc::SIGUSR1);
+        process.out().wait_for("done");
+    }
+    probetop.signal(libc::SIGINT);
+    let status = probetop.wait();
+    let stderr = probetop.err().rest().join("\n");
+    assert!(status.success(), "{stderr}");
+    assert_eq!(
+        probe(&read_export(&json), "work_unit")["hits"],
+        CALLS * 2,
+        "{stderr}"
+    );
+}
+
 /// A cgroup v2 directory of this test's own, removed when dropped.
 struct Cgroup(PathBuf);
 
