@@ -157,7 +157,7 @@ fn rows_are_complete_ordered_and_reproducible() {
         // The `nop; nop5` USDT form, probed on its nop5: where the kernel optimizes it,
         // a call into the kernel's trampoline and no trap, the optimized uprobe's path:
         // one class with it, and below the plain nop's trap. How far below depends on
-        // the host's kernel-entry mitigations: 184 against 807 ns in docs/peers.md, 464
+        // the host's kernel-entry mitigations: 181 against 390 ns in docs/peers.md, 464
         // against 633 on an AMD host with SRSO's Safe RET, whose every kernel return the
         // trampoline's syscall pays.
         if calibration["optimizes_nop5"] == true {
