@@ -225,6 +225,20 @@ fn held_single() -> Running {
     )
 }
 
+/// Lets each held forker make its calls, then stops probetop with SIGINT: its stderr,
+/// once it has exited successfully.
+fn release_then_stop(processes: &[&Running], probetop: &mut Running) -> String {
+    for process in processes {
+        process.signal(libc::SIGUSR1);
+        process.out().wait_for("done");
+    }
+    probetop.signal(libc::SIGINT);
+    let status = probetop.wait();
+    let stderr = probetop.err().rest().join("\n");
+    assert!(status.success(), "{stderr}");
+    stderr
+}
+
 /// `--pid A --pid B`: both counted, each under its own pid; a third process of the same
 /// program, not named, is not.
 #[test]
@@ -240,14 +254,7 @@ fn several_pids_are_counted_apart() {
         .args(["-e", "uprobe:work_unit"]);
     let mut probetop = Running::spawn(cmd);
     probetop.err().wait_for("attached");
-    for process in [&a, &b, &other] {
-        process.signal(libc::SIGUSR1);
-        process.out().wait_for("done");
-    }
-    probetop.signal(libc::SIGINT);
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    let stderr = release_then_stop(&[&a, &b, &other], &mut probetop);
     let report = read_export(&json);
     assert_eq!(probe(&report, "work_unit")["hits"], CALLS * 2, "{stderr}");
     let split = pids(&report, "work_unit");
@@ -282,14 +289,7 @@ fn tracefs_is_mounted_when_absent() {
         .err()
         .wait_for("mounted tracefs at /sys/kernel/tracing");
     probetop.err().wait_for("attached");
-    for process in [&a, &b] {
-        process.signal(libc::SIGUSR1);
-        process.out().wait_for("done");
-    }
-    probetop.signal(libc::SIGINT);
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    let stderr = release_then_stop(&[&a, &b], &mut probetop);
     assert_eq!(
         probe(&read_export(&json), "work_unit")["hits"],
         CALLS * 2,
