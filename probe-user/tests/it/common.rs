@@ -29,8 +29,20 @@ pub fn fixture(relative: &str) -> PathBuf {
     path
 }
 
+/// probetop with no calibration: its cache in a directory of this test run's own that
+/// is never filled. The machine's calibration (a developer's, or one a report left)
+/// would change what a run does: with one, `--mode kernel` streams its first seconds to
+/// price them by the ring's clock. A test that wants a calibration sets
+/// XDG_CACHE_HOME itself, which overrides this.
 pub fn probetop() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_probetop"))
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_probetop"));
+    cmd.env("XDG_CACHE_HOME", no_calibration());
+    cmd
+}
+
+/// A cache directory holding no calibration (it is never created).
+pub fn no_calibration() -> PathBuf {
+    std::env::temp_dir().join(format!("probetop-it-no-calibration-{}", std::process::id()))
 }
 
 /// Lines of a child's output, readable with a timeout.

@@ -279,6 +279,7 @@ fn tracefs_is_mounted_when_absent() {
              if [ -d /sys/kernel/tracing/events ] || [ -d /sys/kernel/debug/tracing/events ]; then \
              echo 'tracefs still mounted' >&2; exit 97; fi; exec \"$0\" \"$@\"",
         )
+        .env("XDG_CACHE_HOME", no_calibration())
         .arg(env!("CARGO_BIN_EXE_probetop"))
         .args(["--pid", &a.pid().to_string(), "--pid", &b.pid().to_string()])
         .args(["--no-tui", "--export"])

@@ -125,7 +125,8 @@ fn probetop_under_nofile(
     json: &std::path::Path,
 ) -> Running {
     let mut cmd = std::process::Command::new("prlimit");
-    cmd.arg(format!("--nofile={soft}:{hard}"))
+    cmd.env("XDG_CACHE_HOME", no_calibration())
+        .arg(format!("--nofile={soft}:{hard}"))
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_probetop"))
         .args(["--pid", &target.pid().to_string(), "--no-tui"])
