@@ -110,6 +110,8 @@ struct Cell {
     estimate_ns: Option<f64>,
     /// What priced it, `hot`, `cold` or `gap` (--assume auto's choice).
     estimate_assumes: Option<String>,
+    /// The same run's estimate under each loop: `cost.estimates_per_hit_ns`.
+    bracket: Value,
 }
 
 pub fn insitu_check(ctx: &Ctx, options: CheckOptions) -> Result<()> {
@@ -284,6 +286,7 @@ fn measure_cell(
     let mut in_situ = Vec::new();
     let mut estimate_ns = None;
     let mut estimate_assumes = None;
+    let mut bracket = Value::Null;
     for meter in ["auto", "none"] {
         let json = work.join(format!("insitu-{rate}-{mode}-{meter}.json"));
         let mut cmd = probetop_command(probetop, pid, mode, &PROBES);
@@ -306,6 +309,9 @@ fn measure_cell(
         let report = read_json(&json)?;
         estimate_ns = estimate_ns.or(report["cost"]["estimated_per_hit_ns"].as_f64());
         estimate_assumes = estimate_assumes.or_else(|| estimate_label(&report));
+        if bracket.is_null() {
+            bracket = report["cost"]["estimates_per_hit_ns"].clone();
+        }
         in_situ.push((meter.to_string(), report["cost"]["in_situ"].clone()));
     }
     drop(load_guard);
@@ -334,6 +340,7 @@ fn measure_cell(
         in_situ,
         estimate_ns,
         estimate_assumes,
+        bracket,
     })
 }
 
@@ -433,6 +440,18 @@ fn median_difference_interval(a: &[f64], b: &[f64]) -> (f64, f64) {
     (quantile(&differences, 0.025), quantile(&differences, 0.975))
 }
 
+/// Each loop's estimate in `bracket` against `truth`: `850 (-50%) / 2010 (+5%) / -`.
+fn by_loop(bracket: &Value, truth: f64) -> String {
+    ["hot", "cold", "clock"]
+        .iter()
+        .map(|name| match bracket[name].as_f64() {
+            Some(ns) => format!("{ns:.0} ({})", off_by(ns, truth)),
+            None => "-".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(" / ")
+}
+
 /// `x` against `truth`, as a signed percentage.
 fn off_by(x: f64, truth: f64) -> String {
     if !(x.is_finite() && truth.is_finite() && truth != 0.0) {
@@ -490,17 +509,17 @@ fn render(
     line(
         &mut w,
         format!(
-            "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes, with `--assume {}`; in brackets the loop that priced it: hot (a tight loop), cold (caches evicted between hits), gap (each hit by the time its CPU went without one, on the calibration's gap curve) or clock (each hit by its handler's clock, streamed; in-kernel, the clock of its first seconds streamed), then what placed its hits: gap, busy-gap, handler-clock or streamed-clock (docs/cost.md).\n",
+            "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes, with `--assume {}`; in brackets the loop that priced it: hot (a tight loop), cold (caches evicted between hits), gap (each hit by the time its CPU went without one, on the calibration's gap curve) or clock (each hit by its handler's clock, streamed; in-kernel, the clock of its first seconds streamed), then what placed its hits: gap, busy-gap, handler-clock or streamed-clock (docs/cost.md). **by loop**: the same run's estimate priced hot, cold and by the clock, each against the truth (`cost.estimates_per_hit_ns`).\n",
             options.assume
         ),
     );
     line(
         &mut w,
-        "| statements/s | mode | hits/s | mariadbd base CPU | truth ns/hit (IQR) | presence, % of a CPU [ns/hit] | per hit | in situ, --work auto (95% CI) | vs truth | in situ, --work none (95% CI) | vs truth | estimate | vs truth | vs per hit |".into(),
+        "| statements/s | mode | hits/s | mariadbd base CPU | truth ns/hit (IQR) | presence, % of a CPU [ns/hit] | per hit | in situ, --work auto (95% CI) | vs truth | in situ, --work none (95% CI) | vs truth | estimate | vs truth | vs per hit | by loop: hot / cold / clock |".into(),
     );
     line(
         &mut w,
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
     );
     for cell in cells {
         let truth = median(&cell.truth_ns);
@@ -568,6 +587,7 @@ fn render(
             (Some(e), Some(p)) => row.push_str(&format!(" {} |", off_by(e, p))),
             _ => row.push_str(" - |"),
         }
+        row.push_str(&format!(" {} |", by_loop(&cell.bracket, truth)));
         line(&mut w, row);
     }
     line(&mut w, String::new());
@@ -717,5 +737,8 @@ mod tests {
         assert_eq!(quantile(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.25), 2.0);
         assert_eq!(off_by(125.0, 100.0), "+25%");
         assert_eq!(off_by(1.0, 0.0), "-");
+        let bracket = serde_json::json!({"hot": 850.0, "cold": 2010.0});
+        assert_eq!(by_loop(&bracket, 2000.0), "850 (-57%) / 2010 (+0%) / -");
+        assert_eq!(by_loop(&Value::Null, 2000.0), "- / - / -");
     }
 }

@@ -144,6 +144,15 @@ impl WorkCurve {
     }
 }
 
+/// How far past the curve's coldest clock a hit is priced on: up to this many times
+/// that clock, the price goes on rising at the curve's own slope; past it, flat. The
+/// curve stops at an L2's worth of walk, where a server's slowest hits do not: walks of
+/// 8, 32 and 64 MiB between hits read 369, 702 and 1,334 ns on the ring clock (against
+/// ~260 at the curve's end) with the call alone still rising 5-10 ns per ns of clock
+/// (docs/cost.md, "Past the curve's end"). A clock slower still is more likely an
+/// interrupt inside the handler than a colder hit.
+pub const CLOCK_EXTRAPOLATION: f64 = 4.0;
+
 /// The work curve as (ring handler clock, hit) pairs: see [`WorkCurve::ring_clock`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct RingClockReading {
@@ -155,10 +164,21 @@ pub struct RingClockReading {
 
 impl RingClockReading {
     /// What a hit whose handler clock read `handler_ns` costs beyond a hit of the
-    /// curve's smallest footprint, ns: linear between points, flat beyond, never below 0.
+    /// curve's smallest footprint, ns: linear between points; past the coldest point at
+    /// the slope from the hottest to the coldest, up to [`CLOCK_EXTRAPOLATION`] times
+    /// its clock, then flat; never below 0.
     pub fn extra_ns(&self, handler_ns: f64) -> f64 {
-        interpolate_in(&self.by_clock, handler_ns, |clock| clock)
-            .map_or(0.0, |hit| (hit - self.smallest).max(0.0))
+        let hit = match (self.by_clock.first(), self.by_clock.last()) {
+            (Some(&(hot_clock, hot)), Some(&(cold_clock, cold)))
+                if handler_ns > cold_clock && cold_clock > hot_clock =>
+            {
+                let slope = (cold - hot) / (cold_clock - hot_clock);
+                let past = handler_ns.min(cold_clock * CLOCK_EXTRAPOLATION) - cold_clock;
+                Some(cold + slope * past)
+            }
+            _ => interpolate_in(&self.by_clock, handler_ns, |clock| clock),
+        };
+        hit.map_or(0.0, |hit| (hit - self.smallest).max(0.0))
     }
 }
 
@@ -226,13 +246,19 @@ mod tests {
         assert_eq!(reading.extra_ns(80.0), 450.0);
         // Halfway between 120 and 250 ns of clock: halfway between 1400 and 2700.
         assert_eq!(reading.extra_ns(185.0), 1600.0);
-        // Slower than the coldest point: the coldest price, no more.
-        assert_eq!(reading.extra_ns(5_000.0), 2250.0);
+        // Slower than the coldest point: on at the curve's slope from 60 ns (450) to
+        // 250 ns (2700), 2250/190 ns a ns, up to 4x the coldest clock, then flat.
+        let slope = 2250.0 / 190.0;
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
+        assert!(close(reading.extra_ns(500.0), 2250.0 + 250.0 * slope));
+        let capped = 2250.0 + 750.0 * slope;
+        assert!(close(reading.extra_ns(1_000.0), capped));
+        assert!(close(reading.extra_ns(5_000.0), capped));
         // In-kernel: the same footprint read by the ring clock, priced with the
         // in-kernel handler (50 ns cheaper at every point here).
         let kernel = curve.ring_clock(true).expect("clocks");
         assert_eq!(kernel.extra_ns(185.0), 1600.0);
-        assert_eq!(kernel.extra_ns(5_000.0), 2250.0);
+        assert!(close(kernel.extra_ns(5_000.0), capped));
         // A curve missing the clock at any point is not read by it.
         let mut partial = curve.clone();
         partial.points[2].handler_ring_ns = None;

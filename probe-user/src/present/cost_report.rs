@@ -76,6 +76,9 @@ pub fn report(
             );
         }
     }
+    if let Some(line) = bracket_line(&EstimateBracket::of(&measured)) {
+        let _ = writeln!(out, "{line}");
+    }
     let seconds = duration.as_secs_f64().max(f64::MIN_POSITIVE);
     for ((label, probe), report) in labels.iter().zip(&measured).zip(&reports) {
         let class = report.site.as_ref().map_or("unknown".to_string(), |s| {
@@ -130,6 +133,25 @@ pub fn report(
         );
     }
     out
+}
+
+/// The estimate per hit under each assumption, when there are two or more to compare:
+/// how far the choice could move it.
+fn bracket_line(bracket: &EstimateBracket) -> Option<String> {
+    let ends: Vec<String> = [
+        ("hot", bracket.hot),
+        ("cold", bracket.cold),
+        ("by the clock", bracket.clock),
+    ]
+    .into_iter()
+    .filter_map(|(name, ns)| ns.map(|ns| format!("{name} {ns:.0} ns")))
+    .collect();
+    (ends.len() >= 2).then(|| {
+        format!(
+            "  per hit over every probe, by the calibration's loops: {} (`--assume` chooses; `--in-situ` measures)",
+            ends.join(", ")
+        )
+    })
 }
 
 /// A gap bucket's middle, us, as the report prints it.
@@ -188,6 +210,60 @@ pub struct RunCostReport {
     pub estimated_per_hit_ns: Option<f64>,
     /// Hot or cold over the run, and why.
     pub assumption: Option<assume::Decision>,
+    /// The same estimate under each loop the calibration has: the range the chosen one
+    /// lies in.
+    pub bracket: EstimateBracket,
+}
+
+/// The run's estimate per hit over every probe (weighted by hits) under each
+/// assumption the calibration can price: where the caches of the tight loop, of the
+/// cold loop and of the handler's clock put the hits. Where they disagree the chosen
+/// assumption decides, and the user sees by how much it could be off.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EstimateBracket {
+    pub hot: Option<f64>,
+    /// `None` without the calibration's cold rows.
+    pub cold: Option<f64>,
+    /// `None` where no probe's clock could be read (too few hits, `--args`, a
+    /// calibration without the clocks); probes without it are priced cold here, as
+    /// `--assume clock` does.
+    pub clock: Option<f64>,
+}
+
+impl EstimateBracket {
+    pub fn of(probes: &[crate::aggregate::ProbeMeasurements]) -> Self {
+        Self {
+            hot: per_hit_under(probes, assume::Assumption::Hot),
+            cold: per_hit_under(probes, assume::Assumption::Cold),
+            clock: per_hit_under(probes, assume::Assumption::Clock),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hot.is_none() && self.cold.is_none() && self.clock.is_none()
+    }
+}
+
+/// The whole cost per hit of `probes` priced under `assume`, weighted by hits; `None`
+/// when a probe with hits has no estimate, or when the calibration cannot price
+/// `assume` for any of them (no cold rows; no clock read).
+fn per_hit_under(
+    probes: &[crate::aggregate::ProbeMeasurements],
+    assume: assume::Assumption,
+) -> Option<f64> {
+    let (mut total, mut hits, mut priced_so) = (0.0, 0u64, false);
+    for probe in probes.iter().filter(|p| p.hits > 0) {
+        let estimate = probe.cost.estimate(
+            probe.mode,
+            Some(&probe.handler_ns),
+            probe.timed_share,
+            assume,
+        )?;
+        priced_so |= estimate.assumes == assume;
+        total += estimate.whole_ns * probe.hits as f64;
+        hits += probe.hits;
+    }
+    (hits > 0 && priced_so).then(|| total / hits as f64)
 }
 
 /// The cost of one probe over a run of `duration`.
@@ -244,5 +320,33 @@ pub fn run_report(
         in_situ: None,
         estimated_per_hit_ns: None,
         assumption: measurements.assumption,
+        bracket: EstimateBracket::of(&measurements.probes),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bracket_is_said_when_there_is_a_range() {
+        let hot_only = EstimateBracket {
+            hot: Some(900.0),
+            ..Default::default()
+        };
+        assert_eq!(bracket_line(&hot_only), None);
+        assert!(EstimateBracket::default().is_empty());
+        let all = EstimateBracket {
+            hot: Some(881.4),
+            cold: Some(1842.0),
+            clock: Some(1546.2),
+        };
+        let line = bracket_line(&all).expect("a line");
+        assert!(
+            line.contains("hot 881 ns, cold 1842 ns, by the clock 1546 ns"),
+            "{line}"
+        );
+        // No priced probe: no range.
+        assert_eq!(EstimateBracket::of(&[]), EstimateBracket::default());
     }
 }

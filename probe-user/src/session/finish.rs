@@ -107,6 +107,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     }
     let other_programs = others.finish();
     let measured = aggregator.measurements();
+    if let Some(line) = ended_in_clock_phase(args, &measured.probes) {
+        say!("probetop: {line}");
+    }
     let in_situ_summary = in_situ.as_ref().map(|driver| {
         let hits: u64 = measured.probes.iter().map(|p| p.hits).sum();
         driver.summary(hits)
@@ -158,4 +161,28 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         bail!("{}", failed.join("; "));
     }
     Ok(())
+}
+
+/// `--mode kernel` asked for, but the run ended before some probes left the clock
+/// phase (`--clock-seconds`): their numbers are ring mode's, which the export's `mode`
+/// says and this line explains.
+fn ended_in_clock_phase(
+    args: &RunArgs,
+    probes: &[crate::aggregate::ProbeMeasurements],
+) -> Option<String> {
+    use crate::delivery::DeliveryMode;
+    if args.mode != crate::cli::Mode::Kernel {
+        return None;
+    }
+    let streamed = probes
+        .iter()
+        .filter(|p| p.mode == DeliveryMode::Ring)
+        .count();
+    (streamed > 0).then(|| {
+        format!(
+            "the run ended within --mode kernel's clock phase (--clock-seconds {}): {streamed} of {} probes streamed every hit to the end, so their numbers are ring mode's (\"mode\": \"ring\" in exports); run longer, or pass --clock-seconds 0, to measure in the kernel",
+            args.clock_seconds,
+            probes.len()
+        )
+    })
 }

@@ -71,6 +71,7 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
     cold_when_asked(&cache, hot_ring);
     sparse_hits_priced_by_their_gap(&cache, hot_ring);
     in_kernel_hits_priced_by_the_clock_streamed_first(&cache);
+    a_run_within_the_clock_phase_says_so(&cache);
     let _ = std::fs::remove_dir_all(&cache);
 }
 
@@ -187,6 +188,36 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
 /// counts in the kernel: no hit lost or counted twice across the switch, the streamed
 /// hits' handler clock kept apart from the in-kernel handler's times, and the
 /// in-kernel hits priced by it.
+/// `--mode kernel` ending before its probe left the clock phase: the export says ring,
+/// as the probe streamed throughout, and stderr says why and what to do.
+fn a_run_within_the_clock_phase_says_so(cache: &std::path::Path) {
+    let target = workload(&["--forever", "--rate", "4000"]);
+    let json = export_path("estimate-within-clock-phase.json");
+    let cmd = on_work_unit(
+        &target,
+        cache,
+        &json,
+        &[
+            "--mode",
+            "kernel",
+            "--clock-seconds",
+            "30",
+            "--duration",
+            "1",
+        ],
+    );
+    let mut probetop = Running::spawn(cmd);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let stderr = probetop.err().rest().join("\n");
+    assert!(
+        stderr.contains("the run ended within --mode kernel's clock phase (--clock-seconds 30): 1 of 1 probes streamed every hit"),
+        "{stderr}"
+    );
+    let report: serde_json::Value = read_export(&json);
+    assert_eq!(report["probes"][0]["mode"], "ring", "{report}");
+    let _ = std::fs::remove_file(&json);
+}
+
 fn in_kernel_hits_priced_by_the_clock_streamed_first(cache: &std::path::Path) {
     const CALLS: u64 = 12_000;
     // 3 s at 4000 calls/s: one streamed, two in the kernel.
@@ -355,6 +386,22 @@ fn cold_when_asked(cache: &std::path::Path, hot_ring: f64) {
         "cold estimate {cold:.0} ns, hot {hot_ring:.0} ns"
     );
     eprintln!("ring: whole cost per hit assumed cold {cold:.0} ns, hot {hot_ring:.0} ns");
+    // The same run priced under every loop: its cold end is the estimate it chose, its
+    // hot end the tight loop's, on stderr as in the export.
+    let bracket = &report["cost"]["estimates_per_hit_ns"];
+    let cold_end = bracket["cold"].as_f64().expect("a cold end");
+    assert!(
+        (cold_end - cold).abs() <= 1e-6 * cold,
+        "{bracket} vs {cold}"
+    );
+    let hot_end = bracket["hot"].as_f64().expect("a hot end");
+    assert!(cold_end >= 0.9 * hot_end, "{bracket}");
+    assert!(
+        stderr.contains(&format!(
+            "by the calibration's loops: hot {hot_end:.0} ns, cold {cold_end:.0} ns"
+        )),
+        "{stderr}"
+    );
     let _ = std::fs::remove_file(&json);
 }
 

@@ -143,6 +143,21 @@ struct JsonCost<'a> {
     /// Hot or cold caches between hits, as `--assume` decided over the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     assumption: Option<JsonAssumption>,
+    /// The estimate per hit over every probe under each assumption the calibration
+    /// can price (`hot`, `cold`, `clock`): the range `assumption` chose in.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimates_per_hit_ns: Option<JsonBracket>,
+}
+
+/// The estimate per hit under each assumption.
+#[derive(Serialize)]
+struct JsonBracket {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hot: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cold: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clock: Option<f64>,
 }
 
 /// The hot-or-cold decision of a run.
@@ -370,6 +385,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             assumption: report.cost.assumption.as_ref().map(|d| JsonAssumption {
                 assumes: d.assumes.as_str(),
                 why: d.why.clone(),
+            }),
+            estimates_per_hit_ns: (!report.cost.bracket.is_empty()).then_some(JsonBracket {
+                hot: report.cost.bracket.hot,
+                cold: report.cost.bracket.cold,
+                clock: report.cost.bracket.clock,
             }),
         },
         execs: report
