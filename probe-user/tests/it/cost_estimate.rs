@@ -75,6 +75,13 @@ fn whole_cost_estimate_matches_the_fixtures_own_cost() {
     let _ = std::fs::remove_dir_all(&cache);
 }
 
+/// Runs probetop to its end, which must be a success; its stderr.
+fn run_to_end(cmd: std::process::Command) -> String {
+    let mut probetop = Running::spawn(cmd);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    probetop.err().rest().join("\n")
+}
+
 /// probetop on the fixture's `work_unit` with `args`, this test's calibration and an
 /// export to `json`.
 fn on_work_unit(
@@ -119,8 +126,7 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
         ],
     );
     let idle_before = host_idle_and_total();
-    let mut probetop = Running::spawn(cmd);
-    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    run_to_end(cmd);
     let idle_share = idle_share_since(idle_before);
     let report: serde_json::Value = read_export(&json);
     let probe = &report["probes"][0];
@@ -184,10 +190,6 @@ fn sparse_hits_priced_by_their_gap(cache: &std::path::Path, hot_ring: f64) {
     let _ = std::fs::remove_file(&json);
 }
 
-/// `--mode kernel --assume gap` streams every hit for `--clock-seconds` first, then
-/// counts in the kernel: no hit lost or counted twice across the switch, the streamed
-/// hits' handler clock kept apart from the in-kernel handler's times, and the
-/// in-kernel hits priced by it.
 /// `--mode kernel` ending before its probe left the clock phase: the export says ring,
 /// as the probe streamed throughout, and stderr says why and what to do.
 fn a_run_within_the_clock_phase_says_so(cache: &std::path::Path) {
@@ -197,18 +199,9 @@ fn a_run_within_the_clock_phase_says_so(cache: &std::path::Path) {
         &target,
         cache,
         &json,
-        &[
-            "--mode",
-            "kernel",
-            "--clock-seconds",
-            "30",
-            "--duration",
-            "1",
-        ],
+        &["--mode=kernel", "--clock-seconds=30", "--duration=1"],
     );
-    let mut probetop = Running::spawn(cmd);
-    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
-    let stderr = probetop.err().rest().join("\n");
+    let stderr = run_to_end(cmd);
     assert!(
         stderr.contains("the run ended within --mode kernel's clock phase (--clock-seconds 30): 1 of 1 probes streamed every hit"),
         "{stderr}"
@@ -218,6 +211,10 @@ fn a_run_within_the_clock_phase_says_so(cache: &std::path::Path) {
     let _ = std::fs::remove_file(&json);
 }
 
+/// `--mode kernel --assume gap` streams every hit for `--clock-seconds` first, then
+/// counts in the kernel: no hit lost or counted twice across the switch, the streamed
+/// hits' handler clock kept apart from the in-kernel handler's times, and the
+/// in-kernel hits priced by it.
 fn in_kernel_hits_priced_by_the_clock_streamed_first(cache: &std::path::Path) {
     const CALLS: u64 = 12_000;
     // 3 s at 4000 calls/s: one streamed, two in the kernel.
@@ -285,8 +282,7 @@ fn in_kernel_hits_priced_by_the_clock_streamed_first(cache: &std::path::Path) {
         &json,
         &["--mode", "kernel", "--assume", "clock", "--duration", "2"],
     );
-    let mut probetop = Running::spawn(cmd);
-    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    run_to_end(cmd);
     let report: serde_json::Value = read_export(&json);
     let probe = &report["probes"][0];
     let hits = probe["hits"].as_u64().expect("hits");
@@ -334,9 +330,7 @@ fn in_kernel_hits_priced_by_the_clock_streamed_first(cache: &std::path::Path) {
             "6",
         ],
     );
-    let mut probetop = Running::spawn(cmd);
-    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
-    let stderr = probetop.err().rest().join("\n");
+    let stderr = run_to_end(cmd);
     assert!(stderr.contains("for the first 3.0 s"), "{stderr}");
     let report: serde_json::Value = read_export(&json);
     let in_situ = &report["cost"]["in_situ"];
@@ -369,9 +363,7 @@ fn cold_when_asked(cache: &std::path::Path, hot_ring: f64) {
         &json,
         &["--duration", "2", "--assume", "cold"],
     );
-    let mut probetop = Running::spawn(cmd);
-    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
-    let stderr = probetop.err().rest().join("\n");
+    let stderr = run_to_end(cmd);
     assert!(
         stderr.contains("caches cold between hits: --assume cold"),
         "{stderr}"
