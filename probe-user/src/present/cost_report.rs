@@ -251,7 +251,7 @@ fn per_hit_under(
     probes: &[crate::aggregate::ProbeMeasurements],
     assume: assume::Assumption,
 ) -> Option<f64> {
-    let (mut total, mut hits, mut priced_so) = (0.0, 0u64, false);
+    let (mut total, mut hits, mut any_priced_as_asked) = (0.0, 0u64, false);
     for probe in probes.iter().filter(|p| p.hits > 0) {
         let estimate = probe.cost.estimate(
             probe.mode,
@@ -259,11 +259,11 @@ fn per_hit_under(
             probe.timed_share,
             assume,
         )?;
-        priced_so |= estimate.assumes == assume;
+        any_priced_as_asked |= estimate.assumes == assume;
         total += estimate.whole_ns * probe.hits as f64;
         hits += probe.hits;
     }
-    (hits > 0 && priced_so).then(|| total / hits as f64)
+    (hits > 0 && any_priced_as_asked).then(|| total / hits as f64)
 }
 
 /// The cost of one probe over a run of `duration`.
