@@ -9,13 +9,15 @@ use crate::cost::{assume, bpf_stats, classes, cpu_share, dispatch, estimate, gap
 
 use super::ProbeLabel;
 
-/// The end-of-run cost report, for stderr: the total CPU share, then one line per
-/// probe with its class, whole cost per hit, average rate and share over the run, and
-/// how the cost was estimated.
+/// The end-of-run cost report, for stderr: the total CPU share, the run's estimate under
+/// each loop (`bracket`, from [`run_report`]), then one line per probe with its class,
+/// whole cost per hit, average rate and share over the run, and how the cost was
+/// estimated.
 pub fn report(
     labels: &[ProbeLabel],
     aggregator: &Aggregator,
     duration: std::time::Duration,
+    bracket: &EstimateBracket,
 ) -> String {
     let mut out = String::new();
     let measurements = aggregator.measurements();
@@ -76,7 +78,7 @@ pub fn report(
             );
         }
     }
-    if let Some(line) = bracket_line(&EstimateBracket::of(&measured)) {
+    if let Some(line) = bracket_line(bracket) {
         let _ = writeln!(out, "{line}");
     }
     let seconds = duration.as_secs_f64().max(f64::MIN_POSITIVE);

@@ -114,15 +114,18 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         let hits: u64 = measured.probes.iter().map(|p| p.hits).sum();
         driver.summary(hits)
     });
+    // Priced once: the lines below and the exports show the same numbers.
+    let run_cost = crate::present::cost_report::run_report(&aggregator, duration, other_programs);
     sys::stderr::say_text(&crate::present::cost_report::report(
         &labels,
         &aggregator,
         duration,
+        &run_cost.bracket,
     ));
     if let Some(summary) = &in_situ_summary {
         say!("probetop: {}", summary.line());
     }
-    sys::stderr::say_text(&cost::bpf_stats::render(&other_programs));
+    sys::stderr::say_text(&cost::bpf_stats::render(&run_cost.other_programs));
 
     let rows = source.rows();
     let mut report = build_report(
@@ -134,7 +137,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         duration,
         several,
     );
-    report.cost = crate::present::cost_report::run_report(&aggregator, duration, other_programs);
+    report.cost = run_cost;
     report.attach_path = Some(attach_path);
     if let Some(summary) = in_situ_summary {
         report.apply_in_situ(summary);
