@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::stats::Summary;
 
-/// Version of the cache file's layout (3: the `nop; nop5` USDT row).
-pub(crate) const FORMAT: u32 = 3;
+/// Version of the cache file's layout (3: the `nop; nop5` USDT row; 4: the work curve's
+/// walks beyond the cold loop, without which a server's slowest hits are priced low).
+pub(crate) const FORMAT: u32 = 4;
 
 /// The cold loop: between two calls of the probed function (or its twin), a walk over
 /// `data_bytes` of data and a run through `code_bytes` of code, as a server runs its

@@ -907,6 +907,7 @@ mod tests {
             })),
             work_curve: Some(std::sync::Arc::new(WorkCurve {
                 points: vec![point(100.0, 500.0), point(40_000.0, 3500.0)],
+                beyond: Vec::new(),
                 time_every: 64,
             })),
             // Gaps of 32-64 us (bucket 6), all of it code run: past the curve's end.
@@ -957,6 +958,7 @@ mod tests {
                 clocked(100.0, 500.0, 60.0),
                 clocked(40_000.0, 3500.0, 260.0),
             ],
+            beyond: Vec::new(),
             time_every: 64,
         }));
         // Half the hits as fast as the hot loop's, half halfway to the cold clock.

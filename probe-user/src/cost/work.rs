@@ -42,6 +42,14 @@ pub struct WorkPoint {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WorkCurve {
     pub points: Vec<WorkPoint>,
+    /// Walks larger than the cold loop's, out to the last-level cache and past it, each
+    /// hit priced by the call alone (the walk's spread swamps the whole iteration): read
+    /// by the handler's clock only. A server's slowest hits read its clock slower than
+    /// the cold loop does (docs/cost.md, "Past the curve's end"), and these price them
+    /// as measured on this host. Not by the busy gaps: a millisecond of a server's code
+    /// between two hits is not a 32 MiB walk.
+    #[serde(default)]
+    pub beyond: Vec<WorkPoint>,
     pub time_every: u64,
 }
 
@@ -87,6 +95,7 @@ impl WorkCurve {
         let mut by_clock: Vec<(f64, f64)> = self
             .points
             .iter()
+            .chain(&self.beyond)
             .filter_map(|p| Some((p.handler_ring_ns?.median, price(p))))
             .filter(|(clock, _)| clock.is_finite())
             .collect();
@@ -94,7 +103,11 @@ impl WorkCurve {
             return None;
         }
         by_clock.sort_by(|a, b| a.0.total_cmp(&b.0));
-        // A slower clock with a cheaper hit is noise: read as the dearest before it.
+        // A point out of line with both its neighbours is noise (a whole iteration's
+        // median of a few runs: 10.6 us between two of 2.3 in one quick calibration):
+        // read as the middle of the three. Then a slower clock with a cheaper hit is
+        // noise too: read as the dearest before it.
+        median_of_neighbours(&mut by_clock);
         let mut dearest = f64::MIN;
         for point in &mut by_clock {
             dearest = dearest.max(point.1);
@@ -106,7 +119,12 @@ impl WorkCurve {
     /// Whether the curve holds the ring handler's clock at its points (calibrations from
     /// before it did not).
     pub fn has_ring_clock(&self) -> bool {
-        !self.points.is_empty() && self.points.iter().all(|p| p.handler_ring_ns.is_some())
+        !self.points.is_empty()
+            && self
+                .points
+                .iter()
+                .chain(&self.beyond)
+                .all(|p| p.handler_ring_ns.is_some())
     }
 
     /// The curve as `probetop calibrate` prints it.
@@ -122,7 +140,13 @@ impl WorkCurve {
             "{:>9} {:>9} {:>9} {:>20} {:>20} {:>15}",
             "data KiB", "code KiB", "work us", "ring (IQR)", "in-kernel (IQR)", "handler r/k"
         );
-        for p in &self.points {
+        for (at, p) in self.points.iter().chain(&self.beyond).enumerate() {
+            if at == self.points.len() {
+                let _ = writeln!(
+                    out,
+                    "beyond the cold loop, read by the handler's clock only:"
+                );
+            }
             let range = |s: &Summary| format!("{:.0} ({:.0}-{:.0})", s.median, s.q1, s.q3);
             let clock =
                 |s: &Option<Summary>| s.map_or("-".to_string(), |s| format!("{:.0}", s.median));
@@ -144,14 +168,16 @@ impl WorkCurve {
     }
 }
 
-/// How far past the curve's coldest clock a hit is priced on: up to this many times
-/// that clock, the price goes on rising at the curve's own slope; past it, flat. The
-/// curve stops at an L2's worth of walk, where a server's slowest hits do not: walks of
-/// 8, 32 and 64 MiB between hits read 369, 702 and 1,334 ns on the ring clock (against
-/// ~260 at the curve's end) with the call alone still rising 5-10 ns per ns of clock
-/// (docs/cost.md, "Past the curve's end"). A clock slower still is more likely an
-/// interrupt inside the handler than a colder hit.
-pub const CLOCK_EXTRAPOLATION: f64 = 4.0;
+/// Each interior point's `y` replaced by the median of its own and its two neighbours'
+/// (as they were): one point out of line is pulled back, a trend is kept.
+fn median_of_neighbours(points: &mut [(f64, f64)]) {
+    let ys: Vec<f64> = points.iter().map(|p| p.1).collect();
+    for (at, window) in ys.windows(3).enumerate() {
+        let mut three = [window[0], window[1], window[2]];
+        three.sort_by(f64::total_cmp);
+        points[at + 1].1 = three[1];
+    }
+}
 
 /// The work curve as (ring handler clock, hit) pairs: see [`WorkCurve::ring_clock`].
 #[derive(Debug, Clone, PartialEq)]
@@ -164,21 +190,12 @@ pub struct RingClockReading {
 
 impl RingClockReading {
     /// What a hit whose handler clock read `handler_ns` costs beyond a hit of the
-    /// curve's smallest footprint, ns: linear between points; past the coldest point at
-    /// the slope from the hottest to the coldest, up to [`CLOCK_EXTRAPOLATION`] times
-    /// its clock, then flat; never below 0.
+    /// curve's smallest footprint, ns: linear between points, flat past either end,
+    /// never below 0. Past the largest walk's clock, nothing measured says more: such a
+    /// clock is as likely an interrupt inside the handler as a colder hit.
     pub fn extra_ns(&self, handler_ns: f64) -> f64 {
-        let hit = match (self.by_clock.first(), self.by_clock.last()) {
-            (Some(&(hot_clock, hot)), Some(&(cold_clock, cold)))
-                if handler_ns > cold_clock && cold_clock > hot_clock =>
-            {
-                let slope = (cold - hot) / (cold_clock - hot_clock);
-                let past = handler_ns.min(cold_clock * CLOCK_EXTRAPOLATION) - cold_clock;
-                Some(cold + slope * past)
-            }
-            _ => interpolate_in(&self.by_clock, handler_ns, |clock| clock),
-        };
-        hit.map_or(0.0, |hit| (hit - self.smallest).max(0.0))
+        interpolate_in(&self.by_clock, handler_ns, |clock| clock)
+            .map_or(0.0, |hit| (hit - self.smallest).max(0.0))
     }
 }
 
@@ -206,6 +223,7 @@ mod tests {
                 point(100.0, 500.0, 420.0),
                 point(6_000.0, 700.0, 600.0),
             ],
+            beyond: Vec::new(),
             time_every: 64,
         };
         assert_eq!(curve.extra_ns(false, 0.0), Some(0.0));
@@ -216,6 +234,7 @@ mod tests {
         assert_eq!(curve.ring_clock(false), None);
         let empty = WorkCurve {
             points: Vec::new(),
+            beyond: Vec::new(),
             time_every: 64,
         };
         assert_eq!(empty.extra_ns(false, 1.0), None);
@@ -236,6 +255,7 @@ mod tests {
                 clocked(14_000.0, 1400.0, 120.0),
                 clocked(57_000.0, 2700.0, 250.0),
             ],
+            beyond: Vec::new(),
             time_every: 64,
         };
         assert!(curve.has_ring_clock());
@@ -246,22 +266,38 @@ mod tests {
         assert_eq!(reading.extra_ns(80.0), 450.0);
         // Halfway between 120 and 250 ns of clock: halfway between 1400 and 2700.
         assert_eq!(reading.extra_ns(185.0), 1600.0);
-        // Slower than the coldest point: on at the curve's slope from 60 ns (450) to
-        // 250 ns (2700), 2250/190 ns a ns, up to 4x the coldest clock, then flat.
-        let slope = 2250.0 / 190.0;
-        let close = |a: f64, b: f64| (a - b).abs() < 1e-6;
-        assert!(close(reading.extra_ns(500.0), 2250.0 + 250.0 * slope));
-        let capped = 2250.0 + 750.0 * slope;
-        assert!(close(reading.extra_ns(1_000.0), capped));
-        assert!(close(reading.extra_ns(5_000.0), capped));
+        // A lone point far out of line with both neighbours does not lift every
+        // colder reading (it did when only the dearest before was taken).
+        let mut spiked = curve.clone();
+        spiked.points.push(clocked(30_000.0, 10_600.0, 200.0));
+        let spiked = spiked.ring_clock(false).expect("clocks");
+        assert_eq!(spiked.extra_ns(200.0), 2250.0);
+        assert_eq!(spiked.extra_ns(250.0), 2250.0);
+        // Slower than the cold loop's coldest point: flat without walks beyond it.
+        assert_eq!(reading.extra_ns(500.0), 2250.0);
+        // With them, read between them as measured, and flat past the largest.
+        let mut beyond = curve.clone();
+        beyond.beyond = vec![
+            clocked(140_000.0, 3_200.0, 350.0),
+            clocked(900_000.0, 6_500.0, 700.0),
+        ];
+        let reading = beyond.ring_clock(false).expect("clocks");
+        assert_eq!(reading.extra_ns(185.0), 1600.0);
+        assert_eq!(reading.extra_ns(300.0), 2500.0);
+        assert_eq!(reading.extra_ns(525.0), 4400.0);
+        assert_eq!(reading.extra_ns(5_000.0), 6050.0);
+        // The walks beyond are not read by the busy gaps.
+        assert_eq!(beyond.extra_ns(false, 1e6), curve.extra_ns(false, 1e6));
         // In-kernel: the same footprint read by the ring clock, priced with the
         // in-kernel handler (50 ns cheaper at every point here).
         let kernel = curve.ring_clock(true).expect("clocks");
         assert_eq!(kernel.extra_ns(185.0), 1600.0);
-        assert!(close(kernel.extra_ns(5_000.0), capped));
+        assert_eq!(kernel.extra_ns(5_000.0), 2250.0);
         // A curve missing the clock at any point is not read by it.
         let mut partial = curve.clone();
         partial.points[2].handler_ring_ns = None;
         assert_eq!(partial.ring_clock(true), None);
+        beyond.beyond[1].handler_ring_ns = None;
+        assert_eq!(beyond.ring_clock(true), None);
     }
 }
