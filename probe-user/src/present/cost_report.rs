@@ -74,7 +74,7 @@ pub fn report(
         None => {
             let _ = writeln!(
                 out,
-                "probetop: no whole-cost estimate: run `probetop calibrate` once on this machine (kernel and CPU) to get one"
+                "probetop: no whole-cost estimate: run `probetop calibrate` on this machine to get one (a calibration holds for one kernel and CPU, and is made again when probetop measures more)"
             );
         }
     }
