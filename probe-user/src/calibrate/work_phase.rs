@@ -136,7 +136,7 @@ pub(super) fn measure(
             if let (Some(ring), Some(kernel), Some(twin)) = (ring, kernel, twin) {
                 // Past the cold loop, the walk's own spread (tens of us a run) swamps
                 // what the hit adds to the whole iteration: the call alone is read,
-                // which at the cold loop reads 10-20% under the whole iteration.
+                // which at the cold loop read 18-60% under the whole iteration here.
                 let by_call = at >= SHARES.len();
                 let added = |probed: &ColdRun| {
                     if by_call {

@@ -24,7 +24,7 @@
 //! read (too few hits yet, `--args`) cold. Auto takes it where its rule says cold and
 //! the clock can be read: on mariadbd it lay within 25% of the truth on two hosts, where
 //! the cold rows were far over it on one (docs/cost.md, "By the handler's clock" and
-//! "Past the curve's end").
+//! "Measured past the curve's end").
 
 use std::time::Instant;
 
@@ -117,7 +117,8 @@ fn busy_threads(busy_cores: Option<f64>) -> f64 {
 /// priced hits 21-177% over the truth from outside, the clock within 25% of it in every
 /// cell measured (docs/cost.md, "By the handler's clock"); on an AMD host the cold rows
 /// were near the truth and the clock too, once hits past the work curve's end were priced
-/// on ("Past the curve's end"). The idle gap curve alone is not part of
+/// through walks measured past it ("Measured past the curve's end"). The idle gap curve
+/// alone is not part of
 /// it: it priced mariadbd 35-48% under the truth, and an estimate that errs low tells a
 /// DBA a probe is cheaper than it is.
 pub fn auto(inputs: AutoInputs) -> Decision {

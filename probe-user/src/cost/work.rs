@@ -93,9 +93,7 @@ impl WorkCurve {
                 .min_by(|a, b| a.work_ns.total_cmp(&b.work_ns))?,
         );
         let mut by_clock: Vec<(f64, f64)> = self
-            .points
-            .iter()
-            .chain(&self.beyond)
+            .every_point()
             .filter_map(|p| Some((p.handler_ring_ns?.median, price(p))))
             .filter(|(clock, _)| clock.is_finite())
             .collect();
@@ -119,12 +117,12 @@ impl WorkCurve {
     /// Whether the curve holds the ring handler's clock at its points (calibrations from
     /// before it did not).
     pub fn has_ring_clock(&self) -> bool {
-        !self.points.is_empty()
-            && self
-                .points
-                .iter()
-                .chain(&self.beyond)
-                .all(|p| p.handler_ring_ns.is_some())
+        !self.points.is_empty() && self.every_point().all(|p| p.handler_ring_ns.is_some())
+    }
+
+    /// The cold loop's points, then the walks beyond it.
+    fn every_point(&self) -> impl Iterator<Item = &WorkPoint> {
+        self.points.iter().chain(&self.beyond)
     }
 
     /// The curve as `probetop calibrate` prints it.
@@ -140,7 +138,7 @@ impl WorkCurve {
             "{:>9} {:>9} {:>9} {:>20} {:>20} {:>15}",
             "data KiB", "code KiB", "work us", "ring (IQR)", "in-kernel (IQR)", "handler r/k"
         );
-        for (at, p) in self.points.iter().chain(&self.beyond).enumerate() {
+        for (at, p) in self.every_point().enumerate() {
             if at == self.points.len() {
                 let _ = writeln!(
                     out,
