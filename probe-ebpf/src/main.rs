@@ -138,6 +138,9 @@ fn on_hit(ctx: Ctx) -> u32 {
     let Some(config) = CONFIG.get(probe_id) else {
         return 0;
     };
+    if config.mode == mode::CLOSED {
+        return 0;
+    }
     // This CPU's idle total plus one, 0 when unknown (stored so in LAST_HIT). Opaque to
     // LLVM and set on every path: a value it spilled on one path only was read on
     // another, which the 6.1 verifier refuses (invalid read from stack).

@@ -1,7 +1,7 @@
 //! How a probe's hits reach user space, as user space speaks of it. The kernel's
 //! `CONFIG` map holds it as a `u32` (`probe_common::mode`, shared with the eBPF
-//! programs); [`DeliveryMode::raw`] and [`DeliveryMode::of_config`] are the only
-//! conversions, so everything above compares an enum the compiler checks for
+//! programs); [`DeliveryMode::raw`], [`DeliveryMode::of_config`] and [`closed`] are the
+//! only conversions, so everything above compares an enum the compiler checks for
 //! exhaustiveness instead of numbers.
 
 use probe_common::{ProbeConfig, mode};
@@ -29,8 +29,9 @@ impl DeliveryMode {
         }
     }
 
-    /// The mode a `CONFIG` entry holds. probetop writes no other values; one it did not
-    /// write reads as `Ring`, what the eBPF programs do with it too.
+    /// The mode a `CONFIG` entry holds. probetop writes no other values while the window
+    /// is open (outside it, [`closed`], never read back); any other value reads as
+    /// `Ring`, what the eBPF programs do with it too.
     pub const fn of_config(config: &ProbeConfig) -> Self {
         match config.mode {
             mode::SAMPLE => DeliveryMode::Sample,
@@ -51,6 +52,18 @@ impl DeliveryMode {
             DeliveryMode::Sample => "sample",
             DeliveryMode::KernelHistogram => "kernel",
         }
+    }
+}
+
+/// `config` outside the window: its probe's hits count nowhere (no record, count or gap)
+/// until a mode is written again. Probes attach so, and the window opens for all of them
+/// at once; the cut closes it so. Records, kernel counts and gaps then cover one set of
+/// hits, where reading the counts before or after taking the time would let hits in
+/// between count in one and not the other.
+pub const fn closed(config: ProbeConfig) -> ProbeConfig {
+    ProbeConfig {
+        mode: mode::CLOSED,
+        ..config
     }
 }
 

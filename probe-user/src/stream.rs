@@ -139,8 +139,9 @@ impl HitStream {
 /// Requests to the collector task.
 #[derive(Debug)]
 pub enum CollectorCommand {
-    /// From now on count only hits up to `at_ktime_ns` (CLOCK_MONOTONIC).
-    CloseWindow { at_ktime_ns: u64 },
+    /// Stop counting: the kernel counts no more hits, the window closes at that moment,
+    /// and everything counted is read. The reply is the cut on CLOCK_MONOTONIC, ns.
+    CloseWindow { reply: oneshot::Sender<u64> },
     /// Restart every histogram and count: only hits from `at_ktime_ns` on count.
     Reset { at_ktime_ns: u64 },
     /// Drain what is queued and send a copy of what reports need (with the interval log
@@ -247,7 +248,8 @@ pub async fn collect(
                 let now = Instant::now();
                 aggregator.tick(now - last_tick);
                 last_tick = now;
-                if let Some(limit) = options.auto_kernel_above {
+                // After the cut a switch would make a stopped probe count again.
+                if !counters_frozen && let Some(limit) = options.auto_kernel_above {
                     switch_hot_probes(&mut counters, &mut aggregator, limit, options.auto_time_every);
                 }
                 if !counters_frozen
@@ -287,15 +289,22 @@ pub async fn collect(
                 interval_start = now;
             }
             command = commands.recv() => match command {
-                Some(CollectorCommand::CloseWindow { at_ktime_ns }) => {
+                Some(CollectorCommand::CloseWindow { reply }) => {
+                    // Kernel counts carry no timestamps: once the kernel has stopped
+                    // counting, the records, counts and gaps read next are the same hits,
+                    // every one before the cut (a gap counted after a cut taken first
+                    // would have no hit).
+                    stop_counting(&mut counters, &mut aggregator);
+                    let at_ktime_ns = ktime_now_ns();
                     stream.drain_all(|record| aggregator.record_any(&record));
                     aggregator.close_window(at_ktime_ns);
-                    // Kernel counts carry no timestamps: take them at the cut, not later.
                     read_kernel_counters(&counters, &mut aggregator);
                     if let Some(dispatch) = counters.dispatch() {
                         read_dispatch(dispatch, &mut aggregator, true);
                     }
                     counters_frozen = true;
+                    // The session may have given up waiting; the cut stands.
+                    let _ = reply.send(at_ktime_ns);
                 }
                 Some(CollectorCommand::Reset { at_ktime_ns }) => {
                     // Fold in what the kernel counted so far, so that it becomes the
@@ -321,7 +330,12 @@ pub async fn collect(
                     });
                 }
                 Some(CollectorCommand::AddProbes { probes, reply }) => {
-                    let result = add_probes(&mut counters, &mut aggregator, probes);
+                    // Past the cut, new probes would count hits the window no longer holds.
+                    let result = if counters_frozen {
+                        Err("the run is ending".to_string())
+                    } else {
+                        add_probes(&mut counters, &mut aggregator, probes)
+                    };
                     // The session waits for this before attaching them.
                     let _ = reply.send(result);
                 }
@@ -429,6 +443,37 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
         }
     }
     pool_gaps(aggregator);
+}
+
+/// Opens the window in the kernel: every probe, attached outside it
+/// ([`crate::delivery::closed`]), counts from now on in its aggregate's mode.
+pub fn start_counting(
+    counters: &mut KernelCounters,
+    aggregator: &Aggregator,
+) -> Result<(), aya::maps::MapError> {
+    for (id, probe) in aggregator.probes().iter().enumerate() {
+        counters.set_mode(id as u32, probe.mode)?;
+    }
+    Ok(())
+}
+
+/// Stops every probe counting in the kernel (the window's cut). A probe whose config
+/// cannot be written keeps counting, and its counts may hold a few hits past the cut:
+/// said, never fatal, as the run's measurements are about to be written.
+fn stop_counting(counters: &mut KernelCounters, aggregator: &mut Aggregator) {
+    let mut failed = 0;
+    for id in 0..aggregator.probes().len() {
+        if counters.stop_counting(id as u32).is_err() {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        aggregator.notices.push(format!(
+            "{failed} probe{} could not be stopped at the cut: {} counts may hold a few later hits",
+            if failed == 1 { "" } else { "s" },
+            if failed == 1 { "its" } else { "their" }
+        ));
+    }
 }
 
 /// Gives every probe the gaps of all of them, for those with too few of their own.

@@ -282,6 +282,10 @@ pub mod mode {
     /// Every hit is counted in the kernel and, timed or one in `--time-every`, lands in
     /// an in-kernel per-CPU histogram; no records at all.
     pub const KERNEL_HISTOGRAM: u32 = 2;
+    /// Outside the window (attached, not yet opened; or past the cut): hits count
+    /// nowhere (no record, count or gap), so what user space reads is one set of hits,
+    /// all inside it.
+    pub const CLOSED: u32 = 3;
 }
 
 /// Per-probe settings, indexed by probe id in the `CONFIG` map.

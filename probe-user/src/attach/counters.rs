@@ -157,6 +157,14 @@ impl KernelCounters {
         self.timing.set(0, probe_common::untimed_below(every), 0)
     }
 
+    /// From its next hit on, `probe_id`'s hits count nowhere: no record, count or gap.
+    /// The window's cut, so that everything read after it covers the same hits.
+    pub fn stop_counting(&mut self, probe_id: u32) -> Result<(), aya::maps::MapError> {
+        let config = self.config.get(&probe_id, 0)?;
+        self.config
+            .set(probe_id, crate::delivery::closed(config), 0)
+    }
+
     /// Switches how `probe_id`'s hits reach user space, from its next hit on.
     pub fn set_mode(
         &mut self,

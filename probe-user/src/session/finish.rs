@@ -36,18 +36,20 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     } = run;
     // One cut for every probe. The probes stay attached until the exports are written:
     // detaching can take the kernel long (a grace period per perf event), and what was
-    // measured must not wait on it, nor be lost if probetop is killed meanwhile. Hits
-    // after the cut are not counted. A send fails only if the collector is gone, and
-    // then its result says what happened.
-    let close_ktime_ns = stream::ktime_now_ns();
-    let closed_unix_ms = report::unix_now_ms();
-    let close = CollectorCommand::CloseWindow {
-        at_ktime_ns: close_ktime_ns,
-    };
-    let _ = commands.send(close).await;
+    // measured must not wait on it, nor be lost if probetop is killed meanwhile. The
+    // kernel stops counting at the cut, so hits after it count nowhere. A send fails
+    // only if the collector is gone, and then its result says what happened.
+    // In situ's last window ends at the cut too: just before it, as reading what the
+    // kernel counted takes longer than stopping it.
     if let Some(driver) = in_situ.as_mut() {
         driver.finish();
     }
+    let (reply, closed) = tokio::sync::oneshot::channel();
+    let close_ktime_ns = match commands.send(CollectorCommand::CloseWindow { reply }).await {
+        Ok(()) => closed.await.unwrap_or_else(|_| stream::ktime_now_ns()),
+        Err(_) => stream::ktime_now_ns(),
+    };
+    let closed_unix_ms = report::unix_now_ms();
     if let Some(server) = server {
         server.abort();
     }

@@ -111,10 +111,11 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         prepared,
         skipped,
     } = found;
+    // Attached outside the window; it opens for every probe at once below.
     let attached = attach_probes(
         &plan,
         args,
-        initial_config,
+        crate::delivery::closed(initial_config),
         clock_phase.is_some(),
         probes,
         prepared,
@@ -158,8 +159,12 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         counters.set_dispatch(dispatch);
     }
     let others = cost::bpf_stats::Others::start(pid, args.bpf_stats);
-    aggregator.open_window(stream::ktime_now_ns());
+    // Nothing counts until the modes are written, so the baseline and the window's
+    // start hold no hit that the records or the counts would hold and the other not.
     stream::baseline_kernel_counters(&counters, &mut aggregator);
+    aggregator.open_window(stream::ktime_now_ns());
+    stream::start_counting(&mut counters, &aggregator)
+        .context("opening the window: the probes' kernel configs cannot be written")?;
     let attach_path = attachment.attach_path();
     say!(
         "probetop: attached {} probe{} to pid {} ({}) via {attach_path}",
