@@ -15,7 +15,9 @@ pub fn is_cgroup_dir(dir: &Path) -> bool {
 }
 
 /// Every process in a cgroup v2 directory and its sub-cgroups, in `cgroup.procs`
-/// order; the first directory or list that cannot be read fails it.
+/// order; the first directory or list that cannot be read fails it, but for a
+/// sub-cgroup removed during the walk (a unit or container that stopped: its processes
+/// are gone), which a host where they come and go would otherwise fail every round.
 pub fn members(dir: &Path) -> io::Result<Vec<u32>> {
     walk(dir, false)
 }
@@ -28,13 +30,16 @@ pub fn readable_members(dir: &Path) -> Vec<u32> {
 
 /// Walks `dir` and its sub-cgroups; with `skip_unreadable` it never fails.
 fn walk(dir: &Path, skip_unreadable: bool) -> io::Result<Vec<u32>> {
+    let root = dir;
     let mut pids = Vec::new();
     let mut dirs: Vec<PathBuf> = vec![dir.to_path_buf()];
     while let Some(dir) = dirs.pop() {
+        let vanished = |e: &io::Error| dir != root && e.kind() == io::ErrorKind::NotFound;
+        let fails = |e: &io::Error| !skip_unreadable && !vanished(e);
         match fs::read_to_string(dir.join(PROCS)) {
             Ok(procs) => pids.extend(procs.lines().filter_map(|l| l.trim().parse::<u32>().ok())),
-            Err(e) if !skip_unreadable => return Err(e),
-            Err(_) => {}
+            Err(e) if fails(&e) => return Err(e),
+            Err(_) => continue,
         }
         match fs::read_dir(&dir) {
             Ok(entries) => dirs.extend(
@@ -43,7 +48,7 @@ fn walk(dir: &Path, skip_unreadable: bool) -> io::Result<Vec<u32>> {
                     .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                     .map(|e| e.path()),
             ),
-            Err(e) if !skip_unreadable => return Err(e),
+            Err(e) if fails(&e) => return Err(e),
             Err(_) => {}
         }
     }
@@ -54,8 +59,9 @@ fn walk(dir: &Path, skip_unreadable: bool) -> io::Result<Vec<u32>> {
 mod tests {
     use super::*;
 
-    /// A tree of fake cgroup directories: the walk reads every level, and the strict
-    /// reader fails where a level has no list while the lenient one skips it.
+    /// A tree of fake cgroup directories: the walk reads every level. A sub-cgroup with
+    /// no list is one removed meanwhile (cgroupfs gives every directory one), which both
+    /// readers skip; the root gone fails the strict reader alone.
     #[test]
     fn walks_sub_cgroups_strictly_or_leniently() {
         let root = std::env::temp_dir().join(format!("probetop-cgroup-{}", std::process::id()));
@@ -67,10 +73,15 @@ mod tests {
         assert!(is_cgroup_dir(&root));
         assert!(!is_cgroup_dir(&bare));
         assert_eq!(readable_members(&root), vec![10, 11, 12]);
-        assert!(members(&root).is_err());
+        assert_eq!(members(&root).unwrap(), vec![10, 11, 12]);
         fs::write(bare.join(PROCS), "13\n").unwrap();
         assert_eq!(members(&root).unwrap(), vec![10, 11, 12, 13]);
-        assert_eq!(readable_members(&root.join("gone")), Vec::<u32>::new());
+        let gone = root.join("gone");
+        assert_eq!(readable_members(&gone), Vec::<u32>::new());
+        assert_eq!(
+            members(&gone).map_err(|e| e.kind()),
+            Err(io::ErrorKind::NotFound)
+        );
         fs::remove_dir_all(&root).unwrap();
     }
 }
