@@ -202,7 +202,8 @@ fn measure_cell(
     let pid = server.pid();
     // One open-loop load for the whole cell, longer than everything measured in it.
     let blocks_per_pair = if options.presence { 4.0 } else { 2.0 };
-    let seconds = (f64::from(options.pairs) * blocks_per_pair + 1.0)
+    // Each half of the truth's blocks starts with a detached one.
+    let seconds = (f64::from(options.pairs) * blocks_per_pair + 2.0)
         * (options.block_seconds + 3.0)
         + 2.0 * (options.in_situ_seconds + 5.0)
         + 20.0;
@@ -221,99 +222,24 @@ fn measure_cell(
     let load_guard = KillOnDrop(&mut load);
     thread::sleep(Duration::from_secs(5));
 
-    let measure_s = options.block_seconds;
-    // Detached blocks between every other kind, so each attached or present block has a
-    // detached neighbour on either side: D A D P D A D P D ...
-    let mut sequence = vec![BlockKind::Detached];
-    for _ in 0..options.pairs {
-        sequence.push(BlockKind::Attached);
-        sequence.push(BlockKind::Detached);
-        if options.presence {
-            sequence.push(BlockKind::Present);
-            sequence.push(BlockKind::Detached);
-        }
-    }
+    // The truth's blocks in two halves with the in-situ runs between them: what a hit
+    // costs drifts over tens of minutes on a shared host (one cell's truth moved 2x
+    // between runs), and in situ and the estimate are judged against the truth of the
+    // same minutes.
+    let first_half = options.pairs.div_ceil(2);
+    let cell = CellRun {
+        probetop,
+        pid,
+        work,
+        rate,
+        mode,
+        options,
+    };
     let mut blocks = Vec::new();
-    for (index, kind) in sequence.into_iter().enumerate() {
-        let probes: &[&str] = match kind {
-            BlockKind::Attached => &PROBES,
-            BlockKind::Present => &[NEVER_HIT],
-            BlockKind::Detached => &[],
-        };
-        if probes.is_empty() {
-            // The same settling time as an attach takes, then the same window.
-            thread::sleep(Duration::from_secs(1));
-            let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
-            thread::sleep(Duration::from_secs_f64(measure_s));
-            let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
-            blocks.push(Block {
-                share: (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64(),
-                kind,
-                hits_per_second: 0.0,
-            });
-            continue;
-        }
-        let json = work.join(format!("truth-{rate}-{mode}-{index}.json"));
-        let mut cmd = probetop_command(probetop, pid, mode, probes);
-        // The truth is the mode's own price: no streamed start.
-        cmd.args(["--clock-seconds", "0"]).arg("-o").arg(&json);
-        let mut tool = Tool::start(cmd, "attached", Stream::Stderr)?;
-        let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
-        thread::sleep(Duration::from_secs_f64(measure_s));
-        let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
-        tool.stop()?;
-        let share = (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64();
-        let report = read_json(&json)?;
-        let hits: u64 = report["probes"]
-            .as_array()
-            .map(|p| p.iter().filter_map(|p| p["hits"].as_u64()).sum())
-            .unwrap_or(0);
-        let duration = report["duration_s"].as_f64().unwrap_or(0.0);
-        ensure!(duration > 0.0, "no run time in {}", json.display());
-        ensure!(
-            (kind == BlockKind::Attached) == (hits > 0),
-            "{} hits in {} ({kind:?} block)",
-            hits,
-            json.display()
-        );
-        blocks.push(Block {
-            share,
-            kind,
-            hits_per_second: hits as f64 / duration,
-        });
-    }
+    cell.truth_blocks(first_half, &mut blocks)?;
+    let (in_situ, estimate_ns, estimate_assumes, bracket) = cell.in_situ_runs()?;
+    cell.truth_blocks(options.pairs - first_half, &mut blocks)?;
     let truth_ns = truth_per_hit(&blocks);
-    let mut in_situ = Vec::new();
-    let mut estimate_ns = None;
-    let mut estimate_assumes = None;
-    let mut bracket = Value::Null;
-    for meter in ["auto", "none"] {
-        let json = work.join(format!("insitu-{rate}-{mode}-{meter}.json"));
-        let mut cmd = probetop_command(probetop, pid, mode, &PROBES);
-        cmd.args(["--in-situ", "--work", meter])
-            .args(["--assume", &options.assume])
-            .arg("--duration")
-            .arg(options.in_situ_seconds.to_string())
-            .arg("-o")
-            .arg(&json);
-        let mut tool = Tool::start(cmd, "attached", Stream::Stderr)?;
-        thread::sleep(Duration::from_secs_f64(options.in_situ_seconds + 1.0));
-        tool.stop().or_else(|e| {
-            // It ends by itself after --duration; a SIGINT that comes after is harmless.
-            if json.exists() {
-                Ok(String::new())
-            } else {
-                Err(e)
-            }
-        })?;
-        let report = read_json(&json)?;
-        estimate_ns = estimate_ns.or(report["cost"]["estimated_per_hit_ns"].as_f64());
-        estimate_assumes = estimate_assumes.or_else(|| estimate_label(&report));
-        if bracket.is_null() {
-            bracket = report["cost"]["estimates_per_hit_ns"].clone();
-        }
-        in_situ.push((meter.to_string(), report["cost"]["in_situ"].clone()));
-    }
     drop(load_guard);
     Ok(Cell {
         rate,
@@ -342,6 +268,141 @@ fn measure_cell(
         estimate_assumes,
         bracket,
     })
+}
+
+/// One in-situ result per meter, then from the first run that has them: the estimate,
+/// what priced it, and its bracket by loop.
+type InSituRuns = (Vec<(String, Value)>, Option<f64>, Option<String>, Value);
+
+/// One cell's settings, while its load runs.
+struct CellRun<'a> {
+    probetop: &'a Path,
+    pid: u32,
+    work: &'a Path,
+    rate: u32,
+    mode: &'a str,
+    options: &'a CheckOptions,
+}
+
+impl CellRun<'_> {
+    /// `pairs` more of the truth's blocks, appended to `blocks`: detached blocks between
+    /// every other kind, so each attached or present block has a detached neighbour on
+    /// either side: D A D P D A D P D ...
+    fn truth_blocks(&self, pairs: u32, blocks: &mut Vec<Block>) -> Result<()> {
+        let CellRun {
+            probetop,
+            pid,
+            work,
+            rate,
+            mode,
+            options,
+        } = *self;
+        let measure_s = options.block_seconds;
+        let mut sequence = vec![BlockKind::Detached];
+        for _ in 0..pairs {
+            sequence.push(BlockKind::Attached);
+            sequence.push(BlockKind::Detached);
+            if options.presence {
+                sequence.push(BlockKind::Present);
+                sequence.push(BlockKind::Detached);
+            }
+        }
+        for kind in sequence {
+            let index = blocks.len();
+            let probes: &[&str] = match kind {
+                BlockKind::Attached => &PROBES,
+                BlockKind::Present => &[NEVER_HIT],
+                BlockKind::Detached => &[],
+            };
+            if probes.is_empty() {
+                // The same settling time as an attach takes, then the same window.
+                thread::sleep(Duration::from_secs(1));
+                let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
+                thread::sleep(Duration::from_secs_f64(measure_s));
+                let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
+                blocks.push(Block {
+                    share: (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64(),
+                    kind,
+                    hits_per_second: 0.0,
+                });
+                continue;
+            }
+            let json = work.join(format!("truth-{rate}-{mode}-{index}.json"));
+            let mut cmd = probetop_command(probetop, pid, mode, probes);
+            // The truth is the mode's own price: no streamed start.
+            cmd.args(["--clock-seconds", "0"]).arg("-o").arg(&json);
+            let mut tool = Tool::start(cmd, "attached", Stream::Stderr)?;
+            let (c0, t0) = (cpu_clock_ns(pid)?, Instant::now());
+            thread::sleep(Duration::from_secs_f64(measure_s));
+            let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
+            tool.stop()?;
+            let share = (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64();
+            let report = read_json(&json)?;
+            let hits: u64 = report["probes"]
+                .as_array()
+                .map(|p| p.iter().filter_map(|p| p["hits"].as_u64()).sum())
+                .unwrap_or(0);
+            let duration = report["duration_s"].as_f64().unwrap_or(0.0);
+            ensure!(duration > 0.0, "no run time in {}", json.display());
+            ensure!(
+                (kind == BlockKind::Attached) == (hits > 0),
+                "{} hits in {} ({kind:?} block)",
+                hits,
+                json.display()
+            );
+            blocks.push(Block {
+                share,
+                kind,
+                hits_per_second: hits as f64 / duration,
+            });
+        }
+        Ok(())
+    }
+
+    /// One `probetop --in-situ` run per meter: their in-situ results, and the estimate,
+    /// what priced it and its bracket by loop, from the first run that has them.
+    fn in_situ_runs(&self) -> Result<InSituRuns> {
+        let CellRun {
+            probetop,
+            pid,
+            work,
+            rate,
+            mode,
+            options,
+        } = *self;
+        let mut in_situ = Vec::new();
+        let mut estimate_ns = None;
+        let mut estimate_assumes = None;
+        let mut bracket = Value::Null;
+        for meter in ["auto", "none"] {
+            let json = work.join(format!("insitu-{rate}-{mode}-{meter}.json"));
+            let mut cmd = probetop_command(probetop, pid, mode, &PROBES);
+            cmd.args(["--in-situ", "--work", meter])
+                .args(["--assume", &options.assume])
+                .arg("--duration")
+                .arg(options.in_situ_seconds.to_string())
+                .arg("-o")
+                .arg(&json);
+            let mut tool = Tool::start(cmd, "attached", Stream::Stderr)?;
+            thread::sleep(Duration::from_secs_f64(options.in_situ_seconds + 1.0));
+            tool.stop().or_else(|e| {
+                // It ends by itself after --duration; a SIGINT that comes after is harmless.
+                if json.exists() {
+                    Ok(String::new())
+                } else {
+                    Err(e)
+                }
+            })?;
+            let report = read_json(&json)?;
+            estimate_ns = estimate_ns.or(report["cost"]["estimated_per_hit_ns"].as_f64());
+            estimate_assumes = estimate_assumes.or_else(|| estimate_label(&report));
+            if bracket.is_null() {
+                bracket = report["cost"]["estimates_per_hit_ns"].clone();
+            }
+            in_situ.push((meter.to_string(), report["cost"]["in_situ"].clone()));
+        }
+        Ok((in_situ, estimate_ns, estimate_assumes, bracket))
+    }
 }
 
 /// What priced a run's estimate: the loop it assumed and, priced by the gap, what
@@ -440,6 +501,63 @@ fn median_difference_interval(a: &[f64], b: &[f64]) -> (f64, f64) {
     (quantile(&differences, 0.025), quantile(&differences, 0.975))
 }
 
+/// The bound: in situ and the estimate within 25% of the truth.
+const BOUND: f64 = 0.25;
+
+/// How many cells each column puts within [`BOUND`] of the truth: of its median, and of
+/// some value in its 95% interval (the most a truth that wide can judge).
+#[derive(Debug, Default)]
+struct Tally {
+    /// Column name, cells within the bound of the median, of the interval.
+    columns: Vec<(String, usize, usize)>,
+}
+
+impl Tally {
+    fn judge(&mut self, column: &str, value: Option<f64>, truth: f64, interval: (f64, f64)) {
+        let index = match self.columns.iter().position(|(name, ..)| name == column) {
+            Some(i) => i,
+            None => {
+                self.columns.push((column.to_string(), 0, 0));
+                self.columns.len() - 1
+            }
+        };
+        let Some(x) = value.filter(|x| x.is_finite()) else {
+            return;
+        };
+        let entry = &mut self.columns[index];
+        if truth > 0.0 && ((x - truth) / truth).abs() <= BOUND {
+            entry.1 += 1;
+        }
+        // Within the bound of some t in [low, high]: x/(1+B) <= t <= x/(1-B) meets it.
+        let (low, high) = interval;
+        if x >= (1.0 - BOUND) * low && x <= (1.0 + BOUND) * high {
+            entry.2 += 1;
+        }
+    }
+
+    fn render(&self, cells: usize) -> String {
+        let each = |pick: fn(&(String, usize, usize)) -> usize| {
+            self.columns
+                .iter()
+                .map(|c| format!("{} {} of {cells}", c.0, pick(c)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "Within {:.0}% of the truth's median: {}. Within {:.0}% of some value in its 95% interval: {}.",
+            BOUND * 100.0,
+            each(|c| c.1),
+            BOUND * 100.0,
+            each(|c| c.2)
+        )
+    }
+}
+
+/// 95% bootstrap interval of the median of `values`.
+fn median_interval(values: &[f64]) -> (f64, f64) {
+    median_difference_interval(values, &[0.0])
+}
+
 /// Each loop's estimate in `bracket` against `truth`: `850 (-50%) / 2010 (+5%) / -`.
 fn by_loop(bracket: &Value, truth: f64) -> String {
     ["hot", "cold", "clock"]
@@ -487,7 +605,7 @@ fn render(
     line(
         &mut w,
         format!(
-            "- **truth**: mariadbd's CPU (its process CPU clock) over {:.0} s blocks with probetop attached and with nothing attached, {} attached blocks, each between two detached ones; per hit = an attached block's CPU minus the mean of the detached blocks on either side of it, over its hits per second. Median and IQR over the attached blocks.",
+            "- **truth**: mariadbd's CPU (its process CPU clock) over {:.0} s blocks with probetop attached and with nothing attached, {} attached blocks, each between two detached ones; per hit = an attached block's CPU minus the mean of the detached blocks on either side of it, over its hits per second. Median over the attached blocks, its 95% bootstrap interval in brackets (how precisely the blocks pin it), then their IQR (how much one block says). The blocks come in two halves with the in-situ runs between them, so all three columns cover the same minutes.",
             options.block_seconds, options.pairs
         ),
     );
@@ -515,14 +633,16 @@ fn render(
     );
     line(
         &mut w,
-        "| statements/s | mode | hits/s | mariadbd base CPU | truth ns/hit (IQR) | presence, % of a CPU [ns/hit] | per hit | in situ, --work auto (95% CI) | vs truth | in situ, --work none (95% CI) | vs truth | estimate | vs truth | vs per hit | by loop: hot / cold / clock |".into(),
+        "| statements/s | mode | hits/s | mariadbd base CPU | truth ns/hit [95% CI] (IQR) | presence, % of a CPU [ns/hit] | per hit | in situ, --work auto (95% CI) | vs truth | in situ, --work none (95% CI) | vs truth | estimate | vs truth | vs per hit | by loop: hot / cold / clock |".into(),
     );
     line(
         &mut w,
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|".into(),
     );
+    let mut tally = Tally::default();
     for cell in cells {
         let truth = median(&cell.truth_ns);
+        let truth_interval = median_interval(&cell.truth_ns);
         let presence = (!cell.presence_share.is_empty()).then(|| median(&cell.presence_share));
         let presence_ns: Vec<f64> = cell
             .presence_share
@@ -534,12 +654,14 @@ fn render(
         let per_hit_interval =
             per_hit.map(|_| median_difference_interval(&cell.truth_ns, &presence_ns));
         let mut row = format!(
-            "| {} | {} | {:.0} | {:.1}% | {:.0} ({:.0}-{:.0}) | {} | {} |",
+            "| {} | {} | {:.0} | {:.1}% | {:.0} [{:.0}-{:.0}] ({:.0}-{:.0}) | {} | {} |",
             cell.rate,
             cell.mode,
             cell.hits_per_second,
             cell.base_share * 100.0,
             truth,
+            truth_interval.0,
+            truth_interval.1,
             quantile(&cell.truth_ns, 0.25),
             quantile(&cell.truth_ns, 0.75),
             match (presence, presence_per_hit) {
@@ -556,8 +678,14 @@ fn render(
                 _ => "-".into(),
             }
         );
-        for (_, s) in &cell.in_situ {
+        for (meter, s) in &cell.in_situ {
             let per_hit = &s["per_hit_ns"];
+            tally.judge(
+                &format!("in situ `--work {meter}`"),
+                per_hit["mean"].as_f64(),
+                truth,
+                truth_interval,
+            );
             match per_hit["mean"].as_f64() {
                 Some(mean) => row.push_str(&format!(
                     " {mean:.0} ({:.0}-{:.0}){} | {} |",
@@ -573,6 +701,7 @@ fn render(
                 None => row.push_str(" - | - |"),
             }
         }
+        tally.judge("the estimate", cell.estimate_ns, truth, truth_interval);
         match cell.estimate_ns {
             Some(e) => row.push_str(&format!(
                 " {e:.0}{} | {} |",
@@ -590,6 +719,8 @@ fn render(
         row.push_str(&format!(" {} |", by_loop(&cell.bracket, truth)));
         line(&mut w, row);
     }
+    line(&mut w, String::new());
+    line(&mut w, tally.render(cells.len()));
     line(&mut w, String::new());
     line(&mut w, "Commands:\n".into());
     line(
@@ -729,6 +860,27 @@ mod tests {
         assert!(low <= 10.5 && 10.5 <= high, "{low}..{high}");
         assert!(low >= 10.0 - 3.0 && high <= 15.0 - 1.0, "{low}..{high}");
         assert!(median_difference_interval(&[], &b).0.is_nan());
+    }
+
+    #[test]
+    fn cells_are_judged_against_the_median_and_its_interval() {
+        let mut tally = Tally::default();
+        // The truth 1,000 (800-1,400): 1,240 is within 25% of the median, 1,700 only of
+        // 1,400 in the interval, 1,800 of neither, 590 below 0.75 x 800.
+        tally.judge("estimate", Some(1240.0), 1000.0, (800.0, 1400.0));
+        tally.judge("estimate", Some(1700.0), 1000.0, (800.0, 1400.0));
+        tally.judge("estimate", Some(1800.0), 1000.0, (800.0, 1400.0));
+        tally.judge("estimate", Some(590.0), 1000.0, (800.0, 1400.0));
+        tally.judge("in situ", None, 1000.0, (800.0, 1400.0));
+        assert_eq!(
+            tally.render(4),
+            "Within 25% of the truth's median: estimate 1 of 4, in situ 0 of 4. Within 25% of some value in its 95% interval: estimate 2 of 4, in situ 0 of 4."
+        );
+        let (low, high) = median_interval(&[9.0, 10.0, 11.0, 10.0, 10.5, 9.5]);
+        assert!(
+            low <= 10.0 && 10.0 <= high && low >= 9.0 && high <= 11.0,
+            "{low}..{high}"
+        );
     }
 
     #[test]
