@@ -362,9 +362,13 @@ fn attach_probes(
         filter_processes: several,
         ..Default::default()
     })?;
-    // Without it a gap is only a time: the busy-time pricing (`--assume gap`) falls
-    // back to the gap's.
-    if let Err(e) = attachment.time_idle_cpus() {
+    // Only `--assume gap` reads the busy time between hits, and the program that
+    // measures it runs at every context switch of the machine: the target's neighbours
+    // pay for it too. Without it a gap is only a time: that pricing falls back to the
+    // gap's.
+    if args.assume == cost::assume::AssumeChoice::Gap
+        && let Err(e) = attachment.time_idle_cpus()
+    {
         say!(
             "probetop: the busy time between hits is not measured ({e}); `--assume gap` prices by the idle gap alone"
         );
