@@ -261,7 +261,8 @@ pub struct RunArgs {
 
     /// With --in-situ: the unit of the target's work (summed over a process set). syscalls: /proc/PID/io's syscr +
     /// syscw (a server makes a few reads and writes per request); wakeups: its threads'
-    /// timeslices (a request wakes a thread; for servers on recv/send, like mariadbd);
+    /// voluntary context switches (a request wakes a thread; for servers on recv/send,
+    /// like mariadbd);
     /// none: CPU per second, for a load that comes at a fixed rate; auto: the first of
     /// syscalls and wakeups that moves.
     #[arg(long, value_enum, value_name = "METER", default_value_t = crate::cost::insitu::WorkMeter::Auto)]
