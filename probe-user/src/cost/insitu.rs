@@ -306,6 +306,14 @@ pub struct InSituSummary {
     pub added_share: Option<Interval>,
     /// Added CPU per hit, in ns.
     pub per_hit_ns: Option<Interval>,
+    /// With a work meter: how the work rate of each ON window moved against its
+    /// neighbours', relative (-0.02: 2% less work done while attached). Work that moves
+    /// with the probes is a load that waits on the target (closed loop, saturation), or
+    /// a meter the probes move.
+    pub work_moved: Option<Interval>,
+    /// With a work meter: the added CPU per hit by CPU per second alone, as `none`
+    /// measures it, from the same windows.
+    pub per_hit_cpu_alone_ns: Option<Interval>,
     /// Hits per second while attached.
     pub hits_per_second: f64,
     /// The target's CPU share with the probes detached (its own load).
@@ -362,6 +370,17 @@ impl InSituSummary {
             }
             (verdict, None, _) => line.push_str(verdict.as_str()),
         }
+        // Only once it is more than noise: a load that waits on the target (or a meter
+        // the probes move), which the per-hit number above already divides out.
+        if let Some(moved) = self.work_moved.filter(|m| m.high < 0.0 || m.low > 0.0) {
+            line.push_str(&format!(
+                "; the target did {:+.1}% {} a second while attached (95% CI {:+.1}..{:+.1}%)",
+                moved.mean * 100.0,
+                self.work.as_str(),
+                moved.low * 100.0,
+                moved.high * 100.0
+            ));
+        }
         if let (Some(detach), Some(attach)) = (self.detach_ms, self.attach_ms) {
             line.push_str(&format!(
                 "; each window change took {detach:.0} ms to detach, {attach:.0} ms to attach"
@@ -407,18 +426,26 @@ impl InSitu {
         }
     }
 
-    /// The added CPU of each ON window against the mean of its neighbours, as a share
-    /// of one CPU at the ON window's work rate; and how many such triples were dropped
-    /// for a process that exited in them.
-    fn differences(&self) -> (Vec<f64>, usize) {
+    /// Each ON window with an OFF window on either side and no process lost in the
+    /// three; and how many such triples were dropped for a process that exited in them.
+    fn triples(&self) -> (Vec<&[Window]>, usize) {
         let triples = self
             .windows
             .windows(3)
             .filter(|w| w[1].probes_on && !w[0].probes_on && !w[2].probes_on);
         let dropped = triples.clone().filter(|w| w.iter().any(|w| w.lost)).count();
-        let differences = triples
-            .filter(|w| !w.iter().any(|w| w.lost))
-            .filter_map(|w| match self.work {
+        (
+            triples.filter(|w| !w.iter().any(|w| w.lost)).collect(),
+            dropped,
+        )
+    }
+
+    /// The added CPU of each ON window against the mean of its neighbours, as a share
+    /// of one CPU at the ON window's work rate (per second alone with no meter).
+    fn differences(&self, triples: &[&[Window]], meter: WorkMeter) -> Vec<f64> {
+        triples
+            .iter()
+            .filter_map(|w| match meter {
                 WorkMeter::None | WorkMeter::Auto => {
                     Some(w[1].cpu_share() - (w[0].cpu_share() + w[2].cpu_share()) / 2.0)
                 }
@@ -429,8 +456,17 @@ impl InSitu {
                 }
             })
             .filter(|d| d.is_finite())
-            .collect();
-        (differences, dropped)
+            .collect()
+    }
+
+    /// The work rate of each ON window against its neighbours', relative.
+    fn work_moved(triples: &[&[Window]]) -> Vec<f64> {
+        let rate = |w: &Window| w.work as f64 / w.seconds;
+        triples
+            .iter()
+            .map(|w| rate(&w[1]) / ((rate(&w[0]) + rate(&w[2])) / 2.0) - 1.0)
+            .filter(|d| d.is_finite())
+            .collect()
     }
 
     /// What can be said with `hits_on` hits counted over the ON windows.
@@ -439,7 +475,14 @@ impl InSitu {
         let off: Vec<&Window> = self.windows.iter().filter(|w| !w.probes_on).collect();
         let seconds_on: f64 = on.iter().map(|w| w.seconds).sum();
         let seconds_off: f64 = off.iter().map(|w| w.seconds).sum();
-        let (differences, dropped_pairs) = self.differences();
+        let (triples, dropped_pairs) = self.triples();
+        let differences = self.differences(&triples, self.work);
+        let metered = matches!(self.work, WorkMeter::Syscalls | WorkMeter::Wakeups);
+        let work_moved = if metered {
+            bootstrap_mean(&Self::work_moved(&triples))
+        } else {
+            None
+        };
         let processes = (
             self.windows.iter().map(|w| w.processes).min().unwrap_or(0),
             self.windows.iter().map(|w| w.processes).max().unwrap_or(0),
@@ -450,9 +493,17 @@ impl InSitu {
         } else {
             0.0
         };
-        let per_hit_ns = added_share
-            .filter(|_| hits_per_second > 0.0)
-            .map(|share| share.scaled(1e9 / hits_per_second));
+        let per_hit = |share: Option<Interval>| {
+            share
+                .filter(|_| hits_per_second > 0.0)
+                .map(|share| share.scaled(1e9 / hits_per_second))
+        };
+        let per_hit_ns = per_hit(added_share);
+        let per_hit_cpu_alone_ns = if metered {
+            per_hit(bootstrap_mean(&self.differences(&triples, WorkMeter::None)))
+        } else {
+            None
+        };
         let verdict = match added_share {
             Some(_) if differences.len() < MIN_PAIRS => Verdict::Measuring,
             None => Verdict::Measuring,
@@ -491,6 +542,8 @@ impl InSitu {
             seconds_off,
             added_share,
             per_hit_ns,
+            work_moved,
+            per_hit_cpu_alone_ns,
             hits_per_second,
             base_share,
             verdict,
@@ -624,6 +677,18 @@ mod tests {
         insitu.windows.iter().for_each(|w| raw.push_window(*w));
         let raw_share = raw.summary(3000).added_share.expect("share");
         assert!((raw_share.mean - 0.12).abs() < 1e-9, "{raw_share:?}");
+        // The same windows say how the work moved, and what CPU alone says per hit
+        // (120 ms/s over 1,000 hits/s).
+        let moved = summary.work_moved.expect("work moved");
+        assert!((moved.mean - 1.0).abs() < 1e-9, "{moved:?}");
+        let alone = summary.per_hit_cpu_alone_ns.expect("CPU alone");
+        assert!((alone.mean - 120_000.0).abs() < 1e-3, "{alone:?}");
+        assert_eq!(raw.summary(3000).work_moved, None);
+        let line = summary.line();
+        assert!(
+            line.contains("the target did +100.0% syscalls a second while attached"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -192,7 +192,8 @@ impl From<crate::cost::insitu::Interval> for JsonInterval {
 struct JsonInSitu {
     /// `measured`, `measuring` (too few windows) or `not enough signal: run longer`.
     verdict: &'static str,
-    /// The unit of work CPU is compared per: `syscalls` or `none` (per second).
+    /// The unit of work CPU is compared per: `syscalls`, `wakeups` or `none` (per
+    /// second).
     work: &'static str,
     windows_on: usize,
     windows_off: usize,
@@ -208,6 +209,14 @@ struct JsonInSitu {
     /// Added CPU while attached, as a share of one CPU.
     cpu_share: Option<JsonInterval>,
     per_hit_ns: Option<JsonInterval>,
+    /// With a work meter: the work rate while attached against detached, relative
+    /// (-0.02: 2% less work done while attached).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    work_moved: Option<JsonInterval>,
+    /// With a work meter: the added CPU per hit by CPU per second alone (`--work none`'s
+    /// arithmetic on the same windows).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    per_hit_cpu_alone_ns: Option<JsonInterval>,
     hits_per_second: f64,
     /// The target's own CPU share in the detached windows.
     base_cpu_share: Option<f64>,
@@ -232,6 +241,8 @@ impl From<&crate::cost::insitu::InSituSummary> for JsonInSitu {
             seconds_off: s.seconds_off,
             cpu_share: s.added_share.map(Into::into),
             per_hit_ns: s.per_hit_ns.map(Into::into),
+            work_moved: s.work_moved.map(Into::into),
+            per_hit_cpu_alone_ns: s.per_hit_cpu_alone_ns.map(Into::into),
             hits_per_second: s.hits_per_second,
             base_cpu_share: s.base_share,
             detach_ms: s.detach_ms,
