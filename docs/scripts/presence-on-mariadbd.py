@@ -10,24 +10,15 @@
 # the upstream default is 200000) for the run and restores it after. Run as root from a
 # built worktree, on an idle machine:
 #   python3 docs/scripts/presence-on-mariadbd.py [RATE] [ROUNDS] [BLOCK] [HALT_POLL_NS]
-import ctypes, os, signal, statistics, subprocess, sys, tempfile, time
+import os, signal, statistics, subprocess, sys, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROBETOP = os.path.join(ROOT, "target/release/probetop")
+from private_mariadbd import PROBETOP, cpu_s, open_loop, start_server
+
 RATE = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
 BLOCK = float(sys.argv[3]) if len(sys.argv) > 3 else 8.0
 HALT_POLL_NS = sys.argv[4] if len(sys.argv) > 4 else None
 HALT_POLL = "/sys/module/haltpoll/parameters/guest_halt_poll_ns"
-LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def cpu_s(pid):
-    """The process CPU clock: every thread, in ns (/proc's ticks are too coarse)."""
-    clock = ctypes.c_int()
-    if LIBC.clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
-        raise OSError(f"clock_getcpuclockid({pid}) failed")
-    return time.clock_gettime(clock.value)
 
 
 def share(pid, seconds):
@@ -36,35 +27,9 @@ def share(pid, seconds):
     return (cpu_s(pid) - c0) / (time.monotonic() - t0)
 
 
-def start_server(tmp):
-    data, sock = os.path.join(tmp, "data"), os.path.join(tmp, "mysqld.sock")
-    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
-                    "--auth-root-authentication-method=normal", "--skip-test-db"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = subprocess.Popen(["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={data}",
-                               f"--socket={sock}", f"--tmpdir={tmp}", "--user=root",
-                               "--skip-networking", "--innodb-buffer-pool-size=256M",
-                               f"--log-error={tmp}/error.log"])
-    for _ in range(100):
-        if os.path.exists(sock):
-            break
-        time.sleep(0.2)
-    subprocess.run(["mariadb", f"--socket={sock}", "-uroot", "-e", "CREATE DATABASE sbtest"],
-                   check=True)
-    return server, sock
-
-
 def main():
-    tmp = tempfile.mkdtemp(prefix="presence-")
-    server, sock = start_server(tmp)
-    common = ["--db-driver=mysql", f"--mysql-socket={sock}", "--mysql-user=root",
-              "--mysql-db=sbtest", "--tables=4", "--table-size=10000"]
-    subprocess.run(["sysbench", "oltp_read_only", *common, "prepare"], check=True,
-                   stdout=subprocess.DEVNULL)
-    run_s = int(ROUNDS * 4 * (BLOCK + 1.5) + 60)
-    load = subprocess.Popen(["sysbench", "oltp_point_select", *common, "--threads=4",
-                             f"--rate={RATE}", f"--time={run_s}", "run"],
-                            stdout=subprocess.DEVNULL)
+    server, common = start_server("presence-")
+    load = open_loop(common, RATE, int(ROUNDS * 4 * (BLOCK + 1.5) + 60))
     pid = server.pid
     time.sleep(10)  # the load settles
     added = {"presence": [], "sleeper": []}

@@ -13,10 +13,10 @@
 # block's work) against the raw CPU difference (`--work none`). Run as root from a built
 # worktree, on an idle machine:
 #   python3 docs/scripts/work-meters-on-mariadbd.py [RATE] [PAIRS] [BLOCK] [MODE]
-import ctypes, json, os, statistics, subprocess, sys, tempfile, time
+import json, os, statistics, subprocess, sys, time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PROBETOP = os.path.join(ROOT, "target/release/probetop")
+from private_mariadbd import PROBETOP, cpu_s, open_loop, start_server
+
 RATE = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
 PAIRS = int(sys.argv[2]) if len(sys.argv) > 2 else 16
 BLOCK = float(sys.argv[3]) if len(sys.argv) > 3 else 4.0
@@ -24,15 +24,6 @@ MODE = sys.argv[4] if len(sys.argv) > 4 else "kernel"
 PROBES = ["uprobe:do_command", "uprobe:dispatch_command", "uretprobe:dispatch_command",
           "uprobe:mysql_execute_command"]
 METERS = ["timeslices", "voluntary", "involuntary"]
-LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def cpu_s(pid):
-    """The process CPU clock: every thread, in s."""
-    clock = ctypes.c_int()
-    if LIBC.clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
-        raise OSError(f"clock_getcpuclockid({pid}) failed")
-    return time.clock_gettime(clock.value)
 
 
 class Counts:
@@ -68,35 +59,9 @@ def block(pid, counts, seconds):
     return {"cpu": (c1 - c0) / dt, **{m: (w1[m] - w0[m]) / dt for m in METERS}}
 
 
-def start_server(tmp):
-    data, sock = os.path.join(tmp, "data"), os.path.join(tmp, "mysqld.sock")
-    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
-                    "--auth-root-authentication-method=normal", "--skip-test-db"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = subprocess.Popen(["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={data}",
-                               f"--socket={sock}", f"--tmpdir={tmp}", "--user=root",
-                               "--skip-networking", "--innodb-buffer-pool-size=256M",
-                               f"--log-error={tmp}/error.log"])
-    for _ in range(100):
-        if os.path.exists(sock):
-            break
-        time.sleep(0.2)
-    subprocess.run(["mariadb", f"--socket={sock}", "-uroot", "-e", "CREATE DATABASE sbtest"],
-                   check=True)
-    return server, sock
-
-
 def main():
-    tmp = tempfile.mkdtemp(prefix="meters-")
-    server, sock = start_server(tmp)
-    common = ["--db-driver=mysql", f"--mysql-socket={sock}", "--mysql-user=root",
-              "--mysql-db=sbtest", "--tables=4", "--table-size=10000"]
-    subprocess.run(["sysbench", "oltp_read_only", *common, "prepare"], check=True,
-                   stdout=subprocess.DEVNULL)
-    run_s = int(PAIRS * 2 * (BLOCK + 2.5) + 60)
-    load = subprocess.Popen(["sysbench", "oltp_point_select", *common, "--threads=4",
-                             f"--rate={RATE}", f"--time={run_s}", "run"],
-                            stdout=subprocess.DEVNULL)
+    server, common = start_server("meters-")
+    load = open_loop(common, RATE, int(PAIRS * 2 * (BLOCK + 2.5) + 60))
     pid = server.pid
     counts = Counts(pid)
     time.sleep(10)  # the load settles
@@ -108,7 +73,7 @@ def main():
                 time.sleep(1)
                 blocks.append({"on": False, "hits": 0.0, **block(pid, counts, BLOCK)})
                 continue
-            out = os.path.join(tmp, f"block-{i}.json")
+            out = f"/tmp/work-meters-block-{os.getpid()}-{i}.json"
             cmd = [PROBETOP, "--pid", str(pid), "--no-tui", "--mode", MODE,
                    "--clock-seconds", "0", "-o", out]
             for spec in PROBES:
@@ -120,7 +85,9 @@ def main():
             b = block(pid, counts, BLOCK)
             tool.send_signal(2)
             tool.communicate()
-            report = json.load(open(out))
+            with open(out) as f:
+                report = json.load(f)
+            os.remove(out)
             hits = sum(p["hits"] for p in report["probes"]) / report["duration_s"]
             blocks.append({"on": True, "hits": hits, **b})
     finally:

@@ -285,18 +285,22 @@ struct CellRun<'a> {
 }
 
 impl CellRun<'_> {
+    /// probetop on the server in this cell's mode with `probes`.
+    fn command(&self, probes: &[&str]) -> Command {
+        probetop_command(self.probetop, self.pid, self.mode, probes)
+    }
+
+    /// Where a run of this cell exports: `truth-2000-ring-3.json`.
+    fn json(&self, kind: &str, which: impl std::fmt::Display) -> PathBuf {
+        self.work
+            .join(format!("{kind}-{}-{}-{which}.json", self.rate, self.mode))
+    }
+
     /// `pairs` more of the truth's blocks, appended to `blocks`: detached blocks between
     /// every other kind, so each attached or present block has a detached neighbour on
     /// either side: D A D P D A D P D ...
     fn truth_blocks(&self, pairs: u32, blocks: &mut Vec<Block>) -> Result<()> {
-        let CellRun {
-            probetop,
-            pid,
-            work,
-            rate,
-            mode,
-            options,
-        } = *self;
+        let (pid, options) = (self.pid, self.options);
         let measure_s = options.block_seconds;
         let mut sequence = vec![BlockKind::Detached];
         for _ in 0..pairs {
@@ -327,8 +331,8 @@ impl CellRun<'_> {
                 });
                 continue;
             }
-            let json = work.join(format!("truth-{rate}-{mode}-{index}.json"));
-            let mut cmd = probetop_command(probetop, pid, mode, probes);
+            let json = self.json("truth", index);
+            let mut cmd = self.command(probes);
             // The truth is the mode's own price: no streamed start.
             cmd.args(["--clock-seconds", "0"]).arg("-o").arg(&json);
             let mut tool = Tool::start(cmd, "attached", Stream::Stderr)?;
@@ -362,21 +366,14 @@ impl CellRun<'_> {
     /// One `probetop --in-situ` run per meter: their in-situ results, and the estimate,
     /// what priced it and its bracket by loop, from the first run that has them.
     fn in_situ_runs(&self) -> Result<InSituRuns> {
-        let CellRun {
-            probetop,
-            pid,
-            work,
-            rate,
-            mode,
-            options,
-        } = *self;
+        let options = self.options;
         let mut in_situ = Vec::new();
         let mut estimate_ns = None;
         let mut estimate_assumes = None;
         let mut bracket = Value::Null;
         for meter in ["auto", "none"] {
-            let json = work.join(format!("insitu-{rate}-{mode}-{meter}.json"));
-            let mut cmd = probetop_command(probetop, pid, mode, &PROBES);
+            let json = self.json("insitu", meter);
+            let mut cmd = self.command(&PROBES);
             cmd.args(["--in-situ", "--work", meter])
                 .args(["--assume", &options.assume])
                 .arg("--duration")
