@@ -142,8 +142,8 @@ pub enum CollectorCommand {
     /// Stop counting: the kernel counts no more hits, the window closes at that moment,
     /// and everything counted is read. The reply is the cut on CLOCK_MONOTONIC, ns.
     CloseWindow { reply: oneshot::Sender<u64> },
-    /// Restart every histogram and count: only hits from `at_ktime_ns` on count.
-    Reset { at_ktime_ns: u64 },
+    /// Restart every histogram and count: only hits from now on count.
+    Reset,
     /// Drain what is queued and send a copy of what reports need (with the interval log
     /// if `with_intervals`), for exports and scrapes while running.
     Copy {
@@ -306,14 +306,21 @@ pub async fn collect(
                     // The session may have given up waiting; the cut stands.
                     let _ = reply.send(at_ktime_ns);
                 }
-                Some(CollectorCommand::Reset { at_ktime_ns }) => {
-                    // Fold in what the kernel counted so far, so that it becomes the
-                    // baseline the reset starts from.
+                Some(CollectorCommand::Reset) => {
+                    // As at the window's ends: nothing counts while what the kernel
+                    // counted so far is folded in and becomes the baseline, so the new
+                    // window's records, counts and gaps start with the same hit.
+                    stop_counting(&mut counters, &mut aggregator);
                     stream.drain_all(|record| aggregator.record_any(&record));
                     read_kernel_counters(&counters, &mut aggregator);
-                    aggregator.reset(at_ktime_ns);
+                    aggregator.reset(ktime_now_ns());
                     if let Some(dispatch) = counters.dispatch() {
                         baseline_dispatch(dispatch, &mut aggregator);
+                    }
+                    if let Err(e) = start_counting(&mut counters, &aggregator) {
+                        aggregator.notices.push(format!(
+                            "after the reset some probes count nothing: their kernel configs cannot be written ({e})"
+                        ));
                     }
                     intervals = IntervalLog::default();
                     started = Instant::now();

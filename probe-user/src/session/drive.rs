@@ -17,7 +17,7 @@ use crate::present::{
     self,
     tui::{self, UiEvent, UiExit, UiLinks, UiRequest},
 };
-use crate::stream::{self, CollectorCommand};
+use crate::stream::CollectorCommand;
 
 /// How measuring ended, and what to tell on stderr at the end.
 pub(super) struct Driven {
@@ -234,10 +234,7 @@ async fn handle_request(
             let _ = events.send(event).await;
         }
         UiRequest::Reset => {
-            let reset = CollectorCommand::Reset {
-                at_ktime_ns: stream::ktime_now_ns(),
-            };
-            if source.commands.send(reset).await.is_err() {
+            if source.commands.send(CollectorCommand::Reset).await.is_err() {
                 let _ = events
                     .send(UiEvent::Message(
                         "reset failed: the collector has stopped".into(),

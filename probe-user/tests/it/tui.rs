@@ -315,6 +315,10 @@ fn sort_filter_select_detach_reset_export_quit() {
     tmux.wait_for("reset", |s| {
         s.lines().next().is_some_and(|l| l.contains(" 0:00"))
     });
+    // The kernel stops counting while the baseline is taken, then counts again.
+    tmux.wait_for("counting again after the reset", |s| {
+        row_of(s, "uprobe:work_unit").split_whitespace().nth(2) != Some("0")
+    });
 
     // Filter.
     tmux.keys(&["/", "l", "e", "a", "f"]);
