@@ -374,9 +374,9 @@ impl InSituSummary {
         // the probes move), which the per-hit number above already divides out.
         if let Some(moved) = self.work_moved.filter(|m| m.high < 0.0 || m.low > 0.0) {
             line.push_str(&format!(
-                "; the target did {:+.1}% {} a second while attached (95% CI {:+.1}..{:+.1}%)",
-                moved.mean * 100.0,
+                "; the target's {} a second moved {:+.1}% while attached (95% CI {:+.1}..{:+.1}%)",
                 self.work.as_str(),
+                moved.mean * 100.0,
                 moved.low * 100.0,
                 moved.high * 100.0
             ));
@@ -686,7 +686,7 @@ mod tests {
         assert_eq!(raw.summary(3000).work_moved, None);
         let line = summary.line();
         assert!(
-            line.contains("the target did +100.0% syscalls a second while attached"),
+            line.contains("the target's syscalls a second moved +100.0% while attached"),
             "{line}"
         );
     }
