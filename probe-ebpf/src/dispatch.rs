@@ -31,7 +31,7 @@ use aya_ebpf::{
         bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::{fentry, fexit, map, uprobe},
-    maps::{HashMap, PerCpuArray},
+    maps::{HashMap, LruHashMap, PerCpuArray},
     programs::{FEntryContext, FExitContext, ProbeContext},
 };
 use probe_common::{DispatchOffsets, DispatchState, DispatchTotal, dispatch, khist};
@@ -59,9 +59,15 @@ static DISPATCH_OFFSETS: Global<DispatchOffsets> = Global::new(DispatchOffsets {
     _pad: 0,
 });
 
-/// Per CPU: the dispatch in flight.
+/// Per thread of the target: its dispatch in flight. Per thread, not per CPU: a thread
+/// can move to another CPU inside the kernel's uprobe path (it may sleep there), and
+/// always may between the two halves of a single-stepped hit (the step runs in user
+/// mode); per-CPU state then mistook the next dispatch on either CPU for the wrong one
+/// (a return counted as another tool's hit, seen in clean-clone runs on 6.1). LRU: a
+/// thread that exits leaves its entry behind for newer threads to take.
 #[map]
-static DISPATCH_STATE: PerCpuArray<DispatchState> = PerCpuArray::with_max_entries(1, 0);
+static DISPATCH_STATE: LruHashMap<u32, DispatchState> =
+    LruHashMap::with_max_entries(dispatch::MAX_THREADS, 0);
 
 /// Per slot, per CPU: dispatches and their total time. Sized at load time.
 #[map]
@@ -71,8 +77,9 @@ static DISPATCH_TOTAL: PerCpuArray<DispatchTotal> = PerCpuArray::with_max_entrie
 #[map]
 static DISPATCH_HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// Per CPU: dispatches whose start was not seen on this CPU (the thread migrated, or
-/// another thread of the target took the CPU in between); not measured.
+/// Per CPU: dispatches whose start was not seen (begun before the programs attached, or
+/// the thread's state evicted by more than `MAX_THREADS` threads in between); not
+/// measured.
 #[map]
 static DISPATCH_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
@@ -95,12 +102,12 @@ pub fn probetop_notify_enter(ctx: FEntryContext) -> u32 {
     let Some(tid) = target_tid() else {
         return 0;
     };
-    let Some(state) = DISPATCH_STATE.get_ptr_mut(0) else {
+    let Some(state) = thread_state(tid) else {
         return 0;
     };
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+    // SAFETY: the entry is this thread's own, and the thread runs one program at a time.
     let state = unsafe { &mut *state };
     if state.tid == tid && state.pending_sstep != 0 {
         // The second half of a single-stepped hit: same probe, time adds up.
@@ -135,10 +142,11 @@ pub fn probetop_notify_exit(ctx: FExitContext) -> u32 {
     };
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let Some(state) = DISPATCH_STATE.get_ptr_mut(0) else {
+    let Some(state) = DISPATCH_STATE.get_ptr_mut(tid) else {
+        count_lost();
         return 0;
     };
-    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+    // SAFETY: the entry is this thread's own, and the thread runs one program at a time.
     let state = unsafe { &mut *state };
     if state.tid != tid || state.start_ns == 0 {
         count_lost();
@@ -207,14 +215,14 @@ pub fn probetop_return_exit(_ctx: FExitContext) -> u32 {
     0
 }
 
-/// Whether this CPU's dispatch in flight is `tid`'s return begun in
-/// `uprobe_notify_resume`: the int3 trampoline's path, which times it whole.
+/// Whether `tid`'s dispatch in flight is a return begun in `uprobe_notify_resume`: the
+/// int3 trampoline's path, which times it whole.
 #[inline(always)]
 fn nested_in_notify(tid: u32) -> bool {
-    let Some(state) = DISPATCH_STATE.get_ptr(0) else {
+    let Some(state) = DISPATCH_STATE.get_ptr(tid) else {
         return false;
     };
-    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+    // SAFETY: the entry is this thread's own, and the thread runs one program at a time.
     let state = unsafe { &*state };
     state.tid == tid
         && state.start_ns != 0
@@ -277,14 +285,28 @@ fn target_tid() -> Option<u32> {
     Some(pid_tgid as u32)
 }
 
+/// `tid`'s entry in `DISPATCH_STATE`, made if it has none.
+#[inline(always)]
+fn thread_state(tid: u32) -> Option<*mut DispatchState> {
+    if let Some(state) = DISPATCH_STATE.get_ptr_mut(tid) {
+        return Some(state);
+    }
+    // BPF_NOEXIST: another thread cannot make this thread's entry, so a failure here is
+    // a full map that could not evict; the dispatch goes unmeasured.
+    DISPATCH_STATE
+        .insert(tid, DispatchState::default(), 1)
+        .ok()?;
+    DISPATCH_STATE.get_ptr_mut(tid)
+}
+
 #[inline(always)]
 fn start(tid: u32, addr: u64, kind: u32) {
-    let Some(state) = DISPATCH_STATE.get_ptr_mut(0) else {
+    let Some(state) = thread_state(tid) else {
         return;
     };
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+    // SAFETY: the entry is this thread's own, and the thread runs one program at a time.
     unsafe {
         *state = DispatchState {
             tid,
@@ -305,10 +327,11 @@ fn finish(kind: u32, slots: &HashMap<u64, u32>) {
     };
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now = unsafe { bpf_ktime_get_ns() };
-    let Some(state) = DISPATCH_STATE.get_ptr_mut(0) else {
+    let Some(state) = DISPATCH_STATE.get_ptr_mut(tid) else {
+        count_lost();
         return;
     };
-    // SAFETY: the slot is this CPU's own, and BPF programs do not migrate mid-run.
+    // SAFETY: the entry is this thread's own, and the thread runs one program at a time.
     let state = unsafe { &mut *state };
     if state.tid != tid || state.start_ns == 0 || state.kind != kind {
         count_lost();

@@ -9,6 +9,8 @@
 #   pt_calls=N   calls of the workload fixture per probe run
 #   pt_sema=N    calls of the probes fixture in the USDT run
 #   pt_stop=S    probetop's --duration, a safety stop: runs end when the fixture exits
+#   pt_churn=0   leave the fixture on whichever CPU the scheduler gives it (default: moved
+#                between CPUs every 10 ms while it runs, as a server's threads move)
 /bin/busybox --install -s /bin
 export PATH=/bin:/usr/bin HOME=/root
 mount -t devtmpfs dev /dev
@@ -23,6 +25,7 @@ mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 CALLS=${pt_calls:-20000}
 SEMA=${pt_sema:-1000}
 STOP=${pt_stop:-120}
+CHURN=${pt_churn:-1}
 P=/usr/bin/probetop
 F=/fixtures
 
@@ -52,6 +55,19 @@ probe_run() {
 	run_on_fixture $step "$@"
 }
 
+# Moves PID between the first two CPUs every 10 ms while it lives: a thread that moves
+# inside the kernel's uprobe path, or between the halves of a single-stepped hit, must
+# still be timed as one dispatch of its own probe. Sets CHURN_PID.
+churn_cpus() {
+	CHURN_PID=
+	[ "$CHURN" = 1 ] && [ "$(nproc)" -ge 2 ] || return 0
+	(while kill -0 $1 2>/dev/null; do
+		taskset -p 1 $1 > /dev/null 2>&1; usleep 10000
+		taskset -p 2 $1 > /dev/null 2>&1; usleep 10000
+	done) &
+	CHURN_PID=$!
+}
+
 # Waits (120 s at most) for "probetop: attached" in FILE while PID lives; 1 if it never came.
 wait_attached() {
 	i=0
@@ -76,9 +92,10 @@ run_on_fixture() {
 	pp=$!
 	attached=0
 	wait_attached /tmp/$step.err $pp && attached=1
-	if [ $attached = 1 ]; then kill -USR1 $FX_PID; else kill -TERM $FX_PID; fi
+	if [ $attached = 1 ]; then churn_cpus $FX_PID; kill -USR1 $FX_PID; else kill -TERM $FX_PID; fi
 	wait $FX_PID
 	fx_rc=$?
+	[ -n "$CHURN_PID" ] && wait $CHURN_PID
 	wait $pp
 	rc=$?
 	say "RC $step probetop=$rc attached=$attached fixture=$fx_rc secs=$(awk -v a=$t0 -v b=$(uptime_s) 'BEGIN { printf "%.1f", b - a }')"
@@ -107,7 +124,7 @@ restore_libc() {
 
 # A line of its own: the BIOS's last output has no newline.
 echo
-say "BEGIN kernel=$(uname -r) cpus=$(nproc) calls=$CALLS sema=$SEMA"
+say "BEGIN kernel=$(uname -r) cpus=$(nproc) calls=$CALLS sema=$SEMA churn=$CHURN"
 # What the kernel lets be traced of its uprobe path (docs/kernels.md quotes it).
 grep -E "uprobe|uretprobe" /sys/kernel/tracing/available_filter_functions 2>/dev/null |
 	sed "s/^/PT HOOKS | /"

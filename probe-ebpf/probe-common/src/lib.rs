@@ -486,13 +486,16 @@ pub mod dispatch {
     pub const PT_REGS_FLAGS: usize = 144;
     /// The `int3` the kernel plants is one byte: the trap leaves `ip` just after it.
     pub const SWBP_INSN_SIZE: u64 = 1;
+    /// Threads of the target whose dispatch state is kept at once (48 bytes each): more
+    /// than a busy server runs; beyond it the least recently trapped thread's is dropped.
+    pub const MAX_THREADS: u32 = 8192;
 }
 
-/// One CPU's dispatch in flight: set at fentry, read at fexit.
+/// One thread's dispatch in flight: set at fentry, read at fexit.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DispatchState {
-    /// The thread in the kernel's uprobe path on this CPU, 0 for none.
+    /// The thread in the kernel's uprobe path, 0 before its first dispatch.
     pub tid: u32,
     /// Non-zero: the first half of a single-stepped hit ended; its second half (after
     /// the out-of-line step) adds to `acc_ns`.

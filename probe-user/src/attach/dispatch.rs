@@ -260,7 +260,8 @@ impl Dispatch {
         Ok(self.other()?.since(self.other_base.get()))
     }
 
-    /// Dispatches not measured (their start was on another CPU).
+    /// Dispatches not measured (their start was not seen: begun before the programs
+    /// attached, or the thread's state evicted).
     pub fn lost(&self) -> Result<u64, MapError> {
         Ok(self.lost.get(&0, 0)?.iter().sum())
     }
