@@ -12,7 +12,7 @@
 #   python3 docs/scripts/presence-on-mariadbd.py [RATE] [ROUNDS] [BLOCK] [HALT_POLL_NS]
 import os, signal, statistics, subprocess, sys, time
 
-from private_mariadbd import PROBETOP, cpu_s, open_loop, start_server
+from private_mariadbd import PROBETOP, cpu_s, iqr, open_loop, start_server
 
 RATE = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
 ROUNDS = int(sys.argv[2]) if len(sys.argv) > 2 else 8
@@ -70,10 +70,10 @@ def main():
     print(f"detached: mariadbd {statistics.median(detached) * 100:.2f}% of a CPU "
           f"(halt polling {open(HALT_POLL).read().strip()} ns)")
     for kind, values in added.items():
-        q = statistics.quantiles(values, n=4)
+        q = iqr(values)
         tool_cpu = statistics.median(s for k, s in own if k == kind) / BLOCK
         print(f"{kind}: mariadbd {statistics.median(values) * 100:+.2f}% of a CPU "
-              f"(IQR {q[0] * 100:+.2f}..{q[2] * 100:+.2f}, n={len(values)}); "
+              f"(IQR {q[0] * 100:+.2f}..{q[1] * 100:+.2f}, n={len(values)}); "
               f"the tool itself {tool_cpu * 100:.2f}%")
 
 

@@ -1,10 +1,18 @@
 """What the mariadbd experiment scripts share: a private mariadbd with sysbench's tables,
 an open-loop load on it, and a process's CPU clock. Imported by the scripts beside it."""
-import ctypes, os, subprocess, tempfile, time
+import ctypes, os, statistics, subprocess, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PROBETOP = os.path.join(ROOT, "target/release/probetop")
 LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def iqr(values):
+    """The lower and upper quartiles; a single value is its own spread (one round)."""
+    if len(values) < 2:
+        return values[0], values[0]
+    q = statistics.quantiles(values, n=4)
+    return q[0], q[2]
 
 
 def cpu_s(pid):

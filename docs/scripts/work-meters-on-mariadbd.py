@@ -15,7 +15,7 @@
 #   python3 docs/scripts/work-meters-on-mariadbd.py [RATE] [PAIRS] [BLOCK] [MODE]
 import json, os, statistics, subprocess, sys, time
 
-from private_mariadbd import PROBETOP, cpu_s, open_loop, start_server
+from private_mariadbd import PROBETOP, cpu_s, iqr, open_loop, start_server
 
 RATE = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
 PAIRS = int(sys.argv[2]) if len(sys.argv) > 2 else 16
@@ -110,15 +110,14 @@ def main():
     print(f"mariadbd at {RATE} statements/s, --mode {MODE}, {PAIRS} attached blocks of "
           f"{BLOCK:.0f} s: base CPU {base_cpu * 100:.1f}% of a CPU, "
           f"{statistics.median(b['hits'] for b in blocks if b['on']):.0f} hits/s")
-    q = lambda v: statistics.quantiles(v, n=4)
-    print(f"  none: per hit {statistics.median(none):.0f} ns (IQR {q(none)[0]:.0f}..{q(none)[2]:.0f})")
+    print(f"  none: per hit {statistics.median(none):.0f} ns (IQR {iqr(none)[0]:.0f}..{iqr(none)[1]:.0f})")
     for m in METERS:
         moved = [r[0] * 100 for r in rows[m]]
         per_hit = [r[1] for r in rows[m]]
         rate = statistics.median(b[m] for b in blocks if not b["on"])
         print(f"  {m}: {rate:.0f}/s detached, moved {statistics.median(moved):+.2f}% "
-              f"(IQR {q(moved)[0]:+.2f}..{q(moved)[2]:+.2f}) attached; per hit "
-              f"{statistics.median(per_hit):.0f} ns (IQR {q(per_hit)[0]:.0f}..{q(per_hit)[2]:.0f})")
+              f"(IQR {iqr(moved)[0]:+.2f}..{iqr(moved)[1]:+.2f}) attached; per hit "
+              f"{statistics.median(per_hit):.0f} ns (IQR {iqr(per_hit)[0]:.0f}..{iqr(per_hit)[1]:.0f})")
 
 
 if __name__ == "__main__":
