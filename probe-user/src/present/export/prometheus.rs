@@ -170,6 +170,18 @@ fn in_situ_families(out: &mut String, s: &crate::cost::insitu::InSituSummary) {
             s.per_hit_ns,
             1e-9,
         ),
+        (
+            "probetop_in_situ_per_hit_cpu_alone_seconds",
+            "Added CPU of the target per hit by its CPU per second alone, from the same windows as the work meter's (bound: mean and 95% interval).",
+            s.per_hit_cpu_alone_ns,
+            1e-9,
+        ),
+        (
+            "probetop_in_situ_work_moved_ratio",
+            "How the target's work rate moved while the probes were attached, relative to the detached windows around (-0.02: 2% less work; bound: mean and 95% interval).",
+            s.work_moved,
+            1.0,
+        ),
     ];
     for (name, help, interval, scale) in intervals {
         let Some(i) = interval else { continue };
@@ -575,6 +587,57 @@ mod tests {
             (f64::INFINITY, "+Inf"),
         ] {
             assert_eq!(go_float(v), s);
+        }
+    }
+
+    #[test]
+    fn in_situ_intervals_each_have_their_three_bounds() {
+        use crate::cost::insitu::{InSituSummary, Interval, Verdict, WorkMeter};
+        let interval = |mean: f64| Interval {
+            mean,
+            low: mean * 0.5,
+            high: mean * 1.5,
+        };
+        let mut report = rich_report();
+        report.cost.in_situ = Some(InSituSummary {
+            work: WorkMeter::Wakeups,
+            windows_on: 7,
+            windows_off: 8,
+            pairs: 6,
+            dropped_pairs: 0,
+            processes: (1, 1),
+            seconds_on: 7.0,
+            seconds_off: 8.0,
+            added_share: Some(interval(0.02)),
+            per_hit_ns: Some(interval(1000.0)),
+            work_moved: Some(interval(-0.004)),
+            per_hit_cpu_alone_ns: Some(interval(1100.0)),
+            hits_per_second: 20_000.0,
+            base_share: Some(0.3),
+            verdict: Verdict::Measured,
+            detach_ms: Some(3.0),
+            attach_ms: Some(5.0),
+            churn_cpu_ms: Some(0.1),
+        });
+        let (types, samples) = parse(&render_prometheus(&report));
+        let value = |name: &str, bound: &str| {
+            samples
+                .iter()
+                .find(|s| s.name == name && s.labels.get("bound").is_some_and(|b| b == bound))
+                .unwrap_or_else(|| panic!("{name}{{bound={bound}}}"))
+                .value
+        };
+        for (name, mean) in [
+            ("probetop_in_situ_cpu_share", 0.02),
+            ("probetop_in_situ_per_hit_seconds", 1e-6),
+            ("probetop_in_situ_per_hit_cpu_alone_seconds", 1.1e-6),
+            ("probetop_in_situ_work_moved_ratio", -0.004),
+        ] {
+            assert_eq!(types[name], "gauge");
+            for (bound, want) in [("mean", mean), ("low", mean * 0.5), ("high", mean * 1.5)] {
+                let got = value(name, bound);
+                assert!((got - want).abs() <= want.abs() * 1e-9, "{name} {bound}: {got}");
+            }
         }
     }
 
