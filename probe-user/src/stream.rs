@@ -681,9 +681,13 @@ fn baseline_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator) {
         );
     }
     dispatch.set_other_base(dispatch.other().unwrap_or_default());
+    dispatch.set_lost_base(dispatch.lost().unwrap_or_default());
     aggregator.dispatch_hooks = Some(dispatch.hooks);
     if let Some(other) = aggregator.other_dispatch.as_mut() {
         *other = Default::default();
+    }
+    if let Some(unmeasured) = aggregator.dispatch_unmeasured.as_mut() {
+        *unmeasured = 0;
     }
 }
 
@@ -716,6 +720,12 @@ fn read_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator, histograms: b
         dispatch.other_since_base(),
     ) {
         *other = now;
+    }
+    if let (Some(unmeasured), Ok(now)) = (
+        aggregator.dispatch_unmeasured.as_mut(),
+        dispatch.lost_since_base(),
+    ) {
+        *unmeasured = now;
     }
 }
 

@@ -328,7 +328,7 @@ mod tests {
                 {{"spec": "uretprobe:leaf_ret", "mode": "{mode}", "hits": {hits}, "dropped": 0,
                   "dispatch_ns": {{"return": {{"count": {hits}}}}}}},
                 {{"spec": "usdt:workload:unit", "mode": "{mode}", "hits": {hits}, "dropped": 0}}],
-                "cost": {{"other_uprobe_dispatch": {{"count": {other}}},
+                "cost": {{"other_uprobe_dispatch": {{"count": {other}}}, "dispatch_unmeasured": 0,
                           "dispatch_hooks": {{"returns": "uprobe_notify_resume at the int3 trampoline"}}}}}}"#
             )
             .replace('\n', "")
@@ -379,10 +379,13 @@ mod tests {
         );
         assert_eq!(rows[1].got, "19/19/19, 0 dropped");
         assert_eq!(rows[4].got, "20/20/20, 0 dropped, no libc");
-        assert_eq!(rows[5].got, "20 returns by uprobe_notify_resume, 0 other");
+        assert_eq!(
+            rows[5].got,
+            "20 returns by uprobe_notify_resume, 0 other, 0 untimed"
+        );
         assert_eq!(
             rows[7].got,
-            "20 returns by uprobe_notify_resume, 40 other (the other's 20)"
+            "20 returns by uprobe_notify_resume, 40 other, 0 untimed (the other's 20)"
         );
 
         // The same dist run with a libc the glibc probetop could still start with, or

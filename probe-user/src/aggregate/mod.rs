@@ -45,6 +45,9 @@ pub struct Aggregator {
     /// Kernel dispatches in the target that matched none of the probes (another
     /// tool's uprobes), when dispatch is measured.
     pub other_dispatch: Option<crate::cost::dispatch::SlotTotal>,
+    /// Kernel dispatches in the target whose start the dispatch programs did not see
+    /// (begun before they attached): not timed, not in any probe's numbers.
+    pub dispatch_unmeasured: Option<u64>,
     /// Which kernel functions timed the dispatches, when dispatch is measured.
     pub dispatch_hooks: Option<crate::cost::dispatch::Hooks>,
     /// CLOCK_MONOTONIC ns: the window opens once every probe is attached ...
@@ -67,6 +70,7 @@ impl Aggregator {
             outside_window: 0,
             notices: Vec::new(),
             other_dispatch: None,
+            dispatch_unmeasured: None,
             dispatch_hooks: None,
             window_start_ns: 0,
             window_end_ns: u64::MAX,
@@ -281,6 +285,7 @@ pub fn install_costs(
     }
     if dispatch_on {
         aggregator.other_dispatch = Some(Default::default());
+        aggregator.dispatch_unmeasured = Some(0);
     }
 }
 

@@ -158,6 +158,8 @@ pub struct Dispatch {
     probe_count: u32,
     /// The unattributed slot's totals when the window opened.
     other_base: std::cell::Cell<SlotTotal>,
+    /// Unmeasured dispatches when the window opened.
+    lost_base: std::cell::Cell<u64>,
     /// Which optional hooks are missing, for the user.
     pub notes: Vec<String>,
     /// What timed what on this kernel.
@@ -235,6 +237,7 @@ impl Dispatch {
             lost: take(ebpf, "DISPATCH_LOST", PerCpuArray::try_from)?,
             probe_count: sites.len() as u32,
             other_base: Default::default(),
+            lost_base: Default::default(),
             notes,
             hooks,
         })
@@ -264,6 +267,16 @@ impl Dispatch {
     /// attached, or the thread's state evicted).
     pub fn lost(&self) -> Result<u64, MapError> {
         Ok(self.lost.get(&0, 0)?.iter().sum())
+    }
+
+    /// Sets the baseline [`Dispatch::lost_since_base`] subtracts.
+    pub fn set_lost_base(&self, base: u64) {
+        self.lost_base.set(base);
+    }
+
+    /// Unmeasured dispatches since the baseline.
+    pub fn lost_since_base(&self) -> Result<u64, MapError> {
+        Ok(self.lost()?.saturating_sub(self.lost_base.get()))
     }
 
     fn slot_total(&self, slot: u32) -> Result<SlotTotal, MapError> {

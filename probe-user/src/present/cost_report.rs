@@ -134,6 +134,12 @@ pub fn report(
             other.mean().unwrap_or(0.0)
         );
     }
+    if let Some(unmeasured) = aggregator.dispatch_unmeasured.filter(|&n| n > 0) {
+        let _ = writeln!(
+            out,
+            "  kernel dispatches not timed (begun before the dispatch clock attached): {unmeasured}"
+        );
+    }
     out
 }
 
@@ -202,6 +208,8 @@ pub struct RunCostReport {
     pub cpu_share: Option<f64>,
     /// Kernel dispatches in the target matching none of the probes.
     pub other_dispatch: Option<dispatch::SlotTotal>,
+    /// Kernel dispatches in the target that went untimed (their start unseen).
+    pub dispatch_unmeasured: Option<u64>,
     /// Which kernel functions timed the dispatches.
     pub dispatch_hooks: Option<dispatch::Hooks>,
     pub other_programs: Vec<bpf_stats::OtherProgram>,
@@ -317,6 +325,7 @@ pub fn run_report(
             .into_iter()
             .fold(None, |total, s| Some(total.unwrap_or(0.0) + s)),
         other_dispatch: aggregator.other_dispatch,
+        dispatch_unmeasured: aggregator.dispatch_unmeasured,
         dispatch_hooks: aggregator.dispatch_hooks,
         other_programs,
         in_situ: None,

@@ -125,6 +125,11 @@ struct JsonCost<'a> {
     /// tool's uprobes), when dispatch was measured.
     #[serde(skip_serializing_if = "Option::is_none")]
     other_uprobe_dispatch: Option<JsonOtherDispatch>,
+    /// Kernel dispatches in the target the dispatch clock saw end but not begin (begun
+    /// before it attached), so timed nowhere; 0 in a run that starts before the
+    /// target's hits, when dispatch was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dispatch_unmeasured: Option<u64>,
     /// The kernel functions that timed dispatches on this kernel, when they were.
     #[serde(skip_serializing_if = "Option::is_none")]
     dispatch_hooks: Option<JsonDispatchHooks>,
@@ -378,6 +383,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 count: o.count,
                 mean_ns: o.mean(),
             }),
+            dispatch_unmeasured: report.cost.dispatch_unmeasured,
             dispatch_hooks: report.cost.dispatch_hooks.map(|h| JsonDispatchHooks {
                 entries: h.entries,
                 returns: h.returns,

@@ -636,7 +636,10 @@ mod tests {
             assert_eq!(types[name], "gauge");
             for (bound, want) in [("mean", mean), ("low", mean * 0.5), ("high", mean * 1.5)] {
                 let got = value(name, bound);
-                assert!((got - want).abs() <= want.abs() * 1e-9, "{name} {bound}: {got}");
+                assert!(
+                    (got - want).abs() <= want.abs() * 1e-9,
+                    "{name} {bound}: {got}"
+                );
             }
         }
     }
