@@ -64,7 +64,8 @@ static DISPATCH_OFFSETS: Global<DispatchOffsets> = Global::new(DispatchOffsets {
 /// always may between the two halves of a single-stepped hit (the step runs in user
 /// mode); per-CPU state then mistook the next dispatch on either CPU for the wrong one
 /// (a return counted as another tool's hit, seen in clean-clone runs on 6.1). LRU: a
-/// thread that exits leaves its entry behind for newer threads to take.
+/// thread that exits leaves its entry behind for newer threads to take. Sized at load
+/// time (`dispatch::MAX_THREADS` with a target).
 #[map]
 static DISPATCH_STATE: LruHashMap<u32, DispatchState> =
     LruHashMap::with_max_entries(dispatch::MAX_THREADS, 0);

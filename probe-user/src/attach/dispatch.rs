@@ -106,6 +106,8 @@ pub struct MapSizes {
     slots: u32,
     hist: u32,
     addrs: u32,
+    /// Threads whose dispatch in flight is kept: none without a target.
+    threads: u32,
 }
 
 impl MapSizes {
@@ -123,6 +125,7 @@ impl MapSizes {
                     slots,
                     hist: slots * khist::BUCKETS,
                     addrs: probe_count.max(1),
+                    threads: dispatch::MAX_THREADS,
                 }
             }
             None => Self {
@@ -132,6 +135,7 @@ impl MapSizes {
                 slots: 1,
                 hist: 1,
                 addrs: 1,
+                threads: 1,
             },
         }
     }
@@ -143,6 +147,7 @@ impl MapSizes {
             .map_max_entries("DISPATCH_HIST", self.hist)
             .map_max_entries("ENTRY_SLOT", self.addrs)
             .map_max_entries("RETURN_SLOT", self.addrs)
+            .map_max_entries("DISPATCH_STATE", self.threads)
             .override_global("DISPATCH_TGID", &self.tgid, true)
             .override_global("DISPATCH_OTHER_SLOT", &self.other_slot, true)
             .override_global("DISPATCH_OFFSETS", &self.offsets, true);
