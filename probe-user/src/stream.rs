@@ -680,8 +680,7 @@ fn baseline_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator) {
             dispatch.histogram(id, slots::RETURN).unwrap_or_default(),
         );
     }
-    dispatch.set_other_base(dispatch.other().unwrap_or_default());
-    dispatch.set_lost_base(dispatch.lost().unwrap_or_default());
+    dispatch.rebase();
     aggregator.dispatch_hooks = Some(dispatch.hooks);
     if let Some(other) = aggregator.other_dispatch.as_mut() {
         *other = Default::default();

@@ -258,9 +258,12 @@ impl Dispatch {
         self.slot_total(self.probe_count * dispatch::SLOTS_PER_PROBE)
     }
 
-    /// Sets the baseline [`Dispatch::other_since_base`] subtracts.
-    pub fn set_other_base(&self, base: SlotTotal) {
-        self.other_base.set(base);
+    /// Takes the unattributed and unmeasured counts as of now as the baselines
+    /// [`Dispatch::other_since_base`] and [`Dispatch::lost_since_base`] subtract (a
+    /// failed read counts from zero).
+    pub fn rebase(&self) {
+        self.other_base.set(self.other().unwrap_or_default());
+        self.lost_base.set(self.lost().unwrap_or_default());
     }
 
     /// Unattributed dispatches since the baseline.
@@ -272,11 +275,6 @@ impl Dispatch {
     /// attached, or the thread's state evicted).
     pub fn lost(&self) -> Result<u64, MapError> {
         Ok(self.lost.get(&0, 0)?.iter().sum())
-    }
-
-    /// Sets the baseline [`Dispatch::lost_since_base`] subtracts.
-    pub fn set_lost_base(&self, base: u64) {
-        self.lost_base.set(base);
     }
 
     /// Unmeasured dispatches since the baseline.
