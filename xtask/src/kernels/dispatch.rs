@@ -13,7 +13,7 @@ const RETPROBE: &str = "uretprobe:leaf_ret";
 /// A row's expected, got and verdict.
 pub type Verdict = (String, String, bool);
 
-/// The dispatch counts of a step's export: exact. Sessions 7-15 let one dispatch pass
+/// The dispatch counts of a step's export: exact. Until 88908e6 they let one dispatch pass
 /// either way for a "rare race under TCG"; it was the dispatch state kept per CPU, which
 /// a thread moving between CPUs (inside the uprobe path, or between the halves of a
 /// single-stepped hit) left stale. The scenario now moves the fixture between CPUs every
