@@ -44,7 +44,7 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub quick: bool,
 
-    /// Repetitions of every case (default 15, quick 7).
+    /// Repetitions of every case (default 31, quick 15).
     #[arg(long, value_name = "N")]
     pub reps: Option<usize>,
 
@@ -214,11 +214,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub time_every: Option<u64>,
 
-    /// With --mode kernel and --assume gap: stream every hit, timed, for this long
-    /// first, then aggregate in the kernel. The ring handler's clock on those hits says
-    /// how cold the target runs each probe, which prices its in-kernel hits (the
-    /// in-kernel handler's own clock cannot: docs/cost.md). Costs the target the ring
-    /// mode's price for that long. 0: never; the code run between hits prices them.
+    /// With --mode kernel and --assume auto, clock or gap: stream every hit, timed, for
+    /// this long first, then aggregate in the kernel. The ring handler's clock on those
+    /// hits says how cold the target runs each probe, which prices its in-kernel hits
+    /// (the in-kernel handler's own clock cannot: docs/cost.md). Costs the target the
+    /// ring mode's price for that long. 0: never; hits a clock would price are then
+    /// priced cold (with --assume gap, by the code run between them).
     #[arg(long, value_name = "SECS", default_value_t = 3.0)]
     pub clock_seconds: f64,
 
