@@ -55,6 +55,19 @@ pub fn render_text(listing: &Listing) -> String {
                 let _ = write!(out, "  aliases: {}", p.aliases.join(", "));
             }
             out.push('\n');
+            if let Some(ifunc) = &p.ifunc {
+                let said = match (&ifunc.implementation, &ifunc.at_resolver) {
+                    (Some(chosen), _) => format!(
+                        "IFUNC: a probe goes to {chosen}, which the process calls (its resolver is at {:#x})",
+                        ifunc.resolver_address
+                    ),
+                    (None, why) => format!(
+                        "IFUNC: a probe goes to its resolver, which runs once at load: {}",
+                        why.as_deref().unwrap_or("its choice is unknown")
+                    ),
+                };
+                let _ = writeln!(out, "  {:<6}  {said}", "");
+            }
             if let Some(later) = &p.later_site {
                 let _ = writeln!(
                     out,
@@ -95,7 +108,7 @@ mod tests {
     use super::*;
     use crate::cost::classes::CostClass;
     use crate::cost::sites::LaterSite;
-    use crate::resolve::list::{ListedLaterSite, ListedObject, ListedPoint};
+    use crate::resolve::list::{ListedIfunc, ListedLaterSite, ListedObject, ListedPoint};
     use std::path::PathBuf;
 
     fn sample() -> Listing {
@@ -122,6 +135,28 @@ mod tests {
                     cost_class: Some(CostClass::EmulatedPush),
                     instruction: Some("push %rbp".into()),
                     later_site: None,
+                    ifunc: None,
+                },
+                ListedPoint {
+                    kind: ListedKind::Uprobe,
+                    object: obj.clone(),
+                    name: "strchr".into(),
+                    symbol: Some("strchr".into()),
+                    aliases: vec![],
+                    address: 0x2000,
+                    file_offset: 0x2000,
+                    size: Some(64),
+                    semaphore_address: None,
+                    semaphore_offset: None,
+                    args: None,
+                    cost_class: Some(CostClass::Refused),
+                    instruction: Some("lock orq $0x0,(%rsp)".into()),
+                    later_site: None,
+                    ifunc: Some(ListedIfunc {
+                        resolver_address: 0x1180,
+                        implementation: Some("__strchr_avx2".into()),
+                        at_resolver: None,
+                    }),
                 },
                 ListedPoint {
                     kind: ListedKind::Uprobe,
@@ -145,6 +180,7 @@ mod tests {
                         },
                         spec: "uprobe:mysqld_stmt_execute".into(),
                     }),
+                    ifunc: None,
                 },
                 ListedPoint {
                     kind: ListedKind::Usdt,
@@ -161,6 +197,7 @@ mod tests {
                     cost_class: Some(CostClass::EmulatedNop),
                     instruction: Some("nop".into()),
                     later_site: None,
+                    ifunc: None,
                 },
             ],
             warnings: vec!["bad note".into()],
@@ -189,7 +226,13 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("3 points in 1 object\nwarning: bad note\n"),
+            text.contains(
+                "refused         strchr\n          IFUNC: a probe goes to __strchr_avx2, which the process calls (its resolver is at 0x1180)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("4 points in 1 object\nwarning: bad note\n"),
             "{text}"
         );
     }
@@ -198,7 +241,7 @@ mod tests {
     fn json_fields() {
         let json: serde_json::Value =
             serde_json::from_str(&render_json(&sample()).expect("json")).expect("parse");
-        let p = &json["points"][2];
+        let p = &json["points"][3];
         assert_eq!(p["kind"], "usdt");
         assert_eq!(p["semaphore_offset"], 0x3010);
         assert_eq!(p["args"], "-4@%edi");
@@ -207,7 +250,12 @@ mod tests {
         assert_eq!(json["points"][0]["symbol"], "_ZN2ns1fEi");
         assert_eq!(json["objects"][0]["symbols"]["kind"], "symtab");
         assert!(json["points"][0].get("later_site").is_none());
-        let later = &json["points"][1]["later_site"];
+        let later = &json["points"][2]["later_site"];
+        assert!(json["points"][2].get("ifunc").is_none());
+        let ifunc = &json["points"][1]["ifunc"];
+        assert_eq!(ifunc["resolver_address"], 0x1180);
+        assert_eq!(ifunc["implementation"], "__strchr_avx2");
+        assert_eq!(json["points"][1]["cost_class"], "refused");
         assert_eq!(later["offset"], 3);
         assert_eq!(later["class"], "emulated-branch");
         assert_eq!(later["instruction"], "jbe 0x30");

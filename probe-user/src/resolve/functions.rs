@@ -48,15 +48,11 @@ pub(super) fn resolve_functions(
             };
             let mut ifunc_resolver = false;
             if matched_ifunc {
-                let chosen = scope.pid().zip(obj.load_bias).map(|(pid, bias)| {
-                    ifunc::implementation(pid, &obj.image, table, bias, f.address)
-                });
+                let chosen =
+                    ifunc::chosen(scope.pid(), obj.load_bias, &obj.image, table, f.address);
                 match chosen {
                     Some(Ok(chosen)) => {
-                        resolved = Some(match &chosen.function {
-                            Some(g) => g.name.display.clone(),
-                            None => format!("implementation at {:#x}", chosen.address),
-                        });
+                        resolved = Some(chosen.name());
                         let size = chosen.function.as_ref().map_or(0, |g| g.size);
                         target = (chosen.address, chosen.file_offset, size);
                     }

@@ -29,6 +29,31 @@ pub struct Implementation {
     pub function: Option<Function>,
 }
 
+impl Implementation {
+    /// The implementation's name, or its address where the symbol tables name none.
+    pub fn name(&self) -> String {
+        match &self.function {
+            Some(f) => f.name.display.clone(),
+            None => format!("implementation at {:#x}", self.address),
+        }
+    }
+}
+
+/// Where a probe on the IFUNC whose resolver is at `resolver` goes, as a run and
+/// `probetop list` both decide it: the implementation process `pid` calls, read from
+/// its GOT; `None` without a process (a file) or a load bias (an object it does not
+/// map), where only the resolver is known.
+pub(super) fn chosen(
+    pid: Option<u32>,
+    load_bias: Option<u64>,
+    image: &ElfImage,
+    table: &SymbolTable,
+    resolver: u64,
+) -> Option<Result<Implementation, IfuncError>> {
+    let (pid, bias) = pid.zip(load_bias)?;
+    Some(implementation(pid, image, table, bias, resolver))
+}
+
 /// The implementation process `pid` calls for the IFUNC whose resolver is at
 /// `resolver` (link-time) in `image`, loaded at `load_bias`.
 pub fn implementation(

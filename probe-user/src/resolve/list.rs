@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::debuginfo::SymbolSource;
 use super::glob::Glob;
 use super::symbols::{Function, SymbolTable};
-use super::{Loaded, ResolveError, ResolveOptions, Scope};
+use super::{Loaded, ResolveError, ResolveOptions, Scope, ifunc};
 use crate::cost::classes::{self, CostClass, KernelRules};
 use crate::cost::sites::{self, LaterSite};
 use crate::target::Target;
@@ -77,6 +77,25 @@ pub struct ListedPoint {
     /// emulates and every call reaches once, if a linear decode can vouch for one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub later_site: Option<ListedLaterSite>,
+    /// For an IFUNC (`strlen`): where a probe on it goes, as a run puts it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ifunc: Option<ListedIfunc>,
+}
+
+/// Where a probe on an IFUNC goes. In a process, the implementation its resolver chose
+/// (the point's address, offset, size, class and later site are that one's: a run
+/// attaches there, or skips it where the kernel refuses it); in a file, or where the
+/// choice cannot be read, the resolver itself, which runs once at load.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListedIfunc {
+    /// The symbol's own address: the resolver.
+    pub resolver_address: u64,
+    /// The implementation the process calls, by name (or address).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub implementation: Option<String>,
+    /// Why the point is the resolver.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at_resolver: Option<String>,
 }
 
 /// A later probe site offered for a single-stepped entry.
@@ -157,12 +176,12 @@ pub fn list_with(
             }
             Err(e) => return Err(e),
         };
-        list_object(&obj, glob.as_ref(), &mut listing);
+        list_object(&obj, scope.pid(), glob.as_ref(), &mut listing);
     }
     Ok(listing)
 }
 
-fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
+fn list_object(obj: &Loaded, pid: Option<u32>, glob: Option<&Glob>, listing: &mut Listing) {
     // One open per object: each point's class reads its first instruction.
     let file = std::fs::File::open(&obj.r.read_path).ok();
     let rules = KernelRules::running();
@@ -190,10 +209,14 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
         if glob.is_some_and(|g| !f.matches(g)) {
             continue;
         }
-        let (cost_class, instruction) = class_at(f.file_offset);
+        // An IFUNC name the pattern matched is probed where a run probes it
+        // (`functions::resolve_functions`): the implementation the process calls.
+        let (at, ifunc) = listed_ifunc(obj, pid, glob, f);
+        let at_f = at.as_ref().unwrap_or(f);
+        let (cost_class, instruction) = class_at(at_f.file_offset);
         let later_site = match (&file, cost_class) {
             (Some(file), CostClass::SingleStepped) => {
-                later_site_of(file, table, f, rules).map(|site| {
+                later_site_of(file, table, at_f, rules).map(|site| {
                     let spellings = spellings.get_or_insert_with(|| spelling_counts(table));
                     let object = if obj.r.is_main {
                         String::new()
@@ -202,7 +225,7 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
                     };
                     ListedLaterSite {
                         site,
-                        spec: format!("uprobe:{object}{}", spec_name(f, spellings)),
+                        spec: format!("uprobe:{object}{}", spec_name(f, at.is_some(), spellings)),
                     }
                 })
             }
@@ -214,15 +237,16 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
             name: f.name.display.clone(),
             symbol: Some(f.name.raw.clone()),
             aliases: f.aliases.iter().map(|a| a.raw.clone()).collect(),
-            address: f.address,
-            file_offset: f.file_offset,
-            size: Some(f.size),
+            address: at_f.address,
+            file_offset: at_f.file_offset,
+            size: (at_f.size > 0 || at.is_none()).then_some(at_f.size),
             semaphore_address: None,
             semaphore_offset: None,
             args: None,
             cost_class: file.is_some().then_some(cost_class),
             instruction,
             later_site,
+            ifunc,
         });
     }
     for e in &obj.image.read_errors {
@@ -264,7 +288,53 @@ fn list_object(obj: &Loaded, glob: Option<&Glob>, listing: &mut Listing) {
             cost_class: file.is_some().then_some(cost_class),
             instruction,
             later_site: None,
+            ifunc: None,
         });
+    }
+}
+
+/// For `f` when a name of it the pattern matched is an IFUNC: the implementation the
+/// process calls as a function (named, or bare where the symbol tables lack it), and what
+/// the listing says of it.
+fn listed_ifunc(
+    obj: &Loaded,
+    pid: Option<u32>,
+    glob: Option<&Glob>,
+    f: &Function,
+) -> (Option<Function>, Option<ListedIfunc>) {
+    if !f
+        .names()
+        .any(|n| n.ifunc && glob.is_none_or(|g| n.matches(g)))
+    {
+        return (None, None);
+    }
+    let listed = |implementation, at_resolver| ListedIfunc {
+        resolver_address: f.address,
+        implementation,
+        at_resolver,
+    };
+    match ifunc::chosen(pid, obj.load_bias, &obj.image, obj.symbols(), f.address) {
+        Some(Ok(chosen)) => {
+            let name = chosen.name();
+            let at = chosen.function.unwrap_or_else(|| Function {
+                address: chosen.address,
+                file_offset: chosen.file_offset,
+                size: 0,
+                ..f.clone()
+            });
+            (Some(at), Some(listed(Some(name), None)))
+        }
+        Some(Err(reason)) => (None, Some(listed(None, Some(reason.to_string())))),
+        None => (
+            None,
+            Some(listed(
+                None,
+                Some(
+                    "no process to read its choice from (`probetop list --pid PID` shows the implementation it calls)"
+                        .to_string(),
+                ),
+            )),
+        ),
     }
 }
 
@@ -306,10 +376,16 @@ fn spelling_counts(table: &SymbolTable) -> HashMap<&str, usize> {
 }
 
 /// The shortest spelling of `f` a spec can carry (no blanks, no glob characters) that
-/// names no other function; the symbol as stored if none does.
-fn spec_name<'a>(f: &'a Function, spellings: &HashMap<&str, usize>) -> &'a str {
-    f.name
-        .keys()
+/// names no other function; the symbol as stored if none does. For an IFUNC probed at
+/// its implementation (`ifunc`), a spelling of an IFUNC name: a name of the resolver's
+/// own symbol would put `+OFFSET` into the resolver.
+fn spec_name<'a>(f: &'a Function, ifunc: bool, spellings: &HashMap<&str, usize>) -> &'a str {
+    let name = if ifunc {
+        f.names().find(|n| n.ifunc).unwrap_or(&f.name)
+    } else {
+        &f.name
+    };
+    name.keys()
         .filter(|k| {
             !k.is_empty()
                 && !k.contains(|c: char| c.is_whitespace() || "*?[+".contains(c))
@@ -318,5 +394,5 @@ fn spec_name<'a>(f: &'a Function, spellings: &HashMap<&str, usize>) -> &'a str {
         })
         .filter(|k| spellings.get(k) == Some(&1))
         .min_by_key(|k| k.len())
-        .unwrap_or(&f.name.raw)
+        .unwrap_or(&name.raw)
 }
