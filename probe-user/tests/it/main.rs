@@ -1,8 +1,9 @@
 //! probe-user's integration tests, one binary (one link, one run of the harness): each
 //! module was a test binary of its own. Most attach real probes to the fixtures
-//! (`cargo xtask fixtures`) and so need root; they are `#[ignore = "needs ..."]`, so a
-//! plain `cargo test` passes anywhere and lists what it skipped, and `cargo xtask test`
-//! runs them all with `--include-ignored`.
+//! (`cargo xtask fixtures`) and so need root; they are `#[ignore = "needs ..."]` as the
+//! test policy in docs/architecture.md ("Tests") asks, so a plain `cargo test` passes
+//! anywhere and lists what it skipped, and `cargo xtask test` runs them all with
+//! `--include-ignored`.
 #![allow(
     clippy::unwrap_used,
     reason = "test code: a panic with its location is the failure report"
