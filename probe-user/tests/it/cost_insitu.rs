@@ -76,9 +76,14 @@ fn in_situ_finds_the_fixtures_own_cost_per_hit() {
     assert!(in_situ["attach_ms"].as_f64().is_some_and(|ms| ms > 0.0));
 
     // Every hit costs hundreds of times an unprobed call: the batches split cleanly
-    // except those a window change cut, which the medians leave aside.
-    let unprobed = median(per_call.iter().copied().filter(|&ns| ns < 50.0).collect());
-    let probed_batches: Vec<f64> = per_call.iter().copied().filter(|&ns| ns >= 50.0).collect();
+    // (at the geometric middle of the cheapest and the dearest batch, whatever a hit
+    // costs on this machine) except those a window change cut, which the medians leave
+    // aside.
+    let cheapest = per_call.iter().copied().fold(f64::INFINITY, f64::min);
+    let dearest = per_call.iter().copied().fold(0.0, f64::max);
+    let split = (cheapest.max(1.0) * dearest).sqrt();
+    let unprobed = median(per_call.iter().copied().filter(|&ns| ns < split).collect());
+    let probed_batches: Vec<f64> = per_call.iter().copied().filter(|&ns| ns >= split).collect();
     assert!(probed_batches.len() >= 10, "{per_call:?}");
     let truth = median(probed_batches) - unprobed;
     let error = (measured - truth).abs() / truth;
