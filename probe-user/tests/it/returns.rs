@@ -165,3 +165,46 @@ fn a_leafs_uretprobe_in_a_cpp_program_is_attached() {
     let done = unharmed(&mut target);
     assert_eq!(probe(&report, "leaf(long)")["hits"], done.calls);
 }
+
+/// probetop's reading of `.eh_frame_hdr` and `.eh_frame` (which functions have an unwind
+/// entry: one without is never refused) agrees with readelf's, function by function,
+/// those with entries (the fixture's own) and those without (some of crt's).
+#[test]
+#[ignore = "needs the fixtures and binutils"]
+fn unwind_entries_are_read_as_readelf_reads_them() {
+    let _turn = turn(module_path!());
+    let path = fixture("cpp/cxxthrow");
+    let run = |tool: &str, args: &[&str]| -> String {
+        let out = output_ok(std::process::Command::new(tool).args(args).arg(&path), tool);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let hex = |s: &str| u64::from_str_radix(s, 16).expect("hex");
+    let ranges: Vec<(u64, u64)> = run("readelf", &["--debug-dump=frames"])
+        .lines()
+        .filter_map(|l| l.split_once(" pc=")?.1.split_once(".."))
+        .map(|(a, b)| (hex(a), hex(b.trim())))
+        .collect();
+    assert!(!ranges.is_empty());
+    let data = std::fs::read(&path).expect("read fixture");
+    let table = probe_user::resolve::unwind::FdeTable::read(&data).expect("table");
+    let (mut with, mut without) = (0, 0);
+    for line in run("nm", &[]).lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let [address, "t" | "T", name] = fields.as_slice() else {
+            continue;
+        };
+        let address = hex(address);
+        let readelf = ranges.iter().any(|&(a, b)| a <= address && address < b);
+        assert_eq!(
+            table.covers(address),
+            Some(readelf),
+            "{name} at {address:#x}"
+        );
+        if readelf {
+            with += 1;
+        } else {
+            without += 1;
+        }
+    }
+    assert!(with >= 4 && without >= 1, "{with} with, {without} without");
+}
