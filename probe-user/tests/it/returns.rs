@@ -73,8 +73,16 @@ fn unharmed(target: &mut Running) -> Done {
 fn a_uretprobe_an_exception_can_unwind_through_is_refused_in_one_line() {
     let _turn = turn(module_path!());
     let mut target = cxxthrow();
+    // A duration, so that a probetop that attaches (as it did before the refusal)
+    // ends and fails the test rather than waiting for a target that waits for it.
     let out = probetop()
-        .args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args([
+            "--pid",
+            &target.pid().to_string(),
+            "--no-tui",
+            "--duration",
+            "3",
+        ])
         .args(["-e", "uretprobe:middle"])
         .output()
         .expect("run probetop");
