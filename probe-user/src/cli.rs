@@ -120,7 +120,9 @@ pub struct RunArgs {
     pub cgroup: Option<PathBuf>,
 
     /// Probe to attach, repeatable: uprobe:FUNC, uretprobe:FUNC, usdt:[PROVIDER:]NAME,
-    /// with an optional OBJECT: before FUNC (a path or a library name like libc).
+    /// with an optional OBJECT: before FUNC (a path or a library name like libc);
+    /// uprobe:FUNC+ret probes each ret instruction of FUNC, its returns without a
+    /// uretprobe (safe where exceptions unwind through FUNC; they are not counted).
     #[arg(short = 'e', long = "probe", value_name = "SPEC")]
     pub probes: Vec<String>,
 
@@ -129,7 +131,7 @@ pub struct RunArgs {
     pub spec_file: Option<PathBuf>,
 
     /// Attach a built-in set of probes, repeatable: `mysql` (MySQL and MariaDB's
-    /// request path: do_command, dispatch_command and its return, mysql_parse,
+    /// request path: do_command, dispatch_command and its returns, mysql_parse,
     /// Prepared_statement::execute_loop, mysql_execute_command); `postgres`
     /// (PostgreSQL's statement, transaction and lock-wait USDT probes and ExecutorStart:
     /// probe the postmaster with --follow-forks).
@@ -179,7 +181,10 @@ pub struct RunArgs {
 
     /// Write exports even through a symbolic link (refused by default: probetop runs
     /// as root); attach uretprobes to Go functions (refused by default: Go moves
-    /// goroutine stacks, which breaks return probes and can crash the target); probe a
+    /// goroutine stacks, which breaks return probes and can crash the target), or to
+    /// functions an exception can unwind through (refused by default: the unwinder
+    /// cannot pass a uretprobe's return address and terminates the target; use
+    /// uprobe:FUNC+ret instead); probe a
     /// process under ptrace (refused by default: a debugger's breakpoints and uprobes on
     /// the same function interfere, and can kill the target with SIGTRAP).
     #[arg(long)]

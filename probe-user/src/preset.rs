@@ -71,15 +71,15 @@ mod tests {
     fn mysql_is_the_request_path() {
         let got: Vec<(ProbeKind, String)> = specs(text("mysql").expect("mysql preset"))
             .into_iter()
-            .map(|s| (s.kind, s.name))
+            .map(|s| (s.kind, s.text))
             .collect();
         let want = [
-            (ProbeKind::Uprobe, "do_command"),
-            (ProbeKind::Uprobe, "dispatch_command"),
-            (ProbeKind::Uretprobe, "dispatch_command"),
-            (ProbeKind::Uprobe, "mysql_parse"),
-            (ProbeKind::Uprobe, "Prepared_statement::execute_loop"),
-            (ProbeKind::Uprobe, "mysql_execute_command"),
+            (ProbeKind::Uprobe, "uprobe:do_command"),
+            (ProbeKind::Uprobe, "uprobe:dispatch_command"),
+            (ProbeKind::Uprobe, "uprobe:dispatch_command+ret"),
+            (ProbeKind::Uprobe, "uprobe:mysql_parse"),
+            (ProbeKind::Uprobe, "uprobe:Prepared_statement::execute_loop"),
+            (ProbeKind::Uprobe, "uprobe:mysql_execute_command"),
         ]
         .map(|(k, n)| (k, n.to_string()));
         assert_eq!(got, want);
@@ -105,6 +105,19 @@ mod tests {
             (ProbeKind::Uprobe, "uprobe:ExecutorStart".to_string()),
         ];
         assert_eq!(got, want);
+    }
+
+    /// A uretprobe is refused where an exception can unwind through its function (a
+    /// C++ server's, nearly always), and a preset is for builds it cannot check: a
+    /// preset measures returns at `ret` instructions (`FUNC+ret`), which no
+    /// exception or `longjmp` can turn into a crash.
+    #[test]
+    fn presets_measure_returns_at_ret_instructions() {
+        for name in names() {
+            for spec in specs(text(name).expect("listed presets exist")) {
+                assert_ne!(spec.kind, ProbeKind::Uretprobe, "{name}: {}", spec.text);
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,9 @@
-//! Probe specs as users write them: `uprobe:[OBJECT:]FUNC[+OFFSET]`,
+//! Probe specs as users write them: `uprobe:[OBJECT:]FUNC[+OFFSET|+ret]`,
 //! `uretprobe:[OBJECT:]FUNC`, `usdt:[OBJECT:][PROVIDER:]NAME`.
+//!
+//! `uprobe:FUNC+ret` probes every `ret` instruction of FUNC: its normal returns, counted
+//! in one row, without the return address a uretprobe replaces (which an exception
+//! unwinding through FUNC cannot pass).
 //!
 //! OBJECT is an absolute path or a library name (`libc`); FUNC and NAME may be globs.
 //! C++ names contain `::`, so only a single `:` separates fields. OFFSET (`0x4` or `4`)
@@ -51,6 +55,8 @@ pub struct ProbeSpec {
     pub name: String,
     /// Bytes past the function's entry (`uprobe:FUNC+OFFSET`); `None`: the entry.
     pub offset: Option<u64>,
+    /// `uprobe:FUNC+ret`: at each `ret` instruction of the function, not its entry.
+    pub at_returns: bool,
 }
 
 /// A spec that does not parse, with the byte range of the bad part for a caret.
@@ -150,11 +156,14 @@ fn split_offset(func: &str) -> Option<(&str, &str)> {
     let plus = func.rfind('+')?;
     let (name, offset) = (&func[..plus], &func[plus + 1..]);
     let digit_follows = offset.starts_with(|c: char| c.is_ascii_digit());
-    if !digit_follows && name.trim_end_matches('+').ends_with("operator") {
+    if !digit_follows && offset != RET && name.trim_end_matches('+').ends_with("operator") {
         return None;
     }
     Some((name, offset))
 }
+
+/// What follows `+` in `uprobe:FUNC+ret`.
+const RET: &str = "ret";
 
 /// An offset as written after `+`: `0x` and hex digits, or decimal digits.
 fn parse_offset(text: &str) -> Result<u64, &'static str> {
@@ -243,34 +252,38 @@ impl ProbeSpec {
             }
         };
         let name_at = offset + trimmed.len() - name.len();
-        let (name, func_offset) = match kind {
+        let (name, func_offset, at_returns) = match kind {
             ProbeKind::Uprobe | ProbeKind::Uretprobe => match split_offset(name) {
                 Some((func, digits)) => {
                     let plus_at = name_at + func.len();
                     if kind == ProbeKind::Uretprobe {
                         return Err(SpecError::new(
                             text,
-                            "a uretprobe takes no +OFFSET: a return probe starts at the function's entry",
+                            "a uretprobe takes no +OFFSET: a return probe starts at the function's entry (uprobe:FUNC+ret probes its ret instructions)",
                             plus_at,
                             name.len() - func.len(),
                         ));
                     }
-                    let value = parse_offset(digits).map_err(|reason| {
-                        SpecError::new(text, reason, plus_at + 1, digits.len())
-                    })?;
-                    if func.contains(['*', '?', '[']) {
-                        return Err(SpecError::new(
-                            text,
-                            "an offset applies to one function, not a pattern",
-                            name_at,
-                            func.len(),
-                        ));
+                    if digits == RET {
+                        (func, None, true)
+                    } else {
+                        let value = parse_offset(digits).map_err(|reason| {
+                            SpecError::new(text, reason, plus_at + 1, digits.len())
+                        })?;
+                        if func.contains(['*', '?', '[']) {
+                            return Err(SpecError::new(
+                                text,
+                                "an offset applies to one function, not a pattern",
+                                name_at,
+                                func.len(),
+                            ));
+                        }
+                        (func, Some(value), false)
                     }
-                    (func, Some(value))
                 }
-                None => (name, None),
+                None => (name, None, false),
             },
-            ProbeKind::Usdt => (name, None),
+            ProbeKind::Usdt => (name, None, false),
         };
         if name.is_empty() {
             return Err(SpecError::new(
@@ -300,6 +313,7 @@ impl ProbeSpec {
             provider,
             name: name.to_string(),
             offset: func_offset,
+            at_returns,
         })
     }
 
@@ -438,6 +452,31 @@ mod tests {
         assert_eq!((s.name.as_str(), s.offset), ("ns::Class::method", Some(8)));
         // USDT names take no offset: a `+` stays in the name.
         assert_eq!(ok("usdt:p:a+1").name, "a+1");
+    }
+
+    #[test]
+    fn ret_sites() {
+        let s = ok("uprobe:middle+ret");
+        assert_eq!(
+            (s.kind, s.name.as_str(), s.offset, s.at_returns),
+            (ProbeKind::Uprobe, "middle", None, true)
+        );
+        let s = ok("u:/usr/sbin/mariadbd:dispatch_command+ret");
+        assert_eq!(
+            (s.object.as_deref(), s.name.as_str(), s.at_returns),
+            (Some("/usr/sbin/mariadbd"), "dispatch_command", true)
+        );
+        // A pattern: every matching function's ret instructions, one row each.
+        let s = ok("uprobe:mid*+ret");
+        assert_eq!((s.name.as_str(), s.at_returns), ("mid*", true));
+        let s = ok("uprobe:V::operator++ret");
+        assert_eq!((s.name.as_str(), s.at_returns), ("V::operator+", true));
+        assert!(!ok("uprobe:middle").at_returns);
+        assert!(!ok("uprobe:middle+4").at_returns);
+        let e = ProbeSpec::parse("uretprobe:middle+ret").unwrap_err();
+        assert!(e.reason.contains("uprobe:FUNC+ret"), "{e}");
+        let e = ProbeSpec::parse("uprobe:middle+rets").unwrap_err();
+        assert!(e.reason.contains("FUNC+0x10"), "{e}");
     }
 
     #[test]

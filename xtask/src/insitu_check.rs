@@ -176,9 +176,13 @@ pub fn check_on(
 
 fn probetop_command(probetop: &Path, pid: u32, mode: &str, probes: &[&str]) -> Command {
     let mut cmd = Command::new(probetop);
+    // --force: the uretprobe on dispatch_command, which probetop refuses on a C++
+    // server (an exception unwinding through it would kill the server), is kept so the
+    // cells compare with the runs recorded before; the private server's point selects
+    // throw none through it.
     cmd.arg("--pid")
         .arg(pid.to_string())
-        .args(["--no-tui", "--mode", mode]);
+        .args(["--no-tui", "--force", "--mode", mode]);
     for spec in probes {
         cmd.args(["-e", spec]);
     }
@@ -723,7 +727,7 @@ fn render(
     line(
         &mut w,
         format!(
-            "    {} --pid $(pidof mariadbd) --no-tui --mode MODE -e {} --in-situ --work METER --assume {} --duration {:.0}",
+            "    {} --pid $(pidof mariadbd) --no-tui --force --mode MODE -e {} --in-situ --work METER --assume {} --duration {:.0}",
             probetop.display(),
             PROBES.join(" -e "),
             options.assume,

@@ -318,6 +318,9 @@ fn resolve_preset(probetop: &Path, preset: &str) -> Result<Vec<PresetProbe>> {
         let (kind, name) = spec
             .split_once(':')
             .with_context(|| format!("preset line {spec:?} is not KIND:NAME"))?;
+        // `FUNC+ret` is FUNC's ret instructions, which the kernel single-steps.
+        let at_returns = name.ends_with("+ret");
+        let name = name.strip_suffix("+ret").unwrap_or(name);
         let mut cmd = Command::new(probetop);
         cmd.args(["list", "--json", MARIADBD, name]);
         echo(&cmd);
@@ -334,14 +337,18 @@ fn resolve_preset(probetop: &Path, preset: &str) -> Result<Vec<PresetProbe>> {
             );
         };
         let address = point["address"].as_u64().context("point without address")?;
-        let first_insn = first_instruction(address)?;
+        let first_insn = if at_returns {
+            "ret".to_string()
+        } else {
+            first_instruction(address)?
+        };
         probes.push(PresetProbe {
             spec: spec.to_string(),
             kind: kind.to_string(),
             name: point["name"].as_str().unwrap_or(name).to_string(),
             symbol: point["symbol"].as_str().unwrap_or(name).to_string(),
             address,
-            emulated: kind == "uretprobe" || emulated(&first_insn),
+            emulated: kind == "uretprobe" || (!at_returns && emulated(&first_insn)),
             first_insn,
         });
     }
@@ -394,11 +401,17 @@ fn bpftrace_script(probes: &[PresetProbe]) -> String {
     );
     for p in probes {
         // The map is named after the spec (C++ `::` and all): `@uprobe_A__f` for
-        // `uprobe:A::f`, as its .hgrm file is.
+        // `uprobe:A::f`, as its .hgrm file is. Debian's bpftrace 0.17 cannot probe an
+        // offset ("compiled without (k|u)probe offset support"), so `FUNC+ret` is its
+        // uretprobe there, bpftrace's only way to count returns.
+        let kind = if p.spec.ends_with("+ret") {
+            "uretprobe"
+        } else {
+            p.kind.as_str()
+        };
         let _ = writeln!(
             script,
-            "{}:{MARIADBD}:{} {{ $t = nsecs; @{} = hist(nsecs - $t); }}",
-            p.kind,
+            "{kind}:{MARIADBD}:{} {{ $t = nsecs; @{} = hist(nsecs - $t); }}",
             p.symbol,
             safe_tag(&p.spec)
         );
@@ -664,6 +677,20 @@ mod tests {
         assert!(
             bpftrace_script(&[method]).contains("@uprobe_Prepared_statement__execute_loop = hist(")
         );
+        // bpftrace counts `FUNC+ret`'s returns with its uretprobe.
+        let rets = PresetProbe {
+            spec: "uprobe:dispatch_command+ret".into(),
+            kind: "uprobe".into(),
+            name: "dispatch_command(...)".into(),
+            symbol: "_Z16dispatch_command19enum_server_commandP3THDPcjb".into(),
+            address: 0,
+            first_insn: "ret".into(),
+            emulated: false,
+        };
+        assert!(bpftrace_script(&[rets]).contains(
+            "uretprobe:/usr/sbin/mariadbd:_Z16dispatch_command19enum_server_commandP3THDPcjb \
+             { $t = nsecs; @uprobe_dispatch_command_ret = hist(nsecs - $t); }"
+        ));
     }
 
     #[test]

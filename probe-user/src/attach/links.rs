@@ -16,11 +16,9 @@ pub struct ProbeLink {
 
 #[derive(Debug)]
 pub(super) enum LinkFds {
-    /// A perf event and the BPF link binding the program to it.
-    PerfEvent {
-        _link: OwnedFd,
-        _perf_event: OwnedFd,
-    },
+    /// A perf event and the BPF link binding the program to it (the link first, so it
+    /// is closed first), one per site of the probe.
+    PerfEvent { _events: Vec<(OwnedFd, OwnedFd)> },
     /// A uprobe_multi link.
     Multi { _link: OwnedFd },
 }
@@ -60,8 +58,17 @@ pub(super) struct StoredRequest {
     pub(super) kind: ProbeKind,
     pub(super) path: PathBuf,
     pub(super) file_offset: u64,
+    /// The probe's other sites, under the same cookie.
+    pub(super) more_offsets: Vec<u64>,
     pub(super) semaphore_offset: Option<u64>,
     pub(super) pid: u32,
+}
+
+impl StoredRequest {
+    /// Every file offset the probe is attached at, the first one first.
+    pub(super) fn offsets(&self) -> impl Iterator<Item = u64> + '_ {
+        std::iter::once(self.file_offset).chain(self.more_offsets.iter().copied())
+    }
 }
 
 impl StoredRequest {
@@ -92,6 +99,7 @@ impl Attachment {
                 kind: request.kind,
                 path: request.path.to_path_buf(),
                 file_offset: request.file_offset,
+                more_offsets: request.more_offsets.clone(),
                 semaphore_offset: request.semaphore_offset,
                 pid: request.pid,
             };
@@ -169,10 +177,10 @@ impl Attachment {
         }
         let points: Vec<multi::Point> = members
             .iter()
-            .filter_map(|&id| {
-                let request = self.request(id)?;
-                Some(multi::Point {
-                    offset: request.file_offset,
+            .filter_map(|&id| self.request(id).map(|request| (id, request)))
+            .flat_map(|(id, request)| {
+                request.offsets().map(move |offset| multi::Point {
+                    offset,
                     ref_ctr_offset: request.semaphore_offset.unwrap_or(0),
                     cookie: u64::from(id),
                 })

@@ -67,6 +67,9 @@ pub struct AttachRequest<'a> {
     /// The file the kernel resolves to an inode.
     pub path: &'a Path,
     pub file_offset: u64,
+    /// More sites of the same probe (the other `ret` instructions of
+    /// `uprobe:FUNC+ret`): attached and detached with it, their hits counted as its own.
+    pub more_offsets: Vec<u64>,
     /// File offset of a USDT semaphore: the kernel counts it up while attached.
     pub semaphore_offset: Option<u64>,
     /// How hits reach user space, and which arguments to capture.

@@ -76,35 +76,39 @@ impl Attachment {
         })?;
         let (pmu, program_fd) = self.perf_program(request.program)?;
         let path_text = request.path.display().to_string();
-        let perf_event = open_uprobe_event(
-            pmu,
-            &request.path,
-            request.file_offset,
-            request.semaphore_offset.unwrap_or(0),
-            request.kind == ProbeKind::Uretprobe,
-            request.pid,
-        )
-        .map_err(|source| AttachError::PerfEventOpen {
-            probe_id,
-            kind: request.kind,
-            path: path_text.clone(),
-            offset: request.file_offset,
-            source,
-        })?;
-        let link =
-            sys::bpf::link_perf_event(program_fd.as_fd(), perf_event.as_fd(), u64::from(probe_id))
-                .map_err(|source| AttachError::Link {
-                    probe_id,
-                    kind: request.kind,
-                    path: path_text,
-                    offset: request.file_offset,
-                    source,
-                })?;
+        let mut events = Vec::new();
+        for offset in request.offsets() {
+            let perf_event = open_uprobe_event(
+                pmu,
+                &request.path,
+                offset,
+                request.semaphore_offset.unwrap_or(0),
+                request.kind == ProbeKind::Uretprobe,
+                request.pid,
+            )
+            .map_err(|source| AttachError::PerfEventOpen {
+                probe_id,
+                kind: request.kind,
+                path: path_text.clone(),
+                offset,
+                source,
+            })?;
+            let link = sys::bpf::link_perf_event(
+                program_fd.as_fd(),
+                perf_event.as_fd(),
+                u64::from(probe_id),
+            )
+            .map_err(|source| AttachError::Link {
+                probe_id,
+                kind: request.kind,
+                path: path_text.clone(),
+                offset,
+                source,
+            })?;
+            events.push((link, perf_event));
+        }
         Ok(ProbeLink {
-            _fds: LinkFds::PerfEvent {
-                _link: link,
-                _perf_event: perf_event,
-            },
+            _fds: LinkFds::PerfEvent { _events: events },
         })
     }
 }

@@ -341,6 +341,7 @@ fn request<'a>(
         kind,
         path,
         file_offset,
+        more_offsets: Vec::new(),
         semaphore_offset: None,
         config: ProbeConfig {
             mode: mode.raw(),

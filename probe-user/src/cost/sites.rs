@@ -11,7 +11,9 @@
 
 use std::{fs::File, io, os::unix::fs::FileExt as _};
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Formatter as _, GasFormatter, OpKind};
+use iced_x86::{
+    Decoder, DecoderOptions, FlowControl, Formatter as _, GasFormatter, Mnemonic, OpKind,
+};
 
 use super::classes::{self, CostClass, KernelRules};
 
@@ -27,6 +29,8 @@ struct Insn {
     /// Where a direct jump, call or conditional branch goes, relative to the entry
     /// (wrapped below 0 for targets before the function).
     target: Option<u64>,
+    /// A near `ret` (`c3`, `c2 imm16`, with any prefixes: `f3 c3` is `rep ret`).
+    ret: bool,
 }
 
 /// A function's instructions from its entry, in order.
@@ -63,6 +67,7 @@ fn decode(code: &[u8]) -> Decoded {
             offset,
             flow,
             target,
+            ret: insn.mnemonic() == Mnemonic::Ret,
         });
     }
     Decoded {
@@ -309,6 +314,98 @@ pub fn later_site(
     Err(NoLaterSite::BranchFirst)
 }
 
+/// The `ret` instructions of a function (`uprobe:FUNC+ret`), found by a linear decode
+/// of its bytes from the entry to its symbol size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReturnSites {
+    /// Bytes from the entry of each `ret`, in order (at least one).
+    pub offsets: Vec<u64>,
+    /// Direct jumps whose target is outside the function: tail calls, or jumps to its
+    /// `.cold` part. A return through one of them passes no `ret` of the function, so
+    /// the probes do not see it.
+    pub jumps_out: usize,
+}
+
+/// Why a function's `ret` instructions cannot be listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoReturnSites {
+    /// No size in the symbol table, or more than [`MAX_FUNCTION_BYTES`].
+    Unsized,
+    /// The bytes from the entry do not decode as x86-64 to the end.
+    Undecodable { at: u64 },
+    /// The function has no `ret`: it never returns, or only through tail calls.
+    NoRet,
+}
+
+impl NoReturnSites {
+    /// The one-line refusal for `func+ret`.
+    pub fn message(self, func: &str) -> String {
+        match self {
+            NoReturnSites::Unsized => format!(
+                "{func}+ret: the symbol table gives {func} no size (or one over {MAX_FUNCTION_BYTES} bytes), so probetop cannot find all its ret instructions"
+            ),
+            NoReturnSites::Undecodable { at } => format!(
+                "{func}+ret: {func} does not decode as x86-64 from its entry to its end (invalid bytes at +{at:#x}), so probetop cannot find all its ret instructions"
+            ),
+            NoReturnSites::NoRet => format!(
+                "{func}+ret: {func} has no ret instruction (it never returns, or returns only through tail calls): use uretprobe:{func}"
+            ),
+        }
+    }
+}
+
+/// Every `ret` of the function whose bytes (its whole symbol size) are `code`.
+pub fn return_sites(code: &[u8]) -> Result<ReturnSites, NoReturnSites> {
+    if code.is_empty() || code.len() as u64 > MAX_FUNCTION_BYTES {
+        return Err(NoReturnSites::Unsized);
+    }
+    let decoded = decode(code);
+    if let Some(at) = decoded.stopped {
+        return Err(NoReturnSites::Undecodable { at });
+    }
+    let offsets: Vec<u64> = decoded
+        .insns
+        .iter()
+        .filter(|i| i.ret)
+        .map(|i| i.offset)
+        .collect();
+    if offsets.is_empty() {
+        return Err(NoReturnSites::NoRet);
+    }
+    let jumps_out = decoded
+        .insns
+        .iter()
+        .filter(|i| {
+            matches!(
+                i.flow,
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch
+            ) && i.target.is_some_and(|t| t >= code.len() as u64)
+        })
+        .count();
+    Ok(ReturnSites { offsets, jumps_out })
+}
+
+/// Whether other code can run while the function's frame is on the stack, as far as a
+/// linear decode of its bytes (`code`, its whole symbol size) shows: it calls (directly
+/// or not), jumps out of itself (a tail call leaves its caller's return address on the
+/// stack for the callee), or jumps indirectly. Anything the decode cannot vouch for (no
+/// size, too large, invalid bytes) counts as yes. A function for which this is false is
+/// a leaf: no exception can be thrown while it runs, so none unwinds through it.
+pub fn runs_other_code(code: &[u8]) -> bool {
+    if code.is_empty() || code.len() as u64 > MAX_FUNCTION_BYTES {
+        return true;
+    }
+    let decoded = decode(code);
+    decoded.stopped.is_some()
+        || decoded.insns.iter().any(|i| match i.flow {
+            FlowControl::Call | FlowControl::IndirectCall | FlowControl::IndirectBranch => true,
+            FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch => {
+                i.target.is_none_or(|t| t >= code.len() as u64)
+            }
+            _ => false,
+        })
+}
+
 /// The instruction at `offset` of `code`, AT&T syntax, as if `code` were at `address`.
 fn format_at(code: &[u8], offset: u64, address: u64) -> String {
     let mut decoder = Decoder::with_ip(
@@ -376,6 +473,51 @@ mod tests {
 
     fn size(code: &[u8]) -> u64 {
         code.len() as u64
+    }
+
+    #[test]
+    fn every_ret_form_is_a_return_site() {
+        assert_eq!(
+            return_sites(WORK_UNIT),
+            Ok(ReturnSites {
+                offsets: vec![0x21],
+                jumps_out: 0
+            })
+        );
+        // test %edi,%edi; je +5 (the rep ret); ret $8; nop; rep ret; jmp out (tail call).
+        let code = [
+            0x85, 0xff, 0x74, 0x04, 0xc2, 0x08, 0x00, 0x90, 0xf3, 0xc3, 0xe9, 0, 1, 0, 0,
+        ];
+        assert_eq!(
+            return_sites(&code),
+            Ok(ReturnSites {
+                offsets: vec![0x4, 0x8],
+                jumps_out: 1
+            })
+        );
+        // `retf` (0xcb) is no near return; a lone jmp never returns here.
+        assert_eq!(return_sites(&[0xcb]), Err(NoReturnSites::NoRet));
+        assert_eq!(return_sites(&[]), Err(NoReturnSites::Unsized));
+        assert_eq!(
+            return_sites(&[0x90, 0x06, 0xc3]),
+            Err(NoReturnSites::Undecodable { at: 1 })
+        );
+        assert!(NoReturnSites::NoRet.message("f").contains("uretprobe:f"));
+    }
+
+    #[test]
+    fn leaves_run_no_other_code() {
+        // work_unit calls leaf_ret.
+        assert!(runs_other_code(WORK_UNIT));
+        // mov %edi,%eax; xor $3,%eax; ret; and with a branch inside.
+        assert!(!runs_other_code(&[0x89, 0xf8, 0x83, 0xf0, 0x03, 0xc3]));
+        assert!(!runs_other_code(&[0x85, 0xff, 0x74, 0x01, 0x90, 0xc3]));
+        // A jump out (tail call), an indirect jump or call, undecodable bytes, no size.
+        assert!(runs_other_code(&[0xe9, 0, 1, 0, 0]));
+        assert!(runs_other_code(&[0xff, 0xe0]));
+        assert!(runs_other_code(&[0xff, 0xd0, 0xc3]));
+        assert!(runs_other_code(&[0x06]));
+        assert!(runs_other_code(&[]));
     }
 
     #[test]

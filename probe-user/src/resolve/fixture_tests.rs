@@ -1081,6 +1081,7 @@ fn cpp_demangled_names_overloads_and_globs() {
         provider: None,
         name: full.into(),
         offset: None,
+        at_returns: false,
     };
     assert_eq!(
         resolve_file(&path, &with_params, &opts()).expect("full"),

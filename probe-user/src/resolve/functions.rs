@@ -90,6 +90,7 @@ pub(super) fn resolve_functions(
                 function: Some(span),
                 resolved,
                 ifunc_resolver,
+                returns: None,
             });
             read_paths.push(obj.r.read_path.clone());
         }
@@ -99,6 +100,13 @@ pub(super) fn resolve_functions(
         && !points.is_empty()
     {
         return at_offset(spec, offset, points, &read_paths);
+    }
+    if spec.at_returns && !points.is_empty() {
+        return points
+            .into_iter()
+            .zip(&read_paths)
+            .map(|(point, path)| at_returns(point, path))
+            .collect();
     }
     if points.is_empty() {
         let needle = if glob.is_pattern() {
@@ -129,6 +137,49 @@ pub(super) fn resolve_functions(
         });
     }
     Ok(points)
+}
+
+/// Moves a function's point to its `ret` instructions (`uprobe:FUNC+ret`): the first
+/// holds the point, the others ride with it (`ProbePoint::returns`). Each is a plain
+/// uprobe on a `ret`, which the kernel single-steps (`cost::classes`); one the kernel
+/// would refuse refuses the spec, as a partial count would mislead.
+fn at_returns(mut point: ProbePoint, read_path: &PathBuf) -> Result<ProbePoint, ResolveError> {
+    let size = point.function.map_or(0, |f| f.size);
+    let code = if size == 0 || size > sites::MAX_FUNCTION_BYTES {
+        Vec::new()
+    } else {
+        std::fs::File::open(read_path)
+            .and_then(|file| sites::read_code(&file, point.file_offset, size))
+            .map_err(|error| ResolveError::Read {
+                path: point.object.clone(),
+                error,
+            })?
+    };
+    let returns =
+        sites::return_sites(&code).map_err(|e| ResolveError::BadOffset(e.message(&point.name)))?;
+    let rules = classes::KernelRules::running();
+    for &offset in &returns.offsets {
+        let site = classes::classify(&code[offset as usize..], point.file_offset + offset, rules);
+        if site.class == classes::CostClass::Refused {
+            return Err(ResolveError::BadOffset(format!(
+                "{}+ret: the kernel refuses to probe its ret at +{offset:#x} ({}): probetop cannot count every return",
+                point.name, site.instruction
+            )));
+        }
+    }
+    let Some(&first) = returns.offsets.first() else {
+        return Err(ResolveError::BadOffset(
+            sites::NoReturnSites::NoRet.message(&point.name),
+        ));
+    };
+    point.name = format!("{}+ret", point.name);
+    point.address += first;
+    point.file_offset += first;
+    if let Some(span) = point.function.as_mut() {
+        span.offset = first;
+    }
+    point.returns = Some(returns);
+    Ok(point)
 }
 
 /// Moves the one point of `FUNC+OFFSET` to the offset, once it is known to be an

@@ -19,6 +19,7 @@ pub mod ldcache;
 pub mod list;
 pub mod suggest;
 pub mod symbols;
+pub mod unwind;
 pub mod usdt;
 pub mod usdt_args;
 

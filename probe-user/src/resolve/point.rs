@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::usdt_args::{UsdtArg, UsdtArgError};
+use crate::cost::sites::ReturnSites;
 use crate::spec::ProbeKind;
 
 /// One place to attach one probe.
@@ -40,6 +41,9 @@ pub struct ProbePoint {
     /// `probetop list` shows it: the run says so, naming a way to probe the
     /// implementation.
     pub ifunc_resolver: bool,
+    /// `uprobe:FUNC+ret`: every `ret` of the function, each probed, all counted as this
+    /// one point; `address` and `file_offset` are the first one's.
+    pub returns: Option<ReturnSites>,
 }
 
 /// A uprobe's place in its function.
@@ -59,6 +63,20 @@ impl ProbePoint {
     /// File offset of the function's entry (uprobes and uretprobes).
     pub fn entry_file_offset(&self) -> Option<u64> {
         self.function.map(|f| self.file_offset - f.offset)
+    }
+
+    /// The file offsets of the sites after the first, which `file_offset` holds: the
+    /// other `ret` instructions of `uprobe:FUNC+ret`; none for other points.
+    pub fn more_file_offsets(&self) -> Vec<u64> {
+        match (&self.returns, self.entry_file_offset()) {
+            (Some(returns), Some(entry)) => returns
+                .offsets
+                .iter()
+                .skip(1)
+                .map(|offset| entry + offset)
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 }
 

@@ -174,5 +174,6 @@ pub fn usdt_probe_point(
         function: None,
         resolved: None,
         ifunc_resolver: false,
+        returns: None,
     }
 }

@@ -5,7 +5,7 @@ use anyhow::{Context as _, bail};
 
 use super::plan::Plan;
 use super::points;
-use super::probe::{Probe, refuse_go_return_probes};
+use super::probe::{Probe, refuse_unsafe_return_probes};
 use crate::UsageError;
 use crate::cli::RunArgs;
 use crate::present::export::SkippedPoint;
@@ -59,7 +59,7 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
         )));
     }
     if !args.force {
-        refuse_go_return_probes(&probes)?;
+        refuse_unsafe_return_probes(&probes)?;
     }
     let specs = plan.specs.len();
     say!(
@@ -81,6 +81,22 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
         probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
     for line in crate::resolve::costs::entry_warnings(&spec_points, &prepared.costs) {
         say!("{line}");
+    }
+    for (spec, point) in &spec_points {
+        if let Some(returns) = point.returns.as_ref().filter(|r| r.jumps_out > 0) {
+            say!(
+                "{spec}: {} jump{} {} (tail calls, or to its .cold part): a return through one passes none of its {} ret instruction{} and is not counted",
+                returns.jumps_out,
+                if returns.jumps_out == 1 {
+                    " leaves"
+                } else {
+                    "s leave"
+                },
+                point.name.trim_end_matches("+ret"),
+                returns.offsets.len(),
+                if returns.offsets.len() == 1 { "" } else { "s" }
+            );
+        }
     }
     if let Some(line) = points::ifunc_resolvers_line(&spec_points) {
         say!("{line}");

@@ -21,7 +21,7 @@ use std::{
 use tokio::sync::{mpsc, oneshot};
 
 use super::StopReason;
-use super::probe::{Probe, refuse_go_return_probes};
+use super::probe::{Probe, refuse_unsafe_return_probes};
 use super::report::{ReportSource, unix_now_ms};
 use crate::aggregate::ProbeAggregate;
 use crate::attach::{Attachment, ProbeLink};
@@ -522,7 +522,7 @@ impl Job {
                         .into_iter()
                         .map(|point| Probe::new(spec, point, self.generation, &target, &pin))
                         .collect();
-                    match refuse_go_return_probes(&found) {
+                    match refuse_unsafe_return_probes(&found) {
                         Err(e) if !self.force => unmatched.push(e.to_string()),
                         _ => probes.extend(found),
                     }

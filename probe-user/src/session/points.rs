@@ -22,8 +22,10 @@ enum File {
 }
 
 /// What makes two probe points one: the kernel would put the same breakpoint, running
-/// the same program, at the same place.
-type PointKey = (File, u64, ProbeKind);
+/// the same program, at the same place. The last field says whether the point is
+/// `FUNC+ret`, which holds more sites than its first `ret`: not the same as a probe on
+/// that `ret` alone.
+type PointKey = (File, u64, ProbeKind, bool);
 
 /// One line per object that probes are on but the target does not map (a library it
 /// has not loaded, another program's path): they fire only if it maps that file later.
@@ -65,7 +67,12 @@ pub(super) fn merge_duplicates(probes: &mut Vec<Probe>) -> usize {
                 Err(_) => File::Path(path.clone()),
             })
             .clone();
-        seen.insert((file, probe.point.file_offset, probe.point.kind))
+        seen.insert((
+            file,
+            probe.point.file_offset,
+            probe.point.kind,
+            probe.point.returns.is_some(),
+        ))
     });
     before - probes.len()
 }

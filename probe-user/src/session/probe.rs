@@ -75,6 +75,7 @@ impl Probe {
             kind: self.point.kind,
             path: &self.point.attach_path,
             file_offset: self.point.file_offset,
+            more_offsets: self.point.more_file_offsets(),
             semaphore_offset: self.point.usdt.as_ref().and_then(|u| u.semaphore_offset),
             config,
             pid,
@@ -116,10 +117,17 @@ impl Probe {
     }
 }
 
-/// Go moves goroutine stacks, so the return address a uretprobe plants can be copied
-/// to a stack the kernel does not track: the probe misfires or the target crashes.
-pub(super) fn refuse_go_return_probes(probes: &[Probe]) -> anyhow::Result<()> {
+/// Return probes that can kill the target, refused unless `--force`:
+///
+/// - Go moves goroutine stacks, so the return address a uretprobe plants can be copied
+///   to a stack the kernel does not track: the probe misfires or the target crashes.
+/// - An exception unwinding through a uretprobe's frame meets the kernel's trampoline
+///   where the return address was, and the runtime terminates the target
+///   (`resolve::unwind` has the rule). `uprobe:FUNC+ret` counts the same returns at
+///   the function's `ret` instructions without touching the stack.
+pub(super) fn refuse_unsafe_return_probes(probes: &[Probe]) -> anyhow::Result<()> {
     let mut checked = std::collections::HashMap::new();
+    let mut unwind = resolve::unwind::UnwindCheck::default();
     for probe in probes
         .iter()
         .filter(|p| p.point.kind == ProbeKind::Uretprobe)
@@ -134,6 +142,36 @@ pub(super) fn refuse_go_return_probes(probes: &[Probe]) -> anyhow::Result<()> {
                 probe.point.object.display()
             )));
         }
+        if let Some(marker) = unwind.unwinds_through(&probe.point) {
+            bail!(UsageError(format!(
+                "{}: an exception can unwind through {} ({} uses {marker}), and a uretprobe's return address makes the unwinder terminate the target; use `{}` to measure at its ret instructions instead, or --force to attach anyway",
+                probe.spec,
+                probe.point.name,
+                probe.point.object.display(),
+                ret_sites_spec(&probe.spec)
+            )));
+        }
     }
     Ok(())
+}
+
+/// `uretprobe:[OBJECT:]FUNC` written as `uprobe:[OBJECT:]FUNC+ret`.
+fn ret_sites_spec(spec: &str) -> String {
+    let target = spec.split_once(':').map_or(spec, |(_, rest)| rest);
+    format!("uprobe:{target}+ret")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_uretprobe_spec_becomes_its_ret_sites_form() {
+        assert_eq!(
+            super::ret_sites_spec("uretprobe:middle"),
+            "uprobe:middle+ret"
+        );
+        assert_eq!(
+            super::ret_sites_spec("ur:/usr/sbin/mariadbd:dispatch_command"),
+            "uprobe:/usr/sbin/mariadbd:dispatch_command+ret"
+        );
+    }
 }

@@ -957,6 +957,7 @@ fn detach_and_reattach_sets_keep_exact_counts() {
             kind,
             path: &exe,
             file_offset,
+            more_offsets: Vec::new(),
             semaphore_offset,
             config,
             pid,

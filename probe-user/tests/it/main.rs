@@ -29,4 +29,5 @@ mod mysql;
 mod overload;
 mod postgres;
 mod probe_points;
+mod returns;
 mod tui;
