@@ -181,7 +181,9 @@ pub struct RunArgs {
     /// as root); attach uretprobes to Go functions (refused by default: Go moves
     /// goroutine stacks, which breaks return probes and can crash the target); probe a
     /// process under ptrace (refused by default: a debugger's breakpoints and uprobes on
-    /// the same function interfere, and can kill the target with SIGTRAP).
+    /// the same function interfere, and can kill the target with SIGTRAP); probe a
+    /// 5-byte nop past a function's entry on a kernel that optimizes it (refused by
+    /// default: its call writes below %rsp, over the function's red zone).
     #[arg(long)]
     pub force: bool,
 

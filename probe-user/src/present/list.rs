@@ -55,6 +55,9 @@ pub fn render_text(listing: &Listing) -> String {
                 let _ = write!(out, "  aliases: {}", p.aliases.join(", "));
             }
             out.push('\n');
+            if let Some(refused) = &p.refused {
+                let _ = writeln!(out, "  {:<6}  refused: {refused}", "");
+            }
             if let Some(later) = &p.later_site {
                 let _ = writeln!(
                     out,
@@ -122,6 +125,7 @@ mod tests {
                     cost_class: Some(CostClass::EmulatedPush),
                     instruction: Some("push %rbp".into()),
                     later_site: None,
+                    refused: None,
                 },
                 ListedPoint {
                     kind: ListedKind::Uprobe,
@@ -145,6 +149,7 @@ mod tests {
                         },
                         spec: "uprobe:mysqld_stmt_execute".into(),
                     }),
+                    refused: None,
                 },
                 ListedPoint {
                     kind: ListedKind::Usdt,
@@ -161,6 +166,7 @@ mod tests {
                     cost_class: Some(CostClass::EmulatedNop),
                     instruction: Some("nop".into()),
                     later_site: None,
+                    refused: None,
                 },
             ],
             warnings: vec!["bad note".into()],

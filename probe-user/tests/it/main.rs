@@ -29,3 +29,4 @@ mod overload;
 mod postgres;
 mod probe_points;
 mod tui;
+mod unsafe_sites;
