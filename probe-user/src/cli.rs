@@ -186,7 +186,9 @@ pub struct RunArgs {
     /// cannot pass a uretprobe's return address and terminates the target; use
     /// uprobe:FUNC+ret instead); probe a
     /// process under ptrace (refused by default: a debugger's breakpoints and uprobes on
-    /// the same function interfere, and can kill the target with SIGTRAP).
+    /// the same function interfere, and can kill the target with SIGTRAP); probe a
+    /// 5-byte nop past a function's entry on a kernel that optimizes it (refused by
+    /// default: its call writes below %rsp, over the function's red zone).
     #[arg(long)]
     pub force: bool,
 

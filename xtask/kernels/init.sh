@@ -146,6 +146,11 @@ say "RC other probetop=$?"
 relay /tmp/other.err ERR other
 [ -s /tmp/other.json ] && echo "PT JSON other $(tr -d '\n' < /tmp/other.json)"
 probe_run usdt "$F/probes --count $SEMA --wait-signal" -e usdt:fixture_sema:tick -e usdt:fixture:tick
+# The red zone: values a leaf function keeps below %rsp across a probed `nop; nop5` USDT
+# site and a probed nop5 entry must come back as stored (the fixture's done line counts).
+RZ="-e usdt:redzone:site -e uprobe:redzone_entry"
+probe_run redzone "$F/redzone --calls $CALLS" $RZ
+probe_run redzone-kernel "$F/redzone --calls $CALLS" $RZ --mode kernel
 
 start_fixture /tmp/list.fx $F/workload --calls 1 --wait-signal
 $P list --pid $FX_PID > /tmp/list.out 2> /tmp/list.err

@@ -3,7 +3,9 @@
 //!
 //! Per kernel, `xtask/kernels/init.sh` runs as PID 1: uprobe + uretprobe + USDT on the
 //! workload fixture in ring mode and in `--mode kernel` (every call counted, none
-//! dropped), USDT probes with and without a semaphore on the probes fixture, and
+//! dropped), USDT probes with and without a semaphore on the probes fixture, the red-zone
+//! fixture's `nop; nop5` USDT site and nop5 entry in both modes (every value it keeps
+//! below %rsp intact), and
 //! `probetop list --pid`, and the ring run again with the static probetop of `cargo
 //! xtask dist`, with no libc or dynamic loader left on the file system. It prints what
 //! happened on the serial console; this module judges it. A kernel older than 5.15 must refuse every probe run with probetop's
@@ -136,6 +138,20 @@ const PROBE_RUNS: &[(&str, &[&str], &str, bool)] = &[
         "ring",
         true,
     ),
+    // The red zone: a `nop; nop5` USDT site and a function whose first instruction
+    // is a 5-byte nop, on the fixture that counts values changed below %rsp.
+    (
+        REDZONE_STEP,
+        &["usdt:redzone:site", "uprobe:redzone_entry"],
+        "ring",
+        false,
+    ),
+    (
+        "redzone-kernel",
+        &["usdt:redzone:site", "uprobe:redzone_entry"],
+        "kernel",
+        false,
+    ),
     (
         DIST_STEP,
         &[
@@ -151,6 +167,9 @@ const PROBE_RUNS: &[(&str, &[&str], &str, bool)] = &[
 /// /lib, /lib64 and /usr/lib moved away; its `NOLIBC` line says whether the glibc
 /// probetop could still start then (it must not).
 const DIST_STEP: &str = "dist";
+/// The red-zone runs' steps start with this; their fixture's `done` line must count no
+/// value changed below %rsp (fixtures/c/redzone.c).
+const REDZONE_STEP: &str = "redzone";
 /// What `probetop list --pid` must show of the workload.
 const LISTED: &[&str] = &["work_unit", "leaf_ret", "workload:unit"];
 
@@ -348,6 +367,13 @@ mod tests {
             &format!("PT JSON foreign {}", export("ring", 20, 40)),
             "PT RC usdt probetop=0 attached=1 fixture=0 secs=2.0",
             r#"PT JSON usdt {"probes": [{"spec": "usdt:fixture_sema:tick", "mode": "ring", "hits": 5, "dropped": 0}, {"spec": "usdt:fixture:tick", "mode": "ring", "hits": 5, "dropped": 0}]}"#,
+            "PT RC redzone probetop=0 attached=1 fixture=0 secs=3.0",
+            "PT FX redzone | ready pid=90",
+            "PT FX redzone | done calls=20 corrupted_usdt=0 corrupted_mid=0 corrupted_entry=0",
+            r#"PT JSON redzone {"probes": [{"spec": "usdt:redzone:site", "mode": "ring", "hits": 20, "dropped": 0}, {"spec": "uprobe:redzone_entry", "mode": "ring", "hits": 20, "dropped": 0}]}"#,
+            "PT RC redzone-kernel probetop=0 attached=1 fixture=0 secs=3.0",
+            "PT FX redzone-kernel | done calls=20 corrupted_usdt=19 corrupted_mid=0 corrupted_entry=0",
+            r#"PT JSON redzone-kernel {"probes": [{"spec": "usdt:redzone:site", "mode": "kernel", "hits": 20, "dropped": 0}, {"spec": "uprobe:redzone_entry", "mode": "kernel", "hits": 20, "dropped": 0}]}"#,
             "PT RC list probetop=0 lines=4000",
             "PT OUT list |   uprobe   0x1a10  0x1a10  emulated-push   leaf_ret",
             "PT OUT list |   uprobe   0x1a30  0x1a30  emulated-push   work_unit",
@@ -369,6 +395,9 @@ mod tests {
                 ("kernel", false),
                 ("foreign", true),
                 ("usdt", true),
+                ("redzone", true),
+                // Every hit counted, but 19 values changed below %rsp.
+                ("redzone-kernel", false),
                 ("dist", true),
                 ("ring dispatch", true),
                 // 19 of 20 returns: one off is a failure.
@@ -378,13 +407,18 @@ mod tests {
             ]
         );
         assert_eq!(rows[1].got, "19/19/19, 0 dropped");
-        assert_eq!(rows[4].got, "20/20/20, 0 dropped, no libc");
+        assert_eq!(rows[4].got, "20/20, 0 dropped, 0 values changed below %rsp");
         assert_eq!(
             rows[5].got,
+            "20/20, 0 dropped, 19 values changed below %rsp"
+        );
+        assert_eq!(rows[6].got, "20/20/20, 0 dropped, no libc");
+        assert_eq!(
+            rows[7].got,
             "20 returns by uprobe_notify_resume, 0 other, 0 untimed"
         );
         assert_eq!(
-            rows[7].got,
+            rows[9].got,
             "20 returns by uprobe_notify_resume, 40 other, 0 untimed (the other's 20)"
         );
 
@@ -396,7 +430,7 @@ mod tests {
         ] {
             let text = text.replace("PT NOLIBC dist glibc_probetop_rc=127", nolibc);
             let rows = judge(kernel, &Boot::parse(&text, false), 20, 5);
-            assert!(!rows[4].ok && rows[4].got.ends_with(got), "{}", rows[4].got);
+            assert!(!rows[6].ok && rows[6].got.ends_with(got), "{}", rows[6].got);
         }
         assert_eq!(rows[0].kernel, "6.1.0-50 bookworm");
     }
@@ -407,7 +441,15 @@ mod tests {
                        BPF links for perf events); this kernel is 5.10.0-32-cloud-amd64";
         let mut lines = vec!["PT BEGIN kernel=5.10.0-32-cloud-amd64 cpus=2".to_owned()];
         lines.push("PT NOLIBC dist glibc_probetop_rc=127".to_owned());
-        for step in ["ring", "kernel", "foreign", "usdt", "dist"] {
+        for step in [
+            "ring",
+            "kernel",
+            "foreign",
+            "usdt",
+            "redzone",
+            "redzone-kernel",
+            "dist",
+        ] {
             lines.push(format!(
                 "PT RC {step} probetop=1 attached=0 fixture=143 secs=1.0"
             ));
@@ -426,7 +468,7 @@ mod tests {
         let rows = judge(&KERNELS[0], &boot, 20, 5);
         let oks: Vec<bool> = rows.iter().map(|r| r.ok).collect();
         // list did not run: a failure too.
-        assert_eq!(oks, [true, true, true, false, true, false]);
+        assert_eq!(oks, [true, true, true, false, true, true, true, false]);
         assert!(rows[3].got.contains("verifier log"), "{}", rows[3].got);
     }
 

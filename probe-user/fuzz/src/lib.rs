@@ -211,7 +211,7 @@ fn check_probes(
 /// Builds the probe point a resolve would and lowers its arguments as attach does.
 fn lower(probe: &UsdtProbe, lookup: impl Fn(&str) -> Option<u64>, load_bias: Option<u64>) {
     let object = PathBuf::from("/fuzz/object");
-    let point = usdt_probe_point(probe, object.clone(), object, load_bias, 0, lookup);
+    let point = usdt_probe_point(probe, object.clone(), object, load_bias, lookup);
     for count in [0, 1, probe_common::MAX_ARGS, usize::MAX] {
         if let Ok(config) = args_config(&point, count) {
             assert!(config.count as usize <= count.min(probe_common::MAX_ARGS));

@@ -114,9 +114,10 @@ workload_fn!(
     "pop %rbp",
     "ret",
 );
-// A USDT site as libbpf/usdt's usdt.h emits it since it knows of 6.18's optimized
-// uprobes: `nop; nop5`, the note on the nop. A tool that knows the form probes the
-// 5-byte nop where the kernel optimizes it (probetop does), the nop elsewhere.
+// A USDT site as libbpf/usdt's usdt.h emitted it from Dec 2025 to May 2026: `nop; nop5`,
+// the note on the nop. probetop probes the nop, as the note says: on the nop5 a kernel
+// that optimizes it (6.18+) would write a call's return address below %rsp, over a
+// leaf function's red zone (fixtures/c/redzone.c), so this row prices the emulated nop.
 workload_fn!(
     "probetop_cal_usdt_nop5",
     "push %rbp",
@@ -239,7 +240,7 @@ pub enum Func {
     Ret,
     /// Holds a USDT site (a nop) after its prologue.
     Usdt,
-    /// Holds a `nop; nop5` USDT site after its prologue; probed on the 5-byte nop.
+    /// Holds a `nop; nop5` USDT site after its prologue; probed on the nop its note names.
     UsdtNop5,
     /// Unprobed twins: the same code, for the baseline of each run.
     EmulatedTwin,
@@ -332,14 +333,12 @@ impl Func {
     }
 
     /// Runtime address of the instruction a probe on this function sits on: the entry,
-    /// for [`Func::Usdt`] the USDT site, for [`Func::UsdtNop5`] its 5-byte nop (one
-    /// byte past the site its note names, as probetop resolves it where the kernel
-    /// optimizes the nop5: see `resolve::usdt::nop5_shift`).
+    /// for [`Func::Usdt`] and [`Func::UsdtNop5`] the USDT site their notes name.
     pub fn probed_address(self) -> u64 {
         match self {
             // Only the address of the extern static is taken, never its value.
             Func::Usdt => &raw const probetop_cal_usdt_site as u64,
-            Func::UsdtNop5 => &raw const probetop_cal_usdt_nop5_site as u64 + 1,
+            Func::UsdtNop5 => &raw const probetop_cal_usdt_nop5_site as u64,
             f => f.pointer() as usize as u64,
         }
     }
@@ -732,8 +731,12 @@ mod tests {
         assert_eq!(class(Func::SingleStepped), CostClass::SingleStepped);
         assert_eq!(class(Func::Nop5), CostClass::Optimized);
         assert_eq!(class(Func::Usdt), CostClass::EmulatedNop);
-        assert_eq!(class(Func::UsdtNop5), CostClass::Optimized);
-        // The site its note names is the one-byte nop before it.
+        // Probed on the one-byte nop its note names, the nop5 after it untouched.
+        assert_eq!(class(Func::UsdtNop5), CostClass::EmulatedNop);
+        assert_eq!(
+            &bytes(Func::UsdtNop5)[..6],
+            &[0x90, 0x0f, 0x1f, 0x44, 0x00, 0x00]
+        );
         let site = bytes(Func::UsdtNop5Twin);
         assert_eq!(&site[4..10], &[0x90, 0x0f, 0x1f, 0x44, 0x00, 0x00]);
         assert!(

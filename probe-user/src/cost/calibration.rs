@@ -105,8 +105,10 @@ pub enum Case {
     UsdtUnattached,
     /// A USDT site (a nop) with a probe running an empty program.
     UsdtHit,
-    /// A `nop; nop5` USDT site (libbpf/usdt's usdt.h) probed on its 5-byte nop, as
-    /// probetop resolves it where the kernel optimizes nop5 (6.18+), empty program.
+    /// A `nop; nop5` USDT site (libbpf/usdt's usdt.h, Dec 2025 to May 2026) probed on
+    /// the nop its note names, empty program: the emulated nop, as [`Case::UsdtHit`]
+    /// (the nop5 is never probed: `cost::classes::CostClass::Unsafe`). Caches from
+    /// before 2026-11-27 measured it on the nop5; their rows' labels say so.
     UsdtNop5Hit,
     /// A uprobe on `push %rbp` (emulated), empty program.
     UprobeEmulated,
@@ -168,7 +170,7 @@ impl Case {
         match self {
             Case::UsdtUnattached => "USDT site, not attached (ns per loop call)",
             Case::UsdtHit => "USDT hit (nop, empty program)",
-            Case::UsdtNop5Hit => "USDT hit (nop; nop5 form, on the nop5, empty)",
+            Case::UsdtNop5Hit => "USDT hit (nop; nop5 form, on its nop, empty)",
             Case::UprobeEmulated => "uprobe, emulated (push %rbp, empty program)",
             Case::UprobeSingleStepped => "uprobe, single-stepped (%rip-rel mov, empty)",
             Case::UprobeOptimized => "uprobe, 5-byte nop (empty program)",
@@ -552,8 +554,10 @@ impl Calibration {
         );
         for row in &self.rows {
             let mut label = row.label.clone();
-            if matches!(row.case, Case::UprobeOptimized | Case::UsdtNop5Hit) && !self.optimizes_nop5
-            {
+            // A cache's older row on the nop5 (its label says so) is optimized too.
+            let on_nop5 = row.case == Case::UprobeOptimized
+                || (row.case == Case::UsdtNop5Hit && row.label.contains("on the nop5"));
+            if on_nop5 && !self.optimizes_nop5 {
                 label.push_str(" [not optimized here]");
             }
             let _ = writeln!(

@@ -23,7 +23,10 @@
 //!   and the assembler emit for padding); `jmp`/`call` rel8/rel32 and conditional jumps;
 //!   `push` of a register without a prefix (or with exactly REX.B 0x41);
 //! - optimized (after the first hit, on kernels with `arch_uprobe_optimize`): a 5-byte
-//!   nop (0x90 with prefixes, or `0f 1f /0`) that does not cross a page;
+//!   nop (0x90 with prefixes, or `0f 1f /0`) that does not cross a page; safe only as a
+//!   function's first instruction: past it, the CALL the kernel writes pushes its return
+//!   address at -8(%rsp), inside the 128-byte red zone a leaf function may keep data in
+//!   without moving %rsp ([`CostClass::Unsafe`], [`SiteClass::past_entry`]);
 //! - single-stepped: everything else, `push` with REX.W, `endbr64`, `ret`,
 //!   `mov`, `sub $N,%rsp`, `nopl 8(%rax)` (not in `x86_nops`) and every %rip-relative
 //!   instruction among them.
@@ -48,6 +51,12 @@ pub enum CostClass {
     /// A 5-byte nop the kernel rewrites, after the first hit, into a call to a
     /// trampoline that makes a syscall: no trap at all.
     Optimized,
+    /// A 5-byte nop past a function's entry that the kernel would optimize: its CALL
+    /// writes a return address below %rsp, over whatever the function keeps in its red
+    /// zone (measured: 999,999 of 1,000,000 values corrupted, fixtures/c/redzone.c, kernel
+    /// 6.18, 2026-11-27). probetop refuses it unless `--force`; forced, it costs what
+    /// [`CostClass::Optimized`] does.
+    Unsafe,
     /// Executed out of line under single-step: a second trap per hit.
     SingleStepped,
     /// The kernel refuses to probe it: the probe attaches but never fires.
@@ -64,6 +73,7 @@ impl CostClass {
             CostClass::EmulatedPush => "emulated-push",
             CostClass::EmulatedBranch => "emulated-branch",
             CostClass::Optimized => "optimized",
+            CostClass::Unsafe => "unsafe",
             CostClass::SingleStepped => "single-stepped",
             CostClass::Refused => "refused",
             CostClass::Unknown => "unknown",
@@ -75,9 +85,19 @@ impl CostClass {
         match self {
             CostClass::EmulatedNop | CostClass::EmulatedPush | CostClass::EmulatedBranch => "emul",
             CostClass::Optimized => "opt",
+            CostClass::Unsafe => "UNSAFE",
             CostClass::SingleStepped => "SSTEP",
             CostClass::Refused => "REFUSED",
             CostClass::Unknown => "?",
+        }
+    }
+
+    /// The class of the same instruction past its function's entry: an optimized
+    /// 5-byte nop is [`CostClass::Unsafe`] there.
+    pub fn past_entry(self) -> Self {
+        match self {
+            CostClass::Optimized => CostClass::Unsafe,
+            other => other,
         }
     }
 
@@ -105,6 +125,24 @@ pub struct SiteClass {
     /// Why, in a few words, when it is not obvious from the class.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<&'static str>,
+}
+
+/// Why a [`CostClass::Unsafe`] site is refused.
+pub const RED_ZONE: &str = "a 5-byte nop past the function's entry, which this kernel rewrites into a call that writes its return address below %rsp, over the function's red zone";
+
+impl SiteClass {
+    /// The class of this instruction when it is not its function's first (or may not
+    /// be): an optimized 5-byte nop becomes [`CostClass::Unsafe`].
+    pub fn past_entry(self) -> Self {
+        if self.class.past_entry() == self.class {
+            return self;
+        }
+        SiteClass {
+            class: self.class.past_entry(),
+            reason: Some(RED_ZONE),
+            ..self
+        }
+    }
 }
 
 /// What the running kernel does beyond the rules every supported kernel shares.
@@ -487,6 +525,19 @@ mod tests {
         assert_eq!(
             classify(&[0x66, 0x66, 0x0f, 0x1f, 0x00], 0, OLD).class,
             CostClass::SingleStepped
+        );
+        // Past a function's entry it is unsafe; other classes stay as they are.
+        assert_eq!(
+            classify(&nop5, 0, NEW).past_entry().class,
+            CostClass::Unsafe
+        );
+        assert_eq!(
+            classify(&nop5, 0, OLD).past_entry().class,
+            CostClass::EmulatedNop
+        );
+        assert_eq!(
+            classify(&[0x90], 0, NEW).past_entry().class,
+            CostClass::EmulatedNop
         );
         // Across a page boundary: no atomic rewrite, so not optimized.
         assert_eq!(classify(&nop5, 4093, NEW).class, CostClass::EmulatedNop);

@@ -135,7 +135,8 @@ fn entry_case(class: CostClass) -> Option<Case> {
         CostClass::EmulatedNop => Some(Case::UsdtHit),
         CostClass::EmulatedPush | CostClass::EmulatedBranch => Some(Case::UprobeEmulated),
         CostClass::SingleStepped => Some(Case::UprobeSingleStepped),
-        CostClass::Optimized => Some(Case::UprobeOptimized),
+        // Forced (`--force`), an unsafe nop5 is optimized all the same.
+        CostClass::Optimized | CostClass::Unsafe => Some(Case::UprobeOptimized),
         CostClass::Refused | CostClass::Unknown => None,
     }
 }
@@ -145,7 +146,7 @@ fn entry_dispatch_case(class: CostClass) -> Option<DispatchCase> {
         CostClass::EmulatedNop => Some(DispatchCase::Usdt),
         CostClass::EmulatedPush | CostClass::EmulatedBranch => Some(DispatchCase::Emulated),
         CostClass::SingleStepped => Some(DispatchCase::SingleStepped),
-        CostClass::Optimized => Some(DispatchCase::Optimized),
+        CostClass::Optimized | CostClass::Unsafe => Some(DispatchCase::Optimized),
         CostClass::Refused | CostClass::Unknown => None,
     }
 }

@@ -39,6 +39,7 @@ pub fn label_tag(cost: &ProbeCost) -> Option<&'static str> {
         CostClass::SingleStepped => Some("[sstep]"),
         CostClass::Refused => Some("[refused]"),
         CostClass::Optimized => Some("[opt]"),
+        CostClass::Unsafe => Some("[UNSAFE]"),
         _ => None,
     }
 }

@@ -181,13 +181,8 @@ impl LaterSite {
     /// `+0x3 (jbe 0x30) is emulated and reached on every call: use SPEC`, where SPEC is
     /// the uprobe spec of the function without its offset (`uprobe:f`).
     pub fn advice(&self, spec: &str) -> String {
-        let how = if self.class == CostClass::Optimized {
-            "optimized"
-        } else {
-            "emulated"
-        };
         format!(
-            "+{:#x} ({}) is {how} and reached on every call: use {spec}+{:#x}",
+            "+{:#x} ({}) is emulated and reached on every call: use {spec}+{:#x}",
             self.offset, self.instruction, self.offset
         )
     }
@@ -238,7 +233,7 @@ impl NoLaterSite {
     }
 }
 
-/// The first instruction after the entry that the kernel emulates (or optimizes) and
+/// The first instruction after the entry that the kernel emulates and
 /// that every call executes exactly once, as far as a linear decode of the whole
 /// function (`code`, its symbol size of bytes from the entry) can tell:
 ///
@@ -298,8 +293,10 @@ pub fn later_site(
             if first_symbol.is_some_and(|s| s <= insn.offset) {
                 return Err(NoLaterSite::SymbolInside);
             }
-            let site = site_class(insn.offset);
-            if site.class.is_emulated() || site.class == CostClass::Optimized {
+            // Past the entry a 5-byte nop the kernel optimizes is unsafe (its call writes
+            // below %rsp): never offered; the search goes on past it.
+            let site = site_class(insn.offset).past_entry();
+            if site.class.is_emulated() {
                 return Ok(LaterSite {
                     offset: insn.offset,
                     class: site.class,
@@ -660,12 +657,24 @@ mod tests {
     }
 
     #[test]
-    fn a_five_byte_nop_is_optimized_or_emulated() {
-        let code = [0x48, 0x89, 0xf8, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3];
+    fn a_five_byte_nop_is_offered_only_where_it_is_emulated() {
+        // mov %rdi,-0x8(%rsp); nopl 0x0(%rax,%rax,1); push %rbx; pop %rbx; ret: where the
+        // kernel optimizes the nop5, its call would overwrite -0x8(%rsp); the push after
+        // it is offered instead.
+        let code = [
+            0x48, 0x89, 0x7c, 0x24, 0xf8, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x53, 0x5b, 0xc3,
+        ];
         assert_eq!(
             later(&code).map(|s| (s.0, s.1)),
-            Ok((3, CostClass::Optimized))
+            Ok((10, CostClass::EmulatedPush))
         );
+        assert_eq!(
+            later_site(&code, 0, 0, &[], OLD).map(|s| (s.offset, s.class)),
+            Ok((5, CostClass::EmulatedNop))
+        );
+        // Nothing emulated after it: no offer at all.
+        let code = [0x48, 0x89, 0xf8, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3];
+        assert_eq!(later(&code), Err(NoLaterSite::BranchFirst));
         assert_eq!(
             later_site(&code, 0, 0, &[], OLD).map(|s| (s.offset, s.class)),
             Ok((3, CostClass::EmulatedNop))

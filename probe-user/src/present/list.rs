@@ -68,6 +68,9 @@ pub fn render_text(listing: &Listing) -> String {
                 };
                 let _ = writeln!(out, "  {:<6}  {said}", "");
             }
+            if let Some(refused) = &p.refused {
+                let _ = writeln!(out, "  {:<6}  refused: {refused}", "");
+            }
             if let Some(later) = &p.later_site {
                 let _ = writeln!(
                     out,
@@ -136,6 +139,7 @@ mod tests {
                     instruction: Some("push %rbp".into()),
                     later_site: None,
                     ifunc: None,
+                    refused: None,
                 },
                 ListedPoint {
                     kind: ListedKind::Uprobe,
@@ -157,6 +161,7 @@ mod tests {
                         implementation: Some("__strchr_avx2".into()),
                         at_resolver: None,
                     }),
+                    refused: None,
                 },
                 ListedPoint {
                     kind: ListedKind::Uprobe,
@@ -181,6 +186,7 @@ mod tests {
                         spec: "uprobe:mysqld_stmt_execute".into(),
                     }),
                     ifunc: None,
+                    refused: None,
                 },
                 ListedPoint {
                     kind: ListedKind::Usdt,
@@ -198,6 +204,7 @@ mod tests {
                     instruction: Some("nop".into()),
                     later_site: None,
                     ifunc: None,
+                    refused: None,
                 },
             ],
             warnings: vec!["bad note".into()],

@@ -51,6 +51,14 @@ pub fn prepare(points: &[&ProbePoint]) -> Prepared {
                         instruction: String::new(),
                         reason: Some("cannot read the probed file"),
                     });
+                // Past a function's entry an optimized nop5 is unsafe (attached only by
+                // --force): said as such, priced as optimized.
+                let past_entry = match (&p.function, &p.usdt) {
+                    (Some(span), _) => span.offset > 0,
+                    (None, Some(usdt)) => !usdt.at_function_entry,
+                    (None, None) => false,
+                };
+                let site = if past_entry { site.past_entry() } else { site };
                 // A uretprobe shares its entry breakpoint with an entry probe on the same
                 // function, whose cost that breakpoint then is.
                 let shares_entry = p.kind == ProbeKind::Uretprobe

@@ -112,6 +112,9 @@ pub struct ElfImage {
     pub gnu_debugdata: Option<Vec<u8>>,
     /// Address of `.stapsdt.base`, for prelink adjustment of USDT locations.
     pub stapsdt_base: Option<u64>,
+    /// Address range of `.probes`, where sys/sdt.h and usdt.h put USDT semaphores: the
+    /// only place a note's semaphore is accepted (the kernel adds to it while attached).
+    pub probes_section: Option<std::ops::Range<u64>>,
     pub stapsdt_notes: Vec<RawStapsdtNote>,
     /// Problems met while reading symbols and notes (truncated, malformed, too large):
     /// reported, not fatal.
@@ -262,6 +265,11 @@ fn parse_generic<Elf: FileHeader<Endian = Endianness>>(data: &[u8]) -> Result<El
         let sh_type = section.sh_type(endian);
         match name {
             b".stapsdt.base" => image.stapsdt_base = Some(section.sh_addr(endian).into()),
+            b".probes" => {
+                let start: u64 = section.sh_addr(endian).into();
+                let size: u64 = section.sh_size(endian).into();
+                image.probes_section = start.checked_add(size).map(|end| start..end);
+            }
             b".gnu_debuglink" if sh_type != SHT_NOBITS => {
                 if let Ok(bytes) = section.data(endian, data) {
                     image.debuglink = parse_debuglink(bytes, image.big_endian);

@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use super::ifunc;
-use super::usdt::UsdtNoteError;
 
 /// Why a spec resolved to nothing usable.
 #[derive(Debug, thiserror::Error)]
@@ -37,11 +36,11 @@ pub enum ResolveError {
         objects: String,
         hint: String,
     },
-    #[error("USDT probe {name} in {object} cannot be used: {reason}")]
+    #[error("USDT probe {name} in {object} is refused: {reason}")]
     UsdtUnusable {
         name: String,
         object: PathBuf,
-        reason: UsdtNoteError,
+        reason: String,
     },
     #[error(
         "no library {name:?}: not mapped by the process and not in the dynamic linker's cache{hint}; give an absolute path"

@@ -208,6 +208,7 @@ fn opts() -> ResolveOptions {
     ResolveOptions {
         max_probes: DEFAULT_MAX_PROBES,
         debug: DebugSearch { roots: Vec::new() },
+        force: false,
     }
 }
 
@@ -1303,4 +1304,50 @@ fn an_ifunc_whose_choice_cannot_be_read_is_refused_with_the_reason() {
         err.to_string(),
         "strfoo in /lib/libc.so.6 is an IFUNC: its symbol is a resolver that runs once at load, and the object has no IRELATIVE relocation for it, so its choice cannot be read; probe the implementation by its name instead (probetop list --pid PID '*strfoo*' lists them)"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Notes probetop refuses to trust
+
+#[test]
+#[ignore = "needs the fixtures"]
+fn wrong_usdt_notes_are_refused_and_the_others_kept() {
+    let path = fixture("c/badnotes");
+    assert_eq!(
+        names(&resolve_ok(&path, "usdt:badnotes:*")),
+        vec!["badnotes:good", "badnotes:sema"]
+    );
+    for (name, needle) in [
+        (
+            "mid_insn",
+            "its site badnotes_fn+0x6 is not on an instruction boundary: the nearest are +0x5 and +0xa",
+        ),
+        ("not_nop", "is `mov %ecx,%eax`, not the nop"),
+        ("data_sema", "is outside the .probes section"),
+    ] {
+        let err =
+            resolve_file(&path, &spec(&format!("usdt:badnotes:{name}")), &opts()).expect_err(name);
+        assert!(
+            matches!(err, ResolveError::UsdtUnusable { .. }) && err.to_string().contains(needle),
+            "{name}: {err}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs the fixtures"]
+fn usdt_sites_stay_on_their_notes_and_are_checked_without_symbols_too() {
+    // The `nop; nop5` form: on the nop the note names (redzone_usdt+0x5), never moved.
+    let path = fixture("c/redzone");
+    let site = resolve_ok(&path, "usdt:redzone:site");
+    let entry = resolve_ok(&path, "uprobe:redzone_usdt");
+    assert_eq!(site[0].address, entry[0].address + 5);
+    assert!(!site[0].usdt.as_ref().expect("usdt").at_function_entry);
+    // A stripped copy without its debug file: the sites inside static functions are
+    // checked from the nearest exported symbol before them, and all kept.
+    let alone = TempDir::new("stripped-usdt");
+    let bin = alone.0.join("probes-debuglink");
+    std::fs::copy(fixture("c/probes-debuglink"), &bin).expect("copy bin");
+    let whole = names(&resolve_ok(&fixture("c/probes"), "usdt:*"));
+    assert_eq!(names(&resolve_ok(&bin, "usdt:*")), whole);
 }

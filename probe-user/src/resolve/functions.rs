@@ -99,7 +99,7 @@ pub(super) fn resolve_functions(
     if let Some(offset) = spec.offset
         && !points.is_empty()
     {
-        return at_offset(spec, offset, points, &read_paths);
+        return at_offset(spec, offset, points, &read_paths, opts, cache);
     }
     if spec.at_returns && !points.is_empty() {
         return points
@@ -183,12 +183,15 @@ fn at_returns(mut point: ProbePoint, read_path: &PathBuf) -> Result<ProbePoint, 
 }
 
 /// Moves the one point of `FUNC+OFFSET` to the offset, once it is known to be an
-/// instruction boundary inside the function.
+/// instruction boundary inside the function, and not a 5-byte nop the kernel would
+/// turn into a call writing below %rsp (unless `--force`).
 fn at_offset(
     spec: &ProbeSpec,
     offset: u64,
     mut points: Vec<ProbePoint>,
     read_paths: &[PathBuf],
+    opts: &ResolveOptions,
+    cache: &ObjectCache,
 ) -> Result<Vec<ProbePoint>, ResolveError> {
     if points.len() > 1 {
         return Err(ResolveError::AmbiguousOffset {
@@ -227,6 +230,27 @@ fn at_offset(
         };
         sites::check_offset(&code, span.size, offset)
             .map_err(|e| ResolveError::BadOffset(e.message(&spec.name, offset)))?;
+        let site = classes::classify(
+            code.get(offset as usize..).unwrap_or_default(),
+            point.file_offset + offset,
+            classes::KernelRules::running(),
+        )
+        .past_entry();
+        if site.class == classes::CostClass::Unsafe {
+            let at = format!("{}+{offset:#x}", spec.name);
+            if !opts.force {
+                return Err(ResolveError::BadOffset(format!(
+                    "{at} is {}; probe another instruction, or give --force to attach anyway",
+                    classes::RED_ZONE
+                )));
+            }
+            cache.notices.borrow_mut().push(format!(
+                "probetop: warning: {}: attached because of --force, though {at} is {}: values {} keeps below %rsp will be corrupted",
+                spec.text,
+                classes::RED_ZONE,
+                spec.name
+            ));
+        }
         point.name = format!("{}+{offset:#x}", point.name);
         point.address += offset;
         point.file_offset += offset;

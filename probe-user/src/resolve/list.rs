@@ -80,6 +80,11 @@ pub struct ListedPoint {
     /// For an IFUNC (`strlen`): where a probe on it goes, as a run puts it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ifunc: Option<ListedIfunc>,
+    /// Why probetop will not attach a probe here (a USDT note off an instruction
+    /// boundary or on another instruction than a nop, or on a 5-byte nop past its
+    /// function's entry that the kernel would rewrite into a call writing below %rsp).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
 }
 
 /// Where a probe on an IFUNC goes. In a process, the implementation its resolver chose
@@ -247,6 +252,7 @@ fn list_object(obj: &Loaded, pid: Option<u32>, glob: Option<&Glob>, listing: &mu
             instruction,
             later_site,
             ifunc,
+            refused: None,
         });
     }
     for e in &obj.image.read_errors {
@@ -268,25 +274,36 @@ fn list_object(obj: &Loaded, pid: Option<u32>, glob: Option<&Glob>, listing: &mu
         if glob.is_some_and(|g| !g.matches(&full) && !g.matches(&probe.name)) {
             continue;
         }
-        // Where an attach puts it: on the nop5 of a `nop; nop5` site the kernel optimizes.
-        let shift = file.as_ref().map_or(0, |f| {
-            super::usdt::nop5_shift_at(f, probe.file_offset, rules)
-        });
-        let (cost_class, instruction) = class_at(probe.file_offset + shift);
+        // As an attach checks it (`resolve::usdt_sites`), on the note's own address.
+        let (cost_class, instruction) = class_at(probe.file_offset);
+        let checked = match &file {
+            Some(f) => super::usdt_sites::check(obj, f, probe, rules),
+            None => Ok(super::usdt_sites::SiteOk { at_entry: false }),
+        };
+        let (cost_class, refused) = match checked {
+            Ok(ok) if ok.at_entry => (cost_class, None),
+            Ok(_) => (cost_class.past_entry(), None),
+            Err(problem) if problem.forcible => (
+                cost_class.past_entry(),
+                Some(format!("{}; --force attaches it anyway", problem.reason)),
+            ),
+            Err(problem) => (cost_class, Some(problem.reason)),
+        };
         listing.points.push(ListedPoint {
             kind: ListedKind::Usdt,
             object: obj.r.display.clone(),
             name: full,
             symbol: None,
             aliases: Vec::new(),
-            address: probe.address + shift,
-            file_offset: probe.file_offset + shift,
+            address: probe.address,
+            file_offset: probe.file_offset,
             size: None,
             semaphore_address: probe.semaphore_address,
             semaphore_offset: probe.semaphore_offset,
             args: Some(probe.args_raw.clone()),
             cost_class: file.is_some().then_some(cost_class),
             instruction,
+            refused,
             later_site: None,
             ifunc: None,
         });

@@ -30,6 +30,7 @@ mod functions;
 mod point;
 mod scope;
 mod usdt_points;
+mod usdt_sites;
 
 pub use error::ResolveError;
 pub use point::{FunctionSpan, ProbePoint, UsdtSite};
@@ -60,6 +61,10 @@ pub struct ResolveOptions {
     pub max_probes: usize,
     /// Where separate debug info is looked for.
     pub debug: DebugSearch,
+    /// `--force`: attach sites refused only for what they may do to the target's red
+    /// zone (a 5-byte nop past a function's entry on a kernel that optimizes it), with
+    /// a warning.
+    pub force: bool,
 }
 
 impl Default for ResolveOptions {
@@ -67,6 +72,7 @@ impl Default for ResolveOptions {
         Self {
             max_probes: DEFAULT_MAX_PROBES,
             debug: DebugSearch::default(),
+            force: false,
         }
     }
 }
@@ -108,12 +114,21 @@ impl<'a> Resolver<'a> {
     pub fn resolve(&self, spec: &ProbeSpec) -> Result<Vec<ProbePoint>, ResolveError> {
         resolve_in(&self.scope, spec, &self.opts, &self.objects)
     }
+
+    /// The lines resolution has to say since the last call, one per point it refused
+    /// while others of the spec were kept (a USDT note off an instruction boundary, say)
+    /// or attached only because of `--force`.
+    pub fn take_notices(&self) -> Vec<String> {
+        self.objects.notices.take()
+    }
 }
 
 /// Objects read so far. Failed reads are not kept: each spec reports its own error.
 #[derive(Default)]
 struct ObjectCache {
     loaded: RefCell<HashMap<ObjectKey, Rc<Loaded>>>,
+    /// See [`Resolver::take_notices`].
+    notices: RefCell<Vec<String>>,
 }
 
 /// What makes two [`ObjectRef`]s the same object: the file read and the names its points

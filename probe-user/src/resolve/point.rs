@@ -96,6 +96,10 @@ pub struct UsdtSite {
     /// Link-time addresses of the symbols named by arguments (`sym+8(%rip)`), for the
     /// ones the object's symbol tables know.
     pub arg_symbols: BTreeMap<String, u64>,
+    /// The site is its function's first instruction, where a 5-byte nop the kernel
+    /// optimizes is safe (nothing lives below %rsp yet); elsewhere it would be
+    /// `cost::classes::CostClass::Unsafe`.
+    pub at_function_entry: bool,
 }
 
 impl UsdtSite {

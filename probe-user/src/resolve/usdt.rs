@@ -8,7 +8,6 @@
 
 use super::elf::ElfImage;
 use super::usdt_args::{UsdtArg, UsdtArgError, parse_args};
-use crate::cost::classes::KernelRules;
 
 /// One decoded note, before address translation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +40,18 @@ pub enum UsdtNoteError {
         provider: String,
         name: String,
         address: u64,
+    },
+    /// The kernel adds 1 to a semaphore while the probe is attached: anywhere but the
+    /// `.probes` section (where sys/sdt.h and usdt.h put them) that may be a live
+    /// variable of the program.
+    #[error(
+        "{provider}:{name}: semaphore {address:#x} is {why}, where sys/sdt.h and usdt.h put semaphores: the kernel would add 1 to whatever lives there while the probe is attached"
+    )]
+    SemaphoreOutsideProbes {
+        provider: String,
+        name: String,
+        address: u64,
+        why: &'static str,
     },
 }
 
@@ -109,28 +120,11 @@ pub struct UsdtProbe {
     pub args: Result<Vec<UsdtArg>, UsdtArgError>,
 }
 
-/// A USDT site as libbpf/usdt's usdt.h emits it on x86-64 since Linux 6.18 optimizes
-/// probed 5-byte nops (`arch_uprobe_optimize`): a one-byte nop, where the note points,
-/// then a 5-byte `nopl 0x0(%rax,%rax,1)`. The nop is emulated on every kernel (a trap
-/// per hit); the nop5 runs the same code (neither touches a register an argument names)
-/// and becomes a call on kernels that optimize it.
-pub const NOP_NOP5: [u8; 6] = [0x90, 0x0f, 0x1f, 0x44, 0x00, 0x00];
-
-/// Bytes to move a USDT probe past its note's address: 1 onto the nop5 of a
-/// [`NOP_NOP5`] site when the kernel optimizes it (as libbpf does), 0 otherwise.
-/// `optimizes` is only asked for such a site (it reads /proc/kallsyms once).
-pub fn nop5_shift(site: &[u8], optimizes: impl FnOnce() -> bool) -> u64 {
-    u64::from(site.starts_with(&NOP_NOP5) && optimizes())
-}
-
-/// [`nop5_shift`] for the site at `file_offset` of `file`; 0 if it cannot be read
-/// (the note's own site, which the attach then reports on).
-pub fn nop5_shift_at(file: &std::fs::File, file_offset: u64, rules: KernelRules) -> u64 {
-    match crate::cost::sites::read_code(file, file_offset, NOP_NOP5.len() as u64) {
-        Ok(site) => nop5_shift(&site, || rules.optimizes_nop5()),
-        Err(_) => 0,
-    }
-}
+/// What a note's site must hold on x86-64: sys/sdt.h emits a one-byte `nop`, libbpf/usdt's
+/// usdt.h a `nop` or a 5-byte `nopl 0x0(%rax,%rax,1)` (its `nop; nop5` form from Dec
+/// 2025 to May 2026 has its note on the nop). Anything else means the note is wrong (a
+/// bit flip, a broken build tool): a breakpoint there would rewrite live code.
+pub const SITE_FORMS: [&[u8]; 2] = [&[0x90], &[0x0f, 0x1f, 0x44, 0x00, 0x00]];
 
 /// Every probe site of `image`, or for each bad note why it is bad.
 pub fn probes(image: &ElfImage) -> Vec<Result<UsdtProbe, UsdtNoteError>> {
@@ -170,6 +164,22 @@ fn translate(image: &ElfImage, note: UsdtNote) -> Result<UsdtProbe, UsdtNoteErro
                 address: sem,
             }
         })?;
+        let why = match &image.probes_section {
+            None => Some("in an object without a .probes section, not a 2-byte counter in .probes"),
+            Some(probes) if !probes.contains(&sem) || !probes.contains(&(sem | 1)) => {
+                Some("outside the .probes section, not a 2-byte counter in .probes")
+            }
+            Some(_) if sem % 2 != 0 => Some("not 2-byte aligned, not a counter in .probes"),
+            Some(_) => None,
+        };
+        if let Some(why) = why {
+            return Err(UsdtNoteError::SemaphoreOutsideProbes {
+                provider: note.provider,
+                name: note.name,
+                address: sem,
+                why,
+            });
+        }
         (Some(sem), Some(off))
     };
     // Argument strings are assembler operands: only x86-64's are understood.
@@ -194,19 +204,6 @@ fn translate(image: &ElfImage, note: UsdtNote) -> Result<UsdtProbe, UsdtNoteErro
 mod tests {
     use super::*;
 
-    #[test]
-    fn nop_nop5_sites_move_onto_the_nop5_where_it_is_optimized() {
-        let site = [0x90, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0xc3];
-        assert_eq!(nop5_shift(&site, || true), 1);
-        assert_eq!(nop5_shift(&site, || false), 0);
-        // sys/sdt.h's plain nop, and a nop5 alone, stay where the note says.
-        assert_eq!(
-            nop5_shift(&[0x90, 0x48, 0x89, 0xf8], || panic!("not asked")),
-            0
-        );
-        assert_eq!(nop5_shift(&site[1..], || panic!("not asked")), 0);
-        assert_eq!(nop5_shift(&site[..5], || panic!("not asked")), 0);
-    }
     use crate::resolve::elf::{LoadSegment, RawStapsdtNote};
 
     fn desc64(pc: u64, base: u64, sem: u64, strings: &[u8]) -> Vec<u8> {
@@ -281,6 +278,7 @@ mod tests {
                 },
             ],
             stapsdt_base: Some(0x2004 + 0x10),
+            probes_section: Some(0x4000..0x4030),
             stapsdt_notes: vec![
                 RawStapsdtNote {
                     desc: desc64(0x1130, 0x2004, 0x4010, b"p\0a\0-4@%edi\0"),
@@ -293,6 +291,14 @@ mod tests {
                 },
                 RawStapsdtNote {
                     desc: desc64(0x1130, 0, 0, b"p\0d\0bogus\0"),
+                },
+                // In the data segment but not in .probes (a live variable), and in
+                // .probes but odd.
+                RawStapsdtNote {
+                    desc: desc64(0x1130, 0x2004, 0x3e00, b"p\0e\0\0"),
+                },
+                RawStapsdtNote {
+                    desc: desc64(0x1130, 0x2004, 0x4011, b"p\0f\0\0"),
                 },
             ],
             ..ElfImage::default()
@@ -311,6 +317,29 @@ mod tests {
         // No base in the note: no adjustment.
         assert_eq!(d.address, 0x1130);
         assert!(d.args.is_err());
+        let outside = got[4].as_ref().expect_err("e");
+        assert!(
+            outside
+                .to_string()
+                .starts_with("p:e: semaphore 0x3e10 is outside the .probes section"),
+            "{outside}"
+        );
+        assert!(matches!(
+            got[5],
+            Err(UsdtNoteError::SemaphoreOutsideProbes {
+                why: "not 2-byte aligned, not a counter in .probes",
+                ..
+            })
+        ));
+        // Without a .probes section no semaphore is accepted.
+        let bare = ElfImage {
+            probes_section: None,
+            ..image.clone()
+        };
+        assert!(matches!(
+            probes(&bare)[0],
+            Err(UsdtNoteError::SemaphoreOutsideProbes { .. })
+        ));
         let arm = ElfImage {
             machine: object::elf::EM_AARCH64,
             ..image

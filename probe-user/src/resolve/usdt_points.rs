@@ -8,7 +8,7 @@ use super::scope::{Loaded, ObjectRef, Scope};
 use super::usdt::{UsdtNoteError, UsdtProbe};
 use super::{
     MAX_SUGGESTIONS, ObjectCache, ProbePoint, ResolveError, ResolveOptions, UsdtSite, suggest,
-    usdt, usdt_args,
+    usdt_args, usdt_sites,
 };
 use crate::cost::classes;
 use crate::spec::{ProbeKind, ProbeSpec};
@@ -28,6 +28,9 @@ pub(super) fn resolve_usdt(
     let mut points = Vec::new();
     let mut all_names: Vec<String> = Vec::new();
     let mut unusable = None;
+    // One line per matching note refused (or forced) while others are kept.
+    let mut notices = Vec::new();
+    let rules = classes::KernelRules::running();
     for object in objects {
         let obj = match cache.load(object, scope, opts) {
             Ok(obj) => obj,
@@ -35,18 +38,26 @@ pub(super) fn resolve_usdt(
             Err(_) if spec.object.is_none() && !object.is_main => continue,
             Err(e) => return Err(e),
         };
+        let file = std::fs::File::open(&obj.r.read_path);
         for probe in obj.usdt() {
             let probe = match probe {
                 Ok(p) => p,
                 Err(e) => {
                     if let UsdtNoteError::PcOutsideText { provider, name, .. }
-                    | UsdtNoteError::SemaphoreOutsideData { provider, name, .. } = e
+                    | UsdtNoteError::SemaphoreOutsideData { provider, name, .. }
+                    | UsdtNoteError::SemaphoreOutsideProbes { provider, name, .. } = e
                         && wanted(provider, name)
                     {
+                        notices.push(format!(
+                            "probetop: {}: refused {provider}:{name} in {}: {}",
+                            spec.text,
+                            obj.r.display.display(),
+                            note_reason(e)
+                        ));
                         unusable.get_or_insert_with(|| ResolveError::UsdtUnusable {
                             name: format!("{provider}:{name}"),
                             object: obj.r.display.clone(),
-                            reason: e.clone(),
+                            reason: note_reason(e),
                         });
                     }
                     continue;
@@ -56,10 +67,52 @@ pub(super) fn resolve_usdt(
                 all_names.push(format!("{}:{}", probe.provider, probe.name));
                 continue;
             }
-            points.push(usdt_point(&obj, probe));
+            let full = format!("{}:{}", probe.provider, probe.name);
+            let checked = match &file {
+                Ok(file) => usdt_sites::check(&obj, file, probe, rules),
+                Err(e) => Err(usdt_sites::SiteProblem {
+                    reason: format!("cannot read its site: {e}"),
+                    forcible: false,
+                }),
+            };
+            let at_entry = match checked {
+                Ok(ok) => ok.at_entry,
+                Err(problem) if problem.forcible && opts.force => {
+                    notices.push(format!(
+                        "probetop: warning: {}: {full} in {} attached because of --force, though {}: values it keeps below %rsp will be corrupted",
+                        spec.text,
+                        obj.r.display.display(),
+                        problem.reason
+                    ));
+                    false
+                }
+                Err(problem) => {
+                    let mut reason = problem.reason;
+                    if problem.forcible {
+                        reason.push_str("; --force attaches it anyway");
+                    }
+                    notices.push(format!(
+                        "probetop: {}: refused {full} in {}: {reason}",
+                        spec.text,
+                        obj.r.display.display(),
+                    ));
+                    unusable.get_or_insert_with(|| ResolveError::UsdtUnusable {
+                        name: full,
+                        object: obj.r.display.clone(),
+                        reason,
+                    });
+                    continue;
+                }
+            };
+            let mut point = usdt_point(&obj, probe);
+            if let Some(site) = point.usdt.as_mut() {
+                site.at_function_entry = at_entry;
+            }
+            points.push(point);
         }
     }
     if points.is_empty() {
+        // Every note that matched was refused: the error says why, in one line.
         if let Some(e) = unusable {
             return Err(e);
         }
@@ -108,33 +161,38 @@ pub(super) fn resolve_usdt(
             hint: suggest::hint(&suggestions),
         });
     }
+    cache.notices.borrow_mut().extend(notices);
     Ok(points)
 }
 
+/// A bad note's reason without its `provider:name`, which the line names already.
+fn note_reason(e: &UsdtNoteError) -> String {
+    let text = e.to_string();
+    match text.split_once(": ") {
+        Some((_, reason)) => reason.to_string(),
+        None => text,
+    }
+}
+
 fn usdt_point(obj: &Loaded, probe: &UsdtProbe) -> ProbePoint {
-    let shift = std::fs::File::open(&obj.r.read_path).map_or(0, |file| {
-        usdt::nop5_shift_at(&file, probe.file_offset, classes::KernelRules::running())
-    });
     usdt_probe_point(
         probe,
         obj.r.display.clone(),
         obj.r.attach_path.clone(),
         obj.load_bias,
-        shift,
         |sym| obj.symbols().address_of(sym),
     )
 }
 
 /// The probe point of the USDT site `probe` of `object` (attached through
-/// `attach_path`): moved `shift` bytes on ([`usdt::nop5_shift`]), with the address
-/// `lookup` gives each symbol its arguments name. Public for the fuzz targets, which
-/// build their points with it.
+/// `attach_path`), on the note's own address, with the address `lookup` gives each
+/// symbol its arguments name. Public for the fuzz targets, which build their points
+/// with it.
 pub fn usdt_probe_point(
     probe: &UsdtProbe,
     object: PathBuf,
     attach_path: PathBuf,
     load_bias: Option<u64>,
-    shift: u64,
     lookup: impl Fn(&str) -> Option<u64>,
 ) -> ProbePoint {
     let mut arg_symbols = BTreeMap::new();
@@ -158,8 +216,8 @@ pub fn usdt_probe_point(
         object,
         attach_path,
         name: full.clone(),
-        address: probe.address + shift,
-        file_offset: probe.file_offset + shift,
+        address: probe.address,
+        file_offset: probe.file_offset,
         symbol: full,
         load_bias,
         usdt: Some(UsdtSite {
@@ -170,6 +228,7 @@ pub fn usdt_probe_point(
             args_raw: probe.args_raw.clone(),
             args: probe.args.clone(),
             arg_symbols,
+            at_function_entry: false,
         }),
         function: None,
         resolved: None,

@@ -29,6 +29,7 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     let pid = target.pid;
     let resolve_options = ResolveOptions {
         max_probes: args.max_probes,
+        force: args.force,
         ..Default::default()
     };
     let pin = target
@@ -39,6 +40,9 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     for spec in &plan.specs {
         for point in resolver.resolve(spec)? {
             probes.push(Probe::new(spec, point, 0, target, &pin));
+        }
+        for line in resolver.take_notices() {
+            say!("{line}");
         }
     }
     // The parsed objects (whole files, symbol tables) are not needed while measuring.

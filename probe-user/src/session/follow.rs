@@ -162,6 +162,8 @@ pub(super) struct Resolved {
     costs: Vec<ProbeCost>,
     /// One line per spec that matched nothing usable, with why.
     unmatched: Vec<String>,
+    /// Points resolution refused while keeping others, or attached by `--force`.
+    notices: Vec<String>,
 }
 
 /// Where the session's messages go: stderr headless, the footer in the TUI (and
@@ -344,6 +346,7 @@ async fn attach(
         probes,
         costs,
         unmatched,
+        notices,
     } = resolved;
     let generation = follow.generation;
     let pid = target.pid;
@@ -353,6 +356,10 @@ async fn attach(
         comm: target.comm.clone(),
     });
     for line in &unmatched {
+        links.teller.tell(format!("exec {generation}: {line}"));
+    }
+    for line in &notices {
+        let line = line.strip_prefix("probetop: ").unwrap_or(line);
         links.teller.tell(format!("exec {generation}: {line}"));
     }
     if probes.is_empty() {
@@ -530,6 +537,7 @@ impl Job {
                 Err(e) => unmatched.push(format!("{}: {e}", spec.text)),
             }
         }
+        let notices = resolver.take_notices();
         // As at the start: identical points are attached once.
         super::points::merge_duplicates(&mut probes);
         // Symbols were read through /proc/PID/exe: if that is another file now, they
@@ -545,6 +553,7 @@ impl Job {
             probes,
             costs,
             unmatched,
+            notices,
         })
     }
 }

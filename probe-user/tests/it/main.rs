@@ -31,3 +31,4 @@ mod postgres;
 mod probe_points;
 mod returns;
 mod tui;
+mod unsafe_sites;

@@ -28,6 +28,7 @@ pub(super) fn build_initramfs(
         (probetop.clone(), "usr/bin/probetop".to_owned()),
         (fixtures.join("workload"), "fixtures/workload".to_owned()),
         (fixtures.join("probes"), "fixtures/probes".to_owned()),
+        (fixtures.join("redzone"), "fixtures/redzone".to_owned()),
     ];
     for lib in shared_libraries(&binaries)? {
         let inside = lib

@@ -51,6 +51,8 @@ pub(super) fn judge(kernel: &Kernel, boot: &Boot, calls: u64, sema: u64) -> Vec<
         };
         let (expected, got, ok) = if step == DIST_STEP {
             judge_no_libc(boot, expected, got, ok)
+        } else if step.starts_with(REDZONE_STEP) && !refuses {
+            judge_red_zone(boot, step, expected, got, ok)
         } else {
             (expected, got, ok)
         };
@@ -163,6 +165,38 @@ pub(super) fn judge_no_libc(
         Some(rc) if rc != 0 => (expected, format!("{got}, no libc"), ok),
         Some(_) => (expected, format!("{got}, but libc was there"), false),
         None => (expected, format!("{got}, libc not hidden"), false),
+    }
+}
+
+/// A red-zone run counts only if the fixture found every value it kept below %rsp as
+/// it stored it, across the probed USDT site and the probed nop5 entry.
+pub(super) fn judge_red_zone(
+    boot: &Boot,
+    step: &str,
+    expected: String,
+    got: String,
+    ok: bool,
+) -> (String, String, bool) {
+    let expected = format!("{expected}, 0 values changed below %rsp");
+    let done = boot
+        .relayed("FX", step)
+        .into_iter()
+        .find(|l| l.starts_with("done "));
+    let changed = done.and_then(|line| {
+        let count = |key: &str| {
+            line.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|n| n.parse::<u64>().ok())
+        };
+        Some(count("corrupted_usdt")? + count("corrupted_entry")?)
+    });
+    match changed {
+        Some(n) => (
+            expected,
+            format!("{got}, {n} values changed below %rsp"),
+            ok && n == 0,
+        ),
+        None => (expected, format!("{got}, no count from the fixture"), false),
     }
 }
 
