@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::Context as _;
 use tokio::{
-    sync::{mpsc, watch},
+    sync::{mpsc, oneshot, watch},
     task::JoinHandle,
 };
 
@@ -374,11 +374,13 @@ fn attach_probes(
         );
     }
     // Before any probe: the set must hold the processes when the first hit fires.
-    let cgroup_poller = if several {
+    let cgroup_watch = if several {
         seed_processes(plan, args, &mut attachment)?
     } else {
         None
     };
+    let (cgroup_poller, cgroup_removed) =
+        cgroup_watch.map_or((None, None), |w| (Some(w.poller), Some(w.removed)));
     if attachment.attach_path() == attach::AttachPath::PerfEvent.name() {
         let slots = probes.len() as u64 + u64::from(spare_probes);
         attach::fds::check_room(slots).map_err(|line| anyhow::anyhow!(line))?;
@@ -393,6 +395,17 @@ fn attach_probes(
         args.duration.map(Duration::from_secs_f64),
         !args.follow_exec,
     )?;
+    // The cgroup removed, with no --pid process to count without it, ends the run too.
+    let shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>> = match cgroup_removed {
+        Some(removed) => Box::pin(async move {
+            tokio::pin!(shutdown);
+            tokio::select! {
+                reason = &mut shutdown => reason,
+                Ok(()) = removed => StopReason::CgroupRemoved,
+            }
+        }),
+        None => Box::pin(shutdown),
+    };
     // All at once: one uprobe_multi link per file and program where the kernel has them.
     let config_of =
         |probe: &Probe| probe.config(base_config, args.args, &mut |line| say!("probetop: {line}"));
@@ -424,6 +437,9 @@ fn attach_probes(
             });
         anyhow::Error::new(e).context(format!("attaching {spec}"))
     })?;
+    if several && let Some(line) = processes::file_wide_semaphores_line(&probes) {
+        say!("{line}");
+    }
     if skipped.len() > skipped_before {
         let late = &skipped[skipped_before..];
         say!("{}", points::skipped_line(late, points::REFUSED_AT_ATTACH));
@@ -442,18 +458,19 @@ fn attach_probes(
         prepared,
         skipped,
         dispatch,
-        shutdown: Box::pin(shutdown),
+        shutdown,
         cgroup_poller,
     })
 }
 
 /// Several processes: the set the eBPF program counts hits of, seeded before any probe
-/// is attached; with `--cgroup`, the poller that adds processes entering it.
+/// is attached; with `--cgroup`, the poller that keeps it to the cgroup, and what
+/// resolves when the cgroup's removal ends the run.
 fn seed_processes(
     plan: &Plan,
     args: &RunArgs,
     attachment: &mut Attachment,
-) -> anyhow::Result<Option<JoinHandle<()>>> {
+) -> anyhow::Result<Option<CgroupWatch>> {
     let scope = &plan.scope;
     // A process forked in a cgroup is born in it: followed at once rather than found
     // by the next read of cgroup.procs, after its first hits.
@@ -469,14 +486,27 @@ fn seed_processes(
             ""
         },
         scope.cgroup.as_ref().map_or(String::new(), |d| format!(
-            ", and every process that enters {}",
+            ", and every process that enters {} while it is there",
             d.display()
         )),
     );
-    Ok(scope
-        .cgroup
-        .clone()
-        .map(|dir| processes::spawn_cgroup_poller(set, dir, args.no_tui)))
+    let Some(dir) = scope.cgroup.clone() else {
+        return Ok(None);
+    };
+    let poll = processes::CgroupPoll {
+        dir,
+        named: scope.pids.clone(),
+        follow_forks: scope.follow_forks,
+        announce: args.no_tui,
+    };
+    let (poller, removed) = processes::spawn_cgroup_poller(set, poll);
+    Ok(Some(CgroupWatch { poller, removed }))
+}
+
+/// `--cgroup`'s poller, and what resolves when the cgroup's removal ends the run.
+struct CgroupWatch {
+    poller: JoinHandle<()>,
+    removed: oneshot::Receiver<()>,
 }
 
 /// `--listen`: serves what was measured so far, as Prometheus text.
