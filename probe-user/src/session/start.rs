@@ -54,8 +54,11 @@ pub(super) struct Running {
     pub in_situ: Option<insitu::Driver>,
     pub follow: Option<follow::Follow>,
     pub server: Option<JoinHandle<()>>,
-    /// Says when a probed object is replaced on disk and loaded again.
+    /// Says when a probed object is replaced on disk and loaded again, and finds the
+    /// probes to move when one is replaced before it is loaded.
     pub maps_watch: Option<JoinHandle<()>>,
+    /// The probes to move, for the loop that holds the attachment.
+    pub moves: Option<mpsc::Receiver<maps_watch::Move>>,
     pub cgroup_poller: Option<JoinHandle<()>>,
     pub others: cost::bpf_stats::Others,
     /// Resolves when measuring should stop (see [`stop::shutdown_signal`]).
@@ -72,6 +75,8 @@ struct Attached {
     dispatch: Option<crate::attach::dispatch::Dispatch>,
     shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>>,
     cgroup_poller: Option<JoinHandle<()>>,
+    /// The files the probes' paths named when they were attached.
+    files: std::collections::HashMap<std::path::PathBuf, crate::sys::maps::FileId>,
 }
 
 pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::Result<Running> {
@@ -129,6 +134,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         dispatch,
         shutdown,
         cgroup_poller,
+        files: probed_files,
     } = attached;
     let pid = plan.target.pid;
     let ring = attachment.take_ring()?;
@@ -229,7 +235,15 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         attach_path,
         several: plan.several,
     });
-    let maps_watch = maps_watch::spawn(plan.target.live_thread.unwrap_or(pid), &source);
+    let respec = maps_watch::Respec {
+        specs: plan.specs.clone(),
+        options: resolve_options.clone(),
+    };
+    let watched_pid = plan.target.live_thread.unwrap_or(pid);
+    let (maps_watch, moves) = match maps_watch::spawn(watched_pid, &source, &probed_files, respec) {
+        Some((task, moves)) => (Some(task), Some(moves)),
+        None => (None, None),
+    };
     let in_situ = if args.in_situ {
         // Over the set with several processes: a pre-fork server works in its children.
         let members = crate::cost::insitu::Members {
@@ -278,6 +292,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         follow,
         server,
         maps_watch,
+        moves,
         cgroup_poller,
         others,
         shutdown,
@@ -414,6 +429,7 @@ fn attach_probes(
         .enumerate()
         .map(|(id, probe)| probe.request(id as u32, config_of(probe), plan.filter_pid))
         .collect();
+    let files = maps_watch::identities(&probes);
     let outcomes = attachment.attach_each(&requests);
     drop(requests);
     let skipped_before = skipped.len();
@@ -460,6 +476,7 @@ fn attach_probes(
         dispatch,
         shutdown,
         cgroup_poller,
+        files,
     })
 }
 
