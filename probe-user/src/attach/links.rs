@@ -23,6 +23,15 @@ pub(super) enum LinkFds {
     Multi { _link: OwnedFd },
 }
 
+/// A probe's new place in [`Attachment::move_probes`].
+#[derive(Debug, Clone)]
+pub struct ProbeMove {
+    pub probe_id: u32,
+    pub path: PathBuf,
+    pub file_offset: u64,
+    pub semaphore_offset: Option<u64>,
+}
+
 /// Where an attached probe's link is.
 #[derive(Debug)]
 pub(super) enum Attached {
@@ -375,6 +384,70 @@ impl Attachment {
             }
         }
         Ok(())
+    }
+
+    /// Moves probes to another file (the same functions in a new file at a library's
+    /// path): each `moves` probe keeps its id, program, kind and config, takes the new
+    /// path and offsets, and is linked there if it was attached (one detached by the
+    /// TUI or an in-situ window stays detached, to be attached there later); the probes
+    /// of `retire` (not found in the new file) are detached for good. Both are unlinked
+    /// together, so no shared uprobe_multi link is made again, by path, with an old
+    /// offset on the new file. Returns the outcome of each move, in order, and the links
+    /// to close (closing waits for the kernel's grace period).
+    pub fn move_probes(
+        &mut self,
+        moves: &[ProbeMove],
+        retire: &[u32],
+    ) -> (Vec<Result<(), AttachError>>, Vec<ProbeLink>) {
+        let ids: Vec<u32> = moves.iter().map(|m| m.probe_id).collect();
+        let attached: Vec<bool> = ids.iter().map(|&id| self.is_attached(id)).collect();
+        for &id in retire {
+            if let Some(request) = self.requests.get_mut(id as usize) {
+                *request = None;
+            }
+        }
+        let all: Vec<u32> = ids.iter().chain(retire).copied().collect();
+        let (_, closing) = self.unlink(&all);
+        let mut relink = Vec::new();
+        let mut missing = Vec::new();
+        for (m, &was_attached) in moves.iter().zip(&attached) {
+            match self
+                .requests
+                .get_mut(m.probe_id as usize)
+                .and_then(Option::as_mut)
+            {
+                Some(request) => {
+                    request.path = m.path.clone();
+                    request.file_offset = m.file_offset;
+                    request.semaphore_offset = m.semaphore_offset;
+                    if was_attached {
+                        relink.push(m.probe_id);
+                    }
+                }
+                None => missing.push(m.probe_id),
+            }
+        }
+        let mut failures = self.link_stored(&relink);
+        let outcomes = ids
+            .iter()
+            .map(|&id| {
+                if missing.contains(&id) {
+                    return Err(AttachError::Unsupported(format!(
+                        "probe {id} was never attached"
+                    )));
+                }
+                match failures.remove(&id) {
+                    Some(error) => {
+                        // Its old place is gone and the new one refused: nothing to
+                        // attach again.
+                        *slot_mut(&mut self.requests, id) = None;
+                        Err(error)
+                    }
+                    None => Ok(()),
+                }
+            })
+            .collect();
+        (outcomes, closing)
     }
 
     /// Detaches every probe; the programs stay loaded until the attachment is dropped.

@@ -34,7 +34,7 @@ mod processes;
 pub use counters::KernelCounters;
 pub use error::AttachError;
 pub use flush::StagedFlush;
-pub use links::ProbeLink;
+pub use links::{ProbeLink, ProbeMove};
 pub use options::{ATTACH_PATH_ENV, AttachPath, AttachRequest, LoadOptions};
 pub use processes::ProcessSet;
 

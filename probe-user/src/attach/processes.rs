@@ -108,6 +108,19 @@ impl ProcessSet {
         Ok(true)
     }
 
+    /// Takes a process out (it left the cgroup); true if it was there.
+    pub fn remove(&mut self, tgid: u32) -> Result<bool, AttachError> {
+        if !self.contains(tgid) {
+            return Ok(false);
+        }
+        match self.map.remove(&tgid) {
+            Ok(()) => Ok(true),
+            // Freed meanwhile (the kernel's sched_process_free took it out).
+            Err(_) if !self.contains(tgid) => Ok(false),
+            Err(source) => Err(AttachError::Map { name: MAP, source }),
+        }
+    }
+
     pub fn contains(&self, tgid: u32) -> bool {
         self.map.get(&tgid, 0).is_ok()
     }

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::report::{self, ReportSource};
 use super::start::Running;
-use super::{StopReason, follow, insitu, processes};
+use super::{StopReason, follow, insitu, maps_watch, processes};
 use crate::aggregate::Snapshot;
 use crate::attach::Attachment;
 use crate::cli::RunArgs;
@@ -75,6 +75,9 @@ async fn headless(run: &mut Running) -> Driven {
             }
             _ = insitu::due(&run.in_situ) => {
                 change_window(&mut run.in_situ, &mut run.attachment, &run.source, &run.snapshots);
+            }
+            moved = maps_watch::next_move(&mut run.moves) => {
+                maps_watch::apply(moved, &mut run.attachment, &run.source, run.target.pid);
             }
             event = follow::next_event(&mut run.follow) => {
                 let mut links = follow::Links {
@@ -146,6 +149,9 @@ async fn with_tui(run: &mut Running, args: &RunArgs) -> anyhow::Result<Driven> {
             }
             Some(request) = request_rx.recv() => {
                 handle_request(request, run, &args.exports, args.force, &event_tx).await;
+            }
+            moved = maps_watch::next_move(&mut run.moves) => {
+                maps_watch::apply(moved, &mut run.attachment, &run.source, run.target.pid);
             }
             _ = insitu::due(&run.in_situ) => {
                 if let Some(summary) = change_window(&mut run.in_situ, &mut run.attachment, &run.source, &run.snapshots) {

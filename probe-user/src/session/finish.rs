@@ -89,7 +89,10 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             current.exe.display()
         ),
         StopReason::Signal(name) => say!("probetop: {name}"),
-        StopReason::Duration | StopReason::UserQuit | StopReason::TerminalLost => {}
+        StopReason::Duration
+        | StopReason::UserQuit
+        | StopReason::TerminalLost
+        | StopReason::CgroupRemoved => {}
     }
     if !several && !driven.hinted {
         let hits: Vec<u64> = aggregator.probes().iter().map(|p| p.hits()).collect();

@@ -46,6 +46,9 @@ pub enum StopReason {
     /// The TUI's terminal went away (writes and reads fail): measuring stops as on
     /// SIGHUP, and what was measured is exported.
     TerminalLost,
+    /// `--cgroup`'s directory was removed and no `--pid` process is left to count
+    /// (said by the cgroup poller).
+    CgroupRemoved,
 }
 
 /// `probetop [run]`: every phase in turn. An error before [`start`] leaves nothing

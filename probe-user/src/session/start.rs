@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::Context as _;
 use tokio::{
-    sync::{mpsc, watch},
+    sync::{mpsc, oneshot, watch},
     task::JoinHandle,
 };
 
@@ -54,8 +54,11 @@ pub(super) struct Running {
     pub in_situ: Option<insitu::Driver>,
     pub follow: Option<follow::Follow>,
     pub server: Option<JoinHandle<()>>,
-    /// Says when a probed object is replaced on disk and loaded again.
+    /// Says when a probed object is replaced on disk and loaded again, and finds the
+    /// probes to move when one is replaced before it is loaded.
     pub maps_watch: Option<JoinHandle<()>>,
+    /// The probes to move, for the loop that holds the attachment.
+    pub moves: Option<mpsc::Receiver<maps_watch::Move>>,
     pub cgroup_poller: Option<JoinHandle<()>>,
     pub others: cost::bpf_stats::Others,
     /// Resolves when measuring should stop (see [`stop::shutdown_signal`]).
@@ -72,6 +75,8 @@ struct Attached {
     dispatch: Option<crate::attach::dispatch::Dispatch>,
     shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>>,
     cgroup_poller: Option<JoinHandle<()>>,
+    /// The files the probes' paths named when they were attached.
+    files: std::collections::HashMap<std::path::PathBuf, crate::sys::maps::FileId>,
 }
 
 pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::Result<Running> {
@@ -129,6 +134,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         dispatch,
         shutdown,
         cgroup_poller,
+        files: probed_files,
     } = attached;
     let pid = plan.target.pid;
     let ring = attachment.take_ring()?;
@@ -229,7 +235,15 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         attach_path,
         several: plan.several,
     });
-    let maps_watch = maps_watch::spawn(plan.target.live_thread.unwrap_or(pid), &source);
+    let respec = maps_watch::Respec {
+        specs: plan.specs.clone(),
+        options: resolve_options.clone(),
+    };
+    let watched_pid = plan.target.live_thread.unwrap_or(pid);
+    let (maps_watch, moves) = match maps_watch::spawn(watched_pid, &source, &probed_files, respec) {
+        Some((task, moves)) => (Some(task), Some(moves)),
+        None => (None, None),
+    };
     let in_situ = if args.in_situ {
         // Over the set with several processes: a pre-fork server works in its children.
         let members = crate::cost::insitu::Members {
@@ -278,6 +292,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         follow,
         server,
         maps_watch,
+        moves,
         cgroup_poller,
         others,
         shutdown,
@@ -374,11 +389,13 @@ fn attach_probes(
         );
     }
     // Before any probe: the set must hold the processes when the first hit fires.
-    let cgroup_poller = if several {
+    let cgroup_watch = if several {
         seed_processes(plan, args, &mut attachment)?
     } else {
         None
     };
+    let (cgroup_poller, cgroup_removed) =
+        cgroup_watch.map_or((None, None), |w| (Some(w.poller), Some(w.removed)));
     if attachment.attach_path() == attach::AttachPath::PerfEvent.name() {
         let slots = probes.len() as u64 + u64::from(spare_probes);
         attach::fds::check_room(slots).map_err(|line| anyhow::anyhow!(line))?;
@@ -393,6 +410,17 @@ fn attach_probes(
         args.duration.map(Duration::from_secs_f64),
         !args.follow_exec,
     )?;
+    // The cgroup removed, with no --pid process to count without it, ends the run too.
+    let shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>> = match cgroup_removed {
+        Some(removed) => Box::pin(async move {
+            tokio::pin!(shutdown);
+            tokio::select! {
+                reason = &mut shutdown => reason,
+                Ok(()) = removed => StopReason::CgroupRemoved,
+            }
+        }),
+        None => Box::pin(shutdown),
+    };
     // All at once: one uprobe_multi link per file and program where the kernel has them.
     let config_of =
         |probe: &Probe| probe.config(base_config, args.args, &mut |line| say!("probetop: {line}"));
@@ -401,6 +429,7 @@ fn attach_probes(
         .enumerate()
         .map(|(id, probe)| probe.request(id as u32, config_of(probe), plan.filter_pid))
         .collect();
+    let files = maps_watch::identities(&probes);
     let outcomes = attachment.attach_each(&requests);
     drop(requests);
     let skipped_before = skipped.len();
@@ -424,6 +453,9 @@ fn attach_probes(
             });
         anyhow::Error::new(e).context(format!("attaching {spec}"))
     })?;
+    if several && let Some(line) = processes::file_wide_semaphores_line(&probes) {
+        say!("{line}");
+    }
     if skipped.len() > skipped_before {
         let late = &skipped[skipped_before..];
         say!("{}", points::skipped_line(late, points::REFUSED_AT_ATTACH));
@@ -442,18 +474,20 @@ fn attach_probes(
         prepared,
         skipped,
         dispatch,
-        shutdown: Box::pin(shutdown),
+        shutdown,
         cgroup_poller,
+        files,
     })
 }
 
 /// Several processes: the set the eBPF program counts hits of, seeded before any probe
-/// is attached; with `--cgroup`, the poller that adds processes entering it.
+/// is attached; with `--cgroup`, the poller that keeps it to the cgroup, and what
+/// resolves when the cgroup's removal ends the run.
 fn seed_processes(
     plan: &Plan,
     args: &RunArgs,
     attachment: &mut Attachment,
-) -> anyhow::Result<Option<JoinHandle<()>>> {
+) -> anyhow::Result<Option<CgroupWatch>> {
     let scope = &plan.scope;
     // A process forked in a cgroup is born in it: followed at once rather than found
     // by the next read of cgroup.procs, after its first hits.
@@ -469,14 +503,27 @@ fn seed_processes(
             ""
         },
         scope.cgroup.as_ref().map_or(String::new(), |d| format!(
-            ", and every process that enters {}",
+            ", and every process that enters {} while it is there",
             d.display()
         )),
     );
-    Ok(scope
-        .cgroup
-        .clone()
-        .map(|dir| processes::spawn_cgroup_poller(set, dir, args.no_tui)))
+    let Some(dir) = scope.cgroup.clone() else {
+        return Ok(None);
+    };
+    let poll = processes::CgroupPoll {
+        dir,
+        named: scope.pids.clone(),
+        follow_forks: scope.follow_forks,
+        announce: args.no_tui,
+    };
+    let (poller, removed) = processes::spawn_cgroup_poller(set, poll);
+    Ok(Some(CgroupWatch { poller, removed }))
+}
+
+/// `--cgroup`'s poller, and what resolves when the cgroup's removal ends the run.
+struct CgroupWatch {
+    poller: JoinHandle<()>,
+    removed: oneshot::Receiver<()>,
 }
 
 /// `--listen`: serves what was measured so far, as Prometheus text.

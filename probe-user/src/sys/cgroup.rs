@@ -2,16 +2,61 @@
 //! `cgroup.procs`, for the session's process set and the in-situ meter's.
 
 use std::{
+    ffi::CString,
     fs, io,
+    os::unix::fs::MetadataExt as _,
     path::{Path, PathBuf},
 };
 
 /// The file of a cgroup v2 directory that lists its processes.
 const PROCS: &str = "cgroup.procs";
 
-/// Whether `dir` is a cgroup v2 directory (it has a `cgroup.procs`).
-pub fn is_cgroup_dir(dir: &Path) -> bool {
-    dir.join(PROCS).is_file()
+/// `statfs`'s `f_type` of cgroup2 (`CGROUP2_SUPER_MAGIC`, linux/magic.h) ...
+const CGROUP2_MAGIC: i64 = 0x6367_7270;
+/// ... and of a cgroup v1 hierarchy (`CGROUP_SUPER_MAGIC`).
+const CGROUP1_MAGIC: i64 = 0x0027_e0eb;
+
+/// What a directory given as a cgroup is, by the filesystem it is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A cgroup v2 directory (it has a `cgroup.procs`).
+    V2,
+    /// A directory of a cgroup v1 hierarchy: its `cgroup.procs` lists its processes
+    /// too, but not those of its sub-cgroups in the same way, and its controllers are
+    /// another interface.
+    V1,
+    /// Not a cgroup at all, or a cgroup2 file other than a directory.
+    Other,
+}
+
+/// What `dir` is: its filesystem's magic number (`statfs`), and for cgroup2 a
+/// `cgroup.procs` in it.
+pub fn kind(dir: &Path) -> io::Result<Kind> {
+    let c_path = CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: all-zero bytes are a valid `statfs` (integers and arrays of them).
+    let mut stats: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statfs reads the NUL-terminated path `c_path` holds and writes one
+    // `statfs` into `stats`, which lives across the call.
+    if unsafe { libc::statfs(c_path.as_ptr(), &mut stats) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(
+        clippy::useless_conversion,
+        reason = "f_type is an i64 on x86-64, another integer elsewhere"
+    )]
+    let magic = i64::from(stats.f_type);
+    Ok(match magic {
+        CGROUP2_MAGIC if dir.join(PROCS).is_file() => Kind::V2,
+        CGROUP1_MAGIC => Kind::V1,
+        _ => Kind::Other,
+    })
+}
+
+/// Which directory `dir` is now (its inode): a cgroup removed and made again at the
+/// same path is another one. `None` once it is gone.
+pub fn identity(dir: &Path) -> Option<(u64, u64)> {
+    fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }
 
 /// Every process in a cgroup v2 directory and its sub-cgroups, in `cgroup.procs`
@@ -70,8 +115,8 @@ mod tests {
         fs::create_dir_all(&bare).unwrap();
         fs::write(root.join(PROCS), "10\n11\n").unwrap();
         fs::write(sub.join(PROCS), "12\nnot a pid\n").unwrap();
-        assert!(is_cgroup_dir(&root));
-        assert!(!is_cgroup_dir(&bare));
+        // A temporary directory is no cgroup, whatever files it holds.
+        assert_eq!(kind(&root).unwrap(), Kind::Other);
         assert_eq!(readable_members(&root), vec![10, 11, 12]);
         assert_eq!(members(&root).unwrap(), vec![10, 11, 12]);
         fs::write(bare.join(PROCS), "13\n").unwrap();
@@ -83,5 +128,28 @@ mod tests {
             Err(io::ErrorKind::NotFound)
         );
         fs::remove_dir_all(&root).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod kind_tests {
+    use super::*;
+
+    /// The cgroup2 root of this machine, where one is mounted, is told apart from
+    /// ordinary directories by its filesystem, not by its files.
+    #[test]
+    fn a_cgroup2_mount_is_v2() {
+        let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        let v2 = mounts.lines().find_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (_, at, fs_type) = (fields.next()?, fields.next()?, fields.next()?);
+            (fs_type == "cgroup2").then(|| PathBuf::from(at))
+        });
+        match v2 {
+            Some(root) => assert_eq!(kind(&root).unwrap(), Kind::V2),
+            None => eprintln!("skipped: no cgroup2 mount on this machine"),
+        }
+        assert_eq!(kind(Path::new("/")).unwrap(), Kind::Other);
+        assert!(kind(Path::new("/nonexistent/probetop")).is_err());
     }
 }

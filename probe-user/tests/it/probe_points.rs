@@ -102,7 +102,7 @@ fn twelve_usdt_arguments_read_back() {
 }
 
 /// The semaphore's value in the target, read (never written) through /proc/PID/mem.
-fn semaphore(pid: u32, probe_name: &str) -> u16 {
+pub(crate) fn semaphore(pid: u32, probe_name: &str) -> u16 {
     use std::io::{Read as _, Seek as _, SeekFrom};
     let listing = list_json(["--pid", &pid.to_string(), probe_name]);
     let point = &listing["points"][0];

@@ -106,14 +106,15 @@ pub struct Report {
     pub attach_path: Option<&'static str>,
     /// Probe points matched but not attached: the kernel refuses to probe them.
     pub skipped: Vec<SkippedPoint>,
-    /// Objects replaced on disk and loaded again by the target while probed: their
-    /// probes stayed on the old file.
+    /// Objects replaced on disk while probed: loaded again by the target (their probes
+    /// stayed on the old file), or not loaded yet (their probes moved to the new one).
     pub replaced: Vec<ReplacedObject>,
 }
 
-/// A probed object the target maps as another file now (the file at its path was
-/// replaced and loaded again): the probes on it stay on the old file, and count none of
-/// the new file's calls.
+/// A probed object whose path names another file now (replaced on disk). Loaded when
+/// probing started and loaded again as the new file: the probes on it stay on the old
+/// file, and count none of the new file's calls. Not loaded then: the probes were
+/// moved to the new file (`probes_moved`).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct ReplacedObject {
     pub object: String,
@@ -121,6 +122,8 @@ pub struct ReplacedObject {
     pub probes: Vec<u32>,
     /// When probetop noticed it, unix time in ms.
     pub at_unix_ms: u64,
+    /// Whether the probes were moved to the new file (those not in it are detached).
+    pub probes_moved: bool,
 }
 
 /// A probe point a spec matched that was not attached, and why.
