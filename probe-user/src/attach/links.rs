@@ -234,7 +234,7 @@ impl Attachment {
             Some(request) => AttachError::UprobeMulti {
                 probe_id,
                 kind: request.kind,
-                path: request.path.display().to_string(),
+                path: super::error::shown_path(&request.path),
                 offset: request.file_offset,
                 source,
             },

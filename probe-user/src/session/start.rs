@@ -426,7 +426,9 @@ fn attach_probes(
     })?;
     if skipped.len() > skipped_before {
         let late = &skipped[skipped_before..];
-        say!("{}", points::skipped_line(late, points::REFUSED_AT_ATTACH));
+        for line in points::late_skipped_lines(late) {
+            say!("{line}");
+        }
         // Its maps were filled by probe id before the ids moved.
         if dispatch.is_some() {
             crate::attach::dispatch::stop_dispatch(&mut attachment);

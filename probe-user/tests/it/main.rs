@@ -28,4 +28,5 @@ mod mysql;
 mod overload;
 mod postgres;
 mod probe_points;
+mod shared_sites;
 mod tui;
