@@ -24,6 +24,7 @@ mod hostile;
 mod list;
 mod listen;
 mod lost_terminal;
+mod memory;
 mod mysql;
 mod overload;
 mod postgres;
