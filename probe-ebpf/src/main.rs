@@ -25,7 +25,7 @@ use aya_ebpf::{
 use probe_common::{
     ArgSpec, BATCH_RECORDS, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_RECORDS, FLUSH_AFTER_NS,
     FLUSH_PROBE_ID, GapHistogram, HitArgsEvent, HitBatch, HitEvent, KernelHistogram, MAX_ARGS,
-    MAX_PROBES, ProbeConfig, arg_kind, gap, khist, mode, next_draw,
+    ProbeConfig, arg_kind, gap, khist, mode, next_draw,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -50,9 +50,10 @@ static STAGED: PerCpuArray<HitBatch> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static SINCE_WAKEUP: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-/// Per probe id, per CPU: hits whose record did not fit in the ring buffer.
+/// Per probe id, per CPU: hits whose record did not fit in the ring buffer. Sized to the
+/// probe count at load time.
 #[map]
-static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBES, 0);
+static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per (probe id << 32 | thread id), per CPU: hits whose record did not fit in the ring
 /// buffer, so that per-thread counts can hold them too (records carry the thread; a
@@ -64,9 +65,9 @@ static THREAD_DROPS: LruPerCpuHashMap<u64, u64> =
     LruPerCpuHashMap::with_max_entries(probe_common::THREAD_DROPS_ENTRIES, 0);
 
 /// Per probe id, per CPU: every hit of a probe not streamed in full (SAMPLE and
-/// KERNEL_HISTOGRAM modes).
+/// KERNEL_HISTOGRAM modes). Sized to the probe count at load time.
 #[map]
-static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_PROBES, 0);
+static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// A hit is timed when its draw is at or above this (`probe_common::untimed_below`); 0,
 /// the initial value, times every hit. Set by user space, also while attached.

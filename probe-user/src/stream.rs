@@ -580,7 +580,7 @@ fn switch_hot_probes(
             // The ring handler's clock so far prices its in-kernel hits (`--assume
             // clock`); its handler histogram goes on holding both, as said in the README.
             if !probe.handler_ns.is_empty() {
-                probe.cost.streamed_clock = Some(probe.handler_ns.clone());
+                probe.cost.streamed_clock = Some((*probe.handler_ns).clone());
             }
             switched.push((probe_name(id, probe), rate));
         }

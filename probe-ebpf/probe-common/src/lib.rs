@@ -4,8 +4,11 @@
 //! byte for byte; the eBPF side is `no_std`, so this crate is too.
 #![no_std]
 
-/// Upper bound of probe ids (BPF cookies); sizes the per-probe maps.
-pub const MAX_PROBES: u32 = 16384;
+/// Upper bound of probe ids (BPF cookies): the most points the kernel takes in one
+/// uprobe_multi link (`MAX_UPROBE_MULTI_CNT`, 1 << 20, kernel/trace/bpf_trace.c; a larger
+/// link is refused with E2BIG). The per-probe maps are sized to the run's probes at load
+/// time, not to this.
+pub const MAX_PROBES: u32 = 1 << 20;
 
 /// (probe, thread) pairs whose dropped hits the kernel counts apart (`THREAD_DROPS`, a
 /// per-CPU LRU hash: ~100 bytes plus 8 per CPU each); beyond, the least recently

@@ -35,10 +35,9 @@ impl IntervalLog {
         use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
         let mut serializer = V2DeflateSerializer::new();
         for (probe_id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
-            let histogram = probe.take_interval();
-            if histogram.is_empty() {
+            let Some(histogram) = probe.take_interval().filter(|h| !h.is_empty()) else {
                 continue;
-            }
+            };
             let mut compressed = Vec::new();
             // Serializing into memory fails only on a histogram too large to encode,
             // which these bounds rule out; such an interval would be left out.

@@ -17,17 +17,27 @@ pub use snapshot::{
     FOCUS_PROCESSES, FocusDetail, HistoryPoint, IntervalSummary, OwnUsage, ProbeSnapshot, Snapshot,
 };
 pub use summary::{
-    CURVE_DECADES, CURVE_STEPS_PER_DECADE, HandlerSummary, PercentileCurve, full_range,
+    CURVE_DECADES, CURVE_STEPS_PER_DECADE, HandlerSummary, LiveHistogram, PercentileCurve,
+    full_range,
 };
 pub use threads::{ThreadCounts, ThreadsCover, TidHasher};
 
 use std::time::Duration;
 
-use hdrhistogram::Histogram;
 use probe_common::{HitEvent, MAX_ARGS};
 
 use crate::delivery::DeliveryMode;
 use crate::record::Record;
+
+/// What one probe costs probetop's own memory at most, bytes, hit or idle, while
+/// measuring and at the end: its aggregate (~1.5 KiB), the rate window's ticks and a
+/// minute of time series (~3 KiB), its rows in the snapshots sent to the UI (~0.4 KiB
+/// each), its point, label and cost (~1.5 KiB), and at the end its measurements and
+/// report rows (~4 KiB). Histograms come on top only with hits (16 KiB each, two per
+/// probe with hits, then a copy in the measurements and one in the report).
+/// Measured: docs/performance.md; checked against a memory cgroup's limit before
+/// attaching.
+pub const BYTES_PER_PROBE: u64 = 12 << 10;
 
 /// Per-probe aggregates, indexed by probe id (the BPF cookie).
 ///
@@ -207,7 +217,7 @@ pub struct ProbeMeasurements {
     pub threads_dropped: Vec<(u32, u64)>,
     /// Which hits `threads` and `threads_dropped` count.
     pub threads_cover: ThreadsCover,
-    pub handler_ns: Histogram<u64>,
+    pub handler_ns: LiveHistogram,
     /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
     pub timed_share: f64,
     /// Cost class, calibration basis and measured dispatch.

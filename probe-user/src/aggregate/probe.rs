@@ -8,7 +8,7 @@ use probe_common::{MAX_ARGS, khist};
 
 use super::rate::RateWindow;
 use super::snapshot::{HistoryPoint, IntervalSummary};
-use super::summary::{HandlerSummary, PercentileCurve, new_live_ns_histogram, record_ns};
+use super::summary::{HandlerSummary, LiveHistogram, PercentileCurve};
 use super::threads::{ThreadCounts, ThreadsCover};
 use crate::delivery::DeliveryMode;
 
@@ -23,9 +23,9 @@ pub struct ProbeAggregate {
     /// The kernel's cumulative drop count at the last reset.
     pub(super) dropped_base: u64,
     /// Handler time of every received hit since attach (or the last reset).
-    pub handler_ns: Histogram<u64>,
+    pub handler_ns: LiveHistogram,
     /// Handler time since the last interval rollover (`take_interval`).
-    pub interval_ns: Histogram<u64>,
+    pub interval_ns: LiveHistogram,
     pub rate: RateWindow,
     /// Argument values of the latest hit that captured any.
     pub last_args: Option<CapturedArgs>,
@@ -98,8 +98,8 @@ impl Default for ProbeAggregate {
         Self {
             received: 0,
             dropped: 0,
-            handler_ns: new_live_ns_histogram(),
-            interval_ns: new_live_ns_histogram(),
+            handler_ns: LiveHistogram::default(),
+            interval_ns: LiveHistogram::default(),
             rate: RateWindow::new(Duration::from_secs(1)),
             last_args: None,
             threads: Default::default(),
@@ -175,12 +175,20 @@ impl ProbeAggregate {
     /// they were hit before the measurement window opened.
     pub fn baseline_kernel_counts(&mut self, counted_total: u64, histogram_totals: &[u64]) {
         self.counted_seen = counted_total;
-        self.kernel_seen = histogram_totals.to_vec();
+        // 592 counters: kept only once the kernel counted something.
+        self.kernel_seen = if histogram_totals.iter().all(|&n| n == 0) {
+            Vec::new()
+        } else {
+            histogram_totals.to_vec()
+        };
     }
 
     /// Folds in the in-kernel histogram's bucket totals (cumulative in the kernel): each
     /// new timed hit is recorded at its bucket's midpoint, within 3.2% of its value.
     pub fn apply_kernel_histogram(&mut self, totals: &[u64]) {
+        if self.kernel_seen.is_empty() && totals.iter().all(|&n| n == 0) {
+            return;
+        }
         if self.kernel_seen.len() != totals.len() {
             self.kernel_seen = vec![0; totals.len()];
         }
@@ -192,8 +200,8 @@ impl ProbeAggregate {
             *seen = *total;
             let (low, high) = khist::bounds(index as u32);
             let ns = low + (high - low) / 2;
-            record_ns(&mut self.handler_ns, ns, new);
-            record_ns(&mut self.interval_ns, ns, new);
+            self.handler_ns.record(ns, new);
+            self.interval_ns.record(ns, new);
             self.kernel_timed += new;
         }
     }
@@ -203,8 +211,7 @@ impl ProbeAggregate {
     /// its in-kernel hits, and the handler histogram starts over with the in-kernel
     /// handler's own. The hits stay counted.
     pub fn end_clock_phase(&mut self) {
-        let streamed = std::mem::replace(&mut self.handler_ns, new_live_ns_histogram());
-        if !streamed.is_empty() {
+        if let Some(streamed) = self.handler_ns.take().filter(|h| !h.is_empty()) {
             self.cost.streamed_clock = Some(streamed);
         }
         self.mode = DeliveryMode::KernelHistogram;
@@ -250,8 +257,8 @@ impl ProbeAggregate {
         self.dropped_base += self.dropped;
         self.dropped = 0;
         self.thread_drops_base = self.thread_drops.clone();
-        self.handler_ns.reset();
-        self.interval_ns.reset();
+        self.handler_ns.clear();
+        self.interval_ns.clear();
         self.rate = RateWindow::new(self.rate.window);
         // counted_seen and kernel_seen stay: they are the kernel's totals, now the baseline.
         self.cost.gaps.rebase();
@@ -304,7 +311,7 @@ impl ProbeAggregate {
 
     /// Empties the interval histogram (when no interval log keeps it).
     pub fn clear_interval(&mut self) {
-        self.interval_ns.reset();
+        self.interval_ns.clear();
     }
 
     pub(super) fn record(&mut self, handler_ns: u64, tid: u32, pid: Option<u32>) {
@@ -319,12 +326,13 @@ impl ProbeAggregate {
         }
         // A zero-length window is possible with a coarse clock; HDR's lowest value is 1
         // (record_ns clamps).
-        record_ns(&mut self.handler_ns, handler_ns, 1);
-        record_ns(&mut self.interval_ns, handler_ns, 1);
+        self.handler_ns.record(handler_ns, 1);
+        self.interval_ns.record(handler_ns, 1);
     }
 
-    /// Returns the histogram of the interval that just ended and starts a new one.
-    pub fn take_interval(&mut self) -> Histogram<u64> {
-        std::mem::replace(&mut self.interval_ns, new_live_ns_histogram())
+    /// Returns the histogram of the interval that just ended (`None`: no value was
+    /// recorded in it) and starts a new one.
+    pub fn take_interval(&mut self) -> Option<Histogram<u64>> {
+        self.interval_ns.take()
     }
 }

@@ -15,6 +15,65 @@ pub(super) fn new_live_ns_histogram() -> Histogram<u64> {
     Histogram::new(SIGNIFICANT_DIGITS).expect("constant histogram precision is valid")
 }
 
+/// A live histogram allocated on its first value. At 3 significant digits the
+/// smallest HDR histogram is 2048 counters (16 KiB), and each probe keeps two (since
+/// attach, and the live interval) plus a copy in the measurements and the report: an
+/// idle probe cost ~35 KiB while measuring and twice that at the end (35,500 idle
+/// probes on mariadbd: 2.7 GiB peak RSS). Empty, it holds nothing and reads as an
+/// empty histogram of the same precision.
+#[derive(Debug, Clone, Default)]
+pub struct LiveHistogram(Option<Box<Histogram<u64>>>);
+
+impl LiveHistogram {
+    /// Records `count` hits of `ns` ([`record_ns`]), allocating the histogram first.
+    pub fn record(&mut self, ns: u64, count: u64) {
+        let hist = self
+            .0
+            .get_or_insert_with(|| Box::new(new_live_ns_histogram()));
+        record_ns(hist, ns, count);
+    }
+
+    /// Whether it holds a histogram (it had a value since the last clear).
+    #[cfg(test)]
+    pub(crate) fn allocated(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Forgets every value, and the memory that held them.
+    pub fn clear(&mut self) {
+        self.0 = None;
+    }
+
+    /// The histogram, leaving this one empty; `None` when nothing was recorded.
+    pub fn take(&mut self) -> Option<Histogram<u64>> {
+        self.0.take().map(|hist| *hist)
+    }
+}
+
+impl From<Histogram<u64>> for LiveHistogram {
+    fn from(hist: Histogram<u64>) -> Self {
+        Self(Some(Box::new(hist)))
+    }
+}
+
+impl std::ops::Deref for LiveHistogram {
+    type Target = Histogram<u64>;
+
+    fn deref(&self) -> &Histogram<u64> {
+        static EMPTY: std::sync::OnceLock<Histogram<u64>> = std::sync::OnceLock::new();
+        match &self.0 {
+            Some(hist) => hist,
+            None => EMPTY.get_or_init(new_live_ns_histogram),
+        }
+    }
+}
+
+impl PartialEq for LiveHistogram {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
 /// `hist` with probetop's full bounds ([`new_ns_histogram`]), as reports carry it.
 pub fn full_range(hist: &Histogram<u64>) -> Histogram<u64> {
     let mut full = new_ns_histogram();

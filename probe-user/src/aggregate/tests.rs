@@ -456,9 +456,31 @@ fn added_probes_take_the_next_ids() {
 fn interval_rolls_over() {
     let mut agg = Aggregator::new(1);
     agg.record(&hit(0, 5));
-    let first = agg.probes_mut()[0].take_interval();
+    let first = agg.probes_mut()[0]
+        .take_interval()
+        .expect("a value recorded");
     agg.record(&hit(0, 7));
     assert_eq!(first.len(), 1);
+    // An interval without values holds no histogram.
+    assert!(Aggregator::new(1).probes_mut()[0].take_interval().is_none());
     assert_eq!(agg.probes()[0].interval_ns.len(), 1);
     assert_eq!(agg.probes()[0].handler_ns.len(), 2);
+}
+
+/// An idle probe allocates no histogram; its first hit does, and a reset frees it.
+#[test]
+fn histograms_come_with_the_first_hit() {
+    let mut agg = Aggregator::new(2);
+    agg.record(&hit(1, 5));
+    let idle = &agg.probes()[0];
+    assert!(!idle.handler_ns.allocated() && !idle.interval_ns.allocated());
+    assert!(idle.handler_ns.is_empty());
+    let hit_once = &agg.probes()[1];
+    assert!(hit_once.handler_ns.allocated() && hit_once.interval_ns.allocated());
+    assert_eq!(hit_once.handler_ns.len(), 1);
+    let measured = agg.measurements();
+    assert!(!measured.probes[0].handler_ns.allocated());
+    assert_eq!(measured.probes[1].handler_ns.len(), 1);
+    agg.reset(0);
+    assert!(!agg.probes()[1].handler_ns.allocated());
 }

@@ -76,6 +76,17 @@ pub enum AttachError {
     NoEbpfObject,
 }
 
+/// A path to show for a probed file: the file a process-relative path names
+/// (`/proc/self/fd/9`, `/proc/PID/exe` mean nothing to a reader), else the path itself.
+pub(super) fn shown_path(path: &std::path::Path) -> String {
+    if path.starts_with("/proc")
+        && let Ok(target) = std::fs::read_link(path)
+    {
+        return target.display().to_string();
+    }
+    path.display().to_string()
+}
+
 impl AttachError {
     /// Whether the kernel refused this one point for the instruction there (ENOTSUPP,
     /// 524: a prefix or opcode it will not probe; ENOEXEC: bytes it cannot decode),
@@ -85,6 +96,19 @@ impl AttachError {
         match self {
             Self::PerfEventOpen { source, .. } | Self::UprobeMulti { source, .. } => {
                 matches!(source.raw_os_error(), Some(ENOTSUPP | libc::ENOEXEC))
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the kernel refused this one point with EINVAL: for a point resolution
+    /// found (on an instruction, inside the file) that is the site held by another
+    /// probe with another USDT semaphore offset (the kernel logs "ref_ctr_offset
+    /// mismatch"), which says nothing about the other points.
+    pub fn site_held(&self) -> bool {
+        match self {
+            Self::PerfEventOpen { source, .. } | Self::UprobeMulti { source, .. } => {
+                source.raw_os_error() == Some(libc::EINVAL)
             }
             _ => false,
         }

@@ -251,7 +251,7 @@ impl Attachment {
             Some(request) => AttachError::UprobeMulti {
                 probe_id,
                 kind: request.kind,
-                path: request.path.display().to_string(),
+                path: super::error::shown_path(&request.path),
                 offset: request.file_offset,
                 source,
             },
@@ -367,8 +367,10 @@ impl Attachment {
     /// that can be is attached; the error is the first that cannot, in `ids` order.
     pub fn reattach_set(&mut self, ids: &[u32]) -> Result<(), AttachError> {
         let mut wanted = Vec::new();
+        // A set, not `wanted.contains`: tens of thousands of ids go through here.
+        let mut seen = std::collections::HashSet::new();
         for &id in ids {
-            if !self.is_attached(id) && !wanted.contains(&id) && self.request(id).is_some() {
+            if !self.is_attached(id) && self.request(id).is_some() && seen.insert(id) {
                 wanted.push(id);
             }
         }

@@ -113,6 +113,8 @@ impl Attachment {
         loader
             .map_max_entries("EVENTS", options.ring_bytes)
             .map_max_entries("CONFIG", capacity)
+            .map_max_entries("DROPS", capacity)
+            .map_max_entries("HITS", capacity)
             .map_max_entries(
                 "KERNEL_HISTOGRAM",
                 if options.kernel_histograms {
@@ -397,6 +399,36 @@ fn multi_programs(ebpf: &Ebpf) -> Result<multi::Programs, AttachError> {
     multi::kernel_supports(probe).map_err(AttachError::NoUprobeMulti)?;
     programs.program(PROG_URETPROBE)?;
     Ok(programs)
+}
+
+/// Kernel memory the maps of an attachment loaded with `options` take, bytes, as far as
+/// they grow with the probes or are large (a memory cgroup is charged for them): the
+/// ring buffer, and per probe slot its config, drop and hit counters, in-kernel
+/// histograms (kernel and auto modes) and gap histograms (when under
+/// [`GAP_MAP_BUDGET`]), the per-CPU ones once per possible CPU.
+pub fn kernel_memory_bytes(options: &LoadOptions) -> u64 {
+    let cpus = aya::util::nr_cpus().map_or(1, |n| n as u64);
+    let slots = u64::from(
+        options
+            .probe_count
+            .saturating_add(options.spare_probes)
+            .clamp(1, probe_common::MAX_PROBES),
+    );
+    let size = |bytes: usize| bytes as u64;
+    let config = size(std::mem::size_of::<ProbeConfig>());
+    // DROPS and HITS: one u64 per CPU each.
+    let counters = 2 * 8 * cpus;
+    let histograms = if options.kernel_histograms {
+        size(std::mem::size_of::<probe_common::KernelHistogram>()) * cpus
+    } else {
+        0
+    };
+    let gaps = if gap_capacity(slots as u32, cpus) > 1 {
+        size(std::mem::size_of::<probe_common::GapHistogram>()) * cpus
+    } else {
+        0
+    };
+    u64::from(options.ring_bytes) + slots * (config + counters + histograms + gaps)
 }
 
 /// Kernel memory the gap histograms may take (per probe, per CPU); beyond it there are

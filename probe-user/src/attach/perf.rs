@@ -75,7 +75,7 @@ impl Attachment {
             AttachError::Unsupported(format!("probe {probe_id} has no attach request"))
         })?;
         let (pmu, program_fd) = self.perf_program(request.program)?;
-        let path_text = request.path.display().to_string();
+        let path_text = super::error::shown_path(&request.path);
         let mut events = Vec::new();
         for offset in request.offsets() {
             let perf_event = open_uprobe_event(

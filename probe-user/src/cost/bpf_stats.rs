@@ -186,6 +186,105 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
     found
 }
 
+/// Another tool's BPF program on one probed site.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SiteHolder {
+    pub prog_id: u32,
+    /// The program's name as loaded.
+    pub name: String,
+    /// `uprobe`, `uretprobe` or `uprobe_multi`.
+    pub kind: &'static str,
+    /// The semaphore offset it holds the site with, where the kernel says (uprobe_multi
+    /// links): `Some(0)` for none.
+    pub ref_ctr_offset: Option<u64>,
+    pub holder_pid: Option<u32>,
+    pub holder_comm: Option<String>,
+}
+
+impl std::fmt::Display for SiteHolder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} program {} (id {})",
+            self.kind, self.name, self.prog_id
+        )?;
+        match self.ref_ctr_offset {
+            Some(0) => write!(f, " without a semaphore")?,
+            Some(offset) => write!(f, " with the semaphore at file offset {offset:#x}")?,
+            None => {}
+        }
+        match (self.holder_pid, &self.holder_comm) {
+            (Some(pid), Some(comm)) => write!(f, " of pid {pid} ({comm})"),
+            (Some(pid), None) => write!(f, " of pid {pid}"),
+            (None, _) => Ok(()),
+        }
+    }
+}
+
+/// The BPF programs of processes other than `exclude_pids` on the site `offset` of the
+/// file at `file` (any path to it): who holds a site the kernel refused a probe on.
+/// Walks every process's file descriptors and every BPF link, so it is for the rare
+/// refusal, not for every probe.
+pub fn holders_at(file: &Path, offset: u64, exclude_pids: &[u32]) -> Vec<SiteHolder> {
+    let Ok(wanted) = FileId::of(file) else {
+        return Vec::new();
+    };
+    let same_file = |file: &str, holder: Option<u32>| {
+        in_process(file, holder)
+            .and_then(|path| FileId::of(&path).ok())
+            .is_some_and(|id| id == wanted)
+    };
+    let mut out = Vec::new();
+    for query in perf_event_queries(exclude_pids) {
+        if query.offset == offset && same_file(&query.file, Some(query.pid)) {
+            out.push(SiteHolder {
+                prog_id: query.prog_id,
+                name: String::new(),
+                kind: query.kind,
+                ref_ctr_offset: None,
+                holder_pid: Some(query.pid),
+                holder_comm: comm(query.pid),
+            });
+        }
+    }
+    let links = uprobe_links();
+    let holders = link_holders();
+    for link in links {
+        let holder = holders.get(&link.link_id).copied();
+        if holder.is_some_and(|pid| exclude_pids.contains(&pid)) {
+            continue;
+        }
+        let (on_site, ref_ctr_offset) = match link.multi_offsets.iter().position(|&o| o == offset) {
+            Some(at) => (true, link.multi_ref_ctrs.get(at).copied()),
+            None => (link.offset == Some(offset), None),
+        };
+        if !on_site || !same_file(&link.file, holder) {
+            continue;
+        }
+        // A perf link's event is usually also held open by its tool: seen above.
+        if out.iter().any(|h: &SiteHolder| h.prog_id == link.prog_id) {
+            continue;
+        }
+        out.push(SiteHolder {
+            prog_id: link.prog_id,
+            name: String::new(),
+            kind: link.kind,
+            ref_ctr_offset,
+            holder_pid: holder,
+            holder_comm: holder.and_then(comm),
+        });
+    }
+    if !out.is_empty() {
+        let names = program_stats();
+        for holder in &mut out {
+            if let Some(stats) = names.iter().find(|s| s.id == holder.prog_id) {
+                holder.name = stats.name.clone();
+            }
+        }
+    }
+    out
+}
+
 /// The rest of a path that names a file through the process that uses it
 /// (`/proc/self/fd/9`, as probetop itself attaches): it means nothing in another process.
 fn relative_to_process(file: &str) -> Option<&str> {
@@ -494,6 +593,9 @@ struct UprobeLink {
     kind: &'static str,
     file: String,
     offset: Option<u64>,
+    /// Every offset of a uprobe_multi link (empty when unread), and their semaphores.
+    multi_offsets: Vec<u64>,
+    multi_ref_ctrs: Vec<u64>,
     count: Option<u32>,
     only_pid: Option<u32>,
 }
@@ -589,6 +691,8 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
                 kind,
                 file: c_string(&path),
                 offset: Some(u64::from(u32_at(&info, 36))),
+                multi_offsets: Vec::new(),
+                multi_ref_ctrs: Vec::new(),
                 count: None,
                 only_pid: None,
             })
@@ -604,24 +708,30 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
                 return None;
             }
             let count = u32_at(&info, 52);
-            // Again for the first offset, now that the count is known.
+            // Again for the offsets and semaphores, now that the count is known.
             let mut offsets = vec![0u64; count as usize];
+            let mut ref_ctrs = vec![0u64; count as usize];
             let mut with_offsets = [0u8; LINK_INFO_SIZE];
             put_u64(&mut with_offsets, 16, path.as_mut_ptr() as u64);
             put_u32(&mut with_offsets, 48, path.len() as u32);
             put_u64(&mut with_offsets, 24, offsets.as_mut_ptr() as u64);
+            put_u64(&mut with_offsets, 32, ref_ctrs.as_mut_ptr() as u64);
             put_u32(&mut with_offsets, 52, count);
-            // SAFETY: `path` and `offsets` are alive across the call, of the lengths
-            // put beside them (`count` u64 offsets).
-            let offset = (count > 0 && unsafe { link_info(fd, &mut with_offsets) })
-                .then(|| offsets.first().copied())
-                .flatten();
+            // SAFETY: `path`, `offsets` and `ref_ctrs` are alive across the call, of the
+            // lengths put beside them (`count` u64 each).
+            let read = count > 0 && unsafe { link_info(fd, &mut with_offsets) };
+            if !read {
+                offsets.clear();
+                ref_ctrs.clear();
+            }
             Some(UprobeLink {
                 link_id,
                 prog_id,
                 kind: "uprobe_multi",
                 file: c_string(&path),
-                offset,
+                offset: offsets.first().copied(),
+                multi_offsets: offsets,
+                multi_ref_ctrs: ref_ctrs,
                 count: Some(count),
                 only_pid: Some(u32_at(&info, 60)),
             })

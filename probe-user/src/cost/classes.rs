@@ -263,6 +263,12 @@ struct Parts<'a> {
     modrm: Option<u8>,
 }
 
+/// The opcode map (VEX.m-mmmm: 1 0F, 2 0F38, 3 0F3A) of a three-byte VEX instruction
+/// whose prefix is at `at`.
+fn vex3_map(insn: &[u8], at: usize) -> Option<u8> {
+    (insn.get(at) == Some(&0xc4)).then(|| insn.get(at + 1).map(|b| b & 0x1f))?
+}
+
 /// Splits `insn` (exactly one instruction's bytes) the way the kernel's decoder does.
 fn parts(insn: &[u8]) -> Option<Parts<'_>> {
     let mut i = insn.iter().take_while(|b| is_legacy_prefix(**b)).count();
@@ -346,6 +352,19 @@ fn kernel_class(
         return (
             CostClass::Refused,
             Some("segment or lock prefix: the kernel refuses to probe it"),
+        );
+    }
+    // insn_get_opcode: a VEX instruction the kernel's opcode map does not accept fails
+    // to decode (ENOEXEC at attach). AMD's FMA4 (map 0F3A, 5C-5F and 68-7F: libm's
+    // __fma_fma4) is the one met in practice; on a uprobe_multi link such a point cost
+    // ~2 s of halving the link (one grace period per refused half) before it was found.
+    if let Some(map) = vex3_map(insn, p.prefixes.len() + usize::from(p.rex.is_some()))
+        && map == 3
+        && matches!(p.opcode[0], 0x5c..=0x5f | 0x68..=0x7f)
+    {
+        return (
+            CostClass::Refused,
+            Some("FMA4 instruction: the kernel's decoder does not know it"),
         );
     }
     let op1 = p.opcode[0];
@@ -559,6 +578,21 @@ mod tests {
         assert_eq!(class(&[0x3e, 0xff, 0xe0]), CostClass::Refused);
         // jmp *%rax: single-stepped.
         assert_eq!(class(&[0xff, 0xe0]), CostClass::SingleStepped);
+    }
+
+    #[test]
+    fn fma4_is_refused_and_fma3_is_not() {
+        // vfmaddsd %xmm2,%xmm1,%xmm0,%xmm0 (FMA4, libm's __fma_fma4): the kernel answers
+        // ENOEXEC.
+        assert_eq!(
+            class(&[0xc4, 0xe3, 0xf9, 0x6b, 0xc2, 0x10]),
+            CostClass::Refused
+        );
+        // vfmadd132sd %xmm2,%xmm1,%xmm0 (FMA3, map 0F38): probed, single-stepped.
+        assert_eq!(
+            class(&[0xc4, 0xe2, 0xf1, 0x99, 0xc2]),
+            CostClass::SingleStepped
+        );
     }
 
     #[test]

@@ -54,6 +54,16 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     for line in points::unmapped_lines(&probes, pid) {
         say!("{line}");
     }
+    let shared = points::share_site_semaphores(&mut probes);
+    for line in &shared.lines {
+        say!("{line}");
+    }
+    if !shared.skipped.is_empty() {
+        say!(
+            "{}",
+            points::skipped_line(&shared.skipped, points::SITE_SEMAPHORE_HELD)
+        );
+    }
     points::check_total(probes.len(), args.max_probes, plan.specs.len())?;
     if probes.len() > probe_common::MAX_PROBES as usize {
         bail!(UsageError(format!(
@@ -74,9 +84,14 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     );
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
     let mut prepared = crate::resolve::costs::prepare(&points);
-    let skipped = points::skip_refused_sites(&mut probes, &mut prepared);
-    if !skipped.is_empty() {
-        say!("{}", points::skipped_line(&skipped, points::LISTED_REFUSED));
+    let shared_skipped = shared.skipped.len();
+    let mut skipped = shared.skipped;
+    skipped.extend(points::skip_refused_sites(&mut probes, &mut prepared));
+    if skipped.len() > shared_skipped {
+        say!(
+            "{}",
+            points::skipped_line(&skipped[shared_skipped..], points::LISTED_REFUSED)
+        );
     }
     if probes.is_empty() {
         bail!("the kernel refuses to probe every point the specs match: nothing to attach");

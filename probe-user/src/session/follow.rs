@@ -540,6 +540,8 @@ impl Job {
         let notices = resolver.take_notices();
         // As at the start: identical points are attached once.
         super::points::merge_duplicates(&mut probes);
+        // Said at the start already, for the same specs.
+        let _ = super::points::share_site_semaphores(&mut probes);
         // Symbols were read through /proc/PID/exe: if that is another file now, they
         // may be another program's.
         if target.current_exe_identity() != Some(pin.identity) {

@@ -49,24 +49,33 @@ pub(super) fn unmapped_lines(probes: &[Probe], pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// Which file each attach path is, asked once per path.
+#[derive(Default)]
+struct Files(HashMap<PathBuf, File>);
+
+impl Files {
+    fn of(&mut self, path: &std::path::Path) -> File {
+        use std::os::unix::fs::MetadataExt as _;
+        self.0
+            .entry(path.to_path_buf())
+            .or_insert_with(|| match std::fs::metadata(path) {
+                Ok(meta) => File::Inode(meta.dev(), meta.ino()),
+                Err(_) => File::Path(path.to_path_buf()),
+            })
+            .clone()
+    }
+}
+
 /// Keeps the first of every set of identical probe points (same file, offset and
 /// kind), in order: the row keeps the name and spec the user wrote first. Returns how
 /// many were dropped. Without it, 2000 copies of one `-e` (or a preset and the same
 /// `-e`) attached 2000 probes, each hit running 2000 programs.
 pub(super) fn merge_duplicates(probes: &mut Vec<Probe>) -> usize {
-    use std::os::unix::fs::MetadataExt as _;
     let before = probes.len();
-    let mut files: HashMap<PathBuf, File> = HashMap::new();
+    let mut files = Files::default();
     let mut seen: HashSet<PointKey> = HashSet::with_capacity(before);
     probes.retain(|probe| {
-        let path = &probe.point.attach_path;
-        let file = files
-            .entry(path.clone())
-            .or_insert_with(|| match std::fs::metadata(path) {
-                Ok(meta) => File::Inode(meta.dev(), meta.ino()),
-                Err(_) => File::Path(path.clone()),
-            })
-            .clone();
+        let file = files.of(&probe.point.attach_path);
         seen.insert((
             file,
             probe.point.file_offset,
@@ -75,6 +84,91 @@ pub(super) fn merge_duplicates(probes: &mut Vec<Probe>) -> usize {
         ))
     });
     before - probes.len()
+}
+
+/// What [`share_site_semaphores`] did: lines to say, and the points it set aside.
+#[derive(Debug, Default)]
+pub(super) struct SharedSites {
+    pub lines: Vec<String>,
+    pub skipped: Vec<SkippedPoint>,
+}
+
+/// The kernel keeps one USDT semaphore offset (`ref_ctr_offset`) per probed site (file
+/// and offset, whatever the kind) and refuses a second probe there that does not carry
+/// the same one (EINVAL, "ref_ctr_offset mismatch" in the kernel log): a uprobe at
+/// `FUNC+OFF` on a semaphore-guarded USDT site of the same run sank the whole
+/// uprobe_multi link. The probes without one carry the site's semaphore instead: the
+/// kernel raises it once per process whatever the number of probes on the site, so
+/// the target sees what the USDT probe alone does, for as long as either is attached.
+/// A probe with a semaphore of its own other than the site's (two notes disagreeing)
+/// is set aside, naming the spec that holds the site.
+pub(super) fn share_site_semaphores(probes: &mut Vec<Probe>) -> SharedSites {
+    let mut out = SharedSites::default();
+    let mut files = Files::default();
+    // Each site's semaphore, and the probe that brought it.
+    let mut sites: HashMap<(File, u64), (u64, usize)> = HashMap::new();
+    let keys: Vec<(File, u64)> = probes
+        .iter()
+        .map(|p| (files.of(&p.point.attach_path), p.point.file_offset))
+        .collect();
+    let mut keep = vec![true; probes.len()];
+    for (i, probe) in probes.iter().enumerate() {
+        let Some(semaphore) = probe.semaphore_offset() else {
+            continue;
+        };
+        match sites.get(&keys[i]) {
+            None => {
+                sites.insert(keys[i].clone(), (semaphore, i));
+            }
+            Some(&(theirs, _)) if theirs == semaphore => {}
+            Some(&(theirs, holder)) => {
+                keep[i] = false;
+                let holder = &probes[holder];
+                out.skipped.push(skipped_point(
+                    probe,
+                    format!(
+                        "its site is also {} ({}), whose semaphore is at file offset {theirs:#x}, not {semaphore:#x}: the kernel keeps one per site",
+                        holder.spec, holder.point.name
+                    ),
+                ));
+            }
+        }
+    }
+    // (probe, the probe whose semaphore it carries now)
+    let mut shared: Vec<(usize, usize)> = Vec::new();
+    for (i, probe) in probes.iter_mut().enumerate() {
+        if probe.semaphore_offset().is_some() {
+            continue;
+        }
+        if let Some(&(semaphore, holder)) = sites.get(&keys[i]) {
+            probe.shared_semaphore = Some(semaphore);
+            shared.push((i, holder));
+        }
+    }
+    if !shared.is_empty() {
+        let named: Vec<String> = shared
+            .iter()
+            .map(|&(i, holder)| {
+                format!(
+                    "{} (on the site of {})",
+                    probes[i].spec, probes[holder].spec
+                )
+            })
+            .collect();
+        let shown: Vec<&str> = named.iter().take(3).map(String::as_str).collect();
+        out.lines.push(format!(
+            "probetop: {} probe{} on a USDT site with a semaphore: {}{}; the kernel keeps one semaphore per site, so it is raised while any probe there is attached",
+            named.len(),
+            if named.len() == 1 { "" } else { "s" },
+            shown.join(", "),
+            if named.len() > shown.len() { ", ..." } else { "" }
+        ));
+    }
+    if !out.skipped.is_empty() {
+        let mut flags = keep.into_iter();
+        probes.retain(|_| flags.next().unwrap_or(true));
+    }
+    out
 }
 
 /// The line said when duplicates were merged.
@@ -154,6 +248,8 @@ fn skipped_point(probe: &Probe, why: String) -> SkippedPoint {
 
 /// Why `list` marks points refused, in the line said when they are skipped.
 pub(super) const LISTED_REFUSED: &str = "a prefix or opcode the kernel will not put a breakpoint on; `probetop list` marks them refused";
+/// Why points on a site another probe of the run holds with another semaphore are skipped.
+pub(super) const SITE_SEMAPHORE_HELD: &str = "another probe of the run holds their site with another USDT semaphore; the export's skipped points name it";
 /// Why points the kernel refused at attach time are skipped.
 pub(super) const REFUSED_AT_ATTACH: &str = "the kernel answered ENOTSUPP at attach";
 
@@ -192,27 +288,31 @@ pub(super) fn go_on_without_refused(
     config: &dyn Fn(&Probe) -> ProbeConfig,
     filter_pid: u32,
 ) -> Result<(), AttachError> {
-    let mut refused = Vec::new();
+    // (probe id, why the kernel refused it)
+    let mut refused: Vec<(usize, String)> = Vec::new();
     for (id, outcome) in outcomes.into_iter().enumerate() {
         match outcome {
             Ok(()) => {}
-            Err(error) if error.point_refused() => refused.push(id),
+            Err(error) if error.point_refused() => {
+                refused.push((id, REFUSED_AT_ATTACH.to_string()))
+            }
+            Err(error) if error.site_held() => refused.push((id, site_held_why(&run.probes[id]))),
             Err(error) => return Err(error),
         }
     }
     if refused.is_empty() {
         return Ok(());
     }
-    for &id in &refused {
-        run.skipped.push(skipped_point(
-            &run.probes[id],
-            REFUSED_AT_ATTACH.to_string(),
-        ));
+    for (id, why) in &refused {
+        run.skipped
+            .push(skipped_point(&run.probes[*id], why.clone()));
     }
+    let refused: Vec<usize> = refused.into_iter().map(|(id, _)| id).collect();
+    let refused_set: HashSet<usize> = refused.iter().copied().collect();
     let keep = run.probes.len() - refused.len();
     let holes: Vec<usize> = refused.iter().copied().filter(|&id| id < keep).collect();
     let movers: Vec<usize> = (keep..run.probes.len())
-        .filter(|id| !refused.contains(id))
+        .filter(|id| !refused_set.contains(id))
         .collect();
     let mover_ids: Vec<u32> = movers.iter().map(|&id| id as u32).collect();
     // Their links close here (each waits for the kernel's grace period).
@@ -232,6 +332,67 @@ pub(super) fn go_on_without_refused(
         .map(|(&id, &config)| run.probes[id].request(id as u32, config, filter_pid))
         .collect();
     run.attachment.attach_all(&requests)
+}
+
+/// Why the kernel refused `probe` with EINVAL: another tool holds its site with another
+/// USDT semaphore offset (the run's own probes share theirs, [`share_site_semaphores`]),
+/// named as far as the kernel shows it.
+fn site_held_why(probe: &Probe) -> String {
+    let site = format!(
+        "{}+{:#x}",
+        probe.point.object.display(),
+        probe.point.file_offset
+    );
+    let ours = match probe.semaphore_offset() {
+        Some(offset) => format!("with its semaphore at file offset {offset:#x}"),
+        None => "without a semaphore".to_string(),
+    };
+    let holders = crate::cost::bpf_stats::holders_at(
+        &probe.point.attach_path,
+        probe.point.file_offset,
+        &[std::process::id()],
+    );
+    let held_by = if holders.is_empty() {
+        "a probe of another tool (not a BPF program probetop can see: a perf or tracefs uprobe?)"
+            .to_string()
+    } else {
+        holders
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    format!(
+        "its site {site} is held by {held_by}, and the kernel keeps one USDT semaphore per site: this probe, {ours}, cannot join it (EINVAL; the kernel log says `ref_ctr_offset mismatch`); stop the other probe, or probe a point beside it"
+    )
+}
+
+/// One line per point skipped because another holds its site, at most this many.
+const SITE_HELD_LINES: usize = 5;
+
+/// The lines said for points skipped at attach time: one for those the kernel will not
+/// probe, and one each (up to [`SITE_HELD_LINES`]) for those whose site another holds.
+pub(super) fn late_skipped_lines(late: &[SkippedPoint]) -> Vec<String> {
+    let (plain, held): (Vec<&SkippedPoint>, Vec<&SkippedPoint>) =
+        late.iter().partition(|s| s.why == REFUSED_AT_ATTACH);
+    let mut lines = Vec::new();
+    if !plain.is_empty() {
+        let plain: Vec<SkippedPoint> = plain.into_iter().cloned().collect();
+        lines.push(skipped_line(&plain, REFUSED_AT_ATTACH));
+    }
+    for point in held.iter().take(SITE_HELD_LINES) {
+        lines.push(format!(
+            "probetop: {} ({}) not attached: {}",
+            point.spec, point.name, point.why
+        ));
+    }
+    if held.len() > SITE_HELD_LINES {
+        lines.push(format!(
+            "probetop: and {} more probe points not attached for the same reason (the export's skipped points list them)",
+            held.len() - SITE_HELD_LINES
+        ));
+    }
+    lines
 }
 
 /// Most IFUNC names one line shows.

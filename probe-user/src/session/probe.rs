@@ -26,6 +26,10 @@ pub(super) struct Probe {
     pub generation: u32,
     /// The program the target ran then.
     pub exe: PathBuf,
+    /// The semaphore of a USDT probe of this run on the same site, carried by a
+    /// uprobe there: the kernel keeps one semaphore offset per site and refuses a
+    /// second probe on it without the same one (`points::share_site_semaphores`).
+    pub shared_semaphore: Option<u64>,
 }
 
 impl Probe {
@@ -46,6 +50,7 @@ impl Probe {
             point,
             generation,
             exe: target.exe.clone(),
+            shared_semaphore: None,
         }
     }
 
@@ -76,10 +81,20 @@ impl Probe {
             path: &self.point.attach_path,
             file_offset: self.point.file_offset,
             more_offsets: self.point.more_file_offsets(),
-            semaphore_offset: self.point.usdt.as_ref().and_then(|u| u.semaphore_offset),
+            semaphore_offset: self.semaphore_offset(),
             config,
             pid,
         }
+    }
+
+    /// The semaphore the kernel counts while the probe is attached: its own (USDT), or
+    /// the one of its site it shares.
+    pub(super) fn semaphore_offset(&self) -> Option<u64> {
+        self.point
+            .usdt
+            .as_ref()
+            .and_then(|u| u.semaphore_offset)
+            .or(self.shared_semaphore)
     }
 
     /// The probe's config: the run's mode, and its argument recipes with `--args`

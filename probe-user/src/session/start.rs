@@ -359,7 +359,7 @@ fn attach_probes(
     if kernel_histograms {
         say_kernel_histogram_memory(probes.len() + spare_probes as usize);
     }
-    let mut attachment = Attachment::load(LoadOptions {
+    let load_options = LoadOptions {
         ring_bytes: plan.ring_bytes,
         probe_count: probes.len() as u32,
         spare_probes,
@@ -376,7 +376,9 @@ fn attach_probes(
         attach_path: target.live_thread.map(|_| attach::AttachPath::PerfEvent),
         filter_processes: several,
         ..Default::default()
-    })?;
+    };
+    check_memory_room(&load_options)?;
+    let mut attachment = Attachment::load(load_options)?;
     // Only `--assume gap` reads the busy time between hits, and the program that
     // measures it runs at every context switch of the machine: the target's neighbours
     // pay for it too. Without it a gap is only a time: that pricing falls back to the
@@ -458,7 +460,9 @@ fn attach_probes(
     }
     if skipped.len() > skipped_before {
         let late = &skipped[skipped_before..];
-        say!("{}", points::skipped_line(late, points::REFUSED_AT_ATTACH));
+        for line in points::late_skipped_lines(late) {
+            say!("{line}");
+        }
         // Its maps were filled by probe id before the ids moved.
         if dispatch.is_some() {
             crate::attach::dispatch::stop_dispatch(&mut attachment);
@@ -540,6 +544,32 @@ fn serve(listener: tokio::net::TcpListener, source: &Arc<ReportSource>) -> JoinH
             Some(export::prometheus::render_prometheus(&report))
         }
     }))
+}
+
+/// Refuses, before anything is attached, a run whose probes need more memory than the
+/// memory cgroup probetop runs in allows: the kernel would kill it mid-run and what it
+/// measured would be lost.
+fn check_memory_room(options: &LoadOptions) -> anyhow::Result<()> {
+    let Some(room) = crate::sys::cgroup::own_memory_room() else {
+        return Ok(());
+    };
+    let slots = u64::from(options.probe_count.saturating_add(options.spare_probes));
+    let own = slots * crate::aggregate::BYTES_PER_PROBE;
+    let kernel = attach::kernel_memory_bytes(options);
+    let need = own + kernel;
+    if need > room.left() {
+        let mib = |bytes: u64| bytes.div_ceil(1 << 20);
+        anyhow::bail!(
+            "{slots} probes need about {} MiB more memory ({} KiB each in probetop, {} MiB of kernel maps; docs/performance.md), but the memory cgroup {} allows {} MiB more (limit {} MiB): raise its limit, or probe fewer points (--max-probes)",
+            mib(need),
+            crate::aggregate::BYTES_PER_PROBE >> 10,
+            mib(kernel),
+            room.dir.display(),
+            room.left() >> 20,
+            mib(room.limit)
+        );
+    }
+    Ok(())
 }
 
 /// The in-kernel histograms are per-CPU arrays of 592 counters per probe: on a large

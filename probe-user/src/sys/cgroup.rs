@@ -1,5 +1,7 @@
 //! Reader of cgroup v2 directories (`--cgroup`): the one place that names
-//! `cgroup.procs`, for the session's process set and the in-situ meter's.
+//! `cgroup.procs`, for the session's process set and the in-situ meter's; and of the
+//! memory limit of probetop's own cgroup (v2 `memory.max`, or v1's
+//! `memory.limit_in_bytes` on hosts that still mount the v1 memory controller).
 
 use std::{
     ffi::CString,
@@ -100,9 +102,150 @@ fn walk(dir: &Path, skip_unreadable: bool) -> io::Result<Vec<u32>> {
     Ok(pids)
 }
 
+/// The memory probetop's own cgroup (and its ancestors) still allow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryRoom {
+    /// The tightest limit on the way up, bytes, and the directory that sets it.
+    pub limit: u64,
+    pub dir: PathBuf,
+    /// Bytes that directory's cgroup uses now, less its inactive page cache (which the
+    /// kernel reclaims before it kills anything).
+    pub used: u64,
+}
+
+impl MemoryRoom {
+    /// Bytes left under the limit.
+    pub fn left(&self) -> u64 {
+        self.limit.saturating_sub(self.used)
+    }
+}
+
+/// Limits at or above this are "no limit" (v1 writes 2^63 rounded to a page).
+const NO_LIMIT: u64 = 1 << 62;
+
+/// The tightest memory limit over probetop's own cgroup and its ancestors, or `None`
+/// when there is none (or it cannot be read).
+pub fn own_memory_room() -> Option<MemoryRoom> {
+    let cgroups = fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let (mount, path, v2) = memory_cgroup_of(&cgroups, &mountinfo)?;
+    let (limit_file, usage_file, inactive_key) = if v2 {
+        ("memory.max", "memory.current", "inactive_file")
+    } else {
+        (
+            "memory.limit_in_bytes",
+            "memory.usage_in_bytes",
+            "total_inactive_file",
+        )
+    };
+    let read_u64 = |dir: &Path, name: &str| -> Option<u64> {
+        fs::read_to_string(dir.join(name)).ok()?.trim().parse().ok()
+    };
+    let mut tightest: Option<MemoryRoom> = None;
+    let mut dir = mount.join(path.trim_start_matches('/'));
+    loop {
+        // "max" (v2) does not parse: no limit here.
+        if let Some(limit) = read_u64(&dir, limit_file).filter(|&l| l < NO_LIMIT) {
+            let usage = read_u64(&dir, usage_file).unwrap_or(0);
+            let inactive = fs::read_to_string(dir.join("memory.stat"))
+                .ok()
+                .and_then(|stat| stat_value(&stat, inactive_key))
+                .unwrap_or(0);
+            let room = MemoryRoom {
+                limit,
+                dir: dir.clone(),
+                used: usage.saturating_sub(inactive),
+            };
+            if tightest.as_ref().is_none_or(|t| room.left() < t.left()) {
+                tightest = Some(room);
+            }
+        }
+        if dir == mount || !dir.pop() || !dir.starts_with(&mount) {
+            break;
+        }
+    }
+    tightest
+}
+
+/// `key VALUE` in a `memory.stat`.
+fn stat_value(stat: &str, key: &str) -> Option<u64> {
+    stat.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// Where the memory controller of this process's cgroup is: the mount point, the
+/// cgroup's path below it, and whether it is cgroup v2. A v1 memory hierarchy wins
+/// where there is one (its controller is then not in v2).
+fn memory_cgroup_of(cgroups: &str, mountinfo: &str) -> Option<(PathBuf, String, bool)> {
+    // mountinfo: ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS... - FSTYPE SOURCE SUPER_OPTIONS
+    let mounts: Vec<(&str, &str, &str, &str)> = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let fields: Vec<&str> = left.split(' ').collect();
+            let mut rest = right.split(' ');
+            let fstype = rest.next()?;
+            let options = rest.nth(1).unwrap_or("");
+            Some((*fields.get(3)?, *fields.get(4)?, fstype, options))
+        })
+        .collect();
+    let relative = |path: &str, root: &str| -> String {
+        path.strip_prefix(root)
+            .filter(|_| root != "/")
+            .unwrap_or(path)
+            .to_string()
+    };
+    for line in cgroups.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+        if controllers.split(',').any(|c| c == "memory")
+            && let Some((root, point, _, _)) = mounts.iter().find(|(_, _, fstype, options)| {
+                *fstype == "cgroup" && options.split(',').any(|o| o == "memory")
+            })
+        {
+            return Some((PathBuf::from(point), relative(path, root), false));
+        }
+    }
+    let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let (root, point, _, _) = mounts
+        .iter()
+        .find(|(_, _, fstype, _)| *fstype == "cgroup2")?;
+    let dir = PathBuf::from(point).join(relative(path, root).trim_start_matches('/'));
+    // The memory controller is in v2 only where its files are.
+    dir.join("memory.current")
+        .is_file()
+        .then(|| (PathBuf::from(point), relative(path, root), true))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_the_memory_controller_v1_or_v2() {
+        let v1 = "4:memory:/a/b\n0::/\n";
+        let mountinfo = "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+            41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+        assert_eq!(
+            memory_cgroup_of(v1, mountinfo),
+            Some((
+                PathBuf::from("/sys/fs/cgroup/memory"),
+                "/a/b".to_string(),
+                false
+            ))
+        );
+        assert_eq!(
+            stat_value(
+                "cache 5\ninactive_file 7\ntotal_inactive_file 9\n",
+                "inactive_file"
+            ),
+            Some(7)
+        );
+        assert_eq!(
+            stat_value("total_inactive_file 9\n", "total_inactive_file"),
+            Some(9)
+        );
+    }
 
     /// A tree of fake cgroup directories: the walk reads every level. A sub-cgroup with
     /// no list is one removed meanwhile (cgroupfs gives every directory one), which both

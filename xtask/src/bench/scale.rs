@@ -95,6 +95,9 @@ struct ProbeSet {
     n: usize,
     probetop: Vec<String>,
     bpftrace: Option<std::path::PathBuf>,
+    /// probetop on uprobe_multi links only: on perf events this many probes would take a
+    /// grace period each to detach (hours).
+    multi_only: bool,
 }
 
 /// Where one run ended up.
@@ -142,6 +145,7 @@ impl Bench {
                 n,
                 probetop: vec!["-f".into(), spec_file.display().to_string()],
                 bpftrace: Some(bt_file),
+                multi_only: false,
             });
         }
         // The issue's example: two globs, ~1000 C++ methods, as a user would write them
@@ -165,7 +169,9 @@ impl Bench {
                 .flat_map(|g| ["-e".to_string(), format!("uprobe:{g}")])
                 .collect(),
             bpftrace: None,
+            multi_only: false,
         });
+        sets.push(every_function(&self.probetop, db.pid(), &self.work.path)?);
         let mut background: Vec<(usize, JoinHandle<Option<f64>>)> = Vec::new();
         // Each tool's smallest set that hit the cap.
         let mut capped: Vec<(ScaleTool, usize)> = Vec::new();
@@ -181,6 +187,7 @@ impl Bench {
                     if done_here.contains(&tool)
                         || (rep > 0 && capped_before)
                         || (tool == ScaleTool::Bpftrace && set.bpftrace.is_none())
+                        || (set.multi_only && tool != ScaleTool::Multi)
                     {
                         continue;
                     }
@@ -374,6 +381,46 @@ fn probe_symbols(probetop: &Path, exe: &Path) -> Result<Vec<String>> {
     Ok(points.into_iter().map(|(_, s)| s).collect())
 }
 
+/// Every function of the server and the libraries it maps (issue #30: ~35,500 points),
+/// one `uprobe:OBJECT:*` line per mapped object; N counts the distinct entry points
+/// `probetop list` does not mark refused, as probetop attaches them.
+fn every_function(probetop: &Path, pid: u32, work: &Path) -> Result<ProbeSet> {
+    let listing = command_json(
+        Command::new(probetop)
+            .args(["list", "--pid", &pid.to_string()])
+            .arg("--json"),
+    )?;
+    let mut objects: Vec<String> = Vec::new();
+    let mut points = std::collections::HashSet::new();
+    for p in listing["points"].as_array().into_iter().flatten() {
+        let (Some(object), Some(offset)) = (p["object"].as_str(), p["file_offset"].as_u64()) else {
+            continue;
+        };
+        if p["kind"] != "uprobe" {
+            continue;
+        }
+        if !objects.iter().any(|o| o == object) {
+            objects.push(object.to_string());
+        }
+        if p["cost_class"] != "refused" {
+            points.insert((object.to_string(), offset));
+        }
+    }
+    let spec_file = work.join("scale-every-function.specs");
+    let specs: String = objects.iter().map(|o| format!("uprobe:{o}:*\n")).collect();
+    fs::write(&spec_file, specs).context("writing the spec file")?;
+    Ok(ProbeSet {
+        label: format!(
+            "every function of mariadbd and its {} libraries",
+            objects.len().saturating_sub(1)
+        ),
+        n: points.len(),
+        probetop: vec!["-f".into(), spec_file.display().to_string()],
+        bpftrace: None,
+        multi_only: true,
+    })
+}
+
 /// `n` items spread evenly over `all`, so each count probes the whole binary.
 fn spaced(all: &[String], n: usize) -> Vec<String> {
     (0..n).map(|i| all[i * all.len() / n].clone()).collect()
@@ -526,6 +573,9 @@ pub(super) fn render_scale(md: &mut String, s: &ScaleResults) {
         }
     }
     md.push('\n');
+    if let Some(line) = per_point_line(s) {
+        let _ = writeln!(md, "{line}\n");
+    }
     let overlapped = s.runs.iter().filter(|r| r.background > 0).count();
     if overlapped > 0 {
         let _ = writeln!(
@@ -534,6 +584,36 @@ pub(super) fn render_scale(md: &mut String, s: &ScaleResults) {
         );
     }
     warnings(md, &s.warnings);
+}
+
+/// probetop on uprobe_multi: the attach step and the detach per probe at the smallest
+/// and the largest set, medians: linear when they stay alike.
+fn per_point_line(s: &ScaleResults) -> Option<String> {
+    let per_point = |column: fn(&ScaleRun) -> Option<f64>, n: usize| -> Option<f64> {
+        let mut values: Vec<f64> = s
+            .runs
+            .iter()
+            .filter(|r| r.tool == ScaleTool::Multi && r.probes == n)
+            .filter_map(|r| column(r).map(|v| v / r.probes as f64 * 1e6))
+            .collect();
+        values.sort_by(f64::total_cmp);
+        values.get(values.len() / 2).copied()
+    };
+    let counts = s
+        .runs
+        .iter()
+        .filter(|r| r.tool == ScaleTool::Multi)
+        .map(|r| r.probes);
+    let (small, large) = (counts.clone().filter(|&n| n >= 100).min()?, counts.max()?);
+    let step = |r: &ScaleRun| r.step_s;
+    let detach = |r: &ScaleRun| r.detach_s;
+    Some(format!(
+        "probetop on uprobe_multi, per probe: attach step {:.1} us at {small} probes, {:.1} us at {large}; detach {:.1} us at {small}, {:.1} us at {large}.",
+        per_point(step, small)?,
+        per_point(step, large)?,
+        per_point(detach, small)?,
+        per_point(detach, large)?,
+    ))
 }
 
 pub(super) fn scale_json(s: &ScaleResults) -> Value {

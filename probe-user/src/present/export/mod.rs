@@ -73,8 +73,8 @@ pub struct ProbeReport {
     /// Hits the probe took: records received plus records dropped.
     pub hits: u64,
     pub dropped: u64,
-    /// Handler time of every received hit, ns.
-    pub handler_ns: Histogram<u64>,
+    /// Handler time of every received hit, ns (nothing allocated for a probe without).
+    pub handler_ns: crate::aggregate::LiveHistogram,
     /// Cost class, whole cost per hit, CPU share, measured dispatch.
     pub cost: crate::present::cost_report::ProbeCostReport,
     /// Handler time per interval, oldest first (for interval logs and time series).
@@ -395,7 +395,7 @@ pub(crate) mod testing {
                 length_s: 1.0,
                 handler_ns: hist.clone(),
             }],
-            handler_ns: hist,
+            handler_ns: hist.into(),
             cost: Default::default(),
         };
         Report {
@@ -479,7 +479,7 @@ pub(crate) mod testing {
                         handler_ns,
                     })
                     .collect(),
-                handler_ns: whole,
+                handler_ns: whole.into(),
                 cost: Default::default(),
             });
         };
