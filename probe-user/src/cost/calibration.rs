@@ -713,12 +713,44 @@ pub fn cache_path() -> Option<PathBuf> {
     Some(cache_dir()?.join(Machine::current().cache_file_name()))
 }
 
-/// This machine's cached calibration, if there is one that parses and matches.
-pub fn load_cached() -> Option<Calibration> {
-    let path = cache_path()?;
-    let text = std::fs::read_to_string(path).ok()?;
-    let calibration: Calibration = serde_json::from_str(&text).ok()?;
-    calibration.matches_this_machine().then_some(calibration)
+/// A calibration file's size at most: a full calibration is tens of KiB (its samples
+/// included), so 16 MiB is far past any real one and quick to refuse.
+const MAX_CACHE_BYTES: u64 = 16 << 20;
+
+/// A calibration cache that is there but cannot be read as one: a FIFO, a device, a
+/// link, a huge file. The run goes on without it.
+#[derive(Debug, thiserror::Error)]
+#[error("the calibration cache {}: {source}; going on without it (remove it and run `probetop calibrate`)", path.display())]
+pub struct CacheError {
+    path: PathBuf,
+    source: crate::sys::files::BoundedReadError,
+}
+
+/// This machine's cached calibration, if there is one that parses and matches; an error
+/// if the file there is not one probetop wrote (never waited on, never read past
+/// [`MAX_CACHE_BYTES`]).
+pub fn load_cached() -> Result<Option<Calibration>, CacheError> {
+    use crate::sys::files::{Accept, BoundedReadError, read_bounded};
+    let Some(path) = cache_path() else {
+        return Ok(None);
+    };
+    // probetop writes the cache by a rename: never a pipe, never a link.
+    let accept = Accept {
+        pipes: false,
+        links: false,
+    };
+    let bytes = match read_bounded(&path, MAX_CACHE_BYTES, accept) {
+        Ok(bytes) => bytes,
+        Err(BoundedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None);
+        }
+        Err(source) => return Err(CacheError { path, source }),
+    };
+    // An older format, or one cut short: made again by the next calibrate.
+    let Ok(calibration) = serde_json::from_slice::<Calibration>(&bytes) else {
+        return Ok(None);
+    };
+    Ok(calibration.matches_this_machine().then_some(calibration))
 }
 
 #[cfg(test)]

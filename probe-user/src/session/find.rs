@@ -70,6 +70,9 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     );
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
     let mut prepared = crate::resolve::costs::prepare(&points);
+    if let Some(line) = &prepared.calibration_warning {
+        say!("{line}");
+    }
     let skipped = points::skip_refused_sites(&mut probes, &mut prepared);
     if !skipped.is_empty() {
         say!("{}", points::skipped_line(&skipped, points::LISTED_REFUSED));
