@@ -104,7 +104,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         use std::io::Write as _;
         let mut out = io::stdout().lock();
         let _ = out
-            .write_all(present::summary::table(&labels, &snapshot).as_bytes())
+            .write_all(
+                sys::stderr::terminal_safe(&present::summary::table(&labels, &snapshot)).as_bytes(),
+            )
             .and_then(|()| out.flush());
     }
     let other_programs = others.finish();

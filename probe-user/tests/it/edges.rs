@@ -103,3 +103,156 @@ fn a_calibration_cache_that_is_not_a_file_is_one_line_and_the_run_goes_on() {
         let _ = std::fs::remove_dir_all(&cache);
     }
 }
+
+/// Bytes of `out` a terminal would act on: C0 controls but the newline, DEL, and C1
+/// controls (UTF-8 `c2 80`..`c2 9f`).
+fn control_bytes(out: &[u8]) -> Vec<u8> {
+    let mut found: Vec<u8> = out
+        .iter()
+        .copied()
+        .filter(|&b| (b < 0x20 && b != b'\n') || b == 0x7f)
+        .collect();
+    found.extend(
+        out.windows(2)
+            .filter(|w| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1]))
+            .map(|w| w[1]),
+    );
+    found
+}
+
+/// A child whose stdout and stderr are kept as raw bytes, readable while it runs.
+struct Raw {
+    child: std::process::Child,
+    stdout: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Raw {
+    fn spawn(mut cmd: Command) -> Self {
+        use std::io::Read as _;
+        use std::process::Stdio;
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn probetop");
+        let keep = |mut from: Box<dyn std::io::Read + Send>| {
+            let buffer = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let to = buffer.clone();
+            std::thread::spawn(move || {
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = from.read(&mut chunk) {
+                    if n == 0 {
+                        break;
+                    }
+                    to.lock().unwrap().extend_from_slice(&chunk[..n]);
+                }
+            });
+            buffer
+        };
+        let stdout = keep(Box::new(child.stdout.take().expect("stdout")));
+        let stderr = keep(Box::new(child.stderr.take().expect("stderr")));
+        Self {
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Waits until stderr holds `needle`, at most `PATIENCE`.
+    fn wait_for_stderr(&self, needle: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while !self.stderr_text().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "no {needle:?} in {:?}",
+                self.stderr_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Its exit status and all it wrote, once it ended (killed after `PATIENCE`).
+    fn finish(mut self) -> (std::process::ExitStatus, Vec<u8>, Vec<u8>) {
+        let deadline = Instant::now() + PATIENCE;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("probetop still running: {}", self.stderr_text());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // The readers end at end of output, just after the exit.
+        let drained = Instant::now() + Duration::from_secs(5);
+        while std::sync::Arc::strong_count(&self.stdout)
+            + std::sync::Arc::strong_count(&self.stderr)
+            > 2
+            && Instant::now() < drained
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let out = self.stdout.lock().unwrap().clone();
+        let err = self.stderr.lock().unwrap().clone();
+        (status, out, err)
+    }
+}
+
+/// Names a crafted binary and comm hold (an OSC sequence with BEL, a newline, a CR, a
+/// CSI) reach no terminal: `list`, the summary table, the end-of-run cost lines, the
+/// "attached" line and "did you mean" print them on one line without control bytes.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn names_from_a_binary_and_a_comm_reach_the_terminal_without_control_bytes() {
+    let _turn = turn(module_path!());
+    let evil = fixture("c/evilnames");
+    let listed = output_ok(probetop().arg("list").arg(&evil), "probetop list");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(control_bytes(&listed.stdout), b"", "list: {text:?}");
+    assert!(text.contains("evil ]0;pwned esc"), "list: {text}");
+    assert!(text.contains("evil line name"), "list: {text}");
+
+    let mut target = started(&evil, &["--calls", "1000"]);
+    let pid = target.pid().to_string();
+    // "Did you mean" names the functions that hold the word.
+    let out = probetop()
+        .args(["--pid", &pid, "--no-tui", "-e", "uprobe:pwned"])
+        .output()
+        .expect("run probetop");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("pwned esc"), "{err:?}");
+    assert_eq!(control_bytes(&out.stderr), b"", "{err:?}");
+
+    let mut cmd = probetop();
+    cmd.args(["--pid", &pid, "--no-tui", "-e", "uprobe:evil*"]);
+    let run = Raw::spawn(cmd);
+    run.wait_for_stderr("probetop: attached");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("done calls=1000");
+    assert!(target.wait().success());
+    let (status, stdout, stderr) = run.finish();
+    let (out, err) = (
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr),
+    );
+    assert!(status.success(), "{status}: {err}");
+    assert_eq!(control_bytes(&stdout), b"", "summary: {out:?}");
+    assert_eq!(control_bytes(&stderr), b"", "stderr: {err:?}");
+    assert!(err.contains("(evil comm [2J)"), "{err}");
+    // The summary's rows, each on its line with its count.
+    for name in ["evil ]0;pwned esc", "evil line name"] {
+        let row = out
+            .lines()
+            .find(|l| l.contains(name))
+            .unwrap_or_else(|| panic!("no row for {name:?}: {out}"));
+        assert!(row.contains(" 1000 "), "{row}");
+    }
+}
