@@ -85,19 +85,7 @@ fn check_numbers(args: &RunArgs, several: bool) -> anyhow::Result<()> {
             "--follow-exec follows one process: run it with one --pid, without --follow-forks or --cgroup".into()
         ));
     }
-    if let Some(d) = args.duration
-        && !(d.is_finite() && d > 0.0)
-    {
-        bail!(UsageError(format!(
-            "--duration {d}: give a positive number of seconds"
-        )));
-    }
-    if !(args.interval.is_finite() && args.interval >= 0.01) {
-        bail!(UsageError(format!(
-            "--interval {}: give at least 0.01 seconds",
-            args.interval
-        )));
-    }
+    // The numbers themselves are range-checked by the parser (cli.rs).
     Ok(())
 }
 
@@ -132,28 +120,11 @@ fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
     }
 }
 
-/// `--args`, `--sample-every` and `--in-situ`'s settings.
+/// `--in-situ`'s settings (`--args`, `--sample-every` and the window's length are
+/// range-checked by the parser).
 fn check_capture(args: &RunArgs) -> anyhow::Result<()> {
-    if args.args > probe_common::MAX_ARGS {
-        bail!(UsageError(format!(
-            "--args {}: a hit carries at most {} argument values (the most a USDT site has, as in libbpf)",
-            args.args,
-            probe_common::MAX_ARGS
-        )));
-    }
-    if args.sample_every == 0 {
-        bail!(UsageError(
-            "--sample-every 0: give 1 to stream every hit, or N to stream one hit in N".into()
-        ));
-    }
     if !args.in_situ {
         return Ok(());
-    }
-    if !(args.in_situ_window.is_finite() && args.in_situ_window >= 0.1) {
-        bail!(UsageError(format!(
-            "--in-situ-window {}: give at least 0.1 seconds",
-            args.in_situ_window
-        )));
     }
     if args.follow_exec {
         bail!(UsageError(
