@@ -52,8 +52,14 @@ pub enum StopReason {
 /// attached; one after it drops the attachment, which detaches every probe.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let plan = plan::Plan::from_args(&args)?;
-    let found = find::find(&plan, &args)?;
-    let mut running = start::start(plan, found, &args).await?;
+    // A target that exits while probetop starts makes some step fail (a read of its
+    // files, an attach to its pid): that is said as what it is. What was attached by
+    // then is detached as the attachment drops.
+    let target = plan.target.clone();
+    let found = find::find(&plan, &args).map_err(|e| plan::exited_or(&target, e))?;
+    let mut running = start::start(plan, found, &args)
+        .await
+        .map_err(|e| plan::exited_or(&target, e))?;
     let driven = drive::drive(&mut running, &args).await?;
     finish::finish(running, driven, &args).await
 }

@@ -34,8 +34,8 @@ impl Plan {
         let pid = scope.primary()?;
         let several = scope.several();
         check_numbers(args, several)?;
-        let ring_bytes = ring_bytes(args)?;
-        let time_every = time_every(args.mode, args.time_every)?;
+        ring_bytes(args)?;
+        time_every(args.mode, args.time_every)?;
         check_capture(args)?;
         privileges::check()?;
         // Before anything is opened: each probe on the perf-event path holds two
@@ -44,6 +44,21 @@ impl Plan {
             say!("probetop: cannot raise the open-file limit ({e}); `ulimit -n` shows it");
         }
         let target = Target::open(pid)?;
+        let target_for_errors = target.clone();
+        Self::with_target(args, specs, scope, several, target)
+            .map_err(|e| exited_or(&target_for_errors, e))
+    }
+
+    /// The rest of the plan once the first process is open.
+    fn with_target(
+        args: &RunArgs,
+        specs: Vec<ProbeSpec>,
+        scope: processes::Scope,
+        several: bool,
+        target: Target,
+    ) -> anyhow::Result<Self> {
+        let ring_bytes = ring_bytes(args)?;
+        let time_every = time_every(args.mode, args.time_every)?;
         if let Some(note) = target.identity_note() {
             say!("probetop: {note}");
         }
@@ -77,6 +92,19 @@ impl Plan {
             time_every,
         })
     }
+}
+
+/// `error`, unless the target is gone: whatever failed while probetop was starting on
+/// a process that exited (a read of its files, an attach to its pid) failed because it
+/// exited, and that is the one thing to say. Usage errors stay what they are.
+pub(super) fn exited_or(target: &Target, error: anyhow::Error) -> anyhow::Error {
+    // A process in the middle of its exit still reads as running for a moment after
+    // its memory (and so its executable's link) is gone.
+    let alive = target.is_alive() && crate::sys::procfs::exe_target(target.proc_pid()).is_ok();
+    if error.downcast_ref::<UsageError>().is_some() || alive {
+        return error;
+    }
+    crate::target::TargetError::ExitedBeforeAttach(target.pid).into()
 }
 
 fn check_numbers(args: &RunArgs, several: bool) -> anyhow::Result<()> {

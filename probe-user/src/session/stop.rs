@@ -26,7 +26,7 @@ pub(super) fn shutdown_signal(
     // The pidfd names whatever process has the pid now; make sure that is still ours.
     // An exec keeps the pid, the start time and the pidfd: only an exit ends it.
     if !target.is_alive() {
-        bail!("pid {} exited before probes were attached", target.pid);
+        bail!(crate::target::TargetError::ExitedBeforeAttach(target.pid));
     }
     let watched = target.clone();
     Ok(async move {
