@@ -34,6 +34,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         attach_path,
         ..
     } = run;
+    stop::exit_on_another_signal();
     // One cut for every probe. The probes stay attached until the exports are written:
     // detaching can take the kernel long (a grace period per perf event), and what was
     // measured must not wait on it, nor be lost if probetop is killed meanwhile. The

@@ -353,3 +353,95 @@ fn a_target_exiting_while_probetop_starts_is_said_in_one_line() {
     ids.1.dedup();
     nothing_left_of(&ids.0, &ids.1);
 }
+
+/// What process `pid` waits in, per thread (/proc's wchan).
+fn waits_in(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("wchan")).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// SIGTERM while probetop is still starting (here held reading a spec FIFO no one
+/// writes yet): a line saying it stopped before attaching, and the exit of a stop.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn sigterm_before_attaching_is_said() {
+    let _turn = turn(module_path!());
+    let dir = scratch("sigterm-early");
+    let fifo = dir.join("specs");
+    probe_user::sys::files::mkfifo(&fifo, 0o600).expect("mkfifo");
+    let target = workload(&["--calls", "1", "--wait-signal"]);
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "-f"])
+        .arg(&fifo);
+    let mut probetop = Running::spawn(cmd);
+    let pid = probetop.pid();
+    // Held opening the FIFO (no writer yet): before anything is attached.
+    let deadline = Instant::now() + PATIENCE;
+    while !waits_in(pid)
+        .iter()
+        .any(|w| w.contains("fifo") || w.contains("partner"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "probetop never waited on the FIFO"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    probetop.signal(libc::SIGTERM);
+    let status = probetop.wait();
+    let stderr = probetop.err().rest();
+    assert_eq!(status.code(), Some(0), "{status}: {stderr:#?}");
+    assert_eq!(
+        stderr,
+        ["probetop: stopped by SIGTERM before attaching: nothing measured"]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A second SIGTERM while probetop exits (cutting the window, printing, exporting:
+/// before the detach began) exits at once with a line saying so, and leaves nothing in
+/// the kernel (it was ignored until the detach, seconds with many probes).
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_second_sigterm_during_the_exit_exits_at_once() {
+    let _turn = turn(module_path!());
+    let mut target = workload(&["--forever", "--rate", "2000"]);
+    let dir = scratch("second-sigterm");
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"]);
+    for export in ["run.json", "run.html", "run.hlog", "run.csv"] {
+        cmd.arg("-o").arg(dir.join(export));
+    }
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("probetop: attached");
+    let (programs, links) = bpf_ids_of(probetop.pid());
+    assert!(!links.is_empty() || !programs.is_empty());
+    probetop.signal(libc::SIGTERM);
+    // The stop is said once the window is cut: the exit has begun, the detach not yet.
+    probetop.err().wait_for("probetop: SIGTERM");
+    probetop.signal(libc::SIGTERM);
+    let status = probetop.wait();
+    let stderr = probetop.err().rest();
+    assert_eq!(status.code(), Some(0), "{status}: {stderr:#?}");
+    assert!(
+        stderr
+            .iter()
+            .any(|l| l.starts_with("probetop: SIGTERM again: exiting now")),
+        "{stderr:#?}"
+    );
+    assert!(
+        !stderr.iter().any(|l| l.contains("detached")),
+        "the detach was waited for: {stderr:#?}"
+    );
+    nothing_left_of(&programs, &links);
+    target.signal(libc::SIGTERM);
+    let _ = target.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
