@@ -445,3 +445,68 @@ fn a_second_sigterm_during_the_exit_exits_at_once() {
     let _ = target.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `probetop calibrate` as short as it goes (no dispatch, cold or gap phase, 3 reps),
+/// with its cache under `cache`.
+fn calibrate_briefly(cache: &Path) -> std::process::Output {
+    probetop()
+        .args([
+            "calibrate",
+            "--quick",
+            "--no-dispatch",
+            "--no-cold",
+            "--no-gap",
+        ])
+        .args(["--reps", "3"])
+        .env("XDG_CACHE_HOME", cache)
+        .output()
+        .expect("run probetop calibrate")
+}
+
+/// A tmpfs mounted at a directory, unmounted when dropped.
+struct Mounted(PathBuf);
+
+impl Mounted {
+    fn tmpfs(at: &Path, options: &str) -> Self {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+            .arg(at)
+            .output()
+            .expect("run mount");
+        assert!(out.status.success(), "mount: {out:?}");
+        Self(at.to_path_buf())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A calibration that cannot be saved (its cache directory's file system full) says so
+/// and leaves no file behind (it left an empty `.partial`).
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_calibration_that_cannot_be_saved_leaves_nothing_behind() {
+    let _turn = turn(module_path!());
+    let cache = scratch("full-cache");
+    let _mounted = Mounted::tmpfs(&cache, "size=64k");
+    let dir = cache.join("probetop");
+    std::fs::create_dir_all(&dir).expect("cache dir");
+    // Filled to the last block.
+    {
+        use std::io::Write as _;
+        let mut filler = std::fs::File::create(dir.join("filler")).expect("filler");
+        while filler.write_all(&[0u8; 4096]).is_ok() {}
+    }
+    let out = calibrate_briefly(&cache);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("No space left on device"), "{err}");
+    let left: Vec<String> = std::fs::read_dir(&dir)
+        .expect("cache dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["filler"], "{err}");
+}
