@@ -510,3 +510,67 @@ fn a_calibration_that_cannot_be_saved_leaves_nothing_behind() {
         .collect();
     assert_eq!(left, ["filler"], "{err}");
 }
+
+/// With /proc mounted `subset=pid` (no /proc/cpuinfo, no /proc/sys) the machine's
+/// calibration is still found: its key (kernel release, CPU model) is read from
+/// uname(2) and CPUID there (it was reported missing).
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn the_calibration_is_found_under_a_proc_of_pids_only() {
+    let _turn = turn(module_path!());
+    let cache = scratch("subset-pid");
+    let out = calibrate_briefly(&cache);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let target = workload(&["--forever", "--rate", "1000"]);
+    let run = |subset: bool| {
+        let script = if subset {
+            "mount -t proc -o subset=pid proc /proc && test ! -e /proc/cpuinfo && exec \"$@\""
+        } else {
+            "exec \"$@\""
+        };
+        let out = Command::new("unshare")
+            .args([
+                "--mount",
+                "--propagation",
+                "private",
+                "sh",
+                "-c",
+                script,
+                "sh",
+            ])
+            .arg(env!("CARGO_BIN_EXE_probetop"))
+            .args(["--pid", &target.pid().to_string(), "--no-tui"])
+            .args([
+                "-e",
+                "uprobe:work_unit",
+                "--duration",
+                "0.5",
+                "--assume",
+                "hot",
+            ])
+            .env("XDG_CACHE_HOME", &cache)
+            .output()
+            .expect("run unshare");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "subset={subset}: {err}");
+        err
+    };
+    // The same words with /proc whole and with its pids only.
+    for subset in [false, true] {
+        let err = run(subset);
+        assert!(
+            !err.contains("no whole-cost estimate"),
+            "subset={subset}: {err}"
+        );
+        assert!(
+            !err.contains("whole cost not estimated"),
+            "subset={subset}: {err}"
+        );
+        assert!(err.contains(" ns/hit x "), "subset={subset}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+}
