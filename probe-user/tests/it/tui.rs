@@ -730,6 +730,33 @@ fn tui_on_workload(name: &str, env: &str) -> (Tmux, Running, PathBuf) {
     (tmux, target, dir)
 }
 
+/// A dumb terminal and the C locale may not show UTF-8: the TUI draws ASCII there (it
+/// drew box-drawing lines in every terminal).
+#[test]
+#[ignore = "needs root, the fixtures and tmux"]
+fn a_dumb_terminal_or_the_c_locale_gets_ascii_lines() {
+    let _turn = turn(module_path!());
+    for (name, env) in [("dumb", "TERM=dumb"), ("c-locale", "LANG=C LC_ALL=POSIX")] {
+        let (tmux, _target, dir) = tui_on_workload(name, env);
+        let screen = tmux.screen();
+        let drawing: Vec<char> = screen.chars().filter(|c| !c.is_ascii()).collect();
+        assert_eq!(drawing, [], "{env}:\n{screen}");
+        assert!(screen.contains("+-"), "{env}: ASCII corners:\n{screen}");
+        assert!(
+            screen.contains("HITS/Sv"),
+            "{env}: ASCII sort mark:\n{screen}"
+        );
+        tmux.keys(&["q"]);
+        tmux.wait_for("probetop exited", |s| s.contains("probetop-exit=0"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // And a UTF-8 terminal keeps its lines.
+    let (tmux, _target, dir) = tui_on_workload("utf8", "TERM=xterm LANG=C.UTF-8");
+    assert!(tmux.screen().contains('┌'), "{}", tmux.screen());
+    tmux.keys(&["q"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `e` twice in one second writes two files, not one file twice.
 #[test]
 #[ignore = "needs root, the fixtures and tmux"]
