@@ -44,8 +44,8 @@ pub struct CalibrateArgs {
     #[arg(long)]
     pub quick: bool,
 
-    /// Repetitions of every case (default 31, quick 15).
-    #[arg(long, value_name = "N")]
+    /// Repetitions of every case (default 31, quick 15; 3 to 1000).
+    #[arg(long, value_name = "N", value_parser = whole::<usize>(3, 1000, "a median and quartiles need at least 3"))]
     pub reps: Option<usize>,
 
     /// Skip the dispatch-measurement phase (fentry/fexit).
@@ -65,16 +65,17 @@ pub struct CalibrateArgs {
     pub no_cold: bool,
 
     /// The cold loop's data walk, in MiB (default: this CPU's L2, 2 if unknown; the
-    /// last-level cache, e.g. 32, for an upper bound).
-    #[arg(long, value_name = "MIB")]
+    /// last-level cache, e.g. 32, for an upper bound; 0 to 4096).
+    #[arg(long, value_name = "MIB", value_parser = real(0.0, 4096.0, "MiB"))]
     pub cold_data_mib: Option<f64>,
 
-    /// The cold loop's code footprint, in MiB (default 0.5; 4 for an upper bound).
-    #[arg(long, value_name = "MIB")]
+    /// The cold loop's code footprint, in MiB (default 0.5; 4 for an upper bound; 0 to
+    /// 4096).
+    #[arg(long, value_name = "MIB", value_parser = real(0.0, 4096.0, "MiB"))]
     pub cold_code_mib: Option<f64>,
 
-    /// Iterations of the cold loop per run (one hit each).
-    #[arg(long, value_name = "N", hide = true)]
+    /// Iterations of the cold loop per run (one hit each; 1 to 10^9).
+    #[arg(long, value_name = "N", hide = true, value_parser = whole::<u64>(1, 1_000_000_000, "iterations"))]
     pub cold_iters: Option<u64>,
 
     /// The cold cases alone, not saved: for studies of the cold loop's sizes.
@@ -90,7 +91,7 @@ pub struct CalibrateArgs {
 #[derive(Debug, Args)]
 pub struct ListArgs {
     /// List what process PID has mapped (its executable first).
-    #[arg(short, long, value_name = "PID")]
+    #[arg(short, long, value_name = "PID", value_parser = pid())]
     pub pid: Option<u32>,
 
     /// Without --pid: the ELF file to list, then an optional PATTERN. With --pid: PATTERN.
@@ -106,7 +107,7 @@ pub struct ListArgs {
 pub struct RunArgs {
     /// Process to probe; repeatable: the specs are resolved in the first, and hits
     /// count in every one that maps the same files.
-    #[arg(short, long = "pid", value_name = "PID")]
+    #[arg(short, long = "pid", value_name = "PID", value_parser = pid())]
     pub pids: Vec<u32>,
 
     /// Probe the --pid processes and every process forked from them, now and later
@@ -138,8 +139,8 @@ pub struct RunArgs {
     #[arg(long = "preset", value_name = "NAME")]
     pub presets: Vec<String>,
 
-    /// Stop after this many seconds.
-    #[arg(short, long, value_name = "SECS")]
+    /// Stop after this many seconds (above 0, at most a year: 31536000).
+    #[arg(short, long, value_name = "SECS", value_parser = seconds(f64::MIN_POSITIVE, 31_536_000.0))]
     pub duration: Option<f64>,
 
     /// No terminal UI: print `attached` once probes are live, then a summary at the end.
@@ -159,8 +160,8 @@ pub struct RunArgs {
     pub exports: Vec<PathBuf>,
 
     /// Interval of the histograms in an .hlog export, and of the TUI's last-interval
-    /// view (`i`) and time series, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    /// view (`i`) and time series, in seconds (0.01 to 3600).
+    #[arg(long, value_name = "SECS", default_value_t = 1.0, value_parser = seconds(0.01, 3600.0))]
     pub interval: f64,
 
     /// Serve the live measurements in the Prometheus text format at
@@ -170,13 +171,19 @@ pub struct RunArgs {
     pub listen: Option<std::net::SocketAddr>,
 
     /// Capture up to N argument values with each hit (USDT arguments, function
-    /// arguments in registers, or a uretprobe's return value); the TUI shows the last.
-    #[arg(long, value_name = "N", default_value_t = 0)]
+    /// arguments in registers, or a uretprobe's return value); the TUI shows the last
+    /// (0 to 12).
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = whole::<usize>(
+        0,
+        probe_common::MAX_ARGS,
+        "a hit carries at most 12 argument values (the most a USDT site has, as in libbpf)",
+    ))]
     pub args: usize,
 
     /// Refuse a spec that matches more probe points than this, and specs that match
-    /// more than this in all (identical points counted once).
-    #[arg(long, value_name = "N", default_value_t = crate::resolve::DEFAULT_MAX_PROBES)]
+    /// more than this in all (identical points counted once; 1 to 1000000).
+    #[arg(long, value_name = "N", default_value_t = crate::resolve::DEFAULT_MAX_PROBES,
+        value_parser = whole::<usize>(1, 1_000_000, "probe points"))]
     pub max_probes: usize,
 
     /// Write exports even through a symbolic link (refused by default: probetop runs
@@ -192,13 +199,14 @@ pub struct RunArgs {
     #[arg(long)]
     pub force: bool,
 
-    /// Ring buffer size in MiB (a power of two).
-    #[arg(long, value_name = "MIB", default_value_t = 8)]
+    /// Ring buffer size in MiB (a power of two, 1 to 2048).
+    #[arg(long, value_name = "MIB", default_value_t = 8, value_parser = power_of_two(1, 2048, "MiB"))]
     pub ring_mib: u32,
 
     /// Ring buffer size in KiB instead (a power of two, at least 4): a tiny buffer
     /// overflows at once, which tests drop accounting.
-    #[arg(long, value_name = "KIB", conflicts_with = "ring_mib", hide = true)]
+    #[arg(long, value_name = "KIB", conflicts_with = "ring_mib", hide = true,
+        value_parser = power_of_two(4, 2048 << 10, "KiB"))]
     pub ring_kib: Option<u32>,
 
     /// How hits reach probetop: `ring` streams every hit; `sample` streams one hit in
@@ -209,16 +217,24 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = Mode::Ring)]
     pub mode: Mode,
 
-    /// With --mode sample: stream one hit in this many.
-    #[arg(long, value_name = "N", default_value_t = 100)]
+    /// With --mode sample: stream one hit in this many (1 to 10^9).
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = whole::<u32>(
+        1,
+        1_000_000_000,
+        "give 1 to stream every hit, or N to stream one hit in N",
+    ))]
     pub sample_every: u32,
 
     /// With --mode kernel, and --mode auto once it moves a probe into the kernel: time
     /// the handler of one hit in N, chosen at random per CPU (default 64); every hit is
     /// still counted. Two clock reads are most of what the in-kernel handler costs a hit;
     /// `--time-every 1` times every hit. The other modes time every hit, whose records
-    /// carry it.
-    #[arg(long, value_name = "N")]
+    /// carry it. 1 to 10^9.
+    #[arg(long, value_name = "N", value_parser = whole::<u64>(
+        1,
+        1_000_000_000,
+        "give 1 to time every hit, or N to time one hit in N",
+    ))]
     pub time_every: Option<u64>,
 
     /// With --mode kernel and --assume auto, clock or gap: stream every hit, timed, for
@@ -226,12 +242,13 @@ pub struct RunArgs {
     /// hits says how cold the target runs each probe, which prices its in-kernel hits
     /// (the in-kernel handler's own clock cannot: docs/cost.md). Costs the target the
     /// ring mode's price for that long. 0: never; hits a clock would price are then
-    /// priced cold (with --assume gap, by the code run between them).
-    #[arg(long, value_name = "SECS", default_value_t = 3.0)]
+    /// priced cold (with --assume gap, by the code run between them). At most 3600.
+    #[arg(long, value_name = "SECS", default_value_t = 3.0, value_parser = seconds(0.0, 3600.0))]
     pub clock_seconds: f64,
 
-    /// With --mode auto: the hits/s above which a probe is aggregated in the kernel.
-    #[arg(long, value_name = "HITS_PER_S", default_value_t = 200_000.0)]
+    /// With --mode auto: the hits/s above which a probe is aggregated in the kernel (1
+    /// to 10^9).
+    #[arg(long, value_name = "HITS_PER_S", default_value_t = 200_000.0, value_parser = real(1.0, 1e9, "hits/s"))]
     pub auto_above: f64,
 
     /// Do not measure kernel dispatch time (fentry/fexit around the kernel's uprobe
@@ -263,8 +280,8 @@ pub struct RunArgs {
     pub in_situ: bool,
 
     /// With --in-situ: the length of a window, in seconds (each is drawn within 20% of
-    /// it, so a periodic load cannot line up with the windows).
-    #[arg(long, value_name = "SECS", default_value_t = 1.0)]
+    /// it, so a periodic load cannot line up with the windows; 0.1 to 3600).
+    #[arg(long, value_name = "SECS", default_value_t = 1.0, value_parser = seconds(0.1, 3600.0))]
     pub in_situ_window: f64,
 
     /// With --in-situ: the unit of the target's work (summed over a process set). syscalls: /proc/PID/io's syscr +
@@ -284,4 +301,120 @@ pub enum Mode {
     Sample,
     Kernel,
     Auto,
+}
+
+// Every number on the command line is checked here, by the parser, so that an edge
+// (`--interval 1e19`, `--clock-seconds inf`, `--auto-above nan`) is one line and exit 2
+// before anything is opened, never a panic in a conversion later (issue 30).
+
+/// A pid: a positive `pid_t`.
+fn pid() -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync + 'static {
+    whole::<u32>(1, i32::MAX as u32, "a pid is a positive number")
+}
+
+/// A whole number in `min..=max`; `why` says what the range is for.
+fn whole<T>(
+    min: T,
+    max: T,
+    why: &'static str,
+) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy + Send + Sync + 'static,
+{
+    move |text: &str| match text.trim().parse::<T>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ if why.starts_with("give ") => Err(format!("{why} (from {min} to {max})")),
+        _ => Err(format!("{why}: give a whole number from {min} to {max}")),
+    }
+}
+
+/// A power of two in `min..=max` `unit`s.
+fn power_of_two(
+    min: u32,
+    max: u32,
+    unit: &'static str,
+) -> impl Fn(&str) -> Result<u32, String> + Clone + Send + Sync + 'static {
+    move |text: &str| match text.trim().parse::<u32>() {
+        Ok(n) if (min..=max).contains(&n) && n.is_power_of_two() => Ok(n),
+        _ => Err(format!(
+            "give a power of two from {min} to {max} {unit} ({min}, {}, {}, ...)",
+            min * 2,
+            min * 4
+        )),
+    }
+}
+
+/// A finite number in `min..=max` `unit`s (NaN and infinities refused).
+fn real(
+    min: f64,
+    max: f64,
+    unit: &'static str,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |text: &str| match text.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && (min..=max).contains(&x) => Ok(x),
+        _ => Err(format!("give a number from {min} to {max} {unit}")),
+    }
+}
+
+/// Seconds in `min..=max`; `min` of `f64::MIN_POSITIVE` reads "above 0".
+fn seconds(
+    min: f64,
+    max: f64,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |text: &str| match text.trim().parse::<f64>() {
+        Ok(x) if x.is_finite() && (min..=max).contains(&x) => Ok(x),
+        _ if min == f64::MIN_POSITIVE => {
+            Err(format!("give a number of seconds above 0, at most {max}"))
+        }
+        _ => Err(format!("give a number of seconds from {min} to {max}")),
+    }
+}
+
+/// A value the parser refused, as probetop's one line: `--flag VALUE: why`; `None` for
+/// the other errors of clap's, which clap words itself.
+pub fn refused_value_line(error: &clap::Error) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if error.kind() != ErrorKind::ValueValidation {
+        return None;
+    }
+    let text = |kind| match error.get(kind) {
+        Some(ContextValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    let flag = text(ContextKind::InvalidArg)?;
+    // `--interval <SECS>` or `-d <SECS>`: the flag alone.
+    let flag = flag.split_whitespace().next().unwrap_or(&flag).to_string();
+    let value = text(ContextKind::InvalidValue).unwrap_or_default();
+    let why = std::error::Error::source(error).map_or_else(String::new, ToString::to_string);
+    Some(crate::sys::stderr::one_line(&format!("{flag} {value}: {why}")).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(args: &[&str]) -> String {
+        let error = Cli::try_parse_from([&["probetop"], args].concat()).expect_err("refused");
+        refused_value_line(&error).unwrap_or_else(|| panic!("not a value error: {error}"))
+    }
+
+    #[test]
+    fn numbers_at_the_edges_are_refused_in_one_line() {
+        assert_eq!(
+            refused(&["--interval", "1e19"]),
+            "--interval 1e19: give a number of seconds from 0.01 to 3600"
+        );
+        assert_eq!(
+            refused(&["-d", "nan"]),
+            "--duration nan: give a number of seconds above 0, at most 31536000"
+        );
+        assert_eq!(
+            refused(&["--ring-mib", "3"]),
+            "--ring-mib 3: give a power of two from 1 to 2048 MiB (1, 2, 4, ...)"
+        );
+        assert!(refused(&["--pid", "0"]).starts_with("--pid 0: a pid is a positive number"));
+        let ok = Cli::try_parse_from(["probetop", "--clock-seconds", "0", "-d", "1e-3"])
+            .expect("in range");
+        assert_eq!(ok.run.clock_seconds, 0.0);
+    }
 }

@@ -21,7 +21,9 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 pub fn write_stdout(text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
+    // Names in it come from binaries: nothing in them may reach the terminal as a
+    // control sequence.
+    out.write_all(crate::sys::stderr::terminal_safe(text).as_bytes())?;
     out.flush()
 }
 

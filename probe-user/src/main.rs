@@ -10,7 +10,16 @@ use clap::Parser as _;
 use probe_user::{UsageError, cli, error_line, is_broken_pipe, session, sys};
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => match cli::refused_value_line(&error) {
+            Some(line) => {
+                sys::say(&format!("probetop: {line}"));
+                return ExitCode::from(2);
+            }
+            None => error.exit(),
+        },
+    };
     // The calibration's child measures its own CPU time: no runtime threads beside it.
     if let Some(cli::Command::CalibrateWorkload) = cli.command {
         return match probe_user::calibrate::workload::child_main() {

@@ -16,8 +16,14 @@ pub enum TargetError {
     NoSuchProcess(u32),
     #[error("pid {0} is a kernel thread: probetop probes user-space processes")]
     KernelThread(u32),
-    #[error("pid {0} is a zombie (exited, not yet reaped): there is nothing left to probe")]
+    #[error(
+        "pid {0} exited before its probes were attached (a zombie: exited, not yet reaped; nothing left to probe)"
+    )]
     Zombie(u32),
+    /// The process went while probetop was starting on it (the pid was there when
+    /// probetop looked): whatever failed then failed because it was gone.
+    #[error("pid {0} exited before its probes were attached")]
+    ExitedBeforeAttach(u32),
     /// `advice` says what to do about a refusal (see [`crate::privileges::denied_advice`]).
     #[error("cannot read /proc/{pid}/{what}: {error}{advice}")]
     Unreadable {
@@ -107,8 +113,15 @@ impl Target {
             None
         };
         let proc_pid = live_thread.unwrap_or(pid);
+        // The process may exit between each of these reads: an error then says so,
+        // not what the read of a dead process gave.
+        let gone = || {
+            procfs::Stat::of(pid)
+                .is_none_or(|now| now.start_ticks != start_ticks || now.state == 'Z')
+        };
         let exe = match procfs::exe_target(proc_pid) {
             Ok(exe) => exe,
+            Err(_) if gone() => return Err(TargetError::ExitedBeforeAttach(pid)),
             // Kernel threads have no executable; their link reads as ENOENT.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(TargetError::KernelThread(pid));

@@ -189,8 +189,12 @@ pub fn save(calibration: &Calibration) -> Result<PathBuf, CalibrateError> {
     text.push('\n');
     // Written beside, then renamed: a reader never sees half a file.
     let partial = path.with_extension("json.partial");
-    std::fs::write(&partial, text).map_err(save_err)?;
-    std::fs::rename(&partial, &path).map_err(save_err)?;
+    let written = std::fs::write(&partial, text).and_then(|()| std::fs::rename(&partial, &path));
+    if let Err(e) = written {
+        // A full disk leaves the file made and empty: nothing half-written stays.
+        let _ = std::fs::remove_file(&partial);
+        return Err(save_err(e));
+    }
     Ok(path)
 }
 

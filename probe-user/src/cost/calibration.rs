@@ -659,6 +659,9 @@ fn fmt_ns(ns: f64) -> String {
     }
 }
 
+/// The CPU model of a machine whose model cannot be read.
+const UNKNOWN_CPU: &str = "unknown CPU";
+
 /// The kernel release and CPU model calibrations are keyed by.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Machine {
@@ -671,7 +674,11 @@ impl Machine {
     pub fn current() -> Self {
         let kernel_release =
             crate::sys::procfs::kernel_release().unwrap_or_else(|_| "unknown".into());
-        let cpu_model = crate::sys::procfs::cpu_model().unwrap_or_else(|| "unknown CPU".into());
+        // /proc/cpuinfo's name, else the CPU's own (the same text on x86): a /proc
+        // mounted `subset=pid` has no cpuinfo.
+        let cpu_model = crate::sys::procfs::cpu_model()
+            .or_else(crate::sys::cpu::brand_string)
+            .unwrap_or_else(|| UNKNOWN_CPU.into());
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         Self {
             kernel_release,
@@ -717,12 +724,55 @@ pub fn cache_path() -> Option<PathBuf> {
     Some(cache_dir()?.join(Machine::current().cache_file_name()))
 }
 
-/// This machine's cached calibration, if there is one that parses and matches.
-pub fn load_cached() -> Option<Calibration> {
-    let path = cache_path()?;
-    let text = std::fs::read_to_string(path).ok()?;
-    let calibration: Calibration = serde_json::from_str(&text).ok()?;
-    calibration.matches_this_machine().then_some(calibration)
+/// A calibration file's size at most: a full calibration is tens of KiB (its samples
+/// included), so 16 MiB is far past any real one and quick to refuse.
+const MAX_CACHE_BYTES: u64 = 16 << 20;
+
+/// A calibration cache that is there but cannot be read as one: a FIFO, a device, a
+/// link, a huge file. The run goes on without it.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("the calibration cache {}: {source}; going on without it (remove it and run `probetop calibrate`)", path.display())]
+    Unreadable {
+        path: PathBuf,
+        source: crate::sys::files::BoundedReadError,
+    },
+    /// Calibrations are keyed by the CPU model, and this machine's cannot be read.
+    #[error(
+        "cannot read this machine's CPU model (neither /proc/cpuinfo nor CPUID names it): no calibration can be matched to it"
+    )]
+    UnknownCpu,
+}
+
+/// This machine's cached calibration, if there is one that parses and matches; an error
+/// if the file there is not one probetop wrote (never waited on, never read past
+/// [`MAX_CACHE_BYTES`]).
+pub fn load_cached() -> Result<Option<Calibration>, CacheError> {
+    use crate::sys::files::{Accept, BoundedReadError, read_bounded};
+    let machine = Machine::current();
+    if machine.cpu_model == UNKNOWN_CPU {
+        return Err(CacheError::UnknownCpu);
+    }
+    let Some(path) = cache_dir().map(|dir| dir.join(machine.cache_file_name())) else {
+        return Ok(None);
+    };
+    // probetop writes the cache by a rename: never a pipe, never a link.
+    let accept = Accept {
+        pipes: false,
+        links: false,
+    };
+    let bytes = match read_bounded(&path, MAX_CACHE_BYTES, accept) {
+        Ok(bytes) => bytes,
+        Err(BoundedReadError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Ok(None);
+        }
+        Err(source) => return Err(CacheError::Unreadable { path, source }),
+    };
+    // An older format, or one cut short: made again by the next calibrate.
+    let Ok(calibration) = serde_json::from_slice::<Calibration>(&bytes) else {
+        return Ok(None);
+    };
+    Ok(calibration.matches_this_machine().then_some(calibration))
 }
 
 #[cfg(test)]

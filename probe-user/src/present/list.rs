@@ -4,6 +4,7 @@ use std::fmt::Write as _;
 
 use crate::resolve::debuginfo::SymbolSource;
 use crate::resolve::list::{ListedKind, Listing};
+use crate::sys::stderr::one_line;
 
 /// Renders a listing as text: one section per object, one line per point, then
 /// warnings.
@@ -21,10 +22,18 @@ pub fn render_text(listing: &Listing) -> String {
         let source = match &object.symbols {
             SymbolSource::Symtab => ".symtab".to_string(),
             SymbolSource::Dynsym => ".dynsym only (stripped)".to_string(),
-            SymbolSource::BuildId(p) | SymbolSource::DebugLink(p) => p.display().to_string(),
+            SymbolSource::BuildId(p) | SymbolSource::DebugLink(p) => {
+                one_line(&p.display().to_string()).into_owned()
+            }
             SymbolSource::MiniDebugInfo => ".gnu_debugdata".to_string(),
         };
-        let _ = write!(out, "{}  (symbols: {source}", object.path.display());
+        // Names and paths come from the files listed: each on its line (a crafted
+        // symbol may hold a newline or an escape sequence).
+        let _ = write!(
+            out,
+            "{}  (symbols: {source}",
+            one_line(&object.path.display().to_string())
+        );
         if let Some(bias) = object.load_bias {
             let _ = write!(out, ", load bias {bias:#x}");
         }
@@ -42,7 +51,7 @@ pub fn render_text(listing: &Listing) -> String {
                 p.address,
                 p.file_offset,
                 p.cost_class.map_or("-", |c| c.as_str()),
-                p.name
+                one_line(&p.name)
             );
             if p.kind == ListedKind::Usdt {
                 if let (Some(addr), Some(off)) = (p.semaphore_address, p.semaphore_offset) {
@@ -52,7 +61,7 @@ pub fn render_text(listing: &Listing) -> String {
                     let _ = write!(out, "  args={args:?}");
                 }
             } else if !p.aliases.is_empty() {
-                let _ = write!(out, "  aliases: {}", p.aliases.join(", "));
+                let _ = write!(out, "  aliases: {}", one_line(&p.aliases.join(", ")));
             }
             out.push('\n');
             if let Some(ifunc) = &p.ifunc {
@@ -76,7 +85,7 @@ pub fn render_text(listing: &Listing) -> String {
                     out,
                     "  {:<6}  hint: entry single-stepped; {}",
                     "",
-                    later.site.advice(&later.spec)
+                    one_line(&later.site.advice(&later.spec))
                 );
             }
         }
@@ -96,7 +105,7 @@ pub fn render_text(listing: &Listing) -> String {
         if objects == 1 { "" } else { "s" }
     );
     for w in &listing.warnings {
-        let _ = writeln!(out, "warning: {w}");
+        let _ = writeln!(out, "warning: {}", one_line(w));
     }
     out
 }

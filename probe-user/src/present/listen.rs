@@ -5,6 +5,9 @@
 //! bounded request head read within a deadline, a deadline per connection, and a bound
 //! on connections open at once where a new connection cuts off the oldest, so a slow or
 //! hostile client can neither hold probetop's memory or tasks nor keep a scrape waiting.
+//! Of the connections whose request came whole, [`MAX_ANSWERING`] are answered at once
+//! (each copies the measurements); the rest get a 503 with `Retry-After`, a whole answer
+//! rather than a reset (500 scrapes at once were cut off, most with nothing read).
 
 use std::{collections::VecDeque, future::Future, io, net::SocketAddr, sync::Arc, time::Duration};
 
@@ -23,8 +26,13 @@ const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
 /// The request head must have arrived within this; Prometheus sends it at once.
 const HEAD_DEADLINE: Duration = Duration::from_secs(5);
 /// Connections open at once; a new one beyond this cuts off the oldest (a scrape is
-/// answered in milliseconds, so the oldest is the idle one).
-const MAX_CONNECTIONS: usize = 16;
+/// answered in milliseconds, so the oldest is the idle one). Each holds a task and at
+/// most [`MAX_HEAD`] bytes: 16 MiB at worst.
+const MAX_CONNECTIONS: usize = 1024;
+/// Requests answered with the measurements at once; more get 503 and `Retry-After`.
+const MAX_ANSWERING: usize = 16;
+/// `Retry-After` of a request refused for the others answered then, seconds.
+const RETRY_AFTER_S: u32 = 1;
 
 /// Why a request is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +44,8 @@ pub enum Status {
     HeaderTooLarge,
     RequestTimeout,
     Unavailable,
+    /// [`MAX_ANSWERING`] requests are being answered: come back in [`RETRY_AFTER_S`].
+    Busy,
 }
 
 impl Status {
@@ -47,7 +57,7 @@ impl Status {
             Self::MethodNotAllowed => "405 Method Not Allowed",
             Self::HeaderTooLarge => "431 Request Header Fields Too Large",
             Self::RequestTimeout => "408 Request Timeout",
-            Self::Unavailable => "503 Service Unavailable",
+            Self::Unavailable | Self::Busy => "503 Service Unavailable",
         }
     }
 }
@@ -99,6 +109,9 @@ pub fn response(status: Status, content_type: &str, body: &[u8], head_only: bool
     if status == Status::MethodNotAllowed {
         out.push_str("Allow: GET, HEAD\r\n");
     }
+    if status == Status::Busy {
+        out.push_str(&format!("Retry-After: {RETRY_AFTER_S}\r\n"));
+    }
     out.push_str("\r\n");
     let mut out = out.into_bytes();
     if !head_only {
@@ -120,6 +133,7 @@ where
     Fut: Future<Output = Option<String>> + Send + 'static,
 {
     let metrics = Arc::new(metrics);
+    let answering = Arc::new(tokio::sync::Semaphore::new(MAX_ANSWERING));
     // Oldest first. Waiting for a free slot instead would let a few idle clients keep
     // every scrape in the backlog until their deadlines.
     let mut open: VecDeque<AbortHandle> = VecDeque::new();
@@ -140,15 +154,22 @@ where
             }
         }
         let metrics = metrics.clone();
+        let answering = answering.clone();
         let task = tokio::spawn(async move {
             // A client that is too slow is cut off; nothing to report.
-            let _ = tokio::time::timeout(CONNECTION_DEADLINE, answer(stream, &*metrics)).await;
+            let _ =
+                tokio::time::timeout(CONNECTION_DEADLINE, answer(stream, &*metrics, &answering))
+                    .await;
         });
         open.push_back(task.abort_handle());
     }
 }
 
-async fn answer<F, Fut>(mut stream: TcpStream, metrics: &F) -> io::Result<()>
+async fn answer<F, Fut>(
+    mut stream: TcpStream,
+    metrics: &F,
+    answering: &tokio::sync::Semaphore,
+) -> io::Result<()>
 where
     F: Fn() -> Fut,
     Fut: Future<Output = Option<String>>,
@@ -159,8 +180,19 @@ where
         Ok(Err(e)) => return Err(e),
         Err(_) => Route::Refused(Status::RequestTimeout),
     };
-    let reply = match route {
-        Route::Metrics { head_only } => match metrics().await {
+    // Held until the answer is written.
+    let slot = match route {
+        Route::Metrics { .. } => Some(answering.try_acquire()),
+        Route::Refused(_) => None,
+    };
+    let reply = match (route, &slot) {
+        (Route::Metrics { head_only }, Some(Err(_))) => response(
+            Status::Busy,
+            "text/plain; charset=utf-8",
+            b"probetop is answering other scrapes: retry\n",
+            head_only,
+        ),
+        (Route::Metrics { head_only }, _) => match metrics().await {
             Some(text) => response(Status::Ok, CONTENT_TYPE, text.as_bytes(), head_only),
             None => response(
                 Status::Unavailable,
@@ -169,7 +201,7 @@ where
                 head_only,
             ),
         },
-        Route::Refused(status) => response(
+        (Route::Refused(status), _) => response(
             status,
             "text/plain; charset=utf-8",
             format!("{}\n", status.line()).as_bytes(),

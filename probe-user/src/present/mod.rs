@@ -38,10 +38,12 @@ impl ProbeLabel {
     }
 
     /// The name with the exec that retired the probe, if one did: for summaries.
+    /// The name on one line as tables print it (a symbol's name may hold anything).
     pub fn full_name(&self) -> String {
+        let name = crate::sys::stderr::one_line(&self.display);
         match self.before_exec {
-            Some(exec) => format!("{} [before exec {exec}]", self.display),
-            None => self.display.clone(),
+            Some(exec) => format!("{name} [before exec {exec}]"),
+            None => name.into_owned(),
         }
     }
 }

@@ -19,12 +19,17 @@ pub struct Prepared {
     pub sites: Vec<ProbeSite>,
     /// This machine's calibration, if cached.
     pub calibration: Option<Calibration>,
+    /// Why a calibration cache that is there was not used, as one line.
+    pub calibration_warning: Option<String>,
 }
 
 /// Classifies every probe site and looks up this machine's calibration.
 pub fn prepare(points: &[&ProbePoint]) -> Prepared {
     let rules = KernelRules::running();
-    let calibration = calibration::load_cached();
+    let (calibration, calibration_warning) = match calibration::load_cached() {
+        Ok(calibration) => (calibration, None),
+        Err(e) => (None, Some(format!("probetop: {e}"))),
+    };
     let gap_curve = calibration
         .as_ref()
         .and_then(|c| c.gap.clone())
@@ -86,6 +91,7 @@ pub fn prepare(points: &[&ProbePoint]) -> Prepared {
         costs,
         sites,
         calibration,
+        calibration_warning,
     }
 }
 

@@ -84,6 +84,9 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     );
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
     let mut prepared = crate::resolve::costs::prepare(&points);
+    if let Some(line) = &prepared.calibration_warning {
+        say!("{line}");
+    }
     let shared_skipped = shared.skipped.len();
     let mut skipped = shared.skipped;
     skipped.extend(points::skip_refused_sites(&mut probes, &mut prepared));

@@ -34,6 +34,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         attach_path,
         ..
     } = run;
+    stop::exit_on_another_signal();
     // One cut for every probe. The probes stay attached until the exports are written:
     // detaching can take the kernel long (a grace period per perf event), and what was
     // measured must not wait on it, nor be lost if probetop is killed meanwhile. The
@@ -107,7 +108,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         use std::io::Write as _;
         let mut out = io::stdout().lock();
         let _ = out
-            .write_all(present::summary::table(&labels, &snapshot).as_bytes())
+            .write_all(
+                sys::stderr::terminal_safe(&present::summary::table(&labels, &snapshot)).as_bytes(),
+            )
             .and_then(|()| out.flush());
     }
     let other_programs = others.finish();

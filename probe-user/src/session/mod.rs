@@ -54,9 +54,16 @@ pub enum StopReason {
 /// `probetop [run]`: every phase in turn. An error before [`start`] leaves nothing
 /// attached; one after it drops the attachment, which detaches every probe.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    stop::stop_before_attaching()?;
     let plan = plan::Plan::from_args(&args)?;
-    let found = find::find(&plan, &args)?;
-    let mut running = start::start(plan, found, &args).await?;
+    // A target that exits while probetop starts makes some step fail (a read of its
+    // files, an attach to its pid): that is said as what it is. What was attached by
+    // then is detached as the attachment drops.
+    let target = plan.target.clone();
+    let found = find::find(&plan, &args).map_err(|e| plan::exited_or(&target, e))?;
+    let mut running = start::start(plan, found, &args)
+        .await
+        .map_err(|e| plan::exited_or(&target, e))?;
     let driven = drive::drive(&mut running, &args).await?;
     finish::finish(running, driven, &args).await
 }

@@ -34,8 +34,8 @@ impl Plan {
         let pid = scope.primary()?;
         let several = scope.several();
         check_numbers(args, several)?;
-        let ring_bytes = ring_bytes(args)?;
-        let time_every = time_every(args.mode, args.time_every)?;
+        ring_bytes(args)?;
+        time_every(args.mode, args.time_every)?;
         check_capture(args)?;
         privileges::check()?;
         // Before anything is opened: each probe on the perf-event path holds two
@@ -44,6 +44,21 @@ impl Plan {
             say!("probetop: cannot raise the open-file limit ({e}); `ulimit -n` shows it");
         }
         let target = Target::open(pid)?;
+        let target_for_errors = target.clone();
+        Self::with_target(args, specs, scope, several, target)
+            .map_err(|e| exited_or(&target_for_errors, e))
+    }
+
+    /// The rest of the plan once the first process is open.
+    fn with_target(
+        args: &RunArgs,
+        specs: Vec<ProbeSpec>,
+        scope: processes::Scope,
+        several: bool,
+        target: Target,
+    ) -> anyhow::Result<Self> {
+        let ring_bytes = ring_bytes(args)?;
+        let time_every = time_every(args.mode, args.time_every)?;
         if let Some(note) = target.identity_note() {
             say!("probetop: {note}");
         }
@@ -79,25 +94,26 @@ impl Plan {
     }
 }
 
+/// `error`, unless the target is gone: whatever failed while probetop was starting on
+/// a process that exited (a read of its files, an attach to its pid) failed because it
+/// exited, and that is the one thing to say. Usage errors stay what they are.
+pub(super) fn exited_or(target: &Target, error: anyhow::Error) -> anyhow::Error {
+    // A process in the middle of its exit still reads as running for a moment after
+    // its memory (and so its executable's link) is gone.
+    let alive = target.is_alive() && crate::sys::procfs::exe_target(target.proc_pid()).is_ok();
+    if error.downcast_ref::<UsageError>().is_some() || alive {
+        return error;
+    }
+    crate::target::TargetError::ExitedBeforeAttach(target.pid).into()
+}
+
 fn check_numbers(args: &RunArgs, several: bool) -> anyhow::Result<()> {
     if several && args.follow_exec {
         bail!(UsageError(
             "--follow-exec follows one process: run it with one --pid, without --follow-forks or --cgroup".into()
         ));
     }
-    if let Some(d) = args.duration
-        && !(d.is_finite() && d > 0.0)
-    {
-        bail!(UsageError(format!(
-            "--duration {d}: give a positive number of seconds"
-        )));
-    }
-    if !(args.interval.is_finite() && args.interval >= 0.01) {
-        bail!(UsageError(format!(
-            "--interval {}: give at least 0.01 seconds",
-            args.interval
-        )));
-    }
+    // The numbers themselves are range-checked by the parser (cli.rs).
     Ok(())
 }
 
@@ -132,28 +148,11 @@ fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
     }
 }
 
-/// `--args`, `--sample-every` and `--in-situ`'s settings.
+/// `--in-situ`'s settings (`--args`, `--sample-every` and the window's length are
+/// range-checked by the parser).
 fn check_capture(args: &RunArgs) -> anyhow::Result<()> {
-    if args.args > probe_common::MAX_ARGS {
-        bail!(UsageError(format!(
-            "--args {}: a hit carries at most {} argument values (the most a USDT site has, as in libbpf)",
-            args.args,
-            probe_common::MAX_ARGS
-        )));
-    }
-    if args.sample_every == 0 {
-        bail!(UsageError(
-            "--sample-every 0: give 1 to stream every hit, or N to stream one hit in N".into()
-        ));
-    }
     if !args.in_situ {
         return Ok(());
-    }
-    if !(args.in_situ_window.is_finite() && args.in_situ_window >= 0.1) {
-        bail!(UsageError(format!(
-            "--in-situ-window {}: give at least 0.1 seconds",
-            args.in_situ_window
-        )));
     }
     if args.follow_exec {
         bail!(UsageError(

@@ -126,16 +126,39 @@ pub(super) fn write_exports(report: &Report, paths: &[PathBuf], force: bool) -> 
 
 /// Where `e` writes: beside each `--export` path, with the time in its name
 /// (`run.json` -> `run-<unix time>.json`) so the exit's export does not overwrite it;
-/// without `--export`, `probetop-<pid>-<unix time>.json` in the working directory.
+/// without `--export`, `probetop-<pid>-<unix time>.json` in the working directory. A
+/// second `e` in the same second (or onto a name a file already has) gets `-2`, `-3`,
+/// ... after the time: no export overwrites another.
 pub(super) fn snapshot_export_paths(exports: &[PathBuf], pid: u32, unix_secs: u64) -> Vec<PathBuf> {
+    use std::sync::{Mutex, PoisonError};
+    // The stamps this run gave out last: (second, how many in it).
+    static LAST: Mutex<(u64, u32)> = Mutex::new((0, 0));
+    let mut last = LAST.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut seq = if last.0 == unix_secs { last.1 + 1 } else { 1 };
+    loop {
+        let stamp = match seq {
+            1 => unix_secs.to_string(),
+            n => format!("{unix_secs}-{n}"),
+        };
+        let paths = stamped_paths(exports, pid, &stamp);
+        if seq >= 1000 || !paths.iter().any(|p| p.exists()) {
+            *last = (unix_secs, seq);
+            return paths;
+        }
+        seq += 1;
+    }
+}
+
+/// [`snapshot_export_paths`] with `stamp` in each name.
+fn stamped_paths(exports: &[PathBuf], pid: u32, stamp: &str) -> Vec<PathBuf> {
     if exports.is_empty() {
-        return vec![PathBuf::from(format!("probetop-{pid}-{unix_secs}.json"))];
+        return vec![PathBuf::from(format!("probetop-{pid}-{stamp}.json"))];
     }
     exports
         .iter()
         .map(|path| {
             let mut name = path.file_stem().unwrap_or_default().to_os_string();
-            name.push(format!("-{unix_secs}"));
+            name.push(format!("-{stamp}"));
             if let Some(ext) = path.extension() {
                 name.push(".");
                 name.push(ext);
@@ -252,6 +275,15 @@ mod tests {
                 PathBuf::from("/tmp/out/run-7.json"),
                 PathBuf::from("r-7.hgrm")
             ]
+        );
+        // Twice in one second: another name, never the same file.
+        assert_eq!(
+            snapshot_export_paths(&[PathBuf::from("/tmp/out/run.json")], 42, 7),
+            [PathBuf::from("/tmp/out/run-7-2.json")]
+        );
+        assert_eq!(
+            snapshot_export_paths(&[PathBuf::from("/tmp/out/run.json")], 42, 8),
+            [PathBuf::from("/tmp/out/run-8.json")]
         );
     }
 }

@@ -2,7 +2,7 @@
 //! that hostile input (`-f /dev/zero`, a spec of 100,000 characters) is one line, not a
 //! process that grows without limit or an error that echoes it whole.
 
-use std::{fs, io::Read as _, os::unix::fs::FileTypeExt as _, path::Path};
+use std::path::Path;
 
 use anyhow::{Context as _, bail};
 
@@ -50,32 +50,26 @@ pub(super) fn collect(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
 /// A spec file's text: a regular file or a pipe (`-f <(...)`, `-f /dev/stdin`), at most
 /// [`MAX_SPEC_FILE_BYTES`]; a device, a directory or a socket is refused.
 fn read_spec_file(path: &Path) -> anyhow::Result<String> {
+    use crate::sys::files::{Accept, BoundedReadError, read_bounded};
     let shown = path.display();
-    let meta = fs::metadata(path).with_context(|| format!("cannot read spec file {shown}"))?;
-    let kind = meta.file_type();
-    if !(kind.is_file() || kind.is_fifo()) {
-        let what = if kind.is_dir() {
-            "a directory"
-        } else if kind.is_char_device() || kind.is_block_device() {
-            "a device"
-        } else {
-            "not a regular file"
-        };
-        bail!(UsageError(format!(
+    let accept = Accept {
+        pipes: true,
+        links: true,
+    };
+    let bytes = match read_bounded(path, MAX_SPEC_FILE_BYTES, accept) {
+        Ok(bytes) => bytes,
+        Err(BoundedReadError::Io(e)) => {
+            return Err(e).with_context(|| format!("cannot read spec file {shown}"));
+        }
+        Err(BoundedReadError::NotRegular(what)) => bail!(UsageError(format!(
             "-f {shown}: {what}; give a file of probe specs, one a line (or a pipe)"
-        )));
-    }
-    let mut bytes = Vec::new();
-    fs::File::open(path)
-        .and_then(|file| file.take(MAX_SPEC_FILE_BYTES + 1).read_to_end(&mut bytes))
-        .with_context(|| format!("cannot read spec file {shown}"))?;
-    if bytes.len() as u64 > MAX_SPEC_FILE_BYTES {
-        bail!(UsageError(format!(
+        ))),
+        Err(BoundedReadError::TooBig { .. }) => bail!(UsageError(format!(
             "-f {shown}: more than {} MiB of probe specs; give at most {} MiB (globs such as uprobe:libc:str* match many functions in one line)",
             MAX_SPEC_FILE_BYTES >> 20,
             MAX_SPEC_FILE_BYTES >> 20
-        )));
-    }
+        ))),
+    };
     String::from_utf8(bytes).map_err(|_| UsageError(format!("-f {shown}: not UTF-8 text")).into())
 }
 
@@ -91,6 +85,7 @@ fn spec_lines(content: &str) -> impl Iterator<Item = String> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn spec_file_lines() {

@@ -1,7 +1,11 @@
 //! How measuring stops: what ends it ([`shutdown_signal`]), and detaching at the end
 //! ([`detach_with_progress`]), which a second signal may cut short.
 
-use std::{future::Future, time::Duration};
+use std::{
+    future::Future,
+    sync::atomic::{AtomicBool, Ordering},
+    time::Duration,
+};
 
 use anyhow::bail;
 use tokio::signal::unix::{SignalKind, signal};
@@ -10,6 +14,32 @@ use super::{StopReason, follow};
 use crate::attach::Attachment;
 use crate::sys;
 use crate::target::Target;
+
+/// Set once [`shutdown_signal`] has the signals: from then on a stop is the run's own
+/// (measurements cut, exported, probes detached).
+static RUN_HAS_SIGNALS: AtomicBool = AtomicBool::new(false);
+
+/// Until [`shutdown_signal`] takes them, SIGINT, SIGTERM and SIGHUP stop probetop at
+/// once, with a line, as a stop: nothing is measured yet, and what the start made (the
+/// programs, probes being attached) goes with probetop's descriptors. Without it the
+/// default action killed probetop silently (exit 143 on SIGTERM) while it resolved.
+pub(super) fn stop_before_attaching() -> anyhow::Result<()> {
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+            _ = hangup.recv() => "SIGHUP",
+        };
+        if !RUN_HAS_SIGNALS.load(Ordering::SeqCst) {
+            say!("probetop: stopped by {name} before attaching: nothing measured");
+            std::process::exit(0);
+        }
+    });
+    Ok(())
+}
 
 /// Resolves when measuring should stop: after `duration`, on SIGINT, SIGTERM or
 /// SIGHUP (a lost terminal), when the target exits, or with `stop_on_exec` when it
@@ -22,11 +52,12 @@ pub(super) fn shutdown_signal(
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut hangup = signal(SignalKind::hangup())?;
+    RUN_HAS_SIGNALS.store(true, Ordering::SeqCst);
     let exited = sys::process::exit_watch(target.pid)?;
     // The pidfd names whatever process has the pid now; make sure that is still ours.
     // An exec keeps the pid, the start time and the pidfd: only an exit ends it.
     if !target.is_alive() {
-        bail!("pid {} exited before probes were attached", target.pid);
+        bail!(crate::target::TargetError::ExitedBeforeAttach(target.pid));
     }
     let watched = target.clone();
     Ok(async move {
@@ -61,9 +92,33 @@ pub(super) fn shutdown_signal(
     })
 }
 
+/// From the stop on, while probetop cuts the window, writes the exports and detaches:
+/// SIGINT or SIGTERM (a second one, after a stop by signal) exits at once, cutting the
+/// exports and the wait, and leaving the kernel to detach every probe as it closes
+/// probetop's descriptors (as it does however probetop ends). Listened to from the first
+/// moment of the exit: a signal before the detach began was lost, and the exit went on
+/// for seconds.
+pub(super) fn exit_on_another_signal() {
+    let (Ok(mut interrupt), Ok(mut terminate)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    tokio::spawn(async move {
+        let name = tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+        };
+        say!(
+            "probetop: {name} again: exiting now; the kernel detaches the probes as it closes probetop's descriptors"
+        );
+        std::process::exit(0);
+    });
+}
+
 /// Detaches every probe, saying how it goes when it takes a while; a second SIGINT or
-/// SIGTERM stops waiting (what was measured is written by then) and exits, leaving the
-/// kernel to detach what is left as it closes probetop's descriptors.
+/// SIGTERM ([`exit_on_another_signal`]) stops waiting and exits.
 pub(super) async fn detach_with_progress(mut attachment: Attachment) {
     let total = attachment.attached_ids().len();
     let detach = tokio::task::spawn_blocking(move || {
@@ -77,23 +132,6 @@ pub(super) async fn detach_with_progress(mut attachment: Attachment) {
         tokio::time::Instant::now() + Duration::from_secs(1),
         Duration::from_secs(5),
     );
-    let (mut interrupt, mut terminate) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (Some(i), Some(t)),
-        _ => (None, None),
-    };
-    let again = async {
-        match (interrupt.as_mut(), terminate.as_mut()) {
-            (Some(i), Some(t)) => tokio::select! {
-                _ = i.recv() => "SIGINT",
-                _ = t.recv() => "SIGTERM",
-            },
-            _ => std::future::pending().await,
-        }
-    };
-    tokio::pin!(again);
     loop {
         tokio::select! {
             _ = &mut detach => break,
@@ -102,10 +140,6 @@ pub(super) async fn detach_with_progress(mut attachment: Attachment) {
                 if total == 1 { "" } else { "s" },
                 started.elapsed().as_secs_f64()
             ),
-            name = &mut again => {
-                say!("probetop: {name} again: exiting now; the kernel detaches the rest as it closes probetop's descriptors");
-                std::process::exit(0);
-            }
         }
     }
     if started.elapsed() >= Duration::from_secs(1) {

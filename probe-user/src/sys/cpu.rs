@@ -1,6 +1,35 @@
-//! CPU affinity.
+//! CPU affinity, and the CPU's own name for itself.
 
 use std::io;
+
+/// The processor's brand string (CPUID leaves 0x80000002-4), trimmed: what the kernel
+/// shows as /proc/cpuinfo's `model name` on x86, read where /proc has no cpuinfo (a
+/// /proc mounted `subset=pid`). `None` on a CPU without one.
+pub fn brand_string() -> Option<String> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::__cpuid;
+        // Leaves past the highest extended one are not asked (checked first).
+        let highest = __cpuid(0x8000_0000).eax;
+        if highest < 0x8000_0004 {
+            return None;
+        }
+        let mut bytes = Vec::with_capacity(48);
+        for leaf in 0x8000_0002u32..=0x8000_0004 {
+            let r = __cpuid(leaf);
+            for word in [r.eax, r.ebx, r.ecx, r.edx] {
+                bytes.extend_from_slice(&word.to_le_bytes());
+            }
+        }
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        let name = String::from_utf8_lossy(&bytes[..end]).trim().to_string();
+        (!name.is_empty()).then_some(name)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
 
 /// The CPUs the calling thread may run on.
 pub fn allowed_cpus() -> io::Result<Vec<usize>> {

@@ -66,3 +66,20 @@ pub fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout_ms: i32) -> bool {
     // descriptor open meanwhile.
     unsafe { libc::poll(&mut poll, 1, timeout_ms) > 0 }
 }
+
+/// The kernel's release as uname(2) gives it (`uname -r`).
+pub fn uname_release() -> Option<String> {
+    // SAFETY: utsname is plain data (arrays of c_char); all zeroes is a valid value.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname writes within the utsname it is given, which lives for the call.
+    if unsafe { libc::uname(&mut uts) } != 0 {
+        return None;
+    }
+    let bytes: Vec<u8> = uts
+        .release
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    Some(String::from_utf8_lossy(&bytes).into_owned())
+}

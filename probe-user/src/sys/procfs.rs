@@ -231,9 +231,10 @@ pub fn kernel_sysctl(name: &str) -> io::Result<String> {
         .to_owned())
 }
 
-/// The kernel's release (`uname -r`), from /proc/sys/kernel/osrelease.
+/// The kernel's release (`uname -r`), from /proc/sys/kernel/osrelease, or from uname(2)
+/// where /proc has no sys (mounted `subset=pid`).
 pub fn kernel_release() -> io::Result<String> {
-    kernel_sysctl("osrelease")
+    kernel_sysctl("osrelease").or_else(|e| super::process::uname_release().ok_or(e))
 }
 
 /// The first `model name` of /proc/cpuinfo.

@@ -4,7 +4,37 @@
 //! terminal is gone, and `eprintln!` would panic (and abort) before the exports are
 //! written.
 
+use std::borrow::Cow;
 use std::sync::{Mutex, PoisonError};
+
+/// `s` on one line, with nothing a terminal acts on: every control character (ESC and
+/// the OSC/CSI sequences it starts, BEL, CR, a newline, C1 controls) becomes a space.
+/// Names come from binaries and comms, which anyone can craft; the TUI never draws
+/// control characters, and the exports' line formats need their names on one line too.
+pub fn one_line(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(
+        s.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .collect(),
+    )
+}
+
+/// `text` of several lines with nothing a terminal acts on: [`one_line`] for each of its
+/// lines, the newlines between them kept.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\n') {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.split('\n')
+            .map(one_line)
+            .collect::<Vec<_>>()
+            .join("\n"),
+    )
+}
 
 struct Held {
     /// Whether the TUI has the terminal.
@@ -49,7 +79,8 @@ fn held() -> std::sync::MutexGuard<'static, Held> {
 /// Writes `line` to stderr, or holds it while the TUI has the terminal. A failed write
 /// is ignored: after SIGHUP the terminal is gone, and that must not stop a run.
 pub fn say(line: &str) {
-    if held().offer(line) {
+    let line = one_line(line);
+    if held().offer(&line) {
         return;
     }
     write_raw(&format!("{line}\n"));
@@ -58,6 +89,7 @@ pub fn say(line: &str) {
 /// Writes `text`, whole lines, as [`say`] does each of them (a report of many lines in
 /// one write).
 pub fn say_text(text: &str) {
+    let text = &*terminal_safe(text);
     let mut held = held();
     if held.active {
         for line in text.lines() {

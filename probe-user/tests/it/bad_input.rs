@@ -384,3 +384,82 @@ fn root_without_ptrace_rights_is_not_told_to_run_as_root() {
     assert!(err.contains("without CAP_SYS_PTRACE"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+/// Every number flag at and past its edges (issue 30: `--interval 1e19` and others
+/// panicked, `--clock-seconds -1` and `--auto-above nan` were taken): refused by the
+/// parser in one line naming the flag and the value, exit 2, before anything is looked
+/// up; the edges themselves are taken (the run then fails on the pid that is not there).
+#[test]
+fn every_number_flag_is_range_checked_in_one_line() {
+    let _turn = turn(module_path!());
+    const RUN: &[&str] = &["--pid", "4999999", "-e", "uprobe:x", "--no-tui"];
+    let refused: &[(&[&str], &str, &str)] = &[
+        (RUN, "--pid", "0"),
+        (RUN, "--pid", "4294967295"),
+        (RUN, "--duration", "0"),
+        (RUN, "--duration", "1e300"),
+        (RUN, "--duration", "inf"),
+        (RUN, "--duration", "nan"),
+        (RUN, "--interval", "1e19"),
+        (RUN, "--interval", "0.001"),
+        (RUN, "--interval", "nan"),
+        (RUN, "--in-situ-window", "1e300"),
+        (RUN, "--in-situ-window", "0.01"),
+        (RUN, "--clock-seconds", "1e19"),
+        (RUN, "--clock-seconds", "-1"),
+        (RUN, "--clock-seconds", "inf"),
+        (RUN, "--auto-above", "nan"),
+        (RUN, "--auto-above", "0"),
+        (RUN, "--auto-above", "-inf"),
+        (RUN, "--args", "13"),
+        (RUN, "--max-probes", "0"),
+        (RUN, "--max-probes", "18446744073709551616"),
+        (RUN, "--ring-mib", "0"),
+        (RUN, "--ring-mib", "3"),
+        (RUN, "--ring-mib", "4096"),
+        (RUN, "--ring-kib", "2"),
+        (RUN, "--sample-every", "0"),
+        (RUN, "--time-every", "0"),
+        (RUN, "--time-every", "1e3"),
+        (&["calibrate"], "--reps", "2"),
+        (&["calibrate"], "--reps", "1001"),
+        (&["calibrate"], "--cold-data-mib", "nan"),
+        (&["calibrate"], "--cold-code-mib", "-1"),
+        (&["calibrate"], "--cold-iters", "0"),
+        (&["list"], "--pid", "0"),
+    ];
+    for (base, flag, value) in refused {
+        let arg = format!("{flag}={value}");
+        let out = run(&[base, &[arg.as_str()][..]].concat());
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {err}");
+        assert_eq!(err.lines().count(), 1, "{flag} {value}: {err}");
+        assert!(
+            err.starts_with(&format!("probetop: {flag} {value}: ")),
+            "{flag} {value}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let taken: &[(&str, &str)] = &[
+        ("--duration", "31536000"),
+        ("--duration", "0.001"),
+        ("--interval", "0.01"),
+        ("--interval", "3600"),
+        ("--in-situ-window", "3600"),
+        ("--clock-seconds", "0"),
+        ("--clock-seconds", "3600"),
+        ("--auto-above", "1e9"),
+        ("--args", "12"),
+        ("--max-probes", "1000000"),
+        ("--ring-mib", "2048"),
+        ("--sample-every", "1000000000"),
+        ("--time-every", "1"),
+    ];
+    for (flag, value) in taken {
+        let arg = format!("{flag}={value}");
+        let out = run(&[RUN, &[arg.as_str()][..]].concat());
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{flag} {value}: {err}");
+        assert!(!err.contains(&format!("{flag} {value}")), "{err}");
+    }
+}

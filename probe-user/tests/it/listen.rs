@@ -354,3 +354,50 @@ fn a_real_prometheus_scrapes_what_probetop_reports() {
     let _ = std::fs::remove_file(&json);
     target.signal(libc::SIGCONT);
 }
+
+/// 500 scrapes at once: each gets a whole answer, the metrics or a 503 with
+/// `Retry-After` (they were cut off: resets and empty closes).
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn five_hundred_scrapes_at_once_are_each_answered() {
+    let _turn = turn(module_path!());
+    let target = forever_workload();
+    let (_probetop, addr) = probetop_listening(target.pid(), &[]);
+    const SCRAPES: usize = 500;
+    // All connected and sent before any answer is read: at once, as far as probetop sees.
+    let mut streams: Vec<TcpStream> = (0..SCRAPES)
+        .map(|_| {
+            let mut stream = TcpStream::connect_timeout(&addr, PATIENCE).expect("connect");
+            stream.set_read_timeout(Some(PATIENCE)).expect("timeout");
+            write!(
+                stream,
+                "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+            )
+            .expect("send");
+            stream
+        })
+        .collect();
+    let (mut ok, mut busy) = (0, 0);
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let mut reply = Vec::new();
+        if let Err(e) = stream.read_to_end(&mut reply) {
+            panic!("scrape {i}: {e} after {} bytes", reply.len());
+        }
+        let reply = String::from_utf8_lossy(&reply);
+        let (head, body) = reply
+            .split_once("\r\n\r\n")
+            .unwrap_or_else(|| panic!("scrape {i}: no whole answer: {reply:?}"));
+        if head.starts_with("HTTP/1.1 200 ") {
+            assert!(body.contains("probetop_probe_hits_total{"), "scrape {i}");
+            ok += 1;
+        } else {
+            assert!(head.starts_with("HTTP/1.1 503 "), "scrape {i}: {head}");
+            assert!(head.contains("\r\nRetry-After: "), "scrape {i}: {head}");
+            busy += 1;
+        }
+    }
+    assert!(ok >= 1, "{ok} answered, {busy} told to retry");
+    eprintln!("{ok} scrapes answered, {busy} told to retry");
+    // Still serving afterwards.
+    assert_eq!(http(addr, "GET", "/metrics").0, 200);
+}

@@ -19,6 +19,7 @@ mod cost_estimate;
 mod cost_insitu;
 mod cost_others;
 mod detach;
+mod edges;
 mod exports;
 mod forks;
 mod hostile;

@@ -704,3 +704,91 @@ fn a_line_said_while_the_tui_runs_goes_to_the_footer_then_stderr() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// probetop's TUI on a paced workload in tmux, with `env` settings before it and
+/// `--export DIR/run.json`, once its probe counts.
+fn tui_on_workload(name: &str, env: &str) -> (Tmux, Running, PathBuf) {
+    let target = {
+        let mut command = Command::new(fixture("c/workload"));
+        command.args(["--forever", "--rate", "2000"]);
+        let running = Running::spawn(command);
+        running.out().wait_for("ready pid=");
+        running
+    };
+    let dir = temp_dir(name);
+    let command = format!(
+        "env {env} {} --pid {} -e uprobe:work_unit --export {} 2>{}",
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
+        target.pid(),
+        shell_quote(&dir.join("run.json")),
+        shell_quote(&dir.join("stderr.txt")),
+    );
+    let tmux = Tmux::start(name, 100, 30, &dir, &command);
+    tmux.wait_for("the probe counting", |s| {
+        s.contains("1/1 attached") && s.contains("uprobe:work_unit") && !s.contains(" 0 ev/s")
+    });
+    (tmux, target, dir)
+}
+
+/// A dumb terminal and the C locale may not show UTF-8: the TUI draws ASCII there (it
+/// drew box-drawing lines in every terminal).
+#[test]
+#[ignore = "needs root, the fixtures and tmux"]
+fn a_dumb_terminal_or_the_c_locale_gets_ascii_lines() {
+    let _turn = turn(module_path!());
+    for (name, env) in [("dumb", "TERM=dumb"), ("c-locale", "LANG=C LC_ALL=POSIX")] {
+        let (tmux, _target, dir) = tui_on_workload(name, env);
+        let screen = tmux.screen();
+        let drawing: Vec<char> = screen.chars().filter(|c| !c.is_ascii()).collect();
+        assert_eq!(drawing, [], "{env}:\n{screen}");
+        assert!(screen.contains("+-"), "{env}: ASCII corners:\n{screen}");
+        assert!(
+            screen.contains("HITS/Sv"),
+            "{env}: ASCII sort mark:\n{screen}"
+        );
+        tmux.keys(&["q"]);
+        tmux.wait_for("probetop exited", |s| s.contains("probetop-exit=0"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // And a UTF-8 terminal keeps its lines.
+    let (tmux, _target, dir) = tui_on_workload("utf8", "TERM=xterm LANG=C.UTF-8");
+    assert!(tmux.screen().contains('┌'), "{}", tmux.screen());
+    tmux.keys(&["q"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `e` twice in one second writes two files, not one file twice.
+#[test]
+#[ignore = "needs root, the fixtures and tmux"]
+fn two_exports_in_one_second_are_two_files() {
+    let _turn = turn(module_path!());
+    let (tmux, _target, dir) = tui_on_workload("twice", "LANG=C.UTF-8");
+    let snapshots = || -> Vec<PathBuf> {
+        std::fs::read_dir(&dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("run-") && n.ends_with(".json"))
+            })
+            .collect()
+    };
+    // Both keys in one write: well within a second.
+    tmux.literal("ee");
+    tmux.wait_for("exports written", |s| s.contains("wrote "));
+    let deadline = Instant::now() + PATIENCE;
+    while snapshots().len() < 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Both exports said they wrote, whatever the names: wait for the second's word.
+    std::thread::sleep(Duration::from_millis(500));
+    let written = snapshots();
+    assert_eq!(written.len(), 2, "{written:?}\n{}", tmux.screen());
+    for path in &written {
+        assert_eq!(read_export(path)["probes"][0]["name"], "work_unit");
+    }
+    tmux.keys(&["q"]);
+    tmux.wait_for("probetop exited", |s| s.contains("probetop-exit=0"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

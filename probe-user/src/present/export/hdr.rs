@@ -222,11 +222,7 @@ pub fn probe_tags(probes: &[ProbeReport]) -> Vec<String> {
 
 /// `s` on one line, for `#` comments in line-oriented formats: control characters
 /// (a path may hold a newline) would end the comment early.
-pub fn one_line(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
-}
+pub use crate::sys::stderr::one_line;
 
 #[cfg(test)]
 mod tests {

@@ -84,6 +84,9 @@ pub fn draw(frame: &mut Frame, app: &App) {
     if app.help {
         help::render(frame, area, app);
     }
+    if app.theme.ascii {
+        theme::to_ascii(frame.buffer_mut());
+    }
 }
 
 /// The channels between the UI and the rest of probetop.
