@@ -61,6 +61,14 @@ pub struct OtherProgram {
     pub run_time_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub avg_run_ns: Option<f64>,
+    /// Every probed site: file offset and the USDT semaphore's (`ref_ctr_offset`, 0
+    /// none, and 0 where the kernel does not tell: a perf event asked with
+    /// `BPF_TASK_FD_QUERY`).
+    #[serde(skip)]
+    pub sites: Vec<(u64, u64)>,
+    /// Return probes (a uretprobe, or a uprobe_multi link with the return flag).
+    #[serde(skip)]
+    pub returns: bool,
 }
 
 /// Turns the kernel's BPF run statistics on for as long as the value lives.
@@ -117,6 +125,11 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
                         p.offsets.push(offset);
                     }
                 }
+                for site in program.sites {
+                    if !p.sites.iter().any(|s| s.0 == site.0) {
+                        p.sites.push(site);
+                    }
+                }
             }
             None => found.push(program),
         }
@@ -140,6 +153,8 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
             run_count: None,
             run_time_ns: None,
             avg_run_ns: None,
+            sites: vec![(query.offset, 0)],
+            returns: query.kind == "uretprobe",
         });
     }
     let links = uprobe_links();
@@ -175,6 +190,8 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
             run_count: None,
             run_time_ns: None,
             avg_run_ns: None,
+            sites: link.sites,
+            returns: link.returns,
         });
     }
     let names = program_stats();
@@ -420,6 +437,7 @@ const BPF_LINK_TYPE_UPROBE_MULTI: u32 = 12;
 const BPF_PERF_EVENT_UPROBE: u32 = 1;
 const BPF_PERF_EVENT_URETPROBE: u32 = 2;
 const PATH_MAX: usize = 4096;
+const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
 
 /// `union bpf_attr` for `BPF_TASK_FD_QUERY`.
 #[repr(C)]
@@ -496,6 +514,9 @@ struct UprobeLink {
     offset: Option<u64>,
     count: Option<u32>,
     only_pid: Option<u32>,
+    /// Every offset with its `ref_ctr_offset`.
+    sites: Vec<(u64, u64)>,
+    returns: bool,
 }
 
 /// `struct bpf_link_info` is at most this large on the kernels probetop supports; a
@@ -546,6 +567,12 @@ fn u32_at(info: &[u8], at: usize) -> u32 {
         .map_or(0, u32::from_ne_bytes)
 }
 
+fn u64_at(info: &[u8], at: usize) -> u64 {
+    info.get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
+}
+
 fn put_u64(info: &mut [u8], at: usize, value: u64) {
     info[at..at + 8].copy_from_slice(&value.to_ne_bytes());
 }
@@ -583,14 +610,17 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
                 BPF_PERF_EVENT_URETPROBE => "uretprobe",
                 _ => return None,
             };
+            let offset = u64::from(u32_at(&info, 36));
             Some(UprobeLink {
                 link_id,
                 prog_id,
                 kind,
                 file: c_string(&path),
-                offset: Some(u64::from(u32_at(&info, 36))),
+                offset: Some(offset),
                 count: None,
                 only_pid: None,
+                sites: vec![(offset, u64_at(&info, 48))],
+                returns: kind == "uretprobe",
             })
         }
         BPF_LINK_TYPE_UPROBE_MULTI => {
@@ -604,18 +634,24 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
                 return None;
             }
             let count = u32_at(&info, 52);
-            // Again for the first offset, now that the count is known.
+            // Again for the offsets, now that the count is known.
             let mut offsets = vec![0u64; count as usize];
+            let mut ref_ctrs = vec![0u64; count as usize];
             let mut with_offsets = [0u8; LINK_INFO_SIZE];
             put_u64(&mut with_offsets, 16, path.as_mut_ptr() as u64);
             put_u32(&mut with_offsets, 48, path.len() as u32);
             put_u64(&mut with_offsets, 24, offsets.as_mut_ptr() as u64);
+            put_u64(&mut with_offsets, 32, ref_ctrs.as_mut_ptr() as u64);
             put_u32(&mut with_offsets, 52, count);
-            // SAFETY: `path` and `offsets` are alive across the call, of the lengths
-            // put beside them (`count` u64 offsets).
-            let offset = (count > 0 && unsafe { link_info(fd, &mut with_offsets) })
-                .then(|| offsets.first().copied())
-                .flatten();
+            // SAFETY: `path`, `offsets` and `ref_ctrs` are alive across the call, of the
+            // lengths put beside them (`count` u64 values each).
+            let read = count > 0 && unsafe { link_info(fd, &mut with_offsets) };
+            let offset = read.then(|| offsets.first().copied()).flatten();
+            let sites = if read {
+                offsets.into_iter().zip(ref_ctrs).collect()
+            } else {
+                Vec::new()
+            };
             Some(UprobeLink {
                 link_id,
                 prog_id,
@@ -624,6 +660,8 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
                 offset,
                 count: Some(count),
                 only_pid: Some(u32_at(&info, 60)),
+                sites,
+                returns: u32_at(&with_offsets, 56) & BPF_F_UPROBE_MULTI_RETURN != 0,
             })
         }
         _ => None,
@@ -649,6 +687,8 @@ mod tests {
             run_count: None,
             run_time_ns: None,
             avg_run_ns: None,
+            sites: Vec::new(),
+            returns: false,
         }];
         let stat = |runs, time| ProgramStats {
             id: 7,
@@ -676,6 +716,8 @@ mod tests {
             run_count: None,
             run_time_ns: None,
             avg_run_ns: None,
+            sites: Vec::new(),
+            returns: false,
         };
         let many: Vec<OtherProgram> = (0..200).map(program).collect();
         let text = render(&many);

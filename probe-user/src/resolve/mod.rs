@@ -28,6 +28,7 @@ mod fixture_tests;
 mod functions;
 mod point;
 mod scope;
+mod site;
 mod usdt_points;
 
 pub use error::ResolveError;

@@ -41,11 +41,24 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
             probes.push(Probe::new(spec, point, 0, target, &pin));
         }
     }
-    // The parsed objects (whole files, symbol tables) are not needed while measuring.
-    drop(resolver);
     let merged = points::merge_duplicates(&mut probes);
     if merged > 0 {
         say!("{}", points::merged_line(merged));
+    }
+    // Other tools' probes share the table: counted, never changed.
+    let own = probes.len();
+    let others = super::others::probes(target, &pin, &resolver, &probes);
+    probes.extend(others);
+    // The parsed objects (whole files, symbol tables) are not needed while measuring.
+    drop(resolver);
+    if probes.is_empty() {
+        return Ok(Found {
+            resolve_options,
+            pin,
+            probes,
+            prepared: crate::resolve::costs::prepare(&[]),
+            skipped: Vec::new(),
+        });
     }
     for line in points::unmapped_lines(&probes, pid) {
         say!("{line}");
@@ -59,15 +72,16 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
         )));
     }
     if !args.force {
-        refuse_go_return_probes(&probes)?;
+        refuse_go_return_probes(&probes[..own])?;
     }
     let specs = plan.specs.len();
-    say!(
-        "probetop: {} probe point{} from {specs} spec{}",
-        probes.len(),
-        if probes.len() == 1 { "" } else { "s" },
-        if specs == 1 { "" } else { "s" }
-    );
+    if specs > 0 {
+        say!(
+            "probetop: {own} probe point{} from {specs} spec{}",
+            if own == 1 { "" } else { "s" },
+            if specs == 1 { "" } else { "s" }
+        );
+    }
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
     let mut prepared = crate::resolve::costs::prepare(&points);
     let skipped = points::skip_refused_sites(&mut probes, &mut prepared);

@@ -20,6 +20,7 @@ mod finish;
 mod follow;
 mod insitu;
 mod maps_watch;
+mod others;
 mod plan;
 mod points;
 mod probe;
@@ -52,8 +53,52 @@ pub enum StopReason {
 /// attached; one after it drops the attachment, which detaches every probe.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let plan = plan::Plan::from_args(&args)?;
-    let found = find::find(&plan, &args)?;
+    let mut found = find::find(&plan, &args)?;
+    if found.probes.is_empty() {
+        match wait_for_probes(&plan, &args).await? {
+            Some(more) => found = more,
+            None => return Ok(()),
+        }
+    }
     let mut running = start::start(plan, found, &args).await?;
     let driven = drive::drive(&mut running, &args).await?;
     finish::finish(running, driven, &args).await
+}
+
+/// No spec and no other tool's probe on the target: says so in one line, then looks
+/// again every second until some appear (`Some`), or the run ends first: `--duration`,
+/// a signal, the target's exit (`None`, after the empty table and exports).
+async fn wait_for_probes(plan: &plan::Plan, args: &RunArgs) -> anyhow::Result<Option<find::Found>> {
+    use std::time::{Duration, Instant};
+    let target = &plan.target;
+    say!(
+        "probetop: pid {} ({}) has no uprobe, uretprobe or USDT probe on it from any tool; watching for one (give -e SPEC to probe it yourself)",
+        target.pid,
+        target.comm
+    );
+    let started = Instant::now();
+    let stop = stop::shutdown_signal(target, args.duration.map(Duration::from_secs_f64), true)?;
+    tokio::pin!(stop);
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    every.tick().await;
+    loop {
+        tokio::select! {
+            reason = &mut stop => {
+                match reason {
+                    StopReason::Signal(name) => say!("probetop: {name}"),
+                    StopReason::TargetExited => say!("probetop: pid {} exited", target.pid),
+                    _ => {}
+                }
+                break;
+            }
+            _ = every.tick() => {
+                let found = find::find(plan, args)?;
+                if !found.probes.is_empty() {
+                    return Ok(Some(found));
+                }
+            }
+        }
+    }
+    report::write_empty(target, started.elapsed(), args)?;
+    Ok(None)
 }

@@ -26,6 +26,8 @@ pub(super) struct Probe {
     pub generation: u32,
     /// The program the target ran then.
     pub exe: PathBuf,
+    /// Another tool's probe on this site, which this one only counts.
+    pub other: Option<cost::others::OtherSite>,
 }
 
 impl Probe {
@@ -46,7 +48,37 @@ impl Probe {
             point,
             generation,
             exe: target.exe.clone(),
+            other: None,
         }
+    }
+
+    /// The counting probe on another tool's probe `site`, at `point`.
+    pub(super) fn of_other(
+        mut point: ProbePoint,
+        site: cost::others::OtherSite,
+        target: &Target,
+        pin: &PinnedExe,
+    ) -> Self {
+        if point.attach_path == target.exe_link() {
+            point.attach_path = pin.path();
+        }
+        let object = point.object.display();
+        Self {
+            spec: format!("{}:{object}:{}", point.kind, point.name),
+            point,
+            generation: 0,
+            exe: target.exe.clone(),
+            other: Some(site),
+        }
+    }
+
+    /// How the owner of another tool's probe is named on screen: `bpftrace 1234`.
+    pub(super) fn owner_tag(&self) -> Option<String> {
+        let owner = &self.other.as_ref()?.owner;
+        Some(match owner.pid {
+            Some(pid) => format!("{} {pid}", owner.tool),
+            None => owner.tool.clone(),
+        })
     }
 
     /// How the probe is named on screen; single-stepped and refused sites are marked.
@@ -57,6 +89,9 @@ impl Probe {
             &self.point.object.display().to_string(),
         );
         label.resolved = self.point.resolved.clone();
+        if let Some(owner) = self.owner_tag() {
+            label.display = format!("{} <{owner}>", label.display);
+        }
         if let Some(tag) = cost::label_tag(cost) {
             label.display = format!("{} {tag}", label.display);
         }
@@ -75,9 +110,20 @@ impl Probe {
             kind: self.point.kind,
             path: &self.point.attach_path,
             file_offset: self.point.file_offset,
-            semaphore_offset: self.point.usdt.as_ref().and_then(|u| u.semaphore_offset),
+            semaphore_offset: self.semaphore_offset(),
             config,
             pid,
+        }
+    }
+
+    /// The USDT semaphore to register: for another tool's probe the one it registered,
+    /// as the kernel refuses (EINVAL) a second probe on the site with another; where
+    /// the kernel does not tell it (a perf event), the note's.
+    fn semaphore_offset(&self) -> Option<u64> {
+        let note = self.point.usdt.as_ref().and_then(|u| u.semaphore_offset);
+        match &self.other {
+            Some(site) if site.ref_ctr_offset != 0 => Some(site.ref_ctr_offset),
+            _ => note,
         }
     }
 
@@ -89,6 +135,9 @@ impl Probe {
         args: usize,
         say: &mut dyn FnMut(String),
     ) -> ProbeConfig {
+        if self.other.is_some() {
+            return counting_config(base);
+        }
         let mut config = base;
         if args > 0 {
             match attach::args::args_config(&self.point, args) {
@@ -113,6 +162,21 @@ impl Probe {
             }
         }
         config
+    }
+}
+
+/// Another tool's probe is only counted: every hit bumps the probe's per-CPU count in
+/// the kernel, and no hit is ever streamed (one in `u32::MAX`). Kept closed when `base`
+/// is: the window opens for every probe at once.
+pub(super) fn counting_config(base: ProbeConfig) -> ProbeConfig {
+    ProbeConfig {
+        mode: if base.mode == probe_common::mode::CLOSED {
+            base.mode
+        } else {
+            crate::delivery::DeliveryMode::Sample.raw()
+        },
+        sample_every: u32::MAX,
+        ..Default::default()
     }
 }
 

@@ -136,7 +136,11 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
     for (row, probe) in aggregator.probes_mut().iter_mut().zip(&probes) {
-        row.mode = DeliveryMode::of_config(&initial_config);
+        row.mode = if probe.other.is_some() {
+            DeliveryMode::Sample
+        } else {
+            DeliveryMode::of_config(&initial_config)
+        };
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
     }
     aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
@@ -153,6 +157,11 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     let dispatch_running = dispatch.is_some();
     for cost in &mut prepared.costs {
         cost.captures_args = args.args > 0;
+    }
+    for (cost, probe) in prepared.costs.iter_mut().zip(&probes) {
+        if let Some(site) = &probe.other {
+            cost.other = Some(super::others::assumed_price(cost, site));
+        }
     }
     crate::aggregate::install_costs(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {
