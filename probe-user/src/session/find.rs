@@ -47,8 +47,10 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     }
     // Other tools' probes share the table: counted, never changed.
     let own = probes.len();
-    let others = super::others::probes(target, &pin, &resolver, &probes);
-    probes.extend(others);
+    if !plan.several {
+        let others = super::others::probes(target, &pin.path(), &resolver, &probes);
+        probes.extend(others);
+    }
     // The parsed objects (whole files, symbol tables) are not needed while measuring.
     drop(resolver);
     if probes.is_empty() {

@@ -57,10 +57,10 @@ impl Probe {
         mut point: ProbePoint,
         site: cost::others::OtherSite,
         target: &Target,
-        pin: &PinnedExe,
+        pin: &std::path::Path,
     ) -> Self {
         if point.attach_path == target.exe_link() {
-            point.attach_path = pin.path();
+            point.attach_path = pin.to_path_buf();
         }
         let object = point.object.display();
         Self {

@@ -58,6 +58,8 @@ pub(super) struct Running {
     pub maps_watch: Option<JoinHandle<()>>,
     pub cgroup_poller: Option<JoinHandle<()>>,
     pub others: cost::bpf_stats::Others,
+    /// Other tools' probes looked for again every second (one process probed).
+    pub others_watch: Option<super::others::Watch>,
     /// Resolves when measuring should stop (see [`stop::shutdown_signal`]).
     pub shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>>,
     pub attach_path: &'static str,
@@ -225,6 +227,15 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         },
     ));
     let live: Vec<u32> = (0..probes.len() as u32).collect();
+    let others_watch = (!plan.several).then(|| {
+        super::others::Watch::new(
+            plan.target.clone(),
+            pin.path(),
+            plan.filter_pid,
+            base_config,
+            &probes,
+        )
+    });
     let source = Arc::new(ReportSource {
         target: plan.target.clone(),
         rows: RwLock::new(Rows {
@@ -289,6 +300,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         maps_watch,
         cgroup_poller,
         others,
+        others_watch,
         shutdown,
         attach_path,
     })
@@ -346,6 +358,9 @@ fn attach_probes(
     }
     let spare_probes = if args.follow_exec {
         follow::spare_probes(probes.len() as u32)
+    } else if !several {
+        // Other tools' probes that appear while probetop runs.
+        super::others::SPARE.min(probe_common::MAX_PROBES.saturating_sub(probes.len() as u32))
     } else {
         0
     };

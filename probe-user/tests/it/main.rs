@@ -25,6 +25,7 @@ mod list;
 mod listen;
 mod lost_terminal;
 mod mysql;
+mod others;
 mod overload;
 mod postgres;
 mod probe_points;

@@ -1,0 +1,217 @@
+//! `probetop --pid PID` without a spec watches the probes other tools put on the
+//! process: bpftrace's BPF program on a uprobe perf event, and a tracefs uprobe event
+//! (no BPF). Each is a row with its owner, counted exactly by probetop's own counting
+//! probe on the same site, and only in the target.
+
+use crate::common::*;
+
+/// Calls the fixture makes once everything is attached.
+const CALLS: u64 = 20_000;
+
+/// One test of this module at a time: bpftrace's uprobes and tracefs events are armed
+/// in every process mapping the file, so each test's probe is on the others' targets.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `probetop --pid PID --no-tui --export JSON`, no spec, until the target exits.
+fn watch(pid: u32, json: &std::path::Path) -> Running {
+    let mut cmd = probetop();
+    cmd.args(["--pid", &pid.to_string(), "--no-tui", "--duration", "120"])
+        .arg("--export")
+        .arg(json);
+    Running::spawn(cmd)
+}
+
+/// The probe rows of another tool's probes in `report`.
+fn others(report: &serde_json::Value) -> Vec<&serde_json::Value> {
+    report["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .filter(|p| p["own"] == false)
+        .collect()
+}
+
+/// Runs the fixture's calls once probetop counts `needle`'s probe, waits for both to
+/// end, and returns probetop's report.
+fn count_calls(
+    target: &mut Running,
+    probetop: &mut Running,
+    json: &std::path::Path,
+) -> serde_json::Value {
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    let done = target.out().wait_for("done calls=");
+    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
+    assert!(target.wait().success());
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    read_export(json)
+}
+
+#[test]
+#[ignore = "needs root, the fixtures and bpftrace"]
+fn bpftrace_probe_is_a_row_with_its_owner_and_exact_hits() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let calls = CALLS.to_string();
+    let mut target = workload(&["--wait-signal", "--calls", &calls]);
+    let pid = target.pid();
+    let exe = fixture("c/workload");
+    let bpftrace = Running::spawn({
+        let mut cmd = std::process::Command::new("bpftrace");
+        cmd.args(["-p", &pid.to_string(), "-e"]).arg(format!(
+            "uprobe:{}:work_unit /pid == {pid}/ {{ @ = count(); }}",
+            exe.display()
+        ));
+        cmd
+    });
+    bpftrace.out().wait_for("Attaching 1 probe");
+    let json = export_path("others-bpftrace.json");
+    let mut probetop = watch(pid, &json);
+    let report = count_calls(&mut target, &mut probetop, &json);
+    let stderr = probetop.err().rest().join("\n");
+
+    let rows = others(&report);
+    assert_eq!(rows.len(), 1, "{rows:#?}\n{stderr}");
+    let row = rows[0];
+    assert_eq!(row["kind"], "uprobe");
+    assert_eq!(row["name"], "work_unit");
+    assert_eq!(row["owner"]["tool"], "bpftrace", "{row}");
+    assert_eq!(row["owner"]["pid"], bpftrace.pid(), "{row}");
+    assert_eq!(row["owner"]["comm"], "bpftrace", "{row}");
+    assert_eq!(row["owner"]["via"], "bpf", "{row}");
+    assert_eq!(row["cost_class"], "emulated-push", "{row}");
+    // Every call, and only the target's: probetop's counter is filtered to it.
+    assert_eq!(row["hits"], CALLS, "{row}\n{stderr}");
+    assert_eq!(
+        report["probes"].as_array().map(Vec::len),
+        Some(1),
+        "no probe of probetop's own: {report:#}"
+    );
+    let _ = std::fs::remove_file(&json);
+}
+
+/// A uprobe event written to tracefs, enabled for ftrace, removed when dropped.
+struct TracefsProbe {
+    root: &'static str,
+    group: &'static str,
+    name: String,
+}
+
+impl TracefsProbe {
+    fn add(file: &std::path::Path, offset: u64, name: String) -> Self {
+        let root = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+            .into_iter()
+            .find(|r| std::path::Path::new(r).join("uprobe_events").exists())
+            .expect("tracefs mounted (probetop mounts it when absent; mount -t tracefs nodev /sys/kernel/tracing)");
+        let group = "probetop_test";
+        append(
+            &format!("{root}/uprobe_events"),
+            &format!("p:{group}/{name} {}:{offset:#x}\n", file.display()),
+        );
+        std::fs::write(format!("{root}/events/{group}/{name}/enable"), "1").expect("enable");
+        Self { root, group, name }
+    }
+}
+
+impl Drop for TracefsProbe {
+    fn drop(&mut self) {
+        let _ = std::fs::write(
+            format!("{}/events/{}/{}/enable", self.root, self.group, self.name),
+            "0",
+        );
+        append(
+            &format!("{}/uprobe_events", self.root),
+            &format!("-:{}/{}\n", self.group, self.name),
+        );
+    }
+}
+
+fn append(path: &str, line: &str) {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {path}: {e}"));
+    file.write_all(line.as_bytes())
+        .unwrap_or_else(|e| panic!("write {line:?} to {path}: {e}"));
+}
+
+#[test]
+#[ignore = "needs root, the fixtures and tracefs"]
+fn tracefs_probe_is_a_row_with_exact_hits() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let calls = CALLS.to_string();
+    let mut target = workload(&["--wait-signal", "--calls", &calls]);
+    let pid = target.pid();
+    let exe = fixture("c/workload");
+    let listing = list_json([exe.as_os_str(), "leaf_ret".as_ref()]);
+    let offset = listing["points"][0]["file_offset"]
+        .as_u64()
+        .expect("leaf_ret's file offset");
+    let event = TracefsProbe::add(&exe, offset, format!("leaf_ret_{pid}"));
+    let json = export_path("others-tracefs.json");
+    let mut probetop = watch(pid, &json);
+    let report = count_calls(&mut target, &mut probetop, &json);
+    let stderr = probetop.err().rest().join("\n");
+    drop(event);
+
+    let rows = others(&report);
+    assert_eq!(rows.len(), 1, "{rows:#?}\n{stderr}");
+    let row = rows[0];
+    assert_eq!(row["name"], "leaf_ret");
+    assert_eq!(row["owner"]["tool"], "tracefs", "{row}");
+    assert_eq!(row["owner"]["via"], "tracefs", "{row}");
+    assert_eq!(
+        row["owner"]["event"],
+        format!("probetop_test/leaf_ret_{pid}"),
+        "{row}"
+    );
+    assert_eq!(row["owner"]["pid"], serde_json::Value::Null, "{row}");
+    assert_eq!(row["owner"]["program_method"], "not-priced", "{row}");
+    assert_eq!(row["hits"], CALLS, "{row}\n{stderr}");
+    let _ = std::fs::remove_file(&json);
+}
+
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_pid_without_probes_says_so_and_exits_zero_with_an_empty_table() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    // A build of the fixture no other test probes.
+    let target = started(&fixture("c/workload-nousdt"), &["--wait-signal"]);
+    let json = export_path("others-none.json");
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--duration",
+        "1.5",
+    ])
+    .arg("--export")
+    .arg(&json);
+    let out = output_ok(&mut cmd, "probetop on a pid without probes");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("has no uprobe, uretprobe or USDT probe on it"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "the table's header alone: {stdout}"
+    );
+    assert!(stdout.starts_with("PROBE"), "{stdout}");
+    let report = read_export(&json);
+    assert_eq!(report["probes"], serde_json::json!([]), "{report:#}");
+    let _ = std::fs::remove_file(&json);
+}
