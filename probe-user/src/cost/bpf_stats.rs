@@ -69,6 +69,10 @@ pub struct OtherProgram {
     /// Return probes (a uretprobe, or a uprobe_multi link with the return flag).
     #[serde(skip)]
     pub returns: bool,
+    /// Statistics were on, but the program was unloaded before the end (its tool
+    /// exited): its runs are not known.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unloaded: bool,
 }
 
 /// Turns the kernel's BPF run statistics on for as long as the value lives.
@@ -155,6 +159,7 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
             avg_run_ns: None,
             sites: vec![(query.offset, 0)],
             returns: query.kind == "uretprobe",
+            unloaded: false,
         });
     }
     let links = uprobe_links();
@@ -192,6 +197,7 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
             avg_run_ns: None,
             sites: link.sites,
             returns: link.returns,
+            unloaded: false,
         });
     }
     let names = program_stats();
@@ -344,6 +350,9 @@ pub fn render(programs: &[OtherProgram]) -> String {
             (Some(runs), None) => {
                 let _ = write!(line, ": {runs} runs");
             }
+            _ if p.unloaded => {
+                line.push_str(": unloaded before the end (its tool exited), runs not known")
+            }
             _ => line.push_str(": run counts need --bpf-stats"),
         }
         let _ = writeln!(out, "{line}");
@@ -388,6 +397,7 @@ pub fn program_stats() -> Vec<ProgramStats> {
 pub fn apply_stats(programs: &mut [OtherProgram], before: &[ProgramStats], after: &[ProgramStats]) {
     for program in programs {
         let Some(now) = after.iter().find(|s| s.id == program.prog_id) else {
+            program.unloaded = true;
             continue;
         };
         let then = before.iter().find(|s| s.id == program.prog_id);
@@ -689,6 +699,7 @@ mod tests {
             avg_run_ns: None,
             sites: Vec::new(),
             returns: false,
+            unloaded: false,
         }];
         let stat = |runs, time| ProgramStats {
             id: 7,
@@ -699,6 +710,15 @@ mod tests {
         apply_stats(&mut programs, &[stat(10, 1000)], &[stat(110, 21_000)]);
         assert_eq!(programs[0].run_count, Some(100));
         assert_eq!(programs[0].avg_run_ns, Some(200.0));
+        // Its tool exited before the end: not "run counts need --bpf-stats".
+        let mut gone = programs.clone();
+        gone[0].run_count = None;
+        gone[0].avg_run_ns = None;
+        apply_stats(&mut gone, &[stat(10, 1000)], &[]);
+        assert!(gone[0].unloaded);
+        let text = render(&gone);
+        assert!(text.contains("unloaded before the end"), "{text}");
+        assert!(!text.contains("need --bpf-stats"), "{text}");
     }
 
     #[test]
@@ -718,6 +738,7 @@ mod tests {
             avg_run_ns: None,
             sites: Vec::new(),
             returns: false,
+            unloaded: false,
         };
         let many: Vec<OtherProgram> = (0..200).map(program).collect();
         let text = render(&many);

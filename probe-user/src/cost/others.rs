@@ -131,6 +131,18 @@ pub fn discover(pid: u32) -> Vec<OtherSite> {
             event: Some(format!("{}/{}", event.group, event.name)),
         });
     }
+    // Another probetop's probe on a site another tool probes too is most likely its
+    // counter of that tool's probe: counting it would count the same hits twice.
+    let counted_elsewhere = |site: &OtherSite, all: &[OtherSite]| {
+        site.owner.tool == "probetop"
+            && all.iter().any(|o| {
+                o.owner.tool != "probetop"
+                    && o.offset == site.offset
+                    && same_file(&o.file, &site.file)
+            })
+    };
+    let all = sites.clone();
+    sites.retain(|site| !counted_elsewhere(site, &all));
     sites
 }
 

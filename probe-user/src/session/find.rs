@@ -48,7 +48,8 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     // Other tools' probes share the table: counted, never changed.
     let own = probes.len();
     if !plan.several {
-        let others = super::others::probes(target, &pin.path(), &resolver, &probes);
+        let mut others = super::others::probes(target, &pin.path(), &resolver, &probes);
+        super::others::mark_shared(&mut probes, &mut others);
         probes.extend(others);
     }
     // The parsed objects (whole files, symbol tables) are not needed while measuring.

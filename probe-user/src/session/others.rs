@@ -92,6 +92,24 @@ pub(super) fn probes(
     found.probes
 }
 
+/// Marks each of probetop's own probes that sits on the breakpoint of one of `others`:
+/// the row then says which tool's probe shares its trap.
+pub(super) fn mark_shared(own: &mut [Probe], others: &[Probe]) {
+    for mine in own.iter_mut().filter(|p| p.other.is_none()) {
+        let tags: Vec<String> = others
+            .iter()
+            .filter(|o| {
+                o.point.file_offset == mine.point.file_offset
+                    && others::same_file(&o.point.attach_path, &mine.point.attach_path)
+            })
+            .filter_map(Probe::owner_tag)
+            .collect();
+        if !tags.is_empty() {
+            mine.shared_with = Some(tags.join(", "));
+        }
+    }
+}
+
 fn found_lines(found: &Found, pid: u32) -> Vec<String> {
     let mut lines = Vec::new();
     if found.unarmed > 0 {

@@ -28,6 +28,9 @@ pub(super) struct Probe {
     pub exe: PathBuf,
     /// Another tool's probe on this site, which this one only counts.
     pub other: Option<cost::others::OtherSite>,
+    /// probetop's own probe on a breakpoint another tool's probe is on too (one trap
+    /// runs both programs): that tool, as [`Probe::owner_tag`] names it.
+    pub shared_with: Option<String>,
 }
 
 impl Probe {
@@ -49,6 +52,7 @@ impl Probe {
             generation,
             exe: target.exe.clone(),
             other: None,
+            shared_with: None,
         }
     }
 
@@ -69,6 +73,7 @@ impl Probe {
             generation: 0,
             exe: target.exe.clone(),
             other: Some(site),
+            shared_with: None,
         }
     }
 
@@ -91,6 +96,9 @@ impl Probe {
         label.resolved = self.point.resolved.clone();
         if let Some(owner) = self.owner_tag() {
             label.display = format!("{} <{owner}>", label.display);
+        }
+        if let Some(other) = &self.shared_with {
+            label.display = format!("{} [shared: {other}]", label.display);
         }
         if let Some(tag) = cost::label_tag(cost) {
             label.display = format!("{} {tag}", label.display);
