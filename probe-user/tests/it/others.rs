@@ -299,3 +299,97 @@ fn bpftrace_whole_cost_is_within_a_quarter_of_the_truth() {
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// bpftrace counting `probe` (`uprobe:PATH:work_unit`) in `pid`, attached.
+fn bpftrace_on(pid: u32, probe: &str) -> Running {
+    let bpftrace = Running::spawn({
+        let mut cmd = std::process::Command::new("bpftrace");
+        cmd.args(["-p", &pid.to_string(), "-e"])
+            .arg(format!("{probe} /pid == {pid}/ {{ @ = count(); }}"));
+        cmd
+    });
+    bpftrace.out().wait_for("Attaching 1 probe");
+    bpftrace
+}
+
+/// The byte at `function`'s entry in process `pid`, and in its file.
+fn entry_bytes(pid: u32, exe: &std::path::Path, function: &str) -> (u8, u8) {
+    use std::os::unix::fs::FileExt as _;
+    let listing = list_json(["--pid", &pid.to_string(), function]);
+    let point = &listing["points"][0];
+    let bias = listing["objects"][0]["load_bias"]
+        .as_u64()
+        .expect("load bias");
+    let address = point["address"].as_u64().expect("address") + bias;
+    let offset = point["file_offset"].as_u64().expect("file offset");
+    let mut in_process = [0u8];
+    std::fs::File::open(format!("/proc/{pid}/mem"))
+        .and_then(|f| f.read_exact_at(&mut in_process, address))
+        .expect("read the target");
+    let mut on_disk = [0u8];
+    std::fs::File::open(exe)
+        .and_then(|f| f.read_exact_at(&mut on_disk, offset))
+        .expect("read the file");
+    (in_process[0], on_disk[0])
+}
+
+/// Probes that appear while probetop runs get rows; one whose owner exits keeps its
+/// row and hits, and probetop's counter there goes too: no breakpoint is left on the
+/// site (the target's byte is the file's again).
+#[test]
+#[ignore = "needs root, the fixtures and bpftrace"]
+fn probes_that_come_and_go_keep_their_rows_and_leave_no_trap() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let target = workload(&["--forever", "--rate", "5000", "--batch", "1000"]);
+    let pid = target.pid();
+    let exe = fixture("c/workload");
+    let first = bpftrace_on(pid, &format!("uprobe:{}:work_unit", exe.display()));
+    let json = export_path("others-come-and-go.json");
+    let mut probetop = Running::spawn({
+        let mut cmd = probetop();
+        cmd.args(["--pid", &pid.to_string(), "--no-tui", "--duration", "6"])
+            .arg("--export")
+            .arg(&json);
+        cmd
+    });
+    probetop.err().wait_for("attached");
+    let second = bpftrace_on(pid, &format!("uretprobe:{}:leaf_ret", exe.display()));
+    probetop.err().wait_for(&format!(
+        "counting bpftrace {}'s uretprobe:leaf_ret",
+        second.pid()
+    ));
+    first.signal(libc::SIGINT);
+    probetop.err().wait_for("went: row kept, counting stopped");
+    // The counter's link is closed off the session's loop (a grace period).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (in_process, on_disk) = entry_bytes(pid, &exe, "work_unit");
+        if in_process == on_disk {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a breakpoint is left on work_unit: {in_process:#x} in the target, {on_disk:#x} in the file"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(probetop.wait().success());
+    let report = read_export(&json);
+    let rows = others(&report);
+    assert_eq!(rows.len(), 2, "{rows:#?}");
+    let gone = rows
+        .iter()
+        .find(|r| r["owner"]["pid"] == first.pid())
+        .expect("the first bpftrace's row, kept");
+    assert_eq!(gone["name"], "work_unit");
+    assert!(gone["hits"].as_u64() > Some(0), "{gone}");
+    let came = rows
+        .iter()
+        .find(|r| r["owner"]["pid"] == second.pid())
+        .expect("the second bpftrace's row");
+    assert_eq!(came["kind"], "uretprobe");
+    assert!(came["hits"].as_u64() > Some(0), "{came}");
+    drop(second);
+    let _ = std::fs::remove_file(&json);
+}
