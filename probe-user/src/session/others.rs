@@ -92,9 +92,22 @@ pub(super) fn probes(
     found.probes
 }
 
-/// Marks each of probetop's own probes that sits on the breakpoint of one of `others`:
-/// the row then says which tool's probe shares its trap.
-pub(super) fn mark_shared(own: &mut [Probe], others: &[Probe]) {
+/// Whether `probe` (another tool's) is on the breakpoint of one of probetop's own
+/// probes of the same kind: that probe counts its hits already, so it gets no counter
+/// (a second program of probetop's on the one trap) and the own row says it is shared.
+fn on_own_site(probe: &Probe, own: &[Probe]) -> bool {
+    own.iter().any(|mine| {
+        mine.other.is_none()
+            && mine.point.kind == probe.point.kind
+            && mine.point.file_offset == probe.point.file_offset
+            && others::same_file(&mine.point.attach_path, &probe.point.attach_path)
+    })
+}
+
+/// Marks each of probetop's own probes that sits on the breakpoint of one of `others`,
+/// the row then saying which tool's probe shares its trap, and drops the others of the
+/// same kind there: the own probe counts their hits.
+pub(super) fn mark_shared(own: &mut [Probe], others: &mut Vec<Probe>) {
     for mine in own.iter_mut().filter(|p| p.other.is_none()) {
         let tags: Vec<String> = others
             .iter()
@@ -108,6 +121,7 @@ pub(super) fn mark_shared(own: &mut [Probe], others: &[Probe]) {
             mine.shared_with = Some(tags.join(", "));
         }
     }
+    others.retain(|other| !on_own_site(other, own));
 }
 
 fn found_lines(found: &Found, pid: u32) -> Vec<String> {
@@ -320,6 +334,7 @@ pub(super) async fn on_look(found: Found, watch: &mut Option<Watch>, links: &mut
         }
     }
     watch.said_unarmed = watch.said_unarmed.max(found.unarmed);
+    let rows = links.source.rows();
     let new: Vec<Probe> = found
         .probes
         .into_iter()
@@ -327,6 +342,7 @@ pub(super) async fn on_look(found: Found, watch: &mut Option<Watch>, links: &mut
             p.other
                 .as_ref()
                 .is_some_and(|site| !watch.live.iter().any(|(_, live)| same_site(live, site)))
+                && !on_own_site(p, &rows.probes)
         })
         .collect();
     if !new.is_empty() {

@@ -455,6 +455,12 @@ fn coexists_with_bpftrace_on_the_same_function() {
     });
     assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
     assert_eq!(probe(&report, "work_unit")["own"], true);
+    // The shared site gets no counter of bpftrace's probe: probetop's probe counts it.
+    assert_eq!(
+        report["probes"].as_array().map(Vec::len),
+        Some(1),
+        "{report:#}"
+    );
     // bpftrace -p exits with its target and prints its map.
     bpftrace.wait();
     let printed = bpftrace.out().rest().join("\n");

@@ -135,6 +135,27 @@ mod tests {
     }
 
     #[test]
+    fn another_tools_probe_names_its_owner() {
+        let mut report = sample_report();
+        report.probes[1].other = Some(crate::cost::others::OtherSite {
+            owner: crate::cost::others::Owner {
+                pid: Some(77),
+                comm: Some("bpftrace".into()),
+                tool: "bpftrace".into(),
+            },
+            returns: true,
+            file: "/usr/bin/fixture".into(),
+            offset: 0x113a,
+            ref_ctr_offset: 0,
+            prog_id: Some(9),
+            event: None,
+        });
+        let rows = parse(&render(&report).expect("renders"));
+        assert_eq!(rows[1][19], "");
+        assert_eq!(rows[2][19], "bpftrace 77");
+    }
+
+    #[test]
     fn round_trip_through_a_csv_reader() {
         let report = rich_report();
         let rows = parse(&render(&report).expect("renders"));

@@ -480,6 +480,49 @@ mod tests {
     use super::super::testing::sample_report;
     use super::*;
 
+    /// `report` with its second probe another tool's (bpftrace's), as probetop counts it.
+    fn with_other(mut report: Report) -> Report {
+        use crate::cost::estimate::{OtherPrice, ProgramMethod};
+        report.probes[1].other = Some(crate::cost::others::OtherSite {
+            owner: crate::cost::others::Owner {
+                pid: Some(77),
+                comm: Some("bpftrace".into()),
+                tool: "bpftrace".into(),
+            },
+            returns: true,
+            file: "/usr/bin/fixture".into(),
+            offset: 0x113a,
+            ref_ctr_offset: 0,
+            prog_id: Some(9),
+            event: None,
+        });
+        report.probes[1].cost.other = Some(OtherPrice {
+            program_ns: Some(80.0),
+            program_method: ProgramMethod::BpfStats,
+        });
+        report
+    }
+
+    #[test]
+    fn own_and_other_tools_probes_are_told_apart() {
+        let bytes = render(&with_other(sample_report())).expect("renders");
+        let v: serde_json::Value = serde_json::from_slice(&bytes).expect("valid JSON");
+        let (own, other) = (&v["probes"][0], &v["probes"][1]);
+        assert_eq!(own["own"], true);
+        assert!(own.get("owner").is_none(), "{own}");
+        assert_eq!(other["own"], false);
+        let owner = &other["owner"];
+        assert_eq!(owner["pid"], 77);
+        assert_eq!(owner["comm"], "bpftrace");
+        assert_eq!(owner["tool"], "bpftrace");
+        assert_eq!(owner["via"], "bpf");
+        assert_eq!(owner["prog_id"], 9);
+        assert_eq!(owner["program_ns"], 80.0);
+        assert_eq!(owner["program_method"], "bpf-stats");
+        assert_eq!(owner["hits_method"], "counting-probe-on-the-same-site");
+        assert_eq!(other["hits"], 12);
+    }
+
     #[test]
     fn schema_fields_and_values() {
         let bytes = render(&sample_report()).expect("renders");
