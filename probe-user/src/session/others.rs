@@ -29,7 +29,8 @@ use crate::target::Target;
 pub(super) const REDISCOVER: Duration = Duration::from_secs(1);
 
 /// Row slots the programs are loaded with beyond the first probes, for other tools'
-/// probes that appear while probetop runs.
+/// probes that appear while probetop runs: room in CONFIG only, as counters never use
+/// the in-kernel histograms (`LoadOptions::spare_counters`).
 pub(super) const SPARE: u32 = 32;
 
 /// What one look found.

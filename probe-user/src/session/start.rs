@@ -358,12 +358,11 @@ fn attach_probes(
     }
     let spare_probes = if args.follow_exec {
         follow::spare_probes(probes.len() as u32)
-    } else if !several {
-        // Other tools' probes that appear while probetop runs.
-        super::others::SPARE.min(probe_common::MAX_PROBES.saturating_sub(probes.len() as u32))
     } else {
         0
     };
+    // Other tools' probes that appear while probetop runs: counted, never histogrammed.
+    let spare_counters = if several { 0 } else { super::others::SPARE };
     let kernel_histograms = matches!(args.mode, Mode::Kernel | Mode::Auto);
     if kernel_histograms {
         say_kernel_histogram_memory(probes.len() + spare_probes as usize);
@@ -372,6 +371,7 @@ fn attach_probes(
         ring_bytes: plan.ring_bytes,
         probe_count: probes.len() as u32,
         spare_probes,
+        spare_counters,
         dispatch_tgid: dispatch_wanted.then_some(target.pid),
         // Only the kernel and auto modes ever aggregate in the kernel.
         kernel_histograms,
@@ -404,7 +404,7 @@ fn attach_probes(
         None
     };
     if attachment.attach_path() == attach::AttachPath::PerfEvent.name() {
-        let slots = probes.len() as u64 + u64::from(spare_probes);
+        let slots = probes.len() as u64 + u64::from(spare_probes) + u64::from(spare_counters);
         attach::fds::check_room(slots).map_err(|line| anyhow::anyhow!(line))?;
     }
     let mut dispatch = if !dispatch_wanted {
