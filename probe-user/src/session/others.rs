@@ -227,8 +227,6 @@ pub(super) struct Watch {
     base_config: ProbeConfig,
     /// Rows counting another tool's probe now, by probe id.
     live: Vec<(u32, OtherSite)>,
-    /// Sites found but not counted (said once).
-    said_unarmed: usize,
     pending: Option<tokio::task::JoinHandle<Found>>,
     poll: tokio::time::Interval,
 }
@@ -253,7 +251,6 @@ impl Watch {
                 .enumerate()
                 .filter_map(|(id, p)| Some((id as u32, p.other.clone()?)))
                 .collect(),
-            said_unarmed: 0,
             pending: None,
             poll,
         }
@@ -329,12 +326,6 @@ pub(super) async fn on_look(found: Found, watch: &mut Option<Watch>, links: &mut
             ),
         );
     }
-    if found.unarmed > watch.said_unarmed {
-        for line in found_lines(&found, watch.target.pid) {
-            links.teller.tell(line);
-        }
-    }
-    watch.said_unarmed = watch.said_unarmed.max(found.unarmed);
     let rows = links.source.rows();
     let new: Vec<Probe> = found
         .probes

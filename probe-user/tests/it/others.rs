@@ -393,3 +393,29 @@ fn probes_that_come_and_go_keep_their_rows_and_leave_no_trap() {
     drop(second);
     let _ = std::fs::remove_file(&json);
 }
+
+/// A USDT site with a semaphore: probetop's counter registers the same semaphore offset
+/// (the kernel refuses another on the site) and counts every hit.
+#[test]
+#[ignore = "needs root, the fixtures and bpftrace"]
+fn bpftrace_usdt_with_a_semaphore_is_counted() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let calls = CALLS.to_string();
+    let exe = fixture("c/probes");
+    let mut target = started(&exe, &["--wait-signal", "--count", &calls]);
+    let pid = target.pid();
+    let bpftrace = bpftrace_on(pid, &format!("usdt:{}:fixture_sema:tick", exe.display()));
+    let json = export_path("others-usdt.json");
+    let mut probetop = watch(pid, &json);
+    let report = count_calls(&mut target, &mut probetop, &json);
+    let rows = others(&report);
+    assert_eq!(rows.len(), 1, "{rows:#?}");
+    let row = rows[0];
+    assert_eq!(row["kind"], "usdt");
+    assert_eq!(row["name"], "fixture_sema:tick");
+    assert_eq!(row["owner"]["pid"], bpftrace.pid());
+    assert_eq!(row["cost_class"], "emulated-nop", "{row}");
+    assert_eq!(row["hits"], CALLS, "{row}");
+    let _ = std::fs::remove_file(&json);
+}
