@@ -102,9 +102,12 @@ impl Attachment {
             None => AttachPath::forced()?,
         };
         let dispatch = dispatch::MapSizes::new(options.dispatch_tgid, options.probe_count);
-        let capacity = options
+        let histograms = options
             .probe_count
             .saturating_add(options.spare_probes)
+            .clamp(1, probe_common::MAX_PROBES);
+        let capacity = histograms
+            .saturating_add(options.spare_counters)
             .clamp(1, probe_common::MAX_PROBES);
         // Every online CPU may produce: the wakeup threshold is split among them.
         let cpus = aya::util::online_cpus().map_or(1, |cpus| cpus.len() as u64);
@@ -118,7 +121,7 @@ impl Attachment {
             .map_max_entries(
                 "KERNEL_HISTOGRAM",
                 if options.kernel_histograms {
-                    capacity
+                    histograms
                 } else {
                     1
                 },

@@ -22,6 +22,9 @@ pub struct LoadOptions {
     /// histograms), attached later under new ids (`--follow-exec`). Kernel dispatch is
     /// measured for the first `probe_count` only.
     pub spare_probes: u32,
+    /// Room for this many more probes that only count (other tools' probes, which
+    /// probetop counts in `SAMPLE` mode): in CONFIG, not in the in-kernel histograms.
+    pub spare_counters: u32,
     /// Size the kernel dispatch maps for this process's probes (see `attach::dispatch`);
     /// `None` leaves them minimal.
     pub dispatch_tgid: Option<u32>,
@@ -48,6 +51,7 @@ impl Default for LoadOptions {
             wakeup_bytes: probe_common::DEFAULT_WAKEUP_BYTES,
             probe_count: 1,
             spare_probes: 0,
+            spare_counters: 0,
             dispatch_tgid: None,
             kernel_histograms: true,
             time_every: 1,

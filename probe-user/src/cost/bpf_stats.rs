@@ -61,6 +61,18 @@ pub struct OtherProgram {
     pub run_time_ns: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub avg_run_ns: Option<f64>,
+    /// Every probed site: file offset and the USDT semaphore's (`ref_ctr_offset`, 0
+    /// none, and 0 where the kernel does not tell: a perf event asked with
+    /// `BPF_TASK_FD_QUERY`).
+    #[serde(skip)]
+    pub sites: Vec<(u64, u64)>,
+    /// Return probes (a uretprobe, or a uprobe_multi link with the return flag).
+    #[serde(skip)]
+    pub returns: bool,
+    /// Statistics were on, but the program was unloaded before the end (its tool
+    /// exited): its runs are not known.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub unloaded: bool,
 }
 
 /// Turns the kernel's BPF run statistics on for as long as the value lives.
@@ -117,6 +129,11 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
                         p.offsets.push(offset);
                     }
                 }
+                for site in program.sites {
+                    if !p.sites.iter().any(|s| s.0 == site.0) {
+                        p.sites.push(site);
+                    }
+                }
             }
             None => found.push(program),
         }
@@ -140,6 +157,9 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
             run_count: None,
             run_time_ns: None,
             avg_run_ns: None,
+            sites: vec![(query.offset, 0)],
+            returns: query.kind == "uretprobe",
+            unloaded: false,
         });
     }
     let links = uprobe_links();
@@ -175,6 +195,9 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
             run_count: None,
             run_time_ns: None,
             avg_run_ns: None,
+            sites: link.sites,
+            returns: link.returns,
+            unloaded: false,
         });
     }
     let names = program_stats();
@@ -254,8 +277,10 @@ pub fn holders_at(file: &Path, offset: u64, exclude_pids: &[u32]) -> Vec<SiteHol
         if holder.is_some_and(|pid| exclude_pids.contains(&pid)) {
             continue;
         }
-        let (on_site, ref_ctr_offset) = match link.multi_offsets.iter().position(|&o| o == offset) {
-            Some(at) => (true, link.multi_ref_ctrs.get(at).copied()),
+        // A perf link's semaphore reads 0 where the kernel does not report it.
+        let (on_site, ref_ctr_offset) = match link.sites.iter().find(|s| s.0 == offset) {
+            Some(&(_, ref_ctr)) if link.count.is_some() || ref_ctr != 0 => (true, Some(ref_ctr)),
+            Some(_) => (true, None),
             None => (link.offset == Some(offset), None),
         };
         if !on_site || !same_file(&link.file, holder) {
@@ -426,6 +451,9 @@ pub fn render(programs: &[OtherProgram]) -> String {
             (Some(runs), None) => {
                 let _ = write!(line, ": {runs} runs");
             }
+            _ if p.unloaded => {
+                line.push_str(": unloaded before the end (its tool exited), runs not known")
+            }
             _ => line.push_str(": run counts need --bpf-stats"),
         }
         let _ = writeln!(out, "{line}");
@@ -470,6 +498,7 @@ pub fn program_stats() -> Vec<ProgramStats> {
 pub fn apply_stats(programs: &mut [OtherProgram], before: &[ProgramStats], after: &[ProgramStats]) {
     for program in programs {
         let Some(now) = after.iter().find(|s| s.id == program.prog_id) else {
+            program.unloaded = true;
             continue;
         };
         let then = before.iter().find(|s| s.id == program.prog_id);
@@ -519,6 +548,7 @@ const BPF_LINK_TYPE_UPROBE_MULTI: u32 = 12;
 const BPF_PERF_EVENT_UPROBE: u32 = 1;
 const BPF_PERF_EVENT_URETPROBE: u32 = 2;
 const PATH_MAX: usize = 4096;
+const BPF_F_UPROBE_MULTI_RETURN: u32 = 1;
 
 /// `union bpf_attr` for `BPF_TASK_FD_QUERY`.
 #[repr(C)]
@@ -593,11 +623,11 @@ struct UprobeLink {
     kind: &'static str,
     file: String,
     offset: Option<u64>,
-    /// Every offset of a uprobe_multi link (empty when unread), and their semaphores.
-    multi_offsets: Vec<u64>,
-    multi_ref_ctrs: Vec<u64>,
     count: Option<u32>,
     only_pid: Option<u32>,
+    /// Every offset with its `ref_ctr_offset`.
+    sites: Vec<(u64, u64)>,
+    returns: bool,
 }
 
 /// `struct bpf_link_info` is at most this large on the kernels probetop supports; a
@@ -648,6 +678,12 @@ fn u32_at(info: &[u8], at: usize) -> u32 {
         .map_or(0, u32::from_ne_bytes)
 }
 
+fn u64_at(info: &[u8], at: usize) -> u64 {
+    info.get(at..at + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_ne_bytes)
+}
+
 fn put_u64(info: &mut [u8], at: usize, value: u64) {
     info[at..at + 8].copy_from_slice(&value.to_ne_bytes());
 }
@@ -685,16 +721,17 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
                 BPF_PERF_EVENT_URETPROBE => "uretprobe",
                 _ => return None,
             };
+            let offset = u64::from(u32_at(&info, 36));
             Some(UprobeLink {
                 link_id,
                 prog_id,
                 kind,
                 file: c_string(&path),
-                offset: Some(u64::from(u32_at(&info, 36))),
-                multi_offsets: Vec::new(),
-                multi_ref_ctrs: Vec::new(),
+                offset: Some(offset),
                 count: None,
                 only_pid: None,
+                sites: vec![(offset, u64_at(&info, 48))],
+                returns: kind == "uretprobe",
             })
         }
         BPF_LINK_TYPE_UPROBE_MULTI => {
@@ -708,7 +745,7 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
                 return None;
             }
             let count = u32_at(&info, 52);
-            // Again for the offsets and semaphores, now that the count is known.
+            // Again for the offsets, now that the count is known.
             let mut offsets = vec![0u64; count as usize];
             let mut ref_ctrs = vec![0u64; count as usize];
             let mut with_offsets = [0u8; LINK_INFO_SIZE];
@@ -718,22 +755,24 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
             put_u64(&mut with_offsets, 32, ref_ctrs.as_mut_ptr() as u64);
             put_u32(&mut with_offsets, 52, count);
             // SAFETY: `path`, `offsets` and `ref_ctrs` are alive across the call, of the
-            // lengths put beside them (`count` u64 each).
+            // lengths put beside them (`count` u64 values each).
             let read = count > 0 && unsafe { link_info(fd, &mut with_offsets) };
-            if !read {
-                offsets.clear();
-                ref_ctrs.clear();
-            }
+            let offset = read.then(|| offsets.first().copied()).flatten();
+            let sites = if read {
+                offsets.into_iter().zip(ref_ctrs).collect()
+            } else {
+                Vec::new()
+            };
             Some(UprobeLink {
                 link_id,
                 prog_id,
                 kind: "uprobe_multi",
                 file: c_string(&path),
-                offset: offsets.first().copied(),
-                multi_offsets: offsets,
-                multi_ref_ctrs: ref_ctrs,
+                offset,
                 count: Some(count),
                 only_pid: Some(u32_at(&info, 60)),
+                sites,
+                returns: u32_at(&with_offsets, 56) & BPF_F_UPROBE_MULTI_RETURN != 0,
             })
         }
         _ => None,
@@ -759,6 +798,9 @@ mod tests {
             run_count: None,
             run_time_ns: None,
             avg_run_ns: None,
+            sites: Vec::new(),
+            returns: false,
+            unloaded: false,
         }];
         let stat = |runs, time| ProgramStats {
             id: 7,
@@ -769,6 +811,15 @@ mod tests {
         apply_stats(&mut programs, &[stat(10, 1000)], &[stat(110, 21_000)]);
         assert_eq!(programs[0].run_count, Some(100));
         assert_eq!(programs[0].avg_run_ns, Some(200.0));
+        // Its tool exited before the end: not "run counts need --bpf-stats".
+        let mut gone = programs.clone();
+        gone[0].run_count = None;
+        gone[0].avg_run_ns = None;
+        apply_stats(&mut gone, &[stat(10, 1000)], &[]);
+        assert!(gone[0].unloaded);
+        let text = render(&gone);
+        assert!(text.contains("unloaded before the end"), "{text}");
+        assert!(!text.contains("need --bpf-stats"), "{text}");
     }
 
     #[test]
@@ -786,6 +837,9 @@ mod tests {
             run_count: None,
             run_time_ns: None,
             avg_run_ns: None,
+            sites: Vec::new(),
+            returns: false,
+            unloaded: false,
         };
         let many: Vec<OtherProgram> = (0..200).map(program).collect();
         let text = render(&many);

@@ -61,6 +61,9 @@ pub enum Method {
     /// Measured on the target (`--in-situ`): the probe set's added CPU per hit, split
     /// among the probes in proportion to their estimates when there are several.
     InSitu,
+    /// Another tool's probe: the calibrated trap of the site's class plus the owner's
+    /// program per run ([`OtherPrice`]), without probetop's counting program.
+    OtherTool,
 }
 
 impl Method {
@@ -69,6 +72,7 @@ impl Method {
             Method::DispatchAndCalibration => "dispatch-and-calibration",
             Method::Calibration => "calibration",
             Method::InSitu => "in-situ",
+            Method::OtherTool => "calibrated-trap-and-owner-program",
         }
     }
 }
@@ -274,6 +278,39 @@ pub struct ProbeCost {
     /// went to the kernel (`--clock-seconds`), kept across resets: how cold the target
     /// runs its hits, not a measurement of the window.
     pub streamed_clock: Option<Histogram<u64>>,
+    /// Another tool's probe, which probetop only counts: priced as its owner's.
+    pub other: Option<OtherPrice>,
+}
+
+/// What another tool's program costs per run, and how that was found.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OtherPrice {
+    /// ns per run; `None`: not known (a tracefs event, whose ftrace write is not priced).
+    pub program_ns: Option<f64>,
+    pub program_method: ProgramMethod,
+}
+
+/// How an owner's program time per run was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProgramMethod {
+    /// The kernel's BPF run statistics over the window (`--bpf-stats`).
+    BpfStats,
+    /// Assumed as probetop's own counting program's, from the calibration: a BPF
+    /// program that bumps a counter (`bpftrace count()`); `--bpf-stats` measures it.
+    AssumedCounting,
+    /// A tracefs event, no BPF: ftrace's own work per hit is not priced.
+    NotPriced,
+}
+
+impl ProgramMethod {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProgramMethod::BpfStats => "bpf-stats",
+            ProgramMethod::AssumedCounting => "assumed-counting-program",
+            ProgramMethod::NotPriced => "not-priced",
+        }
+    }
 }
 
 /// An estimate and how it was made.
@@ -302,6 +339,9 @@ impl ProbeCost {
         let class = self.site.as_ref().map(|s| s.class)?;
         if matches!(class, CostClass::Refused | CostClass::Unknown) {
             return None;
+        }
+        if let Some(other) = self.other {
+            return self.other_estimate(other);
         }
         let handler = handler.filter(|h| !h.is_empty());
         let handler_mean_ns = handler.map(Histogram::mean);
@@ -371,6 +411,40 @@ impl ProbeCost {
             assumes,
             reading: reading.filter(|_| matches!(assumes, Assumption::Gap | Assumption::Clock)),
         })
+    }
+}
+
+impl ProbeCost {
+    /// Another tool's probe: the trap of its class (the calibration's hit with an empty
+    /// program, or the measured dispatch less probetop's counting program) plus its
+    /// owner's program per run.
+    fn other_estimate(&self, other: OtherPrice) -> Option<Estimate> {
+        let basis = self.basis?;
+        let program = other.program_ns.unwrap_or(0.0);
+        let measured = self.dispatch.as_ref().and_then(DispatchMeasure::per_hit_ns);
+        let trap = match (measured, basis.residual_ns) {
+            // The dispatch runs every program on the site, probetop's counting one too.
+            (Some(dispatch), Some(residual)) => {
+                dispatch + residual
+                    - basis.on_top_kernel_untimed_ns.unwrap_or(0.0).max(0.0)
+                    - program
+            }
+            _ => basis.base_ns?,
+        };
+        Some(Estimate {
+            whole_ns: (trap + program).max(0.0),
+            method: Method::OtherTool,
+            assumes: Assumption::Hot,
+            reading: None,
+        })
+    }
+
+    /// What probetop's counting program adds to each hit of a site it shares, ns: the
+    /// calibration's in-kernel untimed handler.
+    pub fn counting_ns(&self) -> Option<f64> {
+        self.basis
+            .and_then(|b| b.on_top_kernel_untimed_ns)
+            .map(|n| n.max(0.0))
     }
 }
 

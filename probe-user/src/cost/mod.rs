@@ -25,6 +25,7 @@ pub mod dispatch;
 pub mod estimate;
 pub mod gap;
 pub mod insitu;
+pub mod others;
 pub mod sites;
 pub mod stats;
 pub mod work;

@@ -199,6 +199,10 @@ pub struct ProbeCostReport {
     pub busy_gaps: Option<gap::GapSummary>,
     /// In-kernel: the ring handler's clock over the hits streamed first.
     pub streamed_clock: Option<crate::aggregate::HandlerSummary>,
+    /// Another tool's probe: its owner's program per run, and how that was found.
+    pub other: Option<estimate::OtherPrice>,
+    /// What probetop's own counting program adds per hit, ns (calibration).
+    pub counting_ns: Option<f64>,
 }
 
 /// The run's cost beyond single probes, for exports.
@@ -305,6 +309,8 @@ pub fn probe_report(
             .streamed_clock
             .as_ref()
             .map(crate::aggregate::HandlerSummary::of),
+        other: probe.cost.other,
+        counting_ns: probe.cost.counting_ns(),
     }
 }
 

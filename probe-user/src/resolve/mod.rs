@@ -29,6 +29,7 @@ mod fixture_tests;
 mod functions;
 mod point;
 mod scope;
+mod site;
 mod usdt_points;
 mod usdt_sites;
 

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::report::{self, ReportSource};
 use super::start::Running;
-use super::{StopReason, follow, insitu, maps_watch, processes};
+use super::{StopReason, follow, insitu, maps_watch, others, processes};
 use crate::aggregate::Snapshot;
 use crate::attach::Attachment;
 use crate::cli::RunArgs;
@@ -90,6 +90,15 @@ async fn headless(run: &mut Running) -> Driven {
                     break reason;
                 }
             }
+            found = others::next_look(&mut run.others_watch) => {
+                let mut links = follow::Links {
+                    attachment: &mut run.attachment,
+                    source: &run.source,
+                    labels: &mut run.labels,
+                    teller: &mut teller,
+                };
+                others::on_look(found, &mut run.others_watch, &mut links).await;
+            }
         }
     };
     Driven {
@@ -169,6 +178,15 @@ async fn with_tui(run: &mut Running, args: &RunArgs) -> anyhow::Result<Driven> {
                 if let Some(reason) = follow::on_event(event, &mut run.follow, &mut links).await {
                     break UiExit::Shutdown(reason);
                 }
+            }
+            found = others::next_look(&mut run.others_watch) => {
+                let mut links = follow::Links {
+                    attachment: &mut run.attachment,
+                    source: &run.source,
+                    labels: &mut run.labels,
+                    teller: &mut teller,
+                };
+                others::on_look(found, &mut run.others_watch, &mut links).await;
             }
         }
     };

@@ -45,11 +45,27 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
             say!("{line}");
         }
     }
-    // The parsed objects (whole files, symbol tables) are not needed while measuring.
-    drop(resolver);
     let merged = points::merge_duplicates(&mut probes);
     if merged > 0 {
         say!("{}", points::merged_line(merged));
+    }
+    // Other tools' probes share the table: counted, never changed.
+    let own = probes.len();
+    if !plan.several {
+        let mut others = super::others::probes(target, &pin.path(), &resolver, &probes);
+        super::others::mark_shared(&mut probes, &mut others);
+        probes.extend(others);
+    }
+    // The parsed objects (whole files, symbol tables) are not needed while measuring.
+    drop(resolver);
+    if probes.is_empty() {
+        return Ok(Found {
+            resolve_options,
+            pin,
+            probes,
+            prepared: crate::resolve::costs::prepare(&[]),
+            skipped: Vec::new(),
+        });
     }
     for line in points::unmapped_lines(&probes, pid) {
         say!("{line}");
@@ -73,15 +89,16 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
         )));
     }
     if !args.force {
-        refuse_unsafe_return_probes(&probes)?;
+        refuse_unsafe_return_probes(&probes[..own])?;
     }
     let specs = plan.specs.len();
-    say!(
-        "probetop: {} probe point{} from {specs} spec{}",
-        probes.len(),
-        if probes.len() == 1 { "" } else { "s" },
-        if specs == 1 { "" } else { "s" }
-    );
+    if specs > 0 {
+        say!(
+            "probetop: {own} probe point{} from {specs} spec{}",
+            if own == 1 { "" } else { "s" },
+            if specs == 1 { "" } else { "s" }
+        );
+    }
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
     let mut prepared = crate::resolve::costs::prepare(&points);
     if let Some(line) = &prepared.calibration_warning {

@@ -62,7 +62,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     }
     let _ = commands.send(CollectorCommand::Stop).await;
     let Collected {
-        aggregator,
+        mut aggregator,
         intervals,
     } = collector.await.context("the collector task failed")?;
     // Measured from the window's opening (or the last reset) to the cut.
@@ -101,6 +101,20 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             say!("probetop: {line}");
         }
     }
+    // Other tools' programs as the kernel's statistics measured them (--bpf-stats).
+    let other_programs = others.finish();
+    {
+        let rows = source.rows();
+        for (row, probe) in aggregator.probes_mut().iter_mut().zip(&rows.probes) {
+            if let (Some(site), Some(assumed)) = (&probe.other, row.cost.other) {
+                row.cost.other = Some(super::others::measured_price(
+                    assumed,
+                    site,
+                    &other_programs,
+                ));
+            }
+        }
+    }
     let snapshot = aggregator.snapshot(duration);
     // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
     // before the exports are written, so a failed write is ignored.
@@ -113,7 +127,6 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             )
             .and_then(|()| out.flush());
     }
-    let other_programs = others.finish();
     let measured = aggregator.measurements();
     if let Some(line) = ended_in_clock_phase(args, &measured.probes) {
         say!("probetop: {line}");

@@ -178,7 +178,7 @@ pub(super) enum Teller<'a> {
 }
 
 impl Teller<'_> {
-    fn tell(&mut self, line: String) {
+    pub(super) fn tell(&mut self, line: String) {
         match self {
             Teller::Stderr => say(&format!("probetop: {line}")),
             Teller::Ui { events, notes, .. } => {
@@ -191,7 +191,7 @@ impl Teller<'_> {
     }
 
     /// Tells `line`, and the UI the probe list as it is now.
-    fn followed(&mut self, labels: &[ProbeLabel], attached: Vec<bool>, line: String) {
+    pub(super) fn followed(&mut self, labels: &[ProbeLabel], attached: Vec<bool>, line: String) {
         match self {
             Teller::Stderr => say(&format!("probetop: {line}")),
             Teller::Ui {
@@ -483,7 +483,7 @@ async fn attach(
 }
 
 /// Per row: whether its probe is attached now.
-fn attached_now(links: &Links<'_, '_>) -> Vec<bool> {
+pub(super) fn attached_now(links: &Links<'_, '_>) -> Vec<bool> {
     (0..links.labels.len())
         .map(|id| links.attachment.is_attached(id as u32))
         .collect()

@@ -20,6 +20,7 @@ mod finish;
 mod follow;
 mod insitu;
 mod maps_watch;
+mod others;
 mod plan;
 mod points;
 mod probe;
@@ -60,10 +61,57 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     // files, an attach to its pid): that is said as what it is. What was attached by
     // then is detached as the attachment drops.
     let target = plan.target.clone();
-    let found = find::find(&plan, &args).map_err(|e| plan::exited_or(&target, e))?;
+    let mut found = find::find(&plan, &args).map_err(|e| plan::exited_or(&target, e))?;
+    if found.probes.is_empty() {
+        match wait_for_probes(&plan, &args)
+            .await
+            .map_err(|e| plan::exited_or(&target, e))?
+        {
+            Some(more) => found = more,
+            None => return Ok(()),
+        }
+    }
     let mut running = start::start(plan, found, &args)
         .await
         .map_err(|e| plan::exited_or(&target, e))?;
     let driven = drive::drive(&mut running, &args).await?;
     finish::finish(running, driven, &args).await
+}
+
+/// No spec and no other tool's probe on the target: says so in one line, then looks
+/// again every second until some appear (`Some`), or the run ends first: `--duration`,
+/// a signal, the target's exit (`None`, after the empty table and exports).
+async fn wait_for_probes(plan: &plan::Plan, args: &RunArgs) -> anyhow::Result<Option<find::Found>> {
+    use std::time::{Duration, Instant};
+    let target = &plan.target;
+    say!(
+        "probetop: pid {} ({}) has no uprobe, uretprobe or USDT probe on it from any tool; watching for one (give -e SPEC to probe it yourself)",
+        target.pid,
+        target.comm
+    );
+    let started = Instant::now();
+    let stop = stop::shutdown_signal(target, args.duration.map(Duration::from_secs_f64), true)?;
+    tokio::pin!(stop);
+    let mut every = tokio::time::interval(Duration::from_secs(1));
+    every.tick().await;
+    loop {
+        tokio::select! {
+            reason = &mut stop => {
+                match reason {
+                    StopReason::Signal(name) => say!("probetop: {name}"),
+                    StopReason::TargetExited => say!("probetop: pid {} exited", target.pid),
+                    _ => {}
+                }
+                break;
+            }
+            _ = every.tick() => {
+                let found = find::find(plan, args)?;
+                if !found.probes.is_empty() {
+                    return Ok(Some(found));
+                }
+            }
+        }
+    }
+    report::write_empty(target, started.elapsed(), args)?;
+    Ok(None)
 }

@@ -30,6 +30,11 @@ pub(super) struct Probe {
     /// uprobe there: the kernel keeps one semaphore offset per site and refuses a
     /// second probe on it without the same one (`points::share_site_semaphores`).
     pub shared_semaphore: Option<u64>,
+    /// Another tool's probe on this site, which this one only counts.
+    pub other: Option<cost::others::OtherSite>,
+    /// probetop's own probe on a breakpoint another tool's probe is on too (one trap
+    /// runs both programs): that tool, as [`Probe::owner_tag`] names it.
+    pub shared_with: Option<String>,
 }
 
 impl Probe {
@@ -51,7 +56,40 @@ impl Probe {
             generation,
             exe: target.exe.clone(),
             shared_semaphore: None,
+            other: None,
+            shared_with: None,
         }
+    }
+
+    /// The counting probe on another tool's probe `site`, at `point`.
+    pub(super) fn of_other(
+        mut point: ProbePoint,
+        site: cost::others::OtherSite,
+        target: &Target,
+        pin: &std::path::Path,
+    ) -> Self {
+        if point.attach_path == target.exe_link() {
+            point.attach_path = pin.to_path_buf();
+        }
+        let object = point.object.display();
+        Self {
+            spec: format!("{}:{object}:{}", point.kind, point.name),
+            point,
+            generation: 0,
+            exe: target.exe.clone(),
+            shared_semaphore: None,
+            other: Some(site),
+            shared_with: None,
+        }
+    }
+
+    /// How the owner of another tool's probe is named on screen: `bpftrace 1234`.
+    pub(super) fn owner_tag(&self) -> Option<String> {
+        let owner = &self.other.as_ref()?.owner;
+        Some(match owner.pid {
+            Some(pid) => format!("{} {pid}", owner.tool),
+            None => owner.tool.clone(),
+        })
     }
 
     /// How the probe is named on screen; single-stepped and refused sites are marked.
@@ -62,6 +100,12 @@ impl Probe {
             &self.point.object.display().to_string(),
         );
         label.resolved = self.point.resolved.clone();
+        if let Some(owner) = self.owner_tag() {
+            label.display = format!("{} <{owner}>", label.display);
+        }
+        if let Some(other) = &self.shared_with {
+            label.display = format!("{} [shared: {other}]", label.display);
+        }
         if let Some(tag) = cost::label_tag(cost) {
             label.display = format!("{} {tag}", label.display);
         }
@@ -87,14 +131,21 @@ impl Probe {
         }
     }
 
-    /// The semaphore the kernel counts while the probe is attached: its own (USDT), or
-    /// the one of its site it shares.
+    /// The semaphore the kernel counts while the probe is attached: for another tool's
+    /// probe the one it registered, as the kernel refuses (EINVAL) a second probe on the
+    /// site with another (where the kernel does not tell it, a perf event, the note's);
+    /// else its own (USDT), or the one of its site it shares.
     pub(super) fn semaphore_offset(&self) -> Option<u64> {
-        self.point
+        let own = self
+            .point
             .usdt
             .as_ref()
             .and_then(|u| u.semaphore_offset)
-            .or(self.shared_semaphore)
+            .or(self.shared_semaphore);
+        match &self.other {
+            Some(site) if site.ref_ctr_offset != 0 => Some(site.ref_ctr_offset),
+            _ => own,
+        }
     }
 
     /// The probe's config: the run's mode, and its argument recipes with `--args`
@@ -105,6 +156,9 @@ impl Probe {
         args: usize,
         say: &mut dyn FnMut(String),
     ) -> ProbeConfig {
+        if self.other.is_some() {
+            return counting_config(base);
+        }
         let mut config = base;
         if args > 0 {
             match attach::args::args_config(&self.point, args) {
@@ -129,6 +183,21 @@ impl Probe {
             }
         }
         config
+    }
+}
+
+/// Another tool's probe is only counted: every hit bumps the probe's per-CPU count in
+/// the kernel, and no hit is ever streamed (one in `u32::MAX`). Kept closed when `base`
+/// is: the window opens for every probe at once.
+pub(super) fn counting_config(base: ProbeConfig) -> ProbeConfig {
+    ProbeConfig {
+        mode: if base.mode == probe_common::mode::CLOSED {
+            base.mode
+        } else {
+            crate::delivery::DeliveryMode::Sample.raw()
+        },
+        sample_every: u32::MAX,
+        ..Default::default()
     }
 }
 

@@ -175,19 +175,49 @@ pub(super) fn unix_now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Fails early, before anything is attached, on an export path probetop cannot write.
-pub(super) fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
-    let empty = Report {
+fn empty_report(target: &Target, started_unix_ms: u64, duration_s: f64) -> Report {
+    Report {
         target: target.clone(),
-        started_unix_ms: 0,
-        duration_s: 0.0,
+        started_unix_ms,
+        duration_s,
         probes: Vec::new(),
         cost: Default::default(),
         execs: Vec::new(),
         attach_path: None,
         skipped: Vec::new(),
         replaced: Vec::new(),
+    }
+}
+
+/// A run that found nothing to probe: the empty summary table on stdout and every
+/// `--export` written with no probe in it.
+pub(super) fn write_empty(
+    target: &Target,
+    waited: Duration,
+    args: &crate::cli::RunArgs,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let snapshot = crate::aggregate::Snapshot {
+        elapsed: waited,
+        ..Default::default()
     };
+    let mut out = std::io::stdout().lock();
+    let _ = out
+        .write_all(crate::present::summary::table(&[], &snapshot).as_bytes())
+        .and_then(|()| out.flush());
+    let started = unix_now_ms().saturating_sub(waited.as_millis() as u64);
+    let report = empty_report(target, started, waited.as_secs_f64());
+    for path in &args.exports {
+        for file in export::write(&report, path, args.force)? {
+            say!("probetop: wrote {}", file.display());
+        }
+    }
+    Ok(())
+}
+
+/// Fails early, before anything is attached, on an export path probetop cannot write.
+pub(super) fn check_export_format(target: &Target, path: &Path) -> anyhow::Result<()> {
+    let empty = empty_report(target, 0, 0.0);
     export::render(&empty, path)
         .map_err(|e| UsageError(format!("--export {}: {e}", path.display())))?;
     Ok(())
@@ -245,6 +275,7 @@ pub(super) fn build_report(
                         handler_ns: i.handler_ns,
                     })
                     .collect(),
+                other: probe.other.clone(),
             })
             .collect(),
         cost: Default::default(),

@@ -28,6 +28,11 @@ pub(super) fn collect(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
         let text = preset::text(name).map_err(|e| UsageError(format!("--preset: {e}")))?;
         texts.extend(spec_lines(text));
     }
+    // With one process and no spec, the run watches the probes other tools put on it.
+    let one_process = args.pids.len() == 1 && !args.follow_forks && args.cgroup.is_none();
+    if texts.is_empty() && one_process {
+        return Ok(Vec::new());
+    }
     if texts.is_empty() {
         bail!(UsageError(
             "no probes: give at least one -e SPEC (for example -e uprobe:my_func) or a --preset"

@@ -61,6 +61,8 @@ pub(super) struct Running {
     pub moves: Option<mpsc::Receiver<maps_watch::Move>>,
     pub cgroup_poller: Option<JoinHandle<()>>,
     pub others: cost::bpf_stats::Others,
+    /// Other tools' probes looked for again every second (one process probed).
+    pub others_watch: Option<super::others::Watch>,
     /// Resolves when measuring should stop (see [`stop::shutdown_signal`]).
     pub shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>>,
     pub attach_path: &'static str,
@@ -142,7 +144,11 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     let mut counters = attachment.take_counters()?;
     let mut aggregator = Aggregator::new(probes.len());
     for (row, probe) in aggregator.probes_mut().iter_mut().zip(&probes) {
-        row.mode = DeliveryMode::of_config(&initial_config);
+        row.mode = if probe.other.is_some() {
+            DeliveryMode::Sample
+        } else {
+            DeliveryMode::of_config(&initial_config)
+        };
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
     }
     aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
@@ -159,6 +165,11 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     let dispatch_running = dispatch.is_some();
     for cost in &mut prepared.costs {
         cost.captures_args = args.args > 0;
+    }
+    for (cost, probe) in prepared.costs.iter_mut().zip(&probes) {
+        if let Some(site) = &probe.other {
+            cost.other = Some(super::others::assumed_price(cost, site));
+        }
     }
     crate::aggregate::install_costs(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {
@@ -222,6 +233,15 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         },
     ));
     let live: Vec<u32> = (0..probes.len() as u32).collect();
+    let others_watch = (!plan.several).then(|| {
+        super::others::Watch::new(
+            plan.target.clone(),
+            pin.path(),
+            plan.filter_pid,
+            base_config,
+            &probes,
+        )
+    });
     let source = Arc::new(ReportSource {
         target: plan.target.clone(),
         rows: RwLock::new(Rows {
@@ -295,6 +315,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         moves,
         cgroup_poller,
         others,
+        others_watch,
         shutdown,
         attach_path,
     })
@@ -355,6 +376,8 @@ fn attach_probes(
     } else {
         0
     };
+    // Other tools' probes that appear while probetop runs: counted, never histogrammed.
+    let spare_counters = if several { 0 } else { super::others::SPARE };
     let kernel_histograms = matches!(args.mode, Mode::Kernel | Mode::Auto);
     if kernel_histograms {
         say_kernel_histogram_memory(probes.len() + spare_probes as usize);
@@ -363,6 +386,7 @@ fn attach_probes(
         ring_bytes: plan.ring_bytes,
         probe_count: probes.len() as u32,
         spare_probes,
+        spare_counters,
         dispatch_tgid: dispatch_wanted.then_some(target.pid),
         // Only the kernel and auto modes ever aggregate in the kernel.
         kernel_histograms,
@@ -399,7 +423,7 @@ fn attach_probes(
     let (cgroup_poller, cgroup_removed) =
         cgroup_watch.map_or((None, None), |w| (Some(w.poller), Some(w.removed)));
     if attachment.attach_path() == attach::AttachPath::PerfEvent.name() {
-        let slots = probes.len() as u64 + u64::from(spare_probes);
+        let slots = probes.len() as u64 + u64::from(spare_probes) + u64::from(spare_counters);
         attach::fds::check_room(slots).map_err(|line| anyhow::anyhow!(line))?;
     }
     let mut dispatch = if !dispatch_wanted {

@@ -43,3 +43,23 @@ pub fn find_or_mount() -> io::Result<Tracefs> {
     }
     Ok(Tracefs::MountedNow(ROOTS[0]))
 }
+
+/// The uprobe events defined through tracefs (`uprobe_events`: `perf probe`, a line
+/// written by hand, BCC's older attach path), one definition a line.
+pub fn uprobe_events(root: &str) -> io::Result<String> {
+    std::fs::read_to_string(Path::new(root).join("uprobe_events"))
+}
+
+/// Whether the event `group/name` is enabled for ftrace (its `enable` file reads 1);
+/// `None` when it cannot be read.
+pub fn event_enabled(root: &str, group: &str, name: &str) -> Option<bool> {
+    let text = std::fs::read_to_string(
+        Path::new(root)
+            .join("events")
+            .join(group)
+            .join(name)
+            .join("enable"),
+    )
+    .ok()?;
+    Some(text.trim() != "0")
+}

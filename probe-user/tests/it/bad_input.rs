@@ -61,7 +61,14 @@ fn malformed_specs_show_a_caret() {
 fn missing_pid_and_probes() {
     let _turn = turn(module_path!());
     assert_clean_failure(&run(&["-e", "uprobe:x", "--no-tui"]), 2, "--pid");
-    assert_clean_failure(&run(&["--pid", "1", "--no-tui"]), 2, "no probes");
+    // One --pid without a spec watches other tools' probes (tests/it/others.rs); with no
+    // process, or several, a spec is needed.
+    assert_clean_failure(&run(&["--no-tui"]), 2, "no probes");
+    assert_clean_failure(
+        &run(&["--pid", "1", "--follow-forks", "--no-tui"]),
+        2,
+        "no probes",
+    );
 }
 
 #[test]

@@ -28,6 +28,7 @@ mod listen;
 mod lost_terminal;
 mod memory;
 mod mysql;
+mod others;
 mod overload;
 mod postgres;
 mod probe_points;

@@ -4,20 +4,22 @@
 //! CR or LF, quotes doubled. The columns are a stable interface (add at the end, never
 //! rename or reorder):
 //!
-//! `id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe`
+//! `id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner`
 //!
 //! Handler times are nanoseconds, from the probe's whole-run histogram (3 significant
 //! digits); `mean` has up to 3 decimals, the rest are integers. `address` and `file_offset`
 //! are `0x` hex, as tools print addresses. A probe without hits has `count` 0 and every
 //! time 0, as in the JSON export. `generation` and `exe` say which program the probe was
-//! attached to (the JSON export's fields of those names; `--follow-exec`).
+//! attached to (the JSON export's fields of those names; `--follow-exec`). `owner` is empty
+//! for probetop's own probes and `TOOL PID` (`TOOL` alone without a pid: tracefs) for
+//! another tool's probe that probetop counted.
 
 use std::fmt::Write as _;
 
 use super::{ExportError, Report};
 use crate::aggregate::HandlerSummary;
 
-pub const HEADER: [&str; 19] = [
+pub const HEADER: [&str; 20] = [
     "id",
     "spec",
     "kind",
@@ -37,7 +39,19 @@ pub const HEADER: [&str; 19] = [
     "max",
     "generation",
     "exe",
+    "owner",
 ];
+
+/// `TOOL PID` of another tool's probe; empty for probetop's own.
+fn owner(p: &super::ProbeReport) -> String {
+    let Some(site) = &p.other else {
+        return String::new();
+    };
+    match site.owner.pid {
+        Some(pid) => format!("{} {pid}", site.owner.tool),
+        None => site.owner.tool.clone(),
+    }
+}
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let mut out = String::new();
@@ -66,6 +80,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 s.max.to_string(),
                 p.generation.to_string(),
                 p.exe.clone(),
+                owner(p),
             ],
         );
     }
@@ -113,10 +128,31 @@ mod tests {
         let text = String::from_utf8(render(&sample_report()).expect("renders")).expect("utf8");
         assert_eq!(
             text,
-            "id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe\r\n\
-             0,uprobe:work_unit,uprobe,work_unit,/usr/bin/fixture,0x1139,0x1139,5,0,5,100,1200.4,300,5003,5003,5003,5003,0,/usr/bin/fixture\r\n\
-             1,uretprobe:leaf_ret,uretprobe,leaf_ret,/usr/bin/fixture,0x113a,0x113a,12,2,10,1000,1000,1000,1000,1000,1000,1000,0,/usr/bin/fixture\r\n"
+            "id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner\r\n\
+             0,uprobe:work_unit,uprobe,work_unit,/usr/bin/fixture,0x1139,0x1139,5,0,5,100,1200.4,300,5003,5003,5003,5003,0,/usr/bin/fixture,\r\n\
+             1,uretprobe:leaf_ret,uretprobe,leaf_ret,/usr/bin/fixture,0x113a,0x113a,12,2,10,1000,1000,1000,1000,1000,1000,1000,0,/usr/bin/fixture,\r\n"
         );
+    }
+
+    #[test]
+    fn another_tools_probe_names_its_owner() {
+        let mut report = sample_report();
+        report.probes[1].other = Some(crate::cost::others::OtherSite {
+            owner: crate::cost::others::Owner {
+                pid: Some(77),
+                comm: Some("bpftrace".into()),
+                tool: "bpftrace".into(),
+            },
+            returns: true,
+            file: "/usr/bin/fixture".into(),
+            offset: 0x113a,
+            ref_ctr_offset: 0,
+            prog_id: Some(9),
+            event: None,
+        });
+        let rows = parse(&render(&report).expect("renders"));
+        assert_eq!(rows[1][19], "");
+        assert_eq!(rows[2][19], "bpftrace 77");
     }
 
     #[test]

@@ -34,6 +34,11 @@ struct JsonProbe<'a> {
     exe: &'a str,
     /// `ring`, `sample` or `kernel`: how hits reached probetop at the end.
     mode: &'static str,
+    /// probetop's own probe (true), or another tool's it counted (false).
+    own: bool,
+    /// Another tool's probe: who put it there.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    owner: Option<JsonOwner<'a>>,
     hits: u64,
     dropped: u64,
     handler_ns: HandlerSummary,
@@ -103,6 +108,32 @@ struct JsonProbe<'a> {
     /// target runs each hit, which `streamed-clock` pricing reads.
     #[serde(skip_serializing_if = "Option::is_none")]
     streamed_clock_ns: Option<HandlerSummary>,
+}
+
+/// The owner of another tool's probe, and what its program costs per run.
+#[derive(Serialize)]
+struct JsonOwner<'a> {
+    pid: Option<u32>,
+    comm: Option<&'a str>,
+    /// `bpftrace`, `bcc`, `python`, `perf`, `probetop`, `tracefs`, or the holder's comm.
+    tool: &'a str,
+    /// `bpf` (a BPF program on a perf event or link) or `tracefs` (`uprobe_events`).
+    via: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prog_id: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event: Option<&'a str>,
+    /// The owner's program per run, ns, in `whole_cost_ns`; null when not priced.
+    program_ns: Option<f64>,
+    /// `bpf-stats` (the kernel's run statistics over the window, `--bpf-stats`),
+    /// `assumed-counting-program` (as dear as probetop's counting program, from the
+    /// calibration) or `not-priced` (a tracefs event: ftrace's write per hit).
+    program_method: Option<&'static str>,
+    /// How probetop counted its hits: a probe of its own on the same site, filtered to
+    /// the target, whose program only counts; what that adds per hit, ns (calibration),
+    /// is not in `whole_cost_ns`.
+    hits_method: &'static str,
+    counting_ns: Option<f64>,
 }
 
 /// Kernel dispatch time of one probe: entry breakpoint hits and uretprobe returns.
@@ -334,6 +365,19 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 generation: p.generation,
                 exe: &p.exe,
                 mode: p.mode.as_str(),
+                own: p.other.is_none(),
+                owner: p.other.as_ref().map(|site| JsonOwner {
+                    pid: site.owner.pid,
+                    comm: site.owner.comm.as_deref(),
+                    tool: &site.owner.tool,
+                    via: site.via(),
+                    prog_id: site.prog_id,
+                    event: site.event.as_deref(),
+                    program_ns: p.cost.other.and_then(|o| o.program_ns),
+                    program_method: p.cost.other.map(|o| o.program_method.as_str()),
+                    hits_method: "counting-probe-on-the-same-site",
+                    counting_ns: p.cost.counting_ns,
+                }),
                 hits: p.hits,
                 dropped: p.dropped,
                 handler_ns: HandlerSummary::of(&p.handler_ns),
@@ -435,6 +479,49 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
 mod tests {
     use super::super::testing::sample_report;
     use super::*;
+
+    /// `report` with its second probe another tool's (bpftrace's), as probetop counts it.
+    fn with_other(mut report: Report) -> Report {
+        use crate::cost::estimate::{OtherPrice, ProgramMethod};
+        report.probes[1].other = Some(crate::cost::others::OtherSite {
+            owner: crate::cost::others::Owner {
+                pid: Some(77),
+                comm: Some("bpftrace".into()),
+                tool: "bpftrace".into(),
+            },
+            returns: true,
+            file: "/usr/bin/fixture".into(),
+            offset: 0x113a,
+            ref_ctr_offset: 0,
+            prog_id: Some(9),
+            event: None,
+        });
+        report.probes[1].cost.other = Some(OtherPrice {
+            program_ns: Some(80.0),
+            program_method: ProgramMethod::BpfStats,
+        });
+        report
+    }
+
+    #[test]
+    fn own_and_other_tools_probes_are_told_apart() {
+        let bytes = render(&with_other(sample_report())).expect("renders");
+        let v: serde_json::Value = serde_json::from_slice(&bytes).expect("valid JSON");
+        let (own, other) = (&v["probes"][0], &v["probes"][1]);
+        assert_eq!(own["own"], true);
+        assert!(own.get("owner").is_none(), "{own}");
+        assert_eq!(other["own"], false);
+        let owner = &other["owner"];
+        assert_eq!(owner["pid"], 77);
+        assert_eq!(owner["comm"], "bpftrace");
+        assert_eq!(owner["tool"], "bpftrace");
+        assert_eq!(owner["via"], "bpf");
+        assert_eq!(owner["prog_id"], 9);
+        assert_eq!(owner["program_ns"], 80.0);
+        assert_eq!(owner["program_method"], "bpf-stats");
+        assert_eq!(owner["hits_method"], "counting-probe-on-the-same-site");
+        assert_eq!(other["hits"], 12);
+    }
 
     #[test]
     fn schema_fields_and_values() {

@@ -79,6 +79,8 @@ pub struct ProbeReport {
     pub cost: crate::present::cost_report::ProbeCostReport,
     /// Handler time per interval, oldest first (for interval logs and time series).
     pub intervals: Vec<Interval>,
+    /// Another tool's probe, which probetop only counted; `None`: probetop's own.
+    pub other: Option<crate::cost::others::OtherSite>,
 }
 
 /// One interval's histogram.
@@ -397,6 +399,7 @@ pub(crate) mod testing {
             }],
             handler_ns: hist.into(),
             cost: Default::default(),
+            other: None,
         };
         Report {
             target: Target {
@@ -481,6 +484,7 @@ pub(crate) mod testing {
                     .collect(),
                 handler_ns: whole.into(),
                 cost: Default::default(),
+                other: None,
             });
         };
 

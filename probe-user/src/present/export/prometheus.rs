@@ -1,7 +1,8 @@
 //! Prometheus text exposition (format 0.0.4), for a future `--listen` endpoint and for
 //! node_exporter's textfile collector (the `.prom` export).
 //!
-//! Per probe, labelled `{probe="<spec>",name="<symbol>",kind="<kind>",object="<path>",id="<id>"}`:
+//! Per probe, labelled `{probe="<spec>",name="<symbol>",kind="<kind>",object="<path>",id="<id>"}`
+//! (another tool's probe that probetop counted adds `owner="<tool>"` and `owner_pid`):
 //!
 //! - `probetop_probe_hits_total` (counter): hits the probe took, received plus dropped.
 //! - `probetop_probe_dropped_total` (counter): hits whose record was dropped.
@@ -260,6 +261,13 @@ fn labels(p: &ProbeReport, extra: Option<(&str, String)>) -> String {
         escape_label(&p.object),
         p.id
     );
+    // Another tool's probe, counted by probetop: who put it there.
+    if let Some(site) = &p.other {
+        let _ = write!(s, ",owner=\"{}\"", escape_label(&site.owner.tool));
+        if let Some(pid) = site.owner.pid {
+            let _ = write!(s, ",owner_pid=\"{pid}\"");
+        }
+    }
     if let Some((name, value)) = extra {
         let _ = write!(s, ",{name}=\"{}\"", escape_label(&value));
     }

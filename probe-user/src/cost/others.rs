@@ -1,0 +1,352 @@
+//! Probes other tools put on the target: where each one sits (file, offset, entry or
+//! return, its USDT semaphore), who owns it, and whether its breakpoint is armed in the
+//! target, so probetop can count its hits with a probe of its own on the same site.
+//!
+//! Found three ways: BPF programs on uprobe perf events and uprobe links
+//! ([`super::bpf_stats::find`]: bpftrace, BCC, libbpf tools, other probetops), and
+//! tracefs `uprobe_events` (`perf probe`, a line written by hand: no BPF at all).
+//!
+//! A probe found this way may not fire in the target: a perf event's process filter is
+//! not visible from outside (bpftrace `-p` another process). What is visible is the
+//! breakpoint itself: the kernel writes it into the process's copy of the page, so the
+//! target's byte at the site differs from the file's exactly when some probe is armed
+//! there for this process ([`armed_in`]). probetop counts only armed sites, so its
+//! counting probe never adds a trap the target did not already take.
+
+use std::{
+    fs,
+    os::unix::fs::FileExt as _,
+    path::{Path, PathBuf},
+};
+
+use serde::Serialize;
+
+use super::bpf_stats;
+use crate::sys::{
+    maps::{FileId, MapEntry, read_maps},
+    procfs, tracefs,
+};
+
+/// Who put a probe there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct Owner {
+    /// The process holding it (`None` for a tracefs event, which no process holds).
+    pub pid: Option<u32>,
+    pub comm: Option<String>,
+    /// `bpftrace`, `bcc`, `python`, `perf`, `probetop`, `tracefs`, or the holder's
+    /// comm when the tool cannot be told.
+    pub tool: String,
+}
+
+/// One probe of another tool on one site of a file the target maps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherSite {
+    pub owner: Owner,
+    /// A return probe (its breakpoint is at the function's entry).
+    pub returns: bool,
+    /// The probed file, as probetop can open it.
+    pub file: PathBuf,
+    pub offset: u64,
+    /// The USDT semaphore's file offset the owner registered (0: none or not told).
+    pub ref_ctr_offset: u64,
+    /// The BPF program run on each hit; `None` for a tracefs event.
+    pub prog_id: Option<u32>,
+    /// A tracefs event's `group/name`.
+    pub event: Option<String>,
+}
+
+impl OtherSite {
+    /// How it was put there, for reports.
+    pub fn via(&self) -> &'static str {
+        if self.prog_id.is_some() {
+            "bpf"
+        } else {
+            "tracefs"
+        }
+    }
+}
+
+/// Every other tool's probe on an object `pid` maps, whether armed or not (see
+/// [`armed_in`]); probetop's own programs excluded.
+pub fn discover(pid: u32) -> Vec<OtherSite> {
+    let me = std::process::id();
+    let programs = bpf_stats::find(pid, &[me], &bpf_stats::programs_held_by(me));
+    let mut sites = Vec::new();
+    for program in &programs {
+        let owner = match program.holder_pid {
+            Some(holder) => owner_of(holder),
+            None => Owner {
+                pid: None,
+                comm: None,
+                tool: "unknown".into(),
+            },
+        };
+        for &(offset, ref_ctr_offset) in &program.sites {
+            let site = OtherSite {
+                owner: owner.clone(),
+                returns: program.returns,
+                file: PathBuf::from(&program.file),
+                offset,
+                ref_ctr_offset,
+                prog_id: Some(program.prog_id),
+                event: None,
+            };
+            if !sites.contains(&site) {
+                sites.push(site);
+            }
+        }
+    }
+    let maps = read_maps(pid).unwrap_or_default();
+    for event in tracefs_events() {
+        if !maps_file(&maps, &event.file) {
+            continue;
+        }
+        // BCC's older path defines a tracefs event and attaches its program to it: the
+        // BPF side is its owner unless ftrace is on too.
+        let backs_bpf = sites.iter().any(|s| {
+            s.prog_id.is_some()
+                && s.offset == event.offset
+                && s.returns == event.returns
+                && same_file(&s.file, &event.file)
+        });
+        if backs_bpf && !event.enabled {
+            continue;
+        }
+        let tool = if event.group.starts_with("probe_") {
+            "perf"
+        } else {
+            "tracefs"
+        };
+        sites.push(OtherSite {
+            owner: Owner {
+                pid: None,
+                comm: None,
+                tool: tool.into(),
+            },
+            returns: event.returns,
+            file: event.file,
+            offset: event.offset,
+            ref_ctr_offset: event.ref_ctr_offset,
+            prog_id: None,
+            event: Some(format!("{}/{}", event.group, event.name)),
+        });
+    }
+    // Another probetop's probe on a site another tool probes too is most likely its
+    // counter of that tool's probe: counting it would count the same hits twice.
+    let counted_elsewhere = |site: &OtherSite, all: &[OtherSite]| {
+        site.owner.tool == "probetop"
+            && all.iter().any(|o| {
+                o.owner.tool != "probetop"
+                    && o.offset == site.offset
+                    && same_file(&o.file, &site.file)
+            })
+    };
+    let all = sites.clone();
+    sites.retain(|site| !counted_elsewhere(site, &all));
+    sites
+}
+
+/// Whether a breakpoint is armed in process `pid` at `offset` of `file`: its byte in
+/// the process differs from the file's (an `int3`, or the call an optimized probe
+/// became). `None` when it cannot be told (the file is not mapped executable there, or
+/// either read fails).
+pub fn armed_in(pid: u32, file: &Path, offset: u64) -> Option<bool> {
+    let maps = read_maps(pid).ok()?;
+    let id = FileId::of(file).ok()?;
+    let entry = maps.iter().find(|m| {
+        m.executable()
+            && id.matches(m)
+            && m.offset <= offset
+            && offset < m.offset + (m.end - m.start)
+    })?;
+    let address = entry.start + (offset - entry.offset);
+    let mut in_process = [0u8; 1];
+    procfs::read_memory(pid, address, &mut in_process).ok()?;
+    let mut on_disk = [0u8; 1];
+    fs::File::open(file)
+        .ok()?
+        .read_exact_at(&mut on_disk, offset)
+        .ok()?;
+    Some(in_process != on_disk)
+}
+
+/// Whether two paths name one file.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    match (FileId::of(a), FileId::of(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+fn maps_file(maps: &[MapEntry], file: &Path) -> bool {
+    FileId::of(file).is_ok_and(|id| maps.iter().any(|m| id.matches(m)))
+}
+
+/// The owner of a probe held by process `pid`, the tool told from its name and
+/// command line where it can be.
+pub fn owner_of(pid: u32) -> Owner {
+    let comm = procfs::comm(pid).ok().map(|c| c.trim().to_string());
+    let cmdline = procfs::cmdline(pid).unwrap_or_default();
+    Owner {
+        pid: Some(pid),
+        tool: tool_of(comm.as_deref().unwrap_or(""), &cmdline),
+        comm,
+    }
+}
+
+/// The tool a process is, from its comm and command line.
+fn tool_of(comm: &str, cmdline: &[String]) -> String {
+    let program = cmdline
+        .first()
+        .map(|a| a.rsplit('/').next().unwrap_or(a))
+        .unwrap_or("");
+    if comm == "bpftrace" || program == "bpftrace" {
+        return "bpftrace".into();
+    }
+    if comm.starts_with("probetop") || program == "probetop" {
+        return "probetop".into();
+    }
+    if comm == "perf" || program == "perf" {
+        return "perf".into();
+    }
+    // BCC's tools are Python scripts: `python3 /usr/sbin/funccount-bpfcc ...`.
+    if cmdline
+        .iter()
+        .take(2)
+        .any(|a| a.contains("bpfcc") || a.contains("/bcc/"))
+    {
+        return "bcc".into();
+    }
+    if program.starts_with("python") {
+        return "python".into();
+    }
+    if comm.is_empty() {
+        "unknown".into()
+    } else {
+        comm.into()
+    }
+}
+
+/// One line of `uprobe_events`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct TracefsEvent {
+    group: String,
+    name: String,
+    returns: bool,
+    file: PathBuf,
+    offset: u64,
+    ref_ctr_offset: u64,
+    enabled: bool,
+}
+
+/// The uprobe events tracefs defines, with whether ftrace has each enabled.
+fn tracefs_events() -> Vec<TracefsEvent> {
+    let root = match tracefs::find_or_mount() {
+        Ok(tracefs::Tracefs::Found(root) | tracefs::Tracefs::MountedNow(root)) => root,
+        Err(_) => return Vec::new(),
+    };
+    let Ok(text) = tracefs::uprobe_events(root) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(parse_uprobe_event)
+        .map(|mut event| {
+            event.enabled = tracefs::event_enabled(root, &event.group, &event.name) == Some(true);
+            event
+        })
+        .collect()
+}
+
+/// `p:GROUP/NAME PATH:0xOFFSET[(0xREF_CTR)] [ARGS...]`, `r:` for returns.
+fn parse_uprobe_event(line: &str) -> Option<TracefsEvent> {
+    let mut words = line.split_whitespace();
+    let head = words.next()?;
+    let location = words.next()?;
+    let (kind, event) = head.split_once(':')?;
+    let returns = match kind.chars().next()? {
+        'p' => false,
+        'r' => true,
+        _ => return None,
+    };
+    let (group, name) = event.split_once('/')?;
+    let (path, rest) = location.rsplit_once(':')?;
+    let (offset, ref_ctr) = match rest.split_once('(') {
+        Some((offset, ref_ctr)) => (offset, Some(ref_ctr.trim_end_matches(')'))),
+        None => (rest, None),
+    };
+    let hex = |text: &str| u64::from_str_radix(text.trim_start_matches("0x"), 16).ok();
+    Some(TracefsEvent {
+        group: group.into(),
+        name: name.into(),
+        returns,
+        file: PathBuf::from(path),
+        offset: hex(offset)?,
+        ref_ctr_offset: match ref_ctr {
+            Some(text) => hex(text)?,
+            None => 0,
+        },
+        enabled: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uprobe_events_lines_parse() {
+        let event = parse_uprobe_event(
+            "p:probe_workload/work_unit /work/fixtures/build/workload:0x0000000000001189",
+        )
+        .expect("entry");
+        assert_eq!(event.group, "probe_workload");
+        assert_eq!(event.name, "work_unit");
+        assert!(!event.returns);
+        assert_eq!(event.file, PathBuf::from("/work/fixtures/build/workload"));
+        assert_eq!(event.offset, 0x1189);
+        assert_eq!(event.ref_ctr_offset, 0);
+        let event =
+            parse_uprobe_event("r:uprobes/ret /usr/lib/x.so:0x00000000000004d0(0x4010) arg1=%ax")
+                .expect("return with a semaphore");
+        assert!(event.returns);
+        assert_eq!(event.offset, 0x4d0);
+        assert_eq!(event.ref_ctr_offset, 0x4010);
+        assert_eq!(parse_uprobe_event("x:bad/line /a:0x1"), None);
+        assert_eq!(parse_uprobe_event(""), None);
+    }
+
+    #[test]
+    fn tools_are_told_from_their_command_lines() {
+        let line = |args: &[&str]| args.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            tool_of("bpftrace", &line(&["bpftrace", "-e", "x"])),
+            "bpftrace"
+        );
+        assert_eq!(
+            tool_of(
+                "funccount-bpfc",
+                &line(&["/usr/bin/python3", "/usr/sbin/funccount-bpfcc", "f"])
+            ),
+            "bcc"
+        );
+        assert_eq!(tool_of("python3", &line(&["python3", "mine.py"])), "python");
+        assert_eq!(tool_of("perf", &line(&["perf", "record"])), "perf");
+        assert_eq!(tool_of("agent", &line(&["/opt/agent"])), "agent");
+    }
+
+    #[test]
+    fn an_unprobed_site_is_not_armed() {
+        // This test's own code is mapped executable and carries no breakpoint.
+        let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
+        let maps = read_maps(std::process::id()).expect("own maps");
+        let id = FileId::of(&exe).expect("id");
+        let text = maps
+            .iter()
+            .find(|m| m.executable() && id.matches(m))
+            .expect("own text mapped");
+        assert_eq!(
+            armed_in(std::process::id(), &exe, text.offset + 16),
+            Some(false)
+        );
+    }
+}

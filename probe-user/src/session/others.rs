@@ -1,0 +1,427 @@
+//! Other tools' probes on the target as rows of the run: each armed site another tool
+//! probes gets a counting probe of probetop's own on the same file, offset, kind and
+//! semaphore, filtered to the target. The trap is the other tool's and already taken;
+//! probetop's program only counts (`probe::counting_config`).
+//!
+//! Looked for again every second ([`Watch`]): a probe another tool adds gets its row
+//! and counter; one it removes keeps its row, and probetop's counter there is detached
+//! at once, as it would otherwise be the only probe left on the site, a trap the target
+//! did not take before.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use probe_common::ProbeConfig;
+use tokio::sync::oneshot;
+
+use super::follow::{Links, attached_now};
+use super::probe::Probe;
+use crate::aggregate::ProbeAggregate;
+use crate::cost::estimate::{OtherPrice, ProgramMethod};
+use crate::cost::others::{self, OtherSite};
+use crate::cost::{ProbeCost, bpf_stats::OtherProgram};
+use crate::present::ProbeLabel;
+use crate::resolve::{ResolveOptions, Resolver};
+use crate::stream::CollectorCommand;
+use crate::target::Target;
+
+/// How often other tools' probes are looked for.
+pub(super) const REDISCOVER: Duration = Duration::from_secs(1);
+
+/// Row slots the programs are loaded with beyond the first probes, for other tools'
+/// probes that appear while probetop runs: room in CONFIG only, as counters never use
+/// the in-kernel histograms (`LoadOptions::spare_counters`).
+pub(super) const SPARE: u32 = 32;
+
+/// What one look found.
+pub(super) struct Found {
+    pub probes: Vec<Probe>,
+    /// Other probes on the target's objects not armed in it.
+    pub unarmed: usize,
+    /// Other probes on files probetop could not read.
+    pub unnamed: usize,
+}
+
+/// The counting probes for every other tool's probe armed in `target`, one per site and
+/// owner, in the order found. `pin` is the path the target's executable is attached
+/// through.
+pub(super) fn find(target: &Target, pin: &Path, resolver: &Resolver<'_>) -> Found {
+    let memory_of = target.live_thread.unwrap_or(target.pid);
+    let mut found = Found {
+        probes: Vec::new(),
+        unarmed: 0,
+        unnamed: 0,
+    };
+    for site in others::discover(target.pid) {
+        if found
+            .probes
+            .iter()
+            .any(|p| p.other.as_ref().is_some_and(|o| same_site(o, &site)))
+        {
+            continue;
+        }
+        // Only where the target already takes the trap: a counting probe must not add
+        // one (a perf event filtered to another process arms nothing here).
+        if others::armed_in(memory_of, &site.file, site.offset) != Some(true) {
+            found.unarmed += 1;
+            continue;
+        }
+        let Some(point) = resolver.point_at(&site.file, site.offset, site.returns) else {
+            found.unnamed += 1;
+            continue;
+        };
+        found.probes.push(Probe::of_other(point, site, target, pin));
+    }
+    found
+}
+
+/// [`find`] at the start of a run, saying what it found; `own` are the run's own
+/// probes, whose shared sites are said.
+pub(super) fn probes(
+    target: &Target,
+    pin: &Path,
+    resolver: &Resolver<'_>,
+    own: &[Probe],
+) -> Vec<Probe> {
+    let found = find(target, pin, resolver);
+    for line in found_lines(&found, target.pid) {
+        say!("probetop: {line}");
+    }
+    for probe in &found.probes {
+        say!("probetop: {}", counting_line(probe, own));
+    }
+    found.probes
+}
+
+/// Whether `probe` (another tool's) is on the breakpoint of one of probetop's own
+/// probes of the same kind: that probe counts its hits already, so it gets no counter
+/// (a second program of probetop's on the one trap) and the own row says it is shared.
+fn on_own_site(probe: &Probe, own: &[Probe]) -> bool {
+    own.iter().any(|mine| {
+        mine.other.is_none()
+            && mine.point.kind == probe.point.kind
+            && mine.point.file_offset == probe.point.file_offset
+            && others::same_file(&mine.point.attach_path, &probe.point.attach_path)
+    })
+}
+
+/// Marks each of probetop's own probes that sits on the breakpoint of one of `others`,
+/// the row then saying which tool's probe shares its trap, and drops the others of the
+/// same kind there: the own probe counts their hits.
+pub(super) fn mark_shared(own: &mut [Probe], others: &mut Vec<Probe>) {
+    for mine in own.iter_mut().filter(|p| p.other.is_none()) {
+        let tags: Vec<String> = others
+            .iter()
+            .filter(|o| {
+                o.point.file_offset == mine.point.file_offset
+                    && others::same_file(&o.point.attach_path, &mine.point.attach_path)
+            })
+            .filter_map(Probe::owner_tag)
+            .collect();
+        if !tags.is_empty() {
+            mine.shared_with = Some(tags.join(", "));
+        }
+    }
+    others.retain(|other| !on_own_site(other, own));
+}
+
+fn found_lines(found: &Found, pid: u32) -> Vec<String> {
+    let mut lines = Vec::new();
+    if found.unarmed > 0 {
+        lines.push(format!(
+            "{} other probe{} on objects pid {pid} maps {} armed in it (another process's, or not enabled): not counted",
+            found.unarmed,
+            plural(found.unarmed),
+            if found.unarmed == 1 { "is not" } else { "are not" }
+        ));
+    }
+    if found.unnamed > 0 {
+        lines.push(format!(
+            "{} other probe{} on files probetop cannot read in pid {pid}: not counted",
+            found.unnamed,
+            plural(found.unnamed)
+        ));
+    }
+    lines
+}
+
+/// The line said when probetop starts counting another tool's probe.
+fn counting_line(probe: &Probe, own: &[Probe]) -> String {
+    let owner = probe.owner_tag().unwrap_or_default();
+    let shared = own.iter().find(|mine| {
+        mine.other.is_none()
+            && mine.point.file_offset == probe.point.file_offset
+            && others::same_file(&mine.point.attach_path, &probe.point.attach_path)
+    });
+    match shared {
+        Some(mine) => format!(
+            "{} shares its breakpoint with {owner}'s {} probe: one trap runs both programs",
+            mine.spec, probe.point.kind
+        ),
+        None => format!(
+            "counting {owner}'s {}:{} ({}+{:#x})",
+            probe.point.kind,
+            probe.point.name,
+            probe.point.object.display(),
+            probe.point.file_offset
+        ),
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}
+
+/// Whether two other tools' probes are one row: same owner, file, offset and kind.
+fn same_site(a: &OtherSite, b: &OtherSite) -> bool {
+    a.owner == b.owner
+        && a.offset == b.offset
+        && a.returns == b.returns
+        && others::same_file(&a.file, &b.file)
+}
+
+/// The price of another tool's probe before its program was measured: a BPF program
+/// as dear as probetop's counting one (the calibration's); a tracefs event's ftrace
+/// write is not priced.
+pub(super) fn assumed_price(cost: &ProbeCost, site: &OtherSite) -> OtherPrice {
+    match site.prog_id {
+        Some(_) => OtherPrice {
+            program_ns: cost.counting_ns(),
+            program_method: ProgramMethod::AssumedCounting,
+        },
+        None => OtherPrice {
+            program_ns: None,
+            program_method: ProgramMethod::NotPriced,
+        },
+    }
+}
+
+/// The owner's program per run as the kernel's BPF statistics measured it over the
+/// window (`--bpf-stats`), where they did; else the price stays assumed.
+pub(super) fn measured_price(
+    assumed: OtherPrice,
+    site: &OtherSite,
+    programs: &[OtherProgram],
+) -> OtherPrice {
+    let measured = site.prog_id.and_then(|id| {
+        programs
+            .iter()
+            .find(|p| p.prog_id == id)
+            .and_then(|p| p.avg_run_ns)
+    });
+    match measured {
+        Some(ns) => OtherPrice {
+            program_ns: Some(ns),
+            program_method: ProgramMethod::BpfStats,
+        },
+        None => assumed,
+    }
+}
+
+/// Other tools' probes looked for again while the run measures.
+pub(super) struct Watch {
+    target: Target,
+    /// The path the target's executable is attached through (held by the session).
+    pin: PathBuf,
+    filter_pid: u32,
+    base_config: ProbeConfig,
+    /// Rows counting another tool's probe now, by probe id.
+    live: Vec<(u32, OtherSite)>,
+    pending: Option<tokio::task::JoinHandle<Found>>,
+    poll: tokio::time::Interval,
+}
+
+impl Watch {
+    pub(super) fn new(
+        target: Target,
+        pin: PathBuf,
+        filter_pid: u32,
+        base_config: ProbeConfig,
+        rows: &[Probe],
+    ) -> Self {
+        let mut poll = tokio::time::interval(REDISCOVER);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self {
+            target,
+            pin,
+            filter_pid,
+            base_config,
+            live: rows
+                .iter()
+                .enumerate()
+                .filter_map(|(id, p)| Some((id as u32, p.other.clone()?)))
+                .collect(),
+            pending: None,
+            poll,
+        }
+    }
+}
+
+/// The next look's result; never resolves without a watch. Cancel-safe: a look in
+/// progress stays pending.
+pub(super) async fn next_look(watch: &mut Option<Watch>) -> Found {
+    let Some(watch) = watch.as_mut() else {
+        return std::future::pending().await;
+    };
+    loop {
+        if let Some(pending) = watch.pending.as_mut() {
+            let found = pending.await.unwrap_or(Found {
+                probes: Vec::new(),
+                unarmed: 0,
+                unnamed: 0,
+            });
+            watch.pending = None;
+            return found;
+        }
+        watch.poll.tick().await;
+        let target = watch.target.clone();
+        let pin = watch.pin.clone();
+        // Walks every process's descriptors and reads objects: off the session's loop.
+        watch.pending = Some(tokio::task::spawn_blocking(move || {
+            let resolver = Resolver::new(&target, ResolveOptions::default());
+            find(&target, &pin, &resolver)
+        }));
+    }
+}
+
+/// Acts on a look: counters for the probes that appeared, detached for those gone.
+pub(super) async fn on_look(found: Found, watch: &mut Option<Watch>, links: &mut Links<'_, '_>) {
+    let Some(watch) = watch.as_mut() else {
+        return;
+    };
+    let gone: Vec<u32> = watch
+        .live
+        .iter()
+        .filter(|(_, site)| {
+            !found
+                .probes
+                .iter()
+                .any(|p| p.other.as_ref().is_some_and(|o| same_site(o, site)))
+        })
+        .map(|(id, _)| *id)
+        .collect();
+    if !gone.is_empty() {
+        let retired = links.attachment.retire_set(&gone);
+        // Each close waits for the kernel's grace period: off the loop.
+        tokio::task::spawn_blocking(move || drop(retired));
+        watch.live.retain(|(id, _)| !gone.contains(id));
+        let names: Vec<String> = gone
+            .iter()
+            .filter_map(|&id| links.labels.get(id as usize))
+            .map(|l| l.display.clone())
+            .collect();
+        for &id in &gone {
+            if let Some(label) = links.labels.get_mut(id as usize) {
+                label.display.push_str(" (gone)");
+            }
+        }
+        let attached = attached_now(links);
+        links.teller.followed(
+            links.labels,
+            attached,
+            format!(
+                "{} went: row{} kept, counting stopped",
+                names.join(", "),
+                plural(names.len())
+            ),
+        );
+    }
+    let rows = links.source.rows();
+    let new: Vec<Probe> = found
+        .probes
+        .into_iter()
+        .filter(|p| {
+            p.other
+                .as_ref()
+                .is_some_and(|site| !watch.live.iter().any(|(_, live)| same_site(live, site)))
+                && !on_own_site(p, &rows.probes)
+        })
+        .collect();
+    if !new.is_empty() {
+        add(watch, links, new).await;
+    }
+}
+
+/// New rows and counters for other tools' probes that appeared.
+async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
+    let first = links.labels.len();
+    let capacity = links.attachment.capacity() as usize;
+    if first + probes.len() > capacity {
+        links.teller.tell(format!(
+            "{} more probes of other tools do not fit the {capacity} rows probetop made room for: not counted",
+            probes.len()
+        ));
+        return;
+    }
+    let points: Vec<&crate::resolve::ProbePoint> = probes.iter().map(|p| &p.point).collect();
+    let mut costs = crate::resolve::costs::prepare(&points).costs;
+    let mut configs = Vec::new();
+    let mut rows = Vec::new();
+    for (probe, cost) in probes.iter().zip(&mut costs) {
+        if let Some(site) = &probe.other {
+            cost.other = Some(assumed_price(cost, site));
+        }
+        let config = probe.config(watch.base_config, 0, &mut |_| {});
+        let mut row = ProbeAggregate::default();
+        row.mode = crate::delivery::DeliveryMode::of_config(&config);
+        row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
+        row.cost = cost.clone();
+        configs.push(config);
+        rows.push((row, config));
+    }
+    let (reply, added) = oneshot::channel();
+    let command = CollectorCommand::AddProbes {
+        probes: rows,
+        reply,
+    };
+    // Fails only if the collector is gone: the run is ending anyway.
+    if links.source.commands.send(command).await.is_err() {
+        return;
+    }
+    match added.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            links
+                .teller
+                .tell(format!("other tools' new probes not counted: {e}"));
+            return;
+        }
+        Err(_) => return,
+    }
+    let requests: Vec<_> = probes
+        .iter()
+        .zip(&configs)
+        .enumerate()
+        .map(|(offset, (probe, config))| {
+            probe.request((first + offset) as u32, *config, watch.filter_pid)
+        })
+        .collect();
+    let outcomes = links.attachment.attach_configured_all(&requests);
+    drop(requests);
+    let mut lines = Vec::new();
+    for (offset, (probe, outcome)) in probes.iter().zip(outcomes).enumerate() {
+        match outcome {
+            Ok(()) => {
+                if let Some(site) = &probe.other {
+                    watch.live.push(((first + offset) as u32, site.clone()));
+                }
+                lines.push(counting_line(probe, &links.source.rows().probes));
+            }
+            Err(e) => lines.push(format!(
+                "cannot count {} ({}): {e}",
+                probe.spec, probe.point.name
+            )),
+        }
+    }
+    links.labels.extend(
+        probes
+            .iter()
+            .zip(&costs)
+            .map(|(probe, cost)| probe.label(cost)),
+    );
+    links.source.update_rows(|rows| rows.probes.extend(probes));
+    let attached = attached_now(links);
+    links
+        .teller
+        .followed(links.labels, attached, lines.join("; "));
+}
