@@ -76,7 +76,6 @@ mod tests {
         let want = [
             (ProbeKind::Uprobe, "uprobe:do_command"),
             (ProbeKind::Uprobe, "uprobe:dispatch_command"),
-            (ProbeKind::Uprobe, "uprobe:dispatch_command+ret"),
             (ProbeKind::Uprobe, "uprobe:mysql_parse"),
             (ProbeKind::Uprobe, "uprobe:Prepared_statement::execute_loop"),
             (ProbeKind::Uprobe, "uprobe:mysql_execute_command"),
