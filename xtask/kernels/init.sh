@@ -11,6 +11,10 @@
 #   pt_stop=S    probetop's --duration, a safety stop: runs end when the fixture exits
 #   pt_churn=0   leave the fixture on whichever CPU the scheduler gives it (default: moved
 #                between CPUs every 10 ms while it runs, as a server's threads move)
+#   pt_smp=T     run the many-CPU scenario instead (booted with -smp 8): T threads of the
+#                threads fixture, each calling work_unit pt_rate times a second for
+#                pt_secs seconds (the fixture counts its calls), every thread moved round
+#                all CPUs, in ring and in kernel mode
 /bin/busybox --install -s /bin
 export PATH=/bin:/usr/bin HOME=/root
 mount -t devtmpfs dev /dev
@@ -28,6 +32,7 @@ STOP=${pt_stop:-120}
 CHURN=${pt_churn:-1}
 P=/usr/bin/probetop
 F=/fixtures
+CHURN_FN=churn_cpus
 
 say() { echo "PT $*"; }
 # Every line of FILE as "PT <TAG> <STEP> | line".
@@ -68,6 +73,28 @@ churn_cpus() {
 	CHURN_PID=$!
 }
 
+# Moves every thread of PID round all CPUs while it lives: thread i to CPU (i + k) mod N
+# on the k-th turn, so each CPU's staged batch, flush and counters see hits of many
+# threads. Writes the CPU each thread last ran on (field 39 of its stat) to
+# /tmp/$step.cpus, one a line, so that the judge sees every CPU was used. Sets
+# CHURN_PID.
+spread_cpus() {
+	n=$(nproc)
+	(k=0
+	while kill -0 $1 2>/dev/null; do
+		i=0
+		for t in /proc/$1/task/*; do
+			tid=${t##*/}
+			taskset -p $(printf %x $((1 << ((i + k) % n)))) $tid > /dev/null 2>&1
+			awk '{ print $39 }' $t/stat 2>/dev/null
+			i=$((i + 1))
+		done
+		k=$((k + 1))
+		usleep 10000
+	done > /tmp/$step.cpus) &
+	CHURN_PID=$!
+}
+
 # Waits (120 s at most) for "probetop: attached" in FILE while PID lives; 1 if it never came.
 wait_attached() {
 	i=0
@@ -92,7 +119,7 @@ run_on_fixture() {
 	pp=$!
 	attached=0
 	wait_attached /tmp/$step.err $pp && attached=1
-	if [ $attached = 1 ]; then churn_cpus $FX_PID; kill -USR1 $FX_PID; else kill -TERM $FX_PID; fi
+	if [ $attached = 1 ]; then $CHURN_FN $FX_PID; kill -USR1 $FX_PID; else kill -TERM $FX_PID; fi
 	wait $FX_PID
 	fx_rc=$?
 	[ -n "$CHURN_PID" ] && wait $CHURN_PID
@@ -128,6 +155,19 @@ say "BEGIN kernel=$(uname -r) cpus=$(nproc) calls=$CALLS sema=$SEMA churn=$CHURN
 # What the kernel lets be traced of its uprobe path (docs/kernels.md quotes it).
 grep -E "uprobe|uretprobe" /sys/kernel/tracing/available_filter_functions 2>/dev/null |
 	sed "s/^/PT HOOKS | /"
+if [ -n "$pt_smp" ]; then
+	# Many CPUs: the threads fixture's work_unit from pt_smp threads spread over every
+	# CPU; the ring (8 MiB) holds every record of the run, so none may be dropped.
+	CHURN_FN=spread_cpus
+	TH="$F/threads --threads $pt_smp --rate ${pt_rate:-1000} --seconds ${pt_secs:-5}"
+	for mode in ring kernel; do
+		probe_run smp-$mode "$TH" -e uprobe:work_unit --mode $mode
+		say "CPUS smp-$mode seen=$(sort -un /tmp/smp-$mode.cpus | tr '\n' ' ')"
+	done
+	say "END uptime=$(uptime_s)"
+	sync
+	poweroff -f
+fi
 W="$F/workload --calls $CALLS --wait-signal"
 PROBES="-e uprobe:work_unit -e uretprobe:leaf_ret -e usdt:workload:unit"
 probe_run ring "$W" $PROBES

@@ -7,7 +7,9 @@
 //! fixture's `nop; nop5` USDT site and nop5 entry in both modes (every value it keeps
 //! below %rsp intact), and
 //! `probetop list --pid`, and the ring run again with the static probetop of `cargo
-//! xtask dist`, with no libc or dynamic loader left on the file system. It prints what
+//! xtask dist`, with no libc or dynamic loader left on the file system.
+//! The 6.12 kernel then boots again with 8 CPUs for the many-CPU scenario (`SMP_KERNEL`):
+//! the threads fixture's calls spread over every CPU, counted exactly in both modes. It prints what
 //! happened on the serial console; this module judges it. A kernel older than 5.15 must refuse every probe run with probetop's
 //! one-line "needs Linux 5.15 or later" and no verifier log.
 //!
@@ -170,6 +172,15 @@ const DIST_STEP: &str = "dist";
 /// The red-zone runs' steps start with this; their fixture's `done` line must count no
 /// value changed below %rsp (fixtures/c/redzone.c).
 const REDZONE_STEP: &str = "redzone";
+/// The kernel booted once more with `SMP_CPUS` vCPUs for the many-CPU scenario (init.sh's
+/// `pt_smp`): `SMP_THREADS` threads of the threads fixture, each calling `SMP_RATE`
+/// times a second for a few seconds (long enough for init.sh to move every thread round
+/// every CPU), in ring and kernel mode. Every CPU's staged batch, flush and per-CPU
+/// counters then carry hits, and the sum must be the fixture's own count.
+const SMP_KERNEL: &str = "612";
+const SMP_CPUS: u32 = 8;
+const SMP_THREADS: u64 = 16;
+const SMP_RATE: u64 = 1000;
 /// What `probetop list --pid` must show of the workload.
 const LISTED: &[&str] = &["work_unit", "leaf_ret", "workload:unit"];
 
@@ -222,7 +233,7 @@ pub fn run_kernels(ctx: &Ctx, args: &KernelsArgs) -> Result<()> {
                 .with_context(|| format!("removing {}", crash_log.display()))?;
         }
         let boot_started = Instant::now();
-        let mut boot = boot(&qemu, vmlinuz, &initramfs, &cmdline, &log, timeout)?;
+        let mut boot = boot(&qemu, vmlinuz, &initramfs, 2, &cmdline, &log, timeout)?;
         if boot.crashed() {
             // A guest kernel that died (under TCG, see Qemu) gets one more boot; the crash
             // is kept and noted.
@@ -238,7 +249,7 @@ pub fn run_kernels(ctx: &Ctx, args: &KernelsArgs) -> Result<()> {
                 kernel.label,
                 crash_log.display()
             ));
-            boot = self::boot(&qemu, vmlinuz, &initramfs, &cmdline, &log, timeout)?;
+            boot = self::boot(&qemu, vmlinuz, &initramfs, 2, &cmdline, &log, timeout)?;
         }
         let kernel_rows = judge(kernel, &boot, calls, sema);
         let failed = kernel_rows.iter().filter(|r| !r.ok).count();
@@ -251,6 +262,44 @@ pub fn run_kernels(ctx: &Ctx, args: &KernelsArgs) -> Result<()> {
             kernel_rows.len()
         );
         rows.extend(kernel_rows);
+    }
+
+    if let Some((kernel, vmlinuz)) = kernels
+        .iter()
+        .zip(&vmlinuz)
+        .find(|(k, _)| k.label == SMP_KERNEL)
+    {
+        let secs = if args.quick { 2 } else { 5 };
+        let label = format!("{}-smp{SMP_CPUS}", kernel.label);
+        let log = cache.join("logs").join(format!("{label}.log"));
+        println!(
+            "kernels: {label}: booting {} with {SMP_CPUS} CPUs (console: {})",
+            vmlinuz.display(),
+            log.display()
+        );
+        let cmdline = format!("pt_smp={SMP_THREADS} pt_rate={SMP_RATE} pt_secs={secs}");
+        let boot_started = Instant::now();
+        let mut boot = boot(
+            &qemu, vmlinuz, &initramfs, SMP_CPUS, &cmdline, &log, timeout,
+        )?;
+        if boot.crashed() {
+            let why = boot.crash.clone().unwrap_or_default();
+            println!("kernels: {label}: the guest crashed ({why}); booting again");
+            notes.push(format!(
+                "{label}: the first boot crashed ({why}); the results are the second boot's"
+            ));
+            boot = self::boot(
+                &qemu, vmlinuz, &initramfs, SMP_CPUS, &cmdline, &log, timeout,
+            )?;
+        }
+        let smp_rows = judge_smp(kernel, &boot, SMP_CPUS, SMP_THREADS);
+        println!(
+            "kernels: {label}: {} checks in {:.0} s, {} failed",
+            smp_rows.len(),
+            boot_started.elapsed().as_secs_f64(),
+            smp_rows.iter().filter(|r| !r.ok).count()
+        );
+        rows.extend(smp_rows);
     }
 
     let failed = rows.iter().filter(|r| !r.ok).count();
@@ -470,6 +519,52 @@ mod tests {
         // list did not run: a failure too.
         assert_eq!(oks, [true, true, true, false, true, true, true, false]);
         assert!(rows[3].got.contains("verifier log"), "{}", rows[3].got);
+    }
+
+    #[test]
+    fn judges_many_cpus() {
+        let run = |mode: &str, hits: u64, done: u64, threads: usize, cpus: &str| {
+            let mut lines = vec![format!(
+                "PT RC smp-{mode} probetop=0 attached=1 fixture=0 secs=5.0"
+            )];
+            for t in 0..threads {
+                lines.push(format!("PT FX smp-{mode} | tid={} calls={}", 300 + t, 5));
+            }
+            lines.push(format!("PT FX smp-{mode} | done calls={done}"));
+            lines.push(format!(
+                r#"PT JSON smp-{mode} {{"probes": [{{"spec": "uprobe:work_unit", "mode": "{mode}", "hits": {hits}, "dropped": 0}}]}}"#
+            ));
+            lines.push(format!("PT CPUS smp-{mode} seen={cpus}"));
+            lines
+        };
+        let judged = |ring: Vec<String>, kernel: Vec<String>| {
+            let mut lines = vec!["PT BEGIN kernel=6.12.95+deb12-cloud-amd64 cpus=8".to_owned()];
+            lines.extend(ring);
+            lines.extend(kernel);
+            lines.push("PT END uptime=15".to_owned());
+            let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
+            judge_smp(&KERNELS[2], &Boot::parse(&console(&refs), false), 8, 16)
+                .iter()
+                .map(|r| r.ok)
+                .collect::<Vec<_>>()
+        };
+        let all = "0 1 2 3 4 5 6 7 ";
+        assert_eq!(
+            judged(run("ring", 80, 80, 16, all), run("kernel", 80, 80, 16, all)),
+            [true, true]
+        );
+        // One hit short; one CPU never used; a thread that made no call.
+        assert_eq!(
+            judged(
+                run("ring", 79, 80, 16, all),
+                run("kernel", 80, 80, 16, "0 1 2 3 4 5 6 ")
+            ),
+            [false, false]
+        );
+        assert_eq!(
+            judged(run("ring", 80, 80, 15, all), Vec::new()),
+            [false, false]
+        );
     }
 
     #[test]

@@ -43,11 +43,14 @@ pub fn kind(dir: &Path) -> io::Result<Kind> {
     if unsafe { libc::statfs(c_path.as_ptr(), &mut stats) } != 0 {
         return Err(io::Error::last_os_error());
     }
+    // f_type is an i64 with glibc and a u64 with musl (the static dist build); a
+    // magic that does not fit an i64 is no cgroup's.
     #[allow(
         clippy::useless_conversion,
-        reason = "f_type is an i64 on x86-64, another integer elsewhere"
+        clippy::unnecessary_fallible_conversions,
+        reason = "f_type is an i64 with glibc, a u64 with musl"
     )]
-    let magic = i64::from(stats.f_type);
+    let magic = i64::try_from(stats.f_type).unwrap_or(-1);
     Ok(match magic {
         CGROUP2_MAGIC if dir.join(PROCS).is_file() => Kind::V2,
         CGROUP1_MAGIC => Kind::V1,

@@ -93,6 +93,7 @@ pub(super) fn boot(
     qemu: &Qemu,
     vmlinuz: &Path,
     initramfs: &Path,
+    cpus: u32,
     cmdline: &str,
     log: &Path,
     timeout: Duration,
@@ -102,7 +103,9 @@ pub(super) fn boot(
     cmd.arg("-L")
         .arg(&qemu.data)
         .args(["-L", SEABIOS])
-        .args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", "2048"])
+        .args(["-accel", "tcg", "-cpu", "max", "-smp"])
+        .arg(cpus.to_string())
+        .args(["-m", "2048"])
         // No default devices (their ROMs, and audio or display modules, which would be
         // looked for among the system qemu's): the serial console is all there is.
         .args([

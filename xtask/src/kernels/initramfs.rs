@@ -29,6 +29,7 @@ pub(super) fn build_initramfs(
         (fixtures.join("workload"), "fixtures/workload".to_owned()),
         (fixtures.join("probes"), "fixtures/probes".to_owned()),
         (fixtures.join("redzone"), "fixtures/redzone".to_owned()),
+        (fixtures.join("threads"), "fixtures/threads".to_owned()),
     ];
     for lib in shared_libraries(&binaries)? {
         let inside = lib

@@ -92,6 +92,81 @@ pub(super) fn judge(kernel: &Kernel, boot: &Boot, calls: u64, sema: u64) -> Vec<
     rows
 }
 
+/// The many-CPU boot (init.sh's `pt_smp`): in each mode every call of every thread
+/// counted (the fixture's own count of its calls, at least one per thread), none
+/// dropped, and the threads seen on every CPU.
+pub(super) fn judge_smp(kernel: &Kernel, boot: &Boot, cpus: u32, threads: u64) -> Vec<Row> {
+    let name = format!(
+        "{} {} -smp {cpus}",
+        boot.release
+            .as_deref()
+            .map_or(kernel.label, |r| r.trim_end_matches("-cloud-amd64")),
+        kernel.suite
+    );
+    let row = |step: &str, expected: String, (got, ok): (String, bool)| Row {
+        kernel: name.clone(),
+        step: step.to_owned(),
+        expected,
+        got,
+        ok,
+    };
+    let mut rows = Vec::new();
+    for mode in ["ring", "kernel"] {
+        let step = format!("smp-{mode}");
+        let fixture = boot.relayed("FX", &step);
+        let done = fixture
+            .iter()
+            .find_map(|l| l.strip_prefix("done calls="))
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        let callers = fixture
+            .iter()
+            .filter(|l| l.starts_with("tid=") && !l.ends_with(" calls=0"))
+            .count() as u64;
+        let (got, ok) = judge_counts(
+            boot,
+            &step,
+            &["uprobe:work_unit"],
+            mode,
+            done.unwrap_or(u64::MAX),
+        );
+        let prefix = format!("CPUS {step} seen=");
+        let seen: HashSet<u32> = boot
+            .lines
+            .iter()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|cpus| {
+                cpus.split_whitespace()
+                    .filter_map(|c| c.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let all = (0..cpus).all(|c| seen.contains(&c));
+        rows.push(row(
+            &step,
+            format!("the fixture's calls by {threads} threads, 0 dropped, on all {cpus} CPUs"),
+            (
+                format!(
+                    "{got}, the fixture's {} by {callers} threads, on {} CPUs",
+                    done.map_or("-".to_owned(), |n| n.to_string()),
+                    seen.len()
+                ),
+                ok && callers == threads && all,
+            ),
+        ));
+    }
+    if !boot.ended {
+        let got = if boot.timed_out {
+            "timed out".to_owned()
+        } else {
+            boot.crash
+                .clone()
+                .unwrap_or_else(|| "the guest stopped early".to_owned())
+        };
+        rows.push(row("smp end", "the scenario ends".to_owned(), (got, false)));
+    }
+    rows
+}
+
 /// "5.10.0-32-cloud-amd64" -> (5, 10).
 pub(super) fn version(release: &str) -> Option<(u32, u32)> {
     let mut parts = release.split(|c: char| !c.is_ascii_digit());
