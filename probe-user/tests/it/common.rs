@@ -10,7 +10,7 @@ use std::{
 };
 
 mod server;
-pub use server::{stop_server, stop_with_test, wait_until_answering};
+pub use server::{server_dir, stop_server, stop_with_test, wait_until_answering};
 
 /// Generous bound for anything that should take a second: CI machines are slow and busy.
 pub const PATIENCE: Duration = Duration::from_secs(60);

@@ -36,10 +36,7 @@ impl Server {
                 "{tool} is missing: `cargo xtask setup` installs mariadb-server and sysbench"
             );
         }
-        let dir =
-            std::env::temp_dir().join(format!("probetop-test-mariadb-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = server_dir("mariadb");
         let datadir = dir.join("data");
         output_ok(
             Command::new("mariadb-install-db")

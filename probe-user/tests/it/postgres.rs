@@ -50,9 +50,7 @@ impl Cluster {
             postgres.display()
         );
         let (uid, gid) = postgres_ids();
-        let dir = std::env::temp_dir().join(format!("probetop-test-pg-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = server_dir("pg");
         std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("chown the cluster dir");
         let data = dir.join("data");
         output_ok(

@@ -47,6 +47,18 @@ pub fn wait_until_answering<S>(
     }
 }
 
+/// A fresh directory for one server under the temporary directory: `probetop-test-NAME-`
+/// with the test process's pid and a count, so two servers one test binary starts in
+/// turn never share a data directory (the second's install met the first's files).
+pub fn server_dir(name: &str) -> std::path::PathBuf {
+    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("probetop-test-{name}-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
 /// Stops a server the test started with `signal` (its clean shutdown), SIGKILL if it
 /// lingers past `PATIENCE`, and removes its directory `dir`.
 pub fn stop_server(child: &mut Child, signal: libc::c_int, dir: &Path) {
