@@ -247,11 +247,14 @@ struct SysbenchArgs {
 /// apt packages the tests, fixtures and tooling use that a fresh Debian 12 machine of the
 /// project's kind lacks.
 const APT_PACKAGES: &[&str] = &[
-    "systemtap-sdt-dev", // sys/sdt.h for USDT fixtures
-    "bpftrace",          // the peer tool probetop is measured against
-    "bpftool",           // loaded programs and their run_time_ns/run_cnt
-    "tmux",              // a terminal for the TUI without one (CI)
-    "binutils",          // objdump/readelf on fixtures
+    "systemtap-sdt-dev",   // sys/sdt.h for USDT fixtures
+    "bpftrace",            // the peer tool probetop is measured against
+    "bpftool",             // loaded programs and their run_time_ns/run_cnt
+    "bpfcc-tools",         // BCC's tools: another owner of probes (tests/it/others.rs)
+    "python3-bpfcc",       // their Python library
+    "linux-headers-amd64", // headers BCC compiles its programs against (the kernel ships none)
+    "tmux",                // a terminal for the TUI without one (CI)
+    "binutils",            // objdump/readelf on fixtures
     "xz-utils",
     "g++",
     "make",

@@ -227,6 +227,10 @@ pub(super) struct Watch {
     base_config: ProbeConfig,
     /// Rows counting another tool's probe now, by probe id.
     live: Vec<(u32, OtherSite)>,
+    /// Sites where the kernel refused a counter (another semaphore offset on the site:
+    /// Debian's BCC 0.26 registers a stray one): not tried again, else each look would
+    /// add one more uncounted row.
+    refused: Vec<OtherSite>,
     pending: Option<tokio::task::JoinHandle<Found>>,
     poll: tokio::time::Interval,
 }
@@ -251,6 +255,7 @@ impl Watch {
                 .enumerate()
                 .filter_map(|(id, p)| Some((id as u32, p.other.clone()?)))
                 .collect(),
+            refused: Vec::new(),
             pending: None,
             poll,
         }
@@ -331,10 +336,10 @@ pub(super) async fn on_look(found: Found, watch: &mut Option<Watch>, links: &mut
         .probes
         .into_iter()
         .filter(|p| {
-            p.other
-                .as_ref()
-                .is_some_and(|site| !watch.live.iter().any(|(_, live)| same_site(live, site)))
-                && !on_own_site(p, &rows.probes)
+            p.other.as_ref().is_some_and(|site| {
+                !watch.live.iter().any(|(_, live)| same_site(live, site))
+                    && !watch.refused.iter().any(|r| same_site(r, site))
+            }) && !on_own_site(p, &rows.probes)
         })
         .collect();
     if !new.is_empty() {
@@ -407,10 +412,15 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
                 }
                 lines.push(counting_line(probe, &links.source.rows().probes));
             }
-            Err(e) => lines.push(format!(
-                "cannot count {} ({}): {e}",
-                probe.spec, probe.point.name
-            )),
+            Err(e) => {
+                if let Some(site) = &probe.other {
+                    watch.refused.push(site.clone());
+                }
+                lines.push(format!(
+                    "cannot count {} ({}): {e}",
+                    probe.spec, probe.point.name
+                ));
+            }
         }
     }
     links.labels.extend(
