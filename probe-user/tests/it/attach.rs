@@ -437,19 +437,16 @@ fn coexists_with_bpftrace_on_the_same_function() {
     let exe = dir.join("workload");
     std::fs::copy(fixture("c/workload"), &exe).expect("copy the fixture");
     let target = started(&exe, &["--calls", &CALLS.to_string(), "--wait-signal"]);
-    let mut bpftrace = Running::spawn({
-        let mut cmd = std::process::Command::new("bpftrace");
-        // bpftrace 0.17's -p does not scope uprobes to the pid: without the predicate it
-        // also counts the workloads of the tests running beside this one.
-        cmd.args(["-p", &target.pid().to_string(), "-e"])
-            .arg(format!(
-                "uprobe:{}:work_unit /pid == {}/ {{ @hits = count(); }}",
-                exe.display(),
-                target.pid()
-            ));
-        cmd
-    });
-    bpftrace.out().wait_for("Attaching");
+    // bpftrace 0.17's -p does not scope uprobes to the pid: without the predicate it
+    // also counts the workloads of the tests running beside this one.
+    let mut bpftrace = bpftrace_armed(
+        target.pid(),
+        &format!(
+            "uprobe:{}:work_unit /pid == {}/ {{ @hits = count(); }}",
+            exe.display(),
+            target.pid()
+        ),
+    );
     let report = measure(target.pid(), &["-e", "uprobe:work_unit"], || {
         target.signal(libc::SIGUSR1)
     });

@@ -530,3 +530,17 @@ impl Drop for Turn {
         }
     }
 }
+
+/// bpftrace running `program` against `pid` (`-p`), returned once every probe of it is
+/// attached: its BEGIN probe fires after the others attach, while "Attaching N
+/// probes..." is printed before, which left probetop's first look racing bpftrace's.
+pub fn bpftrace_armed(pid: u32, program: &str) -> Running {
+    let bpftrace = Running::spawn({
+        let mut cmd = Command::new("bpftrace");
+        cmd.args(["-p", &pid.to_string(), "-e"])
+            .arg(format!("BEGIN {{ printf(\"armed\\n\"); }} {program}"));
+        cmd
+    });
+    bpftrace.out().wait_for("armed");
+    bpftrace
+}

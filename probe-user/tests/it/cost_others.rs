@@ -20,18 +20,15 @@ fn finds_bpftrace_on_the_target_and_prices_it() {
         .is_ok_and(|v| v.trim() != "0");
     let target = workload(&["--forever", "--batch", "10000", "--rate", "20000"]);
     let exe = fixture("c/workload");
-    let bpftrace = Running::spawn({
-        let mut cmd = std::process::Command::new("bpftrace");
-        // -p does not scope uprobes: filter on the pid too (other tests share the file).
-        cmd.args(["-p", &target.pid().to_string(), "-e"])
-            .arg(format!(
-                "uprobe:{}:leaf_ret /pid == {}/ {{ @hits = count(); }}",
-                exe.display(),
-                target.pid()
-            ));
-        cmd
-    });
-    bpftrace.out().wait_for("Attaching");
+    // -p does not scope uprobes: filter on the pid too (other tests share the file).
+    let bpftrace = bpftrace_armed(
+        target.pid(),
+        &format!(
+            "uprobe:{}:leaf_ret /pid == {}/ {{ @hits = count(); }}",
+            exe.display(),
+            target.pid()
+        ),
+    );
 
     let json = export_path("others.json");
     let mut probetop = Running::spawn({

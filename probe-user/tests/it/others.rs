@@ -63,15 +63,13 @@ fn bpftrace_probe_is_a_row_with_its_owner_and_exact_hits() {
     let mut target = workload(&["--wait-signal", "--calls", &calls]);
     let pid = target.pid();
     let exe = fixture("c/workload");
-    let bpftrace = Running::spawn({
-        let mut cmd = std::process::Command::new("bpftrace");
-        cmd.args(["-p", &pid.to_string(), "-e"]).arg(format!(
+    let bpftrace = bpftrace_armed(
+        pid,
+        &format!(
             "uprobe:{}:work_unit /pid == {pid}/ {{ @ = count(); }}",
             exe.display()
-        ));
-        cmd
-    });
-    bpftrace.out().wait_for("Attaching 1 probe");
+        ),
+    );
     let json = export_path("others-bpftrace.json");
     let mut probetop = watch(pid, &json);
     let report = count_calls(&mut target, &mut probetop, &json);
@@ -249,16 +247,10 @@ fn bpftrace_whole_cost_is_within_a_quarter_of_the_truth() {
     let _turn = turn(module_path!());
     let _alone = alone();
     whole_cost_within_a_quarter_of_the_truth("bpftrace", |pid, copy| {
-        let bpftrace = Running::spawn({
-            let mut cmd = std::process::Command::new("bpftrace");
-            cmd.args(["-p", &pid.to_string(), "-e"]).arg(format!(
-                "uprobe:{}:work_unit {{ @ = count(); }}",
-                copy.display()
-            ));
-            cmd
-        });
-        bpftrace.out().wait_for("Attaching 1 probe");
-        bpftrace
+        bpftrace_armed(
+            pid,
+            &format!("uprobe:{}:work_unit {{ @ = count(); }}", copy.display()),
+        )
     });
 }
 
@@ -335,14 +327,7 @@ fn whole_cost_within_a_quarter_of_the_truth(
 
 /// bpftrace counting `probe` (`uprobe:PATH:work_unit`) in `pid`, attached.
 fn bpftrace_on(pid: u32, probe: &str) -> Running {
-    let bpftrace = Running::spawn({
-        let mut cmd = std::process::Command::new("bpftrace");
-        cmd.args(["-p", &pid.to_string(), "-e"])
-            .arg(format!("{probe} /pid == {pid}/ {{ @ = count(); }}"));
-        cmd
-    });
-    bpftrace.out().wait_for("Attaching 1 probe");
-    bpftrace
+    bpftrace_armed(pid, &format!("{probe} /pid == {pid}/ {{ @ = count(); }}"))
 }
 
 /// The byte at `function`'s entry in process `pid`, and in its file.

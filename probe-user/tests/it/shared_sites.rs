@@ -1,8 +1,8 @@
 //! One site, two semaphore offsets: the kernel keeps one USDT semaphore offset
 //! (`ref_ctr_offset`) per probed site and refuses a second probe there without the same
-//! one (EINVAL). Within a run the probes share the site's semaphore; against another
-//! tool's probe the refused one is named with its holder, and every other probe is
-//! attached and counted exactly.
+//! one (EINVAL). Within a run the probes share the site's semaphore, and beside another
+//! tool's probe on the site they carry the holder's: every probe is attached and counted
+//! exactly.
 
 use crate::common::*;
 
@@ -115,52 +115,6 @@ fn a_uprobe_on_a_usdt_site_shares_its_semaphore() {
     }
 }
 
-/// The probe is refused, named with the other holder, and the rest of the run goes on;
-/// while attached the semaphore is at `semaphore_held` (the holder's doing alone).
-fn refused_beside(
-    holder_pid: u32,
-    holder_comm: &str,
-    target: &Running,
-    specs: &[&str],
-    semaphore_held: u16,
-) {
-    let json = export_path(&format!("held-site-{holder_comm}.json"));
-    let mut cmd = probetop();
-    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
-        .arg(&json);
-    for spec in specs {
-        cmd.args(["-e", spec]);
-    }
-    cmd.args(["-e", "uprobe:probe_add"]);
-    let mut probetop = Running::spawn(cmd);
-    let stderr = lines_until(probetop.err(), "attached 1 probe").join("\n");
-    assert_eq!(semaphore(target.pid()), semaphore_held);
-    target.signal(libc::SIGUSR1);
-    let status = probetop.wait();
-    let rest = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}\n{rest}");
-    assert!(!rest.contains("/proc/self/fd"), "{rest}");
-    let report = read_export(&json);
-    assert_eq!(probe(&report, "probe_add")["hits"], PASSES);
-    let skipped = report["skipped"].as_array().expect("skipped");
-    assert_eq!(skipped.len(), 1, "{skipped:?}");
-    let why = skipped[0]["why"].as_str().expect("why");
-    let named = format!("of pid {holder_pid} ({holder_comm})");
-    assert!(why.contains(&named), "{why}");
-    assert!(!why.contains("/proc/self"), "{why}");
-    // Said on stderr, in one line naming the spec and the holder.
-    let line = stderr
-        .lines()
-        .find(|l| l.contains("not attached: its site"))
-        .unwrap_or_else(|| panic!("{stderr}"));
-    assert!(
-        line.starts_with(&format!("probetop: {}", specs[0])),
-        "{line}"
-    );
-    assert!(line.contains(&named), "{line}");
-    assert!(!stderr.contains("/proc/self/fd"), "{stderr}");
-}
-
 /// probetop beside another tool holding the USDT site with its semaphore: the plain
 /// uprobe there takes the holder's semaphore (read from the holder's probe, which the
 /// run counts as a row of its own), so the kernel accepts it instead of failing with
@@ -259,8 +213,9 @@ fn a_site_held_by_another_probetop_is_named() {
 }
 
 /// bpftrace holds the USDT site with its semaphore (bpftrace 0.17 cannot put a uprobe
-/// inside a function) on a perf event, which does not tell the semaphore: probetop's
-/// plain uprobe there is refused, named with bpftrace.
+/// inside a function) on a perf event, which does not tell the semaphore: probetop reads
+/// it from the site's note, so its plain uprobe there carries the same one and is
+/// attached beside bpftrace's, the shared breakpoint said naming bpftrace.
 #[test]
 #[ignore = "needs root, the fixtures and bpftrace"]
 fn a_site_held_by_bpftrace_is_named() {
@@ -268,18 +223,15 @@ fn a_site_held_by_bpftrace_is_named() {
     let uprobe = uprobe_on_the_usdt_site();
     let exe = private_probes("bpftrace");
     let target = started(&exe, &["--wait-signal", "--count", &PASSES.to_string()]);
-    let mut bpftrace = Running::spawn({
-        let mut cmd = std::process::Command::new("bpftrace");
-        cmd.args(["-p", &target.pid().to_string(), "-e"])
-            .arg(format!(
-                "usdt:{}:fixture_sema:tick /pid == {}/ {{ @hits = count(); }}",
-                exe.display(),
-                target.pid()
-            ));
-        cmd
-    });
-    bpftrace.out().wait_for("Attaching");
-    refused_beside(bpftrace.pid(), "bpftrace", &target, &[&uprobe], 1);
+    let mut bpftrace = bpftrace_armed(
+        target.pid(),
+        &format!(
+            "usdt:{}:fixture_sema:tick /pid == {}/ {{ @hits = count(); }}",
+            exe.display(),
+            target.pid()
+        ),
+    );
+    attached_beside(bpftrace.pid(), "bpftrace", &target, &[&uprobe], 1);
     // bpftrace -p exits with its target and prints its map: it counted every pass.
     bpftrace.wait();
     let printed = bpftrace.out().rest().join("\n");
