@@ -24,6 +24,7 @@ mod insitu_check;
 mod kernels;
 mod mysql;
 mod mysql_report;
+mod others_report;
 mod peers;
 mod postgres;
 mod postgres_report;
@@ -196,6 +197,24 @@ enum Task {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// What other tools' probes cost a private mariadbd under open-loop sysbench, per
+    /// tool (bpftrace count() and hist(), BCC funclatency and trace, a tracefs event):
+    /// the truth measured outside, probetop's whole cost per hit, and the program time
+    /// alone (bpftop's number); writes docs/others.md's table. A few minutes.
+    OthersReport {
+        /// Statements per second sysbench sends (open loop), one table each.
+        #[arg(long, value_delimiter = ',', default_values_t = [2000u32])]
+        rates: Vec<u32>,
+        /// Attached blocks per tool, each between two detached ones.
+        #[arg(long, default_value_t = 3)]
+        pairs: u32,
+        /// Seconds of each block.
+        #[arg(long, default_value_t = 4.0)]
+        block_seconds: f64,
+        /// Directory of others.md [default: docs].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// probetop's --in-situ measurement and its estimate against the truth measured
     /// from outside, on a private mariadbd under an open-loop sysbench load; writes its
     /// section of docs/mysqld.md.
@@ -253,6 +272,7 @@ const APT_PACKAGES: &[&str] = &[
     "bpfcc-tools",         // BCC's tools: another owner of probes (tests/it/others.rs)
     "python3-bpfcc",       // their Python library
     "linux-headers-amd64", // headers BCC compiles its programs against (the kernel ships none)
+    "linux-perf",          // `perf probe`: tracefs uprobe events, another owner of probes
     "tmux",                // a terminal for the TUI without one (CI)
     "binutils",            // objdump/readelf on fixtures
     "xz-utils",
@@ -455,6 +475,27 @@ fn run_task(cli: Cli) -> Result<()> {
                 options.in_situ_seconds = seconds;
             }
             insitu_check::insitu_check(&ctx, options)
+        }
+        Task::OthersReport {
+            rates,
+            pairs,
+            block_seconds,
+            out,
+        } => {
+            ensure!(
+                !rates.is_empty() && pairs > 0 && block_seconds >= 1.0,
+                "give --rates, --pairs of at least 1 and --block-seconds of at least 1"
+            );
+            let out = out.unwrap_or_else(|| ctx.root.join("docs"));
+            others_report::others_report(
+                &ctx,
+                others_report::OthersOptions {
+                    rates,
+                    pairs,
+                    block_seconds,
+                    out,
+                },
+            )
         }
         Task::Bench(args) => bench::run(&ctx, &args),
         Task::Peers(args) => peers::run_peers(&ctx, &args),

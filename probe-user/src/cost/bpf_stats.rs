@@ -163,8 +163,13 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
         });
     }
     let links = uprobe_links();
-    // Only needed (and a walk of every process's fdinfo) for paths relative to a process.
-    let holders = if links.iter().any(|l| relative_to_process(&l.file).is_some()) {
+    // A walk of every process's fdinfo: only for paths relative to a process, or for
+    // links on the target, whose owner it names (else another probetop attaching by an
+    // absolute path was owned by "unknown").
+    let holders = if links
+        .iter()
+        .any(|l| relative_to_process(&l.file).is_some() || on_target(&l.file, None))
+    {
         link_holders()
     } else {
         HashMap::new()

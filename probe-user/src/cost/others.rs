@@ -53,6 +53,9 @@ pub struct OtherSite {
     pub prog_id: Option<u32>,
     /// A tracefs event's `group/name`.
     pub event: Option<String>,
+    /// probetop counts its hits (false: the kernel refused a counter on the site, so
+    /// the row's hits are not counted).
+    pub counted: bool,
 }
 
 impl OtherSite {
@@ -90,6 +93,7 @@ pub fn discover(pid: u32) -> Vec<OtherSite> {
                 ref_ctr_offset,
                 prog_id: Some(program.prog_id),
                 event: None,
+                counted: true,
             };
             if !sites.contains(&site) {
                 sites.push(site);
@@ -129,6 +133,7 @@ pub fn discover(pid: u32) -> Vec<OtherSite> {
             ref_ctr_offset: event.ref_ctr_offset,
             prog_id: None,
             event: Some(format!("{}/{}", event.group, event.name)),
+            counted: true,
         });
     }
     // Another probetop's probe on a site another tool probes too is most likely its

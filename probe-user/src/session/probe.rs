@@ -35,6 +35,8 @@ pub(super) struct Probe {
     /// probetop's own probe on a breakpoint another tool's probe is on too (one trap
     /// runs both programs): that tool, as [`Probe::owner_tag`] names it.
     pub shared_with: Option<String>,
+    /// Those tools' probes, whose programs run on the same trap: priced with it.
+    pub shared_sites: Vec<cost::others::OtherSite>,
 }
 
 impl Probe {
@@ -58,6 +60,7 @@ impl Probe {
             shared_semaphore: None,
             other: None,
             shared_with: None,
+            shared_sites: Vec::new(),
         }
     }
 
@@ -80,6 +83,7 @@ impl Probe {
             shared_semaphore: None,
             other: Some(site),
             shared_with: None,
+            shared_sites: Vec::new(),
         }
     }
 
@@ -102,9 +106,11 @@ impl Probe {
         label.resolved = self.point.resolved.clone();
         if let Some(owner) = self.owner_tag() {
             label.display = format!("{} <{owner}>", label.display);
+            label.owner = Some(owner);
         }
         if let Some(other) = &self.shared_with {
             label.display = format!("{} [shared: {other}]", label.display);
+            label.owner = Some(format!("own+{other}"));
         }
         if let Some(tag) = cost::label_tag(cost) {
             label.display = format!("{} {tag}", label.display);

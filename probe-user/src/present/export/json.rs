@@ -93,6 +93,11 @@ struct JsonProbe<'a> {
     /// Kernel dispatch time, measured with fentry/fexit, when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     dispatch_ns: Option<JsonDispatch>,
+    /// probetop's own probe on a breakpoint other tools' probes are on too (one trap
+    /// runs every program there): the site's total and each owner's part;
+    /// `whole_cost_ns` is this probe's `share_ns`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shared_site: Option<JsonSharedSite<'a>>,
     /// The time before each hit since the previous probetop hit on the same CPU: how
     /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: gap`
     /// prices each hit by it).
@@ -129,11 +134,43 @@ struct JsonOwner<'a> {
     /// `assumed-counting-program` (as dear as probetop's counting program, from the
     /// calibration) or `not-priced` (a tracefs event: ftrace's write per hit).
     program_method: Option<&'static str>,
-    /// How probetop counted its hits: a probe of its own on the same site, filtered to
-    /// the target, whose program only counts; what that adds per hit, ns (calibration),
-    /// is not in `whole_cost_ns`.
+    /// How probetop counted its hits: `counting-probe-on-the-same-site` (a probe of
+    /// its own on the same site, filtered to the target, whose program only counts;
+    /// what that adds per hit, ns (calibration), is not in `whole_cost_ns`), or
+    /// `not-counted-counter-refused` (the kernel refused that probe: `hits` is 0, not
+    /// the probe's hits).
     hits_method: &'static str,
     counting_ns: Option<f64>,
+}
+
+/// A breakpoint shared by several owners' probes, ns per hit.
+#[derive(Serialize)]
+struct JsonSharedSite<'a> {
+    /// The trap, every owner's program and the way back: what one hit costs the target.
+    total_ns: f64,
+    /// The hit with an empty program (calibrated), split between the owners.
+    trap_ns: f64,
+    /// `trap-split-evenly`: each owner's share is its marginal cost plus the trap over
+    /// the number of owners; the shares add up to `total_ns`.
+    split: &'static str,
+    /// probetop's own probe first, then each other owner's.
+    owners: Vec<JsonSharedPart<'a>>,
+}
+
+/// One owner's part of a shared breakpoint.
+#[derive(Serialize)]
+struct JsonSharedPart<'a> {
+    own: bool,
+    /// `probetop`, or the other tool as `owner.tool` names it.
+    tool: &'a str,
+    pid: Option<u32>,
+    /// What this owner's probe adds to each hit, the others staying: its program
+    /// (probetop's: its handler beyond the empty-program hit).
+    marginal_ns: f64,
+    /// `calibration` for probetop's own; the other's `program_method`.
+    marginal_method: &'static str,
+    /// Its marginal cost plus its part of the trap.
+    share_ns: f64,
 }
 
 /// Kernel dispatch time of one probe: entry breakpoint hits and uretprobe returns.
@@ -339,134 +376,167 @@ struct JsonReport<'a> {
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
-    let doc = JsonReport {
-        tool: "probetop",
-        version: env!("CARGO_PKG_VERSION"),
-        target: JsonTarget {
-            pid: report.target.pid,
-            exe: &report.target.exe,
-            comm: &report.target.comm,
-            cmdline: &report.target.cmdline,
-        },
-        started_unix_ms: report.started_unix_ms,
-        duration_s: report.duration_s,
-        probes: report
-            .probes
-            .iter()
-            .map(|p| JsonProbe {
-                id: p.id,
-                spec: &p.spec,
-                kind: p.kind,
-                name: &p.name,
-                resolved: p.resolved.as_deref(),
-                object: &p.object,
-                address: p.address,
-                file_offset: p.file_offset,
-                generation: p.generation,
-                exe: &p.exe,
-                mode: p.mode.as_str(),
-                own: p.other.is_none(),
-                owner: p.other.as_ref().map(|site| JsonOwner {
-                    pid: site.owner.pid,
-                    comm: site.owner.comm.as_deref(),
-                    tool: &site.owner.tool,
-                    via: site.via(),
-                    prog_id: site.prog_id,
-                    event: site.event.as_deref(),
-                    program_ns: p.cost.other.and_then(|o| o.program_ns),
-                    program_method: p.cost.other.map(|o| o.program_method.as_str()),
-                    hits_method: "counting-probe-on-the-same-site",
-                    counting_ns: p.cost.counting_ns,
+    let doc =
+        JsonReport {
+            tool: "probetop",
+            version: env!("CARGO_PKG_VERSION"),
+            target: JsonTarget {
+                pid: report.target.pid,
+                exe: &report.target.exe,
+                comm: &report.target.comm,
+                cmdline: &report.target.cmdline,
+            },
+            started_unix_ms: report.started_unix_ms,
+            duration_s: report.duration_s,
+            probes: report
+                .probes
+                .iter()
+                .map(|p| JsonProbe {
+                    id: p.id,
+                    spec: &p.spec,
+                    kind: p.kind,
+                    name: &p.name,
+                    resolved: p.resolved.as_deref(),
+                    object: &p.object,
+                    address: p.address,
+                    file_offset: p.file_offset,
+                    generation: p.generation,
+                    exe: &p.exe,
+                    mode: p.mode.as_str(),
+                    own: p.other.is_none(),
+                    owner: p.other.as_ref().map(|site| JsonOwner {
+                        pid: site.owner.pid,
+                        comm: site.owner.comm.as_deref(),
+                        tool: &site.owner.tool,
+                        via: site.via(),
+                        prog_id: site.prog_id,
+                        event: site.event.as_deref(),
+                        program_ns: p.cost.other.and_then(|o| o.program_ns),
+                        program_method: p.cost.other.map(|o| o.program_method.as_str()),
+                        hits_method: if site.counted {
+                            "counting-probe-on-the-same-site"
+                        } else {
+                            "not-counted-counter-refused"
+                        },
+                        counting_ns: p.cost.counting_ns,
+                    }),
+                    hits: p.hits,
+                    dropped: p.dropped,
+                    handler_ns: HandlerSummary::of(&p.handler_ns),
+                    last_args: p.last_args.as_deref(),
+                    threads: p
+                        .threads
+                        .iter()
+                        .map(|(tid, n)| (tid.to_string(), *n))
+                        .collect(),
+                    pids: p
+                        .processes
+                        .iter()
+                        .map(|(pid, n)| (pid.to_string(), *n))
+                        .collect(),
+                    threads_dropped: p
+                        .threads_dropped
+                        .iter()
+                        .map(|(tid, n)| (tid.to_string(), *n))
+                        .collect(),
+                    threads_cover: p.threads_cover.as_str(),
+                    threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
+                    cost_class: p.cost.site.as_ref().map(|s| s.class.as_str()),
+                    probed_instruction: p
+                        .cost
+                        .site
+                        .as_ref()
+                        .map(|s| s.instruction.as_str())
+                        .filter(|i| !i.is_empty()),
+                    whole_cost_ns: p.cost.whole_cost_ns,
+                    whole_cost_method: p.cost.method.map(|m| m.as_str()),
+                    whole_cost_assumes: p.cost.assumes.map(|a| a.as_str()),
+                    whole_cost_reading: p.cost.reading.map(|r| r.as_str()),
+                    cpu_share: p.cost.cpu_share,
+                    dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
+                        per_hit_mean: d.per_hit_ns(),
+                        entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
+                        ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
+                    }),
+                    shared_site: p
+                        .cost
+                        .shared
+                        .as_ref()
+                        .map(|(split, owners)| JsonSharedSite {
+                            total_ns: split.total_ns,
+                            trap_ns: split.trap_ns,
+                            split: crate::cost::estimate::SHARED_SPLIT,
+                            owners: std::iter::once(JsonSharedPart {
+                                own: true,
+                                tool: "probetop",
+                                pid: Some(std::process::id()),
+                                marginal_ns: split.own.marginal_ns,
+                                marginal_method: "calibration",
+                                share_ns: split.own.share_ns,
+                            })
+                            .chain(split.others.iter().zip(owners).map(|(part, o)| {
+                                JsonSharedPart {
+                                    own: false,
+                                    tool: &o.owner.tool,
+                                    pid: o.owner.pid,
+                                    marginal_ns: part.marginal_ns,
+                                    marginal_method: o.price.program_method.as_str(),
+                                    share_ns: part.share_ns,
+                                }
+                            }))
+                            .collect(),
+                        }),
+                    gaps: p.cost.gaps,
+                    busy_gaps: p.cost.busy_gaps,
+                    streamed_clock_ns: p.cost.streamed_clock,
+                })
+                .collect(),
+            cost: JsonCost {
+                cpu_share: report.cost.cpu_share,
+                other_uprobe_dispatch: report.cost.other_dispatch.map(|o| JsonOtherDispatch {
+                    count: o.count,
+                    mean_ns: o.mean(),
                 }),
-                hits: p.hits,
-                dropped: p.dropped,
-                handler_ns: HandlerSummary::of(&p.handler_ns),
-                last_args: p.last_args.as_deref(),
-                threads: p
-                    .threads
-                    .iter()
-                    .map(|(tid, n)| (tid.to_string(), *n))
-                    .collect(),
-                pids: p
-                    .processes
-                    .iter()
-                    .map(|(pid, n)| (pid.to_string(), *n))
-                    .collect(),
-                threads_dropped: p
-                    .threads_dropped
-                    .iter()
-                    .map(|(tid, n)| (tid.to_string(), *n))
-                    .collect(),
-                threads_cover: p.threads_cover.as_str(),
-                threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
-                cost_class: p.cost.site.as_ref().map(|s| s.class.as_str()),
-                probed_instruction: p
-                    .cost
-                    .site
-                    .as_ref()
-                    .map(|s| s.instruction.as_str())
-                    .filter(|i| !i.is_empty()),
-                whole_cost_ns: p.cost.whole_cost_ns,
-                whole_cost_method: p.cost.method.map(|m| m.as_str()),
-                whole_cost_assumes: p.cost.assumes.map(|a| a.as_str()),
-                whole_cost_reading: p.cost.reading.map(|r| r.as_str()),
-                cpu_share: p.cost.cpu_share,
-                dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
-                    per_hit_mean: d.per_hit_ns(),
-                    entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
-                    ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
+                dispatch_unmeasured: report.cost.dispatch_unmeasured,
+                dispatch_hooks: report.cost.dispatch_hooks.map(|h| JsonDispatchHooks {
+                    entries: h.entries,
+                    returns: h.returns,
+                    returns_missing: h.returns_missing,
                 }),
-                gaps: p.cost.gaps,
-                busy_gaps: p.cost.busy_gaps,
-                streamed_clock_ns: p.cost.streamed_clock,
-            })
-            .collect(),
-        cost: JsonCost {
-            cpu_share: report.cost.cpu_share,
-            other_uprobe_dispatch: report.cost.other_dispatch.map(|o| JsonOtherDispatch {
-                count: o.count,
-                mean_ns: o.mean(),
-            }),
-            dispatch_unmeasured: report.cost.dispatch_unmeasured,
-            dispatch_hooks: report.cost.dispatch_hooks.map(|h| JsonDispatchHooks {
-                entries: h.entries,
-                returns: h.returns,
-                returns_missing: h.returns_missing,
-            }),
-            other_bpf_programs: &report.cost.other_programs,
-            whole_cost_method: report.cost.in_situ.as_ref().map(|s| {
-                if s.verdict == crate::cost::insitu::Verdict::Measured {
-                    "in-situ"
-                } else {
-                    "estimate"
-                }
-            }),
-            estimated_per_hit_ns: report.cost.estimated_per_hit_ns,
-            in_situ: report.cost.in_situ.as_ref().map(Into::into),
-            assumption: report.cost.assumption.as_ref().map(|d| JsonAssumption {
-                assumes: d.assumes.as_str(),
-                why: d.why.clone(),
-            }),
-            estimates_per_hit_ns: (!report.cost.bracket.is_empty()).then_some(JsonBracket {
-                hot: report.cost.bracket.hot,
-                cold: report.cost.bracket.cold,
-                clock: report.cost.bracket.clock,
-            }),
-        },
-        execs: report
-            .execs
-            .iter()
-            .map(|e| JsonExec {
-                generation: e.generation,
-                exe: &e.exe,
-                at_unix_ms: e.at_unix_ms,
-                probes_attached: e.probes_attached,
-            })
-            .collect(),
-        attach_path: report.attach_path,
-        skipped: &report.skipped,
-        replaced_objects: &report.replaced,
-    };
+                other_bpf_programs: &report.cost.other_programs,
+                whole_cost_method: report.cost.in_situ.as_ref().map(|s| {
+                    if s.verdict == crate::cost::insitu::Verdict::Measured {
+                        "in-situ"
+                    } else {
+                        "estimate"
+                    }
+                }),
+                estimated_per_hit_ns: report.cost.estimated_per_hit_ns,
+                in_situ: report.cost.in_situ.as_ref().map(Into::into),
+                assumption: report.cost.assumption.as_ref().map(|d| JsonAssumption {
+                    assumes: d.assumes.as_str(),
+                    why: d.why.clone(),
+                }),
+                estimates_per_hit_ns: (!report.cost.bracket.is_empty()).then_some(JsonBracket {
+                    hot: report.cost.bracket.hot,
+                    cold: report.cost.bracket.cold,
+                    clock: report.cost.bracket.clock,
+                }),
+            },
+            execs: report
+                .execs
+                .iter()
+                .map(|e| JsonExec {
+                    generation: e.generation,
+                    exe: &e.exe,
+                    at_unix_ms: e.at_unix_ms,
+                    probes_attached: e.probes_attached,
+                })
+                .collect(),
+            attach_path: report.attach_path,
+            skipped: &report.skipped,
+            replaced_objects: &report.replaced,
+        };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",
         reason: e.to_string(),
@@ -495,6 +565,7 @@ mod tests {
             ref_ctr_offset: 0,
             prog_id: Some(9),
             event: None,
+            counted: true,
         });
         report.probes[1].cost.other = Some(OtherPrice {
             program_ns: Some(80.0),

@@ -529,15 +529,18 @@ impl App {
             return Effect::Nothing;
         }
         if y == inner.y {
-            let columns = table::visible_columns(inner.width);
-            let rects = column_rects(inner, &columns);
+            let (owner, columns) = table::layout(&self.labels, inner.width);
+            let rects = column_rects(inner, &columns, owner);
             let Some(index) = rects.iter().position(|r| x >= r.x && x < r.right()) else {
                 return Effect::Nothing;
             };
             let column = if index == 0 {
                 SortColumn::Name
+            } else if let Some(column) = columns.get(index - 1) {
+                column.sort
             } else {
-                columns[index - 1].sort
+                // The OWNER column does not sort.
+                return Effect::Nothing;
             };
             if self.sort.column == column {
                 self.sort.descending = !self.sort.descending;
@@ -600,7 +603,12 @@ impl App {
     fn shift_sort(&mut self, by: isize) -> Effect {
         let inner_width = self.areas().table.width.saturating_sub(2);
         let order: Vec<SortColumn> = std::iter::once(SortColumn::Name)
-            .chain(table::visible_columns(inner_width).iter().map(|c| c.sort))
+            .chain(
+                table::layout(&self.labels, inner_width)
+                    .1
+                    .iter()
+                    .map(|c| c.sort),
+            )
             .collect();
         let current = order
             .iter()
@@ -634,9 +642,10 @@ impl App {
 
 /// The areas of the name column and each numeric column inside the table's borders,
 /// computed as ratatui's Table computes them.
-pub fn column_rects(inner: Rect, columns: &[&table::Column]) -> Vec<Rect> {
+pub fn column_rects(inner: Rect, columns: &[&table::Column], owner: bool) -> Vec<Rect> {
     let widths = std::iter::once(Constraint::Min(table::NAME_MIN_WIDTH))
-        .chain(columns.iter().map(|c| Constraint::Length(c.width)));
+        .chain(columns.iter().map(|c| Constraint::Length(c.width)))
+        .chain(owner.then_some(Constraint::Length(table::OWNER_WIDTH)));
     Layout::horizontal(widths)
         .flex(Flex::Start)
         .spacing(table::COLUMN_SPACING)
