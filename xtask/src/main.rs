@@ -211,6 +211,9 @@ enum Task {
         /// Seconds of each block.
         #[arg(long, default_value_t = 4.0)]
         block_seconds: f64,
+        /// The function of mariadbd every tool probes.
+        #[arg(long, default_value = others_report::DEFAULT_FUNCTION)]
+        function: String,
         /// Directory of others.md [default: docs].
         #[arg(long)]
         out: Option<PathBuf>,
@@ -480,6 +483,7 @@ fn run_task(cli: Cli) -> Result<()> {
             rates,
             pairs,
             block_seconds,
+            function,
             out,
         } => {
             ensure!(
@@ -493,6 +497,7 @@ fn run_task(cli: Cli) -> Result<()> {
                     rates,
                     pairs,
                     block_seconds,
+                    function,
                     out,
                 },
             )

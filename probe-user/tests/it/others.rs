@@ -164,7 +164,11 @@ fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
         .arg(format!("{event}=leaf_ret"))
         .output()
         .expect("perf probe (cargo xtask setup installs linux-perf)");
-    assert!(add.status.success(), "{}", String::from_utf8_lossy(&add.stderr));
+    assert!(
+        add.status.success(),
+        "{}",
+        String::from_utf8_lossy(&add.stderr)
+    );
     struct Defined(String);
     impl Drop for Defined {
         fn drop(&mut self) {
@@ -194,7 +198,10 @@ fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
     assert_eq!(row["owner"]["tool"], "perf", "{row}");
     assert_eq!(row["owner"]["via"], "tracefs", "{row}");
     assert_eq!(row["owner"]["event"], event.replace(':', "/"), "{row}");
-    assert_eq!(row["owner"]["hits_method"], "counting-probe-on-the-same-site");
+    assert_eq!(
+        row["owner"]["hits_method"],
+        "counting-probe-on-the-same-site"
+    );
     assert_eq!(row["hits"], CALLS, "{row}\n{stderr}");
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_dir_all(&dir);
