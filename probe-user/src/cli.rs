@@ -263,8 +263,8 @@ pub struct RunArgs {
     /// probetop's handler ran on each hit: how cold it was), or auto: hot for a program
     /// of at most 8 MiB of code hitting each busy thread at least every 10 us; otherwise
     /// the clock where the calibration has it, else cold.
-    #[arg(long, value_enum, value_name = "CACHES", default_value_t = crate::cost::assume::AssumeChoice::Auto)]
-    pub assume: crate::cost::assume::AssumeChoice,
+    #[arg(long, value_enum, value_name = "CACHES", default_value_t = crate::price::assume::AssumeChoice::Auto)]
+    pub assume: crate::price::assume::AssumeChoice,
 
     /// Turn on the kernel's BPF run statistics for the run (costs every BPF program on
     /// the host ~20-40 ns per run) to report what other BPF programs on the target's
@@ -290,8 +290,8 @@ pub struct RunArgs {
     /// like mariadbd);
     /// none: CPU per second, for a load that comes at a fixed rate; auto: the first of
     /// syscalls and wakeups that moves.
-    #[arg(long, value_enum, value_name = "METER", default_value_t = crate::cost::insitu::WorkMeter::Auto)]
-    pub work: crate::cost::insitu::WorkMeter,
+    #[arg(long, value_enum, value_name = "METER", default_value_t = crate::insitu::WorkMeter::Auto)]
+    pub work: crate::insitu::WorkMeter,
 }
 
 /// How hits reach user space.

@@ -493,9 +493,10 @@ fn pool_gaps(aggregator: &mut Aggregator) {
         return;
     }
     let pooled =
-        crate::cost::gap::GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.gaps));
-    let busy =
-        crate::cost::gap::GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.busy_gaps));
+        crate::calibrate::gap::GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.gaps));
+    let busy = crate::calibrate::gap::GapCounts::pooled(
+        aggregator.probes().iter().map(|p| &p.cost.busy_gaps),
+    );
     for probe in aggregator.probes_mut() {
         probe.cost.gaps_pooled = pooled.clone();
         probe.cost.busy_gaps_pooled = busy.clone();

@@ -54,19 +54,19 @@ pub struct Aggregator {
     pub notices: Vec<String>,
     /// Kernel dispatches in the target that matched none of the probes (another
     /// tool's uprobes), when dispatch is measured.
-    pub other_dispatch: Option<crate::cost::dispatch::SlotTotal>,
+    pub other_dispatch: Option<crate::attach::dispatch_time::SlotTotal>,
     /// Kernel dispatches in the target whose start the dispatch programs did not see
     /// (begun before they attached): not timed, not in any probe's numbers.
     pub dispatch_unmeasured: Option<u64>,
     /// Which kernel functions timed the dispatches, when dispatch is measured.
-    pub dispatch_hooks: Option<crate::cost::dispatch::Hooks>,
+    pub dispatch_hooks: Option<crate::attach::dispatch_time::Hooks>,
     /// CLOCK_MONOTONIC ns: the window opens once every probe is attached ...
     window_start_ns: u64,
     /// ... and closes when measuring stops.
     window_end_ns: u64,
     /// Hot or cold: which calibration prices the hits (`--assume`), and what auto
     /// reads of the target.
-    pub assumer: crate::cost::assume::Assumer,
+    pub assumer: crate::price::assume::Assumer,
     /// Count records per process too (several processes probed); off, a hit costs
     /// the collector no second map update.
     pub count_processes: bool,
@@ -221,9 +221,9 @@ pub struct ProbeMeasurements {
     /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
     pub timed_share: f64,
     /// Cost class, calibration basis and measured dispatch.
-    pub cost: crate::cost::ProbeCost,
+    pub cost: crate::price::ProbeCost,
     /// Hot or cold, decided over the run so far (the same for every probe).
-    pub assumes: crate::cost::assume::Assumption,
+    pub assumes: crate::price::assume::Assumption,
 }
 
 /// Everything a report needs, measured so far.
@@ -233,7 +233,7 @@ pub struct Measurements {
     pub window_start_ns: u64,
     pub probes: Vec<ProbeMeasurements>,
     /// Hot or cold over the run so far, and why.
-    pub assumption: Option<crate::cost::assume::Decision>,
+    pub assumption: Option<crate::price::assume::Decision>,
 }
 
 impl Aggregator {
@@ -284,7 +284,7 @@ impl Aggregator {
 /// Hands each probe its cost knowledge; `dispatch_on` readies the live measurement.
 pub fn install_costs(
     aggregator: &mut Aggregator,
-    costs: Vec<crate::cost::ProbeCost>,
+    costs: Vec<crate::price::ProbeCost>,
     dispatch_on: bool,
 ) {
     for (probe, mut cost) in aggregator.probes_mut().iter_mut().zip(costs) {

@@ -53,7 +53,7 @@ pub struct ProbeAggregate {
     /// The in-kernel histogram's bucket totals at the last read, to take deltas.
     pub(super) kernel_seen: Vec<u64>,
     /// Cost class, calibration basis and measured dispatch: the whole cost of a hit.
-    pub cost: crate::cost::ProbeCost,
+    pub cost: crate::price::ProbeCost,
     /// `hits()` and `dropped` when the last live interval closed, to take deltas.
     pub(super) hits_at_roll: u64,
     pub(super) dropped_at_roll: u64,

@@ -33,7 +33,7 @@ pub struct ProbeSnapshot {
     /// The median busy part of those gaps (code run on the CPU), us, with it.
     pub busy_median_us: Option<f64>,
     /// What placed its hits on the calibration's curves, with them.
-    pub reading: Option<crate::cost::estimate::GapReading>,
+    pub reading: Option<crate::price::estimate::GapReading>,
 }
 
 /// The numbers of one probe over one closed live interval.
@@ -103,7 +103,7 @@ pub struct Snapshot {
     /// probetop's own CPU and memory.
     pub own: OwnUsage,
     /// Hot or cold, decided over the last second, and why.
-    pub assumption: Option<crate::cost::assume::Decision>,
+    pub assumption: Option<crate::price::assume::Decision>,
 }
 
 impl Snapshot {
@@ -139,8 +139,8 @@ impl Aggregator {
                 }
                 let (gap_median_us, busy_median_us) = match estimate.map(|e| e.assumes) {
                     Some(
-                        crate::cost::assume::Assumption::Gap
-                        | crate::cost::assume::Assumption::Clock,
+                        crate::price::assume::Assumption::Gap
+                        | crate::price::assume::Assumption::Clock,
                     ) => (
                         p.cost.gaps.summary().map(|g| g.median_us),
                         p.cost.busy_gaps.summary().map(|g| g.median_us),
@@ -155,7 +155,7 @@ impl Aggregator {
                     per_second,
                     handler,
                     whole_cost_ns,
-                    cpu_share: whole_cost_ns.map(|ns| crate::cost::cpu_share(ns, per_second)),
+                    cpu_share: whole_cost_ns.map(|ns| crate::price::cpu_share(ns, per_second)),
                     last_args: p.last_args,
                     interval: p.last_interval,
                     gap_median_us,
@@ -166,18 +166,18 @@ impl Aggregator {
             .collect();
         match decision.assumes {
             // A calibration without cold rows prices every hit hot.
-            crate::cost::assume::Assumption::Cold if priced_hot => {
-                decision.assumes = crate::cost::assume::Assumption::Hot;
+            crate::price::assume::Assumption::Cold if priced_hot => {
+                decision.assumes = crate::price::assume::Assumption::Hot;
                 decision.why.push_str("; the calibration has no cold rows");
             }
             // Gaps are still being counted (in-kernel mode samples them).
-            crate::cost::assume::Assumption::Gap if priced_hot => {
+            crate::price::assume::Assumption::Gap if priced_hot => {
                 decision
                     .why
                     .push_str("; hot where too few gaps are counted yet");
             }
             // Too few hits clocked yet, or a probe capturing arguments.
-            crate::cost::assume::Assumption::Clock if priced_hot => {
+            crate::price::assume::Assumption::Clock if priced_hot => {
                 decision
                     .why
                     .push_str("; cold where the clock cannot be read yet");

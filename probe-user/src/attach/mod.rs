@@ -17,8 +17,10 @@
 //! so no exit path leaves a probe behind.
 
 pub mod args;
+pub mod bpf_stats;
 mod counters;
 pub mod dispatch;
+pub mod dispatch_time;
 mod error;
 pub mod fds;
 mod flush;
@@ -28,6 +30,7 @@ pub mod kernel_btf;
 mod links;
 mod multi;
 mod options;
+pub mod others;
 mod perf;
 mod processes;
 

@@ -5,7 +5,7 @@ use super::workload::Func;
 use super::workload::GapRun;
 use super::{CalibrateError, Drainer, Summary, Workload, XorShift};
 use crate::attach::Attachment;
-use crate::cost::gap::{GapCurve, GapPoint};
+use crate::calibrate::gap::{GapCurve, GapPoint};
 
 /// Sleeps between two calls, us: none (the hot loop), then about 4x apart up to the
 /// idle time between two requests of a server at a few hundred requests per second.

@@ -5,7 +5,11 @@
 use std::fmt::Write as _;
 
 use crate::aggregate::{Aggregator, HandlerSummary};
-use crate::cost::{assume, bpf_stats, classes, cpu_share, dispatch, estimate, gap, insitu};
+use crate::attach::{bpf_stats, dispatch_time as dispatch};
+use crate::calibrate::gap;
+use crate::insitu;
+use crate::insn::classes;
+use crate::price::{assume, cpu_share, estimate};
 
 use super::ProbeLabel;
 

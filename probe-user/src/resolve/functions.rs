@@ -10,7 +10,7 @@ use super::{
     FunctionSpan, MAX_SUGGESTIONS, ObjectCache, ProbePoint, ResolveError, ResolveOptions, ifunc,
     suggest,
 };
-use crate::cost::{classes, sites};
+use crate::insn::{classes, sites};
 use crate::spec::ProbeSpec;
 
 pub(super) fn resolve_functions(

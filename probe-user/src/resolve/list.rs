@@ -9,8 +9,8 @@ use super::debuginfo::SymbolSource;
 use super::glob::Glob;
 use super::symbols::{Function, SymbolTable};
 use super::{Loaded, ResolveError, ResolveOptions, Scope, ifunc};
-use crate::cost::classes::{self, CostClass, KernelRules};
-use crate::cost::sites::{self, LaterSite};
+use crate::insn::classes::{self, CostClass, KernelRules};
+use crate::insn::sites::{self, LaterSite};
 use crate::target::Target;
 
 /// What to list.

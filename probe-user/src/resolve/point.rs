@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::usdt_args::{UsdtArg, UsdtArgError};
-use crate::cost::sites::ReturnSites;
+use crate::insn::sites::ReturnSites;
 use crate::spec::ProbeKind;
 
 /// One place to attach one probe.

@@ -10,7 +10,6 @@ use super::report::{self, build_report};
 use super::start::Running;
 use super::{StopReason, processes, stop, traced};
 use crate::cli::RunArgs;
-use crate::cost;
 use crate::present::{self, export};
 use crate::stream::{self, Collected, CollectorCommand};
 use crate::sys;
@@ -146,7 +145,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     if let Some(summary) = &in_situ_summary {
         say!("probetop: {}", summary.line());
     }
-    sys::stderr::say_text(&cost::bpf_stats::render(&run_cost.other_programs));
+    sys::stderr::say_text(&crate::attach::bpf_stats::render(&run_cost.other_programs));
 
     let rows = source.rows();
     let mut report = build_report(

@@ -8,10 +8,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attach::Attachment;
-use crate::cost::insitu::{
+use crate::insitu::{
     InSitu, InSituSummary, Members, MeterError, Reading, SetMeter, Window, WorkMeter,
 };
-use crate::cost::stats::XorShift;
+use crate::stats::XorShift;
 
 /// A window is at least this many times as long as a change takes, so that the windows,
 /// not the changes, make up the run.

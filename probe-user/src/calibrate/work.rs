@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::gap::{interpolate, interpolate_in};
-use super::stats::Summary;
+use crate::stats::Summary;
 
 /// One point of the work curve.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::Summary;
+use crate::stats::Summary;
 
 /// Version of the cache file's layout (3: the `nop; nop5` USDT row; 4: the work curve's
 /// walks beyond the cold loop, without which a server's slowest hits are priced low).
@@ -346,11 +346,11 @@ pub struct Calibration {
     pub cold: Option<ColdCalibration>,
     /// A hit after a range of sleeps between calls (`cost::gap`; older caches: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gap: Option<crate::cost::gap::GapCurve>,
+    pub gap: Option<crate::calibrate::gap::GapCurve>,
     /// A hit after a range of footprints walked between calls (`cost::work`; older
     /// caches: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub work: Option<crate::cost::work::WorkCurve>,
+    pub work: Option<crate::calibrate::work::WorkCurve>,
 }
 
 /// What a hit costs in the cold loop: a server's case, where the code and data the
