@@ -64,9 +64,6 @@ pub struct Aggregator {
     window_start_ns: u64,
     /// ... and closes when measuring stops.
     window_end_ns: u64,
-    /// Hot or cold: which calibration prices the hits (`--assume`), and what auto
-    /// reads of the target.
-    pub assumer: crate::price::assume::Assumer,
     /// Count records per process too (several processes probed); off, a hit costs
     /// the collector no second map update.
     pub count_processes: bool,
@@ -84,7 +81,6 @@ impl Aggregator {
             dispatch_hooks: None,
             window_start_ns: 0,
             window_end_ns: u64::MAX,
-            assumer: Default::default(),
             count_processes: false,
         }
     }
@@ -92,7 +88,6 @@ impl Aggregator {
     /// Counts only hits whose handler started at or after `ktime_ns` (CLOCK_MONOTONIC).
     pub fn open_window(&mut self, ktime_ns: u64) {
         self.window_start_ns = ktime_ns;
-        self.assumer.open();
     }
 
     /// Counts only hits whose handler started at or before `ktime_ns`.
@@ -186,7 +181,6 @@ impl Aggregator {
     /// notices stay.
     pub fn reset(&mut self, ktime_ns: u64) {
         self.window_start_ns = ktime_ns;
-        self.assumer.open();
         for probe in &mut self.probes {
             probe.reset();
         }
@@ -222,7 +216,8 @@ pub struct ProbeMeasurements {
     pub timed_share: f64,
     /// Cost class, calibration basis and measured dispatch.
     pub cost: crate::price::ProbeCost,
-    /// Hot or cold, decided over the run so far (the same for every probe).
+    /// Hot or cold, decided over the run so far (the same for every probe): set by
+    /// the price stage (`price::Pricer::measurements`).
     pub assumes: crate::price::assume::Assumption,
 }
 
@@ -237,11 +232,9 @@ pub struct Measurements {
 }
 
 impl Aggregator {
-    /// A copy of what reports need.
+    /// A copy of what reports need, unpriced (`price::Pricer::measurements` decides
+    /// the assumption).
     pub fn measurements(&self) -> Measurements {
-        let decision = self
-            .assumer
-            .run(self.probes.iter().map(ProbeAggregate::hits).sum());
         Measurements {
             window_start_ns: self.window_start_ns,
             probes: self
@@ -273,10 +266,10 @@ impl Aggregator {
                     handler_ns: p.handler_ns.clone(),
                     timed_share: p.timed_share(),
                     cost: p.cost.clone(),
-                    assumes: decision.assumes,
+                    assumes: Default::default(),
                 })
                 .collect(),
-            assumption: Some(decision),
+            assumption: None,
         }
     }
 }

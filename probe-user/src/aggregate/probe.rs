@@ -206,6 +206,15 @@ impl ProbeAggregate {
         }
     }
 
+    /// Switched to the kernel by auto mode: the ring handler's clock so far prices its
+    /// in-kernel hits (`--assume clock`); its handler histogram goes on holding both,
+    /// as said in the user guide.
+    pub fn keep_streamed_clock(&mut self) {
+        if !self.handler_ns.is_empty() {
+            self.cost.streamed_clock = Some((*self.handler_ns).clone());
+        }
+    }
+
     /// Ends the clock phase of an in-kernel run (`--clock-seconds`): the ring handler's
     /// times of the hits streamed so far become the probe's streamed clock, which prices
     /// its in-kernel hits, and the handler histogram starts over with the in-kernel

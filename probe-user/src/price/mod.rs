@@ -9,7 +9,10 @@
 //! - [`costs`]: each resolved point joined to its site's cost class and calibrated
 //!   price, before the run;
 //! - [`assume`]: which calibration rows price a target's hits (`--assume`);
-//! - [`estimate`]: the whole cost per hit and the CPU share, per probe.
+//! - [`estimate`]: the whole cost per hit and the CPU share, per probe;
+//! - [`pricer`]: the [`Pricer`] the collector owns, which prices each live snapshot
+//!   and the measurements the end-of-run report is made of;
+//! - [`report`]: a probe's and the run's cost over the whole run, for exports.
 //!
 //! The instruction's class comes from `insn`; dispatch time as measured, and other
 //! tools' programs on the target's probes, from `attach`.
@@ -17,8 +20,11 @@
 pub mod assume;
 pub mod costs;
 pub mod estimate;
+pub mod pricer;
+pub mod report;
 
 pub use estimate::{ProbeCost, cpu_share};
+pub use pricer::Pricer;
 
 use crate::insn::classes::CostClass;
 

@@ -264,7 +264,7 @@ pub(super) fn build_report(
                 hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
-                cost: crate::present::cost_report::probe_report(measured, duration),
+                cost: crate::price::report::probe_report(measured, duration),
                 intervals: intervals
                     .of_probe(id as u32)
                     .into_iter()

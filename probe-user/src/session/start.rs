@@ -150,10 +150,10 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         };
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
     }
-    aggregator.assumer = crate::price::assume::Assumer::new(args.assume, pid);
-    aggregator.assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
+    let mut assumer = crate::price::assume::Assumer::new(args.assume, pid);
+    assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     // The clock is read on streamed hits: ring and auto modes, or kernel mode's phase.
-    aggregator.assumer.clock = work_curve_has_clock(&prepared)
+    assumer.clock = work_curve_has_clock(&prepared)
         && args.args == 0
         && match args.mode {
             Mode::Ring | Mode::Auto => true,
@@ -179,6 +179,8 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     // start hold no hit that the records or the counts would hold and the other not.
     stream::baseline_kernel_counters(&counters, &mut aggregator);
     aggregator.open_window(stream::ktime_now_ns());
+    let mut pricer = crate::price::Pricer::new(assumer);
+    pricer.open();
     stream::start_counting(&mut counters, &aggregator)
         .context("opening the window: the probes' kernel configs cannot be written")?;
     let attach_path = attachment.attach_path();
@@ -224,6 +226,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         HitStream::new(ring, Some(flush))?,
         counters,
         aggregator,
+        pricer,
         collector_options,
         CollectorLinks {
             snapshots: snapshot_tx,
