@@ -11,9 +11,11 @@
 //!    program, plus what probetop's handler adds in the probe's mode, corrected by how
 //!    far the live handler time differs from the handler time during calibration.
 //!
-//! Each has two versions (see [`super::assume`]): priced by the calibration's hot loop
-//! (caches warm between hits) or its cold loop (a server's footprint runs between
-//! hits).
+//! Each is priced under the run's assumption (see [`super::assume`]): by the
+//! calibration's hot loop (caches warm between hits), its cold loop (a server's
+//! footprint runs between hits), or the handler's clock (the work curve read at how
+//! slow probetop's ring handler ran on each hit, or the gap curve at the time before it
+//! where dearer; cold where the clock cannot be read).
 //!
 //! Without a calibration for this kernel and CPU there is no estimate: `None`, never a
 //! guess.

@@ -334,15 +334,12 @@ fn work_curve_has_clock(prepared: &crate::price::costs::Prepared) -> bool {
 
 /// How long the probes stream first in `--mode kernel` so that the ring handler's clock
 /// can price their in-kernel hits (`--clock-seconds`): only where the estimate may read
-/// it (`--assume gap`, `clock` or `auto`; no `--args`; a calibration whose work curve
+/// it (`--assume clock` or `auto`; no `--args`; a calibration whose work curve
 /// holds the clock).
 fn clock_phase(args: &RunArgs, prepared: &crate::price::costs::Prepared) -> Option<Duration> {
     use crate::price::assume::AssumeChoice;
     (args.mode == Mode::Kernel
-        && matches!(
-            args.assume,
-            AssumeChoice::Gap | AssumeChoice::Clock | AssumeChoice::Auto
-        )
+        && matches!(args.assume, AssumeChoice::Clock | AssumeChoice::Auto)
         && args.args == 0
         && work_curve_has_clock(prepared)
         && args.clock_seconds.is_finite()
@@ -405,17 +402,6 @@ fn attach_probes(
     };
     check_memory_room(&load_options)?;
     let mut attachment = Attachment::load(load_options)?;
-    // Only `--assume gap` reads the busy time between hits, and the program that
-    // measures it runs at every context switch of the machine: the target's neighbours
-    // pay for it too. Without it a gap is only a time: that pricing falls back to the
-    // gap's.
-    if args.assume == crate::price::assume::AssumeChoice::Gap
-        && let Err(e) = attachment.time_idle_cpus()
-    {
-        say!(
-            "probetop: the busy time between hits is not measured ({e}); `--assume gap` prices by the idle gap alone"
-        );
-    }
     // Before any probe: the set must hold the processes when the first hit fires.
     let cgroup_watch = if several {
         seed_processes(plan, args, &mut attachment)?
