@@ -438,7 +438,7 @@ pub fn kernel_memory_bytes(options: &LoadOptions) -> u64 {
 }
 
 /// Kernel memory the gap histograms may take (per probe, per CPU); beyond it there are
-/// none and hits are priced without them (`cost::gap`).
+/// none and hits are priced without them (`calibrate::gap`).
 const GAP_MAP_BUDGET: u64 = 32 << 20;
 
 /// Probes with a gap histogram: all of them, or none (one unused slot) when that would

@@ -1,4 +1,4 @@
-//! The gap curve (`cost::gap`): what a hit costs after a range of sleeps between two
+//! The gap curve (`calibrate::gap`): what a hit costs after a range of sleeps between two
 //! calls, with probetop's ring and in-kernel handlers, against the unprobed twin.
 
 use super::workload::Func;

@@ -87,7 +87,7 @@ pub struct CalibrateOptions {
     pub cold: Option<ColdOptions>,
     /// The hot cases (off: the cold ones alone, for studies of the cold loop's sizes).
     pub hot: bool,
-    /// Repetitions of the gap curve (`cost::gap`); 0 skips it.
+    /// Repetitions of the gap curve (`calibrate::gap`); 0 skips it.
     pub gap_reps: usize,
 }
 

@@ -107,7 +107,7 @@ pub enum Case {
     UsdtHit,
     /// A `nop; nop5` USDT site (libbpf/usdt's usdt.h, Dec 2025 to May 2026) probed on
     /// the nop its note names, empty program: the emulated nop, as [`Case::UsdtHit`]
-    /// (the nop5 is never probed: `cost::classes::CostClass::Unsafe`). Caches from
+    /// (the nop5 is never probed: `insn::classes::CostClass::Unsafe`). Caches from
     /// before 2026-11-27 measured it on the nop5; their rows' labels say so.
     UsdtNop5Hit,
     /// A uprobe on `push %rbp` (emulated), empty program.
@@ -344,10 +344,10 @@ pub struct Calibration {
     /// The cold rows (older caches and `--no-cold`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold: Option<ColdCalibration>,
-    /// A hit after a range of sleeps between calls (`cost::gap`; older caches: none).
+    /// A hit after a range of sleeps between calls (`calibrate::gap`; older caches: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gap: Option<crate::calibrate::gap::GapCurve>,
-    /// A hit after a range of footprints walked between calls (`cost::work`; older
+    /// A hit after a range of footprints walked between calls (`calibrate::work`; older
     /// caches: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work: Option<crate::calibrate::work::WorkCurve>,

@@ -1,4 +1,4 @@
-//! The work curve (`cost::work`): what a hit costs after a range of footprints walked
+//! The work curve (`calibrate::work`): what a hit costs after a range of footprints walked
 //! between two calls, the whole iteration timed, with probetop's ring and in-kernel
 //! handlers, against the unprobed twin.
 

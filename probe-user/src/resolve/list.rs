@@ -67,7 +67,7 @@ pub struct ListedPoint {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<String>,
     /// What the kernel does with the instruction at this point on every hit
-    /// (`cost::classes`); absent if the file could not be read there.
+    /// (`insn::classes`); absent if the file could not be read there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_class: Option<CostClass>,
     /// That instruction, AT&T syntax.

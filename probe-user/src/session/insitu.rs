@@ -1,4 +1,4 @@
-//! `--in-situ`: the session's side of the in-situ measurement (`cost::insitu`). It owns
+//! `--in-situ`: the session's side of the in-situ measurement (`insitu`). It owns
 //! the window clock and detaches and attaches the probes at each change, reading the
 //! target's CPU and work on either side of every change: one process's, or summed over
 //! the process set (`--follow-forks`, several `--pid`, `--cgroup`).
