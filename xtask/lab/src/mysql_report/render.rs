@@ -352,7 +352,7 @@ impl Report {
             w,
             "### The trap alone\n\n\
              probetop (`--no-tui`, ring mode, as above) on a small program that only calls \
-             one function in a loop (`xtask/src/trapcost.c`), CPU time per call from \
+             one function in a loop (`xtask/lab/src/trapcost.c`), CPU time per call from \
              getrusage; medians of {} runs. This is the price of a hit with nothing of \
              mariadbd around it: the breakpoint trap, the kernel's uprobe lookup, the BPF \
              program, the return to user space, and for the single-stepped site a second \

@@ -35,7 +35,7 @@ impl Report {
         self.commands.insert(
             "trapcost",
             format!(
-                "cc -O2 -o trapcost xtask/src/trapcost.c && ./trapcost {calls} f_push  # then \
+                "cc -O2 -o trapcost xtask/lab/src/trapcost.c && ./trapcost {calls} f_push  # then \
                  probetop --pid PID --no-tui -e uprobe:f_push, and a line on its stdin"
             ),
         );
