@@ -15,7 +15,8 @@ use anyhow::{Context as _, Result, ensure};
 use serde_json::Value;
 
 use crate::mysql::{Mariadb, ServerOptions, Sysbench};
-use crate::mysql_report::{KillOnDrop, Stream, Tool, splice_between};
+use crate::tool::{KillOnDrop, Stream, Tool};
+use crate::util::doc::splice_between;
 use crate::util::proc::cpu_clock_ns;
 use crate::util::stats::{median, quantile};
 use crate::{Ctx, show};

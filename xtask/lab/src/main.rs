@@ -18,6 +18,7 @@ mod mysql_report;
 mod peers;
 mod postgres;
 mod postgres_report;
+mod tool;
 mod util;
 
 #[derive(Parser)]
@@ -344,11 +345,7 @@ fn mysql_sysbench(ctx: &Ctx, load: &SysbenchArgs, time: f64, probe: bool) -> Res
             .arg(server.pid().to_string())
             .args(["--preset", "mysql", "--no-tui"]);
         echo(&cmd);
-        Some(mysql_report::Tool::start(
-            cmd,
-            "attached",
-            mysql_report::Stream::Stderr,
-        )?)
+        Some(tool::Tool::start(cmd, "attached", tool::Stream::Stderr)?)
     } else {
         None
     };

@@ -9,10 +9,9 @@
 //! time to price each site.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead as _, BufReader, Read};
+use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 use std::{fs, thread};
 
@@ -29,16 +28,12 @@ use crate::{Ctx, echo, output_ok, show};
 
 mod render;
 mod runs;
-mod tool;
-pub use render::*;
-pub use tool::*;
+use crate::tool::*;
+pub(crate) use render::*;
 
 /// Markers around the generated part of docs/mysqld.md; the text outside is kept.
 const BEGIN_MARK: &str = "<!-- BEGIN cargo xtask mysql-report: generated, edits are lost -->";
 const END_MARK: &str = "<!-- END cargo xtask mysql-report -->";
-
-/// How long a tool may take to attach (bpftrace reads mariadbd's 26 MB of symbols).
-const ATTACH_PATIENCE: Duration = Duration::from_secs(180);
 
 #[derive(Debug, Clone)]
 pub struct ReportOptions {

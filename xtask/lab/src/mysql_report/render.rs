@@ -1,6 +1,7 @@
 //! Writing the report: the Markdown section of docs/mysqld.md and its JSON.
 
 use super::*;
+use crate::util::doc::splice_between;
 
 impl Report {
     /// Runs of one cell and variant in one phase.
@@ -716,24 +717,6 @@ pub(super) fn splice(existing: &str, section: &str) -> String {
     splice_between(existing, section, (BEGIN_MARK, END_MARK)).unwrap_or_else(|| {
         format!("# probetop on a live mysqld\n\n{BEGIN_MARK}\n{section}{END_MARK}\n")
     })
-}
-
-/// `existing` with the text between `marks` replaced by `section` (the marks kept);
-/// `None` when it has no such block.
-pub fn splice_between(existing: &str, section: &str, marks: (&str, &str)) -> Option<String> {
-    let (begin, end) = marks;
-    let block = format!("{begin}\n{section}{end}\n");
-    match (existing.find(begin), existing.find(end)) {
-        (Some(b), Some(e)) if b < e => {
-            let after = &existing[e + end.len()..];
-            Some(format!(
-                "{}{block}{}",
-                &existing[..b],
-                after.strip_prefix('\n').unwrap_or(after)
-            ))
-        }
-        _ => None,
-    }
 }
 
 /// Now as `YYYY-MM-DD HH:MM`, from the system clock (xtask has no date crate).

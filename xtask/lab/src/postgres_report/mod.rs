@@ -20,10 +20,10 @@ use std::{fs, thread};
 use anyhow::{Context as _, Result, ensure};
 use serde_json::{Value, json};
 
-use crate::mysql_report::{
-    Stream, Tool, bpftrace_counts, cpu_sum, per_query_us, rotated, safe_tag, splice_between, uptime,
-};
+use crate::mysql_report::{bpftrace_counts, cpu_sum, per_query_us, rotated, safe_tag, uptime};
 use crate::postgres::{Cluster, PGBENCH_SETUP_QUERIES, POSTGRES, Pgbench, PgbenchResult};
+use crate::tool::{Stream, Tool};
+use crate::util::doc::splice_between;
 use crate::util::proc::{HostCpu, process_cpu};
 use crate::{Ctx, show};
 
