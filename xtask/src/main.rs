@@ -88,7 +88,7 @@ enum Task {
     /// in one line. Installs qemu and fetches the kernels into target/kernels/.
     Kernels(kernels::KernelsArgs),
     // The benchmark and report lab (xtask/lab, its own crate: it links probe-user's
-    // export types), each run as `cargo run --release -p lab -- COMMAND ARGS`;
+    // export types), each run as `cargo run --release -p probetop-lab -- COMMAND ARGS`;
     // `cargo xtask COMMAND --help` shows its options.
     /// The seed's comparison on the Go fixture (Delve, bpftrace, probetop); writes its
     /// section of docs/peers.md. As root (xtask/lab).

@@ -258,12 +258,12 @@ impl Drop for Fixture {
     }
 }
 
-/// The lab's commands (xtask/lab), forwarded: `cargo run --release -p lab -- COMMAND
+/// The lab's commands (xtask/lab), forwarded: `cargo run --release -p probetop-lab -- COMMAND
 /// ARGS`. Release, as its measurements need, and its build shares probe-user's release
 /// artifacts with `cargo build --release`.
 pub(super) fn lab(ctx: &Ctx, command: &str, args: &[OsString]) -> Result<()> {
     let mut cmd = ctx.cargo();
-    cmd.args(["run", "--quiet", "--release", "-p", "lab", "--"]);
+    cmd.args(["run", "--quiet", "--release", "-p", "probetop-lab", "--"]);
     if ctx.verbose {
         cmd.arg("--verbose");
     }

@@ -1,7 +1,7 @@
 //! probetop's benchmark and report lab: measurements of what probing costs a program
 //! (bench, peers, mysql-report, postgres-report, insitu-check) and the private servers
 //! and loads they run (mysql-sysbench, mysql-serve). Run through `cargo xtask COMMAND`,
-//! which forwards here (`cargo run --release -p lab -- COMMAND`); shares xtask's library
+//! which forwards here (`cargo run --release -p probetop-lab -- COMMAND`); shares xtask's library
 //! (the workspace, commands, apt installs).
 use std::fs;
 use std::path::PathBuf;

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 use std::{fs, thread};
 
 use anyhow::{Context as _, Result, bail, ensure};
+use probe_user::present::export::json::JsonProbe;
 use serde_json::{Value, json};
 
 use crate::mysql::{
@@ -122,7 +123,7 @@ struct Run {
     sysbench_s: f64,
     host: HostCpu,
     /// Per probe (probetop): spec, hits, dropped, handler_ns summary.
-    probes: Vec<Value>,
+    probes: Vec<JsonProbe<'static>>,
     /// Per map (bpftrace): samples in its histogram.
     bpftrace_counts: BTreeMap<String, u64>,
     /// probetop's export prefix in the work directory.
@@ -154,19 +155,13 @@ impl Run {
         ((self.host.busy - ours) / self.wall_s.max(1e-9)).max(0.0)
     }
     fn hits(&self) -> u64 {
-        self.probes.iter().filter_map(|p| p["hits"].as_u64()).sum()
+        self.probes.iter().map(|p| p.hits).sum()
     }
     fn probe_hits(&self, spec: &str) -> Option<u64> {
-        self.probes
-            .iter()
-            .find(|p| p["spec"] == spec)
-            .and_then(|p| p["hits"].as_u64())
+        self.probes.iter().find(|p| p.spec == spec).map(|p| p.hits)
     }
     fn dropped(&self) -> u64 {
-        self.probes
-            .iter()
-            .filter_map(|p| p["dropped"].as_u64())
-            .sum()
+        self.probes.iter().map(|p| p.dropped).sum()
     }
     fn to_json(&self) -> Value {
         json!({

@@ -428,11 +428,10 @@ impl Report {
             let qps = med(spread(runs.iter().map(|r| r.sysbench.qps)));
             let hits = med(spread(runs.iter().map(|r| self.hits_per_query(r))));
             let background = spread(runs.iter().map(|r| r.background_cores()));
-            let p50 = med(spread(runs.iter().filter_map(|r| {
-                r.probes
-                    .first()
-                    .and_then(|p| p["handler_ns"]["p50"].as_f64())
-            })));
+            let p50 =
+                med(spread(runs.iter().filter_map(|r| {
+                    r.probes.first().map(|p| p.handler_ns.p50 as f64)
+                })));
             let kernel = if p.kind == "uretprobe" {
                 "entry + return trap"
             } else if p.emulated {
@@ -490,8 +489,8 @@ impl Report {
                  |---|---:|---:|---:|---:|---:|---:|---:|---|"
             );
             for p in &run.probes {
-                let h = &p["handler_ns"];
-                let spec = p["spec"].as_str().unwrap_or("?");
+                let h = &p.handler_ns;
+                let spec = &p.spec;
                 let file = copied
                     .iter()
                     .find(|f| f.contains(&format!(".{}.", safe_tag(spec))))
@@ -500,7 +499,7 @@ impl Report {
                 let _ = writeln!(
                     w,
                     "| `{spec}` | {} | {} | {} | {} | {} | {} | {} | {file} |",
-                    p["hits"], p["dropped"], h["p50"], h["p90"], h["p99"], h["p999"], h["max"]
+                    p.hits, p.dropped, h.p50, h.p90, h.p99, h.p999, h.max
                 );
             }
             let _ = writeln!(w);

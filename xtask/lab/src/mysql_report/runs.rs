@@ -332,11 +332,7 @@ impl Report {
                 let path = export_prefix
                     .context("probetop runs export")?
                     .with_extension("json");
-                let text =
-                    fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-                let json: Value = serde_json::from_slice(&text)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                run.probes = json["probes"].as_array().cloned().unwrap_or_default();
+                run.probes = crate::util::export::read(&path)?.probes;
             }
             Variant::Bpftrace => {
                 let text = output.unwrap_or_default();
