@@ -19,6 +19,7 @@
 
 pub mod assume;
 pub mod bpf_stats;
+pub mod budget;
 pub mod calibration;
 pub mod classes;
 pub mod dispatch;

@@ -40,6 +40,12 @@ struct JsonProbe<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     owner: Option<JsonOwner<'a>>,
     hits: u64,
+    /// With `--budget`: `hits` is scaled to the whole run from the hits counted while
+    /// attached; its 95% interval.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hits_interval: Option<JsonHitsInterval>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hits_counted: Option<u64>,
     dropped: u64,
     handler_ns: HandlerSummary,
     /// Argument values of the last hit that captured any (`--args`); null where a read
@@ -315,6 +321,22 @@ struct JsonExec<'a> {
 }
 
 #[derive(Serialize)]
+struct JsonHitsInterval {
+    low: u64,
+    high: u64,
+}
+
+/// `--budget`: what was asked, what the probes used (in the same unit), the last duty.
+#[derive(Serialize)]
+struct JsonBudget<'a> {
+    asked: f64,
+    /// `share` (of the target's CPU) or `seconds_per_second`.
+    unit: &'static str,
+    #[serde(flatten)]
+    summary: &'a crate::cost::budget::BudgetSummary,
+}
+
+#[derive(Serialize)]
 struct JsonReport<'a> {
     tool: &'static str,
     version: &'static str,
@@ -336,9 +358,17 @@ struct JsonReport<'a> {
     /// probes stayed on the old one and missed the new file's calls.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     replaced_objects: &'a [super::ReplacedObject],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget: Option<JsonBudget<'a>>,
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
+    let scaled = |id: u32| {
+        report
+            .budget
+            .as_ref()
+            .and_then(|b| b.scaled.get(id as usize).copied())
+    };
     let doc = JsonReport {
         tool: "probetop",
         version: env!("CARGO_PKG_VERSION"),
@@ -379,6 +409,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     counting_ns: p.cost.counting_ns,
                 }),
                 hits: p.hits,
+                hits_interval: scaled(p.id).map(|s| JsonHitsInterval {
+                    low: s.low.floor() as u64,
+                    high: s.high.ceil() as u64,
+                }),
+                hits_counted: scaled(p.id).map(|s| s.counted),
                 dropped: p.dropped,
                 handler_ns: HandlerSummary::of(&p.handler_ns),
                 last_args: p.last_args.as_deref(),
@@ -466,6 +501,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         attach_path: report.attach_path,
         skipped: &report.skipped,
         replaced_objects: &report.replaced,
+        budget: report.budget.as_ref().map(|summary| JsonBudget {
+            asked: summary.budget.asked(),
+            unit: summary.budget.unit(),
+            summary,
+        }),
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",
