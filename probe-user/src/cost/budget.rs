@@ -20,9 +20,9 @@ use super::stats::XorShift;
 /// What the estimate of a hit's cost may be short of the truth by (docs/cost.md: within
 /// 25% in every cell measured), added to it before it is held against the budget.
 pub const ESTIMATE_MARGIN: f64 = 0.25;
-/// The shortest attached part of a period: an attach or a detach takes ~1 ms, which must
-/// stay small beside it.
-const ON_MIN_S: f64 = 0.025;
+/// The shortest attached part of a period: an attach takes 1-10 ms (longer on a busy
+/// machine), which must stay small beside it.
+const ON_MIN_S: f64 = 0.04;
 /// The shortest period: each change blocks the session loop for a grace period.
 const PERIOD_MIN_S: f64 = 0.25;
 /// Periods per budget window at least, so a window's spending can be corrected within it.
@@ -171,6 +171,8 @@ pub struct Controller {
     /// What the probes would cost at the minimum duty, when that is over the budget.
     floor: Option<f64>,
     rng: XorShift,
+    /// How much later than planned attached parts ended lately, s (a moving mean).
+    overrun_s: f64,
 }
 
 impl Controller {
@@ -195,6 +197,7 @@ impl Controller {
             feedback: Feedback::None,
             floor: None,
             rng: XorShift::new(seed | 1),
+            overrun_s: 0.0,
         }
     }
 
@@ -228,7 +231,11 @@ impl Controller {
                 on_s: period_s,
             };
         }
-        let on_s = (self.duty * period_s).max(ON_MIN_S.min(period_s));
+        // The attached part ends when the session gets to it, later on a busy machine:
+        // what it overran by lately is taken off what is planned.
+        let on_s = (self.duty * period_s - self.overrun_s)
+            .max(ON_MIN_S / 4.0)
+            .min(period_s);
         Plan {
             period_s,
             on_offset_s: (period_s - on_s) * self.uniform(),
@@ -238,6 +245,12 @@ impl Controller {
 
     fn uniform(&mut self) -> f64 {
         self.rng.below(1_000_001) as f64 / 1e6
+    }
+
+    /// An attached part planned for `planned_s` lasted `actual_s`.
+    pub fn attached_for(&mut self, planned_s: f64, actual_s: f64) {
+        let overrun = (actual_s - planned_s).max(0.0);
+        self.overrun_s = 0.7 * self.overrun_s + 0.3 * overrun;
     }
 
     /// In situ's added CPU per second while attached, once it has a signal.
@@ -420,6 +433,8 @@ pub struct Scaler {
     sum: Vec<f64>,
     poisson: Vec<f64>,
     diffs: Vec<f64>,
+    /// What the attached parts' uncertain ends may move the sum by.
+    bias: Vec<f64>,
     last: Vec<Option<f64>>,
     pub periods: usize,
 }
@@ -431,13 +446,15 @@ impl Scaler {
             self.sum.resize(n, 0.0);
             self.poisson.resize(n, 0.0);
             self.diffs.resize(n, 0.0);
+            self.bias.resize(n, 0.0);
             self.last.resize(n, None);
         }
     }
 
     /// A period whose attached fraction was `fraction` ended, and `hits` (cumulative per
-    /// probe) hold every hit of it.
-    pub fn close_period(&mut self, fraction: f64, hits: &[u64]) {
+    /// probe) hold every hit of it. `uncertain` is the part of its attached time that may
+    /// have been attached or not (the attach calls' length, over the time attached).
+    pub fn close_period(&mut self, fraction: f64, uncertain: f64, hits: &[u64]) {
         self.grow(hits.len());
         let inverse = 1.0 / fraction.clamp(1e-6, 1.0);
         for (i, &cumulative) in hits.iter().enumerate() {
@@ -445,6 +462,7 @@ impl Scaler {
             self.read[i] = cumulative.max(self.read[i]);
             let y = h * inverse;
             self.sum[i] += y;
+            self.bias[i] += y * uncertain.max(0.0);
             self.poisson[i] += h * inverse * inverse;
             if let Some(previous) = self.last[i] {
                 self.diffs[i] += (y - previous).powi(2) / 2.0;
@@ -470,7 +488,7 @@ impl Scaler {
                     .max(self.poisson.get(i).copied().unwrap_or(0.0));
                 // With one period there is no difference to learn from: the interval is
                 // the counting noise, which says little; two or more are needed.
-                let half = Z95 * spread.sqrt();
+                let half = Z95 * spread.sqrt() + self.bias.get(i).copied().unwrap_or(0.0);
                 let scaled = sum.max(counted as f64);
                 ScaledHits {
                     counted,
@@ -657,7 +675,7 @@ mod tests {
         for _ in 0..periods {
             let jitter = rng.below(21) as u64; // +-10 hits of noise
             cumulative += 90 + jitter;
-            s.close_period(0.1, &[cumulative]);
+            s.close_period(0.1, 0.0, &[cumulative]);
         }
         let scaled = s.scaled(&[cumulative])[0];
         let truth = 1000.0 * periods as f64;

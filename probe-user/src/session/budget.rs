@@ -33,6 +33,7 @@ enum Phase {
 struct Ended {
     period_s: f64,
     on_s: f64,
+    attach_s: f64,
     target_cpu_ns: f64,
 }
 
@@ -51,6 +52,8 @@ pub struct Driver {
     on_since: Option<Instant>,
     /// Seconds attached in the current period so far.
     on_s: f64,
+    /// Seconds the attach calls of the current period took.
+    attach_s: f64,
     next: Instant,
     /// The probes detached by the driver.
     suspended: Vec<u32>,
@@ -81,6 +84,15 @@ fn cost_of(snapshot: &Snapshot) -> (Vec<u64>, f64) {
     (hits, cost)
 }
 
+/// The share of a period's attached time its attach calls took.
+fn uncertain(ended: &Ended) -> f64 {
+    if ended.on_s > 0.0 {
+        ended.attach_s / ended.on_s
+    } else {
+        0.0
+    }
+}
+
 impl Driver {
     /// Starts with the probes attached, as they are when this is called.
     pub fn start(members: Members, budget: Budget, window: Duration) -> Result<Self, MeterError> {
@@ -102,6 +114,7 @@ impl Driver {
             window_reading: reading,
             on_since: Some(now),
             on_s: 0.0,
+            attach_s: 0.0,
             next: now,
             suspended: Vec::new(),
             ended: None,
@@ -207,7 +220,9 @@ impl Driver {
     fn detach(&mut self, attachment: &mut Attachment) -> Result<(), MeterError> {
         let end = self.meter.read()?;
         if let Some(since) = self.on_since.take() {
-            self.on_s += (Instant::now() - since).as_secs_f64();
+            let attached_s = (Instant::now() - since).as_secs_f64();
+            self.controller.attached_for(self.plan.on_s, attached_s);
+            self.on_s += attached_s;
             self.insitu
                 .push_window(Window::between(true, &self.window_reading, &end));
         }
@@ -227,8 +242,11 @@ impl Driver {
             // Said once; the probes that came back count on.
             self.act(format!("cannot attach the probes again: {e}"));
         }
+        // Attached from the end of the call: the kernel arms the points last. The call's
+        // length is the uncertainty of the attached part's start.
         let after = Instant::now();
-        self.on_since = Some(before + (after - before) / 2);
+        self.attach_s += (after - before).as_secs_f64();
+        self.on_since = Some(after);
         self.window_reading = self.meter.read()?;
         Ok(())
     }
@@ -238,16 +256,19 @@ impl Driver {
         let period_s = (reading.at - self.period_reading.at).as_secs_f64();
         let target_cpu_ns = reading.cpu_ns.saturating_sub(self.period_reading.cpu_ns) as f64;
         let on_s = std::mem::take(&mut self.on_s);
+        let attach_s = std::mem::take(&mut self.attach_s);
         // A period whose hits were not read yet joins this one.
         self.ended = Some(match self.ended.take() {
             Some(e) => Ended {
                 period_s: e.period_s + period_s,
                 on_s: e.on_s + on_s,
+                attach_s: e.attach_s + attach_s,
                 target_cpu_ns: e.target_cpu_ns + target_cpu_ns,
             },
             None => Ended {
                 period_s,
                 on_s,
+                attach_s,
                 target_cpu_ns,
             },
         });
@@ -266,7 +287,7 @@ impl Driver {
         } else {
             1.0
         };
-        self.scaler.close_period(fraction, &hits);
+        self.scaler.close_period(fraction, uncertain(&ended), &hits);
         let estimated_ns = (cost - self.cost_read_ns).max(0.0);
         self.cost_read_ns = cost;
         // In situ where it has a signal: its interval above zero.
@@ -344,7 +365,8 @@ impl Driver {
             } else {
                 1.0
             };
-            self.scaler.close_period(fraction, counted);
+            self.scaler
+                .close_period(fraction, uncertain(&ended), counted);
         }
         let mut summary = self.summary();
         summary.scaled = self.scaler.scaled(counted);
