@@ -1,4 +1,4 @@
-//! `--budget`: the session's side of the duty cycle (`cost::budget`). It owns the
+//! `--budget`: the session's side of the duty cycle (`insitu::budget`). It owns the
 //! periods' clock, detaches every probe outside a period's attached part and attaches
 //! them again at its start, reads the target's CPU (one process, or the set's) at each
 //! period's end, and the hits and their estimated cost at each attached part's start
@@ -11,10 +11,8 @@ use tokio::time::Instant;
 
 use crate::aggregate::Snapshot;
 use crate::attach::Attachment;
-use crate::cost::budget::{Budget, BudgetSummary, Controller, Observed, Plan, Scaler};
-use crate::cost::insitu::{
-    InSitu, Members, MeterError, Reading, SetMeter, Verdict, Window, WorkMeter,
-};
+use crate::insitu::budget::{Budget, BudgetSummary, Controller, Observed, Plan, Scaler};
+use crate::insitu::{InSitu, Members, MeterError, Reading, SetMeter, Verdict, Window, WorkMeter};
 
 /// While attached, how often the window's spending is looked at.
 const GUARD_EVERY: Duration = Duration::from_millis(100);

@@ -159,7 +159,7 @@ pub fn render_prometheus(report: &Report) -> String {
 }
 
 /// `--budget`: what was asked, what the probes used (mean and bounds), and the duty.
-fn budget_families(out: &mut String, b: &crate::cost::budget::BudgetSummary) {
+fn budget_families(out: &mut String, b: &crate::insitu::budget::BudgetSummary) {
     let unit = b.budget.unit();
     family(
         out,
@@ -198,7 +198,7 @@ fn budget_families(out: &mut String, b: &crate::cost::budget::BudgetSummary) {
 
 /// `--in-situ`: the added CPU and cost per hit measured on the target, each with the
 /// bounds of its 95% interval, and the windows behind them.
-fn in_situ_families(out: &mut String, s: &crate::cost::insitu::InSituSummary) {
+fn in_situ_families(out: &mut String, s: &crate::insitu::InSituSummary) {
     let intervals = [
         (
             "probetop_in_situ_cpu_share",
@@ -258,7 +258,7 @@ fn in_situ_families(out: &mut String, s: &crate::cost::insitu::InSituSummary) {
         "gauge",
         "1 once the in-situ interval is narrow enough to give a number, else 0 (run longer).",
     );
-    let measured = s.verdict == crate::cost::insitu::Verdict::Measured;
+    let measured = s.verdict == crate::insitu::Verdict::Measured;
     let _ = writeln!(out, "probetop_in_situ_measured {}", u8::from(measured));
 }
 
@@ -641,7 +641,7 @@ mod tests {
 
     #[test]
     fn in_situ_intervals_each_have_their_three_bounds() {
-        use crate::cost::insitu::{InSituSummary, Interval, Verdict, WorkMeter};
+        use crate::insitu::{InSituSummary, Interval, Verdict, WorkMeter};
         let interval = |mean: f64| Interval {
             mean,
             low: mean * 0.5,

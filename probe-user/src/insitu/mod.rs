@@ -17,9 +17,10 @@
 
 use std::{collections::HashMap, fmt, io, time::Instant};
 
-use super::stats::{XorShift, quantile};
+use crate::stats::{XorShift, quantile};
 use crate::sys::procfs;
 
+pub mod budget;
 mod set;
 pub use set::{Members, SetMeter};
 

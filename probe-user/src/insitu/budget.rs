@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 
-use super::stats::XorShift;
+use crate::stats::XorShift;
 
 /// What the estimate of a hit's cost may be short of the truth by (docs/cost.md: within
 /// 25% in every cell measured), added to it before it is held against the budget.
