@@ -292,6 +292,18 @@ pub struct RunArgs {
     /// syscalls and wakeups that moves.
     #[arg(long, value_enum, value_name = "METER", default_value_t = crate::insitu::WorkMeter::Auto)]
     pub work: crate::insitu::WorkMeter,
+
+    /// Keep what the probes cost the target at or under a budget over every
+    /// --budget-window: a share of its CPU time (2%) or CPU time per second (20ms/s).
+    /// Every probe is then attached for a fraction of short periods (the duty, chosen
+    /// from the measured cost), and hits and rates are scaled to the whole run with a
+    /// 95% interval.
+    #[arg(long, value_name = "PCT|MS/s", value_parser = crate::insitu::budget::Budget::parse)]
+    pub budget: Option<crate::insitu::budget::Budget>,
+
+    /// With --budget: the window the budget holds over, in seconds (1 to 3600).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = seconds(1.0, 3600.0))]
+    pub budget_window: f64,
 }
 
 /// How hits reach user space.

@@ -13,6 +13,7 @@ macro_rules! say {
     }};
 }
 
+mod budget;
 mod commands;
 mod drive;
 mod find;

@@ -470,3 +470,35 @@ fn every_number_flag_is_range_checked_in_one_line() {
         assert!(!err.contains(&format!("{flag} {value}")), "{err}");
     }
 }
+
+/// `--budget` of 0, a negative, over 100% or what does not parse: one line naming the
+/// flag and the value, exit 2, before anything is looked up; a budget in range is taken
+/// (the run then fails on the pid that is not there).
+#[test]
+fn a_budget_out_of_range_or_unparseable_is_one_line() {
+    let _turn = turn(module_path!());
+    const RUN: &[&str] = &["--pid", "4999999", "-e", "uprobe:x", "--no-tui"];
+    for value in [
+        "0", "0%", "-1", "-5%", "101%", "1e9", "abc", "2%%", "20ms", "-20ms/s", "nan",
+    ] {
+        let arg = format!("--budget={value}");
+        let out = run(&[RUN, &[arg.as_str()][..]].concat());
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{value}: {err}");
+        assert_eq!(err.lines().count(), 1, "{value}: {err}");
+        assert!(
+            err.starts_with(&format!("probetop: --budget {value}: give a share")),
+            "{value}: {err}"
+        );
+    }
+    for value in ["2%", "0.5", "100%", "20ms/s"] {
+        let arg = format!("--budget={value}");
+        let out = run(&[RUN, &[arg.as_str()][..]].concat());
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{value}: {err}");
+    }
+    // Two drivers of the attachment at once are refused in one line.
+    let out = run(&[RUN, &["--budget", "2%", "--in-situ"][..]].concat());
+    assert_clean_failure(&out, 2, "--budget");
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
+}

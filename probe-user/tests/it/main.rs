@@ -13,6 +13,7 @@ mod common;
 
 mod attach;
 mod bad_input;
+mod budget;
 mod cost_calibrate;
 mod cost_classes;
 mod cost_estimate;

@@ -56,6 +56,12 @@ pub struct JsonProbe<'a> {
     pub owner: Option<JsonOwner<'a>>,
     #[serde(default)]
     pub hits: u64,
+    /// With `--budget`: `hits` is scaled to the whole run from the hits counted while
+    /// attached; its 95% interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits_interval: Option<JsonHitsInterval>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits_counted: Option<u64>,
     #[serde(default)]
     pub dropped: u64,
     #[serde(default)]
@@ -354,6 +360,23 @@ pub struct JsonExec<'a> {
     pub probes_attached: usize,
 }
 
+/// With `--budget`: the 95% interval of a probe's scaled hits.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JsonHitsInterval {
+    pub low: u64,
+    pub high: u64,
+}
+
+/// `--budget`: what was asked, what the probes used (in the same unit), the last duty.
+#[derive(Debug, Clone, Serialize)]
+pub struct JsonBudget<'a> {
+    asked: f64,
+    /// `share` (of the target's CPU) or `seconds_per_second`.
+    unit: &'static str,
+    #[serde(flatten)]
+    summary: &'a crate::insitu::budget::BudgetSummary,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct JsonReport<'a> {
@@ -377,9 +400,18 @@ pub struct JsonReport<'a> {
     /// probes stayed on the old one and missed the new file's calls.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub replaced_objects: Cow<'a, [super::ReplacedObject]>,
+    /// `--budget`: written, not read back (the lab does not read it).
+    #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
+    pub budget: Option<JsonBudget<'a>>,
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
+    let scaled = |id: u32| {
+        report
+            .budget
+            .as_ref()
+            .and_then(|b| b.scaled.get(id as usize).copied())
+    };
     let doc = JsonReport {
         tool: "probetop".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -420,6 +452,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     counting_ns: p.cost.counting_ns,
                 }),
                 hits: p.hits,
+                hits_interval: scaled(p.id).map(|s| JsonHitsInterval {
+                    low: s.low.floor() as u64,
+                    high: s.high.ceil() as u64,
+                }),
+                hits_counted: scaled(p.id).map(|s| s.counted),
                 dropped: p.dropped,
                 handler_ns: HandlerSummary::of(&p.handler_ns),
                 last_args: p.last_args.as_deref().map(Cow::Borrowed),
@@ -508,6 +545,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         attach_path: report.attach_path.map(Into::into),
         skipped: Cow::Borrowed(&report.skipped),
         replaced_objects: Cow::Borrowed(&report.replaced),
+        budget: report.budget.as_ref().map(|summary| JsonBudget {
+            asked: summary.budget.asked(),
+            unit: summary.budget.unit(),
+            summary,
+        }),
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",
