@@ -18,6 +18,7 @@ mod drive;
 mod find;
 mod finish;
 mod follow;
+mod host;
 mod insitu;
 mod maps_watch;
 mod others;
@@ -55,6 +56,9 @@ pub enum StopReason {
 /// `probetop [run]`: every phase in turn. An error before [`start`] leaves nothing
 /// attached; one after it drops the attachment, which detaches every probe.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    if args.all {
+        return host::run(args).await;
+    }
     stop::stop_before_attaching()?;
     let plan = plan::Plan::from_args(&args)?;
     // A target that exits while probetop starts makes some step fail (a read of its

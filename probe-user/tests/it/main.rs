@@ -22,6 +22,7 @@ mod detach;
 mod edges;
 mod exports;
 mod forks;
+mod host;
 mod hostile;
 mod list;
 mod listen;

@@ -15,6 +15,7 @@ mod app;
 mod detail;
 mod help;
 mod plot;
+pub mod processes;
 mod status;
 mod table;
 mod theme;
