@@ -238,6 +238,9 @@ struct Seen {
     sites: Vec<ArmedSite>,
 }
 
+/// Another tool's probe, with the one process a uprobe_multi link is limited to.
+type LimitedSite = (OtherSite, Option<u32>);
+
 /// Every process with another tool's probe armed in it now. Blocking: walks every
 /// process's descriptors (the BPF programs' holders) and maps.
 fn look() -> Vec<Seen> {
@@ -246,7 +249,7 @@ fn look() -> Vec<Seen> {
         return Vec::new();
     }
     // Grouped by site: several tools may probe one.
-    let mut sites: Vec<(SiteKey, Vec<(OtherSite, Option<u32>)>)> = Vec::new();
+    let mut sites: Vec<(SiteKey, Vec<LimitedSite>)> = Vec::new();
     for (site, only) in found {
         let Ok(file) = FileId::of(&site.file) else {
             continue;
