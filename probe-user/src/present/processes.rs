@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::format;
-use crate::cost::others::Owner;
+use crate::attach::others::Owner;
 
 /// One process with probes armed in it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
