@@ -110,6 +110,12 @@ pub struct RunArgs {
     #[arg(short, long = "pid", value_name = "PID", value_parser = pid())]
     pub pids: Vec<u32>,
 
+    /// Every process whose mapped objects carry user-space probes of any tool, one row
+    /// each: probes, hits/s, what they cost it and who put them there, sorted by CPU
+    /// share; Enter opens one as --pid would. Not with --pid, -e, -f, --preset.
+    #[arg(long)]
+    pub all: bool,
+
     /// Probe the --pid processes and every process forked from them, now and later
     /// (hits are counted per process: the JSON's `pids`, the TUI's detail pane).
     #[arg(short = 'F', long)]

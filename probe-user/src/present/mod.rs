@@ -4,6 +4,7 @@ pub mod export;
 pub mod format;
 pub mod list;
 pub mod listen;
+pub mod processes;
 pub mod summary;
 pub mod tui;
 

@@ -23,6 +23,7 @@ mod detach;
 mod edges;
 mod exports;
 mod forks;
+mod host;
 mod hostile;
 mod list;
 mod listen;

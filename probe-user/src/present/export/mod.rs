@@ -34,7 +34,7 @@ pub mod html;
 pub mod json;
 pub mod prometheus;
 
-pub use file::{check, write};
+pub use file::{check, write, write_file};
 
 /// The measurements of one probe over a run.
 #[derive(Debug, Clone)]
