@@ -20,7 +20,7 @@ pub enum Command {
     /// List the probe points of a process or a file: functions and USDT probes.
     List(ListArgs),
     /// Measure what a probe hit costs on this machine, per cost class, and cache it
-    /// for whole-cost estimates.
+    /// for whole-cost estimates (20-40 s on up to one CPU; once per kernel and CPU).
     Calibrate(CalibrateArgs),
     /// The calibration's workload (run by `calibrate` itself).
     #[command(name = "__calibrate-workload", hide = true)]
@@ -40,11 +40,20 @@ pub enum Command {
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// 20-30 seconds instead of 1-2 minutes (fewer, shorter repetitions).
+    /// Measure longer (2-3 minutes instead of 20-40 s): more and longer repetitions of
+    /// every case and curve; prints them all.
     #[arg(long)]
+    pub thorough: bool,
+
+    /// The default's length (20-40 s); kept for scripts written when it was not.
+    #[arg(long, hide = true, conflicts_with = "thorough")]
     pub quick: bool,
 
-    /// Repetitions of every case (default 31, quick 15; 3 to 1000).
+    /// Print every row and curve measured, not only the three-line result.
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Repetitions of every case (default 15, --thorough 31; 3 to 1000).
     #[arg(long, value_name = "N", value_parser = whole::<usize>(3, 1000, "a median and quartiles need at least 3"))]
     pub reps: Option<usize>,
 
