@@ -15,6 +15,16 @@ pub struct Cli {
     pub run: RunArgs,
 }
 
+/// The usage printed when probetop is run with nothing to do.
+pub const USAGE: &str = concat!(
+    "usage: probetop --pid PID [-e SPEC]... [--preset NAME] [OPTIONS]  watch what probes cost a process\n",
+    "         SPEC: uprobe:FUNC, uretprobe:FUNC, usdt:PROVIDER:NAME; --pid PID alone: other tools' probes on it\n",
+    "       probetop list [--pid PID | FILE] [PATTERN]                   what a process or file can be probed at\n",
+    "       probetop calibrate                                           measure what a hit costs here (20-40 s)\n",
+    "example: probetop --pid $(pidof mariadbd) --preset mysql\n",
+    "probetop --help lists every option; probetop man prints the manual",
+);
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List the probe points of a process or a file: functions and USDT probes.
@@ -27,14 +37,12 @@ pub enum Command {
     CalibrateWorkload,
     /// Print the completion script of a shell on stdout (the release tarball ships
     /// bash's, zsh's and fish's).
-    #[command(hide = true)]
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
     /// Print the man page on stdout (`probetop man | man -l -`), or write every page
     /// (probetop.1, probetop-list.1, ...) into DIR.
-    #[command(hide = true)]
     Man { dir: Option<PathBuf> },
 }
 

@@ -38,7 +38,7 @@ pub fn completions(shell: Shell, out: &mut dyn Write) -> Result<(), ManualError>
         .map_err(ManualError::Stdout)
 }
 
-/// `cmd` without its hidden subcommands (`__calibrate-workload`, `completions`, `man`),
+/// `cmd` without its hidden subcommand (`__calibrate-workload`),
 /// which clap_complete would otherwise offer. clap cannot remove a subcommand, so the
 /// command is rebuilt from its parts; what completion does not read is left out.
 fn without_hidden_subcommands(cmd: clap::Command) -> clap::Command {
@@ -91,9 +91,11 @@ fn commands() -> Vec<clap::Command> {
     // `probetop help` needs no page of its own.
     let mut root = crate::cli::Cli::command().disable_help_subcommand(true);
     root.build();
+    // `man` and `completions` print these pages and scripts: listed in the main page,
+    // with no page of their own.
     let subs: Vec<clap::Command> = root
         .get_subcommands()
-        .filter(|s| !s.is_hide_set())
+        .filter(|s| !s.is_hide_set() && !matches!(s.get_name(), "man" | "completions"))
         .cloned()
         .collect();
     let mut all = vec![root];
