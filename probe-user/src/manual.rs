@@ -38,14 +38,19 @@ pub fn completions(shell: Shell, out: &mut dyn Write) -> Result<(), ManualError>
         .map_err(ManualError::Stdout)
 }
 
-/// `cmd` without its hidden subcommand (`__calibrate-workload`),
+/// `cmd` without its hidden subcommand (`__calibrate-workload`) and the two that print
+/// these scripts and pages (`completions`, `man`),
 /// which clap_complete would otherwise offer. clap cannot remove a subcommand, so the
 /// command is rebuilt from its parts; what completion does not read is left out.
 fn without_hidden_subcommands(cmd: clap::Command) -> clap::Command {
     let mut bare = clap::Command::new(BIN)
         .args(cmd.get_arguments().cloned())
         .groups(cmd.get_groups().cloned())
-        .subcommands(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+        .subcommands(
+            cmd.get_subcommands()
+                .filter(|s| !s.is_hide_set() && !matches!(s.get_name(), "man" | "completions"))
+                .cloned(),
+        );
     if let Some(about) = cmd.get_about() {
         bare = bare.about(about.clone());
     }
