@@ -1,4 +1,5 @@
 //! Presentation: the live terminal UI, the end-of-run summary, and exports.
+pub(crate) mod calibration;
 pub mod cost_report;
 pub mod export;
 pub mod format;

@@ -59,7 +59,7 @@ pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
     }
     let (calibration, spent) =
         calibrate::run(options, |phase| say!("probetop calibrate: {phase}"))?;
-    let result = calibrate::result_lines(&calibration).join("\n") + "\n";
+    let result = crate::present::calibration::result_lines(&calibration).join("\n") + "\n";
     if args.json {
         crate::error_line::write_stdout(&format!(
             "{}\n",

@@ -12,7 +12,6 @@ use super::{StopReason, follow, insitu, maps_watch, others, processes};
 use crate::aggregate::Snapshot;
 use crate::attach::Attachment;
 use crate::cli::RunArgs;
-use crate::cost;
 use crate::present::{
     self,
     tui::{self, UiEvent, UiExit, UiLinks, UiRequest},
@@ -134,7 +133,7 @@ async fn with_tui(run: &mut Running, args: &RunArgs) -> anyhow::Result<Driven> {
         args.args > 0,
         tui::Theme::from_env(),
     );
-    if !matches!(crate::cost::calibration::load_cached(), Ok(Some(_))) {
+    if !matches!(crate::calibrate::table::load_cached(), Ok(Some(_))) {
         app.note = Some(crate::present::NO_CALIBRATION_FOOTER);
     }
     // The UI ends on the shutdown future too; it is not polled again after.
@@ -322,7 +321,7 @@ fn change_window(
     attachment: &mut Attachment,
     source: &ReportSource,
     snapshots: &watch::Receiver<Snapshot>,
-) -> Option<cost::insitu::InSituSummary> {
+) -> Option<crate::insitu::InSituSummary> {
     let active = driver.as_mut()?;
     let (hits, streaming) = {
         let snapshot = snapshots.borrow();
@@ -356,9 +355,9 @@ fn change_window(
 }
 
 /// What the TUI shows of an in-situ summary: a status part and a detail line.
-fn in_situ_event(summary: &cost::insitu::InSituSummary) -> UiEvent {
+fn in_situ_event(summary: &crate::insitu::InSituSummary) -> UiEvent {
     let status = match (summary.verdict, summary.added_share) {
-        (cost::insitu::Verdict::Measured, Some(share)) => {
+        (crate::insitu::Verdict::Measured, Some(share)) => {
             format!("in situ {} cpu", present::format::percent(share.mean))
         }
         (verdict, _) => format!("in situ: {}", verdict.as_str()),

@@ -1,11 +1,11 @@
 //! What `probetop calibrate` prints by default: three lines a user can act on, read
-//! off the same rows the estimates price hits with (`cost::estimate::basis` and
+//! off the same rows the estimates price hits with (`price::estimate::basis` and
 //! `cold_basis`), so the lines say what a run will say. The full table and curves
 //! (`Calibration::render_text`) come with `--verbose` or `--thorough`.
 
-use crate::cost::calibration::Calibration;
-use crate::cost::classes::CostClass;
-use crate::cost::estimate::{CostBasis, basis, cold_basis};
+use crate::calibrate::table::Calibration;
+use crate::insn::classes::CostClass;
+use crate::price::estimate::{CostBasis, basis, cold_basis};
 use crate::spec::ProbeKind;
 
 /// A whole hit with probetop's ring handler (the default mode's price), ns.
@@ -37,7 +37,7 @@ fn range(values: &[f64]) -> Option<String> {
 /// The three lines of the result: a hit of the common kinds warm and in a server, the
 /// dear and cheap classes, and what the estimates will do with them. Lines whose rows
 /// are missing (`--no-cold`, `--no-gap`) say less.
-pub fn result_lines(cal: &Calibration) -> Vec<String> {
+pub(crate) fn result_lines(cal: &Calibration) -> Vec<String> {
     let hot = |class, kind| whole(&basis(cal, class, kind, false));
     let cold = |class, kind| cold_basis(cal, class, kind, false).and_then(|b| whole(&b));
     let common = [CostClass::EmulatedNop, CostClass::EmulatedPush];
