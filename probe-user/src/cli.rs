@@ -15,36 +15,53 @@ pub struct Cli {
     pub run: RunArgs,
 }
 
+/// The usage printed when probetop is run with nothing to do.
+pub const USAGE: &str = concat!(
+    "usage: probetop --pid PID [-e SPEC]... [--preset NAME] [OPTIONS]  watch what probes cost a process\n",
+    "         SPEC: uprobe:FUNC, uretprobe:FUNC, usdt:PROVIDER:NAME; --pid PID alone: other tools' probes on it\n",
+    "       probetop list [--pid PID | FILE] [PATTERN]                   what a process or file can be probed at\n",
+    "       probetop calibrate                                           measure what a hit costs here (20-40 s)\n",
+    "example: probetop --pid $(pidof mariadbd) --preset mysql\n",
+    "probetop --help lists every option; probetop man prints the manual",
+);
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List the probe points of a process or a file: functions and USDT probes.
     List(ListArgs),
     /// Measure what a probe hit costs on this machine, per cost class, and cache it
-    /// for whole-cost estimates.
+    /// for whole-cost estimates (20-40 s on up to one CPU; once per kernel and CPU).
     Calibrate(CalibrateArgs),
     /// The calibration's workload (run by `calibrate` itself).
     #[command(name = "__calibrate-workload", hide = true)]
     CalibrateWorkload,
     /// Print the completion script of a shell on stdout (the release tarball ships
     /// bash's, zsh's and fish's).
-    #[command(hide = true)]
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
     /// Print the man page on stdout (`probetop man | man -l -`), or write every page
     /// (probetop.1, probetop-list.1, ...) into DIR.
-    #[command(hide = true)]
     Man { dir: Option<PathBuf> },
 }
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// 20-30 seconds instead of 1-2 minutes (fewer, shorter repetitions).
+    /// Measure longer (2-3 minutes instead of 20-40 s): more and longer repetitions of
+    /// every case and curve; prints them all.
     #[arg(long)]
+    pub thorough: bool,
+
+    /// The default's length (20-40 s); kept for scripts written when it was not.
+    #[arg(long, hide = true, conflicts_with = "thorough")]
     pub quick: bool,
 
-    /// Repetitions of every case (default 31, quick 15; 3 to 1000).
+    /// Print every row and curve measured, not only the three-line result.
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Repetitions of every case (default 15, --thorough 31; 3 to 1000).
     #[arg(long, value_name = "N", value_parser = whole::<usize>(3, 1000, "a median and quartiles need at least 3"))]
     pub reps: Option<usize>,
 

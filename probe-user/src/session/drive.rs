@@ -134,12 +134,15 @@ async fn with_tui(run: &mut Running, args: &RunArgs) -> anyhow::Result<Driven> {
         target: target_line.clone(),
         notes: &mut notes,
     };
-    let app = tui::App::new(
+    let mut app = tui::App::new(
         target_line,
         run.labels.clone(),
         args.args > 0,
         tui::Theme::from_env(),
     );
+    if !matches!(crate::calibrate::table::load_cached(), Ok(Some(_))) {
+        app.note = Some(crate::present::NO_CALIBRATION_FOOTER);
+    }
     // The UI ends on the shutdown future too; it is not polled again after.
     let shutdown = std::mem::replace(&mut run.shutdown, Box::pin(std::future::pending()));
     let ui = tui::run(

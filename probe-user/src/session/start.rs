@@ -444,7 +444,14 @@ fn attach_probes(
     let mut dispatch = if !dispatch_wanted {
         None
     } else {
-        crate::attach::dispatch::start_dispatch(&mut attachment, &prepared.sites)
+        // `probetop calibrate` said so already when it met the same refusal.
+        let told = prepared.calibration.as_ref().is_some_and(|c| {
+            c.dispatch.is_empty()
+                && c.dispatch_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("refused"))
+        });
+        crate::attach::dispatch::start_dispatch(&mut attachment, &prepared.sites, told)
     };
     let shutdown = stop::shutdown_signal(
         target,

@@ -235,12 +235,12 @@ where
     serde_json::from_slice(&out.stdout).expect("the listing is JSON")
 }
 
-/// `probetop calibrate --quick --json` with its cache under `cache` (XDG_CACHE_HOME),
-/// which must succeed: the calibration.
-pub fn calibrate_quick(cache: &std::path::Path) -> serde_json::Value {
+/// `probetop calibrate --json` (the default length, as users run it) with its cache
+/// under `cache` (XDG_CACHE_HOME), which must succeed: the calibration.
+pub fn calibrate_default(cache: &std::path::Path) -> serde_json::Value {
     let out = output_ok(
         probetop()
-            .args(["calibrate", "--quick", "--json"])
+            .args(["calibrate", "--json"])
             .env("XDG_CACHE_HOME", cache),
         "probetop calibrate",
     );

@@ -97,6 +97,8 @@ pub struct App {
     pub size: (u16, u16),
     /// The in-situ measurement's status part and detail line (`--in-situ`).
     pub in_situ: Option<(String, String)>,
+    /// Said in the footer before the key hints for the whole run (no calibration).
+    pub note: Option<&'static str>,
 }
 
 /// What an input asks of the event loop.
@@ -200,6 +202,7 @@ impl App {
             message: None,
             size: (80, 24),
             in_situ: None,
+            note: None,
         }
     }
 
