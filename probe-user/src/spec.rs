@@ -13,7 +13,9 @@
 use std::fmt;
 
 /// What fires the probe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ProbeKind {
     /// Function entry.
@@ -165,6 +167,15 @@ fn split_offset(func: &str) -> Option<(&str, &str)> {
 /// What follows `+` in `uprobe:FUNC+ret`.
 const RET: &str = "ret";
 
+/// `0x` and hex digits in place of a function name: an address (no C or C++ name
+/// starts with a digit).
+fn parse_address(name: &str) -> Option<u64> {
+    let hex = name
+        .strip_prefix("0x")
+        .or_else(|| name.strip_prefix("0X"))?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// An offset as written after `+`: `0x` and hex digits, or decimal digits.
 fn parse_offset(text: &str) -> Result<u64, &'static str> {
     const FORM: &str = "an offset is 0x and hex digits, or decimal digits: FUNC+0x10 or FUNC+16";
@@ -293,6 +304,17 @@ impl ProbeSpec {
                 1,
             ));
         }
+        if kind != ProbeKind::Usdt
+            && parse_address(name).is_some()
+            && (func_offset.is_some() || at_returns)
+        {
+            return Err(SpecError::new(
+                text,
+                "an address takes no +OFFSET or +ret: write the instruction's own address",
+                name_at,
+                trimmed.len() + offset - name_at,
+            ));
+        }
         if let Some(object) = &object
             && object.is_empty()
         {
@@ -315,6 +337,15 @@ impl ProbeSpec {
             offset: func_offset,
             at_returns,
         })
+    }
+
+    /// `uprobe:[OBJECT:]0xADDR`: the address written in place of a function name, a
+    /// virtual address of the object as `probetop list` and objdump show it.
+    pub fn address(&self) -> Option<u64> {
+        if self.kind == ProbeKind::Usdt {
+            return None;
+        }
+        parse_address(&self.name)
     }
 
     /// Whether `name` uses glob characters (`*`, `?`, `[`).
@@ -489,6 +520,16 @@ mod tests {
         ] {
             let s = ok(&format!("uprobe:{name}"));
             assert_eq!((s.name.as_str(), s.offset), (name, None));
+        }
+        let s = ok("uprobe:/usr/sbin/mariadbd:0x85bc03");
+        assert_eq!(s.address(), Some(0x85bc03));
+        assert_eq!(s.object.as_deref(), Some("/usr/sbin/mariadbd"));
+        assert_eq!(ok("uprobe:0x1a10").address(), Some(0x1a10));
+        assert_eq!(ok("uprobe:work_unit").address(), None);
+        assert_eq!(ok("usdt:0x10").address(), None);
+        for bad in ["uprobe:0x1a10+4", "uprobe:0x1a10+ret"] {
+            let e = ProbeSpec::parse(bad).unwrap_err();
+            assert!(e.reason.contains("an address takes no"), "{bad}: {e}");
         }
         let s = ok("uprobe:std::operator++0x4");
         assert_eq!((s.name.as_str(), s.offset), ("std::operator+", Some(4)));

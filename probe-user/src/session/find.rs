@@ -103,6 +103,8 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     let mut prepared = crate::price::costs::prepare(&points);
     if let Some(line) = &prepared.calibration_warning {
         say!("{line}");
+    } else if prepared.calibration.is_none() {
+        say!("{}", crate::present::NO_CALIBRATION);
     }
     let shared_skipped = shared.skipped.len();
     let mut skipped = shared.skipped;

@@ -25,6 +25,8 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         commands,
         collector,
         mut in_situ,
+        mut budget,
+        budget_hint,
         follow,
         server,
         maps_watch,
@@ -42,6 +44,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     // In situ's last window ends at the cut too: just before it, as reading what the
     // kernel counted takes longer than stopping it.
     if let Some(driver) = in_situ.as_mut() {
+        driver.finish();
+    }
+    if let Some(driver) = budget.as_mut() {
         driver.finish();
     }
     let (reply, closed) = tokio::sync::oneshot::channel();
@@ -116,7 +121,11 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             super::others::measured_shared(&mut row.cost.shared, probe, &other_programs);
         }
     }
-    let snapshot = pricer.snapshot(&aggregator, duration);
+    let mut snapshot = pricer.snapshot(&aggregator, duration);
+    let budget_summary = budget.as_mut().map(|driver| {
+        let counted: Vec<u64> = snapshot.probes.iter().map(|p| p.hits).collect();
+        super::budget::scale_rows(&mut snapshot, driver.scaled(&counted))
+    });
     // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
     // before the exports are written, so a failed write is ignored.
     {
@@ -149,6 +158,20 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     if let Some(summary) = &in_situ_summary {
         say!("probetop: {}", summary.line());
     }
+    if let Some(summary) = &budget_summary {
+        say!("probetop: {}", summary.line());
+    }
+    if let Some(line) = budget_hint.and_then(|mut hint| {
+        hint.line(
+            snapshot
+                .probes
+                .iter()
+                .filter_map(|p| p.whole_cost_ns.map(|ns| ns * p.hits as f64))
+                .sum(),
+        )
+    }) {
+        say!("probetop: {line}");
+    }
     sys::stderr::say_text(&crate::attach::bpf_stats::render(&run_cost.other_programs));
 
     let rows = source.rows();
@@ -165,6 +188,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     report.attach_path = Some(attach_path);
     if let Some(summary) = in_situ_summary {
         report.apply_in_situ(summary);
+    }
+    if let Some(summary) = budget_summary {
+        report.apply_budget(summary);
     }
     let mut failed = Vec::new();
     for path in &args.exports {

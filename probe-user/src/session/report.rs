@@ -38,6 +38,8 @@ pub(super) struct ReportSource {
     pub commands: mpsc::Sender<CollectorCommand>,
     /// The in-situ measurement so far (`--in-situ`), updated at every window change.
     pub in_situ: RwLock<Option<crate::insitu::InSituSummary>>,
+    /// `--budget`'s duty cycle so far (for `--listen`).
+    pub budget: RwLock<Option<crate::insitu::budget::BudgetSummary>>,
     pub attach_path: &'static str,
     /// Several processes probed: reports split each probe by process.
     pub several: bool,
@@ -97,6 +99,11 @@ impl ReportSource {
         if let Some(summary) = in_situ {
             report.apply_in_situ(summary);
         }
+        report.budget = self
+            .budget
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         report.attach_path = Some(self.attach_path);
         Some(report)
     }
@@ -185,6 +192,7 @@ fn empty_report(target: &Target, started_unix_ms: u64, duration_s: f64) -> Repor
         attach_path: None,
         skipped: Vec::new(),
         replaced: Vec::new(),
+        budget: None,
     }
 }
 
@@ -282,6 +290,7 @@ pub(super) fn build_report(
         attach_path: None,
         skipped: rows.skipped.clone(),
         replaced: rows.replaced.clone(),
+        budget: None,
     }
 }
 

@@ -34,7 +34,7 @@ pub(super) fn collect(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
         return Ok(Vec::new());
     }
     if texts.is_empty() {
-        bail!(UsageError(
+        bail!(crate::MissingInput(
             "no probes: give at least one -e SPEC (for example -e uprobe:my_func) or a --preset"
                 .into()
         ));

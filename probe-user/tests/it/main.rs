@@ -13,6 +13,7 @@ mod common;
 
 mod attach;
 mod bad_input;
+mod budget;
 mod cost_calibrate;
 mod cost_classes;
 mod cost_estimate;
@@ -22,6 +23,7 @@ mod detach;
 mod edges;
 mod exports;
 mod forks;
+mod host;
 mod hostile;
 mod list;
 mod listen;

@@ -9,16 +9,6 @@ use crate::common::*;
 /// Calls the fixture makes once everything is attached.
 const CALLS: u64 = 20_000;
 
-/// One test of this module at a time: bpftrace's uprobes and tracefs events are armed
-/// in every process mapping the file, so each test's probe is on the others' targets.
-static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ALONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// `probetop --pid PID --no-tui --export JSON`, no spec, until the target exits.
 fn watch(pid: u32, json: &std::path::Path) -> Running {
     let mut cmd = probetop();
@@ -346,7 +336,7 @@ fn whole_cost_within_a_quarter_of_the_truth(
     attach: impl Fn(u32, &std::path::Path) -> Running,
 ) {
     let cache = export_path("others-calibration");
-    calibrate_quick(&cache);
+    calibrate_default(&cache);
     // A private copy: uprobes are per inode, and no other test's process maps this one.
     let dir = export_path(&format!("others-private-{tool}"));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -751,7 +741,7 @@ fn a_shared_trap_is_split_and_the_marginal_cost_is_the_truth() {
     let _turn = turn(module_path!());
     let _alone = alone();
     let cache = export_path("others-calibration");
-    calibrate_quick(&cache);
+    calibrate_default(&cache);
     let dir = export_path("others-private-shared");
     std::fs::create_dir_all(&dir).expect("dir");
     let copy = dir.join("workload");

@@ -34,7 +34,7 @@ pub mod html;
 pub mod json;
 pub mod prometheus;
 
-pub use file::{check, write};
+pub use file::{check, write, write_file};
 
 /// The measurements of one probe over a run.
 #[derive(Debug, Clone)]
@@ -111,13 +111,15 @@ pub struct Report {
     /// Objects replaced on disk while probed: loaded again by the target (their probes
     /// stayed on the old file), or not loaded yet (their probes moved to the new one).
     pub replaced: Vec<ReplacedObject>,
+    /// What `--budget` did; with it, each probe's `hits` is scaled to the whole run.
+    pub budget: Option<crate::insitu::budget::BudgetSummary>,
 }
 
 /// A probed object whose path names another file now (replaced on disk). Loaded when
 /// probing started and loaded again as the new file: the probes on it stay on the old
 /// file, and count none of the new file's calls. Not loaded then: the probes were
 /// moved to the new file (`probes_moved`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReplacedObject {
     pub object: String,
     /// Ids of the probes on the old file.
@@ -129,7 +131,7 @@ pub struct ReplacedObject {
 }
 
 /// A probe point a spec matched that was not attached, and why.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SkippedPoint {
     pub spec: String,
     pub name: String,
@@ -139,6 +141,17 @@ pub struct SkippedPoint {
 }
 
 impl Report {
+    /// Puts `--budget`'s summary into the report: a probe with scaled hits (by row)
+    /// reports the scaled count as its `hits`, the counted one beside it.
+    pub fn apply_budget(&mut self, summary: crate::insitu::budget::BudgetSummary) {
+        for probe in &mut self.probes {
+            if let Some(scaled) = summary.scaled.get(probe.id as usize) {
+                probe.hits = scaled.scaled.round() as u64;
+            }
+        }
+        self.budget = Some(summary);
+    }
+
     /// Puts the in-situ measurement into the report. When it gave a number, each probe's
     /// whole cost becomes its part of the measured cost per hit: the set's in-situ cost
     /// split in proportion to the estimates (all of it for a single probe), and
@@ -424,6 +437,7 @@ pub(crate) mod testing {
             attach_path: None,
             skipped: Vec::new(),
             replaced: Vec::new(),
+            budget: None,
         }
     }
 
@@ -597,6 +611,7 @@ pub(crate) mod testing {
             attach_path: None,
             skipped: Vec::new(),
             replaced: Vec::new(),
+            budget: None,
         }
     }
 

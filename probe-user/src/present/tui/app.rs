@@ -6,9 +6,9 @@ use crossterm::event::{
 };
 use ratatui::layout::{Constraint, Flex, Layout, Margin, Rect};
 
-use super::table::{self, SortColumn};
+use super::columns::{self, Numbers, SortColumn, View};
 use super::theme::Theme;
-use crate::aggregate::{HandlerSummary, ProbeSnapshot, Snapshot};
+use crate::aggregate::Snapshot;
 use crate::present::ProbeLabel;
 
 /// Who is being probed, for the status line.
@@ -48,14 +48,6 @@ pub enum UiEvent {
         attached: Vec<bool>,
         message: String,
     },
-}
-
-/// Cumulative numbers since attach (or reset), or those of the last closed interval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum View {
-    #[default]
-    Cumulative,
-    Interval,
 }
 
 /// How the table is sorted.
@@ -105,6 +97,8 @@ pub struct App {
     pub size: (u16, u16),
     /// The in-situ measurement's status part and detail line (`--in-situ`).
     pub in_situ: Option<(String, String)>,
+    /// Said in the footer before the key hints for the whole run (no calibration).
+    pub note: Option<&'static str>,
 }
 
 /// What an input asks of the event loop.
@@ -114,52 +108,6 @@ pub enum Effect {
     Redraw,
     Quit,
     Send(UiRequest),
-}
-
-/// The numbers of one probe in the current view.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Numbers {
-    pub hits: u64,
-    pub per_second: f64,
-    pub dropped: u64,
-    pub handler: HandlerSummary,
-    pub whole_cost_ns: Option<f64>,
-    pub cpu_share: Option<f64>,
-    /// The median gap before a hit, us, when hits are priced by it.
-    pub gap_median_us: Option<f64>,
-    /// Its busy part's median, us.
-    pub busy_median_us: Option<f64>,
-    /// What placed its hits on the calibration's curves.
-    pub reading: Option<crate::price::estimate::GapReading>,
-}
-
-impl Numbers {
-    pub fn of(probe: &ProbeSnapshot, view: View) -> Self {
-        match view {
-            View::Cumulative => Self {
-                hits: probe.hits,
-                per_second: probe.per_second,
-                dropped: probe.dropped,
-                handler: probe.handler,
-                whole_cost_ns: probe.whole_cost_ns,
-                cpu_share: probe.cpu_share,
-                gap_median_us: probe.gap_median_us,
-                busy_median_us: probe.busy_median_us,
-                reading: probe.reading,
-            },
-            View::Interval => Self {
-                hits: probe.interval.hits,
-                per_second: probe.interval.per_second,
-                dropped: probe.interval.dropped,
-                handler: probe.interval.handler,
-                whole_cost_ns: probe.whole_cost_ns,
-                cpu_share: probe.cpu_share,
-                gap_median_us: probe.gap_median_us,
-                busy_median_us: probe.busy_median_us,
-                reading: probe.reading,
-            },
-        }
-    }
 }
 
 /// Where each part of the screen goes.
@@ -254,6 +202,7 @@ impl App {
             message: None,
             size: (80, 24),
             in_situ: None,
+            note: None,
         }
     }
 
@@ -529,7 +478,7 @@ impl App {
             return Effect::Nothing;
         }
         if y == inner.y {
-            let (owner, columns) = table::layout(&self.labels, inner.width);
+            let (owner, columns) = columns::layout(&self.labels, inner.width);
             let rects = column_rects(inner, &columns, owner);
             let Some(index) = rects.iter().position(|r| x >= r.x && x < r.right()) else {
                 return Effect::Nothing;
@@ -604,7 +553,7 @@ impl App {
         let inner_width = self.areas().table.width.saturating_sub(2);
         let order: Vec<SortColumn> = std::iter::once(SortColumn::Name)
             .chain(
-                table::layout(&self.labels, inner_width)
+                columns::layout(&self.labels, inner_width)
                     .1
                     .iter()
                     .map(|c| c.sort),
@@ -642,13 +591,13 @@ impl App {
 
 /// The areas of the name column and each numeric column inside the table's borders,
 /// computed as ratatui's Table computes them.
-pub fn column_rects(inner: Rect, columns: &[&table::Column], owner: bool) -> Vec<Rect> {
-    let widths = std::iter::once(Constraint::Min(table::NAME_MIN_WIDTH))
+pub fn column_rects(inner: Rect, columns: &[&columns::Column], owner: bool) -> Vec<Rect> {
+    let widths = std::iter::once(Constraint::Min(columns::NAME_MIN_WIDTH))
         .chain(columns.iter().map(|c| Constraint::Length(c.width)))
-        .chain(owner.then_some(Constraint::Length(table::OWNER_WIDTH)));
+        .chain(owner.then_some(Constraint::Length(columns::OWNER_WIDTH)));
     Layout::horizontal(widths)
         .flex(Flex::Start)
-        .spacing(table::COLUMN_SPACING)
+        .spacing(columns::COLUMN_SPACING)
         .split(Rect::new(inner.x, inner.y, inner.width, 1))
         .to_vec()
 }

@@ -893,3 +893,19 @@ fn owner_column_and_detail_name_another_tools_probe() {
         "{detail}"
     );
 }
+
+#[test]
+fn footer_says_when_there_is_no_calibration_and_keeps_quit() {
+    let mut app = app(80, 24);
+    app.note = Some(crate::present::NO_CALIBRATION_FOOTER);
+    let screen = text(&app);
+    let footer = screen.lines().last().expect("footer");
+    assert!(footer.contains("q quit"), "{footer:?}");
+    assert!(footer.contains("no calibration"), "{footer:?}");
+    assert!(footer.contains("probetop calibrate"), "{footer:?}");
+    // Without the note the hints fill the line as before.
+    app.note = None;
+    let screen = text(&app);
+    let footer = screen.lines().last().expect("footer");
+    assert!(!footer.contains("calibrat"), "{footer:?}");
+}

@@ -19,10 +19,12 @@ use anyhow::{Context as _, Result, bail, ensure};
 use serde_json::Value;
 
 use crate::mysql::{Mariadb, ServerOptions, Sysbench};
-use crate::mysql_report::{KillOnDrop, Stream, Tool, splice_between, utc_now};
+use crate::mysql_report::utc_now;
+use crate::tool::{KillOnDrop, Stream, Tool};
+use crate::util::doc::splice_between;
 use crate::util::proc::cpu_clock_ns;
 use crate::util::stats::median;
-use crate::{Ctx, show};
+use xtask::{Ctx, show};
 
 const BEGIN_MARK: &str = "<!-- BEGIN cargo xtask others-report: generated, edits are lost -->";
 const END_MARK: &str = "<!-- END cargo xtask others-report -->";
@@ -212,7 +214,7 @@ fn tracefs() -> Result<PathBuf> {
             return Ok(PathBuf::from(dir));
         }
     }
-    crate::run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))?;
+    xtask::run(Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]))?;
     Ok(PathBuf::from("/sys/kernel/tracing"))
 }
 
@@ -242,10 +244,10 @@ struct Row {
 
 pub fn others_report(ctx: &Ctx, options: OthersOptions) -> Result<()> {
     ensure!(
-        crate::is_root()?,
+        xtask::is_root()?,
         "the report attaches real probes: run it as root"
     );
-    crate::install_apt(
+    xtask::install_apt(
         ctx,
         &[
             "mariadb-server",
@@ -256,7 +258,7 @@ pub fn others_report(ctx: &Ctx, options: OthersOptions) -> Result<()> {
             "linux-headers-amd64",
         ],
     )?;
-    crate::build(ctx)?;
+    xtask::build(ctx)?;
     let probetop = ctx.target_dir().join("release/probetop");
     ensure_calibrated(&probetop)?;
     let work = ctx.target_dir().join("others-report");
@@ -306,7 +308,7 @@ fn ensure_calibrated(probetop: &Path) -> Result<()> {
             })
         });
     if !calibrated {
-        crate::run(Command::new(probetop).arg("calibrate"))?;
+        xtask::run(Command::new(probetop).arg("calibrate"))?;
     }
     Ok(())
 }
@@ -314,7 +316,7 @@ fn ensure_calibrated(probetop: &Path) -> Result<()> {
 /// `dispatch_command` in the server's private binary, as `probetop list` finds it, and
 /// BCC's headers tree.
 fn site_of(probetop: &Path, server: &Mariadb, work: &Path, function: &str) -> Result<Site> {
-    let out = crate::output_ok(
+    let out = xtask::output_ok(
         Command::new(probetop)
             .args(["list", "--json"])
             .arg(server.exe())
@@ -332,7 +334,7 @@ fn site_of(probetop: &Path, server: &Mariadb, work: &Path, function: &str) -> Re
     let headers = work.join("bcc-headers");
     let _ = fs::remove_dir_all(&headers);
     fs::create_dir_all(&headers)?;
-    crate::run(Command::new("sh").arg("-c").arg(format!(
+    xtask::run(Command::new("sh").arg("-c").arg(format!(
         "cp -rs /usr/src/linux-headers-*-common/. {dir}/ && cp -rsf --remove-destination /usr/src/linux-headers-*-amd64/. {dir}/",
         dir = headers.display()
     )))?;
@@ -448,7 +450,7 @@ fn measure_tool(
             .arg(&json)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        crate::run(&mut cmd)?;
+        xtask::run(&mut cmd)?;
         holder.detach(kind);
         thread::sleep(Duration::from_secs(1));
         let after = cpu_share(pid, block)?;
