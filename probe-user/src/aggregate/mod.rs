@@ -4,6 +4,7 @@
 //! [`ProbeAggregate::summary`] and the histograms themselves.
 
 mod interval_log;
+mod latency;
 mod probe;
 mod rate;
 mod snapshot;
@@ -11,6 +12,7 @@ mod summary;
 mod threads;
 
 pub use interval_log::{IntervalHistogram, IntervalLog};
+pub use latency::{EndPath, Latency, LatencyRow, PairSetup};
 pub use probe::{CapturedArgs, HISTORY_SPAN, ProbeAggregate};
 pub use rate::RateWindow;
 pub use snapshot::{
@@ -70,6 +72,8 @@ pub struct Aggregator {
     /// Count records per process too (several processes probed); off, a hit costs
     /// the collector no second map update.
     pub count_processes: bool,
+    /// The `latency:` pairs, fed the records of their probes.
+    pub latency: Latency,
 }
 
 impl Aggregator {
@@ -86,6 +90,7 @@ impl Aggregator {
             window_end_ns: u64::MAX,
             assumer: Default::default(),
             count_processes: false,
+            latency: Latency::default(),
         }
     }
 
@@ -107,9 +112,11 @@ impl Aggregator {
                 self.record(hit);
             }
             Record::HitWithArgs(event) => {
-                if self.record(&event.hit)
-                    && let Some(probe) = self.probes.get_mut(event.hit.probe_id as usize)
-                {
+                let counted = self.record(&event.hit);
+                if counted && !self.latency.is_empty() {
+                    self.pair(event);
+                }
+                if counted && let Some(probe) = self.probes.get_mut(event.hit.probe_id as usize) {
                     probe.last_args = Some(CapturedArgs {
                         count: event.count.min(MAX_ARGS as u32) as u8,
                         faulted: event.faulted,
@@ -190,6 +197,40 @@ impl Aggregator {
         for probe in &mut self.probes {
             probe.reset();
         }
+        self.latency.reset();
+    }
+
+    /// Feeds a record of a latency pair's probe to its pair, pricing the pair's
+    /// probes first when due.
+    fn pair(&mut self, event: &probe_common::HitArgsEvent) {
+        let hit = &event.hit;
+        if let Some((pair, start, end)) = self.latency.due_prices(hit.probe_id, hit.ktime_ns) {
+            let assumes = self
+                .assumer
+                .live(self.probes.iter().map(|p| p.rate.per_second()).sum())
+                .assumes;
+            let price = |id: u32| {
+                let p = self.probes.get(id as usize)?;
+                let whole = p
+                    .cost
+                    .estimate(p.mode, Some(&p.handler_ns), p.timed_share(), assumes)?
+                    .whole_ns;
+                Some((whole, p.handler_ns.mean()))
+            };
+            let prices = price(start).zip(price(end)).map(
+                |((whole_start, handler_start), (whole_end, handler_end))| latency::Prices {
+                    whole_start,
+                    whole_end,
+                    handler_start,
+                    handler_end,
+                },
+            );
+            self.latency.set_prices(pair, prices, hit.ktime_ns);
+        }
+        if event.count >= 1 && event.faulted & 1 == 0 {
+            self.latency
+                .record(hit.probe_id, hit.tid, hit.ktime_ns, event.args[0]);
+        }
     }
 
     /// Closes a live interval of `length` for every probe (see
@@ -234,6 +275,8 @@ pub struct Measurements {
     pub probes: Vec<ProbeMeasurements>,
     /// Hot or cold over the run so far, and why.
     pub assumption: Option<crate::cost::assume::Decision>,
+    /// The `latency:` pairs' rows.
+    pub latency: Vec<LatencyRow>,
 }
 
 impl Aggregator {
@@ -277,6 +320,13 @@ impl Aggregator {
                 })
                 .collect(),
             assumption: Some(decision),
+            // Calls per second over the window when it is closed; else said by the
+            // report from its duration.
+            latency: self.latency.rows(if self.window_end_ns == u64::MAX {
+                0.0
+            } else {
+                self.window_end_ns.saturating_sub(self.window_start_ns) as f64 / 1e9
+            }),
         }
     }
 }

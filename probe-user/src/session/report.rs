@@ -99,6 +99,7 @@ impl ReportSource {
             report.apply_in_situ(summary);
         }
         report.attach_path = Some(self.attach_path);
+        report.latency = measurements.latency;
         Some(report)
     }
 }
@@ -186,6 +187,7 @@ fn empty_report(target: &Target, started_unix_ms: u64, duration_s: f64) -> Repor
         attach_path: None,
         skipped: Vec::new(),
         replaced: Vec::new(),
+        latency: Vec::new(),
     }
 }
 
@@ -283,6 +285,7 @@ pub(super) fn build_report(
         attach_path: None,
         skipped: rows.skipped.clone(),
         replaced: rows.replaced.clone(),
+        latency: Vec::new(),
     }
 }
 

@@ -23,6 +23,7 @@ mod edges;
 mod exports;
 mod forks;
 mod hostile;
+mod latency;
 mod list;
 mod listen;
 mod lost_terminal;

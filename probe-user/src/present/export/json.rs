@@ -314,6 +314,50 @@ struct JsonExec<'a> {
     probes_attached: usize,
 }
 
+/// A `latency:` pair's row in `probes`, told by `"kind": "latency"`.
+#[derive(Serialize)]
+struct JsonLatency<'a> {
+    kind: &'static str,
+    spec: &'a str,
+    name: &'a str,
+    object: &'a str,
+    /// How the returns were probed: `uretprobe`, `ret-uprobes` (uprobes on the
+    /// function's `ret` instructions) or `usdt`.
+    end_path: &'static str,
+    /// The ids of the probes of its two halves (rows of `probes` too).
+    start_probes: &'a [u32],
+    end_probes: &'a [u32],
+    /// Calls paired: a start and its end.
+    calls: u64,
+    calls_per_second: f64,
+    /// Calls open when the window closed; unwound by an exception or a longjmp (no
+    /// return seen); ends without a start (begun before the window); too deep to track.
+    open: u64,
+    unwound: u64,
+    unmatched: u64,
+    overflowed: u64,
+    /// From the start probe's clock read to the end probe's, per call.
+    latency_ns: HandlerSummary,
+    /// The same less the probes' cost inside the call: one whole hit of the start
+    /// probe, and every probed hit nested in the call.
+    latency_corrected_ns: HandlerSummary,
+    /// Whether the probes were priced, so their cost taken off (else the corrected
+    /// numbers are the measured ones).
+    corrected: bool,
+    /// Both probes' whole cost per call.
+    whole_cost_ns: Option<f64>,
+    /// `whole_cost_ns` / the corrected mean latency.
+    overhead_share: Option<f64>,
+}
+
+/// An entry of `probes`: a probe, or a latency pair.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum JsonEntry<'a> {
+    Probe(Box<JsonProbe<'a>>),
+    Latency(JsonLatency<'a>),
+}
+
 #[derive(Serialize)]
 struct JsonReport<'a> {
     tool: &'static str,
@@ -321,7 +365,7 @@ struct JsonReport<'a> {
     target: JsonTarget<'a>,
     started_unix_ms: u64,
     duration_s: f64,
-    probes: Vec<JsonProbe<'a>>,
+    probes: Vec<JsonEntry<'a>>,
     cost: JsonCost<'a>,
     /// The execs followed (`--follow-exec`), oldest first; empty without.
     execs: Vec<JsonExec<'a>>,
@@ -353,73 +397,103 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         probes: report
             .probes
             .iter()
-            .map(|p| JsonProbe {
-                id: p.id,
-                spec: &p.spec,
-                kind: p.kind,
-                name: &p.name,
-                resolved: p.resolved.as_deref(),
-                object: &p.object,
-                address: p.address,
-                file_offset: p.file_offset,
-                generation: p.generation,
-                exe: &p.exe,
-                mode: p.mode.as_str(),
-                own: p.other.is_none(),
-                owner: p.other.as_ref().map(|site| JsonOwner {
-                    pid: site.owner.pid,
-                    comm: site.owner.comm.as_deref(),
-                    tool: &site.owner.tool,
-                    via: site.via(),
-                    prog_id: site.prog_id,
-                    event: site.event.as_deref(),
-                    program_ns: p.cost.other.and_then(|o| o.program_ns),
-                    program_method: p.cost.other.map(|o| o.program_method.as_str()),
-                    hits_method: "counting-probe-on-the-same-site",
-                    counting_ns: p.cost.counting_ns,
-                }),
-                hits: p.hits,
-                dropped: p.dropped,
-                handler_ns: HandlerSummary::of(&p.handler_ns),
-                last_args: p.last_args.as_deref(),
-                threads: p
-                    .threads
-                    .iter()
-                    .map(|(tid, n)| (tid.to_string(), *n))
-                    .collect(),
-                pids: p
-                    .processes
-                    .iter()
-                    .map(|(pid, n)| (pid.to_string(), *n))
-                    .collect(),
-                threads_dropped: p
-                    .threads_dropped
-                    .iter()
-                    .map(|(tid, n)| (tid.to_string(), *n))
-                    .collect(),
-                threads_cover: p.threads_cover.as_str(),
-                threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
-                cost_class: p.cost.site.as_ref().map(|s| s.class.as_str()),
-                probed_instruction: p
-                    .cost
-                    .site
-                    .as_ref()
-                    .map(|s| s.instruction.as_str())
-                    .filter(|i| !i.is_empty()),
-                whole_cost_ns: p.cost.whole_cost_ns,
-                whole_cost_method: p.cost.method.map(|m| m.as_str()),
-                whole_cost_assumes: p.cost.assumes.map(|a| a.as_str()),
-                whole_cost_reading: p.cost.reading.map(|r| r.as_str()),
-                cpu_share: p.cost.cpu_share,
-                dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
-                    per_hit_mean: d.per_hit_ns(),
-                    entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
-                    ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
-                }),
-                gaps: p.cost.gaps,
-                busy_gaps: p.cost.busy_gaps,
-                streamed_clock_ns: p.cost.streamed_clock,
+            .map(|p| {
+                JsonEntry::Probe(Box::new(JsonProbe {
+                    id: p.id,
+                    spec: &p.spec,
+                    kind: p.kind,
+                    name: &p.name,
+                    resolved: p.resolved.as_deref(),
+                    object: &p.object,
+                    address: p.address,
+                    file_offset: p.file_offset,
+                    generation: p.generation,
+                    exe: &p.exe,
+                    mode: p.mode.as_str(),
+                    own: p.other.is_none(),
+                    owner: p.other.as_ref().map(|site| JsonOwner {
+                        pid: site.owner.pid,
+                        comm: site.owner.comm.as_deref(),
+                        tool: &site.owner.tool,
+                        via: site.via(),
+                        prog_id: site.prog_id,
+                        event: site.event.as_deref(),
+                        program_ns: p.cost.other.and_then(|o| o.program_ns),
+                        program_method: p.cost.other.map(|o| o.program_method.as_str()),
+                        hits_method: "counting-probe-on-the-same-site",
+                        counting_ns: p.cost.counting_ns,
+                    }),
+                    hits: p.hits,
+                    dropped: p.dropped,
+                    handler_ns: HandlerSummary::of(&p.handler_ns),
+                    last_args: p.last_args.as_deref(),
+                    threads: p
+                        .threads
+                        .iter()
+                        .map(|(tid, n)| (tid.to_string(), *n))
+                        .collect(),
+                    pids: p
+                        .processes
+                        .iter()
+                        .map(|(pid, n)| (pid.to_string(), *n))
+                        .collect(),
+                    threads_dropped: p
+                        .threads_dropped
+                        .iter()
+                        .map(|(tid, n)| (tid.to_string(), *n))
+                        .collect(),
+                    threads_cover: p.threads_cover.as_str(),
+                    threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
+                    cost_class: p.cost.site.as_ref().map(|s| s.class.as_str()),
+                    probed_instruction: p
+                        .cost
+                        .site
+                        .as_ref()
+                        .map(|s| s.instruction.as_str())
+                        .filter(|i| !i.is_empty()),
+                    whole_cost_ns: p.cost.whole_cost_ns,
+                    whole_cost_method: p.cost.method.map(|m| m.as_str()),
+                    whole_cost_assumes: p.cost.assumes.map(|a| a.as_str()),
+                    whole_cost_reading: p.cost.reading.map(|r| r.as_str()),
+                    cpu_share: p.cost.cpu_share,
+                    dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
+                        per_hit_mean: d.per_hit_ns(),
+                        entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
+                        ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
+                    }),
+                    gaps: p.cost.gaps,
+                    busy_gaps: p.cost.busy_gaps,
+                    streamed_clock_ns: p.cost.streamed_clock,
+                }))
             })
+            .chain(report.latency.iter().map(|l| {
+                JsonEntry::Latency(JsonLatency {
+                    kind: "latency",
+                    spec: &l.spec,
+                    name: &l.name,
+                    object: &l.object,
+                    end_path: l.path.as_str(),
+                    start_probes: &l.starts,
+                    end_probes: &l.ends,
+                    calls: l.calls,
+                    calls_per_second: if l.calls_per_second > 0.0 {
+                        l.calls_per_second
+                    } else if report.duration_s > 0.0 {
+                        l.calls as f64 / report.duration_s
+                    } else {
+                        0.0
+                    },
+                    open: l.open,
+                    unwound: l.unwound,
+                    unmatched: l.unmatched,
+                    overflowed: l.overflowed,
+                    latency_ns: l.latency_ns,
+                    latency_corrected_ns: l.latency_corrected_ns,
+                    corrected: l.corrected_applied,
+                    whole_cost_ns: l.whole_cost_ns,
+                    overhead_share: l.overhead_share,
+                })
+            }))
             .collect(),
         cost: JsonCost {
             cpu_share: report.cost.cpu_share,

@@ -111,6 +111,8 @@ pub struct Report {
     /// Objects replaced on disk while probed: loaded again by the target (their probes
     /// stayed on the old file), or not loaded yet (their probes moved to the new one).
     pub replaced: Vec<ReplacedObject>,
+    /// The `latency:` pairs' rows.
+    pub latency: Vec<crate::aggregate::LatencyRow>,
 }
 
 /// A probed object whose path names another file now (replaced on disk). Loaded when
@@ -424,6 +426,7 @@ pub(crate) mod testing {
             attach_path: None,
             skipped: Vec::new(),
             replaced: Vec::new(),
+            latency: Vec::new(),
         }
     }
 
@@ -597,6 +600,7 @@ pub(crate) mod testing {
             attach_path: None,
             skipped: Vec::new(),
             replaced: Vec::new(),
+            latency: Vec::new(),
         }
     }
 
