@@ -234,7 +234,15 @@ mod tests {
         let text = latency_table(&[row], 2.0);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("LATENCY"), "{text}");
-        for cell in ["spin (/bin/w)", "300", "150", "20.6us", "20.0us", "5.0%", "ret-uprobes"] {
+        for cell in [
+            "spin (/bin/w)",
+            "300",
+            "150",
+            "20.6us",
+            "20.0us",
+            "5.0%",
+            "ret-uprobes",
+        ] {
             assert!(lines[1].contains(cell), "{cell:?} in {text}");
         }
         assert_eq!(lines[0].len(), lines[1].len());

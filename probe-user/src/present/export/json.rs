@@ -355,7 +355,7 @@ struct JsonLatency<'a> {
 #[serde(untagged)]
 enum JsonEntry<'a> {
     Probe(Box<JsonProbe<'a>>),
-    Latency(JsonLatency<'a>),
+    Latency(Box<JsonLatency<'a>>),
 }
 
 #[derive(Serialize)]
@@ -467,7 +467,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 }))
             })
             .chain(report.latency.iter().map(|l| {
-                JsonEntry::Latency(JsonLatency {
+                JsonEntry::Latency(Box::new(JsonLatency {
                     kind: "latency",
                     spec: &l.spec,
                     name: &l.name,
@@ -492,7 +492,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     corrected: l.corrected_applied,
                     whole_cost_ns: l.whole_cost_ns,
                     overhead_share: l.overhead_share,
-                })
+                }))
             }))
             .collect(),
         cost: JsonCost {
