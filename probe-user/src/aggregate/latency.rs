@@ -21,8 +21,9 @@
 //! a hit, outside the program, is taken as half before the program and half after it.
 //! So the part inside a call is `handler(start) + (whole(start) - handler(start)) / 2 +
 //! (whole(end) - handler(end)) / 2`, and each probed hit nested inside the call
-//! (recursion, a probed callee) adds its whole cost. Priced when the call ends,
-//! refreshed every 100 ms.
+//! (recursion, a probed callee) adds its whole cost. A call with nothing nested is
+//! corrected by the last price when the rows are read; one with nested hits by the
+//! price when it ended (prices refreshed every 100 ms).
 
 use std::collections::HashMap;
 
@@ -104,7 +105,12 @@ struct PairState {
     setup: PairSetup,
     stacks: HashMap<u32, Vec<Frame>>,
     measured: Histogram<u64>,
-    corrected: Histogram<u64>,
+    /// Calls with no probed hit nested inside, as measured: corrected by the last
+    /// price when the rows are read (a constant shift), so the early hits' prices (a
+    /// few cold hits priced high) do not stay in them.
+    flat: Histogram<u64>,
+    /// Calls with nested hits, corrected by the price when they ended.
+    corrected_nested: Histogram<u64>,
     calls: u64,
     unwound: u64,
     unmatched: u64,
@@ -127,7 +133,8 @@ impl PairState {
             setup,
             stacks: HashMap::new(),
             measured: histogram(),
-            corrected: histogram(),
+            flat: histogram(),
+            corrected_nested: histogram(),
             calls: 0,
             unwound: 0,
             unmatched: 0,
@@ -140,7 +147,8 @@ impl PairState {
     fn reset(&mut self) {
         self.stacks.clear();
         self.measured.reset();
-        self.corrected.reset();
+        self.flat.reset();
+        self.corrected_nested.reset();
         self.calls = 0;
         self.unwound = 0;
         self.unmatched = 0;
@@ -218,10 +226,27 @@ impl PairState {
         let inside = self.prices.map_or(0.0, |p| {
             p.inside() + frame.nested_hits as f64 * (p.whole_start + p.whole_end) / 2.0
         });
-        let corrected = (measured as f64 - inside).max(1.0).round() as u64;
         self.calls += 1;
         self.measured.saturating_record(measured.max(1));
-        self.corrected.saturating_record(corrected);
+        if frame.nested_hits == 0 {
+            self.flat.saturating_record(measured.max(1));
+        } else {
+            let corrected = (measured as f64 - inside).max(1.0).round() as u64;
+            self.corrected_nested.saturating_record(corrected);
+        }
+    }
+
+    /// Every call corrected: the flat ones by the last price, the nested ones as
+    /// corrected when they ended.
+    fn corrected(&self) -> Histogram<u64> {
+        let mut out = self.corrected_nested.clone();
+        let inside = self.prices.map_or(0.0, |p| p.inside());
+        for value in self.flat.iter_recorded() {
+            let at = value.value_iterated_to() as f64;
+            let corrected = (at - inside).max(1.0).round() as u64;
+            let _ = out.record_n(corrected, value.count_at_value());
+        }
+        out
     }
 
     fn open(&self) -> u64 {
@@ -304,7 +329,7 @@ impl Latency {
         self.pairs
             .iter()
             .map(|p| {
-                let corrected = HandlerSummary::of(&p.corrected);
+                let corrected = HandlerSummary::of(&p.corrected());
                 let whole_cost_ns = p.prices.map(|p| p.whole_start + p.whole_end);
                 LatencyRow {
                     spec: p.setup.spec.clone(),
