@@ -17,13 +17,13 @@
 //! its program, measured by its own clock, then the kernel's return to the target and
 //! the probed instruction's emulation or single step) and what precedes the end probe's
 //! (the trap and the kernel's dispatch to the program). The cost model prices each
-//! probe's whole hit (`cost::ProbeCost::estimate`) and its program is timed; the rest of
+//! probe's whole hit (`price::ProbeCost::estimate`) and its program is timed; the rest of
 //! a hit, outside the program, is taken as half before the program and half after it.
 //! So the part inside a call is `handler(start) + (whole(start) - handler(start)) / 2 +
 //! (whole(end) - handler(end)) / 2`, and each probed hit nested inside the call
 //! (recursion, a probed callee) adds its whole cost. A call with nothing nested is
 //! corrected by the last price when the rows are read; one with nested hits by the
-//! price when it ended (prices refreshed every 100 ms).
+//! price when it ended (prices set by the price stage with each snapshot, every 100 ms).
 
 use std::collections::HashMap;
 
@@ -68,9 +68,6 @@ pub struct PairSetup {
 
 /// Open calls per thread at most, per pair: deeper recursion counts as `overflowed`.
 const MAX_DEPTH: usize = 4096;
-
-/// How often the correction's prices are read again, ns of the records' clock.
-const REPRICE_NS: u64 = 100_000_000;
 
 /// What a pair's probes cost, ns per hit.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -117,7 +114,6 @@ struct PairState {
     overflowed: u64,
     /// The probes' prices, as last read.
     prices: Option<Prices>,
-    priced_at_ns: u64,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -140,7 +136,6 @@ impl PairState {
             unmatched: 0,
             overflowed: 0,
             prices: None,
-            priced_at_ns: 0,
         }
     }
 
@@ -288,20 +283,20 @@ impl Latency {
         self.pairs.is_empty()
     }
 
-    /// The pair of probe `id` and whether its prices are due at `ktime_ns`: (pair, its
-    /// first start and end probe ids).
-    pub(super) fn due_prices(&self, id: u32, ktime_ns: u64) -> Option<(usize, u32, u32)> {
-        let &(index, _) = self.roles.get(&id)?;
-        let pair = &self.pairs[index];
-        let due = pair.prices.is_none() || ktime_ns.saturating_sub(pair.priced_at_ns) >= REPRICE_NS;
-        let (&start, &end) = (pair.setup.starts.first()?, pair.setup.ends.first()?);
-        due.then_some((index, start, end))
+    /// Each pair's first start and end probe ids, in pair order.
+    pub fn halves(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.pairs.iter().map(|p| {
+            (
+                p.setup.starts.first().copied().unwrap_or(u32::MAX),
+                p.setup.ends.first().copied().unwrap_or(u32::MAX),
+            )
+        })
     }
 
-    pub(super) fn set_prices(&mut self, pair: usize, prices: Option<Prices>, ktime_ns: u64) {
+    /// Sets pair `pair`'s prices; `None` keeps the last ones.
+    pub fn set_prices(&mut self, pair: usize, prices: Option<Prices>) {
         if let Some(state) = self.pairs.get_mut(pair) {
             state.prices = prices.or(state.prices);
-            state.priced_at_ns = ktime_ns;
         }
     }
 
@@ -454,7 +449,6 @@ mod tests {
                 handler_start: 4.0,
                 handler_end: 10.0,
             }),
-            0,
         );
         l.record(0, 1, 0, 1000);
         l.record(0, 1, 100, 900);

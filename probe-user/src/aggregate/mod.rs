@@ -12,7 +12,7 @@ mod summary;
 mod threads;
 
 pub use interval_log::{IntervalHistogram, IntervalLog};
-pub use latency::{EndPath, Latency, LatencyRow, PairSetup};
+pub use latency::{EndPath, Latency, LatencyRow, PairSetup, Prices as LatencyPrices};
 pub use probe::{CapturedArgs, HISTORY_SPAN, ProbeAggregate};
 pub use rate::RateWindow;
 pub use snapshot::{
@@ -56,19 +56,16 @@ pub struct Aggregator {
     pub notices: Vec<String>,
     /// Kernel dispatches in the target that matched none of the probes (another
     /// tool's uprobes), when dispatch is measured.
-    pub other_dispatch: Option<crate::cost::dispatch::SlotTotal>,
+    pub other_dispatch: Option<crate::attach::dispatch_time::SlotTotal>,
     /// Kernel dispatches in the target whose start the dispatch programs did not see
     /// (begun before they attached): not timed, not in any probe's numbers.
     pub dispatch_unmeasured: Option<u64>,
     /// Which kernel functions timed the dispatches, when dispatch is measured.
-    pub dispatch_hooks: Option<crate::cost::dispatch::Hooks>,
+    pub dispatch_hooks: Option<crate::attach::dispatch_time::Hooks>,
     /// CLOCK_MONOTONIC ns: the window opens once every probe is attached ...
     window_start_ns: u64,
     /// ... and closes when measuring stops.
     window_end_ns: u64,
-    /// Hot or cold: which calibration prices the hits (`--assume`), and what auto
-    /// reads of the target.
-    pub assumer: crate::cost::assume::Assumer,
     /// Count records per process too (several processes probed); off, a hit costs
     /// the collector no second map update.
     pub count_processes: bool,
@@ -88,7 +85,6 @@ impl Aggregator {
             dispatch_hooks: None,
             window_start_ns: 0,
             window_end_ns: u64::MAX,
-            assumer: Default::default(),
             count_processes: false,
             latency: Latency::default(),
         }
@@ -97,7 +93,6 @@ impl Aggregator {
     /// Counts only hits whose handler started at or after `ktime_ns` (CLOCK_MONOTONIC).
     pub fn open_window(&mut self, ktime_ns: u64) {
         self.window_start_ns = ktime_ns;
-        self.assumer.open();
     }
 
     /// Counts only hits whose handler started at or before `ktime_ns`.
@@ -193,7 +188,6 @@ impl Aggregator {
     /// notices stay.
     pub fn reset(&mut self, ktime_ns: u64) {
         self.window_start_ns = ktime_ns;
-        self.assumer.open();
         for probe in &mut self.probes {
             probe.reset();
         }
@@ -204,29 +198,6 @@ impl Aggregator {
     /// probes first when due.
     fn pair(&mut self, event: &probe_common::HitArgsEvent) {
         let hit = &event.hit;
-        if let Some((pair, start, end)) = self.latency.due_prices(hit.probe_id, hit.ktime_ns) {
-            let assumes = self
-                .assumer
-                .live(self.probes.iter().map(|p| p.rate.per_second()).sum())
-                .assumes;
-            let price = |id: u32| {
-                let p = self.probes.get(id as usize)?;
-                let whole = p
-                    .cost
-                    .estimate(p.mode, Some(&p.handler_ns), p.timed_share(), assumes)?
-                    .whole_ns;
-                Some((whole, p.handler_ns.mean()))
-            };
-            let prices = price(start).zip(price(end)).map(
-                |((whole_start, handler_start), (whole_end, handler_end))| latency::Prices {
-                    whole_start,
-                    whole_end,
-                    handler_start,
-                    handler_end,
-                },
-            );
-            self.latency.set_prices(pair, prices, hit.ktime_ns);
-        }
         if event.count >= 1 && event.faulted & 1 == 0 {
             self.latency
                 .record(hit.probe_id, hit.tid, hit.ktime_ns, event.args[0]);
@@ -262,9 +233,10 @@ pub struct ProbeMeasurements {
     /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
     pub timed_share: f64,
     /// Cost class, calibration basis and measured dispatch.
-    pub cost: crate::cost::ProbeCost,
-    /// Hot or cold, decided over the run so far (the same for every probe).
-    pub assumes: crate::cost::assume::Assumption,
+    pub cost: crate::price::ProbeCost,
+    /// Hot or cold, decided over the run so far (the same for every probe): set by
+    /// the price stage (`price::Pricer::measurements`).
+    pub assumes: crate::price::assume::Assumption,
 }
 
 /// Everything a report needs, measured so far.
@@ -274,17 +246,15 @@ pub struct Measurements {
     pub window_start_ns: u64,
     pub probes: Vec<ProbeMeasurements>,
     /// Hot or cold over the run so far, and why.
-    pub assumption: Option<crate::cost::assume::Decision>,
+    pub assumption: Option<crate::price::assume::Decision>,
     /// The `latency:` pairs' rows.
     pub latency: Vec<LatencyRow>,
 }
 
 impl Aggregator {
-    /// A copy of what reports need.
+    /// A copy of what reports need, unpriced (`price::Pricer::measurements` decides
+    /// the assumption).
     pub fn measurements(&self) -> Measurements {
-        let decision = self
-            .assumer
-            .run(self.probes.iter().map(ProbeAggregate::hits).sum());
         Measurements {
             window_start_ns: self.window_start_ns,
             probes: self
@@ -316,10 +286,10 @@ impl Aggregator {
                     handler_ns: p.handler_ns.clone(),
                     timed_share: p.timed_share(),
                     cost: p.cost.clone(),
-                    assumes: decision.assumes,
+                    assumes: Default::default(),
                 })
                 .collect(),
-            assumption: Some(decision),
+            assumption: None,
             // Calls per second over the window when it is closed; else said by the
             // report from its duration.
             latency: self.latency.rows(if self.window_end_ns == u64::MAX {
@@ -334,7 +304,7 @@ impl Aggregator {
 /// Hands each probe its cost knowledge; `dispatch_on` readies the live measurement.
 pub fn install_costs(
     aggregator: &mut Aggregator,
-    costs: Vec<crate::cost::ProbeCost>,
+    costs: Vec<crate::price::ProbeCost>,
     dispatch_on: bool,
 ) {
     for (probe, mut cost) in aggregator.probes_mut().iter_mut().zip(costs) {

@@ -12,7 +12,6 @@ use super::{StopReason, follow, insitu, maps_watch, others, processes};
 use crate::aggregate::Snapshot;
 use crate::attach::Attachment;
 use crate::cli::RunArgs;
-use crate::cost;
 use crate::present::{
     self,
     tui::{self, UiEvent, UiExit, UiLinks, UiRequest},
@@ -319,7 +318,7 @@ fn change_window(
     attachment: &mut Attachment,
     source: &ReportSource,
     snapshots: &watch::Receiver<Snapshot>,
-) -> Option<cost::insitu::InSituSummary> {
+) -> Option<crate::insitu::InSituSummary> {
     let active = driver.as_mut()?;
     let (hits, streaming) = {
         let snapshot = snapshots.borrow();
@@ -353,9 +352,9 @@ fn change_window(
 }
 
 /// What the TUI shows of an in-situ summary: a status part and a detail line.
-fn in_situ_event(summary: &cost::insitu::InSituSummary) -> UiEvent {
+fn in_situ_event(summary: &crate::insitu::InSituSummary) -> UiEvent {
     let status = match (summary.verdict, summary.added_share) {
-        (cost::insitu::Verdict::Measured, Some(share)) => {
+        (crate::insitu::Verdict::Measured, Some(share)) => {
             format!("in situ {} cpu", present::format::percent(share.mean))
         }
         (verdict, _) => format!("in situ: {}", verdict.as_str()),

@@ -137,8 +137,8 @@ mod tests {
     #[test]
     fn another_tools_probe_names_its_owner() {
         let mut report = sample_report();
-        report.probes[1].other = Some(crate::cost::others::OtherSite {
-            owner: crate::cost::others::Owner {
+        report.probes[1].other = Some(crate::attach::others::OtherSite {
+            owner: crate::attach::others::Owner {
                 pid: Some(77),
                 comm: Some("bpftrace".into()),
                 tool: "bpftrace".into(),

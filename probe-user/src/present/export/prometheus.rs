@@ -157,7 +157,7 @@ pub fn render_prometheus(report: &Report) -> String {
 
 /// `--in-situ`: the added CPU and cost per hit measured on the target, each with the
 /// bounds of its 95% interval, and the windows behind them.
-fn in_situ_families(out: &mut String, s: &crate::cost::insitu::InSituSummary) {
+fn in_situ_families(out: &mut String, s: &crate::insitu::InSituSummary) {
     let intervals = [
         (
             "probetop_in_situ_cpu_share",
@@ -217,7 +217,7 @@ fn in_situ_families(out: &mut String, s: &crate::cost::insitu::InSituSummary) {
         "gauge",
         "1 once the in-situ interval is narrow enough to give a number, else 0 (run longer).",
     );
-    let measured = s.verdict == crate::cost::insitu::Verdict::Measured;
+    let measured = s.verdict == crate::insitu::Verdict::Measured;
     let _ = writeln!(out, "probetop_in_situ_measured {}", u8::from(measured));
 }
 
@@ -600,7 +600,7 @@ mod tests {
 
     #[test]
     fn in_situ_intervals_each_have_their_three_bounds() {
-        use crate::cost::insitu::{InSituSummary, Interval, Verdict, WorkMeter};
+        use crate::insitu::{InSituSummary, Interval, Verdict, WorkMeter};
         let interval = |mean: f64| Interval {
             mean,
             low: mean * 0.5,

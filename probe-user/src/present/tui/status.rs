@@ -50,10 +50,10 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     let target_cost = in_situ.or_else(|| {
         // Hot or cold: which calibration loop priced the hits (--assume).
         let caches = snap.assumption.as_ref().map_or("", |d| match d.assumes {
-            crate::cost::assume::Assumption::Hot => " hot",
-            crate::cost::assume::Assumption::Cold => " cold",
-            crate::cost::assume::Assumption::Gap => " gap",
-            crate::cost::assume::Assumption::Clock => " clock",
+            crate::price::assume::Assumption::Hot => " hot",
+            crate::price::assume::Assumption::Cold => " cold",
+            crate::price::assume::Assumption::Gap => " gap",
+            crate::price::assume::Assumption::Clock => " clock",
         });
         snap.cpu_share().map(|share| {
             let long = format!("probes cost target {} cpu", format::percent(share));
