@@ -268,6 +268,7 @@ pub async fn collect(
                     // as of the last read of the kernel's counters.
                     read_kernel_counters(&counters, &mut aggregator);
                 }
+                pricer.price_latency(&mut aggregator);
                 snapshots.send_replace(snapshot(&aggregator, &pricer, started.elapsed(), own, *focus.borrow()));
             }
             // A new selection gets its details at once rather than at the next tick.
@@ -559,9 +560,14 @@ fn switch_hot_probes(
     time_every: u64,
 ) {
     let mut switched = Vec::new();
+    // A latency pair's probes keep streaming: their records are paired.
+    let paired: Vec<bool> = (0..aggregator.probes().len())
+        .map(|id| aggregator.latency.pairs_probe(id as u32))
+        .collect();
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let rate = probe.rate.per_second();
         if probe.mode == DeliveryMode::Ring
+            && !paired[id]
             && rate > limit
             && counters
                 .set_mode(id as u32, DeliveryMode::KernelHistogram)
@@ -607,7 +613,8 @@ fn end_clock_phase(
 ) -> bool {
     let (mut switched, mut stayed, mut streaming) = (Vec::new(), 0, 0);
     for (id, probe) in aggregator.probes().iter().enumerate() {
-        if probe.mode != DeliveryMode::Ring {
+        // A latency pair's probes keep streaming: their records are paired.
+        if probe.mode != DeliveryMode::Ring || aggregator.latency.pairs_probe(id as u32) {
             continue;
         }
         if !over && probe.received < CLOCK_PHASE_HITS {

@@ -104,6 +104,8 @@ pub struct Snapshot {
     pub own: OwnUsage,
     /// Hot or cold, decided over the last second, and why.
     pub assumption: Option<crate::price::assume::Decision>,
+    /// The `latency:` pairs' rows.
+    pub latency: Vec<super::LatencyRow>,
 }
 
 impl Snapshot {
@@ -148,6 +150,7 @@ impl Aggregator {
             focus: None,
             own: OwnUsage::default(),
             assumption: None,
+            latency: self.latency.rows(elapsed.as_secs_f64()),
         }
     }
 

@@ -108,6 +108,51 @@ impl Pricer {
 
     /// A copy of what reports need, with the run's decision: each probe is priced
     /// under it (`price::report`).
+    /// Prices the probes of every latency pair for its correction
+    /// (`aggregate::latency`): each probe's whole cost per hit and handler mean.
+    pub fn price_latency(&self, aggregator: &mut Aggregator) {
+        if aggregator.latency.is_empty() {
+            return;
+        }
+        let assumes = self
+            .assumer
+            .live(
+                aggregator
+                    .probes()
+                    .iter()
+                    .map(|p| p.rate.per_second())
+                    .sum(),
+            )
+            .assumes;
+        let price = |id: u32| {
+            let p = aggregator.probes().get(id as usize)?;
+            let whole = p
+                .cost
+                .estimate(p.mode, Some(&p.handler_ns), p.timed_share(), assumes)?
+                .whole_ns;
+            Some((whole, p.handler_ns.mean()))
+        };
+        let prices: Vec<_> = aggregator
+            .latency
+            .halves()
+            .map(|(start, end)| {
+                price(start).zip(price(end)).map(
+                    |((whole_start, handler_start), (whole_end, handler_end))| {
+                        crate::aggregate::LatencyPrices {
+                            whole_start,
+                            whole_end,
+                            handler_start,
+                            handler_end,
+                        }
+                    },
+                )
+            })
+            .collect();
+        for (pair, prices) in prices.into_iter().enumerate() {
+            aggregator.latency.set_prices(pair, prices);
+        }
+    }
+
     pub fn measurements(&self, aggregator: &Aggregator) -> Measurements {
         let mut measurements = aggregator.measurements();
         let decision = self

@@ -60,7 +60,7 @@ fn budgeted(cache: &std::path::Path, budget: &str) -> (f64, f64, serde_json::Val
 fn a_budget_holds_a_flood_under_it_and_its_scaled_hits_hold_the_calls() {
     let _turn = turn(module_path!());
     let cache = std::env::temp_dir().join(format!("probetop-budget-{}", std::process::id()));
-    calibrate_quick(&cache);
+    calibrate_default(&cache);
     // Alternated, so a load on the machine that comes and goes hits both sides alike.
     let (mut off, mut on, mut reports) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..3 {

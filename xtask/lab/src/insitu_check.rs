@@ -410,7 +410,7 @@ impl CellRun<'_> {
 fn estimate_label(report: &Export) -> Option<String> {
     let assumes = report.cost.assumption.as_ref()?.assumes.as_ref();
     let mut readings: Vec<&str> = Vec::new();
-    for probe in &report.probes {
+    for probe in report.probe_rows() {
         if let Some(reading) = probe.whole_cost_reading.as_deref()
             && !readings.contains(&reading)
         {

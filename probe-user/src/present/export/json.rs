@@ -360,6 +360,70 @@ pub struct JsonExec<'a> {
     pub probes_attached: usize,
 }
 
+/// A `latency:` pair's row in `probes`, told by `"kind": "latency"`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonLatency<'a> {
+    pub kind: Cow<'static, str>,
+    pub spec: Cow<'a, str>,
+    pub name: Cow<'a, str>,
+    pub object: Cow<'a, str>,
+    /// How the returns were probed: `uretprobe`, `ret-uprobes` (uprobes on the
+    /// function's `ret` instructions) or `usdt`.
+    pub end_path: Cow<'static, str>,
+    /// The ids of the probes of its two halves (rows of `probes` too).
+    pub start_probes: Cow<'a, [u32]>,
+    pub end_probes: Cow<'a, [u32]>,
+    /// Calls paired: a start and its end.
+    pub calls: u64,
+    pub calls_per_second: f64,
+    /// Calls open when the window closed; unwound by an exception or a longjmp (no
+    /// return seen); ends without a start (begun before the window); too deep to track.
+    pub open: u64,
+    pub unwound: u64,
+    pub unmatched: u64,
+    pub overflowed: u64,
+    /// From the start probe's clock read to the end probe's, per call.
+    pub latency_ns: HandlerSummary,
+    /// The same less the probes' cost inside the call: one whole hit of the start
+    /// probe, and every probed hit nested in the call.
+    pub latency_corrected_ns: HandlerSummary,
+    /// Whether the probes were priced, so their cost taken off (else the corrected
+    /// numbers are the measured ones).
+    pub corrected: bool,
+    /// Both probes' whole cost per call.
+    pub whole_cost_ns: Option<f64>,
+    /// `whole_cost_ns` / the corrected mean latency.
+    pub overhead_share: Option<f64>,
+}
+
+/// An entry of `probes`: a probe, or a latency pair (read back by its `kind`: a probe's
+/// is a probe kind, a pair's `latency`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum JsonEntry<'a> {
+    Probe(Box<JsonProbe<'a>>),
+    Latency(Box<JsonLatency<'a>>),
+}
+
+impl<'a> JsonEntry<'a> {
+    /// The probe, if this entry is one (not a latency pair).
+    pub fn probe(&self) -> Option<&JsonProbe<'a>> {
+        match self {
+            Self::Probe(p) => Some(p),
+            Self::Latency(_) => None,
+        }
+    }
+
+    /// The probe, owned, if this entry is one.
+    pub fn into_probe(self) -> Option<JsonProbe<'a>> {
+        match self {
+            Self::Probe(p) => Some(*p),
+            Self::Latency(_) => None,
+        }
+    }
+}
+
 /// With `--budget`: the 95% interval of a probe's scaled hits.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct JsonHitsInterval {
@@ -385,7 +449,7 @@ pub struct JsonReport<'a> {
     pub target: JsonTarget<'a>,
     pub started_unix_ms: u64,
     pub duration_s: f64,
-    pub probes: Vec<JsonProbe<'a>>,
+    pub probes: Vec<JsonEntry<'a>>,
     pub cost: JsonCost<'a>,
     /// The execs followed (`--follow-exec`), oldest first; empty without.
     pub execs: Vec<JsonExec<'a>>,
@@ -403,6 +467,13 @@ pub struct JsonReport<'a> {
     /// `--budget`: written, not read back (the lab does not read it).
     #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
     pub budget: Option<JsonBudget<'a>>,
+}
+
+impl<'a> JsonReport<'a> {
+    /// The probes of `probes`, without the latency pairs' rows.
+    pub fn probe_rows(&self) -> impl Iterator<Item = &JsonProbe<'a>> {
+        self.probes.iter().filter_map(JsonEntry::probe)
+    }
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
@@ -426,79 +497,109 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         probes: report
             .probes
             .iter()
-            .map(|p| JsonProbe {
-                id: p.id,
-                spec: Cow::Borrowed(&p.spec),
-                kind: p.kind,
-                name: Cow::Borrowed(&p.name),
-                resolved: p.resolved.as_deref().map(Cow::Borrowed),
-                object: Cow::Borrowed(&p.object),
-                address: p.address,
-                file_offset: p.file_offset,
-                generation: p.generation,
-                exe: Cow::Borrowed(&p.exe),
-                mode: p.mode.as_str().into(),
-                own: p.other.is_none(),
-                owner: p.other.as_ref().map(|site| JsonOwner {
-                    pid: site.owner.pid,
-                    comm: site.owner.comm.as_deref().map(Cow::Borrowed),
-                    tool: Cow::Borrowed(&site.owner.tool),
-                    via: site.via().into(),
-                    prog_id: site.prog_id,
-                    event: site.event.as_deref().map(Cow::Borrowed),
-                    program_ns: p.cost.other.and_then(|o| o.program_ns),
-                    program_method: p.cost.other.map(|o| o.program_method.as_str().into()),
-                    hits_method: "counting-probe-on-the-same-site".into(),
-                    counting_ns: p.cost.counting_ns,
-                }),
-                hits: p.hits,
-                hits_interval: scaled(p.id).map(|s| JsonHitsInterval {
-                    low: s.low.floor() as u64,
-                    high: s.high.ceil() as u64,
-                }),
-                hits_counted: scaled(p.id).map(|s| s.counted),
-                dropped: p.dropped,
-                handler_ns: HandlerSummary::of(&p.handler_ns),
-                last_args: p.last_args.as_deref().map(Cow::Borrowed),
-                threads: p
-                    .threads
-                    .iter()
-                    .map(|(tid, n)| (tid.to_string(), *n))
-                    .collect(),
-                pids: p
-                    .processes
-                    .iter()
-                    .map(|(pid, n)| (pid.to_string(), *n))
-                    .collect(),
-                threads_dropped: p
-                    .threads_dropped
-                    .iter()
-                    .map(|(tid, n)| (tid.to_string(), *n))
-                    .collect(),
-                threads_cover: p.threads_cover.as_str().into(),
-                threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
-                cost_class: p.cost.site.as_ref().map(|s| s.class.as_str().into()),
-                probed_instruction: p
-                    .cost
-                    .site
-                    .as_ref()
-                    .map(|s| s.instruction.as_str())
-                    .filter(|i| !i.is_empty())
-                    .map(Cow::Borrowed),
-                whole_cost_ns: p.cost.whole_cost_ns,
-                whole_cost_method: p.cost.method.map(|m| m.as_str().into()),
-                whole_cost_assumes: p.cost.assumes.map(|a| a.as_str().into()),
-                whole_cost_reading: p.cost.reading.map(|r| r.as_str().into()),
-                cpu_share: p.cost.cpu_share,
-                dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
-                    per_hit_mean: d.per_hit_ns(),
-                    entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
-                    ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
-                }),
-                gaps: p.cost.gaps,
-                busy_gaps: p.cost.busy_gaps,
-                streamed_clock_ns: p.cost.streamed_clock,
+            .map(|p| {
+                JsonEntry::Probe(Box::new(JsonProbe {
+                    id: p.id,
+                    spec: Cow::Borrowed(&p.spec),
+                    kind: p.kind,
+                    name: Cow::Borrowed(&p.name),
+                    resolved: p.resolved.as_deref().map(Cow::Borrowed),
+                    object: Cow::Borrowed(&p.object),
+                    address: p.address,
+                    file_offset: p.file_offset,
+                    generation: p.generation,
+                    exe: Cow::Borrowed(&p.exe),
+                    mode: p.mode.as_str().into(),
+                    own: p.other.is_none(),
+                    owner: p.other.as_ref().map(|site| JsonOwner {
+                        pid: site.owner.pid,
+                        comm: site.owner.comm.as_deref().map(Cow::Borrowed),
+                        tool: Cow::Borrowed(&site.owner.tool),
+                        via: site.via().into(),
+                        prog_id: site.prog_id,
+                        event: site.event.as_deref().map(Cow::Borrowed),
+                        program_ns: p.cost.other.and_then(|o| o.program_ns),
+                        program_method: p.cost.other.map(|o| o.program_method.as_str().into()),
+                        hits_method: "counting-probe-on-the-same-site".into(),
+                        counting_ns: p.cost.counting_ns,
+                    }),
+                    hits: p.hits,
+                    hits_interval: scaled(p.id).map(|s| JsonHitsInterval {
+                        low: s.low.floor() as u64,
+                        high: s.high.ceil() as u64,
+                    }),
+                    hits_counted: scaled(p.id).map(|s| s.counted),
+                    dropped: p.dropped,
+                    handler_ns: HandlerSummary::of(&p.handler_ns),
+                    last_args: p.last_args.as_deref().map(Cow::Borrowed),
+                    threads: p
+                        .threads
+                        .iter()
+                        .map(|(tid, n)| (tid.to_string(), *n))
+                        .collect(),
+                    pids: p
+                        .processes
+                        .iter()
+                        .map(|(pid, n)| (pid.to_string(), *n))
+                        .collect(),
+                    threads_dropped: p
+                        .threads_dropped
+                        .iter()
+                        .map(|(tid, n)| (tid.to_string(), *n))
+                        .collect(),
+                    threads_cover: p.threads_cover.as_str().into(),
+                    threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
+                    cost_class: p.cost.site.as_ref().map(|s| s.class.as_str().into()),
+                    probed_instruction: p
+                        .cost
+                        .site
+                        .as_ref()
+                        .map(|s| s.instruction.as_str())
+                        .filter(|i| !i.is_empty())
+                        .map(Cow::Borrowed),
+                    whole_cost_ns: p.cost.whole_cost_ns,
+                    whole_cost_method: p.cost.method.map(|m| m.as_str().into()),
+                    whole_cost_assumes: p.cost.assumes.map(|a| a.as_str().into()),
+                    whole_cost_reading: p.cost.reading.map(|r| r.as_str().into()),
+                    cpu_share: p.cost.cpu_share,
+                    dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
+                        per_hit_mean: d.per_hit_ns(),
+                        entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
+                        ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
+                    }),
+                    gaps: p.cost.gaps,
+                    busy_gaps: p.cost.busy_gaps,
+                    streamed_clock_ns: p.cost.streamed_clock,
+                }))
             })
+            .chain(report.latency.iter().map(|l| {
+                JsonEntry::Latency(Box::new(JsonLatency {
+                    kind: "latency".into(),
+                    spec: Cow::Borrowed(&l.spec),
+                    name: Cow::Borrowed(&l.name),
+                    object: Cow::Borrowed(&l.object),
+                    end_path: l.path.as_str().into(),
+                    start_probes: Cow::Borrowed(&l.starts),
+                    end_probes: Cow::Borrowed(&l.ends),
+                    calls: l.calls,
+                    calls_per_second: if l.calls_per_second > 0.0 {
+                        l.calls_per_second
+                    } else if report.duration_s > 0.0 {
+                        l.calls as f64 / report.duration_s
+                    } else {
+                        0.0
+                    },
+                    open: l.open,
+                    unwound: l.unwound,
+                    unmatched: l.unmatched,
+                    overflowed: l.overflowed,
+                    latency_ns: l.latency_ns,
+                    latency_corrected_ns: l.latency_corrected_ns,
+                    corrected: l.corrected_applied,
+                    whole_cost_ns: l.whole_cost_ns,
+                    overhead_share: l.overhead_share,
+                }))
+            }))
             .collect(),
         cost: JsonCost {
             cpu_share: report.cost.cpu_share,
@@ -663,7 +764,7 @@ mod tests {
         let bytes = render(&with_other(sample_report())).expect("renders");
         let back: JsonReport<'static> = serde_json::from_slice(&bytes).expect("reads back");
         assert_eq!(back.probes.len(), 2);
-        assert_eq!(back.probes[1].hits, 12);
+        assert_eq!(back.probe_rows().nth(1).map(|p| p.hits), Some(12));
         let written: serde_json::Value = serde_json::from_slice(&bytes).expect("valid JSON");
         let again = serde_json::to_value(&back).expect("encodes");
         assert_eq!(written, again);
@@ -675,7 +776,7 @@ mod tests {
             r#"{"duration_s": 2.0, "probes": [{"kind": "uprobe", "spec": "uprobe:f", "hits": 3}]}"#;
         let back: JsonReport<'static> = serde_json::from_str(old).expect("reads");
         assert_eq!(back.duration_s, 2.0);
-        let p = &back.probes[0];
+        let p = back.probe_rows().next().expect("a probe");
         assert_eq!((p.spec.as_ref(), p.hits, p.own), ("uprobe:f", 3, true));
         assert!(p.whole_cost_ns.is_none() && back.cost.in_situ.is_none());
     }

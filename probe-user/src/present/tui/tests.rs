@@ -126,6 +126,7 @@ fn snapshot() -> Snapshot {
             rss_bytes: Some(14_300_000),
         },
         assumption: None,
+        latency: Vec::new(),
     }
 }
 
