@@ -447,9 +447,8 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
         {
             probe.apply_kernel_histogram(&totals);
         }
-        if let Ok((gaps, busy)) = counters.gaps(id) {
+        if let Ok(gaps) = counters.gaps(id) {
             probe.cost.gaps.update(gaps);
-            probe.cost.busy_gaps.update(busy);
         }
     }
     // A walk of the kernel's table: only once hits were dropped.
@@ -543,9 +542,10 @@ fn baseline_probes(
             _ => Vec::new(),
         };
         probe.baseline_kernel_counts(counted, &histogram);
-        let (gaps, busy) = counters.gaps(id).unwrap_or_default();
-        probe.cost.gaps.baseline(gaps);
-        probe.cost.busy_gaps.baseline(busy);
+        probe
+            .cost
+            .gaps
+            .baseline(counters.gaps(id).unwrap_or_default());
     }
 }
 

@@ -106,12 +106,13 @@ pub struct JsonProbe<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whole_cost_method: Option<Cow<'static, str>>,
     /// The calibration loop that priced `whole_cost_ns`: `hot` (caches warm between
-    /// hits), `cold` (a server's footprint between hits) or `gap` (each hit by the
-    /// idle time before it, `gaps`); see `cost.assumption`.
+    /// hits), `cold` (a server's footprint between hits) or `clock` (each hit by its
+    /// handler's clock, or by the idle time before it, `gaps`, where dearer); see
+    /// `cost.assumption`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whole_cost_assumes: Option<Cow<'static, str>>,
-    /// With `gap`: what placed its hits on the calibration's curves: `gap` (the idle
-    /// time before each), `busy-gap` (the code run before each) or `handler-clock` (how
+    /// With `clock`: what placed its hits on the calibration's curves: `gap` (the idle
+    /// time before each) or `handler-clock` (how
     /// slow the ring handler ran on each) or `streamed-clock` (in-kernel: how slow the
     /// ring handler ran on the hits streamed first, `streamed_clock_ns`; docs/cost.md).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -123,15 +124,11 @@ pub struct JsonProbe<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dispatch_ns: Option<JsonDispatch>,
     /// The time before each hit since the previous probetop hit on the same CPU: how
-    /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: gap`
-    /// prices each hit by it).
+    /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: clock`
+    /// prices each hit by it where dearer than its clock). (`busy_gaps`, the code run in
+    /// these gaps, was written until `--assume gap` retired; it is no longer.)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gaps: Option<crate::calibrate::gap::GapSummary>,
-    /// The same gaps less the time their CPU was idle: the code run on it between the
-    /// two hits (the `sched_switch` program). `gap` pricing takes the work curve there
-    /// when it is dearer than the gap curve.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub busy_gaps: Option<crate::calibrate::gap::GapSummary>,
     /// In-kernel mode: probetop's ring handler's own time over the hits streamed in the
     /// first `--clock-seconds` (before the probe went to the kernel), ns: how cold the
     /// target runs each hit, which `streamed-clock` pricing reads.
@@ -568,7 +565,6 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                         ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
                     }),
                     gaps: p.cost.gaps,
-                    busy_gaps: p.cost.busy_gaps,
                     streamed_clock_ns: p.cost.streamed_clock,
                 }))
             })

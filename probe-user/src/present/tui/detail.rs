@@ -167,12 +167,8 @@ fn totals_line(app: &App, id: usize) -> Line<'static> {
     );
     let mut cost = n.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f);
     if let Some(gap_us) = n.gap_median_us {
-        // What priced it: the typical time before a hit on its CPU, and the code run
-        // in it.
+        // What priced it: the typical time before a hit on its CPU.
         cost.push_str(&format!(" (gap p50 {}", format::ns_f(gap_us * 1e3)));
-        if let Some(busy_us) = n.busy_median_us {
-            cost.push_str(&format!(", busy {}", format::ns_f(busy_us * 1e3)));
-        }
         if let Some(reading) = n.reading {
             cost.push_str(&format!(", by {}", reading.short()));
         }
