@@ -30,8 +30,6 @@ pub struct ProbeSnapshot {
     /// The median gap before its hits since the previous hit on their CPU, us, when
     /// its hits are priced by it.
     pub gap_median_us: Option<f64>,
-    /// The median busy part of those gaps (code run on the CPU), us, with it.
-    pub busy_median_us: Option<f64>,
     /// What placed its hits on the calibration's curves, with them.
     pub reading: Option<crate::price::estimate::GapReading>,
 }
@@ -104,6 +102,8 @@ pub struct Snapshot {
     pub own: OwnUsage,
     /// Hot or cold, decided over the last second, and why.
     pub assumption: Option<crate::price::assume::Decision>,
+    /// The `latency:` pairs' rows.
+    pub latency: Vec<super::LatencyRow>,
 }
 
 impl Snapshot {
@@ -133,7 +133,6 @@ impl Aggregator {
                 last_args: p.last_args,
                 interval: p.last_interval,
                 gap_median_us: None,
-                busy_median_us: None,
                 reading: None,
             })
             .collect();
@@ -148,6 +147,7 @@ impl Aggregator {
             focus: None,
             own: OwnUsage::default(),
             assumption: None,
+            latency: self.latency.rows(elapsed.as_secs_f64()),
         }
     }
 

@@ -137,7 +137,16 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             )
             .and_then(|()| out.flush());
     }
+    pricer.price_latency(&mut aggregator);
     let measured = pricer.measurements(&aggregator);
+    if !measured.latency.is_empty() {
+        use std::io::Write as _;
+        let table = present::summary::latency_table(&measured.latency, duration.as_secs_f64());
+        let mut out = io::stdout().lock();
+        let _ = out
+            .write_all(sys::stderr::terminal_safe(&table).as_bytes())
+            .and_then(|()| out.flush());
+    }
     if let Some(line) = ended_in_clock_phase(args, &measured.probes) {
         say!("probetop: {line}");
     }
@@ -186,6 +195,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     );
     report.cost = run_cost;
     report.attach_path = Some(attach_path);
+    report.latency = measured.latency.clone();
     if let Some(summary) = in_situ_summary {
         report.apply_in_situ(summary);
     }

@@ -606,6 +606,7 @@ impl Engine {
             other: Some(site),
             shared_with: None,
             shared_sites: Vec::new(),
+            pair: None,
         };
         let config = counting_config(ProbeConfig {
             mode: DeliveryMode::Sample.raw(),

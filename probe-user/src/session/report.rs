@@ -105,6 +105,7 @@ impl ReportSource {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         report.attach_path = Some(self.attach_path);
+        report.latency = measurements.latency;
         Some(report)
     }
 }
@@ -193,6 +194,7 @@ fn empty_report(target: &Target, started_unix_ms: u64, duration_s: f64) -> Repor
         skipped: Vec::new(),
         replaced: Vec::new(),
         budget: None,
+        latency: Vec::new(),
     }
 }
 
@@ -291,6 +293,7 @@ pub(super) fn build_report(
         skipped: rows.skipped.clone(),
         replaced: rows.replaced.clone(),
         budget: None,
+        latency: Vec::new(),
     }
 }
 

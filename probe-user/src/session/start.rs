@@ -153,7 +153,12 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
             DeliveryMode::of_config(&initial_config)
         };
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
+        // A latency pair's probes stream every hit (`Probe::config`).
+        if probe.pair.is_some() {
+            row.mode = DeliveryMode::Ring;
+        }
     }
+    aggregator.latency = crate::aggregate::Latency::new(super::probe::latency_pairs(&probes));
     let mut assumer = crate::price::assume::Assumer::new(args.assume, pid);
     assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     // The clock is read on streamed hits: ring and auto modes, or kernel mode's phase.
@@ -166,8 +171,8 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         };
     aggregator.count_processes = plan.several;
     let dispatch_running = dispatch.is_some();
-    for cost in &mut prepared.costs {
-        cost.captures_args = args.args > 0;
+    for (cost, probe) in prepared.costs.iter_mut().zip(&probes) {
+        cost.captures_args = args.args > 0 || probe.pair.is_some();
     }
     for (cost, probe) in prepared.costs.iter_mut().zip(&probes) {
         if let Some(site) = &probe.other {

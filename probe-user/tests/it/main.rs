@@ -25,6 +25,7 @@ mod exports;
 mod forks;
 mod host;
 mod hostile;
+mod latency;
 mod list;
 mod listen;
 mod lost_terminal;

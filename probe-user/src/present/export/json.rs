@@ -106,12 +106,13 @@ pub struct JsonProbe<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whole_cost_method: Option<Cow<'static, str>>,
     /// The calibration loop that priced `whole_cost_ns`: `hot` (caches warm between
-    /// hits), `cold` (a server's footprint between hits) or `gap` (each hit by the
-    /// idle time before it, `gaps`); see `cost.assumption`.
+    /// hits), `cold` (a server's footprint between hits) or `clock` (each hit by its
+    /// handler's clock, or by the idle time before it, `gaps`, where dearer); see
+    /// `cost.assumption`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whole_cost_assumes: Option<Cow<'static, str>>,
-    /// With `gap`: what placed its hits on the calibration's curves: `gap` (the idle
-    /// time before each), `busy-gap` (the code run before each) or `handler-clock` (how
+    /// With `clock`: what placed its hits on the calibration's curves: `gap` (the idle
+    /// time before each) or `handler-clock` (how
     /// slow the ring handler ran on each) or `streamed-clock` (in-kernel: how slow the
     /// ring handler ran on the hits streamed first, `streamed_clock_ns`; docs/cost.md).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -128,15 +129,11 @@ pub struct JsonProbe<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shared_site: Option<JsonSharedSite<'a>>,
     /// The time before each hit since the previous probetop hit on the same CPU: how
-    /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: gap`
-    /// prices each hit by it).
+    /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: clock`
+    /// prices each hit by it where dearer than its clock). (`busy_gaps`, the code run in
+    /// these gaps, was written until `--assume gap` retired; it is no longer.)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gaps: Option<crate::calibrate::gap::GapSummary>,
-    /// The same gaps less the time their CPU was idle: the code run on it between the
-    /// two hits (the `sched_switch` program). `gap` pricing takes the work curve there
-    /// when it is dearer than the gap curve.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub busy_gaps: Option<crate::calibrate::gap::GapSummary>,
     /// In-kernel mode: probetop's ring handler's own time over the hits streamed in the
     /// first `--clock-seconds` (before the probe went to the kernel), ns: how cold the
     /// target runs each hit, which `streamed-clock` pricing reads.
@@ -399,6 +396,70 @@ pub struct JsonExec<'a> {
     pub probes_attached: usize,
 }
 
+/// A `latency:` pair's row in `probes`, told by `"kind": "latency"`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonLatency<'a> {
+    pub kind: Cow<'static, str>,
+    pub spec: Cow<'a, str>,
+    pub name: Cow<'a, str>,
+    pub object: Cow<'a, str>,
+    /// How the returns were probed: `uretprobe`, `ret-uprobes` (uprobes on the
+    /// function's `ret` instructions) or `usdt`.
+    pub end_path: Cow<'static, str>,
+    /// The ids of the probes of its two halves (rows of `probes` too).
+    pub start_probes: Cow<'a, [u32]>,
+    pub end_probes: Cow<'a, [u32]>,
+    /// Calls paired: a start and its end.
+    pub calls: u64,
+    pub calls_per_second: f64,
+    /// Calls open when the window closed; unwound by an exception or a longjmp (no
+    /// return seen); ends without a start (begun before the window); too deep to track.
+    pub open: u64,
+    pub unwound: u64,
+    pub unmatched: u64,
+    pub overflowed: u64,
+    /// From the start probe's clock read to the end probe's, per call.
+    pub latency_ns: HandlerSummary,
+    /// The same less the probes' cost inside the call: one whole hit of the start
+    /// probe, and every probed hit nested in the call.
+    pub latency_corrected_ns: HandlerSummary,
+    /// Whether the probes were priced, so their cost taken off (else the corrected
+    /// numbers are the measured ones).
+    pub corrected: bool,
+    /// Both probes' whole cost per call.
+    pub whole_cost_ns: Option<f64>,
+    /// `whole_cost_ns` / the corrected mean latency.
+    pub overhead_share: Option<f64>,
+}
+
+/// An entry of `probes`: a probe, or a latency pair (read back by its `kind`: a probe's
+/// is a probe kind, a pair's `latency`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum JsonEntry<'a> {
+    Probe(Box<JsonProbe<'a>>),
+    Latency(Box<JsonLatency<'a>>),
+}
+
+impl<'a> JsonEntry<'a> {
+    /// The probe, if this entry is one (not a latency pair).
+    pub fn probe(&self) -> Option<&JsonProbe<'a>> {
+        match self {
+            Self::Probe(p) => Some(p),
+            Self::Latency(_) => None,
+        }
+    }
+
+    /// The probe, owned, if this entry is one.
+    pub fn into_probe(self) -> Option<JsonProbe<'a>> {
+        match self {
+            Self::Probe(p) => Some(*p),
+            Self::Latency(_) => None,
+        }
+    }
+}
+
 /// With `--budget`: the 95% interval of a probe's scaled hits.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct JsonHitsInterval {
@@ -424,7 +485,7 @@ pub struct JsonReport<'a> {
     pub target: JsonTarget<'a>,
     pub started_unix_ms: u64,
     pub duration_s: f64,
-    pub probes: Vec<JsonProbe<'a>>,
+    pub probes: Vec<JsonEntry<'a>>,
     pub cost: JsonCost<'a>,
     /// The execs followed (`--follow-exec`), oldest first; empty without.
     pub execs: Vec<JsonExec<'a>>,
@@ -444,6 +505,44 @@ pub struct JsonReport<'a> {
     pub budget: Option<JsonBudget<'a>>,
 }
 
+impl<'a> JsonReport<'a> {
+    /// The probes of `probes`, without the latency pairs' rows.
+    pub fn probe_rows(&self) -> impl Iterator<Item = &JsonProbe<'a>> {
+        self.probes.iter().filter_map(JsonEntry::probe)
+    }
+}
+
+/// probetop's own probe's part of a breakpoint it shares with other tools' probes.
+fn shared_site(cost: &crate::price::report::ProbeCostReport) -> Option<JsonSharedSite<'_>> {
+    let (split, owners) = cost.shared.as_ref()?;
+    let own = JsonSharedPart {
+        own: true,
+        tool: "probetop".into(),
+        pid: Some(std::process::id()),
+        marginal_ns: split.own.marginal_ns,
+        marginal_method: "calibration".into(),
+        share_ns: split.own.share_ns,
+    };
+    let others = split
+        .others
+        .iter()
+        .zip(owners)
+        .map(|(part, o)| JsonSharedPart {
+            own: false,
+            tool: Cow::Borrowed(&o.owner.tool),
+            pid: o.owner.pid,
+            marginal_ns: part.marginal_ns,
+            marginal_method: o.price.program_method.as_str().into(),
+            share_ns: part.share_ns,
+        });
+    Some(JsonSharedSite {
+        total_ns: split.total_ns,
+        trap_ns: split.trap_ns,
+        split: crate::price::estimate::SHARED_SPLIT.into(),
+        owners: std::iter::once(own).chain(others).collect(),
+    })
+}
+
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let scaled = |id: u32| {
         report
@@ -451,22 +550,22 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             .as_ref()
             .and_then(|b| b.scaled.get(id as usize).copied())
     };
-    let doc =
-        JsonReport {
-            tool: "probetop".into(),
-            version: env!("CARGO_PKG_VERSION").into(),
-            target: JsonTarget {
-                pid: report.target.pid,
-                exe: Cow::Borrowed(&report.target.exe),
-                comm: Cow::Borrowed(&report.target.comm),
-                cmdline: Cow::Borrowed(&report.target.cmdline),
-            },
-            started_unix_ms: report.started_unix_ms,
-            duration_s: report.duration_s,
-            probes: report
-                .probes
-                .iter()
-                .map(|p| JsonProbe {
+    let doc = JsonReport {
+        tool: "probetop".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        target: JsonTarget {
+            pid: report.target.pid,
+            exe: Cow::Borrowed(&report.target.exe),
+            comm: Cow::Borrowed(&report.target.comm),
+            cmdline: Cow::Borrowed(&report.target.cmdline),
+        },
+        started_unix_ms: report.started_unix_ms,
+        duration_s: report.duration_s,
+        probes: report
+            .probes
+            .iter()
+            .map(|p| {
+                JsonEntry::Probe(Box::new(JsonProbe {
                     id: p.id,
                     spec: Cow::Borrowed(&p.spec),
                     kind: p.kind,
@@ -539,90 +638,91 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                         entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
                         ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
                     }),
-                    shared_site: p
-                        .cost
-                        .shared
-                        .as_ref()
-                        .map(|(split, owners)| JsonSharedSite {
-                            total_ns: split.total_ns,
-                            trap_ns: split.trap_ns,
-                            split: crate::price::estimate::SHARED_SPLIT.into(),
-                            owners: std::iter::once(JsonSharedPart {
-                                own: true,
-                                tool: "probetop".into(),
-                                pid: Some(std::process::id()),
-                                marginal_ns: split.own.marginal_ns,
-                                marginal_method: "calibration".into(),
-                                share_ns: split.own.share_ns,
-                            })
-                            .chain(split.others.iter().zip(owners).map(|(part, o)| {
-                                JsonSharedPart {
-                                    own: false,
-                                    tool: Cow::Borrowed(&o.owner.tool),
-                                    pid: o.owner.pid,
-                                    marginal_ns: part.marginal_ns,
-                                    marginal_method: o.price.program_method.as_str().into(),
-                                    share_ns: part.share_ns,
-                                }
-                            }))
-                            .collect(),
-                        }),
+                    shared_site: shared_site(&p.cost),
                     gaps: p.cost.gaps,
-                    busy_gaps: p.cost.busy_gaps,
                     streamed_clock_ns: p.cost.streamed_clock,
-                })
-                .collect(),
-            cost: JsonCost {
-                cpu_share: report.cost.cpu_share,
-                other_uprobe_dispatch: report.cost.other_dispatch.map(|o| JsonOtherDispatch {
-                    count: o.count,
-                    mean_ns: o.mean(),
-                }),
-                dispatch_unmeasured: report.cost.dispatch_unmeasured,
-                dispatch_hooks: report.cost.dispatch_hooks.map(|h| JsonDispatchHooks {
-                    entries: h.entries.into(),
-                    returns: h.returns.map(Into::into),
-                    returns_missing: h.returns_missing.map(Into::into),
-                }),
-                other_bpf_programs: Cow::Borrowed(&report.cost.other_programs),
-                whole_cost_method: report.cost.in_situ.as_ref().map(|s| {
-                    if s.verdict == crate::insitu::Verdict::Measured {
-                        "in-situ".into()
+                }))
+            })
+            .chain(report.latency.iter().map(|l| {
+                JsonEntry::Latency(Box::new(JsonLatency {
+                    kind: "latency".into(),
+                    spec: Cow::Borrowed(&l.spec),
+                    name: Cow::Borrowed(&l.name),
+                    object: Cow::Borrowed(&l.object),
+                    end_path: l.path.as_str().into(),
+                    start_probes: Cow::Borrowed(&l.starts),
+                    end_probes: Cow::Borrowed(&l.ends),
+                    calls: l.calls,
+                    calls_per_second: if l.calls_per_second > 0.0 {
+                        l.calls_per_second
+                    } else if report.duration_s > 0.0 {
+                        l.calls as f64 / report.duration_s
                     } else {
-                        "estimate".into()
-                    }
-                }),
-                estimated_per_hit_ns: report.cost.estimated_per_hit_ns,
-                in_situ: report.cost.in_situ.as_ref().map(Into::into),
-                assumption: report.cost.assumption.as_ref().map(|d| JsonAssumption {
-                    assumes: d.assumes.as_str().into(),
-                    why: d.why.clone(),
-                }),
-                estimates_per_hit_ns: (!report.cost.bracket.is_empty()).then_some(JsonBracket {
-                    hot: report.cost.bracket.hot,
-                    cold: report.cost.bracket.cold,
-                    clock: report.cost.bracket.clock,
-                }),
-            },
-            execs: report
-                .execs
-                .iter()
-                .map(|e| JsonExec {
-                    generation: e.generation,
-                    exe: Cow::Borrowed(&e.exe),
-                    at_unix_ms: e.at_unix_ms,
-                    probes_attached: e.probes_attached,
-                })
-                .collect(),
-            attach_path: report.attach_path.map(Into::into),
-            skipped: Cow::Borrowed(&report.skipped),
-            replaced_objects: Cow::Borrowed(&report.replaced),
-            budget: report.budget.as_ref().map(|summary| JsonBudget {
-                asked: summary.budget.asked(),
-                unit: summary.budget.unit(),
-                summary,
+                        0.0
+                    },
+                    open: l.open,
+                    unwound: l.unwound,
+                    unmatched: l.unmatched,
+                    overflowed: l.overflowed,
+                    latency_ns: l.latency_ns,
+                    latency_corrected_ns: l.latency_corrected_ns,
+                    corrected: l.corrected_applied,
+                    whole_cost_ns: l.whole_cost_ns,
+                    overhead_share: l.overhead_share,
+                }))
+            }))
+            .collect(),
+        cost: JsonCost {
+            cpu_share: report.cost.cpu_share,
+            other_uprobe_dispatch: report.cost.other_dispatch.map(|o| JsonOtherDispatch {
+                count: o.count,
+                mean_ns: o.mean(),
             }),
-        };
+            dispatch_unmeasured: report.cost.dispatch_unmeasured,
+            dispatch_hooks: report.cost.dispatch_hooks.map(|h| JsonDispatchHooks {
+                entries: h.entries.into(),
+                returns: h.returns.map(Into::into),
+                returns_missing: h.returns_missing.map(Into::into),
+            }),
+            other_bpf_programs: Cow::Borrowed(&report.cost.other_programs),
+            whole_cost_method: report.cost.in_situ.as_ref().map(|s| {
+                if s.verdict == crate::insitu::Verdict::Measured {
+                    "in-situ".into()
+                } else {
+                    "estimate".into()
+                }
+            }),
+            estimated_per_hit_ns: report.cost.estimated_per_hit_ns,
+            in_situ: report.cost.in_situ.as_ref().map(Into::into),
+            assumption: report.cost.assumption.as_ref().map(|d| JsonAssumption {
+                assumes: d.assumes.as_str().into(),
+                why: d.why.clone(),
+            }),
+            estimates_per_hit_ns: (!report.cost.bracket.is_empty()).then_some(JsonBracket {
+                hot: report.cost.bracket.hot,
+                cold: report.cost.bracket.cold,
+                clock: report.cost.bracket.clock,
+            }),
+        },
+        execs: report
+            .execs
+            .iter()
+            .map(|e| JsonExec {
+                generation: e.generation,
+                exe: Cow::Borrowed(&e.exe),
+                at_unix_ms: e.at_unix_ms,
+                probes_attached: e.probes_attached,
+            })
+            .collect(),
+        attach_path: report.attach_path.map(Into::into),
+        skipped: Cow::Borrowed(&report.skipped),
+        replaced_objects: Cow::Borrowed(&report.replaced),
+        budget: report.budget.as_ref().map(|summary| JsonBudget {
+            asked: summary.budget.asked(),
+            unit: summary.budget.unit(),
+            summary,
+        }),
+    };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",
         reason: e.to_string(),
@@ -736,7 +836,7 @@ mod tests {
         let bytes = render(&with_other(sample_report())).expect("renders");
         let back: JsonReport<'static> = serde_json::from_slice(&bytes).expect("reads back");
         assert_eq!(back.probes.len(), 2);
-        assert_eq!(back.probes[1].hits, 12);
+        assert_eq!(back.probe_rows().nth(1).map(|p| p.hits), Some(12));
         let written: serde_json::Value = serde_json::from_slice(&bytes).expect("valid JSON");
         let again = serde_json::to_value(&back).expect("encodes");
         assert_eq!(written, again);
@@ -748,7 +848,7 @@ mod tests {
             r#"{"duration_s": 2.0, "probes": [{"kind": "uprobe", "spec": "uprobe:f", "hits": 3}]}"#;
         let back: JsonReport<'static> = serde_json::from_str(old).expect("reads");
         assert_eq!(back.duration_s, 2.0);
-        let p = &back.probes[0];
+        let p = back.probe_rows().next().expect("a probe");
         assert_eq!((p.spec.as_ref(), p.hits, p.own), ("uprobe:f", 3, true));
         assert!(p.whole_cost_ns.is_none() && back.cost.in_situ.is_none());
     }

@@ -113,6 +113,8 @@ pub struct Report {
     pub replaced: Vec<ReplacedObject>,
     /// What `--budget` did; with it, each probe's `hits` is scaled to the whole run.
     pub budget: Option<crate::insitu::budget::BudgetSummary>,
+    /// The `latency:` pairs' rows.
+    pub latency: Vec<crate::aggregate::LatencyRow>,
 }
 
 /// A probed object whose path names another file now (replaced on disk). Loaded when
@@ -438,6 +440,7 @@ pub(crate) mod testing {
             skipped: Vec::new(),
             replaced: Vec::new(),
             budget: None,
+            latency: Vec::new(),
         }
     }
 
@@ -612,6 +615,7 @@ pub(crate) mod testing {
             skipped: Vec::new(),
             replaced: Vec::new(),
             budget: None,
+            latency: Vec::new(),
         }
     }
 

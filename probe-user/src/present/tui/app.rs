@@ -617,6 +617,7 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         focus,
         own,
         assumption,
+        latency,
     } = new;
     elapsed.as_secs() != old.elapsed.as_secs()
         || *notice != old.notice
@@ -627,5 +628,6 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         || *interval != old.interval
         || *focus != old.focus
         || *own != old.own
+        || *latency != old.latency
         || assumption.as_ref().map(|d| d.assumes) != old.assumption.as_ref().map(|d| d.assumes)
 }

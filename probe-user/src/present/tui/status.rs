@@ -52,7 +52,6 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         let caches = snap.assumption.as_ref().map_or("", |d| match d.assumes {
             crate::price::assume::Assumption::Hot => " hot",
             crate::price::assume::Assumption::Cold => " cold",
-            crate::price::assume::Assumption::Gap => " gap",
             crate::price::assume::Assumption::Clock => " clock",
         });
         snap.cpu_share().map(|share| {

@@ -126,6 +126,7 @@ fn snapshot() -> Snapshot {
             rss_bytes: Some(14_300_000),
         },
         assumption: None,
+        latency: Vec::new(),
     }
 }
 
@@ -216,7 +217,7 @@ fn screen_whole_cost_and_cpu_share() {
 }
 
 #[test]
-fn gap_pricing_shows_in_the_status_line_and_the_detail_pane() {
+fn clock_pricing_shows_in_the_status_line_and_the_detail_pane() {
     let mut app = app(120, 36);
     app.selected = Some(0);
     let mut snap = snapshot();
@@ -224,20 +225,16 @@ fn gap_pricing_shows_in_the_status_line_and_the_detail_pane() {
         probe.whole_cost_ns = Some(2_166.0);
         probe.cpu_share = Some(2_166.0 * probe.per_second / 1e9);
         probe.gap_median_us = Some(371.0);
-        probe.busy_median_us = Some(23.0);
         probe.reading = Some(crate::price::estimate::GapReading::HandlerClock);
     }
     snap.assumption = Some(crate::price::assume::Decision {
-        assumes: crate::price::assume::Assumption::Gap,
-        why: "auto: each hit priced by the idle time before it on its CPU".into(),
+        assumes: crate::price::assume::Assumption::Clock,
+        why: "auto: each hit priced by its handler's clock".into(),
     });
     app.update(snap);
     let screen = render(&app).backend().to_string();
-    assert!(
-        screen.contains("(gap p50 371us, busy 23.0us, by clock)"),
-        "{screen}"
-    );
-    assert!(screen.contains(" gap"), "{screen}");
+    assert!(screen.contains("(gap p50 371us, by clock)"), "{screen}");
+    assert!(screen.contains(" clock"), "{screen}");
 }
 
 #[test]
