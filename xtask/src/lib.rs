@@ -24,6 +24,7 @@ pub const APT_PACKAGES: &[&str] = &[
     "bpfcc-tools",         // BCC's tools: another owner of probes (tests/it/others.rs)
     "python3-bpfcc",       // their Python library
     "linux-headers-amd64", // headers BCC compiles its programs against (the kernel ships none)
+    "linux-perf",          // `perf probe`: tracefs uprobe events, another owner of probes
     "tmux",                // a terminal for the TUI without one (CI)
     "binutils",            // objdump/readelf on fixtures
     "xz-utils",

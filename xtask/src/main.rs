@@ -111,6 +111,9 @@ enum Task {
     /// probetop's --in-situ measurement against the truth measured from outside, on a
     /// private mariadbd; writes its section of docs/mysqld.md (xtask/lab).
     InsituCheck(LabArgs),
+    /// What other tools' probes cost a private mariadbd under open-loop sysbench, per
+    /// tool; writes docs/others.md's table (xtask/lab).
+    OthersReport(LabArgs),
 }
 
 /// A lab command's arguments, handed to the lab unparsed (its own clap parses them).
@@ -175,6 +178,7 @@ fn run_task(cli: Cli) -> Result<()> {
         Task::MysqlReport(args) => lab(&ctx, "mysql-report", &args.args),
         Task::PostgresReport(args) => lab(&ctx, "postgres-report", &args.args),
         Task::InsituCheck(args) => lab(&ctx, "insitu-check", &args.args),
+        Task::OthersReport(args) => lab(&ctx, "others-report", &args.args),
         Task::Fuzz { seconds, targets } => fuzz::fuzz(&ctx, seconds, &targets),
         Task::Kernels(args) => kernels::run_kernels(&ctx, &args),
     }

@@ -181,9 +181,15 @@ fn find_where(
         });
     }
     let links = uprobe_links();
-    // Only needed (and a walk of every process's fdinfo) for paths relative to a process.
-    // Host-wide every process is walked anyway, and a link's holder is its owner.
-    let holders = if pid.is_none() || links.iter().any(|l| relative_to_process(&l.file).is_some()) {
+    // A walk of every process's fdinfo: only for paths relative to a process, or for
+    // links on the target, whose owner it names (else another probetop attaching by an
+    // absolute path was owned by "unknown"). Host-wide every process is walked anyway,
+    // and a link's holder is its owner.
+    let holders = if pid.is_none()
+        || links
+            .iter()
+            .any(|l| relative_to_process(&l.file).is_some() || on_target(&l.file, None))
+    {
         link_holders()
     } else {
         HashMap::new()

@@ -53,6 +53,9 @@ pub struct OtherSite {
     pub prog_id: Option<u32>,
     /// A tracefs event's `group/name`.
     pub event: Option<String>,
+    /// probetop counts its hits (false: the kernel refused a counter on the site, so
+    /// the row's hits are not counted).
+    pub counted: bool,
 }
 
 impl OtherSite {
@@ -121,6 +124,7 @@ fn sites_of(
                 ref_ctr_offset,
                 prog_id: Some(program.prog_id),
                 event: None,
+                counted: true,
             };
             if !sites.contains(&site) {
                 sites.push(site);
@@ -157,6 +161,7 @@ fn sites_of(
             ref_ctr_offset: event.ref_ctr_offset,
             prog_id: None,
             event: Some(format!("{}/{}", event.group, event.name)),
+            counted: true,
         });
         only.push(None);
     }

@@ -33,6 +33,10 @@ pub struct ProbeLabel {
     /// (1 for the first) that replaced it (`--follow-exec`). Such a row keeps its
     /// measurements and never fires again.
     pub before_exec: Option<u32>,
+    /// Whose probe the row is, for the TUI's OWNER column: another tool's (`bpftrace
+    /// 1234`), or probetop's own sharing its breakpoint with one (`own+bpftrace 1234`);
+    /// `None`: probetop's own, alone on its site.
+    pub owner: Option<String>,
 }
 
 impl ProbeLabel {
@@ -43,6 +47,7 @@ impl ProbeLabel {
             object: object.to_string(),
             resolved: None,
             before_exec: None,
+            owner: None,
         }
     }
 

@@ -66,6 +66,9 @@ pub enum Method {
     /// Another tool's probe: the calibrated trap of the site's class plus the owner's
     /// program per run ([`OtherPrice`]), without probetop's counting program.
     OtherTool,
+    /// probetop's own probe on a breakpoint other tools' probes share: its program
+    /// plus its even part of the one trap ([`SharedSplit`]).
+    SharedSite,
 }
 
 impl Method {
@@ -75,6 +78,7 @@ impl Method {
             Method::Calibration => "calibration",
             Method::InSitu => "in-situ",
             Method::OtherTool => "calibrated-trap-and-owner-program",
+            Method::SharedSite => "shared-site-split",
         }
     }
 }
@@ -273,7 +277,44 @@ pub struct ProbeCost {
     pub streamed_clock: Option<Histogram<u64>>,
     /// Another tool's probe, which probetop only counts: priced as its owner's.
     pub other: Option<OtherPrice>,
+    /// probetop's own probe on a breakpoint other tools' probes are on too: their
+    /// programs, which run on the same trap (see [`SharedSplit`]).
+    pub shared: Vec<SharedOwner>,
 }
+
+/// Another tool's probe on the breakpoint of one of probetop's own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedOwner {
+    pub owner: crate::attach::others::Owner,
+    pub price: OtherPrice,
+}
+
+/// One trap shared by several owners' programs, split: each owner's marginal cost is
+/// its program (what the target would save without it, the others staying), and its
+/// share is that plus the trap split evenly between the owners. The shares add up to
+/// the site's total: the trap plus every program.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SharedSplit {
+    /// The calibrated hit with an empty program (or the measured dispatch's whole).
+    pub trap_ns: f64,
+    /// The trap plus every owner's program, ns per hit.
+    pub total_ns: f64,
+    /// probetop's own probe's part, then each other owner's, in order.
+    pub own: SharedPart,
+    pub others: Vec<SharedPart>,
+}
+
+/// One owner's part of a shared trap, ns per hit.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SharedPart {
+    /// Its program (probetop's: what its handler adds to the empty-program hit).
+    pub marginal_ns: f64,
+    /// Its marginal cost plus the trap over the number of owners.
+    pub share_ns: f64,
+}
+
+/// How a shared trap is split, as exports say it.
+pub const SHARED_SPLIT: &str = "trap-split-evenly";
 
 /// What another tool's program costs per run, and how that was found.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -322,7 +363,64 @@ impl ProbeCost {
     /// The whole cost of one hit, ns; `handler` holds the live handler times of the
     /// timed hits, `timed_share` the share of hits timed (in-kernel mode with
     /// `--time-every`; 1.0 otherwise); `assume` the calibration loop to price it with.
+    /// On a breakpoint shared with other tools' probes: its share of the site
+    /// ([`SharedSplit`]).
     pub fn estimate(
+        &self,
+        probe_mode: DeliveryMode,
+        handler: Option<&Histogram<u64>>,
+        timed_share: f64,
+        assume: Assumption,
+    ) -> Option<Estimate> {
+        let alone = self.estimate_alone(probe_mode, handler, timed_share, assume)?;
+        match self.shared_split(&alone) {
+            Some(split) => Some(Estimate {
+                whole_ns: split.own.share_ns,
+                method: Method::SharedSite,
+                ..alone
+            }),
+            None => Some(alone),
+        }
+    }
+
+    /// The split of a shared site's trap, from the own probe's estimate as if it were
+    /// alone there; `None` off a shared site or without the calibrated trap.
+    pub fn shared_split(&self, alone: &Estimate) -> Option<SharedSplit> {
+        if self.shared.is_empty() || self.other.is_some() {
+            return None;
+        }
+        let base = self.basis?.base_ns?;
+        // A measured dispatch runs every program on the site: its whole is the site's
+        // total, the others' programs taken out for probetop's part.
+        let others: Vec<f64> = self
+            .shared
+            .iter()
+            .map(|o| o.price.program_ns.unwrap_or(0.0).max(0.0))
+            .collect();
+        let others_sum: f64 = others.iter().sum();
+        let (trap, own) = match alone.method {
+            Method::DispatchAndCalibration => {
+                let own = self.counting_ns().unwrap_or(0.0);
+                let trap = (alone.whole_ns - others_sum - own).max(0.0);
+                (trap, own)
+            }
+            _ => (base, (alone.whole_ns - base).max(0.0)),
+        };
+        let owners = (1 + others.len()) as f64;
+        let part = |marginal_ns: f64| SharedPart {
+            marginal_ns,
+            share_ns: marginal_ns + trap / owners,
+        };
+        Some(SharedSplit {
+            trap_ns: trap,
+            total_ns: trap + own + others_sum,
+            own: part(own),
+            others: others.into_iter().map(part).collect(),
+        })
+    }
+
+    /// [`ProbeCost::estimate`] as if the probe were alone on its breakpoint.
+    pub fn estimate_alone(
         &self,
         probe_mode: DeliveryMode,
         handler: Option<&Histogram<u64>>,
@@ -819,6 +917,46 @@ mod tests {
             )),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_shared_trap_is_split_evenly_and_the_shares_add_up() {
+        let alone_cost = emulated_push_cost();
+        let alone = alone_cost
+            .estimate(DeliveryMode::Ring, None, 1.0, Assumption::Hot)
+            .expect("priced");
+        let mut cost = emulated_push_cost();
+        let owner = |tool: &str, ns| SharedOwner {
+            owner: crate::attach::others::Owner {
+                pid: Some(7),
+                comm: None,
+                tool: tool.into(),
+            },
+            price: OtherPrice {
+                program_ns: ns,
+                program_method: ProgramMethod::BpfStats,
+            },
+        };
+        cost.shared = vec![owner("bpftrace", Some(60.0)), owner("tracefs", None)];
+        let split = cost.shared_split(&alone).expect("split");
+        let trap = cost.basis.and_then(|b| b.base_ns).expect("trap");
+        assert_eq!(split.trap_ns, trap);
+        // probetop's marginal cost is its handler beyond the empty-program hit.
+        assert!((split.own.marginal_ns - (alone.whole_ns - trap)).abs() < 1e-9);
+        assert_eq!(split.others[0].marginal_ns, 60.0);
+        assert_eq!(split.others[1].marginal_ns, 0.0);
+        let shares = split.own.share_ns + split.others.iter().map(|p| p.share_ns).sum::<f64>();
+        assert!((shares - split.total_ns).abs() < 1e-9);
+        assert!((split.total_ns - (alone.whole_ns + 60.0)).abs() < 1e-9);
+        assert!((split.own.share_ns - (split.own.marginal_ns + trap / 3.0)).abs() < 1e-9);
+        // The row's estimate is its share.
+        let shared = cost
+            .estimate(DeliveryMode::Ring, None, 1.0, Assumption::Hot)
+            .expect("priced");
+        assert_eq!(shared.whole_ns, split.own.share_ns);
+        assert_eq!(shared.method, Method::SharedSite);
+        // Alone on its site: no split.
+        assert!(alone_cost.shared_split(&alone).is_none());
     }
 
     /// Gap counts since an empty baseline: `(bucket, count)` pairs.

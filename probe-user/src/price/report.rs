@@ -30,6 +30,9 @@ pub struct ProbeCostReport {
     pub other: Option<estimate::OtherPrice>,
     /// What probetop's own counting program adds per hit, ns (calibration).
     pub counting_ns: Option<f64>,
+    /// probetop's own probe on a breakpoint other tools' probes share: the trap split
+    /// between the owners, and those owners.
+    pub shared: Option<(estimate::SharedSplit, Vec<estimate::SharedOwner>)>,
 }
 
 /// The run's cost beyond single probes, for exports.
@@ -131,6 +134,16 @@ pub fn probe_report(probe: &ProbeMeasurements, duration: std::time::Duration) ->
             .map(crate::aggregate::HandlerSummary::of),
         other: probe.cost.other,
         counting_ns: probe.cost.counting_ns(),
+        shared: probe
+            .cost
+            .estimate_alone(
+                probe.mode,
+                Some(&probe.handler_ns),
+                probe.timed_share,
+                probe.assumes,
+            )
+            .and_then(|alone| probe.cost.shared_split(&alone))
+            .map(|split| (split, probe.cost.shared.clone())),
     }
 }
 

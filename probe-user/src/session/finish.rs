@@ -118,6 +118,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
                     &other_programs,
                 ));
             }
+            super::others::measured_shared(&mut row.cost.shared, probe, &other_programs);
         }
     }
     let mut snapshot = pricer.snapshot(&aggregator, duration);

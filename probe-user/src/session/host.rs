@@ -605,6 +605,7 @@ impl Engine {
             shared_semaphore: None,
             other: Some(site),
             shared_with: None,
+            shared_sites: Vec::new(),
             pair: None,
         };
         let config = counting_config(ProbeConfig {

@@ -21,7 +21,7 @@ use crate::attach::bpf_stats::OtherProgram;
 use crate::attach::others::{self, OtherSite};
 use crate::present::ProbeLabel;
 use crate::price::ProbeCost;
-use crate::price::estimate::{OtherPrice, ProgramMethod};
+use crate::price::estimate::{OtherPrice, ProgramMethod, SharedOwner};
 use crate::resolve::{ResolveOptions, Resolver};
 use crate::stream::CollectorCommand;
 use crate::target::Target;
@@ -111,17 +111,18 @@ fn on_own_site(probe: &Probe, own: &[Probe]) -> bool {
 /// same kind there: the own probe counts their hits.
 pub(super) fn mark_shared(own: &mut [Probe], others: &mut Vec<Probe>) {
     for mine in own.iter_mut().filter(|p| p.other.is_none()) {
-        let tags: Vec<String> = others
+        let sharing: Vec<&Probe> = others
             .iter()
             .filter(|o| {
                 o.point.file_offset == mine.point.file_offset
                     && others::same_file(&o.point.attach_path, &mine.point.attach_path)
             })
-            .filter_map(Probe::owner_tag)
             .collect();
+        let tags: Vec<String> = sharing.iter().filter_map(|o| o.owner_tag()).collect();
         if !tags.is_empty() {
             mine.shared_with = Some(tags.join(", "));
         }
+        mine.shared_sites = sharing.iter().filter_map(|o| o.other.clone()).collect();
     }
     others.retain(|other| !on_own_site(other, own));
 }
@@ -194,6 +195,31 @@ pub(super) fn assumed_price(cost: &ProbeCost, site: &OtherSite) -> OtherPrice {
             program_ns: None,
             program_method: ProgramMethod::NotPriced,
         },
+    }
+}
+
+/// The other tools' programs on the breakpoint of `probe` (one of probetop's own), as
+/// priced before their programs were measured.
+pub(super) fn assumed_shared(cost: &ProbeCost, probe: &Probe) -> Vec<SharedOwner> {
+    probe
+        .shared_sites
+        .iter()
+        .map(|site| SharedOwner {
+            owner: site.owner.clone(),
+            price: assumed_price(cost, site),
+        })
+        .collect()
+}
+
+/// The same with their programs as the kernel's BPF statistics measured them, where
+/// they did.
+pub(super) fn measured_shared(
+    shared: &mut [SharedOwner],
+    probe: &Probe,
+    programs: &[OtherProgram],
+) {
+    for (owner, site) in shared.iter_mut().zip(&probe.shared_sites) {
+        owner.price = measured_price(owner.price, site, programs);
     }
 }
 
@@ -404,8 +430,9 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
         .collect();
     let outcomes = links.attachment.attach_configured_all(&requests);
     drop(requests);
+    let mut probes = probes;
     let mut lines = Vec::new();
-    for (offset, (probe, outcome)) in probes.iter().zip(outcomes).enumerate() {
+    for (offset, (probe, outcome)) in probes.iter_mut().zip(outcomes).enumerate() {
         match outcome {
             Ok(()) => {
                 if let Some(site) = &probe.other {
@@ -414,7 +441,8 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
                 lines.push(counting_line(probe, &links.source.rows().probes));
             }
             Err(e) => {
-                if let Some(site) = &probe.other {
+                if let Some(site) = &mut probe.other {
+                    site.counted = false;
                     watch.refused.push(site.clone());
                 }
                 lines.push(format!(

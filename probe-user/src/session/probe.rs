@@ -34,6 +34,8 @@ pub(super) struct Probe {
     /// probetop's own probe on a breakpoint another tool's probe is on too (one trap
     /// runs both programs): that tool, as [`Probe::owner_tag`] names it.
     pub shared_with: Option<String>,
+    /// Those tools' probes, whose programs run on the same trap: priced with it.
+    pub shared_sites: Vec<crate::attach::others::OtherSite>,
     /// One half of a `latency:` spec.
     pub pair: Option<PairRole>,
 }
@@ -59,6 +61,7 @@ impl Probe {
             shared_semaphore: None,
             other: None,
             shared_with: None,
+            shared_sites: Vec::new(),
             pair: spec.pair,
         }
     }
@@ -82,6 +85,7 @@ impl Probe {
             shared_semaphore: None,
             other: Some(site),
             shared_with: None,
+            shared_sites: Vec::new(),
             pair: None,
         }
     }
@@ -105,9 +109,11 @@ impl Probe {
         label.resolved = self.point.resolved.clone();
         if let Some(owner) = self.owner_tag() {
             label.display = format!("{} <{owner}>", label.display);
+            label.owner = Some(owner);
         }
         if let Some(other) = &self.shared_with {
             label.display = format!("{} [shared: {other}]", label.display);
+            label.owner = Some(format!("own+{other}"));
         }
         if let Some(tag) = crate::price::label_tag(cost) {
             label.display = format!("{} {tag}", label.display);

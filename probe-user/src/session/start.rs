@@ -178,6 +178,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         if let Some(site) = &probe.other {
             cost.other = Some(super::others::assumed_price(cost, site));
         }
+        cost.shared = super::others::assumed_shared(cost, probe);
     }
     crate::aggregate::install_costs(&mut aggregator, prepared.costs, dispatch_running);
     if let Some(dispatch) = dispatch {

@@ -131,6 +131,72 @@ fn append(path: &str, line: &str) {
         .unwrap_or_else(|e| panic!("write {line:?} to {path}: {e}"));
 }
 
+/// A tracefs event `perf probe` defined (Debian's linux-perf), enabled through tracefs:
+/// owned by `perf`, counted exactly. On a private copy of the fixture: perf's event is
+/// armed in every process mapping the file.
+#[test]
+#[ignore = "needs root, the fixtures, tracefs and perf"]
+fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let dir = export_path("others-private-perf");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let copy = dir.join("workload");
+    std::fs::copy(fixture("c/workload"), &copy).expect("copy the fixture");
+    let calls = CALLS.to_string();
+    let mut target = started(&copy, &["--wait-signal", "--calls", &calls]);
+    let pid = target.pid();
+    let event = format!("probe_ptest:leaf_ret_{pid}");
+    let add = std::process::Command::new("perf")
+        .args(["probe", "-q", "-x"])
+        .arg(&copy)
+        .arg("-a")
+        .arg(format!("{event}=leaf_ret"))
+        .output()
+        .expect("perf probe (cargo xtask setup installs linux-perf)");
+    assert!(
+        add.status.success(),
+        "{}",
+        String::from_utf8_lossy(&add.stderr)
+    );
+    struct Defined(String);
+    impl Drop for Defined {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("perf")
+                .args(["probe", "-q", "-d", &self.0])
+                .output();
+        }
+    }
+    let defined = Defined(event.clone());
+    let root = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+        .into_iter()
+        .find(|r| std::path::Path::new(r).join("uprobe_events").exists())
+        .expect("tracefs mounted");
+    let enable = format!("{root}/events/{}/enable", event.replace(':', "/"));
+    std::fs::write(&enable, "1").expect("enable perf's event");
+    let json = export_path("others-perf.json");
+    let mut probetop = watch(pid, &json);
+    let report = count_calls(&mut target, &mut probetop, &json);
+    let stderr = probetop.err().rest().join("\n");
+    let _ = std::fs::write(&enable, "0");
+    drop(defined);
+
+    let rows = others(&report);
+    assert_eq!(rows.len(), 1, "{rows:#?}\n{stderr}");
+    let row = rows[0];
+    assert_eq!(row["name"], "leaf_ret");
+    assert_eq!(row["owner"]["tool"], "perf", "{row}");
+    assert_eq!(row["owner"]["via"], "tracefs", "{row}");
+    assert_eq!(row["owner"]["event"], event.replace(':', "/"), "{row}");
+    assert_eq!(
+        row["owner"]["hits_method"],
+        "counting-probe-on-the-same-site"
+    );
+    assert_eq!(row["hits"], CALLS, "{row}\n{stderr}");
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 #[ignore = "needs root, the fixtures and tracefs"]
 fn tracefs_probe_is_a_row_with_exact_hits() {
@@ -543,8 +609,13 @@ fn check_bcc_rows(
         assert_eq!(row["owner"]["pid"], holder.pid(), "{row}");
         assert_eq!(row["owner"]["comm"], comm, "{row}");
         assert_eq!(row["owner"]["via"], "bpf", "{row}");
-        let expected = if refused(said, comm) { 0 } else { CALLS };
+        let (expected, method) = if refused(said, comm) {
+            (0, "not-counted-counter-refused")
+        } else {
+            (CALLS, "counting-probe-on-the-same-site")
+        };
         assert_eq!(row["hits"], expected, "{row}\n{said}");
+        assert_eq!(row["owner"]["hits_method"], method, "{row}\n{said}");
     }
 }
 
@@ -656,4 +727,88 @@ fn bcc_funclatency_entry_and_return_are_found_and_owned_by_bcc() {
         &said,
         &["uprobe", "uretprobe"],
     );
+}
+
+/// probetop's own probe on a function bpftrace counts too: one trap runs both
+/// programs. The own row carries the site's total and each owner's part (the trap split
+/// evenly, each owner's program on top), the parts add up to the total, and probetop's
+/// marginal cost agrees with the truth measured outside: the target's CPU per call with
+/// probetop attached and detached, alternating, bpftrace attached throughout. The bound
+/// is the 25% or the spread of the run's own rounds, whichever is wider.
+#[test]
+#[ignore = "needs root, the fixtures and bpftrace"]
+fn a_shared_trap_is_split_and_the_marginal_cost_is_the_truth() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let cache = export_path("others-calibration");
+    calibrate_default(&cache);
+    let dir = export_path("others-private-shared");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let copy = dir.join("workload");
+    std::fs::copy(fixture("c/workload"), &copy).expect("copy the fixture");
+    // Open loop: the same calls a second whether probetop is attached or not.
+    let target = started(&copy, &["--forever", "--batch", "5000", "--rate", "50000"]);
+    let pid = target.pid();
+    let bpftrace = bpftrace_armed(
+        pid,
+        &format!("uprobe:{}:work_unit {{ @ = count(); }}", copy.display()),
+    );
+    let json = export_path("others-shared.json");
+    let (mut truth, mut marginal) = (Vec::new(), Vec::new());
+    let mut last = serde_json::Value::Null;
+    for _ in 0..5 {
+        let off = ns_per_call(&target, 1.5);
+        let mut cmd = probetop();
+        cmd.env("XDG_CACHE_HOME", &cache)
+            .args(["--pid", &pid.to_string(), "--no-tui", "--duration", "3"])
+            .args(["--mode", "ring", "-e", "uprobe:work_unit", "--export"])
+            .arg(&json);
+        let mut probetop = Running::spawn(cmd);
+        let said = probetop
+            .err()
+            .wait_for("shares its breakpoint with bpftrace");
+        assert!(said.contains("one trap runs both programs"), "{said}");
+        probetop.err().wait_for("attached");
+        let on = ns_per_call(&target, 1.5);
+        assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+        truth.push(on - off);
+        let report = read_export(&json);
+        assert!(
+            others(&report).is_empty(),
+            "no counter on a shared site: {report:#}"
+        );
+        let own = probe(&report, "work_unit").clone();
+        let shared = &own["shared_site"];
+        let owners = shared["owners"].as_array().expect("owners");
+        assert_eq!(owners.len(), 2, "{shared:#}");
+        assert_eq!(owners[0]["own"], true);
+        assert_eq!(owners[1]["tool"], "bpftrace", "{shared:#}");
+        assert_eq!(owners[1]["pid"], bpftrace.pid(), "{shared:#}");
+        let total = shared["total_ns"].as_f64().expect("total_ns");
+        let sum: f64 = owners.iter().filter_map(|o| o["share_ns"].as_f64()).sum();
+        assert!((sum - total).abs() <= total * 1e-9, "{shared:#}");
+        assert_eq!(own["whole_cost_ns"], owners[0]["share_ns"], "{own:#}");
+        assert_eq!(own["whole_cost_method"], "shared-site-split", "{own:#}");
+        marginal.push(owners[0]["marginal_ns"].as_f64().expect("marginal_ns"));
+        last = own;
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let (truth_ns, marginal_ns) = (median(truth.clone()), median(marginal.clone()));
+    let spread = truth
+        .iter()
+        .fold(0.0f64, |m, t| m.max((t - truth_ns).abs()));
+    let bound = (truth_ns * 0.25).max(spread);
+    assert!(
+        (marginal_ns - truth_ns).abs() <= bound,
+        "probetop's marginal {marginal_ns:.0} ns per hit vs truth {truth_ns:.0} ns (bound {bound:.0}); rounds: truth {truth:?}, marginal {marginal:?}; {last:#}"
+    );
+    // The trap is bpftrace's too: probetop's marginal cost is below the hit alone.
+    let trap = last["shared_site"]["trap_ns"].as_f64().expect("trap_ns");
+    assert!(
+        truth_ns < trap + marginal_ns,
+        "truth {truth_ns:.0}, trap {trap:.0}"
+    );
+    drop(bpftrace);
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_dir_all(&dir);
 }

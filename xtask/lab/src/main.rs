@@ -1,5 +1,5 @@
 //! probetop's benchmark and report lab: measurements of what probing costs a program
-//! (bench, peers, mysql-report, postgres-report, insitu-check) and the private servers
+//! (bench, peers, mysql-report, postgres-report, insitu-check, others-report) and the private servers
 //! and loads they run (mysql-sysbench, mysql-serve). Run through `cargo xtask COMMAND`,
 //! which forwards here (`cargo run --release -p probetop-lab -- COMMAND`); shares xtask's library
 //! (the workspace, commands, apt installs).
@@ -15,6 +15,7 @@ mod bench;
 mod insitu_check;
 mod mysql;
 mod mysql_report;
+mod others_report;
 mod peers;
 mod postgres;
 mod postgres_report;
@@ -130,6 +131,27 @@ enum Task {
         in_situ_seconds: Option<u32>,
         /// Directory for postgres.md and postgres/ [default: docs, --quick:
         /// <target>/postgres-report-quick].
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// What other tools' probes cost a private mariadbd under open-loop sysbench, per
+    /// tool (bpftrace count() and hist(), BCC funclatency and trace, a tracefs event):
+    /// the truth measured outside, probetop's whole cost per hit, and the program time
+    /// alone (bpftop's number); writes docs/others.md's table. A few minutes.
+    OthersReport {
+        /// Statements per second sysbench sends (open loop), one table each.
+        #[arg(long, value_delimiter = ',', default_values_t = [2000u32])]
+        rates: Vec<u32>,
+        /// Attached blocks per tool, each between two detached ones.
+        #[arg(long, default_value_t = 3)]
+        pairs: u32,
+        /// Seconds of each block.
+        #[arg(long, default_value_t = 4.0)]
+        block_seconds: f64,
+        /// The function of mariadbd every tool probes.
+        #[arg(long, default_value = others_report::DEFAULT_FUNCTION)]
+        function: String,
+        /// Directory of others.md [default: docs].
         #[arg(long)]
         out: Option<PathBuf>,
     },
@@ -281,6 +303,29 @@ fn run_task(cli: Cli) -> Result<()> {
                             )
                         })
                         .transpose()?,
+                    out,
+                },
+            )
+        }
+        Task::OthersReport {
+            rates,
+            pairs,
+            block_seconds,
+            function,
+            out,
+        } => {
+            ensure!(
+                !rates.is_empty() && pairs > 0 && block_seconds >= 1.0,
+                "give --rates, --pairs of at least 1 and --block-seconds of at least 1"
+            );
+            let out = out.unwrap_or_else(|| ctx.root.join("docs"));
+            others_report::others_report(
+                &ctx,
+                others_report::OthersOptions {
+                    rates,
+                    pairs,
+                    block_seconds,
+                    function,
                     out,
                 },
             )

@@ -149,6 +149,7 @@ mod tests {
             ref_ctr_offset: 0,
             prog_id: Some(9),
             event: None,
+            counted: true,
         });
         let rows = parse(&render(&report).expect("renders"));
         assert_eq!(rows[1][19], "");

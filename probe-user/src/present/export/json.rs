@@ -123,6 +123,11 @@ pub struct JsonProbe<'a> {
     /// Kernel dispatch time, measured with fentry/fexit, when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dispatch_ns: Option<JsonDispatch>,
+    /// probetop's own probe on a breakpoint other tools' probes are on too (one trap
+    /// runs every program there): the site's total and each owner's part;
+    /// `whole_cost_ns` is this probe's `share_ns`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shared_site: Option<JsonSharedSite<'a>>,
     /// The time before each hit since the previous probetop hit on the same CPU: how
     /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: clock`
     /// prices each hit by it where dearer than its clock). (`busy_gaps`, the code run in
@@ -161,11 +166,45 @@ pub struct JsonOwner<'a> {
     /// `assumed-counting-program` (as dear as probetop's counting program, from the
     /// calibration) or `not-priced` (a tracefs event: ftrace's write per hit).
     pub program_method: Option<Cow<'static, str>>,
-    /// How probetop counted its hits: a probe of its own on the same site, filtered to
-    /// the target, whose program only counts; what that adds per hit, ns (calibration),
-    /// is not in `whole_cost_ns`.
+    /// How probetop counted its hits: `counting-probe-on-the-same-site` (a probe of
+    /// its own on the same site, filtered to the target, whose program only counts;
+    /// what that adds per hit, ns (calibration), is not in `whole_cost_ns`), or
+    /// `not-counted-counter-refused` (the kernel refused that probe: `hits` is 0, not
+    /// the probe's hits).
     pub hits_method: Cow<'static, str>,
     pub counting_ns: Option<f64>,
+}
+
+/// A breakpoint shared by several owners' probes, ns per hit.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonSharedSite<'a> {
+    /// The trap, every owner's program and the way back: what one hit costs the target.
+    pub total_ns: f64,
+    /// The hit with an empty program (calibrated), split between the owners.
+    pub trap_ns: f64,
+    /// `trap-split-evenly`: each owner's share is its marginal cost plus the trap over
+    /// the number of owners; the shares add up to `total_ns`.
+    pub split: Cow<'static, str>,
+    /// probetop's own probe first, then each other owner's.
+    pub owners: Vec<JsonSharedPart<'a>>,
+}
+
+/// One owner's part of a shared breakpoint.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonSharedPart<'a> {
+    pub own: bool,
+    /// `probetop`, or the other tool as `owner.tool` names it.
+    pub tool: Cow<'a, str>,
+    pub pid: Option<u32>,
+    /// What this owner's probe adds to each hit, the others staying: its program
+    /// (probetop's: its handler beyond the empty-program hit).
+    pub marginal_ns: f64,
+    /// `calibration` for probetop's own; the other's `program_method`.
+    pub marginal_method: Cow<'static, str>,
+    /// Its marginal cost plus its part of the trap.
+    pub share_ns: f64,
 }
 
 /// Kernel dispatch time of one probe: entry breakpoint hits and uretprobe returns.
@@ -473,6 +512,37 @@ impl<'a> JsonReport<'a> {
     }
 }
 
+/// probetop's own probe's part of a breakpoint it shares with other tools' probes.
+fn shared_site(cost: &crate::price::report::ProbeCostReport) -> Option<JsonSharedSite<'_>> {
+    let (split, owners) = cost.shared.as_ref()?;
+    let own = JsonSharedPart {
+        own: true,
+        tool: "probetop".into(),
+        pid: Some(std::process::id()),
+        marginal_ns: split.own.marginal_ns,
+        marginal_method: "calibration".into(),
+        share_ns: split.own.share_ns,
+    };
+    let others = split
+        .others
+        .iter()
+        .zip(owners)
+        .map(|(part, o)| JsonSharedPart {
+            own: false,
+            tool: Cow::Borrowed(&o.owner.tool),
+            pid: o.owner.pid,
+            marginal_ns: part.marginal_ns,
+            marginal_method: o.price.program_method.as_str().into(),
+            share_ns: part.share_ns,
+        });
+    Some(JsonSharedSite {
+        total_ns: split.total_ns,
+        trap_ns: split.trap_ns,
+        split: crate::price::estimate::SHARED_SPLIT.into(),
+        owners: std::iter::once(own).chain(others).collect(),
+    })
+}
+
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let scaled = |id: u32| {
         report
@@ -517,7 +587,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                         event: site.event.as_deref().map(Cow::Borrowed),
                         program_ns: p.cost.other.and_then(|o| o.program_ns),
                         program_method: p.cost.other.map(|o| o.program_method.as_str().into()),
-                        hits_method: "counting-probe-on-the-same-site".into(),
+                        hits_method: if site.counted {
+                            "counting-probe-on-the-same-site".into()
+                        } else {
+                            "not-counted-counter-refused".into()
+                        },
                         counting_ns: p.cost.counting_ns,
                     }),
                     hits: p.hits,
@@ -564,6 +638,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                         entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
                         ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
                     }),
+                    shared_site: shared_site(&p.cost),
                     gaps: p.cost.gaps,
                     streamed_clock_ns: p.cost.streamed_clock,
                 }))
@@ -676,6 +751,7 @@ mod tests {
             ref_ctr_offset: 0,
             prog_id: Some(9),
             event: None,
+            counted: true,
         });
         report.probes[1].cost.other = Some(OtherPrice {
             program_ns: Some(80.0),

@@ -478,15 +478,18 @@ impl App {
             return Effect::Nothing;
         }
         if y == inner.y {
-            let columns = columns::visible_columns(inner.width);
-            let rects = column_rects(inner, &columns);
+            let (owner, columns) = columns::layout(&self.labels, inner.width);
+            let rects = column_rects(inner, &columns, owner);
             let Some(index) = rects.iter().position(|r| x >= r.x && x < r.right()) else {
                 return Effect::Nothing;
             };
             let column = if index == 0 {
                 SortColumn::Name
+            } else if let Some(column) = columns.get(index - 1) {
+                column.sort
             } else {
-                columns[index - 1].sort
+                // The OWNER column does not sort.
+                return Effect::Nothing;
             };
             if self.sort.column == column {
                 self.sort.descending = !self.sort.descending;
@@ -549,7 +552,12 @@ impl App {
     fn shift_sort(&mut self, by: isize) -> Effect {
         let inner_width = self.areas().table.width.saturating_sub(2);
         let order: Vec<SortColumn> = std::iter::once(SortColumn::Name)
-            .chain(columns::visible_columns(inner_width).iter().map(|c| c.sort))
+            .chain(
+                columns::layout(&self.labels, inner_width)
+                    .1
+                    .iter()
+                    .map(|c| c.sort),
+            )
             .collect();
         let current = order
             .iter()
@@ -583,9 +591,10 @@ impl App {
 
 /// The areas of the name column and each numeric column inside the table's borders,
 /// computed as ratatui's Table computes them.
-pub fn column_rects(inner: Rect, columns: &[&columns::Column]) -> Vec<Rect> {
+pub fn column_rects(inner: Rect, columns: &[&columns::Column], owner: bool) -> Vec<Rect> {
     let widths = std::iter::once(Constraint::Min(columns::NAME_MIN_WIDTH))
-        .chain(columns.iter().map(|c| Constraint::Length(c.width)));
+        .chain(columns.iter().map(|c| Constraint::Length(c.width)))
+        .chain(owner.then_some(Constraint::Length(columns::OWNER_WIDTH)));
     Layout::horizontal(widths)
         .flex(Flex::Start)
         .spacing(columns::COLUMN_SPACING)

@@ -253,3 +253,21 @@ pub fn visible_columns(width: u16) -> Vec<&'static Column> {
     }
     shown
 }
+
+/// The OWNER column: shown when some row is another tool's probe or shares its
+/// breakpoint with one, and the table is wide enough to keep it beside the essential
+/// columns.
+pub const OWNER_WIDTH: u16 = 18;
+const OWNER_TABLE_MIN: u16 = 100;
+
+/// Whether the OWNER column is shown, and the numeric columns beside it, for a table
+/// `width` cells wide.
+pub fn layout(labels: &[crate::present::ProbeLabel], width: u16) -> (bool, Vec<&'static Column>) {
+    let owner = width >= OWNER_TABLE_MIN && labels.iter().any(|l| l.owner.is_some());
+    let left = if owner {
+        width - OWNER_WIDTH - COLUMN_SPACING
+    } else {
+        width
+    };
+    (owner, visible_columns(left))
+}

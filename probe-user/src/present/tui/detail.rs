@@ -43,6 +43,17 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
         totals_line(app, id),
         percentiles_line(app, id, inner.width as usize),
     ];
+    if let Some(owner) = &label.owner {
+        let text = match owner.strip_prefix("own+") {
+            Some(others) => format!(
+                "owner: probetop, sharing the breakpoint with {others}: one trap runs every program; cost is probetop's part of it"
+            ),
+            None => format!(
+                "owner: {owner}: another tool's probe, counted by probetop's counter, priced as its owner's"
+            ),
+        };
+        lines.push(Line::from(ellipsize(&text, inner.width as usize)));
+    }
     // Half of a latency pair: the pair's latency and the probes' share of it.
     if let Some(row) = app
         .snapshot

@@ -9,7 +9,7 @@ use ratatui::{
 };
 
 use super::app::{App, effective_offset, visible_rows};
-use super::columns::{COLUMN_SPACING, NAME_MIN_WIDTH, SortColumn, View, visible_columns};
+use super::columns::{COLUMN_SPACING, NAME_MIN_WIDTH, OWNER_WIDTH, SortColumn, View, layout};
 use crate::present::format;
 
 const SORT_MARK_DESCENDING: &str = "▼";
@@ -86,7 +86,7 @@ fn probe_name(app: &App, id: usize, width: usize) -> String {
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme;
     let inner_width = area.width.saturating_sub(2);
-    let columns = visible_columns(inner_width);
+    let (owner, columns) = layout(&app.labels, inner_width);
     let sort_column = app.effective_sort_column();
     let mark = if app.sort.descending {
         SORT_MARK_DESCENDING
@@ -111,11 +111,20 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         std::iter::once(title_cell("PROBE", sort_column == SortColumn::Name, false)).chain(
             columns
                 .iter()
-                .map(|c| title_cell(c.title, sort_column == c.sort, true)),
+                .map(|c| title_cell(c.title, sort_column == c.sort, true))
+                .chain(owner.then(|| title_cell("OWNER", false, false))),
         ),
     );
     let name_width = {
-        let numeric: u16 = columns.iter().map(|c| c.width + COLUMN_SPACING).sum();
+        let numeric: u16 = columns
+            .iter()
+            .map(|c| c.width + COLUMN_SPACING)
+            .sum::<u16>()
+            + if owner {
+                OWNER_WIDTH + COLUMN_SPACING
+            } else {
+                0
+            };
         inner_width.saturating_sub(numeric).max(NAME_MIN_WIDTH) as usize
     };
     let rows = app.rows();
@@ -126,16 +135,19 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let table_rows = rows.iter().map(|&id| {
         let numbers = app.numbers(id);
         let row = Row::new(
-            std::iter::once(Cell::from(probe_name(app, id, name_width))).chain(columns.iter().map(
-                |c| {
+            std::iter::once(Cell::from(probe_name(app, id, name_width)))
+                .chain(columns.iter().map(|c| {
                     let text = (c.value)(&numbers);
                     let mut line = Line::from(text).right_aligned();
                     if c.sort == SortColumn::Drops && numbers.dropped > 0 {
                         line = line.style(theme.warning());
                     }
                     Cell::from(line)
-                },
-            )),
+                }))
+                .chain(owner.then(|| {
+                    let text = app.labels[id].owner.as_deref().unwrap_or("own");
+                    Cell::from(ellipsize_middle(text, usize::from(OWNER_WIDTH)))
+                })),
         );
         if app.is_attached(id) {
             row
@@ -144,7 +156,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         }
     });
     let widths = std::iter::once(Constraint::Min(NAME_MIN_WIDTH))
-        .chain(columns.iter().map(|c| Constraint::Length(c.width)));
+        .chain(columns.iter().map(|c| Constraint::Length(c.width)))
+        .chain(owner.then_some(Constraint::Length(OWNER_WIDTH)));
     let view = match app.view {
         View::Cumulative => " cumulative ".to_string(),
         View::Interval => format!(" last {} interval ", format::seconds(app.snapshot.interval)),

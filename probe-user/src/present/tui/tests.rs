@@ -849,6 +849,49 @@ fn names_are_cut_in_the_middle() {
 }
 
 #[test]
+fn owner_column_and_detail_name_another_tools_probe() {
+    // Another tool's probe and probetop's own probe on a breakpoint it shares: an OWNER
+    // column where the terminal is wide enough, and the detail pane says whose it is.
+    let mut labels = labels();
+    labels[0].owner = Some("own+bpftrace 1234".into());
+    labels[2].display = format!("{} <bpftrace 1234>", labels[2].display);
+    labels[2].owner = Some("bpftrace 1234".into());
+    let app_of = |width, labels: Vec<ProbeLabel>| {
+        let mut app = App::new(
+            TargetLine {
+                pid: 4242,
+                comm: "workload".into(),
+            },
+            labels,
+            true,
+            Theme::default(),
+        );
+        app.resize(width, 36);
+        app.update(snapshot());
+        app
+    };
+    let wide = text(&app_of(150, labels.clone()));
+    assert!(wide.contains("OWNER"), "{wide}");
+    assert!(wide.contains("own+bpftrace 1234"), "{wide}");
+    assert!(wide.contains("bpftrace 1234"), "{wide}");
+    // Every column but OWNER is still there.
+    assert!(wide.contains("DROPS"), "{wide}");
+    let narrow = text(&app_of(90, labels.clone()));
+    assert!(!narrow.contains("OWNER"), "{narrow}");
+    // Only probetop's own probes: no column.
+    let own = text(&app_of(150, super::tests::labels()));
+    assert!(!own.contains("OWNER"), "{own}");
+    // The detail pane of the other tool's row names it.
+    let mut app = app_of(150, labels);
+    app.selected = Some(2);
+    let detail = text(&app);
+    assert!(
+        detail.contains("owner: bpftrace 1234: another tool's probe"),
+        "{detail}"
+    );
+}
+
+#[test]
 fn footer_says_when_there_is_no_calibration_and_keeps_quit() {
     let mut app = app(80, 24);
     app.note = Some(crate::present::NO_CALIBRATION_FOOTER);

@@ -78,6 +78,9 @@ pub(super) enum Tool {
     CompareRing,
     /// The `--compare` binary, in-kernel mode.
     CompareKernel,
+    /// bpftrace's `count()` with `probetop --pid PID` (no spec) counting its probe: the
+    /// counting probe on the same site on top of the tool's (part `counting`).
+    CountCounted,
 }
 
 impl Tool {
@@ -92,6 +95,7 @@ impl Tool {
             Tool::ProbetopKernelEveryHit => "probetop kernel, every hit timed",
             Tool::CompareRing => "compared ring",
             Tool::CompareKernel => "compared kernel",
+            Tool::CountCounted => "bpftrace count(), probetop counting it",
         }
     }
 
@@ -106,6 +110,7 @@ impl Tool {
             Tool::ProbetopKernelEveryHit => "probetop_kernel_every_hit_timed",
             Tool::CompareRing => "compared_ring",
             Tool::CompareKernel => "compared_kernel",
+            Tool::CountCounted => "bpftrace_count_probetop_counting",
         }
     }
 
@@ -130,7 +135,7 @@ impl Tool {
         match self {
             Tool::Empty => format!("{probe} {{ }}"),
             Tool::EmptyPidFilter => format!("{probe} /pid == {pid}/ {{ }}"),
-            Tool::Count => format!("{probe} {{ @ = count(); }}"),
+            Tool::Count | Tool::CountCounted => format!("{probe} {{ @ = count(); }}"),
             Tool::Hist => format!("{probe} {{ $t = nsecs; @ = hist(nsecs - $t); }}"),
             _ => String::new(),
         }
@@ -440,9 +445,27 @@ impl Bench {
         let base = workload.resume_and_measure(1, s.baseline_for)?;
         workload.pause()?;
         let mut tool = self.start_tool(workload.pid(), exe, case)?;
+        // probetop without a spec, counting the tool's probe with one of its own.
+        let mut counter = if case.tool == Tool::CountCounted {
+            let mut cmd = self.probetop();
+            cmd.args(["--pid", &workload.pid().to_string(), "--no-tui"]);
+            let counter = Proc::spawn("probetop", &mut cmd)?;
+            counter.wait_for("probetop: counting bpftrace", PATIENCE)?;
+            Some(counter)
+        } else {
+            None
+        };
         let runs_before = program_runs(tool.pid());
         let probed = workload.resume_and_measure(s.probed_batches, Duration::ZERO);
         let runs_after = program_runs(tool.pid());
+        if let Some(counter) = &mut counter {
+            let (status, _) = counter.stop("INT", PATIENCE)?;
+            ensure!(
+                status.success(),
+                "probetop exited with {status}: {}",
+                counter.rest_text()
+            );
+        }
         let stopped = tool.stop("INT", PATIENCE);
         let probed = probed?;
         let (status, _) = stopped?;
@@ -681,4 +704,85 @@ pub(super) fn render_cost(md: &mut String, cost: &CostResults, s: &Settings) {
         spread(&pid_filter).show(0)
     );
     warnings(md, &cost.warnings);
+}
+
+impl Bench {
+    /// Part `counting`: on the uprobe site, bpftrace `count()` alone against the same
+    /// with `probetop --pid PID` counting its probe, interleaved rounds.
+    pub(super) fn counting(&self) -> Result<CostResults> {
+        let cases: Vec<Case> = [Tool::Count, Tool::CountCounted]
+            .into_iter()
+            .map(|tool| Case {
+                site: Site::Uprobe,
+                tool,
+            })
+            .collect();
+        eprintln!(
+            "bench: counting: {} cases x {} rounds",
+            cases.len(),
+            self.settings.rounds
+        );
+        self.measure_cases(
+            &self.workload,
+            self.settings.batch,
+            &cases,
+            self.settings.rounds,
+        )
+    }
+}
+
+/// What probetop's counting probe adds per hit on top of the tool's own.
+pub(super) fn render_counting(md: &mut String, counting: &CostResults) {
+    let count = counting.per_hit(Site::Uprobe, Tool::Count);
+    let both = counting.per_hit(Site::Uprobe, Tool::CountCounted);
+    let added = counting.paired(
+        Case {
+            site: Site::Uprobe,
+            tool: Tool::CountCounted,
+        },
+        Case {
+            site: Site::Uprobe,
+            tool: Tool::Count,
+        },
+        |with, without| with - without,
+    );
+    let ratio = counting.paired(
+        Case {
+            site: Site::Uprobe,
+            tool: Tool::CountCounted,
+        },
+        Case {
+            site: Site::Uprobe,
+            tool: Tool::Count,
+        },
+        |with, without| (with - without) / without,
+    );
+    let show = |values: &[f64], digits: usize| {
+        if values.is_empty() {
+            return "-".to_string();
+        }
+        let s = spread(values);
+        format!(
+            "{:.digits$} (IQR {:.digits$}..{:.digits$})",
+            s.median, s.q1, s.q3
+        )
+    };
+    let _ = writeln!(md, "### Counting another tool's probe\n");
+    let _ = writeln!(
+        md,
+        "CPU added to the probed thread per hit of `work_unit` (emulated push), ns, medians over rounds:\n"
+    );
+    let _ = writeln!(md, "| case | ns per hit |\n|---|---|");
+    let _ = writeln!(md, "| bpftrace count() alone | {} |", show(&count, 0));
+    let _ = writeln!(
+        md,
+        "| bpftrace count(), probetop --pid PID counting it | {} |",
+        show(&both, 0)
+    );
+    let _ = writeln!(
+        md,
+        "| added by probetop's counting probe | {} |",
+        show(&added, 0)
+    );
+    let _ = writeln!(md, "| added / count() alone | {} |\n", show(&ratio, 2));
 }

@@ -99,6 +99,9 @@ pub enum Part {
     Calibration,
     /// Attach and detach of 10 / 100 / 1000 / 5000 probes.
     Scale,
+    /// What `probetop --pid PID` (no spec) adds per hit counting another tool's probe:
+    /// bpftrace `count()` alone against the same with probetop counting it.
+    Counting,
 }
 
 /// How long and how often things are measured.
@@ -199,6 +202,7 @@ pub fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
         parts
     };
     // Only a complete run with the default settings replaces the committed results.
+    // (`counting` is run on its own: its result is stated in performance.md's text.)
     let complete = parts.len() == 6
         && !settings.quick
         && args.rounds.is_none()
@@ -252,6 +256,7 @@ pub fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
                 results.calibration = Some(bench.calibration(cost_cases.as_ref())?)
             }
             Part::Scale => results.scale = Some(bench.scale()?),
+            Part::Counting => results.counting = Some(bench.counting()?),
         }
         eprintln!("bench: {part:?} took {:.0} s", t.elapsed().as_secs_f64());
     }
@@ -284,7 +289,7 @@ fn check_tools(parts: &[Part]) -> Result<()> {
     let needs_bpftrace = parts.iter().any(|p| {
         matches!(
             p,
-            Part::Cost | Part::Attach | Part::Calibration | Part::Scale
+            Part::Cost | Part::Attach | Part::Calibration | Part::Scale | Part::Counting
         )
     });
     if needs_bpftrace {

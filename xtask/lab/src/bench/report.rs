@@ -18,6 +18,7 @@ pub(super) struct Results {
     pub(super) memory: Option<Vec<MemoryRun>>,
     pub(super) calibration: Option<Calibration>,
     pub(super) scale: Option<ScaleResults>,
+    pub(super) counting: Option<CostResults>,
 }
 
 pub(super) struct Machine {
@@ -108,6 +109,9 @@ pub(super) fn render_markdown(run: &RunInfo, results: &Results) -> String {
     }
     if let Some(s) = &results.scale {
         render_scale(&mut md, s);
+    }
+    if let Some(c) = &results.counting {
+        render_counting(&mut md, c);
     }
     md
 }
