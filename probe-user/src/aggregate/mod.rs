@@ -234,6 +234,9 @@ pub struct Measurements {
     pub probes: Vec<ProbeMeasurements>,
     /// Hot or cold over the run so far, and why.
     pub assumption: Option<crate::cost::assume::Decision>,
+    /// The target's CPU since the window opened, probes included, share of one CPU;
+    /// `None` with several processes.
+    pub target_cpu: Option<f64>,
 }
 
 impl Aggregator {
@@ -277,6 +280,10 @@ impl Aggregator {
                 })
                 .collect(),
             assumption: Some(decision),
+            target_cpu: self
+                .assumer
+                .target_cores_run()
+                .filter(|_| !self.count_processes),
         }
     }
 }

@@ -104,6 +104,9 @@ pub struct Snapshot {
     pub own: OwnUsage,
     /// Hot or cold, decided over the last second, and why.
     pub assumption: Option<crate::cost::assume::Decision>,
+    /// The target's CPU over the last second, probes included, share of one CPU;
+    /// `None` with several processes or before two readings.
+    pub target_cpu: Option<f64>,
 }
 
 impl Snapshot {
@@ -195,6 +198,10 @@ impl Aggregator {
             focus: None,
             own: OwnUsage::default(),
             assumption: Some(decision),
+            target_cpu: self
+                .assumer
+                .target_cores_live()
+                .filter(|_| !self.count_processes),
         }
     }
 

@@ -2,8 +2,10 @@
 pub mod cost_report;
 pub mod export;
 pub mod format;
+pub(crate) mod headline;
 pub mod list;
 pub mod listen;
+pub(crate) mod names;
 pub mod summary;
 pub mod tui;
 
@@ -24,6 +26,9 @@ pub struct ProbeLabel {
     /// (1 for the first) that replaced it (`--follow-exec`). Such a row keeps its
     /// measurements and never fires again.
     pub before_exec: Option<u32>,
+    /// The site's file offset, which tells apart two probes whose names read the same
+    /// ([`names::distinguish`]).
+    pub(crate) site: Option<u64>,
 }
 
 impl ProbeLabel {
@@ -34,6 +39,7 @@ impl ProbeLabel {
             object: object.to_string(),
             resolved: None,
             before_exec: None,
+            site: None,
         }
     }
 

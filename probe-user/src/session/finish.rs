@@ -116,17 +116,6 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         }
     }
     let snapshot = aggregator.snapshot(duration);
-    // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
-    // before the exports are written, so a failed write is ignored.
-    {
-        use std::io::Write as _;
-        let mut out = io::stdout().lock();
-        let _ = out
-            .write_all(
-                sys::stderr::terminal_safe(&present::summary::table(&labels, &snapshot)).as_bytes(),
-            )
-            .and_then(|()| out.flush());
-    }
     let measured = aggregator.measurements();
     if let Some(line) = ended_in_clock_phase(args, &measured.probes) {
         say!("probetop: {line}");
@@ -160,9 +149,28 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     );
     report.cost = run_cost;
     report.attach_path = Some(attach_path);
+    report.target_cpu = measured.target_cpu;
     if let Some(summary) = in_situ_summary {
         report.apply_in_situ(summary);
     }
+    // The summary table leads with the report's headline (in situ where measured).
+    // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
+    // before the exports are written, so a failed write is ignored.
+    {
+        use std::io::Write as _;
+        let mut out = io::stdout().lock();
+        let _ = out
+            .write_all(
+                sys::stderr::terminal_safe(&present::summary::table(
+                    &labels,
+                    &snapshot,
+                    Some(&report),
+                ))
+                .as_bytes(),
+            )
+            .and_then(|()| out.flush());
+    }
+    say!("probetop: {}", present::headline::reconciled(&report));
     let mut failed = Vec::new();
     for path in &args.exports {
         match export::write(&report, path, args.force) {

@@ -314,6 +314,49 @@ struct JsonExec<'a> {
     probes_attached: usize,
 }
 
+/// The run's headline: what every probe together cost the target.
+#[derive(Serialize)]
+struct JsonHeadline {
+    /// In words, as the stdout summary and the TUI's status line say it.
+    text: String,
+    /// Share of one CPU all probes cost the target (0.032: 3.2% of one CPU).
+    cpu_share: Option<f64>,
+    /// The target's own CPU, the probes' cost taken out, share of one CPU.
+    target_own_cpu_share: Option<f64>,
+    /// `cpu_share` over `target_own_cpu_share` (0.18: +18% on the target's own CPU).
+    on_target: Option<f64>,
+    /// Whole cost of a hit, every probe's weighted by its hits, ns.
+    per_hit_ns: Option<f64>,
+    /// `estimate` (calibration), `in-situ` (measured on the target) or `none`.
+    method: &'static str,
+    /// In situ: the 95% interval of `cpu_share`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_share_low: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_share_high: Option<f64>,
+}
+
+impl From<&Report> for JsonHeadline {
+    fn from(report: &Report) -> Self {
+        use crate::present::headline::{Headline, Method};
+        let h = Headline::of_report(report);
+        let (low, high) = match h.method {
+            Method::InSitu { low, high } => (Some(low), Some(high)),
+            _ => (None, None),
+        };
+        Self {
+            text: h.sentence(),
+            cpu_share: h.cpu_share,
+            target_own_cpu_share: h.target_own,
+            on_target: h.on_target(),
+            per_hit_ns: h.per_hit_ns,
+            method: h.method.as_str(),
+            cpu_share_low: low,
+            cpu_share_high: high,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct JsonReport<'a> {
     tool: &'static str,
@@ -321,6 +364,8 @@ struct JsonReport<'a> {
     target: JsonTarget<'a>,
     started_unix_ms: u64,
     duration_s: f64,
+    /// What every probe together cost the target: read this first.
+    headline: JsonHeadline,
     probes: Vec<JsonProbe<'a>>,
     cost: JsonCost<'a>,
     /// The execs followed (`--follow-exec`), oldest first; empty without.
@@ -350,6 +395,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         },
         started_unix_ms: report.started_unix_ms,
         duration_s: report.duration_s,
+        headline: report.into(),
         probes: report
             .probes
             .iter()

@@ -111,6 +111,9 @@ pub struct Report {
     /// Objects replaced on disk while probed: loaded again by the target (their probes
     /// stayed on the old file), or not loaded yet (their probes moved to the new one).
     pub replaced: Vec<ReplacedObject>,
+    /// The target's CPU over the run, probes included, as a share of one CPU (`None`
+    /// with several processes): what the headline sets the probes' cost against.
+    pub target_cpu: Option<f64>,
 }
 
 /// A probed object whose path names another file now (replaced on disk). Loaded when
@@ -424,6 +427,7 @@ pub(crate) mod testing {
             attach_path: None,
             skipped: Vec::new(),
             replaced: Vec::new(),
+            target_cpu: None,
         }
     }
 
@@ -597,6 +601,7 @@ pub(crate) mod testing {
             attach_path: None,
             skipped: Vec::new(),
             replaced: Vec::new(),
+            target_cpu: None,
         }
     }
 

@@ -80,6 +80,15 @@ fn handler_ns(n: &Numbers, value: u64) -> String {
     }
 }
 
+/// A cost cell: `-` for a probe without hits (it cost nothing, and its price per hit
+/// would read as what it cost) or without a price.
+fn cost_cell(n: &Numbers, value: Option<String>) -> String {
+    match value {
+        Some(v) if n.hits > 0 => v,
+        _ => "-".into(),
+    }
+}
+
 /// A count in full while it fits a column `width` wide, abbreviated (`1.03M`) beyond:
 /// the table cuts what does not fit, and a cut number reads as another one.
 fn count_cell(value: u64, width: u16) -> String {
@@ -91,13 +100,26 @@ fn count_cell(value: u64, width: u16) -> String {
     }
 }
 
+/// Where the handler's columns start in [`COLUMNS`]: the ones before say what the probes
+/// cost the target; these, the time the BPF program itself took, a part of that cost.
+pub const HANDLER_FROM: usize = 5;
+
+/// The cost columns first (what a hit costs the target, the share of a CPU), then the
+/// rates, then the BPF handler's own time.
 pub const COLUMNS: [Column; 12] = [
     Column {
-        title: "HITS",
-        width: 9,
+        title: "COST/HIT",
+        width: 8,
         priority: 0,
-        sort: SortColumn::Hits,
-        value: |n| count_cell(n.hits, 9),
+        sort: SortColumn::WholeCost,
+        value: |n| cost_cell(n, n.whole_cost_ns.map(format::ns_f)),
+    },
+    Column {
+        title: "%CPU",
+        width: 6,
+        priority: 0,
+        sort: SortColumn::CpuShare,
+        value: |n| cost_cell(n, n.cpu_share.map(format::percent)),
     },
     Column {
         title: "HITS/S",
@@ -107,18 +129,18 @@ pub const COLUMNS: [Column; 12] = [
         value: |n| format::count(n.per_second),
     },
     Column {
-        title: "CPU%",
-        width: 6,
-        priority: 0,
-        sort: SortColumn::CpuShare,
-        value: |n| n.cpu_share.map_or_else(|| "-".into(), format::percent),
+        title: "HITS",
+        width: 9,
+        priority: 1,
+        sort: SortColumn::Hits,
+        value: |n| count_cell(n.hits, 9),
     },
     Column {
-        title: "COST",
+        title: "DROPS",
         width: 6,
         priority: 0,
-        sort: SortColumn::WholeCost,
-        value: |n| n.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f),
+        sort: SortColumn::Drops,
+        value: |n| count_cell(n.dropped, 6),
     },
     Column {
         title: "MIN",
@@ -151,14 +173,14 @@ pub const COLUMNS: [Column; 12] = [
     Column {
         title: "P99.9",
         width: 6,
-        priority: 1,
+        priority: 2,
         sort: SortColumn::P999,
         value: |n| handler_ns(n, n.handler.p999),
     },
     Column {
         title: "MAX",
         width: 6,
-        priority: 0,
+        priority: 1,
         sort: SortColumn::Max,
         value: |n| handler_ns(n, n.handler.max),
     },
@@ -174,13 +196,6 @@ pub const COLUMNS: [Column; 12] = [
                 format::ns_f(n.handler.mean)
             }
         },
-    },
-    Column {
-        title: "DROPS",
-        width: 6,
-        priority: 0,
-        sort: SortColumn::Drops,
-        value: |n| count_cell(n.dropped, 6),
     },
 ];
 
@@ -277,7 +292,7 @@ fn probe_name(app: &App, id: usize, width: usize) -> String {
         }
     };
     let room = width.saturating_sub(mark.chars().count());
-    format!("{}{mark}", ellipsize_middle(&label.display, room))
+    format!("{}{mark}", crate::present::names::fit(&label.display, room))
 }
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
@@ -351,13 +366,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         format!(" {} of {} probes ", rows.len(), app.labels.len())
     };
-    let mut block = Block::bordered()
-        .title(Line::from(vec![
-            Span::styled(" handler time per hit ", theme.title()),
-            Span::raw("·"),
-            Span::raw(view),
-        ]))
-        .title(Line::from(shown).right_aligned());
+    // The probe count on the left: the right of the border heads the handler's columns.
+    let mut block = Block::bordered().title(Line::from(vec![
+        Span::styled(" cost to the target ", theme.title()),
+        Span::raw("·"),
+        Span::raw(view),
+        Span::raw("·"),
+        Span::raw(shown),
+    ]));
     if let Some(notice) = &app.snapshot.notice {
         block = block.title_bottom(Line::from(format!(" {notice} ")).style(theme.dim()));
     }
@@ -371,6 +387,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         .with_offset(offset)
         .with_selected(selected_row);
     frame.render_stateful_widget(table, area, &mut state);
+    render_handler_heading(frame, area, &columns, app);
 
     if rows.is_empty() && area.height > 3 {
         let text = if app.filter.is_empty() {
@@ -381,4 +398,44 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         let line = Rect::new(area.x + 2, area.y + 2, area.width.saturating_sub(4), 1);
         frame.render_widget(Paragraph::new(text).style(theme.dim()), line);
     }
+}
+
+/// The heading over the handler's columns, on the table's top border: those columns
+/// are the BPF program's own time per hit, a part of COST/HIT, not the whole.
+fn render_handler_heading(frame: &mut Frame, area: Rect, columns: &[&Column], app: &App) {
+    let first = COLUMNS
+        .iter()
+        .position(|c| columns.first().is_some_and(|f| std::ptr::eq(c, *f)));
+    let Some(from) = columns
+        .iter()
+        .position(|c| COLUMNS[HANDLER_FROM..].iter().any(|h| std::ptr::eq(h, *c)))
+    else {
+        return;
+    };
+    let _ = first;
+    let inner = Rect::new(
+        area.x + 1,
+        area.y + 1,
+        area.width.saturating_sub(2),
+        area.height.saturating_sub(2),
+    );
+    let rects = super::app::column_rects(inner, columns);
+    // rects[0] is the name column.
+    let (Some(start), Some(end)) = (rects.get(from + 1), rects.last()) else {
+        return;
+    };
+    let span = end.right().saturating_sub(start.x) as usize;
+    let Some(text) = [
+        " handler: BPF program's own time ",
+        " BPF program's own time ",
+        " BPF handler ",
+        " handler ",
+    ]
+    .into_iter()
+    .find(|t| t.chars().count() <= span) else {
+        return;
+    };
+    let width = text.chars().count() as u16;
+    let at = Rect::new(end.right().saturating_sub(width), area.y, width, 1);
+    frame.render_widget(Paragraph::new(Span::styled(text, app.theme.title())), at);
 }
