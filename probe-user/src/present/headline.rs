@@ -188,7 +188,7 @@ impl Headline {
     /// grows by one character must not push the status line into another layout.
     pub(crate) fn status(&self) -> String {
         let Some(share) = self.cpu_share else {
-            return "cost ? (no calibration: probetop calibrate)".into();
+            return "cost ? (run probetop calibrate)".into();
         };
         // Each group padded to its widest form.
         let mut text = format!("{:<15}", format!("cost +{} cpu", share_text(share)));

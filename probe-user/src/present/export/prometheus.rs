@@ -162,13 +162,16 @@ pub fn render_prometheus(report: &Report) -> String {
     out
 }
 
+/// One number of a probe, for a family of per-probe lines.
+type ProbeValue = fn(&ProbeReport) -> Option<f64>;
+
 /// What the probes cost the target, always (estimated, or measured with `--in-situ`):
 /// per probe, the whole cost of a hit and the share of one CPU; for the run, the
 /// headline. `method` says how each number was obtained. A probe without hits or
 /// without a price has no line.
 fn cost_families(out: &mut String, report: &Report) {
     use crate::present::headline::{self, Headline};
-    let per_probe: [(&str, &str, fn(&ProbeReport) -> Option<f64>); 2] = [
+    let per_probe: [(&str, &str, ProbeValue); 2] = [
         (
             "probetop_probe_cost_seconds",
             "Whole cost of one hit to the target (trap, kernel, BPF program, return), seconds; method: estimate or in-situ.",

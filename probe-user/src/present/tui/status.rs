@@ -106,13 +106,13 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         Some(part(
             format!("{} drops", snap.dropped),
             format!("{} drops", snap.dropped),
-            if snap.dropped > 0 { 0 } else { 1 },
+            if snap.dropped > 0 { 0 } else { 2 },
             snap.dropped > 0,
         )),
         Some(part(
             format!("self: cpu {cpu:>5}, rss {rss}"),
             format!("self {cpu:>5} {rss}"),
-            2,
+            1,
             false,
         )),
         Some(part(

@@ -370,7 +370,7 @@ fn status_line_has_everything() {
     let screen = text(&app(200, 36));
     let status = screen.lines().next().expect("status line");
     for part in [
-        "cost ? (no calibration: probetop calibrate)",
+        "cost ? (run probetop calibrate)",
         "probetop",
         "pid 4242 (workload)",
         "4/4 probes attached",
