@@ -142,8 +142,26 @@ mod tests {
         assert!(lines[1].contains("1.20us"));
         assert!(lines[1].contains("25.0k"), "average rate: {}", lines[1]);
         assert_eq!(lines[0].len(), lines[1].len());
+        // A probe without hits: `-` for its times, never 0ns.
+        let mut idle = snapshot.clone();
+        idle.probes[0].hits = 0;
+        idle.probes[0].handler = HandlerSummary::default();
+        let text = table(&labels, &idle, None);
+        let row = text.lines().nth(2).expect("row");
+        assert!(!row.contains("0ns"), "{row}");
+        assert_eq!(
+            row.split_whitespace().filter(|c| *c == "-").count(),
+            9,
+            "{row}"
+        );
         // Unpriced, no report: `-` under the cost columns.
-        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        let text = table(&labels, &snapshot, None);
+        let cells: Vec<&str> = text
+            .lines()
+            .nth(2)
+            .expect("row")
+            .split_whitespace()
+            .collect();
         assert_eq!(&cells[1..3], ["-", "-"]);
     }
 }

@@ -852,3 +852,35 @@ fn names_are_cut_in_the_middle() {
     assert_eq!(ellipsize_middle("abcdef", 1), "…");
     assert_eq!(ellipsize_middle("abcdef", 0), "");
 }
+
+#[test]
+fn rows_whose_numbers_read_the_same_keep_their_places() {
+    let mut app = app(120, 36);
+    for (a, b) in [(1000.2, 999.8), (999.8, 1000.2)] {
+        let mut snap = snapshot();
+        snap.probes[0].per_second = a;
+        snap.probes[1].per_second = b;
+        app.update(snap);
+        // Both read 1000 hits/s: name order (uprobe:work_unit before uretprobe:).
+        assert_eq!(&order(&app)[..2], [0, 1], "{a} {b}");
+    }
+}
+
+#[test]
+fn the_status_line_keeps_its_layout_across_10k_events() {
+    let status_at = |events: f64| {
+        let mut app = app(100, 30);
+        let mut snap = snapshot();
+        snap.events_per_second = events;
+        app.update(snap);
+        let screen = text(&app);
+        screen.lines().next().expect("status").to_string()
+    };
+    let (below, above) = (status_at(9_999.0), status_at(10_001.0));
+    let parts = |s: &str| s.split("  ").filter(|p| !p.trim().is_empty()).count();
+    assert_eq!(parts(&below), parts(&above), "{below}\n{above}");
+    assert!(
+        below.contains(" 9999 ev/s") && above.contains("10.0k ev/s"),
+        "{below}\n{above}"
+    );
+}
