@@ -88,7 +88,7 @@ pub struct CalibrateArgs {
     pub cold_only: bool,
 
     /// Skip the gap and work curves (a hit after sleeps of 2 us to 2 ms between calls,
-    /// and after footprints walked between them), which `--assume gap` prices hits with.
+    /// and after footprints walked between them), which `--assume clock` prices hits with.
     #[arg(long)]
     pub no_gap: bool,
 }
@@ -242,12 +242,12 @@ pub struct RunArgs {
     ))]
     pub time_every: Option<u64>,
 
-    /// With --mode kernel and --assume auto, clock or gap: stream every hit, timed, for
+    /// With --mode kernel and --assume auto or clock: stream every hit, timed, for
     /// this long first, then aggregate in the kernel. The ring handler's clock on those
     /// hits says how cold the target runs each probe, which prices its in-kernel hits
     /// (the in-kernel handler's own clock cannot: docs/cost.md). Costs the target the
     /// ring mode's price for that long. 0: never; hits a clock would price are then
-    /// priced cold (with --assume gap, by the code run between them). At most 3600.
+    /// priced cold. At most 3600.
     #[arg(long, value_name = "SECS", default_value_t = 3.0, value_parser = seconds(0.0, 3600.0))]
     pub clock_seconds: f64,
 
@@ -263,13 +263,13 @@ pub struct RunArgs {
     pub no_dispatch: bool,
 
     /// Price hits with the calibration's hot loop (caches warm between hits: a tight
-    /// loop), its cold loop (a server's code and data run between hits), its gap curve
-    /// (each hit by the idle time before it on its CPU), the handler's clock (how slow
-    /// probetop's handler ran on each hit: how cold it was), or auto: hot for a program
-    /// of at most 8 MiB of code hitting each busy thread at least every 10 us; otherwise
-    /// the clock where the calibration has it, else cold.
-    #[arg(long, value_enum, value_name = "CACHES", default_value_t = crate::cost::assume::AssumeChoice::Auto)]
-    pub assume: crate::cost::assume::AssumeChoice,
+    /// loop), its cold loop (a server's code and data run between hits), the handler's
+    /// clock (how slow probetop's handler ran on each hit: how cold it was; cold where
+    /// it cannot be read), or auto: hot for a program of at most 8 MiB of code hitting
+    /// each busy thread at least every 10 us; otherwise the clock where the calibration
+    /// has it, else cold. (`gap`, retired, is taken as `clock`.)
+    #[arg(long, value_enum, value_name = "CACHES", default_value_t = crate::price::assume::AssumeChoice::Auto)]
+    pub assume: crate::price::assume::AssumeChoice,
 
     /// Turn on the kernel's BPF run statistics for the run (costs every BPF program on
     /// the host ~20-40 ns per run) to report what other BPF programs on the target's
@@ -295,8 +295,8 @@ pub struct RunArgs {
     /// like mariadbd);
     /// none: CPU per second, for a load that comes at a fixed rate; auto: the first of
     /// syscalls and wakeups that moves.
-    #[arg(long, value_enum, value_name = "METER", default_value_t = crate::cost::insitu::WorkMeter::Auto)]
-    pub work: crate::cost::insitu::WorkMeter,
+    #[arg(long, value_enum, value_name = "METER", default_value_t = crate::insitu::WorkMeter::Auto)]
+    pub work: crate::insitu::WorkMeter,
 }
 
 /// How hits reach user space.

@@ -21,6 +21,7 @@ use crate::aggregate::{Aggregator, IntervalLog, Measurements, OwnUsage, ProbeAgg
 use crate::attach::dispatch::Dispatch;
 use crate::attach::{KernelCounters, StagedFlush};
 use crate::delivery::DeliveryMode;
+use crate::price::Pricer;
 use crate::record::Record;
 use probe_common::dispatch as slots;
 
@@ -70,6 +71,8 @@ impl Default for CollectorOptions {
 #[derive(Debug, Default)]
 pub struct Collected {
     pub aggregator: Aggregator,
+    /// Prices the end-of-run report as it priced the live snapshots.
+    pub pricer: Pricer,
     pub intervals: IntervalLog,
 }
 
@@ -182,6 +185,7 @@ pub async fn collect(
     mut stream: HitStream,
     mut counters: KernelCounters,
     mut aggregator: Aggregator,
+    mut pricer: Pricer,
     options: CollectorOptions,
     links: CollectorLinks,
 ) -> Collected {
@@ -217,14 +221,17 @@ pub async fn collect(
     let mut interval_start = Duration::ZERO;
     let mut own_meter = OwnUsageMeter::default();
     let mut own = OwnUsage::default();
-    let snapshot =
-        |aggregator: &Aggregator, elapsed: Duration, own: OwnUsage, focus: Option<u32>| {
-            let mut snapshot = aggregator.snapshot(elapsed);
-            snapshot.interval = interval_length;
-            snapshot.own = own;
-            snapshot.focus = focus.and_then(|id| aggregator.focus_detail(id));
-            snapshot
-        };
+    let snapshot = |aggregator: &Aggregator,
+                    pricer: &Pricer,
+                    elapsed: Duration,
+                    own: OwnUsage,
+                    focus: Option<u32>| {
+        let mut snapshot = pricer.snapshot(aggregator, elapsed);
+        snapshot.interval = interval_length;
+        snapshot.own = own;
+        snapshot.focus = focus.and_then(|id| aggregator.focus_detail(id));
+        snapshot
+    };
     loop {
         tokio::select! {
             ready = stream.readable() => {
@@ -242,7 +249,7 @@ pub async fn collect(
             }
             _ = read_own_usage.tick() => {
                 own = own_meter.measure();
-                aggregator.assumer.observe();
+                pricer.observe();
             }
             _ = publish.tick() => {
                 let now = Instant::now();
@@ -261,7 +268,7 @@ pub async fn collect(
                     // as of the last read of the kernel's counters.
                     read_kernel_counters(&counters, &mut aggregator);
                 }
-                snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, *focus.borrow()));
+                snapshots.send_replace(snapshot(&aggregator, &pricer, started.elapsed(), own, *focus.borrow()));
             }
             // A new selection gets its details at once rather than at the next tick.
             changed = focus.changed(), if focus_open => {
@@ -269,7 +276,7 @@ pub async fn collect(
                     focus_open = false;
                 } else {
                     let focused = *focus.borrow_and_update();
-                    snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, focused));
+                    snapshots.send_replace(snapshot(&aggregator, &pricer, started.elapsed(), own, focused));
                 }
             }
             _ = interval_timer.tick() => {
@@ -314,6 +321,7 @@ pub async fn collect(
                     stream.drain_all(|record| aggregator.record_any(&record));
                     read_kernel_counters(&counters, &mut aggregator);
                     aggregator.reset(ktime_now_ns());
+                    pricer.open();
                     if let Some(dispatch) = counters.dispatch() {
                         baseline_dispatch(dispatch, &mut aggregator);
                     }
@@ -326,13 +334,13 @@ pub async fn collect(
                     started = Instant::now();
                     interval_start = Duration::ZERO;
                     interval_timer.reset();
-                    snapshots.send_replace(snapshot(&aggregator, started.elapsed(), own, *focus.borrow()));
+                    snapshots.send_replace(snapshot(&aggregator, &pricer, started.elapsed(), own, *focus.borrow()));
                 }
                 Some(CollectorCommand::Copy { with_intervals, reply }) => {
                     stream.drain_all(|record| aggregator.record_any(&record));
                     // The asker may have given up; nothing to do then.
                     let _ = reply.send(Copied {
-                        measurements: aggregator.measurements(),
+                        measurements: pricer.measurements(&aggregator),
                         intervals: if with_intervals { intervals.clone() } else { IntervalLog::default() },
                     });
                 }
@@ -368,12 +376,14 @@ pub async fn collect(
     }
     snapshots.send_replace(snapshot(
         &aggregator,
+        &pricer,
         started.elapsed(),
         own,
         *focus.borrow(),
     ));
     Collected {
         aggregator,
+        pricer,
         intervals,
     }
 }
@@ -449,7 +459,7 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
             }
         }
     }
-    pool_gaps(aggregator);
+    Pricer::pool_gaps(aggregator);
 }
 
 /// Opens the window in the kernel: every probe, attached outside it
@@ -480,25 +490,6 @@ fn stop_counting(counters: &mut KernelCounters, aggregator: &mut Aggregator) {
             if failed == 1 { "" } else { "s" },
             if failed == 1 { "its" } else { "their" }
         ));
-    }
-}
-
-/// Gives every probe the gaps of all of them, for those with too few of their own.
-fn pool_gaps(aggregator: &mut Aggregator) {
-    if aggregator
-        .probes()
-        .iter()
-        .all(|p| p.cost.gap_curve.is_none())
-    {
-        return;
-    }
-    let pooled =
-        crate::cost::gap::GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.gaps));
-    let busy =
-        crate::cost::gap::GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.busy_gaps));
-    for probe in aggregator.probes_mut() {
-        probe.cost.gaps_pooled = pooled.clone();
-        probe.cost.busy_gaps_pooled = busy.clone();
     }
 }
 
@@ -579,9 +570,7 @@ fn switch_hot_probes(
             probe.mode = DeliveryMode::KernelHistogram;
             // The ring handler's clock so far prices its in-kernel hits (`--assume
             // clock`); its handler histogram goes on holding both, as said in the README.
-            if !probe.handler_ns.is_empty() {
-                probe.cost.streamed_clock = Some((*probe.handler_ns).clone());
-            }
+            probe.keep_streamed_clock();
             switched.push((probe_name(id, probe), rate));
         }
     }

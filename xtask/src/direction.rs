@@ -1,6 +1,7 @@
 //! The direction of probe-user's imports: each top-level module may use only the modules
-//! below it in [`LAYERS`] (leaves, then `cost`, then the pipeline's stages in import
-//! order, resolve, attach, aggregate, stream, present, and `session` on top). Every
+//! below it in [`LAYERS`] (leaves, then `insitu`, then the pipeline's stages in import
+//! order, resolve, attach, calibrate, aggregate, price, stream, present, and `session`
+//! on top). Every
 //! `crate::` path in probe-user/src (comments aside) is an edge; an edge upwards is a
 //! back-edge, and fails the check unless docs/architecture.md lists it as a known
 //! exception. An exception that no longer occurs fails too, so the list only shrinks as
@@ -15,9 +16,9 @@ use anyhow::{Context as _, Result, bail};
 /// probe-user's top-level modules, lowest first. The leaves use only leaves: `sys`
 /// (raw syscalls, the stderr writer), `spec` (what a probe is: `ProbeKind`,
 /// `ProbeSpec`), the delivery mode, the shared nanosecond histogram and the parsed ring
-/// record. `cost` uses only leaves. In the pipeline, `stream` (the collector, which owns
-/// the ring buffer and drives the aggregator) sits above `aggregate` (pure state it
-/// feeds).
+/// record, `stats`, and what a probed instruction is (`insn`). In the pipeline, `stream`
+/// (the collector, which owns the ring buffer, drives the aggregator and has each
+/// snapshot priced) sits above `aggregate` (pure state it feeds) and `price`.
 const LAYERS: &[&str] = &[
     "sys",
     "privileges",
@@ -26,19 +27,27 @@ const LAYERS: &[&str] = &[
     "delivery",
     "histogram",
     "record",
-    "cost",
+    "stats",
+    // What a probed instruction is (cost class, decoding, later sites): read by
+    // resolve, `probetop list` and price.
+    "insn",
+    // The in-situ measurement: the target's own CPU time, nothing of the pipeline.
+    "insitu",
     "preset",
     "resolve",
     "attach",
+    // `probetop calibrate`'s runner (attaches programs, reads records) and the
+    // calibration table it fills, which price reads.
+    "calibrate",
     "aggregate",
+    // Prices what aggregate measured, with calibrate's table.
+    "price",
     "stream",
     "present",
     "cli",
     "manual",
     // Says a broken pipe of `manual`'s writers quietly.
     "error_line",
-    // `probetop calibrate`: attaches programs and reads records, beside `session`.
-    "calibrate",
     "session",
 ];
 
@@ -237,12 +246,12 @@ mod tests {
         let mut edges = Edges::new();
         edges.insert(("present".into(), "aggregate".into()), 3); // down: fine
         edges.insert(("attach".into(), "stream".into()), 2); // up, listed
-        edges.insert(("cost".into(), "resolve".into()), 1); // up, new
+        edges.insert(("delivery".into(), "resolve".into()), 1); // up, new
         edges.insert(("gadget".into(), "spec".into()), 1); // unplaced
         let allowed = pairs(&[("attach", "stream"), ("stream", "present")]);
         let problems = judge(&edges, &allowed);
         assert_eq!(problems.len(), 3, "{problems:#?}");
-        assert!(problems[0].starts_with("cost -> resolve"));
+        assert!(problems[0].starts_with("delivery -> resolve"));
         assert!(problems[1].contains("module gadget"));
         assert!(problems[2].starts_with("stream -> present is listed"));
     }

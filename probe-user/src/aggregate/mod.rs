@@ -54,19 +54,16 @@ pub struct Aggregator {
     pub notices: Vec<String>,
     /// Kernel dispatches in the target that matched none of the probes (another
     /// tool's uprobes), when dispatch is measured.
-    pub other_dispatch: Option<crate::cost::dispatch::SlotTotal>,
+    pub other_dispatch: Option<crate::attach::dispatch_time::SlotTotal>,
     /// Kernel dispatches in the target whose start the dispatch programs did not see
     /// (begun before they attached): not timed, not in any probe's numbers.
     pub dispatch_unmeasured: Option<u64>,
     /// Which kernel functions timed the dispatches, when dispatch is measured.
-    pub dispatch_hooks: Option<crate::cost::dispatch::Hooks>,
+    pub dispatch_hooks: Option<crate::attach::dispatch_time::Hooks>,
     /// CLOCK_MONOTONIC ns: the window opens once every probe is attached ...
     window_start_ns: u64,
     /// ... and closes when measuring stops.
     window_end_ns: u64,
-    /// Hot or cold: which calibration prices the hits (`--assume`), and what auto
-    /// reads of the target.
-    pub assumer: crate::cost::assume::Assumer,
     /// Count records per process too (several processes probed); off, a hit costs
     /// the collector no second map update.
     pub count_processes: bool,
@@ -84,7 +81,6 @@ impl Aggregator {
             dispatch_hooks: None,
             window_start_ns: 0,
             window_end_ns: u64::MAX,
-            assumer: Default::default(),
             count_processes: false,
         }
     }
@@ -92,7 +88,6 @@ impl Aggregator {
     /// Counts only hits whose handler started at or after `ktime_ns` (CLOCK_MONOTONIC).
     pub fn open_window(&mut self, ktime_ns: u64) {
         self.window_start_ns = ktime_ns;
-        self.assumer.open();
     }
 
     /// Counts only hits whose handler started at or before `ktime_ns`.
@@ -186,7 +181,6 @@ impl Aggregator {
     /// notices stay.
     pub fn reset(&mut self, ktime_ns: u64) {
         self.window_start_ns = ktime_ns;
-        self.assumer.open();
         for probe in &mut self.probes {
             probe.reset();
         }
@@ -221,9 +215,10 @@ pub struct ProbeMeasurements {
     /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
     pub timed_share: f64,
     /// Cost class, calibration basis and measured dispatch.
-    pub cost: crate::cost::ProbeCost,
-    /// Hot or cold, decided over the run so far (the same for every probe).
-    pub assumes: crate::cost::assume::Assumption,
+    pub cost: crate::price::ProbeCost,
+    /// Hot or cold, decided over the run so far (the same for every probe): set by
+    /// the price stage (`price::Pricer::measurements`).
+    pub assumes: crate::price::assume::Assumption,
 }
 
 /// Everything a report needs, measured so far.
@@ -233,18 +228,16 @@ pub struct Measurements {
     pub window_start_ns: u64,
     pub probes: Vec<ProbeMeasurements>,
     /// Hot or cold over the run so far, and why.
-    pub assumption: Option<crate::cost::assume::Decision>,
+    pub assumption: Option<crate::price::assume::Decision>,
     /// The target's CPU since the window opened, probes included, share of one CPU;
-    /// `None` with several processes.
+    /// `None` with several processes (the pricer reads it).
     pub target_cpu: Option<f64>,
 }
 
 impl Aggregator {
-    /// A copy of what reports need.
+    /// A copy of what reports need, unpriced (`price::Pricer::measurements` decides
+    /// the assumption).
     pub fn measurements(&self) -> Measurements {
-        let decision = self
-            .assumer
-            .run(self.probes.iter().map(ProbeAggregate::hits).sum());
         Measurements {
             window_start_ns: self.window_start_ns,
             probes: self
@@ -276,14 +269,11 @@ impl Aggregator {
                     handler_ns: p.handler_ns.clone(),
                     timed_share: p.timed_share(),
                     cost: p.cost.clone(),
-                    assumes: decision.assumes,
+                    assumes: Default::default(),
                 })
                 .collect(),
-            assumption: Some(decision),
-            target_cpu: self
-                .assumer
-                .target_cores_run()
-                .filter(|_| !self.count_processes),
+            assumption: None,
+            target_cpu: None,
         }
     }
 }
@@ -291,7 +281,7 @@ impl Aggregator {
 /// Hands each probe its cost knowledge; `dispatch_on` readies the live measurement.
 pub fn install_costs(
     aggregator: &mut Aggregator,
-    costs: Vec<crate::cost::ProbeCost>,
+    costs: Vec<crate::price::ProbeCost>,
     dispatch_on: bool,
 ) {
     for (probe, mut cost) in aggregator.probes_mut().iter_mut().zip(costs) {

@@ -53,7 +53,7 @@ pub struct ProbeAggregate {
     /// The in-kernel histogram's bucket totals at the last read, to take deltas.
     pub(super) kernel_seen: Vec<u64>,
     /// Cost class, calibration basis and measured dispatch: the whole cost of a hit.
-    pub cost: crate::cost::ProbeCost,
+    pub cost: crate::price::ProbeCost,
     /// `hits()` and `dropped` when the last live interval closed, to take deltas.
     pub(super) hits_at_roll: u64,
     pub(super) dropped_at_roll: u64,
@@ -203,6 +203,15 @@ impl ProbeAggregate {
             self.handler_ns.record(ns, new);
             self.interval_ns.record(ns, new);
             self.kernel_timed += new;
+        }
+    }
+
+    /// Switched to the kernel by auto mode: the ring handler's clock so far prices its
+    /// in-kernel hits (`--assume clock`); its handler histogram goes on holding both,
+    /// as said in the user guide.
+    pub fn keep_streamed_clock(&mut self) {
+        if !self.handler_ns.is_empty() {
+            self.cost.streamed_clock = Some((*self.handler_ns).clone());
         }
     }
 

@@ -33,7 +33,7 @@ pub struct ProbeSnapshot {
     /// The median busy part of those gaps (code run on the CPU), us, with it.
     pub busy_median_us: Option<f64>,
     /// What placed its hits on the calibration's curves, with them.
-    pub reading: Option<crate::cost::estimate::GapReading>,
+    pub reading: Option<crate::price::estimate::GapReading>,
 }
 
 /// The numbers of one probe over one closed live interval.
@@ -103,9 +103,9 @@ pub struct Snapshot {
     /// probetop's own CPU and memory.
     pub own: OwnUsage,
     /// Hot or cold, decided over the last second, and why.
-    pub assumption: Option<crate::cost::assume::Decision>,
+    pub assumption: Option<crate::price::assume::Decision>,
     /// The target's CPU over the last second, probes included, share of one CPU;
-    /// `None` with several processes or before two readings.
+    /// `None` with several processes or before two readings (the pricer reads it).
     pub target_cpu: Option<f64>,
 }
 
@@ -119,74 +119,27 @@ impl Snapshot {
 }
 
 impl Aggregator {
-    /// The current numbers of every probe.
+    /// The current numbers of every probe, unpriced: `price::Pricer::snapshot` adds
+    /// each probe's whole cost and CPU share, and the assumption.
     pub fn snapshot(&self, elapsed: Duration) -> Snapshot {
-        let mut decision = self
-            .assumer
-            .live(self.probes.iter().map(|p| p.rate.per_second()).sum());
-        let mut priced_hot = false;
         let probes: Vec<ProbeSnapshot> = self
             .probes
             .iter()
-            .map(|p| {
-                let handler = p.summary();
-                let per_second = p.rate.per_second();
-                let estimate = p.cost.estimate(
-                    p.mode,
-                    Some(&p.handler_ns),
-                    p.timed_share(),
-                    decision.assumes,
-                );
-                if let Some(e) = estimate {
-                    priced_hot |= e.assumes != decision.assumes;
-                }
-                let (gap_median_us, busy_median_us) = match estimate.map(|e| e.assumes) {
-                    Some(
-                        crate::cost::assume::Assumption::Gap
-                        | crate::cost::assume::Assumption::Clock,
-                    ) => (
-                        p.cost.gaps.summary().map(|g| g.median_us),
-                        p.cost.busy_gaps.summary().map(|g| g.median_us),
-                    ),
-                    _ => (None, None),
-                };
-                let whole_cost_ns = estimate.map(|e| e.whole_ns);
-                ProbeSnapshot {
-                    mode: p.mode,
-                    hits: p.hits(),
-                    dropped: p.dropped,
-                    per_second,
-                    handler,
-                    whole_cost_ns,
-                    cpu_share: whole_cost_ns.map(|ns| crate::cost::cpu_share(ns, per_second)),
-                    last_args: p.last_args,
-                    interval: p.last_interval,
-                    gap_median_us,
-                    busy_median_us,
-                    reading: estimate.and_then(|e| e.reading),
-                }
+            .map(|p| ProbeSnapshot {
+                mode: p.mode,
+                hits: p.hits(),
+                dropped: p.dropped,
+                per_second: p.rate.per_second(),
+                handler: p.summary(),
+                whole_cost_ns: None,
+                cpu_share: None,
+                last_args: p.last_args,
+                interval: p.last_interval,
+                gap_median_us: None,
+                busy_median_us: None,
+                reading: None,
             })
             .collect();
-        match decision.assumes {
-            // A calibration without cold rows prices every hit hot.
-            crate::cost::assume::Assumption::Cold if priced_hot => {
-                decision.assumes = crate::cost::assume::Assumption::Hot;
-                decision.why.push_str("; the calibration has no cold rows");
-            }
-            // Gaps are still being counted (in-kernel mode samples them).
-            crate::cost::assume::Assumption::Gap if priced_hot => {
-                decision
-                    .why
-                    .push_str("; hot where too few gaps are counted yet");
-            }
-            // Too few hits clocked yet, or a probe capturing arguments.
-            crate::cost::assume::Assumption::Clock if priced_hot => {
-                decision
-                    .why
-                    .push_str("; cold where the clock cannot be read yet");
-            }
-            _ => {}
-        }
         Snapshot {
             elapsed,
             notice: self.notices.last().cloned(),
@@ -197,11 +150,8 @@ impl Aggregator {
             interval: Duration::ZERO,
             focus: None,
             own: OwnUsage::default(),
-            assumption: Some(decision),
-            target_cpu: self
-                .assumer
-                .target_cores_live()
-                .filter(|_| !self.count_processes),
+            assumption: None,
+            target_cpu: None,
         }
     }
 

@@ -15,7 +15,7 @@ use aya::{
 };
 use probe_common::{DispatchOffsets, DispatchTotal, dispatch, khist};
 
-use crate::cost::dispatch::{
+use crate::attach::dispatch_time::{
     ENTRIES_BOTH, ENTRIES_NOTIFY, Hooks, ProbeSite, RETURNS_NOTIFY, RETURNS_TRAMPOLINE, SlotTotal,
 };
 use crate::spec::ProbeKind;

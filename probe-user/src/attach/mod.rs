@@ -17,8 +17,10 @@
 //! so no exit path leaves a probe behind.
 
 pub mod args;
+pub mod bpf_stats;
 mod counters;
 pub mod dispatch;
+pub mod dispatch_time;
 mod error;
 pub mod fds;
 mod flush;
@@ -28,6 +30,7 @@ pub mod kernel_btf;
 mod links;
 mod multi;
 mod options;
+pub mod others;
 mod perf;
 mod processes;
 
@@ -435,7 +438,7 @@ pub fn kernel_memory_bytes(options: &LoadOptions) -> u64 {
 }
 
 /// Kernel memory the gap histograms may take (per probe, per CPU); beyond it there are
-/// none and hits are priced without them (`cost::gap`).
+/// none and hits are priced without them (`calibrate::gap`).
 const GAP_MAP_BUDGET: u64 = 32 << 20;
 
 /// Probes with a gap histogram: all of them, or none (one unused slot) when that would

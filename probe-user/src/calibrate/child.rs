@@ -19,7 +19,7 @@ use std::{
 use aya::maps::{MapData, RingBuf};
 
 use super::workload::{ColdRun, Func};
-use crate::cost::calibration::ColdOptions;
+use crate::calibrate::table::ColdOptions;
 use crate::sys::maps::{FileId, OWN_EXE, read_maps};
 
 use super::{COLD_WARMUP, CalibrateError, WARMUP, WORKLOAD_SUBCOMMAND};

@@ -1,11 +1,11 @@
-//! The gap curve (`cost::gap`): what a hit costs after a range of sleeps between two
+//! The gap curve (`calibrate::gap`): what a hit costs after a range of sleeps between two
 //! calls, with probetop's ring and in-kernel handlers, against the unprobed twin.
 
 use super::workload::Func;
 use super::workload::GapRun;
 use super::{CalibrateError, Drainer, Summary, Workload, XorShift};
 use crate::attach::Attachment;
-use crate::cost::gap::{GapCurve, GapPoint};
+use crate::calibrate::gap::{GapCurve, GapPoint};
 
 /// Sleeps between two calls, us: none (the hot loop), then about 4x apart up to the
 /// idle time between two requests of a server at a few hundred requests per second.

@@ -27,24 +27,27 @@ use std::{
 
 use probe_common::{ProbeConfig, dispatch as slots, khist};
 
+use crate::attach::bpf_stats::StatsGuard;
 use crate::attach::dispatch::Dispatch;
+use crate::attach::dispatch_time::{ProbeSite, SlotTotal};
 use crate::attach::{AttachRequest, Attachment, LoadOptions};
-use crate::cost::bpf_stats::StatsGuard;
-use crate::cost::calibration::{
+use crate::calibrate::table::{
     Calibration, Case, ColdCalibration, ColdHandlerMethod, ColdOptions, DispatchCase, DispatchRow,
     FORMAT, HandlerMethod, Machine, Row, cache_dir, last_level_cache_bytes,
 };
-use crate::cost::classes::KernelRules;
-use crate::cost::dispatch::{ProbeSite, SlotTotal};
-use crate::cost::stats::{Summary, XorShift};
 use crate::delivery::DeliveryMode;
+use crate::insn::classes::KernelRules;
 use crate::spec::ProbeKind;
+use crate::stats::{Summary, XorShift};
 use child::{Drainer, Offsets, Workload};
 use workload::Func;
 
 /// The hidden subcommand the child runs.
 mod child;
+pub mod gap;
 mod gap_phase;
+pub mod table;
+pub mod work;
 mod work_phase;
 pub mod workload;
 
@@ -84,7 +87,7 @@ pub struct CalibrateOptions {
     pub cold: Option<ColdOptions>,
     /// The hot cases (off: the cold ones alone, for studies of the cold loop's sizes).
     pub hot: bool,
-    /// Repetitions of the gap curve (`cost::gap`); 0 skips it.
+    /// Repetitions of the gap curve (`calibrate::gap`); 0 skips it.
     pub gap_reps: usize,
 }
 
@@ -374,8 +377,8 @@ struct PhaseOne {
     cold_handler_kernel: Vec<f64>,
     /// The unprobed loop's median iteration, every run.
     cold_loop: Vec<f64>,
-    gap: Option<crate::cost::gap::GapCurve>,
-    work: Option<crate::cost::work::WorkCurve>,
+    gap: Option<crate::calibrate::gap::GapCurve>,
+    work: Option<crate::calibrate::work::WorkCurve>,
 }
 
 fn phase_one(

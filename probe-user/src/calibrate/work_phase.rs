@@ -1,4 +1,4 @@
-//! The work curve (`cost::work`): what a hit costs after a range of footprints walked
+//! The work curve (`calibrate::work`): what a hit costs after a range of footprints walked
 //! between two calls, the whole iteration timed, with probetop's ring and in-kernel
 //! handlers, against the unprobed twin.
 
@@ -6,8 +6,8 @@ use super::gap_phase::Run;
 use super::workload::{ColdRun, Func};
 use super::{CalibrateError, Drainer, Summary, Workload, XorShift, histogram_mean};
 use crate::attach::{Attachment, KernelCounters};
-use crate::cost::calibration::{ColdOptions, last_level_cache_bytes};
-use crate::cost::work::{WorkCurve, WorkPoint};
+use crate::calibrate::table::{ColdOptions, last_level_cache_bytes};
+use crate::calibrate::work::{WorkCurve, WorkPoint};
 
 /// Shares of the cold loop's footprint walked between calls: none (the hot loop), then
 /// doubling up to half, then finer up to the cold loop itself (~60 us of walk here): the

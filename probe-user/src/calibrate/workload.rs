@@ -703,7 +703,7 @@ pub fn child_main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost::classes::{CostClass, KernelRules, classify};
+    use crate::insn::classes::{CostClass, KernelRules, classify};
 
     /// The first bytes of each function are what the calibration claims they are.
     #[test]

@@ -9,9 +9,10 @@
 //! measurement of the whole set), never a sum the reader has to make.
 
 use crate::aggregate::Snapshot;
-use crate::cost::{assume::Assumption, estimate, insitu};
+use crate::insitu;
+use crate::price::{assume::Assumption, estimate};
 
-use super::cost_report::ProbeCostReport;
+use crate::price::report::ProbeCostReport;
 use super::export::Report;
 use super::format;
 
@@ -432,7 +433,7 @@ mod tests {
                 .map(|&(per_second, whole)| ProbeSnapshot {
                     per_second,
                     whole_cost_ns: whole,
-                    cpu_share: whole.map(|w| crate::cost::cpu_share(w, per_second)),
+                    cpu_share: whole.map(|w| crate::price::cpu_share(w, per_second)),
                     hits: 1,
                     ..Default::default()
                 })

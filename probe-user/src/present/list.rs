@@ -118,8 +118,8 @@ pub fn render_json(listing: &Listing) -> serde_json::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cost::classes::CostClass;
-    use crate::cost::sites::LaterSite;
+    use crate::insn::classes::CostClass;
+    use crate::insn::sites::LaterSite;
     use crate::resolve::list::{ListedIfunc, ListedLaterSite, ListedObject, ListedPoint};
     use std::path::PathBuf;
 

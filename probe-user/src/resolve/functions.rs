@@ -10,7 +10,7 @@ use super::{
     FunctionSpan, MAX_SUGGESTIONS, ObjectCache, ProbePoint, ResolveError, ResolveOptions, ifunc,
     suggest,
 };
-use crate::cost::{classes, sites};
+use crate::insn::{classes, sites};
 use crate::spec::ProbeSpec;
 
 pub(super) fn resolve_functions(
@@ -141,7 +141,7 @@ pub(super) fn resolve_functions(
 
 /// Moves a function's point to its `ret` instructions (`uprobe:FUNC+ret`): the first
 /// holds the point, the others ride with it (`ProbePoint::returns`). Each is a plain
-/// uprobe on a `ret`, which the kernel single-steps (`cost::classes`); one the kernel
+/// uprobe on a `ret`, which the kernel single-steps (`insn::classes`); one the kernel
 /// would refuse refuses the spec, as a partial count would mislead.
 fn at_returns(mut point: ProbePoint, read_path: &PathBuf) -> Result<ProbePoint, ResolveError> {
     let size = point.function.map_or(0, |f| f.size);

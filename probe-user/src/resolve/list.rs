@@ -9,8 +9,8 @@ use super::debuginfo::SymbolSource;
 use super::glob::Glob;
 use super::symbols::{Function, SymbolTable};
 use super::{Loaded, ResolveError, ResolveOptions, Scope, ifunc};
-use crate::cost::classes::{self, CostClass, KernelRules};
-use crate::cost::sites::{self, LaterSite};
+use crate::insn::classes::{self, CostClass, KernelRules};
+use crate::insn::sites::{self, LaterSite};
 use crate::target::Target;
 
 /// What to list.
@@ -67,7 +67,7 @@ pub struct ListedPoint {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<String>,
     /// What the kernel does with the instruction at this point on every hit
-    /// (`cost::classes`); absent if the file could not be read there.
+    /// (`insn::classes`); absent if the file could not be read there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cost_class: Option<CostClass>,
     /// That instruction, AT&T syntax.

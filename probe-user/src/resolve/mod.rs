@@ -10,7 +10,6 @@
 //! target's maps, then in the dynamic linker's cache. Without OBJECT, uprobes go to the
 //! main executable and USDT specs look in every mapped object.
 
-pub mod costs;
 pub mod debuginfo;
 pub mod elf;
 pub mod glob;

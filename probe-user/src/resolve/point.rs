@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use super::usdt_args::{UsdtArg, UsdtArgError};
-use crate::cost::sites::ReturnSites;
+use crate::insn::sites::ReturnSites;
 use crate::spec::ProbeKind;
 
 /// One place to attach one probe.
@@ -98,7 +98,7 @@ pub struct UsdtSite {
     pub arg_symbols: BTreeMap<String, u64>,
     /// The site is its function's first instruction, where a 5-byte nop the kernel
     /// optimizes is safe (nothing lives below %rsp yet); elsewhere it would be
-    /// `cost::classes::CostClass::Unsafe`.
+    /// `insn::classes::CostClass::Unsafe`.
     pub at_function_entry: bool,
 }
 

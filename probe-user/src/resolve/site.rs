@@ -1,5 +1,5 @@
 //! A probe point at a site given by file and offset rather than by name: where another
-//! tool's probe sits (`cost::others`), named as `probetop list` would name it.
+//! tool's probe sits (`attach::others`), named as `probetop list` would name it.
 
 use std::path::Path;
 

@@ -50,7 +50,7 @@ use std::path::{Path, PathBuf};
 use object::{Object as _, ObjectSymbol as _};
 
 use super::ProbePoint;
-use crate::cost::sites;
+use crate::insn::sites;
 
 /// Symbols whose presence in an object's symbol tables (imported or defined, global or
 /// weak) shows that exceptions are thrown in it or unwind through its functions.

@@ -10,7 +10,7 @@ use super::{
     MAX_SUGGESTIONS, ObjectCache, ProbePoint, ResolveError, ResolveOptions, UsdtSite, suggest,
     usdt_args, usdt_sites,
 };
-use crate::cost::classes;
+use crate::insn::classes;
 use crate::spec::{ProbeKind, ProbeSpec};
 
 pub(super) fn resolve_usdt(

@@ -12,8 +12,8 @@ use std::fs::File;
 
 use super::Loaded;
 use super::usdt::{self, UsdtProbe};
-use crate::cost::classes::{self, CostClass, KernelRules};
-use crate::cost::sites;
+use crate::insn::classes::{self, CostClass, KernelRules};
+use crate::insn::sites;
 
 /// Why a site is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,6 @@ use super::{StopReason, follow, insitu, maps_watch, others, processes};
 use crate::aggregate::Snapshot;
 use crate::attach::Attachment;
 use crate::cli::RunArgs;
-use crate::cost;
 use crate::present::{
     self,
     tui::{self, UiEvent, UiExit, UiLinks, UiRequest},
@@ -359,7 +358,7 @@ fn change_window(
     attachment: &mut Attachment,
     source: &ReportSource,
     snapshots: &watch::Receiver<Snapshot>,
-) -> Option<cost::insitu::InSituSummary> {
+) -> Option<crate::insitu::InSituSummary> {
     let active = driver.as_mut()?;
     let (hits, streaming) = {
         let snapshot = snapshots.borrow();
@@ -394,8 +393,8 @@ fn change_window(
 
 /// What the TUI shows of an in-situ summary: the measured headline once there is one,
 /// the window's state and a detail line.
-fn in_situ_event(summary: &cost::insitu::InSituSummary, probes_on: bool) -> UiEvent {
-    let headline = (summary.verdict == cost::insitu::Verdict::Measured)
+fn in_situ_event(summary: &crate::insitu::InSituSummary, probes_on: bool) -> UiEvent {
+    let headline = (summary.verdict == crate::insitu::Verdict::Measured)
         .then(|| present::headline::Headline::of_in_situ(summary))
         .flatten()
         .map(|h| (h.status(), h.status_short()));

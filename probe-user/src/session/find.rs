@@ -19,7 +19,7 @@ pub(super) struct Found {
     /// through it.
     pub pin: PinnedExe,
     pub probes: Vec<Probe>,
-    pub prepared: crate::resolve::costs::Prepared,
+    pub prepared: crate::price::costs::Prepared,
     /// Matched, not attached: the kernel refuses them.
     pub skipped: Vec<SkippedPoint>,
 }
@@ -63,7 +63,7 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
             resolve_options,
             pin,
             probes,
-            prepared: crate::resolve::costs::prepare(&[]),
+            prepared: crate::price::costs::prepare(&[]),
             skipped: Vec::new(),
         });
     }
@@ -100,7 +100,7 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
         );
     }
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
-    let mut prepared = crate::resolve::costs::prepare(&points);
+    let mut prepared = crate::price::costs::prepare(&points);
     if let Some(line) = &prepared.calibration_warning {
         say!("{line}");
     }
@@ -118,7 +118,7 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     }
     let spec_points: Vec<(&str, &ProbePoint)> =
         probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
-    for line in crate::resolve::costs::entry_warnings(&spec_points, &prepared.costs) {
+    for line in crate::price::costs::entry_warnings(&spec_points, &prepared.costs) {
         say!("{line}");
     }
     for (spec, point) in &spec_points {

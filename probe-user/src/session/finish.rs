@@ -10,7 +10,6 @@ use super::report::{self, build_report};
 use super::start::Running;
 use super::{StopReason, processes, stop, traced};
 use crate::cli::RunArgs;
-use crate::cost;
 use crate::present::{self, export};
 use crate::stream::{self, Collected, CollectorCommand};
 use crate::sys;
@@ -63,6 +62,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     let _ = commands.send(CollectorCommand::Stop).await;
     let Collected {
         mut aggregator,
+        pricer,
         intervals,
     } = collector.await.context("the collector task failed")?;
     // Measured from the window's opening (or the last reset) to the cut.
@@ -115,8 +115,8 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             }
         }
     }
-    let snapshot = aggregator.snapshot(duration);
-    let measured = aggregator.measurements();
+    let snapshot = pricer.snapshot(&aggregator, duration);
+    let measured = pricer.measurements(&aggregator);
     if let Some(line) = ended_in_clock_phase(args, &measured.probes) {
         say!("probetop: {line}");
     }
@@ -125,17 +125,19 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         driver.summary(hits)
     });
     // Priced once: the lines below and the exports show the same numbers.
-    let run_cost = crate::present::cost_report::run_report(&aggregator, duration, other_programs);
+    let run_cost =
+        crate::price::report::run_report(&aggregator, &measured, duration, other_programs);
     sys::stderr::say_text(&crate::present::cost_report::report(
         &labels,
         &aggregator,
+        &measured,
         duration,
         &run_cost.bracket,
     ));
     if let Some(summary) = &in_situ_summary {
         say!("probetop: {}", summary.line());
     }
-    sys::stderr::say_text(&cost::bpf_stats::render(&run_cost.other_programs));
+    sys::stderr::say_text(&crate::attach::bpf_stats::render(&run_cost.other_programs));
 
     let rows = source.rows();
     let mut report = build_report(

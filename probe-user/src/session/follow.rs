@@ -25,12 +25,12 @@ use super::probe::{Probe, refuse_unsafe_return_probes};
 use super::report::{ReportSource, unix_now_ms};
 use crate::aggregate::ProbeAggregate;
 use crate::attach::{Attachment, ProbeLink};
-use crate::cost::ProbeCost;
 use crate::present::{
     ProbeLabel,
     export::ExecReport,
     tui::{TargetLine, UiEvent},
 };
+use crate::price::ProbeCost;
 use crate::resolve::{self, ProbePoint, ResolveOptions};
 use crate::spec::ProbeSpec;
 use crate::stream::CollectorCommand;
@@ -548,7 +548,7 @@ impl Job {
             return Outcome::Superseded(target);
         }
         let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
-        let costs = crate::resolve::costs::prepare(&points).costs;
+        let costs = crate::price::costs::prepare(&points).costs;
         Outcome::Resolved(Resolved {
             target,
             pin,

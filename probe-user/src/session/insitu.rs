@@ -1,4 +1,4 @@
-//! `--in-situ`: the session's side of the in-situ measurement (`cost::insitu`). It owns
+//! `--in-situ`: the session's side of the in-situ measurement (`insitu`). It owns
 //! the window clock and detaches and attaches the probes at each change, reading the
 //! target's CPU and work on either side of every change: one process's, or summed over
 //! the process set (`--follow-forks`, several `--pid`, `--cgroup`).
@@ -8,10 +8,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::attach::Attachment;
-use crate::cost::insitu::{
+use crate::insitu::{
     InSitu, InSituSummary, Members, MeterError, Reading, SetMeter, Window, WorkMeter,
 };
-use crate::cost::stats::XorShift;
+use crate::stats::XorShift;
 
 /// A window is at least this many times as long as a change takes, so that the windows,
 /// not the changes, make up the run.

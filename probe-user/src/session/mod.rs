@@ -54,8 +54,12 @@ pub enum StopReason {
 
 /// `probetop [run]`: every phase in turn. An error before [`start`] leaves nothing
 /// attached; one after it drops the attachment, which detaches every probe.
-pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+pub async fn run(mut args: RunArgs) -> anyhow::Result<()> {
     stop::stop_before_attaching()?;
+    if args.assume == crate::price::assume::AssumeChoice::Gap {
+        say!("probetop: --assume gap is retired: pricing as --assume clock");
+        args.assume = crate::price::assume::AssumeChoice::Clock;
+    }
     let plan = plan::Plan::from_args(&args)?;
     // A target that exits while probetop starts makes some step fail (a read of its
     // files, an attach to its pid): that is said as what it is. What was attached by

@@ -17,10 +17,11 @@ use tokio::sync::oneshot;
 use super::follow::{Links, attached_now};
 use super::probe::Probe;
 use crate::aggregate::ProbeAggregate;
-use crate::cost::estimate::{OtherPrice, ProgramMethod};
-use crate::cost::others::{self, OtherSite};
-use crate::cost::{ProbeCost, bpf_stats::OtherProgram};
+use crate::attach::bpf_stats::OtherProgram;
+use crate::attach::others::{self, OtherSite};
 use crate::present::ProbeLabel;
+use crate::price::ProbeCost;
+use crate::price::estimate::{OtherPrice, ProgramMethod};
 use crate::resolve::{ResolveOptions, Resolver};
 use crate::stream::CollectorCommand;
 use crate::target::Target;
@@ -359,7 +360,7 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
         return;
     }
     let points: Vec<&crate::resolve::ProbePoint> = probes.iter().map(|p| &p.point).collect();
-    let mut costs = crate::resolve::costs::prepare(&points).costs;
+    let mut costs = crate::price::costs::prepare(&points).costs;
     let mut configs = Vec::new();
     let mut rows = Vec::new();
     for (probe, cost) in probes.iter().zip(&mut costs) {

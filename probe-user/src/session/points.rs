@@ -9,7 +9,7 @@ use probe_common::ProbeConfig;
 use super::probe::Probe;
 use crate::UsageError;
 use crate::attach::{AttachError, AttachRequest, Attachment};
-use crate::cost::classes::CostClass;
+use crate::insn::classes::CostClass;
 use crate::present::export::SkippedPoint;
 use crate::spec::ProbeKind;
 
@@ -196,7 +196,7 @@ pub(super) fn check_total(total: usize, max: usize, specs: usize) -> Result<(), 
 /// costs and sites go with them; returns what was skipped.
 pub(super) fn skip_refused_sites(
     probes: &mut Vec<Probe>,
-    prepared: &mut crate::resolve::costs::Prepared,
+    prepared: &mut crate::price::costs::Prepared,
 ) -> Vec<SkippedPoint> {
     // A test hook: leaves the refusals to the kernel, to test the way on at attach.
     if std::env::var_os("PROBETOP_TEST_NO_SITE_FILTER").is_some() {
@@ -273,7 +273,7 @@ pub(super) fn skipped_line(skipped: &[SkippedPoint], why: &str) -> String {
 pub(super) struct Attached<'a> {
     pub attachment: &'a mut Attachment,
     pub probes: &'a mut Vec<Probe>,
-    pub prepared: &'a mut crate::resolve::costs::Prepared,
+    pub prepared: &'a mut crate::price::costs::Prepared,
     pub skipped: &'a mut Vec<SkippedPoint>,
 }
 
@@ -347,7 +347,7 @@ fn site_held_why(probe: &Probe) -> String {
         Some(offset) => format!("with its semaphore at file offset {offset:#x}"),
         None => "without a semaphore".to_string(),
     };
-    let holders = crate::cost::bpf_stats::holders_at(
+    let holders = crate::attach::bpf_stats::holders_at(
         &probe.point.attach_path,
         probe.point.file_offset,
         &[std::process::id()],

@@ -9,7 +9,6 @@ use anyhow::bail;
 
 use crate::UsageError;
 use crate::attach::{self, AttachRequest};
-use crate::cost;
 use crate::present::ProbeLabel;
 use crate::resolve::{self, ProbePoint};
 use crate::spec::{ProbeKind, ProbeSpec};
@@ -31,7 +30,7 @@ pub(super) struct Probe {
     /// second probe on it without the same one (`points::share_site_semaphores`).
     pub shared_semaphore: Option<u64>,
     /// Another tool's probe on this site, which this one only counts.
-    pub other: Option<cost::others::OtherSite>,
+    pub other: Option<crate::attach::others::OtherSite>,
     /// probetop's own probe on a breakpoint another tool's probe is on too (one trap
     /// runs both programs): that tool, as [`Probe::owner_tag`] names it.
     pub shared_with: Option<String>,
@@ -64,7 +63,7 @@ impl Probe {
     /// The counting probe on another tool's probe `site`, at `point`.
     pub(super) fn of_other(
         mut point: ProbePoint,
-        site: cost::others::OtherSite,
+        site: crate::attach::others::OtherSite,
         target: &Target,
         pin: &std::path::Path,
     ) -> Self {
@@ -93,7 +92,7 @@ impl Probe {
     }
 
     /// How the probe is named on screen; single-stepped and refused sites are marked.
-    pub(super) fn label(&self, cost: &cost::ProbeCost) -> ProbeLabel {
+    pub(super) fn label(&self, cost: &crate::price::ProbeCost) -> ProbeLabel {
         let mut label = ProbeLabel::new(
             self.point.kind,
             &self.point.name,
@@ -107,7 +106,7 @@ impl Probe {
         if let Some(other) = &self.shared_with {
             label.display = format!("{} [shared: {other}]", label.display);
         }
-        if let Some(tag) = cost::label_tag(cost) {
+        if let Some(tag) = crate::price::label_tag(cost) {
             label.display = format!("{} {tag}", label.display);
         }
         label

@@ -13,7 +13,6 @@ use tokio::sync::{mpsc, oneshot};
 use super::probe::Probe;
 use crate::UsageError;
 use crate::aggregate::{IntervalLog, ProbeMeasurements};
-use crate::cost;
 use crate::present::export::{self, ExecReport, Interval, ProbeReport, Report};
 use crate::stream::{self, CollectorCommand, Copied};
 use crate::target::Target;
@@ -38,7 +37,7 @@ pub(super) struct ReportSource {
     pub rows: RwLock<Rows>,
     pub commands: mpsc::Sender<CollectorCommand>,
     /// The in-situ measurement so far (`--in-situ`), updated at every window change.
-    pub in_situ: RwLock<Option<cost::insitu::InSituSummary>>,
+    pub in_situ: RwLock<Option<crate::insitu::InSituSummary>>,
     pub attach_path: &'static str,
     /// Several processes probed: reports split each probe by process.
     pub several: bool,
@@ -269,7 +268,7 @@ pub(super) fn build_report(
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
                 cost: crate::present::headline::unpriced_without_hits(
-                    crate::present::cost_report::probe_report(measured, duration),
+                    crate::price::report::probe_report(measured, duration),
                     measured.hits,
                 ),
                 intervals: intervals

@@ -24,7 +24,6 @@ use super::{StopReason, follow, insitu, maps_watch, points, processes, stop};
 use crate::aggregate::{Aggregator, Snapshot};
 use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
-use crate::cost;
 use crate::delivery::DeliveryMode;
 use crate::present::{ProbeLabel, export, listen};
 use crate::stream::{
@@ -60,7 +59,7 @@ pub(super) struct Running {
     /// The probes to move, for the loop that holds the attachment.
     pub moves: Option<mpsc::Receiver<maps_watch::Move>>,
     pub cgroup_poller: Option<JoinHandle<()>>,
-    pub others: cost::bpf_stats::Others,
+    pub others: crate::attach::bpf_stats::Others,
     /// Other tools' probes looked for again every second (one process probed).
     pub others_watch: Option<super::others::Watch>,
     /// Resolves when measuring should stop (see [`stop::shutdown_signal`]).
@@ -72,7 +71,7 @@ pub(super) struct Running {
 struct Attached {
     attachment: Attachment,
     probes: Vec<Probe>,
-    prepared: crate::resolve::costs::Prepared,
+    prepared: crate::price::costs::Prepared,
     skipped: Vec<export::SkippedPoint>,
     dispatch: Option<crate::attach::dispatch::Dispatch>,
     shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>>,
@@ -151,10 +150,10 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         };
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
     }
-    aggregator.assumer = cost::assume::Assumer::new(args.assume, pid);
-    aggregator.assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
+    let mut assumer = crate::price::assume::Assumer::new(args.assume, pid);
+    assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     // The clock is read on streamed hits: ring and auto modes, or kernel mode's phase.
-    aggregator.assumer.clock = work_curve_has_clock(&prepared)
+    assumer.clock = work_curve_has_clock(&prepared)
         && args.args == 0
         && match args.mode {
             Mode::Ring | Mode::Auto => true,
@@ -175,11 +174,13 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     if let Some(dispatch) = dispatch {
         counters.set_dispatch(dispatch);
     }
-    let others = cost::bpf_stats::Others::start(pid, args.bpf_stats);
+    let others = crate::attach::bpf_stats::Others::start(pid, args.bpf_stats);
     // Nothing counts until the modes are written, so the baseline and the window's
     // start hold no hit that the records or the counts would hold and the other not.
     stream::baseline_kernel_counters(&counters, &mut aggregator);
     aggregator.open_window(stream::ktime_now_ns());
+    let mut pricer = crate::price::Pricer::new(assumer);
+    pricer.open();
     stream::start_counting(&mut counters, &aggregator)
         .context("opening the window: the probes' kernel configs cannot be written")?;
     let attach_path = attachment.attach_path();
@@ -226,6 +227,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         HitStream::new(ring, Some(flush))?,
         counters,
         aggregator,
+        pricer,
         collector_options,
         CollectorLinks {
             snapshots: snapshot_tx,
@@ -267,7 +269,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     };
     let in_situ = if args.in_situ {
         // Over the set with several processes: a pre-fork server works in its children.
-        let members = crate::cost::insitu::Members {
+        let members = crate::insitu::Members {
             roots: if plan.several {
                 plan.roots.clone()
             } else {
@@ -323,7 +325,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
 }
 
 /// Whether the calibration's work curve holds the ring handler's clock.
-fn work_curve_has_clock(prepared: &crate::resolve::costs::Prepared) -> bool {
+fn work_curve_has_clock(prepared: &crate::price::costs::Prepared) -> bool {
     prepared.costs.iter().any(|cost| {
         cost.work_curve
             .as_ref()
@@ -333,15 +335,12 @@ fn work_curve_has_clock(prepared: &crate::resolve::costs::Prepared) -> bool {
 
 /// How long the probes stream first in `--mode kernel` so that the ring handler's clock
 /// can price their in-kernel hits (`--clock-seconds`): only where the estimate may read
-/// it (`--assume gap`, `clock` or `auto`; no `--args`; a calibration whose work curve
+/// it (`--assume clock` or `auto`; no `--args`; a calibration whose work curve
 /// holds the clock).
-fn clock_phase(args: &RunArgs, prepared: &crate::resolve::costs::Prepared) -> Option<Duration> {
-    use cost::assume::AssumeChoice;
+fn clock_phase(args: &RunArgs, prepared: &crate::price::costs::Prepared) -> Option<Duration> {
+    use crate::price::assume::AssumeChoice;
     (args.mode == Mode::Kernel
-        && matches!(
-            args.assume,
-            AssumeChoice::Gap | AssumeChoice::Clock | AssumeChoice::Auto
-        )
+        && matches!(args.assume, AssumeChoice::Clock | AssumeChoice::Auto)
         && args.args == 0
         && work_curve_has_clock(prepared)
         && args.clock_seconds.is_finite()
@@ -357,7 +356,7 @@ fn attach_probes(
     base_config: ProbeConfig,
     clock_phase: bool,
     mut probes: Vec<Probe>,
-    mut prepared: crate::resolve::costs::Prepared,
+    mut prepared: crate::price::costs::Prepared,
     mut skipped: Vec<export::SkippedPoint>,
 ) -> anyhow::Result<Attached> {
     let target = &plan.target;
@@ -404,17 +403,6 @@ fn attach_probes(
     };
     check_memory_room(&load_options)?;
     let mut attachment = Attachment::load(load_options)?;
-    // Only `--assume gap` reads the busy time between hits, and the program that
-    // measures it runs at every context switch of the machine: the target's neighbours
-    // pay for it too. Without it a gap is only a time: that pricing falls back to the
-    // gap's.
-    if args.assume == cost::assume::AssumeChoice::Gap
-        && let Err(e) = attachment.time_idle_cpus()
-    {
-        say!(
-            "probetop: the busy time between hits is not measured ({e}); `--assume gap` prices by the idle gap alone"
-        );
-    }
     // Before any probe: the set must hold the processes when the first hit fires.
     let cgroup_watch = if several {
         seed_processes(plan, args, &mut attachment)?

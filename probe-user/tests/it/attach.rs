@@ -312,7 +312,7 @@ fn a_cut_mid_flood_counts_the_same_hits_and_gaps() {
             gaps <= hits && gaps + cpus >= hits,
             "{mode}: {gaps} gaps for {hits} hits"
         );
-        // Only `--assume gap` times the machine's idle CPUs (a program at every context
+        // No run times the machine's idle CPUs (a program at every context
         // switch): without it no gap has a busy part.
         assert!(probe.get("busy_gaps").is_none(), "{mode}: {probe}");
     }

@@ -140,7 +140,7 @@ fn in_situ_sums_a_process_tree() {
         "--work",
         "none",
         "--assume",
-        "gap",
+        "clock",
         "-e",
         "uprobe:work_unit",
         "--export",

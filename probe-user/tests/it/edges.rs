@@ -61,7 +61,7 @@ fn wait_within(running: &mut Running, limit: Duration, what: &str) -> std::proce
 #[ignore = "needs root and the fixtures"]
 fn a_calibration_cache_that_is_not_a_file_is_one_line_and_the_run_goes_on() {
     let _turn = turn(module_path!());
-    let name = probe_user::cost::calibration::Machine::current().cache_file_name();
+    let name = probe_user::calibrate::table::Machine::current().cache_file_name();
     type Make = fn(&Path);
     let cases: [(&str, &str, Make); 3] = [
         ("fifo", "a FIFO, not a regular file", |path| {

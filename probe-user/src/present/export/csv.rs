@@ -174,8 +174,8 @@ mod tests {
     #[test]
     fn another_tools_probe_names_its_owner() {
         let mut report = sample_report();
-        report.probes[1].other = Some(crate::cost::others::OtherSite {
-            owner: crate::cost::others::Owner {
+        report.probes[1].other = Some(crate::attach::others::OtherSite {
+            owner: crate::attach::others::Owner {
                 pid: Some(77),
                 comm: Some("bpftrace".into()),
                 tool: "bpftrace".into(),
@@ -236,7 +236,7 @@ mod tests {
         let mut report = sample_report();
         report.probes[0].cost.whole_cost_ns = Some(2000.0);
         report.probes[0].cost.cpu_share = Some(0.03);
-        report.probes[0].cost.method = Some(crate::cost::estimate::Method::Calibration);
+        report.probes[0].cost.method = Some(crate::price::estimate::Method::Calibration);
         report.target_cpu = Some(0.2);
         let rows = parse(&render(&report).expect("renders"));
         let col = |name: &str| HEADER.iter().position(|h| *h == name).expect("column");

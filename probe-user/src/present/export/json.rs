@@ -97,12 +97,12 @@ struct JsonProbe<'a> {
     /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: gap`
     /// prices each hit by it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    gaps: Option<crate::cost::gap::GapSummary>,
+    gaps: Option<crate::calibrate::gap::GapSummary>,
     /// The same gaps less the time their CPU was idle: the code run on it between the
     /// two hits (the `sched_switch` program). `gap` pricing takes the work curve there
     /// when it is dearer than the gap curve.
     #[serde(skip_serializing_if = "Option::is_none")]
-    busy_gaps: Option<crate::cost::gap::GapSummary>,
+    busy_gaps: Option<crate::calibrate::gap::GapSummary>,
     /// In-kernel mode: probetop's ring handler's own time over the hits streamed in the
     /// first `--clock-seconds` (before the probe went to the kernel), ns: how cold the
     /// target runs each hit, which `streamed-clock` pricing reads.
@@ -165,7 +165,7 @@ struct JsonCost<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     dispatch_hooks: Option<JsonDispatchHooks>,
     /// Other BPF programs on probes of objects the target maps.
-    other_bpf_programs: &'a [crate::cost::bpf_stats::OtherProgram],
+    other_bpf_programs: &'a [crate::attach::bpf_stats::OtherProgram],
     /// How `cpu_share` was found: `in-situ` (measured on the target) or `estimate`.
     #[serde(skip_serializing_if = "Option::is_none")]
     whole_cost_method: Option<&'static str>,
@@ -213,8 +213,8 @@ struct JsonInterval {
     high: f64,
 }
 
-impl From<crate::cost::insitu::Interval> for JsonInterval {
-    fn from(i: crate::cost::insitu::Interval) -> Self {
+impl From<crate::insitu::Interval> for JsonInterval {
+    fn from(i: crate::insitu::Interval) -> Self {
         Self {
             mean: i.mean,
             low: i.low,
@@ -262,8 +262,8 @@ struct JsonInSitu {
     churn_cpu_ms: Option<f64>,
 }
 
-impl From<&crate::cost::insitu::InSituSummary> for JsonInSitu {
-    fn from(s: &crate::cost::insitu::InSituSummary) -> Self {
+impl From<&crate::insitu::InSituSummary> for JsonInSitu {
+    fn from(s: &crate::insitu::InSituSummary) -> Self {
         Self {
             verdict: s.verdict.as_str(),
             work: s.work.as_str(),
@@ -481,7 +481,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             }),
             other_bpf_programs: &report.cost.other_programs,
             whole_cost_method: report.cost.in_situ.as_ref().map(|s| {
-                if s.verdict == crate::cost::insitu::Verdict::Measured {
+                if s.verdict == crate::insitu::Verdict::Measured {
                     "in-situ"
                 } else {
                     "estimate"
@@ -528,9 +528,9 @@ mod tests {
 
     /// `report` with its second probe another tool's (bpftrace's), as probetop counts it.
     fn with_other(mut report: Report) -> Report {
-        use crate::cost::estimate::{OtherPrice, ProgramMethod};
-        report.probes[1].other = Some(crate::cost::others::OtherSite {
-            owner: crate::cost::others::Owner {
+        use crate::price::estimate::{OtherPrice, ProgramMethod};
+        report.probes[1].other = Some(crate::attach::others::OtherSite {
+            owner: crate::attach::others::Owner {
                 pid: Some(77),
                 comm: Some("bpftrace".into()),
                 tool: "bpftrace".into(),

@@ -242,7 +242,7 @@ fn cost_families(out: &mut String, report: &Report) {
 
 /// `--in-situ`: the added CPU and cost per hit measured on the target, each with the
 /// bounds of its 95% interval, and the windows behind them.
-fn in_situ_families(out: &mut String, s: &crate::cost::insitu::InSituSummary) {
+fn in_situ_families(out: &mut String, s: &crate::insitu::InSituSummary) {
     let intervals = [
         (
             "probetop_in_situ_cpu_share",
@@ -302,7 +302,7 @@ fn in_situ_families(out: &mut String, s: &crate::cost::insitu::InSituSummary) {
         "gauge",
         "1 once the in-situ interval is narrow enough to give a number, else 0 (run longer).",
     );
-    let measured = s.verdict == crate::cost::insitu::Verdict::Measured;
+    let measured = s.verdict == crate::insitu::Verdict::Measured;
     let _ = writeln!(out, "probetop_in_situ_measured {}", u8::from(measured));
 }
 
@@ -576,7 +576,7 @@ mod tests {
         let mut report = sample_report();
         report.probes[0].cost.whole_cost_ns = Some(2000.0);
         report.probes[0].cost.cpu_share = Some(0.03);
-        report.probes[0].cost.method = Some(crate::cost::estimate::Method::Calibration);
+        report.probes[0].cost.method = Some(crate::price::estimate::Method::Calibration);
         report.target_cpu = Some(0.2);
         let text = render_prometheus(&report);
         assert!(!text.contains("NaN"), "{text}");
@@ -728,7 +728,7 @@ mod tests {
 
     #[test]
     fn in_situ_intervals_each_have_their_three_bounds() {
-        use crate::cost::insitu::{InSituSummary, Interval, Verdict, WorkMeter};
+        use crate::insitu::{InSituSummary, Interval, Verdict, WorkMeter};
         let interval = |mean: f64| Interval {
             mean,
             low: mean * 0.5,

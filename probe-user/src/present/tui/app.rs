@@ -147,7 +147,7 @@ pub struct Numbers {
     /// Its busy part's median, us.
     pub busy_median_us: Option<f64>,
     /// What placed its hits on the calibration's curves.
-    pub reading: Option<crate::cost::estimate::GapReading>,
+    pub reading: Option<crate::price::estimate::GapReading>,
 }
 
 impl Numbers {

@@ -206,8 +206,8 @@ fn screen_whole_cost_and_cpu_share() {
         probe.cpu_share = cost.map(|ns| ns * probe.per_second / 1e9);
     }
     // Priced with the cold loop's rows (--assume): the status line says so.
-    snap.assumption = Some(crate::cost::assume::Decision {
-        assumes: crate::cost::assume::Assumption::Cold,
+    snap.assumption = Some(crate::price::assume::Decision {
+        assumes: crate::price::assume::Assumption::Cold,
         why: "auto: 31 MiB of code mapped, more than 8 MiB".into(),
     });
     app.update(snap);
@@ -226,10 +226,10 @@ fn gap_pricing_shows_in_the_status_line_and_the_detail_pane() {
         probe.cpu_share = Some(2_166.0 * probe.per_second / 1e9);
         probe.gap_median_us = Some(371.0);
         probe.busy_median_us = Some(23.0);
-        probe.reading = Some(crate::cost::estimate::GapReading::HandlerClock);
+        probe.reading = Some(crate::price::estimate::GapReading::HandlerClock);
     }
-    snap.assumption = Some(crate::cost::assume::Decision {
-        assumes: crate::cost::assume::Assumption::Gap,
+    snap.assumption = Some(crate::price::assume::Decision {
+        assumes: crate::price::assume::Assumption::Gap,
         why: "auto: each hit priced by the idle time before it on its CPU".into(),
     });
     app.update(snap);

@@ -14,7 +14,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::Summary;
+use crate::stats::Summary;
 use probe_common::gap as buckets;
 
 /// Gap samples a probe needs before its own are used; with fewer, every probe's

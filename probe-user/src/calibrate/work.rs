@@ -1,7 +1,7 @@
 //! Priced by the work between hits: a hit costs more the more code ran on its CPU since
 //! the previous one.
 //!
-//! The gap curve (`cost::gap`) sleeps between calls, and on an idle machine a sleeping
+//! The gap curve (`calibrate::gap`) sleeps between calls, and on an idle machine a sleeping
 //! CPU evicts little: a hit 2 ms after another cost 2.4x a hot one. A server's CPU does
 //! not sleep between two hits of a request (mariadbd runs 6-46 us of its own code
 //! between them), and between requests other processes run on it. The work curve
@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::gap::{interpolate, interpolate_in};
-use super::stats::Summary;
+use crate::stats::Summary;
 
 /// One point of the work curve.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

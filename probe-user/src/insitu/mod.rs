@@ -17,7 +17,7 @@
 
 use std::{collections::HashMap, fmt, io, time::Instant};
 
-use super::stats::{XorShift, quantile};
+use crate::stats::{XorShift, quantile};
 use crate::sys::procfs;
 
 mod set;

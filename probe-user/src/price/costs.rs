@@ -3,13 +3,14 @@
 //! calibration's basis for its whole cost, and the warnings for single-stepped entries.
 //! The classes and prices are `cost`'s; joining them to points is resolve's.
 
-use crate::cost::calibration::{self, Calibration};
-use crate::cost::classes::{self, CostClass, KernelRules};
-use crate::cost::dispatch::ProbeSite;
-use crate::cost::{ProbeCost, estimate, sites};
+use crate::attach::dispatch_time::ProbeSite;
+use crate::calibrate::table::{self as calibration, Calibration};
+use crate::insn::classes::{self, CostClass, KernelRules};
+use crate::insn::sites;
+use crate::price::{ProbeCost, estimate};
 use crate::spec::ProbeKind;
 
-use super::{FunctionSpan, ProbePoint};
+use crate::resolve::{FunctionSpan, ProbePoint};
 
 /// What the cost module knows about a run's probes before they are attached.
 pub struct Prepared {

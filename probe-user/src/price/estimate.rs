@@ -11,9 +11,11 @@
 //!    program, plus what probetop's handler adds in the probe's mode, corrected by how
 //!    far the live handler time differs from the handler time during calibration.
 //!
-//! Each has two versions (see [`super::assume`]): priced by the calibration's hot loop
-//! (caches warm between hits) or its cold loop (a server's footprint runs between
-//! hits).
+//! Each is priced under the run's assumption (see [`super::assume`]): by the
+//! calibration's hot loop (caches warm between hits), its cold loop (a server's
+//! footprint runs between hits), or the handler's clock (the work curve read at how
+//! slow probetop's ring handler ran on each hit, or the gap curve at the time before it
+//! where dearer; cold where the clock cannot be read).
 //!
 //! Without a calibration for this kernel and CPU there is no estimate: `None`, never a
 //! guess.
@@ -24,12 +26,12 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use super::assume::Assumption;
-use super::classes::{CostClass, SiteClass};
-use super::dispatch::DispatchMeasure;
-use super::gap::{GapCounts, GapCurve};
-use super::work::WorkCurve;
-use crate::cost::calibration::{Calibration, Case, DispatchCase};
+use crate::attach::dispatch_time::DispatchMeasure;
+use crate::calibrate::gap::{GapCounts, GapCurve};
+use crate::calibrate::table::{Calibration, Case, DispatchCase};
+use crate::calibrate::work::WorkCurve;
 use crate::delivery::DeliveryMode;
+use crate::insn::classes::{CostClass, SiteClass};
 use crate::spec::ProbeKind;
 
 /// Calibrated numbers for one probe (its class and kind), ns per hit.
@@ -556,9 +558,9 @@ impl ProbeCost {
 }
 
 /// The mean of `price` over the hits of a handler histogram, each at its value; `None`
-/// with fewer than [`super::gap::MIN_SAMPLES`] hits.
+/// with fewer than [`crate::calibrate::gap::MIN_SAMPLES`] hits.
 fn mean_over_hits(hits: &Histogram<u64>, price: impl Fn(f64) -> f64) -> Option<f64> {
-    if hits.len() < super::gap::MIN_SAMPLES {
+    if hits.len() < crate::calibrate::gap::MIN_SAMPLES {
         return None;
     }
     let total: f64 = hits
@@ -573,7 +575,7 @@ fn mean_over_hits(hits: &Histogram<u64>, price: impl Fn(f64) -> f64) -> Option<f
 
 /// A probe's own counts, or with too few every probe's together.
 fn own_or_pooled<'a>(own: &'a GapCounts, pooled: &'a GapCounts) -> &'a GapCounts {
-    if own.samples() >= super::gap::MIN_SAMPLES {
+    if own.samples() >= crate::calibrate::gap::MIN_SAMPLES {
         own
     } else {
         pooled
@@ -587,9 +589,9 @@ pub fn cpu_share(whole_ns: f64, per_second: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
-    use super::super::stats::Summary;
     use super::*;
-    use crate::cost::calibration::{DispatchRow, Row};
+    use crate::calibrate::table::{DispatchRow, Row};
+    use crate::stats::Summary;
 
     fn s(median: f64) -> Summary {
         Summary::exact(median)
@@ -783,7 +785,7 @@ mod tests {
     fn dispatch_plus_residual() {
         let mut measure = DispatchMeasure::default();
         measure.update(
-            crate::cost::dispatch::SlotTotal {
+            crate::attach::dispatch_time::SlotTotal {
                 count: 10,
                 sum_ns: 7000,
             },
@@ -825,7 +827,7 @@ mod tests {
     }
 
     fn with_cold() -> Calibration {
-        use crate::cost::calibration::{ColdCalibration, ColdOptions};
+        use crate::calibrate::table::{ColdCalibration, ColdOptions};
         let mut c = cal();
         let rows = [
             (Case::UprobeEmulatedCold, 5000.0),
@@ -849,7 +851,7 @@ mod tests {
             },
             llc_bytes: None,
             loop_ns: s(2e6),
-            handler_method: crate::cost::calibration::ColdHandlerMethod::ProgramTime,
+            handler_method: crate::calibrate::table::ColdHandlerMethod::ProgramTime,
             handler_call_rows: Vec::new(),
             rows,
             iter_rows: Vec::new(),
@@ -875,8 +877,8 @@ mod tests {
     }
 
     /// Gap counts since an empty baseline: `(bucket, count)` pairs.
-    fn gap_counts(counts: &[(usize, u64)]) -> super::super::gap::GapCounts {
-        let mut gaps = super::super::gap::GapCounts::default();
+    fn gap_counts(counts: &[(usize, u64)]) -> crate::calibrate::gap::GapCounts {
+        let mut gaps = crate::calibrate::gap::GapCounts::default();
         gaps.baseline(vec![0; probe_common::gap::BUCKETS as usize]);
         let mut totals = vec![0; probe_common::gap::BUCKETS as usize];
         for &(bucket, n) in counts {
@@ -888,7 +890,7 @@ mod tests {
 
     #[test]
     fn the_gap_curve_prices_each_hit_by_its_gap() {
-        use super::super::gap::{GapCounts, GapCurve, GapPoint};
+        use crate::calibrate::gap::{GapCounts, GapCurve, GapPoint};
         let point = |gap_ns: f64, ring: f64, kernel: f64, handler: f64| GapPoint {
             sleep_us: gap_ns / 1e3,
             gap_ns,
@@ -955,7 +957,7 @@ mod tests {
 
     #[test]
     fn the_work_curve_prices_a_hit_after_code_ran_when_dearer_than_its_gap() {
-        use super::super::work::{WorkCurve, WorkPoint};
+        use crate::calibrate::work::{WorkCurve, WorkPoint};
         let point = |work_ns: f64, ring: f64| WorkPoint {
             data_bytes: 0,
             code_bytes: 0,
@@ -968,8 +970,8 @@ mod tests {
         let counts = |bucket: usize| gap_counts(&[(bucket, 40)]);
         let mut cost = ProbeCost {
             // One point: the gap adds nothing at any gap.
-            gap_curve: Some(std::sync::Arc::new(super::super::gap::GapCurve {
-                points: vec![super::super::gap::GapPoint {
+            gap_curve: Some(std::sync::Arc::new(crate::calibrate::gap::GapCurve {
+                points: vec![crate::calibrate::gap::GapPoint {
                     sleep_us: 0.0,
                     gap_ns: 500.0,
                     ring_ns: s(0.0),

@@ -1,4 +1,4 @@
-//! Hot, cold or by the gap: which calibration prices a target's hits.
+//! Hot, cold or by the handler's clock: which calibration prices a target's hits.
 //!
 //! `probetop calibrate` measures a hit twice: in a tight loop, where the kernel's uprobe
 //! path, the BPF program and its maps stay in the caches and the TLB between hits
@@ -13,11 +13,8 @@
 //!   (its CPU time per second, rounded, at least one);
 //! - hot otherwise (a small program hitting its probes in a tight loop).
 //!
-//! `--assume gap` prices each hit by the time before it on its CPU instead, on the
-//! calibration's gap curve (`cost::gap`), or on its work curve (`cost::work`) where that
-//! is dearer: in ring mode at how slow probetop's handler ran on the hit, in-kernel at
-//! the code that CPU ran meanwhile; the rule above is then the fallback of a probe with
-//! too few gaps counted yet.
+//! `--assume gap` is retired: the session takes it as `clock`, which it differed from
+//! only in its fallbacks, and says so.
 //!
 //! `--assume clock` prices each hit by how slow probetop's ring handler ran on it, read
 //! on the work curve (or by its gap where dearer), and a probe whose clock cannot be
@@ -68,9 +65,9 @@ impl Assumption {
 pub enum AssumeChoice {
     Hot,
     Cold,
-    /// Each hit by the time before it on its CPU, or where dearer by how cold its
-    /// handler ran (ring) or the code run on its CPU meanwhile (in-kernel) (needs a
-    /// calibration with a gap curve; otherwise auto's rule).
+    /// Retired: priced as `clock` (which it differed from only in its fallbacks), with
+    /// one line saying so; still accepted so old scripts run.
+    #[value(hide = true)]
     Gap,
     /// Each hit by how slow probetop's ring handler ran on it, read on the calibration's
     /// work curve (in-kernel: on the hits streamed for --clock-seconds first), or by the

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::Summary;
+use crate::stats::Summary;
 
 /// Version of the cache file's layout (3: the `nop; nop5` USDT row; 4: the work curve's
 /// walks beyond the cold loop, without which a server's slowest hits are priced low).
@@ -107,7 +107,7 @@ pub enum Case {
     UsdtHit,
     /// A `nop; nop5` USDT site (libbpf/usdt's usdt.h, Dec 2025 to May 2026) probed on
     /// the nop its note names, empty program: the emulated nop, as [`Case::UsdtHit`]
-    /// (the nop5 is never probed: `cost::classes::CostClass::Unsafe`). Caches from
+    /// (the nop5 is never probed: `insn::classes::CostClass::Unsafe`). Caches from
     /// before 2026-11-27 measured it on the nop5; their rows' labels say so.
     UsdtNop5Hit,
     /// A uprobe on `push %rbp` (emulated), empty program.
@@ -344,13 +344,13 @@ pub struct Calibration {
     /// The cold rows (older caches and `--no-cold`: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cold: Option<ColdCalibration>,
-    /// A hit after a range of sleeps between calls (`cost::gap`; older caches: none).
+    /// A hit after a range of sleeps between calls (`calibrate::gap`; older caches: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gap: Option<crate::cost::gap::GapCurve>,
-    /// A hit after a range of footprints walked between calls (`cost::work`; older
+    pub gap: Option<crate::calibrate::gap::GapCurve>,
+    /// A hit after a range of footprints walked between calls (`calibrate::work`; older
     /// caches: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub work: Option<crate::cost::work::WorkCurve>,
+    pub work: Option<crate::calibrate::work::WorkCurve>,
 }
 
 /// What a hit costs in the cold loop: a server's case, where the code and data the

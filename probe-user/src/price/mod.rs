@@ -1,0 +1,40 @@
+//! The price stage: what a hit costs the traced process, per probe, live and at the end.
+//!
+//! The handler time probetop shows is only the part inside its own BPF program. A hit
+//! also costs the trap into the kernel, the uprobe lookup, emulating or single-stepping
+//! the probed instruction, and the way back: several times more. This stage prices
+//! each probe's hits from what was measured (`aggregate`) and this machine's
+//! calibration (`calibrate::table`, filled by `probetop calibrate`):
+//!
+//! - [`costs`]: each resolved point joined to its site's cost class and calibrated
+//!   price, before the run;
+//! - [`assume`]: which calibration rows price a target's hits (`--assume`);
+//! - [`estimate`]: the whole cost per hit and the CPU share, per probe;
+//! - [`pricer`]: the [`Pricer`] the collector owns, which prices each live snapshot
+//!   and the measurements the end-of-run report is made of;
+//! - [`report`]: a probe's and the run's cost over the whole run, for exports.
+//!
+//! The instruction's class comes from `insn`; dispatch time as measured, and other
+//! tools' programs on the target's probes, from `attach`.
+
+pub mod assume;
+pub mod costs;
+pub mod estimate;
+pub mod pricer;
+pub mod report;
+
+pub use estimate::{ProbeCost, cpu_share};
+pub use pricer::Pricer;
+
+use crate::insn::classes::CostClass;
+
+/// A cost tag for a probe's name on screen: only the classes worth a second look.
+pub fn label_tag(cost: &ProbeCost) -> Option<&'static str> {
+    match cost.site.as_ref()?.class {
+        CostClass::SingleStepped => Some("[sstep]"),
+        CostClass::Refused => Some("[refused]"),
+        CostClass::Optimized => Some("[opt]"),
+        CostClass::Unsafe => Some("[UNSAFE]"),
+        _ => None,
+    }
+}

@@ -1,0 +1,130 @@
+//! The one place a run's hits are priced: the collector owns a [`Pricer`], which prices
+//! each live snapshot, and hands it back with the aggregator so the end-of-run report is
+//! priced the same way.
+
+use std::time::Duration;
+
+use crate::aggregate::{Aggregator, Measurements, Snapshot};
+use crate::calibrate::gap::GapCounts;
+use crate::price::assume::{Assumer, Assumption};
+
+/// Prices what the aggregator measured, under the run's `--assume` choice.
+#[derive(Debug, Default)]
+pub struct Pricer {
+    /// Hot or cold: which calibration prices the hits, and what auto reads of the
+    /// target (its mappings and CPU time) to decide.
+    pub assumer: Assumer,
+}
+
+impl Pricer {
+    pub fn new(assumer: Assumer) -> Self {
+        Self { assumer }
+    }
+
+    /// The measurement window opened, or was reset: the run's decision starts over.
+    pub fn open(&mut self) {
+        self.assumer.open();
+    }
+
+    /// Reads the target for auto's decision (once a second).
+    pub fn observe(&mut self) {
+        self.assumer.observe();
+    }
+
+    /// Gives every probe the gaps of all of them, for those with too few of their own.
+    pub fn pool_gaps(aggregator: &mut Aggregator) {
+        if aggregator
+            .probes()
+            .iter()
+            .all(|p| p.cost.gap_curve.is_none())
+        {
+            return;
+        }
+        let pooled = GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.gaps));
+        let busy = GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.busy_gaps));
+        for probe in aggregator.probes_mut() {
+            probe.cost.gaps_pooled = pooled.clone();
+            probe.cost.busy_gaps_pooled = busy.clone();
+        }
+    }
+
+    /// The current numbers of every probe, priced under the decision of the last second.
+    pub fn snapshot(&self, aggregator: &Aggregator, elapsed: Duration) -> Snapshot {
+        let mut snapshot = aggregator.snapshot(elapsed);
+        let mut decision = self.assumer.live(
+            aggregator
+                .probes()
+                .iter()
+                .map(|p| p.rate.per_second())
+                .sum(),
+        );
+        let mut priced_hot = false;
+        for (p, row) in aggregator.probes().iter().zip(&mut snapshot.probes) {
+            let estimate = p.cost.estimate(
+                p.mode,
+                Some(&p.handler_ns),
+                p.timed_share(),
+                decision.assumes,
+            );
+            if let Some(e) = estimate {
+                priced_hot |= e.assumes != decision.assumes;
+            }
+            (row.gap_median_us, row.busy_median_us) = match estimate.map(|e| e.assumes) {
+                Some(Assumption::Gap | Assumption::Clock) => (
+                    p.cost.gaps.summary().map(|g| g.median_us),
+                    p.cost.busy_gaps.summary().map(|g| g.median_us),
+                ),
+                _ => (None, None),
+            };
+            row.whole_cost_ns = estimate.map(|e| e.whole_ns);
+            row.cpu_share = row
+                .whole_cost_ns
+                .map(|ns| super::cpu_share(ns, row.per_second));
+            row.reading = estimate.and_then(|e| e.reading);
+        }
+        match decision.assumes {
+            // A calibration without cold rows prices every hit hot.
+            Assumption::Cold if priced_hot => {
+                decision.assumes = Assumption::Hot;
+                decision.why.push_str("; the calibration has no cold rows");
+            }
+            // Gaps are still being counted (in-kernel mode samples them).
+            Assumption::Gap if priced_hot => {
+                decision
+                    .why
+                    .push_str("; hot where too few gaps are counted yet");
+            }
+            // Too few hits clocked yet, or a probe capturing arguments.
+            Assumption::Clock if priced_hot => {
+                decision
+                    .why
+                    .push_str("; cold where the clock cannot be read yet");
+            }
+            _ => {}
+        }
+        snapshot.assumption = Some(decision);
+        snapshot.target_cpu = self
+            .assumer
+            .target_cores_live()
+            .filter(|_| !aggregator.count_processes);
+        snapshot
+    }
+
+    /// A copy of what reports need, with the run's decision: each probe is priced
+    /// under it (`price::report`).
+    pub fn measurements(&self, aggregator: &Aggregator) -> Measurements {
+        let mut measurements = aggregator.measurements();
+        let decision = self
+            .assumer
+            .run(aggregator.probes().iter().map(|p| p.hits()).sum());
+        for probe in &mut measurements.probes {
+            probe.assumes = decision.assumes;
+        }
+        measurements.assumption = Some(decision);
+        measurements.target_cpu = self
+            .assumer
+            .target_cores_run()
+            .filter(|_| !aggregator.count_processes);
+        measurements
+    }
+}
