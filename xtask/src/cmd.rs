@@ -3,14 +3,14 @@
 
 use super::*;
 
-pub(super) struct Output {
-    pub(super) status: ExitStatus,
-    pub(super) stdout: String,
-    pub(super) stderr: String,
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
 }
 
 /// Echoes and runs a command with inherited stdio; a non-zero exit is an error.
-pub(super) fn run(cmd: &mut Command) -> Result<()> {
+pub fn run(cmd: &mut Command) -> Result<()> {
     echo(cmd);
     let status = cmd
         .status()
@@ -21,7 +21,7 @@ pub(super) fn run(cmd: &mut Command) -> Result<()> {
 
 /// Runs a command for its output; a non-zero exit is an error that carries its stderr.
 /// Not echoed: callers that show what they run echo it first.
-pub(super) fn output_ok(cmd: &mut Command) -> Result<std::process::Output> {
+pub fn output_ok(cmd: &mut Command) -> Result<std::process::Output> {
     let out = cmd
         .output()
         .with_context(|| format!("running {}", show(cmd)))?;
@@ -35,12 +35,12 @@ pub(super) fn output_ok(cmd: &mut Command) -> Result<std::process::Output> {
     Ok(out)
 }
 
-pub(super) fn echo(cmd: &Command) {
+pub fn echo(cmd: &Command) {
     eprintln!("+ {}", show(cmd));
 }
 
 /// A command as a shell line: `(cd DIR &&) VAR=value prog args`, quoted where needed.
-pub(super) fn show(cmd: &Command) -> String {
+pub fn show(cmd: &Command) -> String {
     let mut line = String::new();
     if let Some(dir) = cmd.get_current_dir() {
         let _ = write!(line, "cd {} && ", quote(dir.as_os_str()));
@@ -66,7 +66,7 @@ pub(super) fn show(cmd: &Command) -> String {
     line
 }
 
-pub(super) fn quote(s: &OsStr) -> String {
+pub fn quote(s: &OsStr) -> String {
     let s = s.to_string_lossy();
     let plain = !s.is_empty()
         && s.bytes()
@@ -79,7 +79,7 @@ pub(super) fn quote(s: &OsStr) -> String {
 }
 
 /// Effective uid 0, read from /proc so xtask needs no libc bindings.
-pub(super) fn is_root() -> Result<bool> {
+pub fn is_root() -> Result<bool> {
     let status = fs::read_to_string("/proc/self/status").context("reading /proc/self/status")?;
     let euid = status
         .lines()

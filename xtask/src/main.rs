@@ -4,37 +4,24 @@
 //! running it, so a CI log shows exactly what happened and any step can be rerun by hand.
 //! Read-only probes (`dpkg-query`, `rustup ... list`) are echoed only with `--verbose`,
 //! so a `setup` with nothing to do stays one line per item.
-use std::ffi::OsStr;
-use std::fmt::Write as _;
+use std::ffi::OsString;
 use std::io::{BufRead as _, BufReader, IsTerminal as _};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-use std::{env, fs, thread};
+use std::{env, thread};
 
-use anyhow::{Context as _, Result, bail, ensure};
+use anyhow::{Context as _, Result, ensure};
 use clap::{Parser, Subcommand};
 
-mod bench;
 mod direction;
 mod dist;
 mod fuzz;
-mod insitu_check;
 mod kernels;
-mod mysql;
-mod mysql_report;
-mod peers;
-mod postgres;
-mod postgres_report;
-mod util;
 
-mod cmd;
-mod setup;
 mod tasks;
-use cmd::*;
-use setup::*;
 use tasks::*;
+use xtask::*;
 
 #[derive(Parser)]
 #[command(
@@ -100,179 +87,38 @@ enum Task {
     /// ring and kernel mode, USDT with and without a semaphore, `list`; 5.10 must refuse
     /// in one line. Installs qemu and fetches the kernels into target/kernels/.
     Kernels(kernels::KernelsArgs),
-    /// The seed's comparison on the Go fixture: main.traceMe's loop bare, under Delve's
-    /// ptrace tracepoint, bpftrace, and probetop in each mode; writes its section of
-    /// docs/peers.md. Installs the pinned Delve. As root; a report, not a test.
-    Peers(peers::PeersArgs),
+    // The benchmark and report lab (xtask/lab, its own crate: it links probe-user's
+    // export types), each run as `cargo run --release -p probetop-lab -- COMMAND ARGS`;
+    // `cargo xtask COMMAND --help` shows its options.
+    /// The seed's comparison on the Go fixture (Delve, bpftrace, probetop); writes its
+    /// section of docs/peers.md. As root (xtask/lab).
+    Peers(LabArgs),
     /// Measure probetop against bpftrace (per-hit cost, throughput, attach latency,
-    /// memory, calibration); writes docs/performance.{md,json}. As root.
-    Bench(bench::BenchArgs),
-    /// Start a private mariadbd (temporary datadir, unix socket only), prepare sysbench's
-    /// tables, run one sysbench test (optionally with probetop attached), stop it.
-    MysqlSysbench {
-        #[command(flatten)]
-        load: SysbenchArgs,
-        /// Seconds of the run.
-        #[arg(long, default_value_t = 10.0)]
-        time: f64,
-        /// Attach `probetop --preset mysql --no-tui` during the run and print its summary.
-        #[arg(long)]
-        probe: bool,
-    },
-    /// Start a private mariadbd under a sysbench load and keep it up until Enter (or
-    /// stdin closes): for trying `probetop --pid PID --preset mysql` by hand.
-    MysqlServe {
-        #[command(flatten)]
-        load: SysbenchArgs,
-    },
-    /// Measure what probing a live mariadbd costs it (probetop against bpftrace, under
-    /// sysbench); writes docs/mysqld.md and docs/mysqld/.
-    MysqlReport {
-        /// A short try: 3 s runs, one repeat, written under the target directory unless
-        /// --out is given.
-        #[arg(long)]
-        quick: bool,
-        /// Seconds of each sysbench run [default: 10, --quick: 3].
-        #[arg(long)]
-        duration: Option<f64>,
-        /// Runs of every cell and variant [default: 3, --quick: 1].
-        #[arg(long)]
-        repeats: Option<u32>,
-        /// sysbench tests.
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "oltp_read_only,oltp_point_select,oltp_read_write"
-        )]
-        tests: Vec<String>,
-        /// Client thread counts.
-        #[arg(long, value_delimiter = ',', default_value = "2,8")]
-        threads: Vec<u32>,
-        /// Skip pricing each probe on its own.
-        #[arg(long)]
-        no_per_probe: bool,
-        /// Directory for mysqld.md and mysqld/ [default: docs, --quick:
-        /// <target>/mysql-report-quick].
-        #[arg(long)]
-        out: Option<PathBuf>,
-        #[arg(long, default_value_t = 4)]
-        tables: u32,
-        #[arg(long, default_value_t = 10_000)]
-        table_size: u32,
-        /// Skip the in-situ check (as `cargo xtask insitu-check`, on the report's server,
-        /// its default rates and modes).
-        #[arg(long)]
-        no_in_situ: bool,
-    },
-    /// Measure what probing a PostgreSQL cluster through its postmaster costs it
-    /// (`--follow-forks --preset postgres` against bpftrace, under pgbench at a fixed
-    /// rate, every query counted); writes docs/postgres.md and docs/postgres/.
-    PostgresReport {
-        /// A short try: 4 s runs, one round, a 10 s in-situ run, written under the
-        /// target directory unless --out is given.
-        #[arg(long)]
-        quick: bool,
-        /// Seconds of each pgbench run [default: 15, --quick: 4].
-        #[arg(long)]
-        seconds: Option<u32>,
-        /// Rounds of every variant [default: 3, --quick: 1].
-        #[arg(long)]
-        rounds: Option<u32>,
-        /// pgbench clients (connections, so backends).
-        #[arg(long, default_value_t = 4)]
-        clients: u32,
-        /// Transactions per second pgbench sends over all clients (-R).
-        #[arg(long, default_value_t = 2000)]
-        rate: u32,
-        /// pgbench's scale (100,000 accounts per unit; 5 fits in shared_buffers).
-        #[arg(long, default_value_t = 5)]
-        scale: u32,
-        /// Seconds of the --in-situ run through the postmaster (-F), 0 for none [default: 40,
-        /// --quick: 10].
-        #[arg(long)]
-        in_situ_seconds: Option<u32>,
-        /// Directory for postgres.md and postgres/ [default: docs, --quick:
-        /// <target>/postgres-report-quick].
-        #[arg(long)]
-        out: Option<PathBuf>,
-    },
-    /// probetop's --in-situ measurement and its estimate against the truth measured
-    /// from outside, on a private mariadbd under an open-loop sysbench load; writes its
-    /// section of docs/mysqld.md.
-    InsituCheck {
-        /// A short try: 2 pairs of 4 s blocks, 12 s in-situ runs, one rate and mode,
-        /// written under the target directory unless --out is given.
-        #[arg(long)]
-        quick: bool,
-        /// Point selects per second sysbench sends (open loop).
-        #[arg(long, value_delimiter = ',', default_values_t = insitu_check::DEFAULT_RATES)]
-        rates: Vec<u32>,
-        #[arg(long, value_delimiter = ',', default_values_t = insitu_check::DEFAULT_MODES.map(String::from))]
-        modes: Vec<String>,
-        /// Attached/detached block pairs of the outside measurement [default: 6].
-        #[arg(long)]
-        pairs: Option<u32>,
-        /// Length of each probetop --in-situ run [default: 60, --quick: 12].
-        #[arg(long, value_name = "SECS")]
-        in_situ_seconds: Option<f64>,
-        /// Length of each block of the outside measurement [default: 8, --quick: 4].
-        #[arg(long, value_name = "SECS")]
-        block_seconds: Option<f64>,
-        /// No blocks with probetop attached to a probe that never fires (its presence).
-        #[arg(long)]
-        no_presence: bool,
-        /// Directory of mysqld.md [default: docs].
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// probetop's --assume for the estimate column (auto, hot, cold, gap, clock).
-        #[arg(long, default_value = "auto", value_parser = ["auto", "hot", "cold", "gap", "clock"])]
-        assume: String,
-    },
+    /// memory, calibration); writes docs/performance.{md,json}. As root (xtask/lab).
+    Bench(LabArgs),
+    /// One sysbench run against a private mariadbd, optionally with probetop attached
+    /// (xtask/lab).
+    MysqlSysbench(LabArgs),
+    /// A private mariadbd under a sysbench load until Enter, for trying probetop by hand
+    /// (xtask/lab).
+    MysqlServe(LabArgs),
+    /// Measure what probing a live mariadbd costs it; writes docs/mysqld.md and
+    /// docs/mysqld/ (xtask/lab).
+    MysqlReport(LabArgs),
+    /// Measure what probing a PostgreSQL cluster costs it; writes docs/postgres.md and
+    /// docs/postgres/ (xtask/lab).
+    PostgresReport(LabArgs),
+    /// probetop's --in-situ measurement against the truth measured from outside, on a
+    /// private mariadbd; writes its section of docs/mysqld.md (xtask/lab).
+    InsituCheck(LabArgs),
 }
 
+/// A lab command's arguments, handed to the lab unparsed (its own clap parses them).
 #[derive(clap::Args)]
-struct SysbenchArgs {
-    /// sysbench test: oltp_read_only, oltp_point_select, oltp_read_write, ...
-    #[arg(long, default_value = "oltp_read_only")]
-    test: String,
-    /// Client connections.
-    #[arg(long, default_value_t = 2)]
-    threads: u32,
-    #[arg(long, default_value_t = 4)]
-    tables: u32,
-    #[arg(long, default_value_t = 10_000)]
-    table_size: u32,
-}
-
-/// apt packages the tests, fixtures and tooling use that a fresh Debian 12 machine of the
-/// project's kind lacks.
-const APT_PACKAGES: &[&str] = &[
-    "systemtap-sdt-dev",   // sys/sdt.h for USDT fixtures
-    "bpftrace",            // the peer tool probetop is measured against
-    "bpftool",             // loaded programs and their run_time_ns/run_cnt
-    "bpfcc-tools",         // BCC's tools: another owner of probes (tests/it/others.rs)
-    "python3-bpfcc",       // their Python library
-    "linux-headers-amd64", // headers BCC compiles its programs against (the kernel ships none)
-    "tmux",                // a terminal for the TUI without one (CI)
-    "binutils",            // objdump/readelf on fixtures
-    "xz-utils",
-    "g++",
-    "make",
-    "python3",
-    "python3-dev",             // Python.h for the CPython extension module fixture
-    "prometheus",              // promtool validates the metrics export; a real server scrapes it
-    "maven",                   // fetches HdrHistogram's Java reader for the .hlog cross-check
-    "openjdk-17-jdk-headless", // runs it
-    "mariadb-server",          // a live mysqld to probe (tests/it/mysql.rs, cargo xtask mysql-*)
-    "sysbench",                // its load
-    "postgresql-15", // a live PostgreSQL and pgbench (tests/it/postgres.rs, cargo xtask postgres-report)
-];
-
-const ROOT_REQUIRED: &str = "integration tests attach real probes: run as root";
-
-struct Ctx {
-    root: PathBuf,
-    verbose: bool,
+#[command(disable_help_flag = true)]
+struct LabArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
 }
 
 fn main() -> ExitCode {
@@ -305,14 +151,7 @@ fn forget_proxy_toolchain() {
 }
 
 fn run_task(cli: Cli) -> Result<()> {
-    let ctx = Ctx {
-        // Compile-time path of xtask/; the repository root is its parent.
-        root: Path::new(env!("CARGO_MANIFEST_DIR"))
-            .parent()
-            .context("xtask's manifest directory has no parent")?
-            .to_path_buf(),
-        verbose: cli.verbose,
-    };
+    let ctx = Ctx::new(cli.verbose)?;
     match cli.task {
         Task::Setup => setup(&ctx),
         Task::Fixtures => fixtures(&ctx),
@@ -329,195 +168,22 @@ fn run_task(cli: Cli) -> Result<()> {
         Task::Test { harness_args } => test(&ctx, &harness_args),
         Task::Demo => demo(&ctx),
         Task::Soak { seconds } => soak(&ctx, seconds),
-        Task::MysqlSysbench { load, time, probe } => mysql_sysbench(&ctx, &load, time, probe),
-        Task::MysqlServe { load } => mysql_serve(&ctx, &load),
-        Task::PostgresReport {
-            quick,
-            seconds,
-            rounds,
-            clients,
-            rate,
-            scale,
-            in_situ_seconds,
-            out,
-        } => {
-            let out = match out {
-                Some(dir) => dir,
-                None if quick => ctx.target_dir().join("postgres-report-quick"),
-                None => ctx.root.join("docs"),
-            };
-            let seconds = seconds.unwrap_or(if quick { 4 } else { 15 });
-            ensure!(seconds >= 1, "--seconds: give at least 1");
-            ensure!(
-                clients >= 1 && rate >= 1,
-                "--clients and --rate: give at least 1"
-            );
-            postgres_report::postgres_report(
-                &ctx,
-                postgres_report::ReportOptions {
-                    seconds,
-                    rounds: rounds.unwrap_or(if quick { 1 } else { 3 }).max(1),
-                    clients,
-                    rate,
-                    scale,
-                    in_situ_seconds: in_situ_seconds.unwrap_or(if quick { 10 } else { 40 }),
-                    out,
-                },
-            )
-        }
-        Task::MysqlReport {
-            quick,
-            duration,
-            repeats,
-            tests,
-            threads,
-            no_per_probe,
-            out,
-            tables,
-            table_size,
-            no_in_situ,
-        } => {
-            let out = match out {
-                Some(dir) => dir,
-                None if quick => ctx.target_dir().join("mysql-report-quick"),
-                None => ctx.root.join("docs"),
-            };
-            let duration = duration.unwrap_or(if quick { 3.0 } else { 10.0 });
-            ensure!(
-                duration.is_finite() && duration >= 1.0,
-                "--duration: give at least 1 second"
-            );
-            ensure!(
-                !tests.is_empty() && !threads.is_empty(),
-                "--tests and --threads need at least one value each"
-            );
-            mysql_report::mysql_report(
-                &ctx,
-                mysql_report::ReportOptions {
-                    quick,
-                    duration,
-                    repeats: repeats.unwrap_or(if quick { 1 } else { 3 }).max(1),
-                    tests,
-                    threads,
-                    per_probe: !no_per_probe,
-                    tables,
-                    table_size,
-                    in_situ: (!no_in_situ)
-                        .then(|| {
-                            insitu_check::CheckOptions::new(
-                                quick,
-                                insitu_check::DEFAULT_RATES.to_vec(),
-                                insitu_check::DEFAULT_MODES
-                                    .iter()
-                                    .map(|m| m.to_string())
-                                    .collect(),
-                                None,
-                                out.clone(),
-                            )
-                        })
-                        .transpose()?,
-                    out,
-                },
-            )
-        }
-        Task::InsituCheck {
-            quick,
-            rates,
-            modes,
-            pairs,
-            in_situ_seconds,
-            block_seconds,
-            no_presence,
-            out,
-            assume,
-        } => {
-            let out = match out {
-                Some(dir) => dir,
-                None if quick => ctx.target_dir().join("insitu-check-quick"),
-                None => ctx.root.join("docs"),
-            };
-            fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-            let mut options = insitu_check::CheckOptions::new(quick, rates, modes, pairs, out)?;
-            options.assume = assume;
-            options.presence = !no_presence;
-            if let Some(seconds) = block_seconds {
-                ensure!(
-                    seconds.is_finite() && seconds >= 1.0,
-                    "--block-seconds: give at least 1"
-                );
-                options.block_seconds = seconds;
-            }
-            if let Some(seconds) = in_situ_seconds {
-                ensure!(
-                    seconds.is_finite() && seconds >= 5.0,
-                    "--in-situ-seconds: give at least 5"
-                );
-                options.in_situ_seconds = seconds;
-            }
-            insitu_check::insitu_check(&ctx, options)
-        }
-        Task::Bench(args) => bench::run(&ctx, &args),
-        Task::Peers(args) => peers::run_peers(&ctx, &args),
+        Task::Peers(args) => lab(&ctx, "peers", &args.args),
+        Task::Bench(args) => lab(&ctx, "bench", &args.args),
+        Task::MysqlSysbench(args) => lab(&ctx, "mysql-sysbench", &args.args),
+        Task::MysqlServe(args) => lab(&ctx, "mysql-serve", &args.args),
+        Task::MysqlReport(args) => lab(&ctx, "mysql-report", &args.args),
+        Task::PostgresReport(args) => lab(&ctx, "postgres-report", &args.args),
+        Task::InsituCheck(args) => lab(&ctx, "insitu-check", &args.args),
         Task::Fuzz { seconds, targets } => fuzz::fuzz(&ctx, seconds, &targets),
         Task::Kernels(args) => kernels::run_kernels(&ctx, &args),
     }
 }
 
-// ---------------------------------------------------------------------------------------
-// The workspace: its root, its target directory and the cargo run there
-
-impl Ctx {
-    /// cargo from PATH (the rustup proxy, so `+nightly` works), run at the workspace root.
-    fn cargo(&self) -> Command {
-        let mut cmd = Command::new("cargo");
-        cmd.current_dir(&self.root);
-        cmd
-    }
-
-    /// Where cargo puts build outputs: CARGO_TARGET_DIR if set (relative to the root,
-    /// where cargo runs), else <root>/target.
-    fn target_dir(&self) -> PathBuf {
-        match env::var_os("CARGO_TARGET_DIR").filter(|d| !d.is_empty()) {
-            Some(dir) => self.root.join(dir),
-            None => self.root.join("target"),
-        }
-    }
-
-    fn echo_query(&self, cmd: &Command) {
-        if self.verbose {
-            echo(cmd);
-        }
-    }
-
-    /// Runs a read-only check and captures its output, whatever its exit status.
-    fn query(&self, cmd: &mut Command) -> Result<Output> {
-        self.echo_query(cmd);
-        let out = cmd
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("running {}", show(cmd)))?;
-        Ok(Output {
-            status: out.status,
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        })
-    }
-
-    /// Like [`Ctx::query`], but the command must succeed; returns its stdout.
-    fn query_ok(&self, cmd: &mut Command) -> Result<String> {
-        let out = self.query(cmd)?;
-        ensure!(
-            out.status.success(),
-            "{} failed ({}): {}",
-            show(cmd),
-            out.status,
-            out.stderr.trim()
-        );
-        Ok(out.stdout)
-    }
-}
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
     #[test]

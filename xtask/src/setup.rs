@@ -3,7 +3,7 @@
 
 use super::*;
 
-pub(super) fn setup(ctx: &Ctx) -> Result<()> {
+pub fn setup(ctx: &Ctx) -> Result<()> {
     setup_apt(ctx)?;
     setup_go(ctx)?;
     setup_nightly(ctx)?;
@@ -13,26 +13,26 @@ pub(super) fn setup(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-pub(super) fn fixtures(ctx: &Ctx) -> Result<()> {
+pub fn fixtures(ctx: &Ctx) -> Result<()> {
     run(Command::new("make")
         .arg("-C")
         .arg(ctx.root.join("fixtures")))
 }
 
-pub(super) fn build(ctx: &Ctx) -> Result<()> {
+pub fn build(ctx: &Ctx) -> Result<()> {
     run(ctx.cargo().args(["build", "--release"]))
 }
 
-pub(super) fn setup_apt(ctx: &Ctx) -> Result<()> {
+pub fn setup_apt(ctx: &Ctx) -> Result<()> {
     install_apt(ctx, APT_PACKAGES)?;
     println!("setup: apt packages: ok");
     Ok(())
 }
 
 /// Installs the `packages` that are missing, without starting any service they ship
-/// (see [`mysql::install_missing`]).
-pub(super) fn install_apt(ctx: &Ctx, packages: &[&str]) -> Result<()> {
-    mysql::install_missing(packages, |pkg| {
+/// (see [`apt::install_missing`]).
+pub fn install_apt(ctx: &Ctx, packages: &[&str]) -> Result<()> {
+    apt::install_missing(packages, |pkg| {
         let out = ctx.query(Command::new("dpkg-query").args(["-W", "-f=${Status}", pkg]))?;
         // Anything but this (not known, removed, config-files only, half-installed) needs
         // an install; dpkg-query fails outright for a package it has never seen.
@@ -42,7 +42,7 @@ pub(super) fn install_apt(ctx: &Ctx, packages: &[&str]) -> Result<()> {
 
 /// The Go fixture needs a Go toolchain: the machine's own (/usr/local/go) when there is
 /// one, else Debian's.
-pub(super) fn setup_go(ctx: &Ctx) -> Result<()> {
+pub fn setup_go(ctx: &Ctx) -> Result<()> {
     let on_path = std::env::var_os("PATH")
         .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("go").is_file()));
     if on_path || Path::new("/usr/local/go/bin/go").is_file() {
@@ -53,7 +53,7 @@ pub(super) fn setup_go(ctx: &Ctx) -> Result<()> {
     install_apt(ctx, &["golang-go"])
 }
 
-pub(super) fn setup_nightly(ctx: &Ctx) -> Result<()> {
+pub fn setup_nightly(ctx: &Ctx) -> Result<()> {
     let out = ctx.query_ok(Command::new("rustup").args(["toolchain", "list"]))?;
     if out.lines().any(|l| l.starts_with("nightly")) {
         println!("setup: nightly toolchain: ok");
@@ -70,22 +70,18 @@ pub(super) fn setup_nightly(ctx: &Ctx) -> Result<()> {
 
 /// `cargo xtask lint` runs rustfmt and clippy of the workspace's toolchain (stable here)
 /// on the host crates; a minimal-profile toolchain lacks both.
-pub(super) fn setup_stable_components(ctx: &Ctx) -> Result<()> {
+pub fn setup_stable_components(ctx: &Ctx) -> Result<()> {
     setup_components(ctx, None, &["rustfmt", "clippy"])
 }
 
 /// Nightly builds the eBPF crate with -Z build-std=core (compiled from rust-src) and
 /// lints it with its clippy.
-pub(super) fn setup_nightly_components(ctx: &Ctx) -> Result<()> {
+pub fn setup_nightly_components(ctx: &Ctx) -> Result<()> {
     setup_components(ctx, Some("nightly"), &["rust-src", "clippy"])
 }
 
 /// Adds the `components` a toolchain (None: the one active at the root) lacks.
-pub(super) fn setup_components(
-    ctx: &Ctx,
-    toolchain: Option<&str>,
-    components: &[&str],
-) -> Result<()> {
+pub fn setup_components(ctx: &Ctx, toolchain: Option<&str>, components: &[&str]) -> Result<()> {
     let toolchain_args = |cmd: &mut Command| {
         if let Some(t) = toolchain {
             cmd.args(["--toolchain", t]);
@@ -118,7 +114,7 @@ pub(super) fn setup_components(
 }
 
 /// `rustup component list` prints `rust-src` but `clippy-x86_64-unknown-linux-gnu`.
-pub(super) fn has_component(line: &str, component: &str) -> bool {
+pub fn has_component(line: &str, component: &str) -> bool {
     let line = line.trim();
     line == component
         || line
@@ -130,7 +126,7 @@ pub(super) fn has_component(line: &str, component: &str) -> bool {
 /// nightly rustc that emits the bitcode. It is built against nightly's own libLLVM
 /// (no system LLVM needed), and a marker records which major it was built for, so a
 /// nightly with a new LLVM triggers a rebuild.
-pub(super) fn setup_bpf_linker(ctx: &Ctx) -> Result<()> {
+pub fn setup_bpf_linker(ctx: &Ctx) -> Result<()> {
     let verbose =
         ctx.query_ok(Command::new("rustc").args(["+nightly", "--version", "--verbose"]))?;
     let major = llvm_major(&verbose)?;
@@ -194,7 +190,7 @@ pub(super) fn setup_bpf_linker(ctx: &Ctx) -> Result<()> {
 }
 
 /// "LLVM version: 22.1.4" in `rustc -vV` -> "22".
-pub(super) fn llvm_major(rustc_verbose: &str) -> Result<String> {
+pub fn llvm_major(rustc_verbose: &str) -> Result<String> {
     let version = rustc_verbose
         .lines()
         .find_map(|l| l.strip_prefix("LLVM version:"))
@@ -210,7 +206,7 @@ pub(super) fn llvm_major(rustc_verbose: &str) -> Result<String> {
 
 /// The real libLLVM of a toolchain: `libLLVM.so.<ver>-rust-...` (its
 /// `libLLVM-<major>-rust-...so` sibling is not the soname bpf-linker ends up needing).
-pub(super) fn nightly_libllvm(lib: &Path) -> Result<PathBuf> {
+pub fn nightly_libllvm(lib: &Path) -> Result<PathBuf> {
     let mut found = Vec::new();
     for entry in fs::read_dir(lib).with_context(|| format!("listing {}", lib.display()))? {
         let entry = entry.with_context(|| format!("listing {}", lib.display()))?;
@@ -229,7 +225,7 @@ pub(super) fn nightly_libllvm(lib: &Path) -> Result<PathBuf> {
     }
 }
 
-pub(super) fn replace_symlink(target: &Path, link: &Path) -> Result<()> {
+pub fn replace_symlink(target: &Path, link: &Path) -> Result<()> {
     if link.symlink_metadata().is_ok() {
         fs::remove_file(link).with_context(|| format!("removing {}", link.display()))?;
     }
@@ -241,7 +237,7 @@ pub(super) fn replace_symlink(target: &Path, link: &Path) -> Result<()> {
 /// Whether `bpf-linker --version` runs from PATH the way rustc will run it. Without
 /// LD_LIBRARY_PATH: under `cargo +nightly` rustup puts nightly's lib/ there, which would
 /// hide a missing or stale libLLVM link in the prefix.
-pub(super) fn bpf_linker_runs(ctx: &Ctx) -> Result<bool> {
+pub fn bpf_linker_runs(ctx: &Ctx) -> Result<bool> {
     let mut cmd = Command::new("bpf-linker");
     cmd.arg("--version").env_remove("LD_LIBRARY_PATH");
     ctx.echo_query(&cmd);
@@ -252,7 +248,7 @@ pub(super) fn bpf_linker_runs(ctx: &Ctx) -> Result<bool> {
         .is_ok_and(|s| s.success()))
 }
 
-pub(super) fn cargo_home() -> Result<PathBuf> {
+pub fn cargo_home() -> Result<PathBuf> {
     if let Some(home) = env::var_os("CARGO_HOME").filter(|h| !h.is_empty()) {
         return Ok(PathBuf::from(home));
     }

@@ -1,5 +1,5 @@
-//! The tasks that build and run probetop: lint, test, soak, demo and the sysbench helpers,
-//! with the background fixture they start.
+//! The tasks that build and run probetop: lint, test, soak and demo, with the background
+//! fixture they start.
 
 use super::*;
 
@@ -176,93 +176,6 @@ pub(super) fn demo(ctx: &Ctx) -> Result<()> {
     result
 }
 
-/// `cargo xtask mysql-sysbench`: one sysbench run against a private server.
-pub(super) fn mysql_sysbench(ctx: &Ctx, load: &SysbenchArgs, time: f64, probe: bool) -> Result<()> {
-    ensure!(
-        is_root()?,
-        "mariadbd runs as root here and probetop needs it: run as root"
-    );
-    install_apt(ctx, mysql::PACKAGES)?;
-    if probe {
-        build(ctx)?;
-    }
-    let server = mysql::Mariadb::start(&mysql::ServerOptions::default())?;
-    let sysbench = mysql::Sysbench::new(&server, load.tables, load.table_size);
-    sysbench.prepare()?;
-    let mut probetop = if probe {
-        let mut cmd = Command::new(ctx.target_dir().join("release/probetop"));
-        cmd.arg("--pid")
-            .arg(server.pid().to_string())
-            .args(["--preset", "mysql", "--no-tui"]);
-        echo(&cmd);
-        Some(mysql_report::Tool::start(
-            cmd,
-            "attached",
-            mysql_report::Stream::Stderr,
-        )?)
-    } else {
-        None
-    };
-    let result = sysbench.run(&load.test, load.threads, time)?;
-    println!(
-        "mysql-sysbench: {} threads={}: {} queries ({:.0}/s), {} transactions, p95 {:.2} ms",
-        load.test, load.threads, result.queries, result.qps, result.transactions, result.p95_ms
-    );
-    if let Some(extra) = mysql::extra_commands_per_connection(&load.test, load.tables) {
-        println!(
-            "mysql-sysbench: dispatch_command should have run {} times ({} queries + {} \
-             connections x {extra} prepare/close/quit commands)",
-            result.queries + extra * u64::from(load.threads),
-            result.queries,
-            load.threads
-        );
-    }
-    if let Some(tool) = probetop.as_mut() {
-        print!("{}", tool.stop()?);
-    }
-    ensure!(server.ping(), "mariadbd stopped answering");
-    Ok(())
-}
-
-/// `cargo xtask mysql-serve`: a private server under load until Enter.
-pub(super) fn mysql_serve(ctx: &Ctx, load: &SysbenchArgs) -> Result<()> {
-    ensure!(
-        is_root()?,
-        "mariadbd runs as root here and probetop needs it: run as root"
-    );
-    install_apt(ctx, mysql::PACKAGES)?;
-    let server = mysql::Mariadb::start(&mysql::ServerOptions::default())?;
-    let sysbench = mysql::Sysbench::new(&server, load.tables, load.table_size);
-    sysbench.prepare()?;
-    // --time=0: no time limit; the child is killed below.
-    let mut cmd = sysbench.command(&load.test);
-    cmd.arg(format!("--threads={}", load.threads)).args([
-        "--time=0",
-        "--report-interval=10",
-        "run",
-    ]);
-    echo(&cmd);
-    let mut load_child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", show(&cmd)))?;
-    println!(
-        "\nmariadbd pid {} (socket {}, logs in {}) is under {} with {} threads. Try:\n\n  \
-         {} --pid {} --preset mysql\n\nPress Enter to stop.\n",
-        server.pid(),
-        server.socket().display(),
-        server.dir().display(),
-        load.test,
-        load.threads,
-        ctx.target_dir().join("release/probetop").display(),
-        server.pid()
-    );
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
-    let _ = load_child.kill();
-    let _ = load_child.wait();
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------
 // Demo fixture
 
@@ -343,4 +256,16 @@ impl Drop for Fixture {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The lab's commands (xtask/lab), forwarded: `cargo run --release -p probetop-lab -- COMMAND
+/// ARGS`. Release, as its measurements need, and its build shares probe-user's release
+/// artifacts with `cargo build --release`.
+pub(super) fn lab(ctx: &Ctx, command: &str, args: &[OsString]) -> Result<()> {
+    let mut cmd = ctx.cargo();
+    cmd.args(["run", "--quiet", "--release", "-p", "probetop-lab", "--"]);
+    if ctx.verbose {
+        cmd.arg("--verbose");
+    }
+    run(cmd.arg(command).args(args))
 }

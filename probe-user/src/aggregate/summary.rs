@@ -2,7 +2,7 @@
 //! the percentile summary and the sampled percentile curve.
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::histogram::{HIGHEST_TRACKABLE_NS, SIGNIFICANT_DIGITS, new_ns_histogram};
 
@@ -98,7 +98,7 @@ pub(super) fn record_ns(hist: &mut Histogram<u64>, ns: u64, count: u64) {
 }
 
 /// Percentile summary of one histogram, as shown and exported.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct HandlerSummary {
     pub count: u64,
     pub min: u64,

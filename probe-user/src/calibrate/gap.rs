@@ -172,7 +172,7 @@ pub(super) fn interpolate_in(
 }
 
 /// The gaps before a probe's hits, for reports.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct GapSummary {
     /// Gaps counted: every hit after another on the same CPU in ring mode, pairs of
     /// timed hits in in-kernel mode.

@@ -12,9 +12,9 @@ use crate::aggregate::Snapshot;
 use crate::insitu;
 use crate::price::{assume::Assumption, estimate};
 
-use crate::price::report::ProbeCostReport;
 use super::export::Report;
 use super::format;
+use crate::price::report::ProbeCostReport;
 
 /// The probes' cost over the target's CPU above which probetop warns while it runs,
 /// whichever is crossed first: of one CPU, or of the target's own CPU.

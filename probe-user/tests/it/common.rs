@@ -520,10 +520,18 @@ pub fn instruction_offsets(path: &std::path::Path, function: &str) -> Vec<u64> {
     offsets
 }
 
-/// One module's tests at a time, as when each module was a test binary of its own: the
-/// measuring tests (in-situ, estimates, calibration, floods) count CPU time and must not
-/// share the machine with another module's probes. Tests of the same module still run
-/// side by side. Every test takes its turn first: `let _turn = turn(module_path!());`.
+/// Who runs beside whom: the one policy, and the only locks the integration tests take.
+///
+/// - One module's tests at a time, as when each module was a test binary of its own: the
+///   measuring tests (in-situ, estimates, calibration, floods) count CPU time and must not
+///   share the machine with another module's probes. Tests of the same module still run
+///   side by side. Every test takes its turn first: `let _turn = turn(module_path!());`.
+/// - A test whose probes would land in its neighbours' processes too (another tool's
+///   uprobes and tracefs events are armed in every process mapping the file) also takes
+///   [`alone`], after its turn: then no other test of its module runs beside it.
+///
+/// Anything else a test needs (root, fixtures, tools) is not waited for but said:
+/// `#[ignore = "needs ..."]` (docs/architecture.md, "Tests").
 pub fn turn(module: &'static str) -> Turn {
     let mut current = TURN.0.lock().unwrap_or_else(|e| e.into_inner());
     loop {
@@ -557,6 +565,15 @@ impl Drop for Turn {
         }
     }
 }
+
+/// One test at a time within its module's turn (see [`turn`]), until the guard drops.
+pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// bpftrace running `program` against `pid` (`-p`), returned once every probe of it is
 /// attached: its BEGIN probe fires after the others attach, while "Attaching N

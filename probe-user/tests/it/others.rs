@@ -9,16 +9,6 @@ use crate::common::*;
 /// Calls the fixture makes once everything is attached.
 const CALLS: u64 = 20_000;
 
-/// One test of this module at a time: bpftrace's uprobes and tracefs events are armed
-/// in every process mapping the file, so each test's probe is on the others' targets.
-static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ALONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// `probetop --pid PID --no-tui --export JSON`, no spec, until the target exits.
 fn watch(pid: u32, json: &std::path::Path) -> Running {
     let mut cmd = probetop();

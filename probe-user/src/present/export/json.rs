@@ -1,216 +1,252 @@
 //! JSON export. The fields below are a stable interface for scripts: add, never rename.
+//! The same types read an export back (the lab, xtask/lab, reads runs through them):
+//! every field but a probe's `kind` may be absent, as in an export from an older probetop.
 
-use serde::Serialize;
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 
 use super::{ExportError, Report};
 use crate::aggregate::HandlerSummary;
 use crate::spec::ProbeKind;
 
-#[derive(Serialize)]
-struct JsonTarget<'a> {
-    pid: u32,
-    exe: &'a std::path::Path,
-    comm: &'a str,
-    cmdline: &'a str,
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonTarget<'a> {
+    pub pid: u32,
+    pub exe: Cow<'a, std::path::Path>,
+    pub comm: Cow<'a, str>,
+    pub cmdline: Cow<'a, str>,
 }
 
-#[derive(Serialize)]
-struct JsonProbe<'a> {
-    id: u32,
-    spec: &'a str,
-    kind: ProbeKind,
-    name: &'a str,
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JsonProbe<'a> {
+    #[serde(default)]
+    pub id: u32,
+    #[serde(default)]
+    pub spec: Cow<'a, str>,
+    pub kind: ProbeKind,
+    #[serde(default)]
+    pub name: Cow<'a, str>,
     /// What `name` resolved to when that is another name: the preferred alias
     /// (`__libc_calloc` for `calloc`) or an IFUNC's implementation (`__strlen_avx2`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    resolved: Option<&'a str>,
-    object: &'a str,
-    address: u64,
-    file_offset: u64,
+    pub resolved: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub object: Cow<'a, str>,
+    #[serde(default)]
+    pub address: u64,
+    #[serde(default)]
+    pub file_offset: u64,
     /// Execs of the target followed before the probe was attached (`--follow-exec`;
     /// 0: the program probetop started on).
-    generation: u32,
+    #[serde(default)]
+    pub generation: u32,
     /// The program the target ran when the probe was attached.
-    exe: &'a str,
+    #[serde(default)]
+    pub exe: Cow<'a, str>,
     /// `ring`, `sample` or `kernel`: how hits reached probetop at the end.
-    mode: &'static str,
+    #[serde(default)]
+    pub mode: Cow<'static, str>,
     /// probetop's own probe (true), or another tool's it counted (false).
-    own: bool,
+    #[serde(default = "own_by_default")]
+    pub own: bool,
     /// Another tool's probe: who put it there.
     #[serde(skip_serializing_if = "Option::is_none")]
-    owner: Option<JsonOwner<'a>>,
-    hits: u64,
-    dropped: u64,
-    handler_ns: HandlerSummary,
+    pub owner: Option<JsonOwner<'a>>,
+    #[serde(default)]
+    pub hits: u64,
+    #[serde(default)]
+    pub dropped: u64,
+    #[serde(default)]
+    pub handler_ns: HandlerSummary,
     /// Argument values of the last hit that captured any (`--args`); null where a read
     /// faulted.
     #[serde(skip_serializing_if = "Option::is_none")]
-    last_args: Option<&'a [Option<u64>]>,
+    pub last_args: Option<Cow<'a, [Option<u64>]>>,
     /// Records received per thread: `{"tid": count}`.
-    threads: std::collections::BTreeMap<String, u64>,
+    #[serde(default)]
+    pub threads: std::collections::BTreeMap<String, u64>,
     /// Records received per process (`--follow-forks`, `--cgroup`, several `--pid`):
     /// `{"pid": count}`; absent when one process is probed.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pids: std::collections::BTreeMap<String, u64>,
+    #[serde(default)]
+    pub pids: std::collections::BTreeMap<String, u64>,
     /// Hits dropped per thread (a full ring buffer), counted in the kernel:
     /// `{"tid": count}`; absent when none was dropped.
     #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    threads_dropped: std::collections::BTreeMap<String, u64>,
+    #[serde(default)]
+    pub threads_dropped: std::collections::BTreeMap<String, u64>,
     /// Which hits `threads` and `threads_dropped` count: `every-hit` (together, every
     /// hit), `not-dropped` (some drops' threads are unknown: more threads dropped than
     /// the kernel's table holds), `sampled` (one hit in --sample-every), `before-kernel-mode`
     /// (auto mode's switch to the in-kernel histogram) or `none-in-kernel-mode`.
-    threads_cover: &'static str,
+    #[serde(default)]
+    pub threads_cover: Cow<'static, str>,
     /// The sum of `threads`, to set beside `hits`.
-    threads_hits: u64,
+    #[serde(default)]
+    pub threads_hits: u64,
     /// What the kernel does with the probed instruction on every hit (`emulated-push`,
     /// `emulated-nop`, `emulated-branch`, `optimized`, `single-stepped`, `refused`,
     /// `unknown`); null if not looked at.
-    cost_class: Option<&'static str>,
+    pub cost_class: Option<Cow<'static, str>>,
     /// The probed instruction, AT&T syntax.
     #[serde(skip_serializing_if = "Option::is_none")]
-    probed_instruction: Option<&'a str>,
+    pub probed_instruction: Option<Cow<'a, str>>,
     /// Estimated whole cost of one hit to the traced thread (trap, kernel dispatch,
     /// handler, way back), ns; null without a calibration for this machine.
-    whole_cost_ns: Option<f64>,
+    pub whole_cost_ns: Option<f64>,
     /// How `whole_cost_ns` was estimated: `dispatch-and-calibration` or `calibration`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    whole_cost_method: Option<&'static str>,
+    pub whole_cost_method: Option<Cow<'static, str>>,
     /// The calibration loop that priced `whole_cost_ns`: `hot` (caches warm between
     /// hits), `cold` (a server's footprint between hits) or `gap` (each hit by the
     /// idle time before it, `gaps`); see `cost.assumption`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    whole_cost_assumes: Option<&'static str>,
+    pub whole_cost_assumes: Option<Cow<'static, str>>,
     /// With `gap`: what placed its hits on the calibration's curves: `gap` (the idle
     /// time before each), `busy-gap` (the code run before each) or `handler-clock` (how
     /// slow the ring handler ran on each) or `streamed-clock` (in-kernel: how slow the
     /// ring handler ran on the hits streamed first, `streamed_clock_ns`; docs/cost.md).
     #[serde(skip_serializing_if = "Option::is_none")]
-    whole_cost_reading: Option<&'static str>,
+    pub whole_cost_reading: Option<Cow<'static, str>>,
     /// Share of one CPU the probe took from the target over the run (whole cost x
     /// hits / duration; 0.01 is 1% of a CPU).
-    cpu_share: Option<f64>,
+    pub cpu_share: Option<f64>,
     /// Kernel dispatch time, measured with fentry/fexit, when it was.
     #[serde(skip_serializing_if = "Option::is_none")]
-    dispatch_ns: Option<JsonDispatch>,
+    pub dispatch_ns: Option<JsonDispatch>,
     /// The time before each hit since the previous probetop hit on the same CPU: how
     /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: gap`
     /// prices each hit by it).
     #[serde(skip_serializing_if = "Option::is_none")]
-    gaps: Option<crate::calibrate::gap::GapSummary>,
+    pub gaps: Option<crate::calibrate::gap::GapSummary>,
     /// The same gaps less the time their CPU was idle: the code run on it between the
     /// two hits (the `sched_switch` program). `gap` pricing takes the work curve there
     /// when it is dearer than the gap curve.
     #[serde(skip_serializing_if = "Option::is_none")]
-    busy_gaps: Option<crate::calibrate::gap::GapSummary>,
+    pub busy_gaps: Option<crate::calibrate::gap::GapSummary>,
     /// In-kernel mode: probetop's ring handler's own time over the hits streamed in the
     /// first `--clock-seconds` (before the probe went to the kernel), ns: how cold the
     /// target runs each hit, which `streamed-clock` pricing reads.
     #[serde(skip_serializing_if = "Option::is_none")]
-    streamed_clock_ns: Option<HandlerSummary>,
+    pub streamed_clock_ns: Option<HandlerSummary>,
+}
+
+/// Exports from before other tools' probes were counted hold only probetop's own.
+fn own_by_default() -> bool {
+    true
 }
 
 /// The owner of another tool's probe, and what its program costs per run.
-#[derive(Serialize)]
-struct JsonOwner<'a> {
-    pid: Option<u32>,
-    comm: Option<&'a str>,
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonOwner<'a> {
+    pub pid: Option<u32>,
+    pub comm: Option<Cow<'a, str>>,
     /// `bpftrace`, `bcc`, `python`, `perf`, `probetop`, `tracefs`, or the holder's comm.
-    tool: &'a str,
+    pub tool: Cow<'a, str>,
     /// `bpf` (a BPF program on a perf event or link) or `tracefs` (`uprobe_events`).
-    via: &'static str,
+    pub via: Cow<'static, str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    prog_id: Option<u32>,
+    pub prog_id: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    event: Option<&'a str>,
+    pub event: Option<Cow<'a, str>>,
     /// The owner's program per run, ns, in `whole_cost_ns`; null when not priced.
-    program_ns: Option<f64>,
+    pub program_ns: Option<f64>,
     /// `bpf-stats` (the kernel's run statistics over the window, `--bpf-stats`),
     /// `assumed-counting-program` (as dear as probetop's counting program, from the
     /// calibration) or `not-priced` (a tracefs event: ftrace's write per hit).
-    program_method: Option<&'static str>,
+    pub program_method: Option<Cow<'static, str>>,
     /// How probetop counted its hits: a probe of its own on the same site, filtered to
     /// the target, whose program only counts; what that adds per hit, ns (calibration),
     /// is not in `whole_cost_ns`.
-    hits_method: &'static str,
-    counting_ns: Option<f64>,
+    pub hits_method: Cow<'static, str>,
+    pub counting_ns: Option<f64>,
 }
 
 /// Kernel dispatch time of one probe: entry breakpoint hits and uretprobe returns.
-#[derive(Serialize)]
-struct JsonDispatch {
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonDispatch {
     /// Mean dispatch per hit of the probe (entry mean plus return mean).
-    per_hit_mean: Option<f64>,
+    pub per_hit_mean: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    entry: Option<HandlerSummary>,
+    pub entry: Option<HandlerSummary>,
     #[serde(rename = "return", skip_serializing_if = "Option::is_none")]
-    ret: Option<HandlerSummary>,
+    pub ret: Option<HandlerSummary>,
 }
 
 /// Run-wide cost.
-#[derive(Serialize)]
-struct JsonCost<'a> {
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonCost<'a> {
     /// Share of one CPU all estimated probes took from the target.
-    cpu_share: Option<f64>,
+    pub cpu_share: Option<f64>,
     /// Kernel dispatches in the target that matched none of the probes (another
     /// tool's uprobes), when dispatch was measured.
     #[serde(skip_serializing_if = "Option::is_none")]
-    other_uprobe_dispatch: Option<JsonOtherDispatch>,
+    pub other_uprobe_dispatch: Option<JsonOtherDispatch>,
     /// Kernel dispatches in the target the dispatch clock saw end but not begin (begun
     /// before it attached), so timed nowhere; 0 in a run that starts before the
     /// target's hits, when dispatch was measured.
     #[serde(skip_serializing_if = "Option::is_none")]
-    dispatch_unmeasured: Option<u64>,
+    pub dispatch_unmeasured: Option<u64>,
     /// The kernel functions that timed dispatches on this kernel, when they were.
     #[serde(skip_serializing_if = "Option::is_none")]
-    dispatch_hooks: Option<JsonDispatchHooks>,
+    pub dispatch_hooks: Option<JsonDispatchHooks>,
     /// Other BPF programs on probes of objects the target maps.
-    other_bpf_programs: &'a [crate::attach::bpf_stats::OtherProgram],
+    /// Not read back (empty when deserialized): their kinds are static names.
+    #[serde(skip_deserializing)]
+    pub other_bpf_programs: Cow<'a, [crate::attach::bpf_stats::OtherProgram]>,
     /// How `cpu_share` was found: `in-situ` (measured on the target) or `estimate`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    whole_cost_method: Option<&'static str>,
+    pub whole_cost_method: Option<Cow<'static, str>>,
     /// The whole cost per hit over every probe (weighted by hits) as estimated, beside
     /// the in-situ measurement.
     #[serde(skip_serializing_if = "Option::is_none")]
-    estimated_per_hit_ns: Option<f64>,
+    pub estimated_per_hit_ns: Option<f64>,
     /// The in-situ measurement (`--in-situ`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    in_situ: Option<JsonInSitu>,
+    pub in_situ: Option<JsonInSitu>,
     /// Hot or cold caches between hits, as `--assume` decided over the run.
     #[serde(skip_serializing_if = "Option::is_none")]
-    assumption: Option<JsonAssumption>,
+    pub assumption: Option<JsonAssumption>,
     /// The estimate per hit over every probe under each assumption the calibration
     /// can price (`hot`, `cold`, `clock`): the range `assumption` chose in.
     #[serde(skip_serializing_if = "Option::is_none")]
-    estimates_per_hit_ns: Option<JsonBracket>,
+    pub estimates_per_hit_ns: Option<JsonBracket>,
 }
 
 /// The estimate per hit under each assumption.
-#[derive(Serialize)]
-struct JsonBracket {
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonBracket {
     #[serde(skip_serializing_if = "Option::is_none")]
-    hot: Option<f64>,
+    pub hot: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    cold: Option<f64>,
+    pub cold: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    clock: Option<f64>,
+    pub clock: Option<f64>,
 }
 
 /// The hot-or-cold decision of a run.
-#[derive(Serialize)]
-struct JsonAssumption {
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonAssumption {
     /// `hot` or `cold`: the calibration loop that prices the hits.
-    assumes: &'static str,
+    pub assumes: Cow<'static, str>,
     /// Why: `--assume hot|cold`, or what auto saw.
-    why: String,
+    pub why: String,
 }
 
 /// A mean and its 95% bootstrap confidence interval.
-#[derive(Serialize)]
-struct JsonInterval {
-    mean: f64,
-    low: f64,
-    high: f64,
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonInterval {
+    pub mean: f64,
+    pub low: f64,
+    pub high: f64,
 }
 
 impl From<crate::insitu::Interval> for JsonInterval {
@@ -224,49 +260,50 @@ impl From<crate::insitu::Interval> for JsonInterval {
 }
 
 /// What the probes cost the target, measured on it by alternating windows.
-#[derive(Serialize)]
-struct JsonInSitu {
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonInSitu {
     /// `measured`, `measuring` (too few windows) or `not enough signal: run longer`.
-    verdict: &'static str,
+    pub verdict: Cow<'static, str>,
     /// The unit of work CPU is compared per: `syscalls`, `wakeups` or `none` (per
     /// second).
-    work: &'static str,
-    windows_on: usize,
-    windows_off: usize,
-    pairs: usize,
+    pub work: Cow<'static, str>,
+    pub windows_on: usize,
+    pub windows_off: usize,
+    pub pairs: usize,
     /// Pairs left out because a process of the set exited in them, its last CPU
     /// unmeasured.
-    dropped_pairs: usize,
+    pub dropped_pairs: usize,
     /// The most and the fewest processes a window covered (1 for one --pid).
-    processes: u32,
-    processes_min: u32,
-    seconds_on: f64,
-    seconds_off: f64,
+    pub processes: u32,
+    pub processes_min: u32,
+    pub seconds_on: f64,
+    pub seconds_off: f64,
     /// Added CPU while attached, as a share of one CPU.
-    cpu_share: Option<JsonInterval>,
-    per_hit_ns: Option<JsonInterval>,
+    pub cpu_share: Option<JsonInterval>,
+    pub per_hit_ns: Option<JsonInterval>,
     /// With a work meter: the work rate while attached against detached, relative
     /// (-0.02: 2% less work done while attached).
     #[serde(skip_serializing_if = "Option::is_none")]
-    work_moved: Option<JsonInterval>,
+    pub work_moved: Option<JsonInterval>,
     /// With a work meter: the added CPU per hit by CPU per second alone (`--work none`'s
     /// arithmetic on the same windows).
     #[serde(skip_serializing_if = "Option::is_none")]
-    per_hit_cpu_alone_ns: Option<JsonInterval>,
-    hits_per_second: f64,
+    pub per_hit_cpu_alone_ns: Option<JsonInterval>,
+    pub hits_per_second: f64,
     /// The target's own CPU share in the detached windows.
-    base_cpu_share: Option<f64>,
-    detach_ms: Option<f64>,
-    attach_ms: Option<f64>,
+    pub base_cpu_share: Option<f64>,
+    pub detach_ms: Option<f64>,
+    pub attach_ms: Option<f64>,
     /// The target's CPU during the changes beyond its detached rate, per on/off cycle.
-    churn_cpu_ms: Option<f64>,
+    pub churn_cpu_ms: Option<f64>,
 }
 
 impl From<&crate::insitu::InSituSummary> for JsonInSitu {
     fn from(s: &crate::insitu::InSituSummary) -> Self {
         Self {
-            verdict: s.verdict.as_str(),
-            work: s.work.as_str(),
+            verdict: s.verdict.as_str().into(),
+            work: s.work.as_str().into(),
             windows_on: s.windows_on,
             windows_off: s.windows_off,
             pairs: s.pairs,
@@ -289,51 +326,55 @@ impl From<&crate::insitu::InSituSummary> for JsonInSitu {
 }
 
 /// What timed the dispatches: entries always; returns where the kernel allows.
-#[derive(Serialize)]
-struct JsonDispatchHooks {
-    entries: &'static str,
-    returns: Option<&'static str>,
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonDispatchHooks {
+    pub entries: Cow<'static, str>,
+    pub returns: Option<Cow<'static, str>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    returns_missing: Option<&'static str>,
+    pub returns_missing: Option<Cow<'static, str>>,
 }
 
-#[derive(Serialize)]
-struct JsonOtherDispatch {
-    count: u64,
-    mean_ns: Option<f64>,
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonOtherDispatch {
+    pub count: u64,
+    pub mean_ns: Option<f64>,
 }
 
 /// An exec of the target probetop followed.
-#[derive(Serialize)]
-struct JsonExec<'a> {
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonExec<'a> {
     /// Probes attached after it carry this generation.
-    generation: u32,
-    exe: &'a str,
-    at_unix_ms: u64,
+    pub generation: u32,
+    pub exe: Cow<'a, str>,
+    pub at_unix_ms: u64,
     /// Probes attached to the new program (0: no spec matched it).
-    probes_attached: usize,
+    pub probes_attached: usize,
 }
 
 /// The run's headline: what every probe together cost the target.
-#[derive(Serialize)]
-struct JsonHeadline {
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonHeadline {
     /// In words, as the stdout summary and the TUI's status line say it.
-    text: String,
+    pub text: String,
     /// Share of one CPU all probes cost the target (0.032: 3.2% of one CPU).
-    cpu_share: Option<f64>,
+    pub cpu_share: Option<f64>,
     /// The target's own CPU, the probes' cost taken out, share of one CPU.
-    target_own_cpu_share: Option<f64>,
+    pub target_own_cpu_share: Option<f64>,
     /// `cpu_share` over `target_own_cpu_share` (0.18: +18% on the target's own CPU).
-    on_target: Option<f64>,
+    pub on_target: Option<f64>,
     /// Whole cost of a hit, every probe's weighted by its hits, ns.
-    per_hit_ns: Option<f64>,
+    pub per_hit_ns: Option<f64>,
     /// `estimate` (calibration), `in-situ` (measured on the target) or `none`.
-    method: &'static str,
+    pub method: Cow<'static, str>,
     /// In situ: the 95% interval of `cpu_share`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    cpu_share_low: Option<f64>,
+    pub cpu_share_low: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    cpu_share_high: Option<f64>,
+    pub cpu_share_high: Option<f64>,
 }
 
 impl From<&Report> for JsonHeadline {
@@ -350,48 +391,49 @@ impl From<&Report> for JsonHeadline {
             target_own_cpu_share: h.target_own,
             on_target: h.on_target(),
             per_hit_ns: h.per_hit_ns,
-            method: h.method.as_str(),
+            method: Cow::Borrowed(h.method.as_str()),
             cpu_share_low: low,
             cpu_share_high: high,
         }
     }
 }
 
-#[derive(Serialize)]
-struct JsonReport<'a> {
-    tool: &'static str,
-    version: &'static str,
-    target: JsonTarget<'a>,
-    started_unix_ms: u64,
-    duration_s: f64,
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonReport<'a> {
+    pub tool: Cow<'static, str>,
+    pub version: Cow<'static, str>,
+    pub target: JsonTarget<'a>,
+    pub started_unix_ms: u64,
+    pub duration_s: f64,
     /// What every probe together cost the target: read this first.
-    headline: JsonHeadline,
-    probes: Vec<JsonProbe<'a>>,
-    cost: JsonCost<'a>,
+    pub headline: JsonHeadline,
+    pub probes: Vec<JsonProbe<'a>>,
+    pub cost: JsonCost<'a>,
     /// The execs followed (`--follow-exec`), oldest first; empty without.
-    execs: Vec<JsonExec<'a>>,
+    pub execs: Vec<JsonExec<'a>>,
     /// How the probes were attached: `uprobe_multi` (one link per binary) or
     /// `perf_event` (one event per probe).
     #[serde(skip_serializing_if = "Option::is_none")]
-    attach_path: Option<&'static str>,
+    pub attach_path: Option<Cow<'static, str>>,
     /// Points the specs matched that the kernel refuses to probe: not attached.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    skipped: &'a [super::SkippedPoint],
+    pub skipped: Cow<'a, [super::SkippedPoint]>,
     /// Probed objects the target loaded again as another file (replaced on disk): their
     /// probes stayed on the old one and missed the new file's calls.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    replaced_objects: &'a [super::ReplacedObject],
+    pub replaced_objects: Cow<'a, [super::ReplacedObject]>,
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let doc = JsonReport {
-        tool: "probetop",
-        version: env!("CARGO_PKG_VERSION"),
+        tool: "probetop".into(),
+        version: env!("CARGO_PKG_VERSION").into(),
         target: JsonTarget {
             pid: report.target.pid,
-            exe: &report.target.exe,
-            comm: &report.target.comm,
-            cmdline: &report.target.cmdline,
+            exe: Cow::Borrowed(&report.target.exe),
+            comm: Cow::Borrowed(&report.target.comm),
+            cmdline: Cow::Borrowed(&report.target.cmdline),
         },
         started_unix_ms: report.started_unix_ms,
         duration_s: report.duration_s,
@@ -401,33 +443,33 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             .iter()
             .map(|p| JsonProbe {
                 id: p.id,
-                spec: &p.spec,
+                spec: Cow::Borrowed(&p.spec),
                 kind: p.kind,
-                name: &p.name,
-                resolved: p.resolved.as_deref(),
-                object: &p.object,
+                name: Cow::Borrowed(&p.name),
+                resolved: p.resolved.as_deref().map(Cow::Borrowed),
+                object: Cow::Borrowed(&p.object),
                 address: p.address,
                 file_offset: p.file_offset,
                 generation: p.generation,
-                exe: &p.exe,
-                mode: p.mode.as_str(),
+                exe: Cow::Borrowed(&p.exe),
+                mode: p.mode.as_str().into(),
                 own: p.other.is_none(),
                 owner: p.other.as_ref().map(|site| JsonOwner {
                     pid: site.owner.pid,
-                    comm: site.owner.comm.as_deref(),
-                    tool: &site.owner.tool,
-                    via: site.via(),
+                    comm: site.owner.comm.as_deref().map(Cow::Borrowed),
+                    tool: Cow::Borrowed(&site.owner.tool),
+                    via: site.via().into(),
                     prog_id: site.prog_id,
-                    event: site.event.as_deref(),
+                    event: site.event.as_deref().map(Cow::Borrowed),
                     program_ns: p.cost.other.and_then(|o| o.program_ns),
-                    program_method: p.cost.other.map(|o| o.program_method.as_str()),
-                    hits_method: "counting-probe-on-the-same-site",
+                    program_method: p.cost.other.map(|o| o.program_method.as_str().into()),
+                    hits_method: "counting-probe-on-the-same-site".into(),
                     counting_ns: p.cost.counting_ns,
                 }),
                 hits: p.hits,
                 dropped: p.dropped,
                 handler_ns: HandlerSummary::of(&p.handler_ns),
-                last_args: p.last_args.as_deref(),
+                last_args: p.last_args.as_deref().map(Cow::Borrowed),
                 threads: p
                     .threads
                     .iter()
@@ -443,19 +485,20 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     .iter()
                     .map(|(tid, n)| (tid.to_string(), *n))
                     .collect(),
-                threads_cover: p.threads_cover.as_str(),
+                threads_cover: p.threads_cover.as_str().into(),
                 threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
-                cost_class: p.cost.site.as_ref().map(|s| s.class.as_str()),
+                cost_class: p.cost.site.as_ref().map(|s| s.class.as_str().into()),
                 probed_instruction: p
                     .cost
                     .site
                     .as_ref()
                     .map(|s| s.instruction.as_str())
-                    .filter(|i| !i.is_empty()),
+                    .filter(|i| !i.is_empty())
+                    .map(Cow::Borrowed),
                 whole_cost_ns: p.cost.whole_cost_ns,
-                whole_cost_method: p.cost.method.map(|m| m.as_str()),
-                whole_cost_assumes: p.cost.assumes.map(|a| a.as_str()),
-                whole_cost_reading: p.cost.reading.map(|r| r.as_str()),
+                whole_cost_method: p.cost.method.map(|m| m.as_str().into()),
+                whole_cost_assumes: p.cost.assumes.map(|a| a.as_str().into()),
+                whole_cost_reading: p.cost.reading.map(|r| r.as_str().into()),
                 cpu_share: p.cost.cpu_share,
                 dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
                     per_hit_mean: d.per_hit_ns(),
@@ -475,22 +518,22 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             }),
             dispatch_unmeasured: report.cost.dispatch_unmeasured,
             dispatch_hooks: report.cost.dispatch_hooks.map(|h| JsonDispatchHooks {
-                entries: h.entries,
-                returns: h.returns,
-                returns_missing: h.returns_missing,
+                entries: h.entries.into(),
+                returns: h.returns.map(Into::into),
+                returns_missing: h.returns_missing.map(Into::into),
             }),
-            other_bpf_programs: &report.cost.other_programs,
+            other_bpf_programs: Cow::Borrowed(&report.cost.other_programs),
             whole_cost_method: report.cost.in_situ.as_ref().map(|s| {
                 if s.verdict == crate::insitu::Verdict::Measured {
-                    "in-situ"
+                    "in-situ".into()
                 } else {
-                    "estimate"
+                    "estimate".into()
                 }
             }),
             estimated_per_hit_ns: report.cost.estimated_per_hit_ns,
             in_situ: report.cost.in_situ.as_ref().map(Into::into),
             assumption: report.cost.assumption.as_ref().map(|d| JsonAssumption {
-                assumes: d.assumes.as_str(),
+                assumes: d.assumes.as_str().into(),
                 why: d.why.clone(),
             }),
             estimates_per_hit_ns: (!report.cost.bracket.is_empty()).then_some(JsonBracket {
@@ -504,14 +547,14 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             .iter()
             .map(|e| JsonExec {
                 generation: e.generation,
-                exe: &e.exe,
+                exe: Cow::Borrowed(&e.exe),
                 at_unix_ms: e.at_unix_ms,
                 probes_attached: e.probes_attached,
             })
             .collect(),
-        attach_path: report.attach_path,
-        skipped: &report.skipped,
-        replaced_objects: &report.replaced,
+        attach_path: report.attach_path.map(Into::into),
+        skipped: Cow::Borrowed(&report.skipped),
+        replaced_objects: Cow::Borrowed(&report.replaced),
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",
@@ -618,5 +661,27 @@ mod tests {
             serde_json::json!([{"generation": 1, "exe": "/usr/bin/other",
                                 "at_unix_ms": 1_700_000_000_500u64, "probes_attached": 1}])
         );
+    }
+
+    #[test]
+    fn an_export_reads_back_through_the_same_types() {
+        let bytes = render(&with_other(sample_report())).expect("renders");
+        let back: JsonReport<'static> = serde_json::from_slice(&bytes).expect("reads back");
+        assert_eq!(back.probes.len(), 2);
+        assert_eq!(back.probes[1].hits, 12);
+        let written: serde_json::Value = serde_json::from_slice(&bytes).expect("valid JSON");
+        let again = serde_json::to_value(&back).expect("encodes");
+        assert_eq!(written, again);
+    }
+
+    #[test]
+    fn an_older_export_without_newer_fields_reads() {
+        let old =
+            r#"{"duration_s": 2.0, "probes": [{"kind": "uprobe", "spec": "uprobe:f", "hits": 3}]}"#;
+        let back: JsonReport<'static> = serde_json::from_str(old).expect("reads");
+        assert_eq!(back.duration_s, 2.0);
+        let p = &back.probes[0];
+        assert_eq!((p.spec.as_ref(), p.hits, p.own), ("uprobe:f", 3, true));
+        assert!(p.whole_cost_ns.is_none() && back.cost.in_situ.is_none());
     }
 }

@@ -120,7 +120,7 @@ pub struct Report {
 /// probing started and loaded again as the new file: the probes on it stay on the old
 /// file, and count none of the new file's calls. Not loaded then: the probes were
 /// moved to the new file (`probes_moved`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ReplacedObject {
     pub object: String,
     /// Ids of the probes on the old file.
@@ -132,7 +132,7 @@ pub struct ReplacedObject {
 }
 
 /// A probe point a spec matched that was not attached, and why.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct SkippedPoint {
     pub spec: String,
     pub name: String,

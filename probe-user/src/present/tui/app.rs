@@ -6,9 +6,9 @@ use crossterm::event::{
 };
 use ratatui::layout::{Constraint, Flex, Layout, Margin, Rect};
 
-use super::table::{self, SortColumn};
+use super::columns::{self, Numbers, SortColumn, View};
 use super::theme::Theme;
-use crate::aggregate::{HandlerSummary, ProbeSnapshot, Snapshot};
+use crate::aggregate::Snapshot;
 use crate::present::ProbeLabel;
 
 /// Who is being probed, for the status line.
@@ -53,14 +53,6 @@ pub enum UiEvent {
         attached: Vec<bool>,
         message: String,
     },
-}
-
-/// Cumulative numbers since attach (or reset), or those of the last closed interval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum View {
-    #[default]
-    Cumulative,
-    Interval,
 }
 
 /// How the table is sorted.
@@ -131,52 +123,6 @@ pub enum Effect {
     Redraw,
     Quit,
     Send(UiRequest),
-}
-
-/// The numbers of one probe in the current view.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Numbers {
-    pub hits: u64,
-    pub per_second: f64,
-    pub dropped: u64,
-    pub handler: HandlerSummary,
-    pub whole_cost_ns: Option<f64>,
-    pub cpu_share: Option<f64>,
-    /// The median gap before a hit, us, when hits are priced by it.
-    pub gap_median_us: Option<f64>,
-    /// Its busy part's median, us.
-    pub busy_median_us: Option<f64>,
-    /// What placed its hits on the calibration's curves.
-    pub reading: Option<crate::price::estimate::GapReading>,
-}
-
-impl Numbers {
-    pub fn of(probe: &ProbeSnapshot, view: View) -> Self {
-        match view {
-            View::Cumulative => Self {
-                hits: probe.hits,
-                per_second: probe.per_second,
-                dropped: probe.dropped,
-                handler: probe.handler,
-                whole_cost_ns: probe.whole_cost_ns,
-                cpu_share: probe.cpu_share,
-                gap_median_us: probe.gap_median_us,
-                busy_median_us: probe.busy_median_us,
-                reading: probe.reading,
-            },
-            View::Interval => Self {
-                hits: probe.interval.hits,
-                per_second: probe.interval.per_second,
-                dropped: probe.interval.dropped,
-                handler: probe.interval.handler,
-                whole_cost_ns: probe.whole_cost_ns,
-                cpu_share: probe.cpu_share,
-                gap_median_us: probe.gap_median_us,
-                busy_median_us: probe.busy_median_us,
-                reading: probe.reading,
-            },
-        }
-    }
 }
 
 /// Where each part of the screen goes.
@@ -567,7 +513,7 @@ impl App {
             return Effect::Nothing;
         }
         if y == inner.y {
-            let columns = table::visible_columns(inner.width);
+            let columns = columns::visible_columns(inner.width);
             let rects = column_rects(inner, &columns);
             let Some(index) = rects.iter().position(|r| x >= r.x && x < r.right()) else {
                 return Effect::Nothing;
@@ -638,7 +584,7 @@ impl App {
     fn shift_sort(&mut self, by: isize) -> Effect {
         let inner_width = self.areas().table.width.saturating_sub(2);
         let order: Vec<SortColumn> = std::iter::once(SortColumn::Name)
-            .chain(table::visible_columns(inner_width).iter().map(|c| c.sort))
+            .chain(columns::visible_columns(inner_width).iter().map(|c| c.sort))
             .collect();
         let current = order
             .iter()
@@ -681,12 +627,12 @@ fn as_shown(value: f64) -> f64 {
 
 /// The areas of the name column and each numeric column inside the table's borders,
 /// computed as ratatui's Table computes them.
-pub fn column_rects(inner: Rect, columns: &[&table::Column]) -> Vec<Rect> {
-    let widths = std::iter::once(Constraint::Min(table::NAME_MIN_WIDTH))
+pub fn column_rects(inner: Rect, columns: &[&columns::Column]) -> Vec<Rect> {
+    let widths = std::iter::once(Constraint::Min(columns::NAME_MIN_WIDTH))
         .chain(columns.iter().map(|c| Constraint::Length(c.width)));
     Layout::horizontal(widths)
         .flex(Flex::Start)
-        .spacing(table::COLUMN_SPACING)
+        .spacing(columns::COLUMN_SPACING)
         .split(Rect::new(inner.x, inner.y, inner.width, 1))
         .to_vec()
 }

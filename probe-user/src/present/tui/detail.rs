@@ -9,7 +9,8 @@ use ratatui::{
     widgets::{Block, Paragraph},
 };
 
-use super::app::{App, View};
+use super::app::App;
+use super::columns::View;
 use super::plot::{Plot, Series};
 use super::table::{ellipsize, ellipsize_middle};
 use crate::aggregate::{CapturedArgs, FocusDetail, HISTORY_SPAN, HistoryPoint, PercentileCurve};

@@ -12,6 +12,7 @@
 //! panic, so the session still writes its exports and detaches.
 
 mod app;
+mod columns;
 mod detail;
 mod help;
 mod plot;
@@ -33,8 +34,8 @@ use futures_util::StreamExt as _;
 use ratatui::{DefaultTerminal, Frame, widgets::Paragraph};
 use tokio::sync::{mpsc, watch};
 
-pub use app::{App, Effect, Sort, TargetLine, UiEvent, UiRequest, View};
-pub use table::SortColumn;
+pub use app::{App, Effect, Sort, TargetLine, UiEvent, UiRequest};
+pub use columns::{SortColumn, View};
 pub use theme::Theme;
 
 use crate::aggregate::Snapshot;

@@ -8,221 +8,12 @@ use ratatui::{
     widgets::{Block, Cell, Paragraph, Row, Table, TableState},
 };
 
-use super::app::{App, Numbers, View, effective_offset, visible_rows};
+use super::app::{App, effective_offset, visible_rows};
+use super::columns::{
+    COLUMN_SPACING, COLUMNS, Column, HANDLER_FROM, NAME_MIN_WIDTH, SortColumn, View,
+    visible_columns,
+};
 use crate::present::format;
-
-/// Narrowest the probe name column may get before numeric columns are hidden.
-pub const NAME_MIN_WIDTH: u16 = 18;
-pub const COLUMN_SPACING: u16 = 1;
-
-/// What the table can be sorted by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SortColumn {
-    Name,
-    Hits,
-    PerSecond,
-    CpuShare,
-    WholeCost,
-    Min,
-    P50,
-    P90,
-    P99,
-    P999,
-    Max,
-    Mean,
-    Drops,
-}
-
-impl SortColumn {
-    /// The value sorted on; `None` sorts last (no data yet).
-    pub fn key(self, n: &Numbers) -> Option<f64> {
-        let has_hits = n.handler.count > 0;
-        let handler = |v: u64| has_hits.then_some(v as f64);
-        match self {
-            Self::Name => None,
-            Self::Hits => Some(n.hits as f64),
-            Self::PerSecond => Some(n.per_second),
-            Self::CpuShare => n.cpu_share,
-            Self::WholeCost => n.whole_cost_ns,
-            Self::Min => handler(n.handler.min),
-            Self::P50 => handler(n.handler.p50),
-            Self::P90 => handler(n.handler.p90),
-            Self::P99 => handler(n.handler.p99),
-            Self::P999 => handler(n.handler.p999),
-            Self::Max => handler(n.handler.max),
-            Self::Mean => has_hits.then_some(n.handler.mean),
-            Self::Drops => Some(n.dropped as f64),
-        }
-    }
-
-    /// Names read A to Z; numbers read biggest first, as in top.
-    pub fn descending_by_default(self) -> bool {
-        self != Self::Name
-    }
-}
-
-/// A numeric column of the probe table.
-pub struct Column {
-    pub title: &'static str,
-    pub width: u16,
-    /// Lower is kept longer when the terminal is narrow.
-    pub priority: u8,
-    pub sort: SortColumn,
-    pub value: fn(&Numbers) -> String,
-}
-
-/// A handler-time cell: blank without hits.
-fn handler_ns(n: &Numbers, value: u64) -> String {
-    if n.handler.count == 0 {
-        "-".into()
-    } else {
-        format::ns(value)
-    }
-}
-
-/// A cost cell: `-` for a probe without hits (it cost nothing, and its price per hit
-/// would read as what it cost) or without a price.
-fn cost_cell(n: &Numbers, value: Option<String>) -> String {
-    match value {
-        Some(v) if n.hits > 0 => v,
-        _ => "-".into(),
-    }
-}
-
-/// A count in full while it fits a column `width` wide, abbreviated (`1.03M`) beyond:
-/// the table cuts what does not fit, and a cut number reads as another one.
-fn count_cell(value: u64, width: u16) -> String {
-    let full = value.to_string();
-    if full.len() <= usize::from(width) {
-        full
-    } else {
-        format::count(value as f64)
-    }
-}
-
-/// Where the handler's columns start in [`COLUMNS`]: the ones before say what the probes
-/// cost the target; these, the time the BPF program itself took, a part of that cost.
-pub const HANDLER_FROM: usize = 5;
-
-/// The cost columns first (what a hit costs the target, the share of a CPU), then the
-/// rates, then the BPF handler's own time.
-pub const COLUMNS: [Column; 12] = [
-    Column {
-        title: "COST/HIT",
-        width: 8,
-        priority: 0,
-        sort: SortColumn::WholeCost,
-        value: |n| cost_cell(n, n.whole_cost_ns.map(format::ns_f)),
-    },
-    Column {
-        title: "%CPU",
-        width: 6,
-        priority: 0,
-        sort: SortColumn::CpuShare,
-        value: |n| cost_cell(n, n.cpu_share.map(format::percent)),
-    },
-    Column {
-        title: "HITS/S",
-        width: 7,
-        priority: 0,
-        sort: SortColumn::PerSecond,
-        value: |n| format::count(n.per_second),
-    },
-    Column {
-        title: "HITS",
-        width: 9,
-        priority: 1,
-        sort: SortColumn::Hits,
-        value: |n| count_cell(n.hits, 9),
-    },
-    Column {
-        title: "DROPS",
-        width: 6,
-        priority: 0,
-        sort: SortColumn::Drops,
-        value: |n| count_cell(n.dropped, 6),
-    },
-    Column {
-        title: "MIN",
-        width: 6,
-        priority: 2,
-        sort: SortColumn::Min,
-        value: |n| handler_ns(n, n.handler.min),
-    },
-    Column {
-        title: "P50",
-        width: 6,
-        priority: 0,
-        sort: SortColumn::P50,
-        value: |n| handler_ns(n, n.handler.p50),
-    },
-    Column {
-        title: "P90",
-        width: 6,
-        priority: 3,
-        sort: SortColumn::P90,
-        value: |n| handler_ns(n, n.handler.p90),
-    },
-    Column {
-        title: "P99",
-        width: 6,
-        priority: 0,
-        sort: SortColumn::P99,
-        value: |n| handler_ns(n, n.handler.p99),
-    },
-    Column {
-        title: "P99.9",
-        width: 6,
-        priority: 2,
-        sort: SortColumn::P999,
-        value: |n| handler_ns(n, n.handler.p999),
-    },
-    Column {
-        title: "MAX",
-        width: 6,
-        priority: 1,
-        sort: SortColumn::Max,
-        value: |n| handler_ns(n, n.handler.max),
-    },
-    Column {
-        title: "MEAN",
-        width: 6,
-        priority: 3,
-        sort: SortColumn::Mean,
-        value: |n| {
-            if n.handler.count == 0 {
-                "-".into()
-            } else {
-                format::ns_f(n.handler.mean)
-            }
-        },
-    },
-];
-
-/// The numeric columns that fit beside a readable probe name in `width` cells, least
-/// important dropped first.
-pub fn visible_columns(width: u16) -> Vec<&'static Column> {
-    let mut shown: Vec<&Column> = COLUMNS.iter().collect();
-    let needed = |cols: &[&Column]| {
-        NAME_MIN_WIDTH + cols.iter().map(|c| c.width + COLUMN_SPACING).sum::<u16>()
-    };
-    for priority in (0..=3).rev() {
-        if needed(&shown) <= width {
-            break;
-        }
-        // Even the essential columns do not fit: keep what fits, left to right.
-        if priority == 0 {
-            let mut used = NAME_MIN_WIDTH;
-            shown.retain(|c| {
-                used += c.width + COLUMN_SPACING;
-                used <= width
-            });
-            break;
-        }
-        shown.retain(|c| c.priority < priority);
-    }
-    shown
-}
 
 const SORT_MARK_DESCENDING: &str = "▼";
 const SORT_MARK_ASCENDING: &str = "▲";
@@ -403,16 +194,12 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
 /// The heading over the handler's columns, on the table's top border: those columns
 /// are the BPF program's own time per hit, a part of COST/HIT, not the whole.
 fn render_handler_heading(frame: &mut Frame, area: Rect, columns: &[&Column], app: &App) {
-    let first = COLUMNS
-        .iter()
-        .position(|c| columns.first().is_some_and(|f| std::ptr::eq(c, *f)));
     let Some(from) = columns
         .iter()
         .position(|c| COLUMNS[HANDLER_FROM..].iter().any(|h| std::ptr::eq(h, *c)))
     else {
         return;
     };
-    let _ = first;
     let inner = Rect::new(
         area.x + 1,
         area.y + 1,

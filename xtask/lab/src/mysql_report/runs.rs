@@ -35,7 +35,7 @@ impl Report {
         self.commands.insert(
             "trapcost",
             format!(
-                "cc -O2 -o trapcost xtask/src/trapcost.c && ./trapcost {calls} f_push  # then \
+                "cc -O2 -o trapcost xtask/lab/src/trapcost.c && ./trapcost {calls} f_push  # then \
                  probetop --pid PID --no-tui -e uprobe:f_push, and a line on its stdin"
             ),
         );
@@ -332,11 +332,7 @@ impl Report {
                 let path = export_prefix
                     .context("probetop runs export")?
                     .with_extension("json");
-                let text =
-                    fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-                let json: Value = serde_json::from_slice(&text)
-                    .with_context(|| format!("reading {}", path.display()))?;
-                run.probes = json["probes"].as_array().cloned().unwrap_or_default();
+                run.probes = crate::util::export::read(&path)?.probes;
             }
             Variant::Bpftrace => {
                 let text = output.unwrap_or_default();

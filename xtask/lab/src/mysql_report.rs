@@ -9,14 +9,14 @@
 //! time to price each site.
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::io::{BufRead as _, BufReader, Read};
+use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 use std::{fs, thread};
 
 use anyhow::{Context as _, Result, bail, ensure};
+use probe_user::present::export::json::JsonProbe;
 use serde_json::{Value, json};
 
 use crate::mysql::{
@@ -29,16 +29,12 @@ use crate::{Ctx, echo, output_ok, show};
 
 mod render;
 mod runs;
-mod tool;
-pub use render::*;
-pub use tool::*;
+use crate::tool::*;
+pub(crate) use render::*;
 
 /// Markers around the generated part of docs/mysqld.md; the text outside is kept.
 const BEGIN_MARK: &str = "<!-- BEGIN cargo xtask mysql-report: generated, edits are lost -->";
 const END_MARK: &str = "<!-- END cargo xtask mysql-report -->";
-
-/// How long a tool may take to attach (bpftrace reads mariadbd's 26 MB of symbols).
-const ATTACH_PATIENCE: Duration = Duration::from_secs(180);
 
 #[derive(Debug, Clone)]
 pub struct ReportOptions {
@@ -127,7 +123,7 @@ struct Run {
     sysbench_s: f64,
     host: HostCpu,
     /// Per probe (probetop): spec, hits, dropped, handler_ns summary.
-    probes: Vec<Value>,
+    probes: Vec<JsonProbe<'static>>,
     /// Per map (bpftrace): samples in its histogram.
     bpftrace_counts: BTreeMap<String, u64>,
     /// probetop's export prefix in the work directory.
@@ -159,19 +155,13 @@ impl Run {
         ((self.host.busy - ours) / self.wall_s.max(1e-9)).max(0.0)
     }
     fn hits(&self) -> u64 {
-        self.probes.iter().filter_map(|p| p["hits"].as_u64()).sum()
+        self.probes.iter().map(|p| p.hits).sum()
     }
     fn probe_hits(&self, spec: &str) -> Option<u64> {
-        self.probes
-            .iter()
-            .find(|p| p["spec"] == spec)
-            .and_then(|p| p["hits"].as_u64())
+        self.probes.iter().find(|p| p.spec == spec).map(|p| p.hits)
     }
     fn dropped(&self) -> u64 {
-        self.probes
-            .iter()
-            .filter_map(|p| p["dropped"].as_u64())
-            .sum()
+        self.probes.iter().map(|p| p.dropped).sum()
     }
     fn to_json(&self) -> Value {
         json!({

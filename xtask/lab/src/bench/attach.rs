@@ -173,13 +173,7 @@ impl Bench {
             .and_then(|l| l.text.split_whitespace().nth(1)?.parse().ok())
             .unwrap_or(0);
         let (exit_s, _) = drive_and_stop(db, tool)?;
-        let report = read_json(&export)?;
-        let hits = report["probes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|p| p["hits"].as_u64())
-            .sum();
+        let hits = crate::util::export::total_hits(&crate::util::export::read(&export)?);
         Ok(AttachRun {
             tool: tool_name,
             probes,

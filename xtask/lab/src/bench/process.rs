@@ -324,11 +324,6 @@ pub(super) fn field(line: &str, key: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-pub(super) fn read_json(path: &Path) -> Result<Value> {
-    let text = fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_slice(&text).with_context(|| format!("parsing {}", path.display()))
-}
-
 /// Runs a command that prints JSON.
 pub(super) fn command_json(cmd: &mut Command) -> Result<Value> {
     let out = cmd

@@ -10,48 +10,44 @@ impl Report {
         let seconds = self.options.in_situ_seconds;
         let json_path = self.work.join("in-situ.json");
         println!("postgres-report: --in-situ through the postmaster (-F), {seconds} s");
-        let (load, export) = thread::scope(|s| -> Result<(PgbenchResult, Value)> {
-            // The load outlasts the in-situ run: its backends connect first, so that every
-            // window covers the same processes.
-            let load = s.spawn(|| self.pgbench.run(&self.cluster, seconds + 8));
-            let connected = self.backends_up(Duration::from_secs(20));
-            let measured = connected.and_then(|()| {
-                let pid = self.cluster.pid();
-                let mut cmd = Command::new(&self.probetop);
-                cmd.arg("--pid")
-                    .arg(pid.to_string())
-                    .args(["-F", "--no-tui", "--preset", "postgres", "--in-situ"])
-                    // A fixed-rate load: the cluster's CPU per second is the meter.
-                    .args(["--work", "none", "--duration", &seconds.to_string()])
-                    .arg("-o")
-                    .arg(&json_path);
-                crate::echo(&cmd);
-                let shown = show(&cmd).replace(&pid.to_string(), "POSTMASTER");
-                self.commands.insert("probetop-in-situ", shown);
-                let out = crate::output_ok(&mut cmd)?;
-                print!("{}", String::from_utf8_lossy(&out.stdout));
-                let text = fs::read(&json_path)
-                    .with_context(|| format!("reading {}", json_path.display()))?;
-                serde_json::from_slice::<Value>(&text)
-                    .with_context(|| format!("reading {}", json_path.display()))
-            });
-            let load = load
-                .join()
-                .map_err(|_| anyhow::anyhow!("the pgbench thread panicked"))??;
-            Ok((load, measured?))
-        })?;
+        let (load, export) = thread::scope(
+            |s| -> Result<(PgbenchResult, crate::util::export::Export)> {
+                // The load outlasts the in-situ run: its backends connect first, so that every
+                // window covers the same processes.
+                let load = s.spawn(|| self.pgbench.run(&self.cluster, seconds + 8));
+                let connected = self.backends_up(Duration::from_secs(20));
+                let measured = connected.and_then(|()| {
+                    let pid = self.cluster.pid();
+                    let mut cmd = Command::new(&self.probetop);
+                    cmd.arg("--pid")
+                        .arg(pid.to_string())
+                        .args(["-F", "--no-tui", "--preset", "postgres", "--in-situ"])
+                        // A fixed-rate load: the cluster's CPU per second is the meter.
+                        .args(["--work", "none", "--duration", &seconds.to_string()])
+                        .arg("-o")
+                        .arg(&json_path);
+                    crate::echo(&cmd);
+                    let shown = show(&cmd).replace(&pid.to_string(), "POSTMASTER");
+                    self.commands.insert("probetop-in-situ", shown);
+                    let out = crate::output_ok(&mut cmd)?;
+                    print!("{}", String::from_utf8_lossy(&out.stdout));
+                    crate::util::export::read(&json_path)
+                });
+                let load = load
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("the pgbench thread panicked"))??;
+                Ok((load, measured?))
+            },
+        )?;
         self.cluster
             .settle(self.baseline_children, Duration::from_secs(10))?;
-        let hits: u64 = export["probes"]
-            .as_array()
-            .map(|ps| ps.iter().filter_map(|p| p["hits"].as_u64()).sum())
-            .unwrap_or(0);
+        let hits = crate::util::export::total_hits(&export);
         Ok(json!({
             "seconds": seconds,
             "tps": load.tps,
             "hits": hits,
-            "in_situ": export["cost"]["in_situ"].clone(),
-            "estimated_per_hit_ns": export["cost"]["estimated_per_hit_ns"].clone(),
+            "in_situ": export.cost.in_situ,
+            "estimated_per_hit_ns": export.cost.estimated_per_hit_ns,
         }))
     }
 

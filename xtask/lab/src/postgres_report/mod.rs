@@ -20,10 +20,10 @@ use std::{fs, thread};
 use anyhow::{Context as _, Result, ensure};
 use serde_json::{Value, json};
 
-use crate::mysql_report::{
-    Stream, Tool, bpftrace_counts, cpu_sum, per_query_us, rotated, safe_tag, splice_between, uptime,
-};
+use crate::mysql_report::{bpftrace_counts, cpu_sum, per_query_us, rotated, safe_tag, uptime};
 use crate::postgres::{Cluster, PGBENCH_SETUP_QUERIES, POSTGRES, Pgbench, PgbenchResult};
+use crate::tool::{Stream, Tool};
+use crate::util::doc::splice_between;
 use crate::util::proc::{HostCpu, process_cpu};
 use crate::{Ctx, show};
 
@@ -397,21 +397,16 @@ impl Report {
         };
         match variant {
             Variant::Probetop | Variant::ProbetopKernel => {
-                let text = fs::read(&json_path)
-                    .with_context(|| format!("reading {}", json_path.display()))?;
-                let export: Value = serde_json::from_slice(&text)
-                    .with_context(|| format!("reading {}", json_path.display()))?;
-                let probes = export["probes"].as_array().cloned().unwrap_or_default();
+                let export = crate::util::export::read(&json_path)?;
                 let (mut weighted, mut counted) = (0.0, 0u64);
-                for p in &probes {
-                    let spec = p["spec"].as_str().unwrap_or("").to_string();
-                    let hits = p["hits"].as_u64().unwrap_or(0);
-                    if let Some(ns) = p["whole_cost_ns"].as_f64() {
+                for p in &export.probes {
+                    let (spec, hits) = (p.spec.to_string(), p.hits);
+                    if let Some(ns) = p.whole_cost_ns {
                         weighted += ns * hits as f64;
                         counted += hits;
                     }
                     if spec == QUERY_START {
-                        run.query_pids = p["pids"].as_object().map_or(0, |m| m.len());
+                        run.query_pids = p.pids.len();
                     }
                     // A USDT probe's sites are a probe each: sum them.
                     *run.hits.entry(spec).or_insert(0) += hits;

@@ -12,10 +12,12 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-use serde_json::Value;
+use probe_user::present::export::json::{JsonBracket, JsonInSitu};
 
 use crate::mysql::{Mariadb, ServerOptions, Sysbench};
-use crate::mysql_report::{KillOnDrop, Stream, Tool, splice_between};
+use crate::tool::{KillOnDrop, Stream, Tool};
+use crate::util::doc::splice_between;
+use crate::util::export::{self, Export};
 use crate::util::proc::cpu_clock_ns;
 use crate::util::stats::{median, quantile};
 use crate::{Ctx, show};
@@ -106,12 +108,12 @@ struct Cell {
     presence_share: Vec<f64>,
     /// mariadbd's own CPU share in the detached blocks.
     base_share: f64,
-    in_situ: Vec<(String, Value)>,
+    in_situ: Vec<(String, Option<JsonInSitu>)>,
     estimate_ns: Option<f64>,
     /// What priced it, `hot`, `cold` or `gap` (--assume auto's choice).
     estimate_assumes: Option<String>,
     /// The same run's estimate under each loop: `cost.estimates_per_hit_ns`.
-    bracket: Value,
+    bracket: Option<JsonBracket>,
 }
 
 pub fn insitu_check(ctx: &Ctx, options: CheckOptions) -> Result<()> {
@@ -187,11 +189,6 @@ fn probetop_command(probetop: &Path, pid: u32, mode: &str, probes: &[&str]) -> C
         cmd.args(["-e", spec]);
     }
     cmd
-}
-
-fn read_json(path: &Path) -> Result<Value> {
-    let text = fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
 fn measure_cell(
@@ -276,7 +273,12 @@ fn measure_cell(
 
 /// One in-situ result per meter, then from the first run that has them: the estimate,
 /// what priced it, and its bracket by loop.
-type InSituRuns = (Vec<(String, Value)>, Option<f64>, Option<String>, Value);
+type InSituRuns = (
+    Vec<(String, Option<JsonInSitu>)>,
+    Option<f64>,
+    Option<String>,
+    Option<JsonBracket>,
+);
 
 /// One cell's settings, while its load runs.
 struct CellRun<'a> {
@@ -345,12 +347,9 @@ impl CellRun<'_> {
             let (c1, t1) = (cpu_clock_ns(pid)?, Instant::now());
             tool.stop()?;
             let share = (c1 - c0) as f64 / 1e9 / (t1 - t0).as_secs_f64();
-            let report = read_json(&json)?;
-            let hits: u64 = report["probes"]
-                .as_array()
-                .map(|p| p.iter().filter_map(|p| p["hits"].as_u64()).sum())
-                .unwrap_or(0);
-            let duration = report["duration_s"].as_f64().unwrap_or(0.0);
+            let report = export::read(&json)?;
+            let hits = export::total_hits(&report);
+            let duration = report.duration_s;
             ensure!(duration > 0.0, "no run time in {}", json.display());
             ensure!(
                 (kind == BlockKind::Attached) == (hits > 0),
@@ -374,7 +373,7 @@ impl CellRun<'_> {
         let mut in_situ = Vec::new();
         let mut estimate_ns = None;
         let mut estimate_assumes = None;
-        let mut bracket = Value::Null;
+        let mut bracket = None;
         for meter in ["auto", "none"] {
             let json = self.json("insitu", meter);
             let mut cmd = self.command(&PROBES);
@@ -394,13 +393,13 @@ impl CellRun<'_> {
                     Err(e)
                 }
             })?;
-            let report = read_json(&json)?;
-            estimate_ns = estimate_ns.or(report["cost"]["estimated_per_hit_ns"].as_f64());
+            let report = export::read(&json)?;
+            estimate_ns = estimate_ns.or(report.cost.estimated_per_hit_ns);
             estimate_assumes = estimate_assumes.or_else(|| estimate_label(&report));
-            if bracket.is_null() {
-                bracket = report["cost"]["estimates_per_hit_ns"].clone();
+            if bracket.is_none() {
+                bracket = report.cost.estimates_per_hit_ns;
             }
-            in_situ.push((meter.to_string(), report["cost"]["in_situ"].clone()));
+            in_situ.push((meter.to_string(), report.cost.in_situ));
         }
         Ok((in_situ, estimate_ns, estimate_assumes, bracket))
     }
@@ -408,11 +407,11 @@ impl CellRun<'_> {
 
 /// What priced a run's estimate: the loop it assumed and, priced by the gap, what
 /// placed the probes' hits on the curves (`gap: handler-clock`).
-fn estimate_label(report: &Value) -> Option<String> {
-    let assumes = report["cost"]["assumption"]["assumes"].as_str()?;
+fn estimate_label(report: &Export) -> Option<String> {
+    let assumes = report.cost.assumption.as_ref()?.assumes.as_ref();
     let mut readings: Vec<&str> = Vec::new();
-    for probe in report["probes"].as_array().into_iter().flatten() {
-        if let Some(reading) = probe["whole_cost_reading"].as_str()
+    for probe in &report.probes {
+        if let Some(reading) = probe.whole_cost_reading.as_deref()
             && !readings.contains(&reading)
         {
             readings.push(reading);
@@ -560,10 +559,12 @@ fn median_interval(values: &[f64]) -> (f64, f64) {
 }
 
 /// Each loop's estimate in `bracket` against `truth`: `850 (-50%) / 2010 (+5%) / -`.
-fn by_loop(bracket: &Value, truth: f64) -> String {
-    ["hot", "cold", "clock"]
-        .iter()
-        .map(|name| match bracket[name].as_f64() {
+fn by_loop(bracket: Option<&JsonBracket>, truth: f64) -> String {
+    let by = |b: &JsonBracket| [b.hot, b.cold, b.clock];
+    bracket
+        .map_or([None; 3], by)
+        .into_iter()
+        .map(|ns| match ns {
             Some(ns) => format!("{ns:.0} ({})", off_by(ns, truth)),
             None => "-".into(),
         })
@@ -680,24 +681,34 @@ fn render(
             }
         );
         for (meter, s) in &cell.in_situ {
-            let per_hit = &s["per_hit_ns"];
+            let per_hit = s.as_ref().and_then(|s| s.per_hit_ns.as_ref());
             tally.judge(
                 &format!("in situ `--work {meter}`"),
-                per_hit["mean"].as_f64(),
+                per_hit.map(|p| p.mean),
                 truth,
                 truth_interval,
             );
-            match per_hit["mean"].as_f64() {
-                Some(mean) => row.push_str(&format!(
-                    " {mean:.0} ({:.0}-{:.0}){} | {} |",
-                    per_hit["low"].as_f64().unwrap_or(f64::NAN),
-                    per_hit["high"].as_f64().unwrap_or(f64::NAN),
-                    match (s["verdict"].as_str(), s["work"].as_str()) {
+            // An absent field reads as empty: said as no verdict, no meter.
+            let verdict = s
+                .as_ref()
+                .map(|s| s.verdict.as_ref())
+                .filter(|v| !v.is_empty());
+            let work = s
+                .as_ref()
+                .map(|s| s.work.as_ref())
+                .filter(|w| !w.is_empty());
+            match per_hit {
+                Some(per_hit) => row.push_str(&format!(
+                    " {:.0} ({:.0}-{:.0}){} | {} |",
+                    per_hit.mean,
+                    per_hit.low,
+                    per_hit.high,
+                    match (verdict, work) {
                         (Some("measured") | None, Some("none") | None) => String::new(),
                         (Some("measured") | None, Some(work)) => format!(" [{work}]"),
                         (Some(verdict), _) => format!(" [{verdict}]"),
                     },
-                    off_by(mean, truth)
+                    off_by(per_hit.mean, truth)
                 )),
                 None => row.push_str(" - | - |"),
             }
@@ -717,7 +728,7 @@ fn render(
             (Some(e), Some(p)) => row.push_str(&format!(" {} |", off_by(e, p))),
             _ => row.push_str(" - |"),
         }
-        row.push_str(&format!(" {} |", by_loop(&cell.bracket, truth)));
+        row.push_str(&format!(" {} |", by_loop(cell.bracket.as_ref(), truth)));
         line(&mut w, row);
     }
     line(&mut w, String::new());
@@ -771,22 +782,25 @@ mod tests {
 
     #[test]
     fn the_estimate_says_what_placed_its_hits() {
-        let report = serde_json::json!({
+        let read =
+            |v: serde_json::Value| -> Export { serde_json::from_value(v).expect("an export") };
+        let report = read(serde_json::json!({
             "cost": {"assumption": {"assumes": "gap"}},
             "probes": [
-                {"whole_cost_reading": "handler-clock"},
-                {"whole_cost_reading": "gap"},
-                {"whole_cost_reading": "handler-clock"},
-                {},
+                {"kind": "uprobe", "whole_cost_reading": "handler-clock"},
+                {"kind": "uprobe", "whole_cost_reading": "gap"},
+                {"kind": "uretprobe", "whole_cost_reading": "handler-clock"},
+                {"kind": "uprobe"},
             ],
-        });
+        }));
         assert_eq!(
             estimate_label(&report).as_deref(),
             Some("gap: handler-clock, gap")
         );
-        let hot = serde_json::json!({"cost": {"assumption": {"assumes": "hot"}}, "probes": []});
+        let hot =
+            read(serde_json::json!({"cost": {"assumption": {"assumes": "hot"}}, "probes": []}));
         assert_eq!(estimate_label(&hot).as_deref(), Some("hot"));
-        assert_eq!(estimate_label(&serde_json::json!({})), None);
+        assert_eq!(estimate_label(&read(serde_json::json!({}))), None);
     }
 
     #[test]
@@ -890,8 +904,15 @@ mod tests {
         assert_eq!(quantile(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.25), 2.0);
         assert_eq!(off_by(125.0, 100.0), "+25%");
         assert_eq!(off_by(1.0, 0.0), "-");
-        let bracket = serde_json::json!({"hot": 850.0, "cold": 2010.0});
-        assert_eq!(by_loop(&bracket, 2000.0), "850 (-57%) / 2010 (+0%) / -");
-        assert_eq!(by_loop(&Value::Null, 2000.0), "- / - / -");
+        let bracket = JsonBracket {
+            hot: Some(850.0),
+            cold: Some(2010.0),
+            clock: None,
+        };
+        assert_eq!(
+            by_loop(Some(&bracket), 2000.0),
+            "850 (-57%) / 2010 (+0%) / -"
+        );
+        assert_eq!(by_loop(None, 2000.0), "- / - / -");
     }
 }

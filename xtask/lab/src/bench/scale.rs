@@ -430,8 +430,8 @@ fn spaced(all: &[String], n: usize) -> Vec<String> {
 fn exported_probes(export: &Path, patience: Duration) -> usize {
     let deadline = Instant::now() + patience;
     loop {
-        if let Ok(json) = read_json(export) {
-            return json["probes"].as_array().map_or(0, Vec::len);
+        if let Ok(json) = crate::util::export::read(export) {
+            return json.probes.len();
         }
         if Instant::now() > deadline {
             return 0;

@@ -1,7 +1,17 @@
 //! Tools beside the load: probetop or bpftrace started, waited for and stopped like a user
-//! would.
+//! would (mysql-report, postgres-report, insitu-check, mysql-sysbench).
 
-use super::*;
+use std::fmt::Write as _;
+use std::io::{BufRead as _, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use std::{fs, thread};
+
+use anyhow::{Context as _, Result, bail, ensure};
+
+use crate::mysql::Stalled;
+use crate::show;
 
 #[derive(Clone, Copy)]
 pub enum Stream {
@@ -9,8 +19,11 @@ pub enum Stream {
     Stderr,
 }
 
+/// How long a tool may take to attach (bpftrace reads mariadbd's 26 MB of symbols).
+const ATTACH_PATIENCE: Duration = Duration::from_secs(180);
+
 /// How long a tool may take to exit after SIGINT before its run counts as stalled.
-pub(super) const TOOL_STOP_PATIENCE: Duration = Duration::from_secs(120);
+pub(crate) const TOOL_STOP_PATIENCE: Duration = Duration::from_secs(120);
 
 /// probetop or bpftrace, attached and running; stopped with SIGINT like a user would.
 pub struct Tool {
@@ -142,7 +155,7 @@ impl Drop for Tool {
 
 /// Where every thread of each process waits: its state, wchan and kernel stack (root
 /// reads /proc/PID/task/TID/stack), for a run that stalled.
-pub(super) fn thread_snapshot(processes: &[(&str, u32)]) -> String {
+pub(crate) fn thread_snapshot(processes: &[(&str, u32)]) -> String {
     let mut out = String::new();
     for (name, pid) in processes {
         let _ = writeln!(out, "== {name} (pid {pid})");

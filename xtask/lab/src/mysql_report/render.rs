@@ -1,6 +1,7 @@
 //! Writing the report: the Markdown section of docs/mysqld.md and its JSON.
 
 use super::*;
+use crate::util::doc::splice_between;
 
 impl Report {
     /// Runs of one cell and variant in one phase.
@@ -352,7 +353,7 @@ impl Report {
             w,
             "### The trap alone\n\n\
              probetop (`--no-tui`, ring mode, as above) on a small program that only calls \
-             one function in a loop (`xtask/src/trapcost.c`), CPU time per call from \
+             one function in a loop (`xtask/lab/src/trapcost.c`), CPU time per call from \
              getrusage; medians of {} runs. This is the price of a hit with nothing of \
              mariadbd around it: the breakpoint trap, the kernel's uprobe lookup, the BPF \
              program, the return to user space, and for the single-stepped site a second \
@@ -427,11 +428,10 @@ impl Report {
             let qps = med(spread(runs.iter().map(|r| r.sysbench.qps)));
             let hits = med(spread(runs.iter().map(|r| self.hits_per_query(r))));
             let background = spread(runs.iter().map(|r| r.background_cores()));
-            let p50 = med(spread(runs.iter().filter_map(|r| {
-                r.probes
-                    .first()
-                    .and_then(|p| p["handler_ns"]["p50"].as_f64())
-            })));
+            let p50 =
+                med(spread(runs.iter().filter_map(|r| {
+                    r.probes.first().map(|p| p.handler_ns.p50 as f64)
+                })));
             let kernel = if p.kind == "uretprobe" {
                 "entry + return trap"
             } else if p.emulated {
@@ -489,8 +489,8 @@ impl Report {
                  |---|---:|---:|---:|---:|---:|---:|---:|---|"
             );
             for p in &run.probes {
-                let h = &p["handler_ns"];
-                let spec = p["spec"].as_str().unwrap_or("?");
+                let h = &p.handler_ns;
+                let spec = &p.spec;
                 let file = copied
                     .iter()
                     .find(|f| f.contains(&format!(".{}.", safe_tag(spec))))
@@ -499,7 +499,7 @@ impl Report {
                 let _ = writeln!(
                     w,
                     "| `{spec}` | {} | {} | {} | {} | {} | {} | {} | {file} |",
-                    p["hits"], p["dropped"], h["p50"], h["p90"], h["p99"], h["p999"], h["max"]
+                    p.hits, p.dropped, h.p50, h.p90, h.p99, h.p999, h.max
                 );
             }
             let _ = writeln!(w);
@@ -716,24 +716,6 @@ pub(super) fn splice(existing: &str, section: &str) -> String {
     splice_between(existing, section, (BEGIN_MARK, END_MARK)).unwrap_or_else(|| {
         format!("# probetop on a live mysqld\n\n{BEGIN_MARK}\n{section}{END_MARK}\n")
     })
-}
-
-/// `existing` with the text between `marks` replaced by `section` (the marks kept);
-/// `None` when it has no such block.
-pub fn splice_between(existing: &str, section: &str, marks: (&str, &str)) -> Option<String> {
-    let (begin, end) = marks;
-    let block = format!("{begin}\n{section}{end}\n");
-    match (existing.find(begin), existing.find(end)) {
-        (Some(b), Some(e)) if b < e => {
-            let after = &existing[e + end.len()..];
-            Some(format!(
-                "{}{block}{}",
-                &existing[..b],
-                after.strip_prefix('\n').unwrap_or(after)
-            ))
-        }
-        _ => None,
-    }
 }
 
 /// Now as `YYYY-MM-DD HH:MM`, from the system clock (xtask has no date crate).

@@ -5,7 +5,6 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-use serde_json::Value;
 
 use super::*;
 
@@ -198,17 +197,16 @@ impl Bench {
             "probetop exited with {status}: {}",
             probetop.rest_text()
         );
-        let report = read_json(&export)?;
-        let probe = &report["probes"][0];
-        let number = |v: &Value| v.as_u64().context("a number is missing from the export");
+        let report = crate::util::export::read(&export)?;
+        let probe = report.probes.first().context("no probe in the export")?;
         Ok(ThroughputRun {
             mode,
             offered,
             seconds,
             calls,
-            hits: number(&probe["hits"])?,
-            dropped: number(&probe["dropped"])?,
-            received: number(&probe["handler_ns"]["count"])?,
+            hits: probe.hits,
+            dropped: probe.dropped,
+            received: probe.handler_ns.count,
             cpu_cores: (last.1 - first.1) / (last.0 - first.0).as_secs_f64().max(1e-3),
         })
     }
