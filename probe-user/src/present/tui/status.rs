@@ -112,7 +112,7 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         Some(part(
             format!("self: cpu {cpu:>5}, rss {rss}"),
             format!("self {cpu:>5} {rss}"),
-            1,
+            2,
             false,
         )),
         Some(part(
