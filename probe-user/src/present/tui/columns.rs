@@ -158,7 +158,8 @@ pub const HANDLER_FROM: usize = 5;
 pub const COLUMNS: [Column; 12] = [
     Column {
         title: "COST/HIT",
-        width: 8,
+        // The title and the sort mark.
+        width: 9,
         priority: 0,
         sort: SortColumn::WholeCost,
         value: |n| cost_cell(n, n.whole_cost_ns.map(format::ns_f)),

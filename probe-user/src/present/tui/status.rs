@@ -13,7 +13,7 @@ use crate::present::format;
 use crate::present::headline::{self, Headline};
 
 /// A part of the status line, in a long and a short form; higher priorities are
-/// dropped first when even the short forms do not fit.
+/// dropped first, one at a time, when even the short forms do not fit.
 struct Part {
     long: String,
     short: String,
@@ -84,7 +84,7 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     // 10.0k): a number crossing a digit must not move the line into another layout.
     let parts: Vec<Part> = [
         Some(headline),
-        Some(part("probetop".into(), "probetop".into(), 3, false)),
+        Some(part("probetop".into(), "probetop".into(), 6, false)),
         Some(part(
             format!("pid {} ({})", app.target.pid, app.target.comm),
             format!("pid {} {}", app.target.pid, app.target.comm),
@@ -100,25 +100,25 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         Some(part(
             format!("{:>5} events/s", format::count(snap.events_per_second)),
             format!("{:>5} ev/s", format::count(snap.events_per_second)),
-            1,
+            2,
             false,
         )),
         Some(part(
             format!("{} drops", snap.dropped),
             format!("{} drops", snap.dropped),
-            if snap.dropped > 0 { 0 } else { 2 },
+            if snap.dropped > 0 { 0 } else { 4 },
             snap.dropped > 0,
         )),
         Some(part(
             format!("self: cpu {cpu:>5}, rss {rss}"),
             format!("self {cpu:>5} {rss}"),
-            2,
+            3,
             false,
         )),
         Some(part(
             format::clock(snap.elapsed),
             format::clock(snap.elapsed),
-            2,
+            5,
             false,
         )),
     ]
@@ -129,14 +129,9 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     let budget = (area.width as usize).saturating_sub(paused.map_or(0, |p| p.len() + 2));
     // Long forms with every part, then short forms dropping parts until they fit; the
     // headline keeps its long form until the last.
-    let levels = [
-        (true, true, 3),
-        (false, true, 3),
-        (false, true, 2),
-        (false, true, 1),
-        (false, true, 0),
-        (false, false, 0),
-    ];
+    let levels = std::iter::once((true, true, 6))
+        .chain((0..=6).rev().map(|keep| (false, true, keep)))
+        .chain(std::iter::once((false, false, 0)));
     let text_of = |p: &Part, long: bool, sticky_long: bool| -> usize {
         if long || (p.sticky && sticky_long) {
             p.long.chars().count()
