@@ -158,8 +158,7 @@ pub const HANDLER_FROM: usize = 5;
 pub const COLUMNS: [Column; 12] = [
     Column {
         title: "COST/HIT",
-        // The title and the sort mark.
-        width: 9,
+        width: 8,
         priority: 0,
         sort: SortColumn::WholeCost,
         value: |n| cost_cell(n, n.whole_cost_ns.map(format::ns_f)),
