@@ -9,7 +9,6 @@
 #![cfg_attr(target_arch = "bpf", no_main)]
 
 mod dispatch;
-mod idle;
 mod processes;
 
 use aya_ebpf::{
@@ -87,12 +86,11 @@ static CONFIG: Array<ProbeConfig> = Array::with_max_entries(1, 0);
 #[map]
 static KERNEL_HISTOGRAM: PerCpuArray<KernelHistogram> = PerCpuArray::with_max_entries(1, 0);
 
-/// Per CPU: the clock at this CPU's last hit if it was drawn to be timed, else 0 (slot
-/// 0), and the CPU's idle total then (slot 1, `idle`). The hit after a drawn one is
-/// timed too and counts the gap between them: every gap in ring mode, one in
-/// `--time-every` (a random sample) in in-kernel mode.
+/// Per CPU: the clock at this CPU's last hit if it was drawn to be timed, else 0. The hit
+/// after a drawn one is timed too and counts the gap between them: every gap in ring
+/// mode, one in `--time-every` (a random sample) in in-kernel mode.
 #[map]
-static LAST_HIT: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
+static LAST_HIT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
 /// Per probe id, per CPU: the gaps counted before its hits (`LAST_HIT`). Sized at load
 /// time.
@@ -142,28 +140,12 @@ fn on_hit(ctx: Ctx) -> u32 {
     if config.mode == mode::CLOSED {
         return 0;
     }
-    // This CPU's idle total plus one, 0 when unknown (stored so in LAST_HIT). Opaque to
-    // LLVM and set on every path: a value it spilled on one path only was read on
-    // another, which the 6.1 verifier refuses (invalid read from stack).
-    let idle_plus_one = core::hint::black_box(idle::idle_total().map_or(0, |n| n + 1));
     if previous != 0 {
-        let gap_ns = start.wrapping_sub(previous);
-        // The gap less the time the CPU idled in it: the code run between the hits.
-        let then = LAST_HIT.get(1).copied().unwrap_or(0);
-        let busy_ns = if idle_plus_one != 0 && then != 0 {
-            Some(gap_ns.saturating_sub(idle_plus_one.saturating_sub(then)))
-        } else {
-            None
-        };
-        count_gap(probe_id, gap_ns, busy_ns);
+        count_gap(probe_id, start.wrapping_sub(previous));
     }
     if let Some(last) = last_hit {
         // SAFETY: as above.
         unsafe { *last = if drawn { start } else { 0 } };
-    }
-    if let Some(last_idle) = LAST_HIT.get_ptr_mut(1) {
-        // SAFETY: as above.
-        unsafe { *last_idle = if drawn { idle_plus_one } else { 0 } };
     }
     // Records carry a timestamp: untimed hits (only while TIMING is set, which user
     // space does in kernel mode, and in auto mode once a probe is in the kernel) read
@@ -198,9 +180,9 @@ fn on_hit(ctx: Ctx) -> u32 {
     0
 }
 
-/// Counts a gap before a hit of `probe_id`, and the busy part of it when known.
+/// Counts a gap before a hit of `probe_id`.
 #[inline(always)]
-fn count_gap(probe_id: u32, gap_ns: u64, busy_ns: Option<u64>) {
+fn count_gap(probe_id: u32, gap_ns: u64) {
     let Some(histogram) = GAPS.get_ptr_mut(probe_id) else {
         return;
     };
@@ -209,13 +191,6 @@ fn count_gap(probe_id: u32, gap_ns: u64, busy_ns: Option<u64>) {
     // SAFETY: the value is this CPU's own, and BPF programs do not migrate mid-run.
     if let Some(slot) = unsafe { (*histogram).counts.get_mut(bucket) } {
         *slot += 1;
-    }
-    if let Some(busy_ns) = busy_ns {
-        let bucket = core::hint::black_box(gap::bucket(busy_ns)) as usize;
-        // SAFETY: as above.
-        if let Some(slot) = unsafe { (*histogram).busy.get_mut(bucket) } {
-            *slot += 1;
-        }
     }
 }
 

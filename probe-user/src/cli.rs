@@ -20,36 +20,53 @@ pub struct Cli {
     pub run: RunArgs,
 }
 
+/// The usage printed when probetop is run with nothing to do.
+pub const USAGE: &str = concat!(
+    "usage: probetop --pid PID [-e SPEC]... [--preset NAME] [OPTIONS]  watch what probes cost a process\n",
+    "         SPEC: uprobe:FUNC, uretprobe:FUNC, usdt:PROVIDER:NAME; --pid PID alone: other tools' probes on it\n",
+    "       probetop list [--pid PID | FILE] [PATTERN]                   what a process or file can be probed at\n",
+    "       probetop calibrate                                           measure what a hit costs here (20-40 s)\n",
+    "example: probetop --pid $(pidof mariadbd) --preset mysql\n",
+    "probetop --help lists every option; probetop man prints the manual",
+);
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// List the probe points of a process or a file: functions and USDT probes.
     List(ListArgs),
     /// Measure what a probe hit costs on this machine, per cost class, and cache it
-    /// for whole-cost estimates.
+    /// for whole-cost estimates (20-40 s on up to one CPU; once per kernel and CPU).
     Calibrate(CalibrateArgs),
     /// The calibration's workload (run by `calibrate` itself).
     #[command(name = "__calibrate-workload", hide = true)]
     CalibrateWorkload,
     /// Print the completion script of a shell on stdout (the release tarball ships
     /// bash's, zsh's and fish's).
-    #[command(hide = true)]
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
     /// Print the man page on stdout (`probetop man | man -l -`), or write every page
     /// (probetop.1, probetop-list.1, ...) into DIR.
-    #[command(hide = true)]
     Man { dir: Option<PathBuf> },
 }
 
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// 20-30 seconds instead of 1-2 minutes (fewer, shorter repetitions).
+    /// Measure longer (2-3 minutes instead of 20-40 s): more and longer repetitions of
+    /// every case and curve; prints them all.
     #[arg(long)]
+    pub thorough: bool,
+
+    /// The default's length (20-40 s); kept for scripts written when it was not.
+    #[arg(long, hide = true, conflicts_with = "thorough")]
     pub quick: bool,
 
-    /// Repetitions of every case (default 31, quick 15; 3 to 1000).
+    /// Print every row and curve measured, not only the three-line result.
+    #[arg(short, long)]
+    pub verbose: bool,
+
+    /// Repetitions of every case (default 15, --thorough 31; 3 to 1000).
     #[arg(long, value_name = "N", value_parser = whole::<usize>(3, 1000, "a median and quartiles need at least 3"))]
     pub reps: Option<usize>,
 
@@ -114,6 +131,12 @@ pub struct RunArgs {
     /// count in every one that maps the same files.
     #[arg(short, long = "pid", value_name = "PID", value_parser = pid())]
     pub pids: Vec<u32>,
+
+    /// Every process whose mapped objects carry user-space probes of any tool, one row
+    /// each: probes, hits/s, what they cost it and who put them there, sorted by CPU
+    /// share; Enter opens one as --pid would. Not with --pid, -e, -f, --preset.
+    #[arg(long)]
+    pub all: bool,
 
     /// Probe the --pid processes and every process forked from them, now and later
     /// (hits are counted per process: the JSON's `pids`, the TUI's detail pane).
@@ -297,6 +320,18 @@ pub struct RunArgs {
     /// syscalls and wakeups that moves.
     #[arg(long, value_enum, value_name = "METER", default_value_t = crate::insitu::WorkMeter::Auto)]
     pub work: crate::insitu::WorkMeter,
+
+    /// Keep what the probes cost the target at or under a budget over every
+    /// --budget-window: a share of its CPU time (2%) or CPU time per second (20ms/s).
+    /// Every probe is then attached for a fraction of short periods (the duty, chosen
+    /// from the measured cost), and hits and rates are scaled to the whole run with a
+    /// 95% interval.
+    #[arg(long, value_name = "PCT|MS/s", value_parser = crate::insitu::budget::Budget::parse)]
+    pub budget: Option<crate::insitu::budget::Budget>,
+
+    /// With --budget: the window the budget holds over, in seconds (1 to 3600).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0, value_parser = seconds(1.0, 3600.0))]
+    pub budget_window: f64,
 }
 
 /// How hits reach user space.

@@ -38,3 +38,9 @@ pub use error_line::{error_line, is_broken_pipe, write_stdout};
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
+
+/// A run that lacks what it needs (which process, which probes): its line, then the
+/// usage (exit status 2).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct MissingInput(pub String);

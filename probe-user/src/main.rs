@@ -7,9 +7,14 @@
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use probe_user::{UsageError, cli, error_line, is_broken_pipe, session, sys};
+use probe_user::{MissingInput, UsageError, cli, error_line, is_broken_pipe, session, sys};
 
 fn main() -> ExitCode {
+    // Nothing asked: what probetop does and how to ask, not an error about one part.
+    if std::env::args_os().len() == 1 {
+        sys::stderr::say_text(&format!("{}\n", cli::USAGE));
+        return ExitCode::from(2);
+    }
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => match cli::refused_value_line(&error) {
@@ -83,7 +88,10 @@ fn main() -> ExitCode {
         Err(error) => {
             // Not eprintln!: with the terminal gone it would panic, and abort with 134.
             sys::say(&format!("probetop: {}", error_line(&error)));
-            if error.downcast_ref::<UsageError>().is_some() {
+            if error.downcast_ref::<MissingInput>().is_some() {
+                sys::stderr::say_text(&format!("{}\n", cli::USAGE));
+                ExitCode::from(2)
+            } else if error.downcast_ref::<UsageError>().is_some() {
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

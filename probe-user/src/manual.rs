@@ -38,14 +38,19 @@ pub fn completions(shell: Shell, out: &mut dyn Write) -> Result<(), ManualError>
         .map_err(ManualError::Stdout)
 }
 
-/// `cmd` without its hidden subcommands (`__calibrate-workload`, `completions`, `man`),
+/// `cmd` without its hidden subcommand (`__calibrate-workload`) and the two that print
+/// these scripts and pages (`completions`, `man`),
 /// which clap_complete would otherwise offer. clap cannot remove a subcommand, so the
 /// command is rebuilt from its parts; what completion does not read is left out.
 fn without_hidden_subcommands(cmd: clap::Command) -> clap::Command {
     let mut bare = clap::Command::new(BIN)
         .args(cmd.get_arguments().cloned())
         .groups(cmd.get_groups().cloned())
-        .subcommands(cmd.get_subcommands().filter(|s| !s.is_hide_set()).cloned());
+        .subcommands(
+            cmd.get_subcommands()
+                .filter(|s| !s.is_hide_set() && !matches!(s.get_name(), "man" | "completions"))
+                .cloned(),
+        );
     if let Some(about) = cmd.get_about() {
         bare = bare.about(about.clone());
     }
@@ -91,9 +96,11 @@ fn commands() -> Vec<clap::Command> {
     // `probetop help` needs no page of its own.
     let mut root = crate::cli::Cli::command().disable_help_subcommand(true);
     root.build();
+    // `man` and `completions` print these pages and scripts: listed in the main page,
+    // with no page of their own.
     let subs: Vec<clap::Command> = root
         .get_subcommands()
-        .filter(|s| !s.is_hide_set())
+        .filter(|s| !s.is_hide_set() && !matches!(s.get_name(), "man" | "completions"))
         .cloned()
         .collect();
     let mut all = vec![root];

@@ -59,6 +59,90 @@ pub struct ProbeSpec {
     pub offset: Option<u64>,
     /// `uprobe:FUNC+ret`: at each `ret` instruction of the function, not its entry.
     pub at_returns: bool,
+    /// One half of a `latency:` spec, whose hits are paired with the other half's.
+    pub pair: Option<PairRole>,
+}
+
+/// Which half of a `latency:` spec a probe is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PairRole {
+    /// The function's entry, or the first USDT probe (`START`).
+    Start,
+    /// The function's returns, or the second USDT probe (`END`).
+    End,
+}
+
+/// `latency:[OBJECT:]FUNC` or `latency:[OBJECT:][PROVIDER:]START,END`: its two probes,
+/// each a [`ProbeSpec`] whose `pair` says which half it is and whose `text` is the
+/// latency spec's. A function's end is a uretprobe here; the session makes it a
+/// `+ret` probe where a uretprobe is unsafe.
+pub fn parse_latency(text: &str) -> Result<[ProbeSpec; 2], SpecError> {
+    let trimmed = text.trim();
+    let lead = text.len() - text.trim_start().len();
+    let rest = trimmed
+        .strip_prefix(LATENCY)
+        .and_then(|r| r.strip_prefix(':'))
+        .unwrap_or("");
+    let rest_at = lead + LATENCY.len() + 1;
+    // Errors of the halves point into the text as the user wrote it.
+    let relocate = |e: SpecError, kind_len: usize| SpecError {
+        text: trimmed.to_string(),
+        reason: e.reason,
+        at: (e.at + rest_at).saturating_sub(kind_len + 1),
+        len: e.len,
+    };
+    let with_role = |mut spec: ProbeSpec, role| {
+        spec.text = trimmed.to_string();
+        spec.pair = Some(role);
+        spec
+    };
+    let (head, last) = match rest.rfind(':') {
+        Some(at) if !rest[..at].ends_with(':') && !rest[at + 1..].is_empty() => {
+            (&rest[..=at], &rest[at + 1..])
+        }
+        _ => ("", rest),
+    };
+    if let Some((start, end)) = last.split_once(',') {
+        if start.is_empty() || end.is_empty() || end.contains(',') {
+            return Err(SpecError::new(
+                text,
+                "a USDT pair is latency:[OBJECT:][PROVIDER:]START,END: two probe names",
+                rest_at + head.len(),
+                last.len().max(1),
+            ));
+        }
+        let start = ProbeSpec::parse(&format!("usdt:{head}{start}")).map_err(|e| relocate(e, 4))?;
+        let end = ProbeSpec::parse(&format!("usdt:{head}{end}")).map_err(|e| relocate(e, 4))?;
+        return Ok([
+            with_role(start, PairRole::Start),
+            with_role(end, PairRole::End),
+        ]);
+    }
+    let entry = ProbeSpec::parse(&format!("uprobe:{rest}")).map_err(|e| relocate(e, 6))?;
+    if entry.offset.is_some() || entry.at_returns {
+        return Err(SpecError::new(
+            text,
+            "latency takes a function, without +OFFSET or +ret: it probes the entry and the returns itself",
+            rest_at,
+            rest.len().max(1),
+        ));
+    }
+    let mut exit = entry.clone();
+    exit.kind = ProbeKind::Uretprobe;
+    Ok([
+        with_role(entry, PairRole::Start),
+        with_role(exit, PairRole::End),
+    ])
+}
+
+/// The kind word of a `latency:` spec.
+pub const LATENCY: &str = "latency";
+
+/// Whether `text` is a `latency:` spec.
+pub fn is_latency(text: &str) -> bool {
+    text.trim_start()
+        .strip_prefix(LATENCY)
+        .is_some_and(|r| r.starts_with(':'))
 }
 
 /// A spec that does not parse, with the byte range of the bad part for a caret.
@@ -167,6 +251,15 @@ fn split_offset(func: &str) -> Option<(&str, &str)> {
 /// What follows `+` in `uprobe:FUNC+ret`.
 const RET: &str = "ret";
 
+/// `0x` and hex digits in place of a function name: an address (no C or C++ name
+/// starts with a digit).
+fn parse_address(name: &str) -> Option<u64> {
+    let hex = name
+        .strip_prefix("0x")
+        .or_else(|| name.strip_prefix("0X"))?;
+    u64::from_str_radix(hex, 16).ok()
+}
+
 /// An offset as written after `+`: `0x` and hex digits, or decimal digits.
 fn parse_offset(text: &str) -> Result<u64, &'static str> {
     const FORM: &str = "an offset is 0x and hex digits, or decimal digits: FUNC+0x10 or FUNC+16";
@@ -199,7 +292,7 @@ impl ProbeSpec {
             other => {
                 return Err(SpecError::new(
                     text,
-                    format!("unknown probe kind {other:?}: use uprobe, uretprobe or usdt"),
+                    format!("unknown probe kind {other:?}: use uprobe, uretprobe, usdt or latency"),
                     offset,
                     kind_str.len().max(1),
                 ));
@@ -295,6 +388,17 @@ impl ProbeSpec {
                 1,
             ));
         }
+        if kind != ProbeKind::Usdt
+            && parse_address(name).is_some()
+            && (func_offset.is_some() || at_returns)
+        {
+            return Err(SpecError::new(
+                text,
+                "an address takes no +OFFSET or +ret: write the instruction's own address",
+                name_at,
+                trimmed.len() + offset - name_at,
+            ));
+        }
         if let Some(object) = &object
             && object.is_empty()
         {
@@ -316,7 +420,17 @@ impl ProbeSpec {
             name: name.to_string(),
             offset: func_offset,
             at_returns,
+            pair: None,
         })
+    }
+
+    /// `uprobe:[OBJECT:]0xADDR`: the address written in place of a function name, a
+    /// virtual address of the object as `probetop list` and objdump show it.
+    pub fn address(&self) -> Option<u64> {
+        if self.kind == ProbeKind::Usdt {
+            return None;
+        }
+        parse_address(&self.name)
     }
 
     /// Whether `name` uses glob characters (`*`, `?`, `[`).
@@ -337,6 +451,54 @@ mod tests {
 
     fn ok(text: &str) -> ProbeSpec {
         ProbeSpec::parse(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn a_latency_spec_is_an_entry_and_a_return() {
+        let [start, end] = parse_latency("latency:libc:malloc").expect("parses");
+        assert_eq!(
+            (start.kind, start.object.as_deref(), start.name.as_str()),
+            (ProbeKind::Uprobe, Some("libc"), "malloc")
+        );
+        assert_eq!(
+            (end.kind, end.name.as_str()),
+            (ProbeKind::Uretprobe, "malloc")
+        );
+        assert_eq!(
+            (start.pair, end.pair, start.text.as_str()),
+            (
+                Some(PairRole::Start),
+                Some(PairRole::End),
+                "latency:libc:malloc"
+            )
+        );
+        let [start, end] =
+            parse_latency("latency:postgresql:query__start,query__done").expect("parses");
+        assert_eq!(
+            (start.kind, start.provider.as_deref(), start.name.as_str()),
+            (ProbeKind::Usdt, Some("postgresql"), "query__start")
+        );
+        assert_eq!(
+            (end.kind, end.name.as_str()),
+            (ProbeKind::Usdt, "query__done")
+        );
+        let [start, _] = parse_latency("latency:/usr/bin/x:p:a,b").expect("parses");
+        assert_eq!(
+            (start.object.as_deref(), start.provider.as_deref()),
+            (Some("/usr/bin/x"), Some("p"))
+        );
+        assert!(is_latency(" latency:f") && !is_latency("uprobe:latency"));
+    }
+
+    #[test]
+    fn a_bad_latency_spec_says_what_to_write() {
+        let e = parse_latency("latency:f+ret").expect_err("+ret");
+        assert!(e.reason.contains("without +OFFSET"), "{e}");
+        let e = parse_latency("latency:a,").expect_err("half a pair");
+        assert!(e.reason.contains("START,END"), "{e}");
+        let e = parse_latency("latency:").expect_err("empty");
+        assert_eq!(e.text, "latency:");
+        assert_eq!(e.at, 8, "{e}");
     }
 
     #[test]
@@ -491,6 +653,16 @@ mod tests {
         ] {
             let s = ok(&format!("uprobe:{name}"));
             assert_eq!((s.name.as_str(), s.offset), (name, None));
+        }
+        let s = ok("uprobe:/usr/sbin/mariadbd:0x85bc03");
+        assert_eq!(s.address(), Some(0x85bc03));
+        assert_eq!(s.object.as_deref(), Some("/usr/sbin/mariadbd"));
+        assert_eq!(ok("uprobe:0x1a10").address(), Some(0x1a10));
+        assert_eq!(ok("uprobe:work_unit").address(), None);
+        assert_eq!(ok("usdt:0x10").address(), None);
+        for bad in ["uprobe:0x1a10+4", "uprobe:0x1a10+ret"] {
+            let e = ProbeSpec::parse(bad).unwrap_err();
+            assert!(e.reason.contains("an address takes no"), "{bad}: {e}");
         }
         let s = ok("uprobe:std::operator++0x4");
         assert_eq!((s.name.as_str(), s.offset), ("std::operator+", Some(4)));

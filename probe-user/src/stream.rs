@@ -268,6 +268,7 @@ pub async fn collect(
                     // as of the last read of the kernel's counters.
                     read_kernel_counters(&counters, &mut aggregator);
                 }
+                pricer.price_latency(&mut aggregator);
                 snapshots.send_replace(snapshot(&aggregator, &pricer, started.elapsed(), own, *focus.borrow()));
             }
             // A new selection gets its details at once rather than at the next tick.
@@ -446,9 +447,8 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
         {
             probe.apply_kernel_histogram(&totals);
         }
-        if let Ok((gaps, busy)) = counters.gaps(id) {
+        if let Ok(gaps) = counters.gaps(id) {
             probe.cost.gaps.update(gaps);
-            probe.cost.busy_gaps.update(busy);
         }
     }
     // A walk of the kernel's table: only once hits were dropped.
@@ -542,9 +542,10 @@ fn baseline_probes(
             _ => Vec::new(),
         };
         probe.baseline_kernel_counts(counted, &histogram);
-        let (gaps, busy) = counters.gaps(id).unwrap_or_default();
-        probe.cost.gaps.baseline(gaps);
-        probe.cost.busy_gaps.baseline(busy);
+        probe
+            .cost
+            .gaps
+            .baseline(counters.gaps(id).unwrap_or_default());
     }
 }
 
@@ -559,9 +560,14 @@ fn switch_hot_probes(
     time_every: u64,
 ) {
     let mut switched = Vec::new();
+    // A latency pair's probes keep streaming: their records are paired.
+    let paired: Vec<bool> = (0..aggregator.probes().len())
+        .map(|id| aggregator.latency.pairs_probe(id as u32))
+        .collect();
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let rate = probe.rate.per_second();
         if probe.mode == DeliveryMode::Ring
+            && !paired[id]
             && rate > limit
             && counters
                 .set_mode(id as u32, DeliveryMode::KernelHistogram)
@@ -607,7 +613,8 @@ fn end_clock_phase(
 ) -> bool {
     let (mut switched, mut stayed, mut streaming) = (Vec::new(), 0, 0);
     for (id, probe) in aggregator.probes().iter().enumerate() {
-        if probe.mode != DeliveryMode::Ring {
+        // A latency pair's probes keep streaming: their records are paired.
+        if probe.mode != DeliveryMode::Ring || aggregator.latency.pairs_probe(id as u32) {
             continue;
         }
         if !over && probe.received < CLOCK_PHASE_HITS {

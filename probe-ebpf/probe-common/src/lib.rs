@@ -325,9 +325,6 @@ mod pod_histogram {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GapHistogram {
     pub counts: [u64; gap::BUCKETS as usize],
-    /// The same gaps less the time their CPU idled (the code run between the two hits),
-    /// where the `sched_switch` program measured it.
-    pub busy: [u64; gap::BUCKETS as usize],
 }
 
 #[cfg(feature = "user")]

@@ -4,6 +4,7 @@
 //! [`ProbeAggregate::summary`] and the histograms themselves.
 
 mod interval_log;
+mod latency;
 mod probe;
 mod rate;
 mod snapshot;
@@ -11,6 +12,7 @@ mod summary;
 mod threads;
 
 pub use interval_log::{IntervalHistogram, IntervalLog};
+pub use latency::{EndPath, Latency, LatencyRow, PairSetup, Prices as LatencyPrices};
 pub use probe::{CapturedArgs, HISTORY_SPAN, ProbeAggregate};
 pub use rate::RateWindow;
 pub use snapshot::{
@@ -67,6 +69,8 @@ pub struct Aggregator {
     /// Count records per process too (several processes probed); off, a hit costs
     /// the collector no second map update.
     pub count_processes: bool,
+    /// The `latency:` pairs, fed the records of their probes.
+    pub latency: Latency,
 }
 
 impl Aggregator {
@@ -82,6 +86,7 @@ impl Aggregator {
             window_start_ns: 0,
             window_end_ns: u64::MAX,
             count_processes: false,
+            latency: Latency::default(),
         }
     }
 
@@ -102,9 +107,11 @@ impl Aggregator {
                 self.record(hit);
             }
             Record::HitWithArgs(event) => {
-                if self.record(&event.hit)
-                    && let Some(probe) = self.probes.get_mut(event.hit.probe_id as usize)
-                {
+                let counted = self.record(&event.hit);
+                if counted && !self.latency.is_empty() {
+                    self.pair(event);
+                }
+                if counted && let Some(probe) = self.probes.get_mut(event.hit.probe_id as usize) {
                     probe.last_args = Some(CapturedArgs {
                         count: event.count.min(MAX_ARGS as u32) as u8,
                         faulted: event.faulted,
@@ -184,6 +191,17 @@ impl Aggregator {
         for probe in &mut self.probes {
             probe.reset();
         }
+        self.latency.reset();
+    }
+
+    /// Feeds a record of a latency pair's probe to its pair, pricing the pair's
+    /// probes first when due.
+    fn pair(&mut self, event: &probe_common::HitArgsEvent) {
+        let hit = &event.hit;
+        if event.count >= 1 && event.faulted & 1 == 0 {
+            self.latency
+                .record(hit.probe_id, hit.tid, hit.ktime_ns, event.args[0]);
+        }
     }
 
     /// Closes a live interval of `length` for every probe (see
@@ -232,6 +250,8 @@ pub struct Measurements {
     /// The target's CPU since the window opened, probes included, share of one CPU;
     /// `None` with several processes (the pricer reads it).
     pub target_cpu: Option<f64>,
+    /// The `latency:` pairs' rows.
+    pub latency: Vec<LatencyRow>,
 }
 
 impl Aggregator {
@@ -274,6 +294,13 @@ impl Aggregator {
                 .collect(),
             assumption: None,
             target_cpu: None,
+            // Calls per second over the window when it is closed; else said by the
+            // report from its duration.
+            latency: self.latency.rows(if self.window_end_ns == u64::MAX {
+                0.0
+            } else {
+                self.window_end_ns.saturating_sub(self.window_start_ns) as f64 / 1e9
+            }),
         }
     }
 }

@@ -271,7 +271,6 @@ impl ProbeAggregate {
         self.rate = RateWindow::new(self.rate.window);
         // counted_seen and kernel_seen stay: they are the kernel's totals, now the baseline.
         self.cost.gaps.rebase();
-        self.cost.busy_gaps.rebase();
         self.sampled_hits = 0;
         self.kernel_hits = 0;
         self.kernel_timed = 0;

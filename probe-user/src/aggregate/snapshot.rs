@@ -30,8 +30,6 @@ pub struct ProbeSnapshot {
     /// The median gap before its hits since the previous hit on their CPU, us, when
     /// its hits are priced by it.
     pub gap_median_us: Option<f64>,
-    /// The median busy part of those gaps (code run on the CPU), us, with it.
-    pub busy_median_us: Option<f64>,
     /// What placed its hits on the calibration's curves, with them.
     pub reading: Option<crate::price::estimate::GapReading>,
 }
@@ -107,6 +105,8 @@ pub struct Snapshot {
     /// The target's CPU over the last second, probes included, share of one CPU;
     /// `None` with several processes or before two readings (the pricer reads it).
     pub target_cpu: Option<f64>,
+    /// The `latency:` pairs' rows.
+    pub latency: Vec<super::LatencyRow>,
 }
 
 impl Snapshot {
@@ -136,7 +136,6 @@ impl Aggregator {
                 last_args: p.last_args,
                 interval: p.last_interval,
                 gap_median_us: None,
-                busy_median_us: None,
                 reading: None,
             })
             .collect();
@@ -152,6 +151,7 @@ impl Aggregator {
             own: OwnUsage::default(),
             assumption: None,
             target_cpu: None,
+            latency: self.latency.rows(elapsed.as_secs_f64()),
         }
     }
 

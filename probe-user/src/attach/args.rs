@@ -64,6 +64,14 @@ pub fn args_config(point: &ProbePoint, count: usize) -> Result<ArgsConfig, ArgsE
     Ok(config)
 }
 
+/// The stack pointer alone: what a latency pair's probes capture.
+pub fn stack_pointer() -> ArgsConfig {
+    let mut config = ArgsConfig::default();
+    config.args[0] = register(RegRef::full(Reg::Rsp), 8, false);
+    config.count = 1;
+    config
+}
+
 fn register(reg: RegRef, size: u8, signed: bool) -> ArgSpec {
     ArgSpec {
         kind: arg_kind::REG,

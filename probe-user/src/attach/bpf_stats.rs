@@ -113,6 +113,24 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
                 .any(|m| m.path.as_deref().map(Path::new) == Some(file.as_path())),
         }
     };
+    find_where(on_target, Some(pid), exclude_pids, exclude_progs)
+}
+
+/// [`find`] for every process of the host (`probetop --all`): every BPF program on a
+/// uprobe, whatever maps its file; a uprobe_multi link's pid filter is in `only_pid`.
+pub fn find_all(exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherProgram> {
+    let readable_anywhere = |file: &str, holder: Option<u32>| in_process(file, holder).is_some();
+    find_where(readable_anywhere, None, exclude_pids, exclude_progs)
+}
+
+/// The programs on files `on_target` accepts (a file as its holder named it), and of
+/// uprobe_multi links filtered to `pid` or to none when `pid` is given.
+fn find_where(
+    on_target: impl Fn(&str, Option<u32>) -> bool,
+    pid: Option<u32>,
+    exclude_pids: &[u32],
+    exclude_progs: &[u32],
+) -> Vec<OtherProgram> {
     // One entry per program, file and holder: run statistics are per program anyway.
     let mut found: Vec<OtherProgram> = Vec::new();
     let mut add = |program: OtherProgram| {
@@ -164,7 +182,8 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
     }
     let links = uprobe_links();
     // Only needed (and a walk of every process's fdinfo) for paths relative to a process.
-    let holders = if links.iter().any(|l| relative_to_process(&l.file).is_some()) {
+    // Host-wide every process is walked anyway, and a link's holder is its owner.
+    let holders = if pid.is_none() || links.iter().any(|l| relative_to_process(&l.file).is_some()) {
         link_holders()
     } else {
         HashMap::new()
@@ -174,7 +193,9 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
         if exclude_progs.contains(&link.prog_id) || !on_target(&link.file, holder) {
             continue;
         }
-        if link.only_pid.is_some_and(|p| p != 0 && p != pid) {
+        if let Some(pid) = pid
+            && link.only_pid.is_some_and(|p| p != 0 && p != pid)
+        {
             continue;
         }
         // A perf link's event is usually also held open by its tool: seen above.

@@ -126,20 +126,15 @@ impl KernelCounters {
         Ok(sum_over_cpus(self.histogram.get(&probe_id, 0)?.iter()))
     }
 
-    /// `probe_id`'s gap histograms (`probe_common::gap` buckets) over all CPUs: the
-    /// gaps, and their busy parts.
-    pub fn gaps(&self, probe_id: u32) -> Result<(Vec<u64>, Vec<u64>), aya::maps::MapError> {
+    /// `probe_id`'s gap histogram (`probe_common::gap` buckets) over all CPUs.
+    pub fn gaps(&self, probe_id: u32) -> Result<Vec<u64>, aya::maps::MapError> {
         let mut totals = vec![0u64; probe_common::gap::BUCKETS as usize];
-        let mut busy = totals.clone();
         for histogram in self.gaps.get(&probe_id, 0)?.iter() {
             for (total, count) in totals.iter_mut().zip(histogram.counts) {
                 *total += count;
             }
-            for (total, count) in busy.iter_mut().zip(histogram.busy) {
-                *total += count;
-            }
         }
-        Ok((totals, busy))
+        Ok(totals)
     }
 
     /// Writes the config of a probe about to be attached

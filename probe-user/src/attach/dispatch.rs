@@ -48,30 +48,6 @@ pub enum DispatchError {
     },
 }
 
-impl DispatchError {
-    /// The cause in a few words, for the one line a run prints.
-    pub fn short(&self) -> String {
-        match self {
-            DispatchError::Refused {
-                kind,
-                function,
-                source,
-            } => {
-                let io = match source {
-                    ProgramError::LoadError { io_error, .. } => Some(io_error),
-                    ProgramError::SyscallError(e) => Some(&e.io_error),
-                    _ => None,
-                };
-                match io {
-                    Some(io) => format!("{kind} on {function} refused: {io}"),
-                    None => format!("{kind} on {function} refused"),
-                }
-            }
-            other => other.to_string(),
-        }
-    }
-}
-
 /// A program error in one line: the syscall's error, and the verifier's log if it
 /// has one (an empty log means the kernel refused before verifying).
 fn describe(error: &ProgramError) -> String {
@@ -427,8 +403,13 @@ attach_tracing!(attach_fentry, FEntry, "fentry");
 attach_tracing!(attach_fexit, FExit, "fexit");
 
 /// Starts dispatch measurement on a loaded attachment (loaded with `dispatch_tgid`);
-/// `None`, after saying why once, when the kernel refuses.
-pub fn start_dispatch(attachment: &mut super::Attachment, sites: &[ProbeSite]) -> Option<Dispatch> {
+/// `None` when the kernel refuses, after saying so in one line unless `told` (this
+/// machine's calibration met the same refusal and said so then).
+pub fn start_dispatch(
+    attachment: &mut super::Attachment,
+    sites: &[ProbeSite],
+    told: bool,
+) -> Option<Dispatch> {
     use crate::sys::say;
     let verbose = std::env::var("PROBETOP_VERBOSE").is_ok_and(|v| v == "1");
     match Dispatch::start(attachment.ebpf_mut(), sites) {
@@ -447,15 +428,28 @@ pub fn start_dispatch(attachment: &mut super::Attachment, sites: &[ProbeSite]) -
             ));
             None
         }
-        // Not an error of the run: many kernels refuse fentry. One short line.
+        Err(_) if told => None,
+        // Not an error of the run: many kernels refuse fentry. What is missing and why,
+        // in words; the kernel's answer with PROBETOP_VERBOSE=1.
         Err(e) => {
-            say(&format!(
-                "probetop: kernel dispatch time not measured on this kernel ({}; PROBETOP_VERBOSE=1 says more)",
-                e.short()
-            ));
+            say(&format!("probetop: {}", refusal_line(&e)));
             None
         }
     }
+}
+
+/// The one line a run says when dispatch measurement cannot start.
+fn refusal_line(error: &DispatchError) -> String {
+    let what = match error {
+        DispatchError::Refused { kind, .. } => {
+            format!("this kernel does not let BPF trampolines ({kind}) attach")
+        }
+        DispatchError::Btf(_) => "the kernel's BTF cannot be read".to_string(),
+        _ => "the dispatch programs cannot start".to_string(),
+    };
+    format!(
+        "{what}, so the kernel's own time per hit is not measured live; each hit's cost comes from the calibration (PROBETOP_VERBOSE=1 shows why)"
+    )
 }
 
 /// Ends kernel dispatch measurement when the target execs: the kernel side joins

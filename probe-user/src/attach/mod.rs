@@ -24,7 +24,6 @@ pub mod dispatch_time;
 mod error;
 pub mod fds;
 mod flush;
-mod idle;
 mod kernel;
 pub mod kernel_btf;
 mod links;

@@ -71,14 +71,45 @@ impl OtherSite {
 pub fn discover(pid: u32) -> Vec<OtherSite> {
     let me = std::process::id();
     let programs = bpf_stats::find(pid, &[me], &bpf_stats::programs_held_by(me));
+    let maps = read_maps(pid).unwrap_or_default();
+    let events = tracefs_events()
+        .into_iter()
+        .filter(|event| maps_file(&maps, &event.file))
+        .collect();
+    sites_of(&programs, events)
+        .into_iter()
+        .map(|(site, _)| site)
+        .collect()
+}
+
+/// Every other tool's probe on the host, armed anywhere or not (`probetop --all`), each
+/// with the one process a uprobe_multi link's filter limits it to.
+pub fn discover_host() -> Vec<(OtherSite, Option<u32>)> {
+    let me = std::process::id();
+    let programs = bpf_stats::find_all(&[me], &bpf_stats::programs_held_by(me));
+    sites_of(&programs, tracefs_events())
+}
+
+/// The sites of `programs` and tracefs `events`, with a link's process filter.
+fn sites_of(
+    programs: &[bpf_stats::OtherProgram],
+    events: Vec<TracefsEvent>,
+) -> Vec<(OtherSite, Option<u32>)> {
     let mut sites = Vec::new();
-    for program in &programs {
+    let mut only = Vec::new();
+    for program in programs {
         let owner = match program.holder_pid {
             Some(holder) => owner_of(holder),
+            // A link no process holds open: a probetop's by its program's name (its
+            // counters, as `probetop --all` makes them), else not known.
             None => Owner {
                 pid: None,
                 comm: None,
-                tool: "unknown".into(),
+                tool: if is_probetops(&program.name) {
+                    "probetop".into()
+                } else {
+                    "unknown".into()
+                },
             },
         };
         for &(offset, ref_ctr_offset) in &program.sites {
@@ -93,14 +124,11 @@ pub fn discover(pid: u32) -> Vec<OtherSite> {
             };
             if !sites.contains(&site) {
                 sites.push(site);
+                only.push(program.only_pid.filter(|&p| p != 0));
             }
         }
     }
-    let maps = read_maps(pid).unwrap_or_default();
-    for event in tracefs_events() {
-        if !maps_file(&maps, &event.file) {
-            continue;
-        }
+    for event in events {
         // BCC's older path defines a tracefs event and attaches its program to it: the
         // BPF side is its owner unless ftrace is on too.
         let backs_bpf = sites.iter().any(|s| {
@@ -130,6 +158,7 @@ pub fn discover(pid: u32) -> Vec<OtherSite> {
             prog_id: None,
             event: Some(format!("{}/{}", event.group, event.name)),
         });
+        only.push(None);
     }
     // Another probetop's probe on a site another tool probes too is most likely its
     // counter of that tool's probe: counting it would count the same hits twice.
@@ -142,8 +171,17 @@ pub fn discover(pid: u32) -> Vec<OtherSite> {
             })
     };
     let all = sites.clone();
-    sites.retain(|site| !counted_elsewhere(site, &all));
     sites
+        .into_iter()
+        .zip(only)
+        .filter(|(site, _)| !counted_elsewhere(site, &all))
+        .collect()
+}
+
+/// Whether a BPF program's name is one of probetop's measuring programs (as loaded:
+/// `probetop_uprobe`, or its uprobe_multi copies `ptm_*`).
+fn is_probetops(name: &str) -> bool {
+    name.starts_with("probetop_") || name.starts_with("ptm_")
 }
 
 /// Whether a breakpoint is armed in process `pid` at `offset` of `file`: its byte in
@@ -151,7 +189,12 @@ pub fn discover(pid: u32) -> Vec<OtherSite> {
 /// became). `None` when it cannot be told (the file is not mapped executable there, or
 /// either read fails).
 pub fn armed_in(pid: u32, file: &Path, offset: u64) -> Option<bool> {
-    let maps = read_maps(pid).ok()?;
+    armed_in_maps(pid, &read_maps(pid).ok()?, file, offset)
+}
+
+/// [`armed_in`] with `pid`'s maps read already (`probetop --all` reads each process's
+/// once per look).
+pub fn armed_in_maps(pid: u32, maps: &[MapEntry], file: &Path, offset: u64) -> Option<bool> {
     let id = FileId::of(file).ok()?;
     let entry = maps.iter().find(|m| {
         m.executable()

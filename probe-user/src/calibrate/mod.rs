@@ -39,6 +39,7 @@ use crate::delivery::DeliveryMode;
 use crate::insn::classes::KernelRules;
 use crate::spec::ProbeKind;
 use crate::stats::{Summary, XorShift};
+use crate::sys::clock::ProcessCpuClock;
 use child::{Drainer, Offsets, Workload};
 use workload::Func;
 
@@ -92,29 +93,41 @@ pub struct CalibrateOptions {
 }
 
 impl CalibrateOptions {
-    /// 1-2 minutes on a 2-vCPU VM, half of it the cold loop.
-    pub fn full() -> Self {
-        Self {
-            reps: 31,
-            calls: 60_000,
-            unattached_calls: 10_000_000,
-            dispatch: true,
-            cold: Some(ColdOptions::for_this_machine(COLD_ITERS_FULL)),
-            hot: true,
-            gap_reps: gap_phase::MAX_REPS,
-        }
-    }
-
-    /// 20-30 seconds, for tests (6 without the cold loop).
-    pub fn quick() -> Self {
+    /// The default: 20-40 seconds on a 2-vCPU VM. Every row and curve the estimates
+    /// read, with fewer and shorter repetitions than [`Self::thorough`]; the cost tests
+    /// (tests/it/cost_*.rs) hold its rows to the same bounds.
+    pub fn standard() -> Self {
         Self {
             reps: 15,
             calls: 20_000,
             unattached_calls: 2_000_000,
             dispatch: true,
-            cold: Some(ColdOptions::for_this_machine(COLD_ITERS_QUICK)),
+            cold: Some(ColdOptions::for_this_machine(COLD_ITERS_STANDARD)),
             hot: true,
             gap_reps: 3,
+        }
+    }
+
+    /// `--thorough`: 2-3 minutes on a 2-vCPU VM, for the full curves (the numbers in
+    /// docs/cost.md were measured so).
+    pub fn thorough() -> Self {
+        Self {
+            reps: 31,
+            calls: 60_000,
+            unattached_calls: 10_000_000,
+            dispatch: true,
+            cold: Some(ColdOptions::for_this_machine(COLD_ITERS_THOROUGH)),
+            hot: true,
+            gap_reps: gap_phase::MAX_REPS,
+        }
+    }
+
+    /// How long a run takes on the project's 2-vCPU VM, idle, as said before it starts.
+    pub fn expected(&self) -> &'static str {
+        if self.reps > 20 || self.gap_reps > 3 {
+            "2-3 minutes"
+        } else {
+            "20-40 s"
         }
     }
 }
@@ -123,9 +136,9 @@ impl CalibrateOptions {
 /// optimized probe) stays out of the measurement.
 const WARMUP: u64 = 200;
 
-/// Iterations of the cold loop per measured run, full and quick.
-const COLD_ITERS_FULL: u64 = 60;
-const COLD_ITERS_QUICK: u64 = 30;
+/// Iterations of the cold loop per measured run, thorough and standard.
+const COLD_ITERS_THOROUGH: u64 = 60;
+const COLD_ITERS_STANDARD: u64 = 30;
 
 /// Iterations of the cold loop before each measured run.
 const COLD_WARMUP: u64 = 3;
@@ -201,20 +214,32 @@ pub fn save(calibration: &Calibration) -> Result<PathBuf, CalibrateError> {
     Ok(path)
 }
 
+/// What a calibration took: wall time, and CPU time of probetop and its workload.
+#[derive(Debug, Clone, Copy)]
+pub struct Spent {
+    pub wall: std::time::Duration,
+    /// `None` when a CPU clock could not be read.
+    pub cpu: Option<std::time::Duration>,
+}
+
 /// Runs the calibration; `progress` gets one line per phase.
 pub fn run(
     options: CalibrateOptions,
     mut progress: impl FnMut(&str),
-) -> Result<Calibration, CalibrateError> {
+) -> Result<(Calibration, Spent), CalibrateError> {
+    let started = std::time::Instant::now();
     let machine = Machine::current();
     let offsets = Offsets::of_self()?;
+    let own_clock = ProcessCpuClock::of(std::process::id()).ok();
+    let own_before = own_clock.and_then(|c| c.read_ns().ok());
     let mut child = Workload::spawn()?;
+    let child_clock = ProcessCpuClock::of(child.pid()).ok();
     let mut rng = XorShift::new(0x70b3_70b3 ^ u64::from(child.pid()));
 
-    progress("phase 1: the kernel's machinery (empty program) and probetop's handler");
-    let phase_one = phase_one(&mut child, &offsets, &options, &mut rng)?;
+    let mut phases = Phases::new(&options, &mut progress);
+    let phase_one = phase_one(&mut child, &offsets, &options, &mut rng, &mut phases)?;
     let (dispatch, dispatch_error) = if options.dispatch && options.hot {
-        progress("phase 2: dispatch measurement (fentry/fexit) and what it does not see");
+        phases.next("kernel dispatch time (fentry/fexit) and what it does not see");
         match phase_two(&mut child, &offsets, &options, &mut rng) {
             Ok(rows) => (rows, None),
             Err(PhaseTwoError::Refused(e)) => (Vec::new(), Some(e)),
@@ -223,6 +248,19 @@ pub fn run(
     } else {
         (Vec::new(), Some("not requested".to_string()))
     };
+    // The child's clock is read while it lives (it exits when `child` drops).
+    let child_ns = child_clock.and_then(|c| c.read_ns().ok());
+    let own_ns = own_clock
+        .and_then(|c| c.read_ns().ok())
+        .zip(own_before)
+        .map(|(after, before)| after.saturating_sub(before));
+    let spent = Spent {
+        wall: started.elapsed(),
+        cpu: child_ns
+            .zip(own_ns)
+            .map(|(c, o)| std::time::Duration::from_nanos(c + o)),
+    };
+    drop(child);
     let row = |case: Case, samples: &[f64]| {
         Some(Row {
             case,
@@ -302,7 +340,7 @@ pub fn run(
             handler_kernel_ns: Summary::of(&phase_one.cold_handler_kernel),
         })
     });
-    Ok(Calibration {
+    let calibration = Calibration {
         format: FORMAT,
         kernel_release: machine.kernel_release,
         cpu_model: machine.cpu_model,
@@ -324,7 +362,42 @@ pub fn run(
         cold,
         gap: phase_one.gap.clone(),
         work: phase_one.work.clone(),
-    })
+    };
+    Ok((calibration, spent))
+}
+
+/// Progress, a line per phase: `[2/5, 12 s] what it measures`.
+struct Phases<'a> {
+    done: usize,
+    total: usize,
+    started: std::time::Instant,
+    say: &'a mut dyn FnMut(&str),
+}
+
+impl<'a> Phases<'a> {
+    fn new(options: &CalibrateOptions, say: &'a mut dyn FnMut(&str)) -> Self {
+        let hot = usize::from(options.hot);
+        let total = 1
+            + hot
+            + usize::from(options.gap_reps > 0) * (1 + usize::from(options.cold.is_some()))
+            + usize::from(options.dispatch && options.hot);
+        Self {
+            done: 0,
+            total,
+            started: std::time::Instant::now(),
+            say,
+        }
+    }
+
+    fn next(&mut self, what: &str) {
+        self.done += 1;
+        (self.say)(&format!(
+            "[{}/{}, {:.0} s] {what}",
+            self.done,
+            self.total.max(self.done),
+            self.started.elapsed().as_secs_f64()
+        ));
+    }
 }
 
 /// Calls per run of a case costing ~1 us per hit; single-stepped hits cost ~12x.
@@ -386,6 +459,7 @@ fn phase_one(
     offsets: &Offsets,
     options: &CalibrateOptions,
     rng: &mut XorShift,
+    phases: &mut Phases<'_>,
 ) -> Result<PhaseOne, CalibrateError> {
     let pid = child.pid();
     let exe = crate::sys::procfs::exe(pid);
@@ -424,6 +498,11 @@ fn phase_one(
     // and the programs, which the handler cases still use, stay).
     let counters = attachment.take_counters()?;
     let mut out = PhaseOne::default();
+    phases.next(match (options.hot, options.cold.is_some()) {
+        (true, true) => "a hit with caches warm and after a server-sized loop, per probe kind",
+        (true, false) => "a hit with caches warm, per probe kind",
+        _ => "a hit after a server-sized loop",
+    });
     for rep in 0..options.reps {
         let mut cases = if options.hot {
             Case::ALL.to_vec()
@@ -519,9 +598,11 @@ fn phase_one(
         }
     }
     if options.hot {
+        phases.next("probetop's handler by the kernel's program run time");
         out.handler_program = Some(handler_program_time(child, &mut attachment, options, rng)?);
     }
     if options.gap_reps > 0 {
+        phases.next("a hit after idle gaps of 2 us to 2 ms");
         out.gap = Some(gap_phase::measure(
             child,
             &mut attachment,
@@ -531,6 +612,7 @@ fn phase_one(
             rng,
         )?);
         if let Some(cold) = &options.cold {
+            phases.next("a hit after footprints walked between calls, up to the last-level cache");
             let clocks = work_phase::HandlerClocks {
                 drainer: &drainer,
                 counters: &counters,

@@ -20,6 +20,7 @@ use std::{collections::HashMap, fmt, io, time::Instant};
 use crate::stats::{XorShift, quantile};
 use crate::sys::procfs;
 
+pub mod budget;
 mod set;
 pub use set::{Members, SetMeter};
 

@@ -40,14 +40,6 @@ pub fn report(
                 used.as_str()
             )
         }
-        (Some(decision), Some(used))
-            if decision.assumes == assume::Assumption::Gap && used != decision.assumes =>
-        {
-            format!(
-                "; each hit priced by its gap where enough gaps were counted, else {} (too few counted: in-kernel mode samples one gap in --time-every hits)",
-                used.as_str()
-            )
-        }
         (Some(decision), Some(used)) if used != decision.assumes => format!(
             "; caches {} between hits ({}), but this calibration has no cold rows: priced hot, run `probetop calibrate` again",
             decision.assumes.as_str(),
@@ -108,18 +100,13 @@ pub fn report(
         if let Some(per_hit) = report.dispatch.as_ref().and_then(|d| d.per_hit_ns()) {
             let _ = write!(line, "; dispatch {per_hit:.0} ns measured");
         }
-        if let (Some(gaps), Some(assume::Assumption::Gap | assume::Assumption::Clock)) =
-            (report.gaps, report.assumes)
-        {
+        if let (Some(gaps), Some(assume::Assumption::Clock)) = (report.gaps, report.assumes) {
             let _ = write!(
                 line,
                 "; gap before a hit: median {}, {:.0}% 100 us or more",
                 fmt_gap_us(gaps.median_us),
                 gaps.share_after_100_us * 100.0
             );
-            if let Some(busy) = report.busy_gaps {
-                let _ = write!(line, " (busy: median {})", fmt_gap_us(busy.median_us));
-            }
             if let Some(reading) = report.reading {
                 let _ = write!(line, ", {}", reading.describe());
             }

@@ -20,8 +20,8 @@ use crate::price::report::ProbeCostReport;
 /// whichever is crossed first: of one CPU, or of the target's own CPU.
 pub(crate) const WARN_SHARE: f64 = 0.05;
 
-/// Whether `--budget` exists to name in the warning.
-pub(crate) const BUDGET_FLAG: bool = false;
+/// Whether to name `--budget` (duty-cycles the probes under a cost) in the warning.
+pub(crate) const BUDGET_FLAG: bool = true;
 
 /// How the headline's number was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -376,7 +376,6 @@ pub(crate) fn assumption_words(assumes: Assumption) -> &'static str {
     match assumes {
         Assumption::Hot => "caches warm between hits",
         Assumption::Cold => "caches cold between hits",
-        Assumption::Gap => "priced by the time between hits",
         Assumption::Clock => "priced by how slow each hit ran",
     }
 }
@@ -516,5 +515,8 @@ mod tests {
         );
         assert!(line.contains("--mode kernel"), "{line}");
         assert!(!line.contains("--budget"), "{line}");
+        // --budget exists: the live warning offers it.
+        let line = h.warning(&dear, BUDGET_FLAG).expect("8% is over 5%");
+        assert!(line.contains("--budget"), "{line}");
     }
 }

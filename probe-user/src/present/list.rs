@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use crate::resolve::debuginfo::SymbolSource;
-use crate::resolve::list::{ListedKind, Listing};
+use crate::resolve::list::{ListedKind, Listing, Stripped};
 use crate::sys::stderr::one_line;
 
 /// Renders a listing as text: one section per object, one line per point, then
@@ -16,7 +16,7 @@ pub fn render_text(listing: &Listing) -> String {
             .iter()
             .filter(|p| p.object == object.path)
             .collect();
-        if points.is_empty() {
+        if points.is_empty() && object.stripped.is_none() {
             continue;
         }
         let source = match &object.symbols {
@@ -38,6 +38,13 @@ pub fn render_text(listing: &Listing) -> String {
             let _ = write!(out, ", load bias {bias:#x}");
         }
         out.push_str(")\n");
+        if let Some(stripped) = &object.stripped {
+            stripped_note(&mut out, stripped);
+        }
+        if points.is_empty() {
+            out.push('\n');
+            continue;
+        }
         let _ = writeln!(
             out,
             "  {:<6}  {:>18}  {:>10}  {:<14}  NAME",
@@ -96,6 +103,13 @@ pub fn render_text(listing: &Listing) -> String {
         .iter()
         .filter(|o| listing.points.iter().any(|p| p.object == o.path))
         .count();
+    if listing.points.is_empty() && listing.objects.iter().any(|o| o.stripped.is_some()) {
+        let _ = writeln!(out, "0 points: stripped, see above");
+        for w in &listing.warnings {
+            let _ = writeln!(out, "warning: {}", one_line(w));
+        }
+        return out;
+    }
     let _ = writeln!(
         out,
         "{} point{} in {} object{}",
@@ -108,6 +122,55 @@ pub fn render_text(listing: &Listing) -> String {
         let _ = writeln!(out, "warning: {}", one_line(w));
     }
     out
+}
+
+/// What a stripped object lacks, where its debug file was looked for, and what it still
+/// offers.
+fn stripped_note(out: &mut String, stripped: &Stripped) {
+    let looked = if stripped.debug_looked_in.is_empty() {
+        "it names no debug file (no build id, no .gnu_debuglink)".to_string()
+    } else {
+        let paths: Vec<String> = stripped
+            .debug_looked_in
+            .iter()
+            .map(|p| one_line(&p.display().to_string()).into_owned())
+            .collect();
+        format!("no debug file at {}", paths.join(", "))
+    };
+    let _ = writeln!(
+        out,
+        "  stripped: no function symbols but the {} its .dynsym exports; {looked}",
+        stripped.functions
+    );
+    let mut offers: Vec<String> = stripped
+        .some_usdt
+        .iter()
+        .map(|n| format!("usdt:{}", one_line(n)))
+        .collect();
+    offers.extend(
+        stripped
+            .some_functions
+            .iter()
+            .map(|n| format!("uprobe:{}", one_line(n))),
+    );
+    let more = (stripped.usdt + stripped.functions).saturating_sub(offers.len());
+    let what = if offers.is_empty() {
+        "it has no USDT probes either: rebuild it unstripped, or probe by address (uprobe:0xADDR, from a symbol map)".to_string()
+    } else {
+        format!(
+            "or probe what it has: {}{}",
+            offers.join(", "),
+            if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            }
+        )
+    };
+    let _ = writeln!(
+        out,
+        "  install its debug symbols (the distribution's -dbgsym or -debuginfo package) to list its functions, {what}"
+    );
 }
 
 /// Renders a listing as pretty-printed JSON (addresses as numbers).
@@ -130,6 +193,7 @@ mod tests {
                 path: obj.clone(),
                 symbols: SymbolSource::Symtab,
                 load_bias: Some(0x5555_0000_0000),
+                stripped: None,
             }],
             points: vec![
                 ListedPoint {

@@ -1,4 +1,5 @@
 //! Presentation: the live terminal UI, the end-of-run summary, and exports.
+pub(crate) mod calibration;
 pub mod cost_report;
 pub mod export;
 pub mod format;
@@ -6,10 +7,18 @@ pub(crate) mod headline;
 pub mod list;
 pub mod listen;
 pub(crate) mod names;
+pub mod processes;
 pub mod summary;
 pub mod tui;
 
 use crate::spec::ProbeKind;
+
+/// Said at the start of a run on a host without a calibration for its kernel and CPU.
+pub(crate) const NO_CALIBRATION: &str = "probetop: no calibration for this kernel and CPU yet, so no cost per hit (COST and %CPU stay empty): `probetop calibrate` measures it in 20-40 s on up to one CPU, once per kernel and CPU";
+
+/// The same in the TUI's footer, for as long as the run has no calibration.
+pub(crate) const NO_CALIBRATION_FOOTER: &str =
+    "no calibration: COST, %CPU empty; `probetop calibrate`";
 
 /// How a probe is named on screen.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -103,6 +103,102 @@ pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&Report>
     out
 }
 
+/// Renders one row per latency pair: calls, the rate over `seconds`, the latency as
+/// measured and as corrected for the probes' own cost, the probes' whole cost per call
+/// and its share of the corrected mean, then the calls not paired.
+pub fn latency_table(rows: &[crate::aggregate::LatencyRow], seconds: f64) -> String {
+    let headers = [
+        "LATENCY",
+        "CALLS",
+        "CALLS/S",
+        "P50",
+        "P90",
+        "P99",
+        "P99.9",
+        "MAX",
+        "CORR P50",
+        "CORR MEAN",
+        "COST/CALL",
+        "OVERHEAD",
+        "RETURNS",
+    ];
+    let mut table: Vec<Vec<String>> = vec![headers.iter().map(|h| h.to_string()).collect()];
+    for row in rows {
+        let rate = if row.calls_per_second > 0.0 {
+            row.calls_per_second
+        } else if seconds > 0.0 {
+            row.calls as f64 / seconds
+        } else {
+            0.0
+        };
+        let (m, c) = (&row.latency_ns, &row.latency_corrected_ns);
+        let has = m.count > 0;
+        let cell = |v: u64| if has { format::ns(v) } else { "-".into() };
+        table.push(vec![
+            format!("{} ({})", row.name, row.object),
+            row.calls.to_string(),
+            format::count(rate),
+            cell(m.p50),
+            cell(m.p90),
+            cell(m.p99),
+            cell(m.p999),
+            cell(m.max),
+            cell(c.p50),
+            if has {
+                format::ns_f(c.mean)
+            } else {
+                "-".into()
+            },
+            row.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f),
+            row.overhead_share
+                .map_or_else(|| "-".into(), format::percent),
+            row.path.as_str().to_string(),
+        ]);
+    }
+    let mut out = render_rows(&table);
+    for row in rows {
+        if row.open + row.unwound + row.unmatched + row.overflowed > 0 {
+            let _ = writeln!(
+                out,
+                "{}: {} open at the end, {} unwound (an exception or longjmp), {} ended before the window, {} too deep to track",
+                row.name, row.open, row.unwound, row.unmatched, row.overflowed
+            );
+        }
+    }
+    if !rows.is_empty() {
+        out.push_str(
+            "CORR: less the probes' cost inside each call (one whole hit of the entry probe, and every probed hit nested in the call)\n",
+        );
+    }
+    out
+}
+
+/// Rows of cells, the first column left-aligned, the others right-aligned.
+fn render_rows(rows: &[Vec<String>]) -> String {
+    let columns = rows.first().map_or(0, Vec::len);
+    let widths: Vec<usize> = (0..columns)
+        .map(|col| {
+            rows.iter()
+                .map(|r| r[col].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        for (col, cell) in row.iter().enumerate() {
+            let width = widths[col];
+            let _ = if col == 0 {
+                write!(out, "{cell:<width$}")
+            } else {
+                write!(out, "  {cell:>width$}")
+            };
+        }
+        out.push('\n');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -163,5 +259,54 @@ mod tests {
             .split_whitespace()
             .collect();
         assert_eq!(&cells[1..3], ["-", "-"]);
+    }
+
+    #[test]
+    fn a_latency_row_shows_its_latency_cost_and_share() {
+        let summary = |p50| HandlerSummary {
+            count: 300,
+            min: p50 - 100,
+            mean: p50 as f64,
+            p50,
+            p90: p50 + 100,
+            p99: p50 + 200,
+            p999: p50 + 300,
+            max: p50 + 400,
+        };
+        let row = crate::aggregate::LatencyRow {
+            spec: "latency:spin".into(),
+            name: "spin".into(),
+            object: "/bin/w".into(),
+            path: crate::aggregate::EndPath::RetUprobes,
+            starts: vec![0],
+            ends: vec![1],
+            calls: 300,
+            calls_per_second: 150.0,
+            open: 0,
+            unwound: 2,
+            unmatched: 0,
+            overflowed: 0,
+            latency_ns: summary(20_600),
+            corrected_applied: true,
+            latency_corrected_ns: summary(20_000),
+            whole_cost_ns: Some(1_000.0),
+            overhead_share: Some(0.05),
+        };
+        let text = latency_table(&[row], 2.0);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("LATENCY"), "{text}");
+        for cell in [
+            "spin (/bin/w)",
+            "300",
+            "150",
+            "20.6us",
+            "20.0us",
+            "5.0%",
+            "ret-uprobes",
+        ] {
+            assert!(lines[1].contains(cell), "{cell:?} in {text}");
+        }
+        assert_eq!(lines[0].len(), lines[1].len());
+        assert!(lines[2].contains("2 unwound"), "{text}");
     }
 }

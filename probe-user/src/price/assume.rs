@@ -42,8 +42,6 @@ pub enum Assumption {
     Hot,
     /// The cold loop's: a server's footprint runs between hits.
     Cold,
-    /// Each hit by the time its CPU went without one (the calibration's gap curve).
-    Gap,
     /// Each hit by how slow probetop's handler ran on it (the work curve), or by its gap
     /// where dearer; cold where the clock cannot be read.
     Clock,
@@ -54,7 +52,6 @@ impl Assumption {
         match self {
             Assumption::Hot => "hot",
             Assumption::Cold => "cold",
-            Assumption::Gap => "gap",
             Assumption::Clock => "clock",
         }
     }
@@ -184,23 +181,12 @@ pub fn decide(choice: AssumeChoice, inputs: AutoInputs) -> Decision {
             assumes: Assumption::Cold,
             why: "--assume cold".into(),
         },
-        AssumeChoice::Gap if inputs.gap_curve => Decision {
-            assumes: Assumption::Gap,
-            why: "--assume gap".into(),
-        },
-        AssumeChoice::Gap => {
-            let mut decision = hot_or_cold(inputs);
-            decision.why = format!(
-                "--assume gap, but the calibration has no gap curve ({})",
-                decision.why
-            );
-            decision
-        }
-        AssumeChoice::Clock if inputs.clock && inputs.gap_curve => Decision {
+        // Retired `gap` is taken as `clock` (the session says so before this).
+        AssumeChoice::Clock | AssumeChoice::Gap if inputs.clock && inputs.gap_curve => Decision {
             assumes: Assumption::Clock,
             why: "--assume clock".into(),
         },
-        AssumeChoice::Clock => {
+        AssumeChoice::Clock | AssumeChoice::Gap => {
             let mut decision = hot_or_cold(inputs);
             decision.why = format!(
                 "--assume clock, but the handler's clock cannot be read here (a calibration without it, --args, or --mode sample) ({})",

@@ -79,14 +79,12 @@ impl Method {
     }
 }
 
-/// What placed a hit priced by `--assume gap` on a calibration curve.
+/// What placed a hit priced by `--assume clock` on a calibration curve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum GapReading {
     /// The gap curve at the time its CPU went without a hit.
     Gap,
-    /// The work curve at the code run on its CPU since the previous hit.
-    BusyGap,
     /// The work curve at how slow the ring handler's own clock ran on it.
     HandlerClock,
     /// In-kernel: the work curve at how slow the ring handler's clock ran on the
@@ -98,7 +96,6 @@ impl GapReading {
     pub fn as_str(self) -> &'static str {
         match self {
             GapReading::Gap => "gap",
-            GapReading::BusyGap => "busy-gap",
             GapReading::HandlerClock => "handler-clock",
             GapReading::StreamedClock => "streamed-clock",
         }
@@ -108,7 +105,6 @@ impl GapReading {
     pub fn short(self) -> &'static str {
         match self {
             GapReading::Gap => "gap",
-            GapReading::BusyGap => "busy",
             GapReading::HandlerClock => "clock",
             GapReading::StreamedClock => "clock at start",
         }
@@ -118,7 +114,6 @@ impl GapReading {
     pub fn describe(self) -> &'static str {
         match self {
             GapReading::Gap => "priced by its gaps",
-            GapReading::BusyGap => "priced by the code run in its gaps",
             GapReading::HandlerClock => "priced by its handler's clock",
             GapReading::StreamedClock => "priced by its handler's clock while streamed",
         }
@@ -269,10 +264,6 @@ pub struct ProbeCost {
     pub gaps_pooled: GapCounts,
     /// The calibration's work curve, if it has one (shared by every probe).
     pub work_curve: Option<Arc<WorkCurve>>,
-    /// The busy part of the same gaps (code run on the CPU between the two hits), where
-    /// the kernel measured it, and every probe's together.
-    pub busy_gaps: GapCounts,
-    pub busy_gaps_pooled: GapCounts,
     /// Its handler reads argument values (`--args`): slower for that, not for cold
     /// caches, so its clock does not say how cold a hit was.
     pub captures_args: bool,
@@ -323,7 +314,7 @@ pub struct Estimate {
     /// The calibration rows it was priced with: the cold ones were asked for but a
     /// calibration without them prices hot.
     pub assumes: Assumption,
-    /// Priced by `--assume gap`: what placed the hits on its curves.
+    /// Priced by `--assume clock`: what placed the hits on its curves.
     pub reading: Option<GapReading>,
 }
 
@@ -347,16 +338,13 @@ impl ProbeCost {
         }
         let handler = handler.filter(|h| !h.is_empty());
         let handler_mean_ns = handler.map(Histogram::mean);
-        // By the gap: the hot rows, plus what the curve adds at each hit's gap.
+        // By the clock: the hot rows, plus what the curves add at each hit's clock or gap.
         let gap_extra = match (assume, &self.gap_curve) {
-            (Assumption::Gap, Some(curve)) => self.gap_extra(curve, probe_mode, handler),
             (Assumption::Clock, Some(curve)) => self.clock_price(curve, probe_mode, handler),
             _ => None,
         };
         let (basis, assumes) = match (assume, self.cold_basis) {
-            (Assumption::Gap | Assumption::Clock, _) if gap_extra.is_some() => {
-                (self.basis?, assume)
-            }
+            (Assumption::Clock, _) if gap_extra.is_some() => (self.basis?, assume),
             // A hit whose clock cannot be read is priced as a server's: cold.
             (Assumption::Cold | Assumption::Clock, Some(cold)) => (cold, Assumption::Cold),
             _ => (self.basis?, Assumption::Hot),
@@ -411,7 +399,7 @@ impl ProbeCost {
             whole_ns: (base + on_top + correction + extra).max(0.0),
             method: Method::Calibration,
             assumes,
-            reading: reading.filter(|_| matches!(assumes, Assumption::Gap | Assumption::Clock)),
+            reading: reading.filter(|_| assumes == Assumption::Clock),
         })
     }
 }
@@ -447,49 +435,6 @@ impl ProbeCost {
         self.basis
             .and_then(|b| b.on_top_kernel_untimed_ns)
             .map(|n| n.max(0.0))
-    }
-}
-
-impl ProbeCost {
-    /// What the gaps before this probe's hits add to its hot price, ns per hit, from its
-    /// own gaps or, with too few, every probe's, or from the work curve read at
-    /// `handler`'s clock or at the busy gaps. `None` without enough gaps counted.
-    fn gap_extra(
-        &self,
-        curve: &GapCurve,
-        probe_mode: DeliveryMode,
-        handler: Option<&Histogram<u64>>,
-    ) -> Option<GapPrice> {
-        let kernel = probe_mode.counts_in_kernel();
-        let (extra, handler_slower) = self.idle_gap_extra(curve, kernel)?;
-        // The code run between hits evicts more than the idle time does on a busy
-        // machine: the dearer of the two. The work curve's whole iteration holds the
-        // handler's own slowdown, so the live handler time then corrects nothing
-        // (argument capture is not added: said in docs/cost.md). Where on the work
-        // curve: in ring mode, where every hit's handler is timed as in the curve's ring
-        // runs, by its clock (how cold each hit was, whatever ran before it); in-kernel,
-        // by the busy gaps, as the in-kernel clock read colder against its calibration
-        // on mariadbd than the truth (docs/cost.md, "By the handler's clock"), so by the
-        // ring clock of its first seconds streamed, or without them by the busy gaps.
-        let busy = self.work_curve.as_ref().and_then(|work| {
-            self.clock_extra(work, kernel, handler).or_else(|| {
-                own_or_pooled(&self.busy_gaps, &self.busy_gaps_pooled)
-                    .mean_of(|busy| work.extra_ns(kernel, busy))
-                    .map(|extra| (extra, GapReading::BusyGap))
-            })
-        });
-        Some(match busy {
-            Some((busy, reading)) if busy > extra => GapPrice {
-                extra_ns: busy,
-                handler_slower_ns: None,
-                reading,
-            },
-            _ => GapPrice {
-                extra_ns: extra,
-                handler_slower_ns: Some(handler_slower),
-                reading: GapReading::Gap,
-            },
-        })
     }
 }
 
@@ -889,85 +834,17 @@ mod tests {
     }
 
     #[test]
-    fn the_gap_curve_prices_each_hit_by_its_gap() {
-        use crate::calibrate::gap::{GapCounts, GapCurve, GapPoint};
-        let point = |gap_ns: f64, ring: f64, kernel: f64, handler: f64| GapPoint {
-            sleep_us: gap_ns / 1e3,
-            gap_ns,
-            // The per-call measure is the estimate's input; the CPU per iteration
-            // (noise at long gaps) only where a cache lacks it.
-            ring_ns: s(0.0),
-            kernel_ns: s(0.0),
-            handler_ring_ns: Some(s(handler)),
-            ring_call_ns: Some(s(ring)),
-            kernel_call_ns: Some(s(kernel)),
-        };
-        let curve = GapCurve {
-            points: vec![
-                point(500.0, 1000.0, 800.0, 150.0),
-                point(1e6, 3000.0, 2500.0, 550.0),
-            ],
-            time_every: 64,
-        };
-        // 30 right after another hit (hot), 10 after 1-2 ms (beyond the curve's end).
-        let gaps = gap_counts(&[(0, 30), (11, 10)]);
-        let mut cost = ProbeCost {
-            gap_curve: Some(std::sync::Arc::new(curve)),
-            gaps,
-            ..emulated_push_cost()
-        };
-        // A quarter of the hits pay 2000 more; the handler clock reads 400 more on
-        // those, which is the curve's, not a slower handler.
-        let e = cost
-            .estimate(
-                DeliveryMode::Ring,
-                Some(&clock(250.0)),
-                1.0,
-                Assumption::Gap,
-            )
-            .expect("estimate");
-        assert_eq!((e.whole_ns, e.assumes), (1500.0, Assumption::Gap));
-        // In-kernel: the in-kernel curve (1700 more a quarter of the time).
-        let kernel = |c: &ProbeCost, assume| {
-            c.estimate(
-                DeliveryMode::KernelHistogram,
-                Some(&clock(40.0)),
-                0.0,
-                assume,
-            )
-            .expect("estimate")
-            .whole_ns
-        };
-        assert_eq!(
-            kernel(&cost, Assumption::Gap) - kernel(&cost, Assumption::Hot),
-            425.0
-        );
-        // Too few gaps of its own and none pooled: priced hot, and says so.
-        cost.gaps = GapCounts::default();
-        let e = cost
-            .estimate(
-                DeliveryMode::Ring,
-                Some(&clock(250.0)),
-                1.0,
-                Assumption::Gap,
-            )
-            .expect("estimate");
-        assert_eq!((e.whole_ns, e.assumes), (1100.0, Assumption::Hot));
-    }
-
-    #[test]
-    fn the_work_curve_prices_a_hit_after_code_ran_when_dearer_than_its_gap() {
+    fn the_clock_prices_a_hit_on_the_work_curve() {
         use crate::calibrate::work::{WorkCurve, WorkPoint};
-        let point = |work_ns: f64, ring: f64| WorkPoint {
+        let clocked = |work_ns: f64, ring: f64, clock: f64| WorkPoint {
             data_bytes: 0,
             code_bytes: 0,
             work_ns,
             ring_ns: s(ring),
             kernel_ns: s(ring / 2.0),
-            handler_ring_ns: None,
+            handler_ring_ns: Some(s(clock)),
             handler_kernel_ns: None,
         };
-        let counts = |bucket: usize| gap_counts(&[(bucket, 40)]);
         let mut cost = ProbeCost {
             // One point: the gap adds nothing at any gap.
             gap_curve: Some(std::sync::Arc::new(crate::calibrate::gap::GapCurve {
@@ -983,70 +860,32 @@ mod tests {
                 time_every: 64,
             })),
             work_curve: Some(std::sync::Arc::new(WorkCurve {
-                points: vec![point(100.0, 500.0), point(40_000.0, 3500.0)],
+                points: vec![
+                    clocked(100.0, 500.0, 60.0),
+                    clocked(40_000.0, 3500.0, 260.0),
+                ],
                 beyond: Vec::new(),
                 time_every: 64,
             })),
-            // Gaps of 32-64 us (bucket 6), all of it code run: past the curve's end.
-            gaps: counts(6),
-            busy_gaps: counts(6),
+            gaps: gap_counts(&[(6, 40)]),
             ..emulated_push_cost()
         };
         let hot = cost
             .estimate(DeliveryMode::Ring, None, 1.0, Assumption::Hot)
             .expect("hot")
             .whole_ns;
-        // The gap curve adds nothing: the work curve's 3000 more, and the
+        // Half the hits as fast as the hot loop's, half halfway to the cold clock; the
         // live handler time corrects nothing (the curve's iterations hold it).
-        let e = cost
-            .estimate(
-                DeliveryMode::Ring,
-                Some(&clock(900.0)),
-                1.0,
-                Assumption::Gap,
-            )
-            .expect("estimate");
-        assert_eq!((e.whole_ns, e.assumes), (hot + 3000.0, Assumption::Gap));
-        let kernel = cost
-            .estimate(DeliveryMode::KernelHistogram, None, 1.0, Assumption::Gap)
-            .expect("kernel")
-            .whole_ns
-            - cost
-                .estimate(DeliveryMode::KernelHistogram, None, 1.0, Assumption::Hot)
-                .expect("kernel hot")
-                .whole_ns;
-        assert_eq!(kernel, 1500.0);
-        // The same gaps idle (no code run in them): the work curve adds nothing.
-        cost.busy_gaps = counts(0);
-        let e = cost
-            .estimate(DeliveryMode::Ring, None, 1.0, Assumption::Gap)
-            .expect("estimate");
-        assert_eq!(e.whole_ns, hot);
-
-        // A curve with the ring handler's clock: ring mode reads it at each hit's
-        // clock, whatever the busy gaps say; in-kernel by the busy gaps unless its
-        // first hits were streamed.
-        let clocked = |work_ns: f64, ring: f64, clock: f64| WorkPoint {
-            handler_ring_ns: Some(s(clock)),
-            ..point(work_ns, ring)
-        };
-        cost.work_curve = Some(std::sync::Arc::new(WorkCurve {
-            points: vec![
-                clocked(100.0, 500.0, 60.0),
-                clocked(40_000.0, 3500.0, 260.0),
-            ],
-            beyond: Vec::new(),
-            time_every: 64,
-        }));
-        // Half the hits as fast as the hot loop's, half halfway to the cold clock.
         let mut hits = Histogram::new(3).expect("histogram");
         hits.record_n(60, 50).expect("record");
         hits.record_n(160, 50).expect("record");
         let e = cost
-            .estimate(DeliveryMode::Ring, Some(&hits), 1.0, Assumption::Gap)
+            .estimate(DeliveryMode::Ring, Some(&hits), 1.0, Assumption::Clock)
             .expect("estimate");
-        assert_eq!((e.whole_ns, e.assumes), (hot + 750.0, Assumption::Gap));
+        assert_eq!((e.whole_ns, e.assumes), (hot + 750.0, Assumption::Clock));
         assert_eq!(e.reading, Some(GapReading::HandlerClock));
+        // In-kernel without hits streamed first: no clock to read, priced hot (this
+        // calibration has no cold rows).
         let kernel_hot = cost
             .estimate(
                 DeliveryMode::KernelHistogram,
@@ -1061,10 +900,10 @@ mod tests {
                 DeliveryMode::KernelHistogram,
                 Some(&hits),
                 1.0,
-                Assumption::Gap,
+                Assumption::Clock,
             )
             .expect("kernel");
-        assert_eq!(e.whole_ns, kernel_hot);
+        assert_eq!((e.whole_ns, e.reading), (kernel_hot, None));
         // In-kernel with the ring clock of its first seconds streamed: the in-kernel
         // price at the footprints those clocks place it (half of the ring's here).
         cost.streamed_clock = Some(hits.clone());
@@ -1073,28 +912,22 @@ mod tests {
                 DeliveryMode::KernelHistogram,
                 Some(&hits),
                 1.0,
-                Assumption::Gap,
+                Assumption::Clock,
             )
             .expect("kernel");
         assert_eq!(e.whole_ns, kernel_hot + 375.0);
         assert_eq!(e.reading, Some(GapReading::StreamedClock));
         cost.streamed_clock = None;
-        // A handler capturing arguments runs slower for that: the busy gaps.
+        // A handler capturing arguments runs slower for that: its clock is not read,
+        // the hit is priced as by the hot rows.
         cost.captures_args = true;
         let e = cost
-            .estimate(DeliveryMode::Ring, Some(&hits), 1.0, Assumption::Gap)
+            .estimate(DeliveryMode::Ring, Some(&hits), 1.0, Assumption::Clock)
             .expect("estimate");
-        assert_eq!(e.reading, Some(GapReading::Gap));
-        cost.captures_args = false;
-        // Too few timed hits to read: the busy gaps again.
-        let mut few = Histogram::new(3).expect("histogram");
-        few.record_n(160, 5).expect("record");
-        cost.busy_gaps = counts(6);
-        let e = cost
-            .estimate(DeliveryMode::Ring, Some(&few), 1.0, Assumption::Gap)
-            .expect("estimate");
-        assert_eq!(e.whole_ns, hot + 3000.0);
-        assert_eq!(e.reading, Some(GapReading::BusyGap));
+        let as_hot = cost
+            .estimate(DeliveryMode::Ring, Some(&hits), 1.0, Assumption::Hot)
+            .expect("hot");
+        assert_eq!((e.whole_ns, e.reading), (as_hot.whole_ns, None));
     }
 
     #[test]

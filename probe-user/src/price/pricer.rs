@@ -41,10 +41,8 @@ impl Pricer {
             return;
         }
         let pooled = GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.gaps));
-        let busy = GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.busy_gaps));
         for probe in aggregator.probes_mut() {
             probe.cost.gaps_pooled = pooled.clone();
-            probe.cost.busy_gaps_pooled = busy.clone();
         }
     }
 
@@ -69,12 +67,9 @@ impl Pricer {
             if let Some(e) = estimate {
                 priced_hot |= e.assumes != decision.assumes;
             }
-            (row.gap_median_us, row.busy_median_us) = match estimate.map(|e| e.assumes) {
-                Some(Assumption::Gap | Assumption::Clock) => (
-                    p.cost.gaps.summary().map(|g| g.median_us),
-                    p.cost.busy_gaps.summary().map(|g| g.median_us),
-                ),
-                _ => (None, None),
+            row.gap_median_us = match estimate.map(|e| e.assumes) {
+                Some(Assumption::Clock) => p.cost.gaps.summary().map(|g| g.median_us),
+                _ => None,
             };
             row.whole_cost_ns = estimate.map(|e| e.whole_ns);
             row.cpu_share = row
@@ -87,12 +82,6 @@ impl Pricer {
             Assumption::Cold if priced_hot => {
                 decision.assumes = Assumption::Hot;
                 decision.why.push_str("; the calibration has no cold rows");
-            }
-            // Gaps are still being counted (in-kernel mode samples them).
-            Assumption::Gap if priced_hot => {
-                decision
-                    .why
-                    .push_str("; hot where too few gaps are counted yet");
             }
             // Too few hits clocked yet, or a probe capturing arguments.
             Assumption::Clock if priced_hot => {
@@ -112,6 +101,51 @@ impl Pricer {
 
     /// A copy of what reports need, with the run's decision: each probe is priced
     /// under it (`price::report`).
+    /// Prices the probes of every latency pair for its correction
+    /// (`aggregate::latency`): each probe's whole cost per hit and handler mean.
+    pub fn price_latency(&self, aggregator: &mut Aggregator) {
+        if aggregator.latency.is_empty() {
+            return;
+        }
+        let assumes = self
+            .assumer
+            .live(
+                aggregator
+                    .probes()
+                    .iter()
+                    .map(|p| p.rate.per_second())
+                    .sum(),
+            )
+            .assumes;
+        let price = |id: u32| {
+            let p = aggregator.probes().get(id as usize)?;
+            let whole = p
+                .cost
+                .estimate(p.mode, Some(&p.handler_ns), p.timed_share(), assumes)?
+                .whole_ns;
+            Some((whole, p.handler_ns.mean()))
+        };
+        let prices: Vec<_> = aggregator
+            .latency
+            .halves()
+            .map(|(start, end)| {
+                price(start).zip(price(end)).map(
+                    |((whole_start, handler_start), (whole_end, handler_end))| {
+                        crate::aggregate::LatencyPrices {
+                            whole_start,
+                            whole_end,
+                            handler_start,
+                            handler_end,
+                        }
+                    },
+                )
+            })
+            .collect();
+        for (pair, prices) in prices.into_iter().enumerate() {
+            aggregator.latency.set_prices(pair, prices);
+        }
+    }
+
     pub fn measurements(&self, aggregator: &Aggregator) -> Measurements {
         let mut measurements = aggregator.measurements();
         let decision = self

@@ -20,12 +20,10 @@ pub struct ProbeCostReport {
     pub dispatch: Option<dispatch::DispatchMeasure>,
     /// The calibration rows the whole cost was priced with, hot or cold.
     pub assumes: Option<assume::Assumption>,
-    /// Priced by the gap: what placed its hits on the curves.
+    /// Priced by the clock: what placed its hits on the curves.
     pub reading: Option<estimate::GapReading>,
     /// The gaps before its hits on their CPUs.
     pub gaps: Option<gap::GapSummary>,
-    /// The busy part of the same gaps, where the kernel measured it.
-    pub busy_gaps: Option<gap::GapSummary>,
     /// In-kernel: the ring handler's clock over the hits streamed first.
     pub streamed_clock: Option<crate::aggregate::HandlerSummary>,
     /// Another tool's probe: its owner's program per run, and how that was found.
@@ -126,7 +124,6 @@ pub fn probe_report(probe: &ProbeMeasurements, duration: std::time::Duration) ->
         assumes: estimate.map(|e| e.assumes),
         reading: estimate.and_then(|e| e.reading),
         gaps: probe.cost.gaps.summary(),
-        busy_gaps: probe.cost.busy_gaps.summary(),
         streamed_clock: probe
             .cost
             .streamed_clock

@@ -75,6 +75,42 @@ pub fn find_extra_symbols(
     mini_debuginfo(image)
 }
 
+/// Every path [`find_extra_symbols`] looks at for a separate debug file, in its order
+/// (for `probetop list` to say where, when none was found), and whether the object
+/// holds `.gnu_debugdata`.
+pub(crate) fn looked_in(
+    image: &ElfImage,
+    object_path: &Path,
+    search: &DebugSearch,
+) -> Vec<PathBuf> {
+    let mut paths = Vec::new();
+    if let Some((first, rest)) = image.build_id.as_deref().and_then(<[u8]>::split_first)
+        && !rest.is_empty()
+    {
+        let hex: String = rest.iter().map(|b| format!("{b:02x}")).collect();
+        paths.extend(search.roots.iter().map(|root| {
+            root.join(".build-id")
+                .join(format!("{first:02x}"))
+                .join(format!("{hex}.debug"))
+        }));
+    }
+    if let (Some(link), Some(dir)) = (image.debuglink.as_ref(), object_path.parent()) {
+        paths.extend(debuglink_candidates(&link.file, dir, search));
+    }
+    paths
+}
+
+/// Where a `.gnu_debuglink` file named `file` may be, for an object in `dir`.
+fn debuglink_candidates(file: &str, dir: &Path, search: &DebugSearch) -> Vec<PathBuf> {
+    let mut candidates = vec![dir.join(file), dir.join(".debug").join(file)];
+    for root in &search.roots {
+        // `/usr/lib/debug` + the object's absolute directory.
+        let relative = dir.strip_prefix("/").unwrap_or(dir);
+        candidates.push(root.join(relative).join(file));
+    }
+    candidates
+}
+
 fn by_build_id(image: &ElfImage, search: &DebugSearch) -> Option<ExtraSymbols> {
     let id = image.build_id.as_deref()?;
     let (first, rest) = id.split_first()?;
@@ -109,13 +145,7 @@ fn by_debuglink(
 ) -> Option<ExtraSymbols> {
     let link = image.debuglink.as_ref()?;
     let dir = object_path.parent()?;
-    let mut candidates = vec![dir.join(&link.file), dir.join(".debug").join(&link.file)];
-    for root in &search.roots {
-        // `/usr/lib/debug` + the object's absolute directory.
-        let relative = dir.strip_prefix("/").unwrap_or(dir);
-        candidates.push(root.join(relative).join(&link.file));
-    }
-    for path in candidates {
+    for path in debuglink_candidates(&link.file, dir, search) {
         // The object itself may be named like its link (a debug file next to it is
         // named differently): never take the object for its own debug file.
         if same_file(&path, object_path) {

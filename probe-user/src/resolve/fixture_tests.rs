@@ -1083,6 +1083,7 @@ fn cpp_demangled_names_overloads_and_globs() {
         name: full.into(),
         offset: None,
         at_returns: false,
+        pair: None,
     };
     assert_eq!(
         resolve_file(&path, &with_params, &opts()).expect("full"),

@@ -11,7 +11,7 @@ use super::{
     suggest,
 };
 use crate::insn::{classes, sites};
-use crate::spec::ProbeSpec;
+use crate::spec::{ProbeKind, ProbeSpec};
 
 pub(super) fn resolve_functions(
     scope: &Scope<'_>,
@@ -20,6 +20,9 @@ pub(super) fn resolve_functions(
     opts: &ResolveOptions,
     cache: &ObjectCache,
 ) -> Result<Vec<ProbePoint>, ResolveError> {
+    if let Some(address) = spec.address() {
+        return at_address(scope, spec, address, objects, opts, cache);
+    }
     let glob = Glob::new(&spec.name);
     let mut points = Vec::new();
     // Where each point's object is read from, for an offset's check.
@@ -137,6 +140,95 @@ pub(super) fn resolve_functions(
         });
     }
     Ok(points)
+}
+
+/// `uprobe:[OBJECT:]0xADDR`: the function of the (first) object that holds the address,
+/// probed at the address's offset into it, checked as `FUNC+OFFSET` is: an instruction
+/// boundary, and not a nop5 past the entry the kernel would turn into a call (unless
+/// `--force`). An address no function symbol holds is refused: nothing says where its
+/// instructions start. A uretprobe takes a function's entry only.
+fn at_address(
+    scope: &Scope<'_>,
+    spec: &ProbeSpec,
+    address: u64,
+    objects: &[ObjectRef],
+    opts: &ResolveOptions,
+    cache: &ObjectCache,
+) -> Result<Vec<ProbePoint>, ResolveError> {
+    let Some(object) = objects.first() else {
+        return Err(ResolveError::BadOffset(format!(
+            "{}: no object to find {address:#x} in",
+            spec.text
+        )));
+    };
+    let obj = cache.load(object, scope, opts)?;
+    let table = obj.symbols();
+    let holder = table
+        .functions
+        .iter()
+        .filter(|f| f.address <= address && address < f.address.saturating_add(f.size.max(1)))
+        .max_by_key(|f| f.address);
+    let Some(f) = holder else {
+        let stripped = if matches!(obj.source(), SymbolSource::Dynsym) {
+            " (it is stripped: its debug symbols would say)"
+        } else {
+            ""
+        };
+        return Err(ResolveError::BadOffset(format!(
+            "{}: no function of {} holds {address:#x}{stripped}, so probetop cannot check it is an instruction boundary (a probe off one corrupts the target's code): `probetop list` shows the functions' addresses",
+            spec.text,
+            obj.r.display.display()
+        )));
+    };
+    let offset = address - f.address;
+    if spec.kind != ProbeKind::Uprobe && offset > 0 {
+        return Err(ResolveError::BadOffset(format!(
+            "{}: {address:#x} is {}+{offset:#x}, not a function's entry, where a return probe must start",
+            spec.text, f.name.display
+        )));
+    }
+    let point = ProbePoint {
+        kind: spec.kind,
+        object: obj.r.display.clone(),
+        attach_path: obj.r.attach_path.clone(),
+        name: f.name.display.clone(),
+        address: f.address,
+        file_offset: f.file_offset,
+        symbol: f.name.raw.clone(),
+        load_bias: obj.load_bias,
+        usdt: None,
+        function: Some(FunctionSpan {
+            offset: 0,
+            size: f.size,
+            inner_symbol: table
+                .next_after(f.address)
+                .map(|next| next.address - f.address)
+                .filter(|gap| *gap < f.size),
+        }),
+        resolved: None,
+        ifunc_resolver: false,
+        returns: None,
+    };
+    // Checked and said as `FUNC+OFFSET` is.
+    let by_name = ProbeSpec {
+        name: f.name.display.clone(),
+        offset: Some(offset),
+        ..spec.clone()
+    };
+    at_offset(
+        &by_name,
+        offset,
+        vec![point],
+        std::slice::from_ref(&obj.r.read_path),
+        opts,
+        cache,
+    )
+    .map_err(|e| match e {
+        ResolveError::BadOffset(why) => {
+            ResolveError::BadOffset(format!("{} ({address:#x}): {why}", spec.text))
+        }
+        other => other,
+    })
 }
 
 /// Moves a function's point to its `ret` instructions (`uprobe:FUNC+ret`): the first

@@ -128,7 +128,27 @@ pub struct ListedObject {
     pub symbols: SymbolSource,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub load_bias: Option<u64>,
+    /// The main object, stripped with no debug file found: what it still offers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stripped: Option<Stripped>,
 }
+
+/// What a stripped object (no `.symtab`, no debug file) still offers to probe, and
+/// where its debug file was looked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Stripped {
+    /// The functions its `.dynsym` names (exported ones), and the first few of them.
+    pub functions: usize,
+    pub some_functions: Vec<String>,
+    /// Its USDT probes (`provider:name`), and the first few of them.
+    pub usdt: usize,
+    pub some_usdt: Vec<String>,
+    /// Every path a separate debug file was looked for at (none found).
+    pub debug_looked_in: Vec<PathBuf>,
+}
+
+/// How many names a [`Stripped`] note offers.
+const SUGGESTED: usize = 5;
 
 /// The result of `list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -201,12 +221,33 @@ fn list_object(obj: &Loaded, pid: Option<u32>, glob: Option<&Glob>, listing: &mu
             })
             .unwrap_or((CostClass::Unknown, None))
     };
+    let table = obj.symbols();
+    let stripped = (obj.r.is_main && *obj.source() == SymbolSource::Dynsym).then(|| {
+        let usdt: Vec<String> = obj
+            .usdt()
+            .iter()
+            .flatten()
+            .map(|p| format!("{}:{}", p.provider, p.name))
+            .collect();
+        Stripped {
+            functions: table.functions.len(),
+            some_functions: table
+                .functions
+                .iter()
+                .take(SUGGESTED)
+                .map(|f| f.name.display.clone())
+                .collect(),
+            usdt: usdt.len(),
+            some_usdt: usdt.into_iter().take(SUGGESTED).collect(),
+            debug_looked_in: obj.debug_looked_in(),
+        }
+    });
     listing.objects.push(ListedObject {
         path: obj.r.display.clone(),
         symbols: obj.source().clone(),
         load_bias: obj.load_bias,
+        stripped,
     });
-    let table = obj.symbols();
     // Built on the first offer only: every spelling of every function, and how many
     // functions answer to it.
     let mut spellings: Option<HashMap<&str, usize>> = None;

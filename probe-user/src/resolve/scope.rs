@@ -311,6 +311,12 @@ impl Loaded {
         })
     }
 
+    /// Where separate debug files were looked for (`probetop list` says so of a
+    /// stripped object).
+    pub(crate) fn debug_looked_in(&self) -> Vec<PathBuf> {
+        debuginfo::looked_in(&self.image, &self.r.origin, &self.debug)
+    }
+
     /// The function table (from the richest symbol source found).
     pub fn symbols(&self) -> &SymbolTable {
         &self.table().0

@@ -5,14 +5,14 @@ use anyhow::bail;
 use crate::target::Target;
 use crate::{UsageError, present, privileges};
 
-/// `probetop calibrate`: measures what a hit costs here, prints it, caches it.
+/// `probetop calibrate`: measures what a hit costs here, prints the result, caches it.
 pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
     use crate::calibrate::{self, CalibrateOptions};
     privileges::check()?;
-    let mut options = if args.quick {
-        CalibrateOptions::quick()
+    let mut options = if args.thorough {
+        CalibrateOptions::thorough()
     } else {
-        CalibrateOptions::full()
+        CalibrateOptions::standard()
     };
     if let Some(reps) = args.reps {
         options.reps = reps;
@@ -47,20 +47,80 @@ pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
         options.hot = false;
     }
     let save = !args.no_save && !args.cold_only;
-    let calibration = calibrate::run(options, |phase| say!("probetop calibrate: {phase}"))?;
+    say!(
+        "probetop calibrate: measuring what a probe hit costs here ({}; a workload of its own on up to one CPU, no other process probed)",
+        options.expected()
+    );
+    if let Some(busy) = busy_host() {
+        say!(
+            "probetop calibrate: warning: the host is busy ({busy}): the workload takes up to one CPU for {} beside what runs here and slows it (a database's p95 beside it: docs/cost.md), and reads noisier costs; calibrate when it is quieter (the result is kept for this kernel and CPU)",
+            options.expected()
+        );
+    }
+    let (calibration, spent) =
+        calibrate::run(options, |phase| say!("probetop calibrate: {phase}"))?;
+    let result = crate::present::calibration::result_lines(&calibration).join("\n") + "\n";
     if args.json {
         crate::error_line::write_stdout(&format!(
             "{}\n",
             serde_json::to_string_pretty(&calibration)?
         ))?;
+    } else if args.verbose || args.thorough {
+        crate::error_line::write_stdout(&format!("{}\n{result}", calibration.render_text()))?;
     } else {
-        crate::error_line::write_stdout(&calibration.render_text())?;
+        crate::error_line::write_stdout(&result)?;
     }
+    let cpu = spent.cpu.map_or(String::new(), |cpu| {
+        format!(
+            ", {:.1} s of CPU ({:.0}% of one CPU on average)",
+            cpu.as_secs_f64(),
+            100.0 * cpu.as_secs_f64() / spent.wall.as_secs_f64().max(1e-3)
+        )
+    });
+    let more = if args.verbose || args.thorough || args.json {
+        ""
+    } else {
+        "; --verbose prints every row and curve"
+    };
+    say!(
+        "probetop calibrate: done in {:.0} s{cpu}{more}",
+        spent.wall.as_secs_f64()
+    );
     if save {
         let path = calibrate::save(&calibration)?;
         say!("probetop calibrate: saved {}", path.display());
     }
     Ok(())
+}
+
+/// Why the host counts as busy, if it does: a load average above its CPU count, or its
+/// CPUs more than half busy over a short look.
+fn busy_host() -> Option<String> {
+    use crate::sys::procfs::{cpu_ticks, load_average};
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let before = cpu_ticks();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let busy_share = before.zip(cpu_ticks()).and_then(|((b0, t0), (b1, t1))| {
+        let total = t1.saturating_sub(t0);
+        (total > 0).then(|| b1.saturating_sub(b0) as f64 / total as f64)
+    });
+    let load = load_average();
+    let loaded = load.is_some_and(|l| l > cpus as f64);
+    let spinning = busy_share.is_some_and(|b| b > 0.5);
+    if !loaded && !spinning {
+        return None;
+    }
+    let mut parts = Vec::new();
+    if let Some(load) = load {
+        parts.push(format!(
+            "load {load:.1} on {cpus} CPU{}",
+            if cpus == 1 { "" } else { "s" }
+        ));
+    }
+    if let Some(busy) = busy_share {
+        parts.push(format!("CPUs {:.0}% busy just now", busy * 100.0));
+    }
+    Some(parts.join(", "))
 }
 
 /// `probetop list`: every probe point of a process or file that matches a pattern.

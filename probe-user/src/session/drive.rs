@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::report::{self, ReportSource};
 use super::start::Running;
-use super::{StopReason, follow, insitu, maps_watch, others, processes};
+use super::{StopReason, budget, follow, insitu, maps_watch, others, processes};
 use crate::aggregate::Snapshot;
 use crate::attach::Attachment;
 use crate::cli::RunArgs;
@@ -107,6 +107,13 @@ async fn headless(run: &mut Running) -> Driven {
             _ = insitu::due(&run.in_situ) => {
                 change_window(&mut run.in_situ, &mut run.attachment, &run.source, &run.snapshots);
             }
+            _ = budget::due(&run.budget) => {
+                if let Some(told) = budget::on_due(&mut run.budget, &mut run.attachment, &run.snapshots, &run.source) {
+                    for line in told.actions {
+                        say!("probetop: {line}");
+                    }
+                }
+            }
             moved = maps_watch::next_move(&mut run.moves) => {
                 maps_watch::apply(moved, &mut run.attachment, &run.source, run.target.pid);
             }
@@ -159,12 +166,15 @@ async fn with_tui(run: &mut Running, args: &RunArgs) -> anyhow::Result<Driven> {
         target: target_line.clone(),
         notes: &mut notes,
     };
-    let app = tui::App::new(
+    let mut app = tui::App::new(
         target_line,
         run.labels.clone(),
         args.args > 0,
         tui::Theme::from_env(),
     );
+    if !matches!(crate::calibrate::table::load_cached(), Ok(Some(_))) {
+        app.note = Some(crate::present::NO_CALIBRATION_FOOTER);
+    }
     // The UI ends on the shutdown future too; it is not polled again after.
     let shutdown = std::mem::replace(&mut run.shutdown, Box::pin(std::future::pending()));
     let ui = tui::run(
@@ -199,6 +209,19 @@ async fn with_tui(run: &mut Running, args: &RunArgs) -> anyhow::Result<Driven> {
             }
             moved = maps_watch::next_move(&mut run.moves) => {
                 maps_watch::apply(moved, &mut run.attachment, &run.source, run.target.pid);
+            }
+            _ = budget::due(&run.budget) => {
+                if let Some(told) = budget::on_due(&mut run.budget, &mut run.attachment, &run.snapshots, &run.source) {
+                    for line in told.actions {
+                        let _ = event_tx.try_send(UiEvent::Message(line.clone()));
+                        hint_notes.push(line);
+                    }
+                    if !told.status.is_empty() {
+                        // The duty and what the probes use, in the footer (the status line leads
+                        // with the cost headline).
+                        let _ = event_tx.try_send(UiEvent::Message(told.status));
+                    }
+                }
             }
             _ = insitu::due(&run.in_situ) => {
                 if let Some(summary) = change_window(&mut run.in_situ, &mut run.attachment, &run.source, &run.snapshots) {
@@ -256,19 +279,24 @@ async fn handle_request(
     let Running {
         attachment,
         in_situ,
+        budget,
         source,
         ..
     } = run;
     // The UI may be gone already (it quit); its events then have nowhere to go.
     match request {
         UiRequest::ToggleAttach(probe_id) => {
-            let suspended = in_situ.as_ref().is_some_and(|d| d.is_suspended(probe_id));
+            let suspended = in_situ.as_ref().is_some_and(|d| d.is_suspended(probe_id))
+                || budget.as_ref().is_some_and(|d| d.is_suspended(probe_id));
             let attached = attachment.is_attached(probe_id) || suspended;
-            // In an OFF window of --in-situ the change applies to the set that comes back.
-            if let Some(now) = in_situ
-                .as_mut()
-                .and_then(|d| d.redirect(probe_id, !attached))
-            {
+            // In an OFF window of --in-situ or --budget the change applies to the set that
+            // comes back.
+            let redirected = match (in_situ.as_mut(), budget.as_mut()) {
+                (Some(d), _) => d.redirect(probe_id, !attached),
+                (_, Some(d)) => d.redirect(probe_id, !attached),
+                _ => None,
+            };
+            if let Some(now) = redirected {
                 let _ = events
                     .send(UiEvent::Attached {
                         probe_id,

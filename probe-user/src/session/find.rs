@@ -38,8 +38,12 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     let resolver = resolve::Resolver::new(target, resolve_options.clone());
     let mut probes = Vec::new();
     for spec in &plan.specs {
-        for point in resolver.resolve(spec)? {
-            probes.push(Probe::new(spec, point, 0, target, &pin));
+        let (spec, path_line) = super::probe::latency_end(&resolver, spec)?;
+        if let Some(line) = path_line {
+            say!("probetop: {line}");
+        }
+        for point in resolver.resolve(&spec)? {
+            probes.push(Probe::new(&spec, point, 0, target, &pin));
         }
         for line in resolver.take_notices() {
             say!("{line}");
@@ -103,6 +107,8 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     let mut prepared = crate::price::costs::prepare(&points);
     if let Some(line) = &prepared.calibration_warning {
         say!("{line}");
+    } else if prepared.calibration.is_none() {
+        say!("{}", crate::present::NO_CALIBRATION);
     }
     let shared_skipped = shared.skipped.len();
     let mut skipped = shared.skipped;

@@ -25,6 +25,8 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         commands,
         collector,
         mut in_situ,
+        mut budget,
+        budget_hint,
         follow,
         server,
         maps_watch,
@@ -42,6 +44,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     // In situ's last window ends at the cut too: just before it, as reading what the
     // kernel counted takes longer than stopping it.
     if let Some(driver) = in_situ.as_mut() {
+        driver.finish();
+    }
+    if let Some(driver) = budget.as_mut() {
         driver.finish();
     }
     let (reply, closed) = tokio::sync::oneshot::channel();
@@ -115,8 +120,21 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             }
         }
     }
-    let snapshot = pricer.snapshot(&aggregator, duration);
+    let mut snapshot = pricer.snapshot(&aggregator, duration);
+    let budget_summary = budget.as_mut().map(|driver| {
+        let counted: Vec<u64> = snapshot.probes.iter().map(|p| p.hits).collect();
+        super::budget::scale_rows(&mut snapshot, driver.scaled(&counted))
+    });
+    pricer.price_latency(&mut aggregator);
     let measured = pricer.measurements(&aggregator);
+    if !measured.latency.is_empty() {
+        use std::io::Write as _;
+        let table = present::summary::latency_table(&measured.latency, duration.as_secs_f64());
+        let mut out = io::stdout().lock();
+        let _ = out
+            .write_all(sys::stderr::terminal_safe(&table).as_bytes())
+            .and_then(|()| out.flush());
+    }
     if let Some(line) = ended_in_clock_phase(args, &measured.probes) {
         say!("probetop: {line}");
     }
@@ -137,6 +155,20 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     if let Some(summary) = &in_situ_summary {
         say!("probetop: {}", summary.line());
     }
+    if let Some(summary) = &budget_summary {
+        say!("probetop: {}", summary.line());
+    }
+    if let Some(line) = budget_hint.and_then(|mut hint| {
+        hint.line(
+            snapshot
+                .probes
+                .iter()
+                .filter_map(|p| p.whole_cost_ns.map(|ns| ns * p.hits as f64))
+                .sum(),
+        )
+    }) {
+        say!("probetop: {line}");
+    }
     sys::stderr::say_text(&crate::attach::bpf_stats::render(&run_cost.other_programs));
 
     let rows = source.rows();
@@ -152,8 +184,12 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     report.cost = run_cost;
     report.attach_path = Some(attach_path);
     report.target_cpu = measured.target_cpu;
+    report.latency = measured.latency.clone();
     if let Some(summary) = in_situ_summary {
         report.apply_in_situ(summary);
+    }
+    if let Some(summary) = budget_summary {
+        report.apply_budget(summary);
     }
     // The summary table leads with the report's headline (in situ where measured).
     // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)

@@ -13,11 +13,13 @@ macro_rules! say {
     }};
 }
 
+mod budget;
 mod commands;
 mod drive;
 mod find;
 mod finish;
 mod follow;
+mod host;
 mod insitu;
 mod maps_watch;
 mod others;
@@ -55,6 +57,9 @@ pub enum StopReason {
 /// `probetop [run]`: every phase in turn. An error before [`start`] leaves nothing
 /// attached; one after it drops the attachment, which detaches every probe.
 pub async fn run(mut args: RunArgs) -> anyhow::Result<()> {
+    if args.all {
+        return host::run(args).await;
+    }
     stop::stop_before_attaching()?;
     if args.assume == crate::price::assume::AssumeChoice::Gap {
         say!("probetop: --assume gap is retired: pricing as --assume clock");

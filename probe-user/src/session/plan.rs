@@ -151,6 +151,16 @@ fn time_every(mode: Mode, asked: Option<u64>) -> Result<u64, UsageError> {
 /// `--in-situ`'s settings (`--args`, `--sample-every` and the window's length are
 /// range-checked by the parser).
 fn check_capture(args: &RunArgs) -> anyhow::Result<()> {
+    if args.budget.is_some() && args.in_situ {
+        bail!(UsageError(
+            "--budget and --in-situ both attach and detach the probes: give one (--budget measures in situ itself where the target's CPU shows the probes)".into(),
+        ));
+    }
+    if args.budget.is_some() && args.follow_exec {
+        bail!(UsageError(
+            "--budget holds one program's probes: run it without --follow-exec".into(),
+        ));
+    }
     if !args.in_situ {
         return Ok(());
     }

@@ -25,7 +25,7 @@ enum File {
 /// the same program, at the same place. The last field says whether the point is
 /// `FUNC+ret`, which holds more sites than its first `ret`: not the same as a probe on
 /// that `ret` alone.
-type PointKey = (File, u64, ProbeKind, bool);
+type PointKey = (File, u64, ProbeKind, bool, bool);
 
 /// One line per object that probes are on but the target does not map (a library it
 /// has not loaded, another program's path): they fire only if it maps that file later.
@@ -81,6 +81,7 @@ pub(super) fn merge_duplicates(probes: &mut Vec<Probe>) -> usize {
             probe.point.file_offset,
             probe.point.kind,
             probe.point.returns.is_some(),
+            probe.pair.is_some(),
         ))
     });
     before - probes.len()

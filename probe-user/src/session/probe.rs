@@ -11,7 +11,7 @@ use crate::UsageError;
 use crate::attach::{self, AttachRequest};
 use crate::present::ProbeLabel;
 use crate::resolve::{self, ProbePoint};
-use crate::spec::{ProbeKind, ProbeSpec};
+use crate::spec::{PairRole, ProbeKind, ProbeSpec};
 use crate::target::{PinnedExe, Target};
 use probe_common::ProbeConfig;
 
@@ -34,6 +34,8 @@ pub(super) struct Probe {
     /// probetop's own probe on a breakpoint another tool's probe is on too (one trap
     /// runs both programs): that tool, as [`Probe::owner_tag`] names it.
     pub shared_with: Option<String>,
+    /// One half of a `latency:` spec.
+    pub pair: Option<PairRole>,
 }
 
 impl Probe {
@@ -57,6 +59,7 @@ impl Probe {
             shared_semaphore: None,
             other: None,
             shared_with: None,
+            pair: spec.pair,
         }
     }
 
@@ -79,6 +82,7 @@ impl Probe {
             shared_semaphore: None,
             other: Some(site),
             shared_with: None,
+            pair: None,
         }
     }
 
@@ -159,6 +163,9 @@ impl Probe {
         if self.other.is_some() {
             return counting_config(base);
         }
+        if self.pair.is_some() {
+            return latency_config(base);
+        }
         let mut config = base;
         if args > 0 {
             match attach::args::args_config(&self.point, args) {
@@ -199,6 +206,125 @@ pub(super) fn counting_config(base: ProbeConfig) -> ProbeConfig {
         sample_every: u32::MAX,
         ..Default::default()
     }
+}
+
+/// Both halves of a latency pair stream every hit with the stack pointer: the records
+/// of one thread then reach user space in the order it made them (a record with
+/// arguments is written to the ring at once, not staged per CPU), and the pointer tells
+/// a frame an exception or longjmp unwound from one still running
+/// (`aggregate::latency`). Kept closed when `base` is.
+fn latency_config(base: ProbeConfig) -> ProbeConfig {
+    let mut config = ProbeConfig {
+        mode: if base.mode == probe_common::mode::CLOSED {
+            base.mode
+        } else {
+            crate::delivery::DeliveryMode::Ring.raw()
+        },
+        ..base
+    };
+    config.args = attach::args::stack_pointer();
+    config
+}
+
+/// The latency pairs among `probes` (indexed by probe id): a function's entry with its
+/// returns, per function a glob matched; a USDT pair's starts with its ends, per object.
+pub(super) fn latency_pairs(probes: &[Probe]) -> Vec<crate::aggregate::PairSetup> {
+    use crate::aggregate::{EndPath, PairSetup};
+    let mut setups: Vec<PairSetup> = Vec::new();
+    let mut index = std::collections::HashMap::new();
+    for (id, probe) in probes.iter().enumerate() {
+        let Some(role) = probe.pair else {
+            continue;
+        };
+        let usdt = probe.point.kind == ProbeKind::Usdt;
+        let name = if usdt {
+            probe
+                .spec
+                .rsplit(':')
+                .next()
+                .unwrap_or(&probe.spec)
+                .to_string()
+        } else {
+            // The returns' row is named `FUNC+ret`; the pair is the function's.
+            let name = &probe.point.name;
+            name.strip_suffix("+ret").unwrap_or(name).to_string()
+        };
+        let key = (
+            probe.spec.clone(),
+            probe.point.attach_path.clone(),
+            name.clone(),
+        );
+        let at = *index.entry(key).or_insert_with(|| {
+            setups.push(PairSetup {
+                spec: probe.spec.clone(),
+                name,
+                object: probe.point.object.display().to_string(),
+                path: EndPath::Usdt,
+                starts: Vec::new(),
+                ends: Vec::new(),
+            });
+            setups.len() - 1
+        });
+        let setup = &mut setups[at];
+        match role {
+            PairRole::Start => setup.starts.push(id as u32),
+            PairRole::End => {
+                setup.path = match probe.point.kind {
+                    ProbeKind::Usdt => EndPath::Usdt,
+                    ProbeKind::Uretprobe => EndPath::Uretprobe,
+                    ProbeKind::Uprobe => EndPath::RetUprobes,
+                };
+                setup.ends.push(id as u32);
+            }
+        }
+    }
+    // A half without the other (a function without a ret the decode found) pairs nothing.
+    setups.retain(|s| !s.starts.is_empty() && !s.ends.is_empty());
+    setups
+}
+
+/// The end of a latency pair on a function: by uretprobe where that is safe, else
+/// (an exception can unwind through the function, or a Go program) at its `ret`
+/// instructions, which leave the stack alone. Returns the spec to resolve and a line
+/// saying which path was taken.
+pub(super) fn latency_end(
+    resolver: &resolve::Resolver,
+    spec: &ProbeSpec,
+) -> anyhow::Result<(ProbeSpec, Option<String>)> {
+    if spec.pair != Some(PairRole::End) || spec.kind != ProbeKind::Uretprobe {
+        return Ok((spec.clone(), None));
+    }
+    let mut unwind = resolve::unwind::UnwindCheck::default();
+    let mut why = None;
+    for point in resolver.resolve(spec)? {
+        if resolve::elf::is_go_binary(&point.attach_path) {
+            why = Some(format!("{} is a Go program", point.object.display()));
+        } else if let Some(marker) = unwind.unwinds_through(&point) {
+            why = Some(format!(
+                "an exception can unwind through {} ({} uses {marker})",
+                point.name,
+                point.object.display()
+            ));
+        }
+        if why.is_some() {
+            break;
+        }
+    }
+    Ok(match why {
+        Some(why) => {
+            let mut at_returns = spec.clone();
+            at_returns.kind = ProbeKind::Uprobe;
+            at_returns.at_returns = true;
+            let line = format!(
+                "{spec}: returns measured by uprobes on the ret instructions ({why}; a uretprobe would kill the target); a call an exception or longjmp unwinds counts as unwound"
+            );
+            (at_returns, Some(line))
+        }
+        None => (
+            spec.clone(),
+            Some(format!("{spec}: returns measured by uretprobe")),
+        ),
+    })
 }
 
 /// Return probes that can kill the target, refused unless `--force`:

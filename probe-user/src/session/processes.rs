@@ -65,23 +65,23 @@ impl Scope {
 
     /// The process the specs are resolved in, whose exit ends the run: the first
     /// `--pid`, else the cgroup's first member.
-    pub fn primary(&self) -> Result<u32, UsageError> {
+    pub fn primary(&self) -> anyhow::Result<u32> {
         if let Some(&pid) = self.pids.first() {
             return Ok(pid);
         }
         let Some(dir) = &self.cgroup else {
-            return Err(UsageError(
+            anyhow::bail!(crate::MissingInput(
                 "which process? give --pid PID (for example --pid $(pidof mariadbd)) or --cgroup PATH".into(),
             ));
         };
         let members = cgroup::members(dir)
             .map_err(|e| UsageError(format!("--cgroup {}: cannot read it: {e}", dir.display())))?;
-        members.into_iter().next().ok_or_else(|| {
+        Ok(members.into_iter().next().ok_or_else(|| {
             UsageError(format!(
                 "--cgroup {}: no process in it: give --pid too, or start the service first",
                 dir.display()
             ))
-        })
+        })?)
     }
 }
 

@@ -38,6 +38,8 @@ pub(super) struct ReportSource {
     pub commands: mpsc::Sender<CollectorCommand>,
     /// The in-situ measurement so far (`--in-situ`), updated at every window change.
     pub in_situ: RwLock<Option<crate::insitu::InSituSummary>>,
+    /// `--budget`'s duty cycle so far (for `--listen`).
+    pub budget: RwLock<Option<crate::insitu::budget::BudgetSummary>>,
     pub attach_path: &'static str,
     /// Several processes probed: reports split each probe by process.
     pub several: bool,
@@ -97,9 +99,15 @@ impl ReportSource {
         if let Some(summary) = in_situ {
             report.apply_in_situ(summary);
         }
+        report.budget = self
+            .budget
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
         report.attach_path = Some(self.attach_path);
         report.target_cpu = measurements.target_cpu;
         report.cost.assumption = measurements.assumption;
+        report.latency = measurements.latency;
         Some(report)
     }
 }
@@ -188,6 +196,8 @@ fn empty_report(target: &Target, started_unix_ms: u64, duration_s: f64) -> Repor
         skipped: Vec::new(),
         replaced: Vec::new(),
         target_cpu: None,
+        budget: None,
+        latency: Vec::new(),
     }
 }
 
@@ -289,6 +299,8 @@ pub(super) fn build_report(
         skipped: rows.skipped.clone(),
         replaced: rows.replaced.clone(),
         target_cpu: None,
+        budget: None,
+        latency: Vec::new(),
     }
 }
 

@@ -34,7 +34,7 @@ pub(super) fn collect(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
         return Ok(Vec::new());
     }
     if texts.is_empty() {
-        bail!(UsageError(
+        bail!(crate::MissingInput(
             "no probes: give at least one -e SPEC (for example -e uprobe:my_func) or a --preset"
                 .into()
         ));
@@ -46,10 +46,17 @@ pub(super) fn collect(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
             spec::shorten(long, 40)
         )));
     }
-    texts
-        .iter()
-        .map(|t| ProbeSpec::parse(t).map_err(|e| UsageError(format!("bad probe spec: {e}")).into()))
-        .collect()
+    let bad = |e| anyhow::Error::from(UsageError(format!("bad probe spec: {e}")));
+    let mut specs = Vec::with_capacity(texts.len());
+    for text in &texts {
+        // A latency spec is two probes, paired when their hits are aggregated.
+        if spec::is_latency(text) {
+            specs.extend(spec::parse_latency(text).map_err(bad)?);
+        } else {
+            specs.push(ProbeSpec::parse(text).map_err(bad)?);
+        }
+    }
+    Ok(specs)
 }
 
 /// A spec file's text: a regular file or a pipe (`-f <(...)`, `-f /dev/stdin`), at most

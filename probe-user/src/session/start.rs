@@ -51,6 +51,10 @@ pub(super) struct Running {
     /// The probe the TUI shows in detail, for the collector.
     pub focus: watch::Sender<Option<u32>>,
     pub in_situ: Option<insitu::Driver>,
+    /// `--budget`'s duty cycle.
+    pub budget: Option<super::budget::Driver>,
+    /// Without --budget: the target's CPU from the start, for the hint at the end.
+    pub budget_hint: Option<super::budget::Hint>,
     pub follow: Option<follow::Follow>,
     pub server: Option<JoinHandle<()>>,
     /// Says when a probed object is replaced on disk and loaded again, and finds the
@@ -149,7 +153,12 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
             DeliveryMode::of_config(&initial_config)
         };
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
+        // A latency pair's probes stream every hit (`Probe::config`).
+        if probe.pair.is_some() {
+            row.mode = DeliveryMode::Ring;
+        }
     }
+    aggregator.latency = crate::aggregate::Latency::new(super::probe::latency_pairs(&probes));
     let mut assumer = crate::price::assume::Assumer::new(args.assume, pid);
     assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     // The clock is read on streamed hits: ring and auto modes, or kernel mode's phase.
@@ -162,8 +171,8 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         };
     aggregator.count_processes = plan.several;
     let dispatch_running = dispatch.is_some();
-    for cost in &mut prepared.costs {
-        cost.captures_args = args.args > 0;
+    for (cost, probe) in prepared.costs.iter_mut().zip(&probes) {
+        cost.captures_args = args.args > 0 || probe.pair.is_some();
     }
     for (cost, probe) in prepared.costs.iter_mut().zip(&probes) {
         if let Some(site) = &probe.other {
@@ -255,6 +264,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         }),
         commands: commands.clone(),
         in_situ: RwLock::new(None),
+        budget: RwLock::new(None),
         attach_path,
         several: plan.several,
     });
@@ -287,6 +297,26 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     } else {
         None
     };
+    let members = crate::insitu::Members {
+        roots: if plan.several {
+            plan.roots.clone()
+        } else {
+            vec![pid]
+        },
+        follow_forks: plan.scope.follow_forks,
+        cgroup: plan.scope.cgroup.clone(),
+    };
+    let (budget, budget_hint) = match args.budget {
+        Some(asked) => (
+            Some(super::budget::Driver::start(
+                members,
+                asked,
+                Duration::from_secs_f64(args.budget_window),
+            )?),
+            None,
+        ),
+        None => (None, super::budget::Hint::start(members)),
+    };
     let follow = args.follow_exec.then(|| {
         follow::Follow::new(follow::Setup {
             specs: plan.specs.clone(),
@@ -312,6 +342,8 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         snapshots,
         focus,
         in_situ,
+        budget,
+        budget_hint,
         follow,
         server,
         maps_watch,
@@ -418,7 +450,14 @@ fn attach_probes(
     let mut dispatch = if !dispatch_wanted {
         None
     } else {
-        crate::attach::dispatch::start_dispatch(&mut attachment, &prepared.sites)
+        // `probetop calibrate` said so already when it met the same refusal.
+        let told = prepared.calibration.as_ref().is_some_and(|c| {
+            c.dispatch.is_empty()
+                && c.dispatch_error
+                    .as_deref()
+                    .is_some_and(|e| e.contains("refused"))
+        });
+        crate::attach::dispatch::start_dispatch(&mut attachment, &prepared.sites, told)
     };
     let shutdown = stop::shutdown_signal(
         target,

@@ -27,6 +27,17 @@ pub fn exit_watch(pid: u32) -> io::Result<AsyncFd<OwnedFd>> {
     unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }.map_err(io::Error::from)
 }
 
+/// Asks process `pid` to end (SIGTERM): a probetop probetop started itself
+/// (`probetop --all`'s view of one process) when the run stops meanwhile.
+pub fn terminate(pid: u32) -> io::Result<()> {
+    // SAFETY: kill(2) takes a pid and a signal number; no memory is passed.
+    if unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Whether probetop runs setuid or setgid (real and effective ids differ).
 pub fn runs_setid() -> bool {
     // SAFETY: these getters have no preconditions and cannot fail.

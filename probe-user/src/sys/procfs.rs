@@ -269,6 +269,35 @@ pub fn boot_ticks() -> Option<u64> {
     Some((seconds * ticks as f64) as u64)
 }
 
+/// The load average over the last minute (/proc/loadavg's first field).
+pub(crate) fn load_average() -> Option<f64> {
+    parse_load_average(&fs::read_to_string("/proc/loadavg").ok()?)
+}
+
+fn parse_load_average(text: &str) -> Option<f64> {
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Every CPU's time together since boot, in clock ticks: (busy, total), busy being all
+/// but idle and iowait (/proc/stat's `cpu` line).
+pub(crate) fn cpu_ticks() -> Option<(u64, u64)> {
+    parse_cpu_ticks(&fs::read_to_string("/proc/stat").ok()?)
+}
+
+fn parse_cpu_ticks(text: &str) -> Option<(u64, u64)> {
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    let fields: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    let total: u64 = fields.iter().sum();
+    let idle = fields.get(3)? + fields.get(4).copied().unwrap_or(0);
+    Some((total.saturating_sub(idle), total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,6 +321,18 @@ mod tests {
         assert_eq!(status_field(status, "Tgid:"), Some("42"));
         assert_eq!(status_field(status, "CapEff:"), Some("000001ffffffffff"));
         assert_eq!(status_field(status, "Pid:"), None);
+    }
+
+    #[test]
+    fn load_and_cpu_lines() {
+        assert_eq!(
+            parse_load_average("3.41 1.20 0.80 2/300 4242\n"),
+            Some(3.41)
+        );
+        assert_eq!(parse_load_average(""), None);
+        let stat = "cpu  100 5 50 800 20 3 2 10 0 0\ncpu0 50 2 25 400 10 1 1 5 0 0\n";
+        assert_eq!(parse_cpu_ticks(stat), Some((170, 990)));
+        assert_eq!(parse_cpu_ticks("intr 1\n"), None);
     }
 
     #[test]

@@ -60,15 +60,61 @@ fn malformed_specs_show_a_caret() {
 #[test]
 fn missing_pid_and_probes() {
     let _turn = turn(module_path!());
-    assert_clean_failure(&run(&["-e", "uprobe:x", "--no-tui"]), 2, "--pid");
-    // One --pid without a spec watches other tools' probes (tests/it/others.rs); with no
-    // process, or several, a spec is needed.
-    assert_clean_failure(&run(&["--no-tui"]), 2, "no probes");
-    assert_clean_failure(
-        &run(&["--pid", "1", "--follow-forks", "--no-tui"]),
-        2,
-        "no probes",
-    );
+    // What is missing in one line, then the usage.
+    for (args, needle) in [
+        (
+            &["-e", "uprobe:x", "--no-tui"][..],
+            "which process? give --pid PID",
+        ),
+        // One --pid without a spec watches other tools' probes (tests/it/others.rs);
+        // with no process, or several, a spec is needed.
+        (&["--no-tui"][..], "no probes"),
+        (
+            &["--pid", "1", "--follow-forks", "--no-tui"][..],
+            "no probes",
+        ),
+    ] {
+        let out = run(args);
+        assert_clean_failure(&out, 2, needle);
+        let err = stderr(&out);
+        assert!(
+            err.starts_with(&format!("probetop: {needle}")),
+            "{args:?}: {err}"
+        );
+        assert!(
+            err.contains("\nusage: probetop --pid PID"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn no_arguments_print_the_usage() {
+    let _turn = turn(module_path!());
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.starts_with("usage: probetop --pid PID"), "{err}");
+    for needle in [
+        "probetop list",
+        "probetop calibrate",
+        "--preset mysql",
+        "probetop --help",
+    ] {
+        assert!(err.contains(needle), "{needle:?} missing: {err}");
+    }
+    assert!(out.stdout.is_empty());
+    // --help lists every command a user may run, the manual and completions too.
+    let help = output_ok(probetop().arg("--help"), "probetop --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for command in ["list", "calibrate", "completions", "man"] {
+        assert!(
+            help.lines()
+                .any(|l| l.trim_start().starts_with(&format!("{command} "))),
+            "{command} missing from --help: {help}"
+        );
+    }
+    assert!(!help.contains("__calibrate-workload"), "{help}");
 }
 
 #[test]
@@ -469,4 +515,36 @@ fn every_number_flag_is_range_checked_in_one_line() {
         assert_eq!(out.status.code(), Some(1), "{flag} {value}: {err}");
         assert!(!err.contains(&format!("{flag} {value}")), "{err}");
     }
+}
+
+/// `--budget` of 0, a negative, over 100% or what does not parse: one line naming the
+/// flag and the value, exit 2, before anything is looked up; a budget in range is taken
+/// (the run then fails on the pid that is not there).
+#[test]
+fn a_budget_out_of_range_or_unparseable_is_one_line() {
+    let _turn = turn(module_path!());
+    const RUN: &[&str] = &["--pid", "4999999", "-e", "uprobe:x", "--no-tui"];
+    for value in [
+        "0", "0%", "-1", "-5%", "101%", "1e9", "abc", "2%%", "20ms", "-20ms/s", "nan",
+    ] {
+        let arg = format!("--budget={value}");
+        let out = run(&[RUN, &[arg.as_str()][..]].concat());
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{value}: {err}");
+        assert_eq!(err.lines().count(), 1, "{value}: {err}");
+        assert!(
+            err.starts_with(&format!("probetop: --budget {value}: give a share")),
+            "{value}: {err}"
+        );
+    }
+    for value in ["2%", "0.5", "100%", "20ms/s"] {
+        let arg = format!("--budget={value}");
+        let out = run(&[RUN, &[arg.as_str()][..]].concat());
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{value}: {err}");
+    }
+    // Two drivers of the attachment at once are refused in one line.
+    let out = run(&[RUN, &["--budget", "2%", "--in-situ"][..]].concat());
+    assert_clean_failure(&out, 2, "--budget");
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 }

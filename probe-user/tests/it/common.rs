@@ -235,12 +235,12 @@ where
     serde_json::from_slice(&out.stdout).expect("the listing is JSON")
 }
 
-/// `probetop calibrate --quick --json` with its cache under `cache` (XDG_CACHE_HOME),
-/// which must succeed: the calibration.
-pub fn calibrate_quick(cache: &std::path::Path) -> serde_json::Value {
+/// `probetop calibrate --json` (the default length, as users run it) with its cache
+/// under `cache` (XDG_CACHE_HOME), which must succeed: the calibration.
+pub fn calibrate_default(cache: &std::path::Path) -> serde_json::Value {
     let out = output_ok(
         probetop()
-            .args(["calibrate", "--quick", "--json"])
+            .args(["calibrate", "--json"])
             .env("XDG_CACHE_HOME", cache),
         "probetop calibrate",
     );
@@ -248,7 +248,7 @@ pub fn calibrate_quick(cache: &std::path::Path) -> serde_json::Value {
 }
 
 /// A cache directory (for XDG_CACHE_HOME) holding this machine's calibration: copied
-/// from the user's cache when `probetop calibrate` ran here, else made by a quick
+/// from the user's cache when `probetop calibrate` ran here, else made by a default
 /// calibration.
 pub fn calibrated_cache(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
@@ -269,7 +269,7 @@ pub fn calibrated_cache(name: &str) -> PathBuf {
         })
         .unwrap_or(0);
     if copied == 0 {
-        calibrate_quick(&dir);
+        calibrate_default(&dir);
     }
     dir
 }

@@ -1,4 +1,4 @@
-//! `probetop calibrate --quick`: every row, positive, ordered as the mechanisms say
+//! `probetop calibrate` (the default length): every row, positive, ordered as the mechanisms say
 //! where they differ by far more than the noise, and reproducible: two runs agree within the tolerances below.
 //!
 //! Tolerances (stated in docs/cost.md): rows of the kernel's uprobe path (hundreds of
@@ -84,14 +84,36 @@ fn median(rows: &[(String, f64)], case: &str) -> f64 {
 fn rows_are_complete_ordered_and_reproducible() {
     let _turn = turn(module_path!());
     let cache = std::env::temp_dir().join(format!("probetop-cal-{}", std::process::id()));
-    let first = calibrate_quick(&cache);
-    let second = calibrate_quick(&cache);
+    let first = calibrate_default(&cache);
+    // The second run as a user sees it: progress on stderr, three lines on stdout; its
+    // rows from the cache it writes.
+    let out = output_ok(
+        probetop().args(["calibrate"]).env("XDG_CACHE_HOME", &cache),
+        "probetop calibrate",
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    let result: Vec<&str> = stdout.lines().collect();
+    assert_eq!(result.len(), 3, "a three-line result: {stdout}");
+    assert!(result[0].starts_with("a hit costs "), "{stdout}");
+    assert!(result[1].contains("single-stepped entry"), "{stdout}");
+    for needle in ["[1/", "done in", "of CPU", "saved "] {
+        assert!(
+            stderr.contains(needle),
+            "{needle:?} missing from stderr: {stderr}"
+        );
+    }
     // The cache holds one file for this kernel and CPU, the last run's.
     let cached: Vec<_> = std::fs::read_dir(cache.join("probetop"))
         .expect("cache dir")
         .flatten()
         .collect();
     assert_eq!(cached.len(), 1, "{cached:?}");
+    let second: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(cached[0].path()).expect("read the cache"))
+            .expect("the cache is JSON");
 
     let cases = [
         "usdt-unattached",

@@ -35,7 +35,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn whole_cost_estimate_matches_the_fixtures_own_cost() {
     let _turn = turn(module_path!());
     let cache = std::env::temp_dir().join(format!("probetop-estimate-{}", std::process::id()));
-    calibrate_quick(&cache);
+    calibrate_default(&cache);
 
     // The in-kernel mode times one hit in 64 by default and prices the rest as counted
     // only: the estimate must hold for that mix too.

@@ -108,7 +108,7 @@ fn in_situ_finds_the_fixtures_own_cost_per_hit() {
 fn in_situ_sums_a_process_tree() {
     let _turn = turn(module_path!());
     let cache = std::env::temp_dir().join(format!("probetop-insitu-tree-{}", std::process::id()));
-    calibrate_quick(&cache);
+    calibrate_default(&cache);
     let target = started(
         &fixture("c/forker"),
         &[

@@ -450,13 +450,7 @@ fn a_second_sigterm_during_the_exit_exits_at_once() {
 /// with its cache under `cache`.
 fn calibrate_briefly(cache: &Path) -> std::process::Output {
     probetop()
-        .args([
-            "calibrate",
-            "--quick",
-            "--no-dispatch",
-            "--no-cold",
-            "--no-gap",
-        ])
+        .args(["calibrate", "--no-dispatch", "--no-cold", "--no-gap"])
         .args(["--reps", "3"])
         .env("XDG_CACHE_HOME", cache)
         .output()

@@ -100,3 +100,54 @@ fn a_closed_pipe_ends_every_printing_command_quietly() {
         );
     }
 }
+
+/// A stripped copy of a fixture (no `.symtab`, no debug file): `list` says it is
+/// stripped, where a debug file was looked for and what it still offers (its USDT
+/// probes), instead of "0 points in 0 objects"; the JSON says the same.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_stripped_object_is_explained() {
+    let _turn = turn(module_path!());
+    let dir = std::env::temp_dir().join(format!("probetop-list-stripped-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let copy = dir.join("probes-stripped");
+    std::fs::copy(fixture("c/probes"), &copy).expect("copy the fixture");
+    output_ok(
+        std::process::Command::new("strip")
+            .arg("--strip-all")
+            .arg(&copy),
+        "strip",
+    );
+    // A function it no longer names (probe_add, exported, stays): no point, and why.
+    let out = output_ok(
+        probetop().arg("list").arg(&copy).arg("probe_leaf"),
+        "probetop list",
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "stripped: no function symbols",
+        "no debug file at /usr/lib/debug/.build-id/",
+        "or probe what it has: usdt:fixture:",
+        "0 points: stripped",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing: {text}");
+    }
+    assert!(!text.contains("0 points in 0 objects"), "{text}");
+    let listing = list_json([copy.as_os_str()]);
+    let stripped = &listing["objects"][0]["stripped"];
+    let usdt = listing["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .filter(|p| p["kind"] == "usdt")
+        .count();
+    assert!(usdt > 0, "{listing}");
+    assert_eq!(stripped["usdt"], usdt, "{listing}");
+    assert!(
+        stripped["debug_looked_in"][0]
+            .as_str()
+            .is_some_and(|p| p.starts_with("/usr/lib/debug/.build-id/")),
+        "{listing}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -13,6 +13,7 @@ mod common;
 
 mod attach;
 mod bad_input;
+mod budget;
 mod cost_calibrate;
 mod cost_classes;
 mod cost_estimate;
@@ -22,7 +23,9 @@ mod detach;
 mod edges;
 mod exports;
 mod forks;
+mod host;
 mod hostile;
+mod latency;
 mod list;
 mod listen;
 mod lost_terminal;

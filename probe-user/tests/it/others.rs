@@ -270,7 +270,7 @@ fn whole_cost_within_a_quarter_of_the_truth(
     attach: impl Fn(u32, &std::path::Path) -> Running,
 ) {
     let cache = export_path("others-calibration");
-    calibrate_quick(&cache);
+    calibrate_default(&cache);
     // A private copy: uprobes are per inode, and no other test's process maps this one.
     let dir = export_path(&format!("others-private-{tool}"));
     std::fs::create_dir_all(&dir).expect("dir");

@@ -442,3 +442,50 @@ fn a_pattern_matching_an_ifunc_probes_the_implementation() {
         "{strlen}"
     );
 }
+
+/// `uprobe:[OBJECT:]0xADDR`: the address `probetop list` shows, at a function's entry
+/// and at a later instruction, counts every call under the function's name; an address
+/// off an instruction boundary is refused in one line, as `FUNC+OFFSET` is.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn functions_by_address() {
+    let _turn = turn(module_path!());
+    let binary = fixture("c/probes");
+    let listing = list_json([binary.as_os_str(), "probe_add".as_ref()]);
+    let address = listing["points"][0]["address"]
+        .as_u64()
+        .expect("probe_add's address");
+    let offsets = instruction_offsets(&binary, "probe_add");
+    let later = offsets[1];
+    let entry_spec = format!("uprobe:{}:{address:#x}", binary.display());
+    let later_spec = format!("uprobe:{:#x}", address + later);
+    let report = measure_fixture("c/probes", &["-e", &entry_spec, "-e", &later_spec]);
+    assert_eq!(probe(&report, "probe_add")["hits"], COUNT);
+    assert_eq!(
+        probe(&report, &format!("probe_add+{later:#x}"))["hits"],
+        COUNT
+    );
+    // Inside an instruction of more than one byte.
+    let inside = offsets
+        .windows(2)
+        .find(|w| w[1] - w[0] > 1)
+        .map(|w| w[0] + 1)
+        .expect("probe_add has an instruction longer than a byte");
+    let target = started(&fixture("c/probes"), &["--wait-signal", "--count", "1"]);
+    let spec = format!("uprobe:{:#x}", address + inside);
+    let out = probetop()
+        .args(["--pid", &target.pid().to_string(), "-e", &spec])
+        .args(["--no-tui", "--duration", "3"])
+        .output()
+        .expect("run probetop");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains(&format!("{spec} ({:#x})", address + inside))
+            && err.contains(&format!(
+                "probe_add+{inside:#x} is not on an instruction boundary"
+            )),
+        "{err}"
+    );
+}

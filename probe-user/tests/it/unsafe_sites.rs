@@ -142,12 +142,19 @@ fn a_mid_function_nop5_is_refused_unless_forced() {
     }
     let target = started(&fixture("c/redzone"), &["--calls", "1"]);
     let pid = target.pid().to_string();
+    let refusal = "redzone_mid+0x5 is a 5-byte nop past the function's entry, which this kernel rewrites into a call that writes its return address below %rsp, over the function's red zone; probe another instruction, or give --force to attach anyway";
+    // The same site by its address (`uprobe:0xADDR`), refused as its offset is.
+    let listing = list_json([fixture("c/redzone").as_os_str(), "redzone_mid".as_ref()]);
+    let mid = listing["points"][0]["address"].as_u64().expect("address") + 5;
+    let by_address = format!("uprobe:{mid:#x}");
+    let by_address_refusal = format!("probetop: {by_address} ({mid:#x}): {refusal}");
     for (spec, needle) in [
+        ("uprobe:redzone_mid+0x5", format!("probetop: {refusal}")),
+        (by_address.as_str(), by_address_refusal),
         (
-            "uprobe:redzone_mid+0x5",
-            "probetop: redzone_mid+0x5 is a 5-byte nop past the function's entry, which this kernel rewrites into a call that writes its return address below %rsp, over the function's red zone; probe another instruction, or give --force to attach anyway",
+            "usdt:redzone:nop5",
+            "probetop: USDT probe redzone:nop5 in ".to_string(),
         ),
-        ("usdt:redzone:nop5", "probetop: USDT probe redzone:nop5 in "),
     ] {
         let out = probetop()
             // A bound, should it attach: the fixture waits for a signal.
@@ -157,7 +164,7 @@ fn a_mid_function_nop5_is_refused_unless_forced() {
         let err = stderr_of(&out);
         assert_eq!(out.status.code(), Some(1), "{spec}: {err}");
         assert_eq!(err.lines().count(), 1, "{spec}: one line: {err}");
-        assert!(err.starts_with(needle), "{spec}: {err}");
+        assert!(err.starts_with(&needle), "{spec}: {err}");
         assert!(err.contains("--force"), "{spec}: {err}");
     }
     drop(target);

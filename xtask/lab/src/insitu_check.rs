@@ -59,7 +59,7 @@ pub struct CheckOptions {
     /// Where mysqld.md is.
     pub out: PathBuf,
     /// probetop's `--assume` for the estimate: `auto` (what a user gets), `hot`, `cold`
-    /// or `gap`.
+    /// or `clock`.
     pub assume: String,
 }
 
@@ -110,7 +110,7 @@ struct Cell {
     base_share: f64,
     in_situ: Vec<(String, Option<JsonInSitu>)>,
     estimate_ns: Option<f64>,
-    /// What priced it, `hot`, `cold` or `gap` (--assume auto's choice).
+    /// What priced it, `hot`, `cold` or `clock` (--assume auto's choice).
     estimate_assumes: Option<String>,
     /// The same run's estimate under each loop: `cost.estimates_per_hit_ns`.
     bracket: Option<JsonBracket>,
@@ -405,12 +405,12 @@ impl CellRun<'_> {
     }
 }
 
-/// What priced a run's estimate: the loop it assumed and, priced by the gap, what
-/// placed the probes' hits on the curves (`gap: handler-clock`).
+/// What priced a run's estimate: the loop it assumed and, priced by the clock, what
+/// placed the probes' hits on the curves (`clock: handler-clock`).
 fn estimate_label(report: &Export) -> Option<String> {
     let assumes = report.cost.assumption.as_ref()?.assumes.as_ref();
     let mut readings: Vec<&str> = Vec::new();
-    for probe in &report.probes {
+    for probe in report.probe_rows() {
         if let Some(reading) = probe.whole_cost_reading.as_deref()
             && !readings.contains(&reading)
         {
@@ -629,7 +629,7 @@ fn render(
     line(
         &mut w,
         format!(
-            "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes, with `--assume {}`; in brackets the loop that priced it: hot (a tight loop), cold (caches evicted between hits), gap (each hit by the time its CPU went without one, on the calibration's gap curve) or clock (each hit by its handler's clock, streamed; in-kernel, the clock of its first seconds streamed), then what placed its hits: gap, busy-gap, handler-clock or streamed-clock (docs/cost.md). **by loop**: the same run's estimate priced hot, cold and by the clock, each against the truth (`cost.estimates_per_hit_ns`).\n",
+            "- **estimate**: probetop's calibrated whole cost per hit (`probetop calibrate`), weighted by hits over the probes, with `--assume {}`; in brackets the loop that priced it: hot (a tight loop), cold (caches evicted between hits) or clock (each hit by its handler's clock, streamed; in-kernel, the clock of its first seconds streamed), then what placed its hits: gap (the calibration's gap curve, where dearer), handler-clock or streamed-clock (docs/cost.md). **by loop**: the same run's estimate priced hot, cold and by the clock, each against the truth (`cost.estimates_per_hit_ns`).\n",
             options.assume
         ),
     );
@@ -785,7 +785,7 @@ mod tests {
         let read =
             |v: serde_json::Value| -> Export { serde_json::from_value(v).expect("an export") };
         let report = read(serde_json::json!({
-            "cost": {"assumption": {"assumes": "gap"}},
+            "cost": {"assumption": {"assumes": "clock"}},
             "probes": [
                 {"kind": "uprobe", "whole_cost_reading": "handler-clock"},
                 {"kind": "uprobe", "whole_cost_reading": "gap"},
@@ -795,7 +795,7 @@ mod tests {
         }));
         assert_eq!(
             estimate_label(&report).as_deref(),
-            Some("gap: handler-clock, gap")
+            Some("clock: handler-clock, gap")
         );
         let hot =
             read(serde_json::json!({"cost": {"assumption": {"assumes": "hot"}}, "probes": []}));

@@ -161,8 +161,8 @@ enum Task {
         /// Directory of mysqld.md [default: docs].
         #[arg(long)]
         out: Option<PathBuf>,
-        /// probetop's --assume for the estimate column (auto, hot, cold, gap, clock).
-        #[arg(long, default_value = "auto", value_parser = ["auto", "hot", "cold", "gap", "clock"])]
+        /// probetop's --assume for the estimate column (auto, hot, cold, clock).
+        #[arg(long, default_value = "auto", value_parser = ["auto", "hot", "cold", "clock"])]
         assume: String,
     },
 }

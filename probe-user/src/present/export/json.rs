@@ -56,6 +56,12 @@ pub struct JsonProbe<'a> {
     pub owner: Option<JsonOwner<'a>>,
     #[serde(default)]
     pub hits: u64,
+    /// With `--budget`: `hits` is scaled to the whole run from the hits counted while
+    /// attached; its 95% interval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits_interval: Option<JsonHitsInterval>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits_counted: Option<u64>,
     #[serde(default)]
     pub dropped: u64,
     #[serde(default)]
@@ -100,12 +106,13 @@ pub struct JsonProbe<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whole_cost_method: Option<Cow<'static, str>>,
     /// The calibration loop that priced `whole_cost_ns`: `hot` (caches warm between
-    /// hits), `cold` (a server's footprint between hits) or `gap` (each hit by the
-    /// idle time before it, `gaps`); see `cost.assumption`.
+    /// hits), `cold` (a server's footprint between hits) or `clock` (each hit by its
+    /// handler's clock, or by the idle time before it, `gaps`, where dearer); see
+    /// `cost.assumption`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub whole_cost_assumes: Option<Cow<'static, str>>,
-    /// With `gap`: what placed its hits on the calibration's curves: `gap` (the idle
-    /// time before each), `busy-gap` (the code run before each) or `handler-clock` (how
+    /// With `clock`: what placed its hits on the calibration's curves: `gap` (the idle
+    /// time before each) or `handler-clock` (how
     /// slow the ring handler ran on each) or `streamed-clock` (in-kernel: how slow the
     /// ring handler ran on the hits streamed first, `streamed_clock_ns`; docs/cost.md).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -117,15 +124,11 @@ pub struct JsonProbe<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dispatch_ns: Option<JsonDispatch>,
     /// The time before each hit since the previous probetop hit on the same CPU: how
-    /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: gap`
-    /// prices each hit by it).
+    /// cold the kernel's uprobe path and the program were (`whole_cost_assumes: clock`
+    /// prices each hit by it where dearer than its clock). (`busy_gaps`, the code run in
+    /// these gaps, was written until `--assume gap` retired; it is no longer.)
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gaps: Option<crate::calibrate::gap::GapSummary>,
-    /// The same gaps less the time their CPU was idle: the code run on it between the
-    /// two hits (the `sched_switch` program). `gap` pricing takes the work curve there
-    /// when it is dearer than the gap curve.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub busy_gaps: Option<crate::calibrate::gap::GapSummary>,
     /// In-kernel mode: probetop's ring handler's own time over the hits streamed in the
     /// first `--clock-seconds` (before the probe went to the kernel), ns: how cold the
     /// target runs each hit, which `streamed-clock` pricing reads.
@@ -398,6 +401,87 @@ impl From<&Report> for JsonHeadline {
     }
 }
 
+/// A `latency:` pair's row in `probes`, told by `"kind": "latency"`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonLatency<'a> {
+    pub kind: Cow<'static, str>,
+    pub spec: Cow<'a, str>,
+    pub name: Cow<'a, str>,
+    pub object: Cow<'a, str>,
+    /// How the returns were probed: `uretprobe`, `ret-uprobes` (uprobes on the
+    /// function's `ret` instructions) or `usdt`.
+    pub end_path: Cow<'static, str>,
+    /// The ids of the probes of its two halves (rows of `probes` too).
+    pub start_probes: Cow<'a, [u32]>,
+    pub end_probes: Cow<'a, [u32]>,
+    /// Calls paired: a start and its end.
+    pub calls: u64,
+    pub calls_per_second: f64,
+    /// Calls open when the window closed; unwound by an exception or a longjmp (no
+    /// return seen); ends without a start (begun before the window); too deep to track.
+    pub open: u64,
+    pub unwound: u64,
+    pub unmatched: u64,
+    pub overflowed: u64,
+    /// From the start probe's clock read to the end probe's, per call.
+    pub latency_ns: HandlerSummary,
+    /// The same less the probes' cost inside the call: one whole hit of the start
+    /// probe, and every probed hit nested in the call.
+    pub latency_corrected_ns: HandlerSummary,
+    /// Whether the probes were priced, so their cost taken off (else the corrected
+    /// numbers are the measured ones).
+    pub corrected: bool,
+    /// Both probes' whole cost per call.
+    pub whole_cost_ns: Option<f64>,
+    /// `whole_cost_ns` / the corrected mean latency.
+    pub overhead_share: Option<f64>,
+}
+
+/// An entry of `probes`: a probe, or a latency pair (read back by its `kind`: a probe's
+/// is a probe kind, a pair's `latency`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum JsonEntry<'a> {
+    Probe(Box<JsonProbe<'a>>),
+    Latency(Box<JsonLatency<'a>>),
+}
+
+impl<'a> JsonEntry<'a> {
+    /// The probe, if this entry is one (not a latency pair).
+    pub fn probe(&self) -> Option<&JsonProbe<'a>> {
+        match self {
+            Self::Probe(p) => Some(p),
+            Self::Latency(_) => None,
+        }
+    }
+
+    /// The probe, owned, if this entry is one.
+    pub fn into_probe(self) -> Option<JsonProbe<'a>> {
+        match self {
+            Self::Probe(p) => Some(*p),
+            Self::Latency(_) => None,
+        }
+    }
+}
+
+/// With `--budget`: the 95% interval of a probe's scaled hits.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct JsonHitsInterval {
+    pub low: u64,
+    pub high: u64,
+}
+
+/// `--budget`: what was asked, what the probes used (in the same unit), the last duty.
+#[derive(Debug, Clone, Serialize)]
+pub struct JsonBudget<'a> {
+    asked: f64,
+    /// `share` (of the target's CPU) or `seconds_per_second`.
+    unit: &'static str,
+    #[serde(flatten)]
+    summary: &'a crate::insitu::budget::BudgetSummary,
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
 pub struct JsonReport<'a> {
@@ -408,7 +492,7 @@ pub struct JsonReport<'a> {
     pub duration_s: f64,
     /// What every probe together cost the target: read this first.
     pub headline: JsonHeadline,
-    pub probes: Vec<JsonProbe<'a>>,
+    pub probes: Vec<JsonEntry<'a>>,
     pub cost: JsonCost<'a>,
     /// The execs followed (`--follow-exec`), oldest first; empty without.
     pub execs: Vec<JsonExec<'a>>,
@@ -423,9 +507,25 @@ pub struct JsonReport<'a> {
     /// probes stayed on the old one and missed the new file's calls.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     pub replaced_objects: Cow<'a, [super::ReplacedObject]>,
+    /// `--budget`: written, not read back (the lab does not read it).
+    #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
+    pub budget: Option<JsonBudget<'a>>,
+}
+
+impl<'a> JsonReport<'a> {
+    /// The probes of `probes`, without the latency pairs' rows.
+    pub fn probe_rows(&self) -> impl Iterator<Item = &JsonProbe<'a>> {
+        self.probes.iter().filter_map(JsonEntry::probe)
+    }
 }
 
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
+    let scaled = |id: u32| {
+        report
+            .budget
+            .as_ref()
+            .and_then(|b| b.scaled.get(id as usize).copied())
+    };
     let doc = JsonReport {
         tool: "probetop".into(),
         version: env!("CARGO_PKG_VERSION").into(),
@@ -441,74 +541,108 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         probes: report
             .probes
             .iter()
-            .map(|p| JsonProbe {
-                id: p.id,
-                spec: Cow::Borrowed(&p.spec),
-                kind: p.kind,
-                name: Cow::Borrowed(&p.name),
-                resolved: p.resolved.as_deref().map(Cow::Borrowed),
-                object: Cow::Borrowed(&p.object),
-                address: p.address,
-                file_offset: p.file_offset,
-                generation: p.generation,
-                exe: Cow::Borrowed(&p.exe),
-                mode: p.mode.as_str().into(),
-                own: p.other.is_none(),
-                owner: p.other.as_ref().map(|site| JsonOwner {
-                    pid: site.owner.pid,
-                    comm: site.owner.comm.as_deref().map(Cow::Borrowed),
-                    tool: Cow::Borrowed(&site.owner.tool),
-                    via: site.via().into(),
-                    prog_id: site.prog_id,
-                    event: site.event.as_deref().map(Cow::Borrowed),
-                    program_ns: p.cost.other.and_then(|o| o.program_ns),
-                    program_method: p.cost.other.map(|o| o.program_method.as_str().into()),
-                    hits_method: "counting-probe-on-the-same-site".into(),
-                    counting_ns: p.cost.counting_ns,
-                }),
-                hits: p.hits,
-                dropped: p.dropped,
-                handler_ns: HandlerSummary::of(&p.handler_ns),
-                last_args: p.last_args.as_deref().map(Cow::Borrowed),
-                threads: p
-                    .threads
-                    .iter()
-                    .map(|(tid, n)| (tid.to_string(), *n))
-                    .collect(),
-                pids: p
-                    .processes
-                    .iter()
-                    .map(|(pid, n)| (pid.to_string(), *n))
-                    .collect(),
-                threads_dropped: p
-                    .threads_dropped
-                    .iter()
-                    .map(|(tid, n)| (tid.to_string(), *n))
-                    .collect(),
-                threads_cover: p.threads_cover.as_str().into(),
-                threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
-                cost_class: p.cost.site.as_ref().map(|s| s.class.as_str().into()),
-                probed_instruction: p
-                    .cost
-                    .site
-                    .as_ref()
-                    .map(|s| s.instruction.as_str())
-                    .filter(|i| !i.is_empty())
-                    .map(Cow::Borrowed),
-                whole_cost_ns: p.cost.whole_cost_ns,
-                whole_cost_method: p.cost.method.map(|m| m.as_str().into()),
-                whole_cost_assumes: p.cost.assumes.map(|a| a.as_str().into()),
-                whole_cost_reading: p.cost.reading.map(|r| r.as_str().into()),
-                cpu_share: p.cost.cpu_share,
-                dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
-                    per_hit_mean: d.per_hit_ns(),
-                    entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
-                    ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
-                }),
-                gaps: p.cost.gaps,
-                busy_gaps: p.cost.busy_gaps,
-                streamed_clock_ns: p.cost.streamed_clock,
+            .map(|p| {
+                JsonEntry::Probe(Box::new(JsonProbe {
+                    id: p.id,
+                    spec: Cow::Borrowed(&p.spec),
+                    kind: p.kind,
+                    name: Cow::Borrowed(&p.name),
+                    resolved: p.resolved.as_deref().map(Cow::Borrowed),
+                    object: Cow::Borrowed(&p.object),
+                    address: p.address,
+                    file_offset: p.file_offset,
+                    generation: p.generation,
+                    exe: Cow::Borrowed(&p.exe),
+                    mode: p.mode.as_str().into(),
+                    own: p.other.is_none(),
+                    owner: p.other.as_ref().map(|site| JsonOwner {
+                        pid: site.owner.pid,
+                        comm: site.owner.comm.as_deref().map(Cow::Borrowed),
+                        tool: Cow::Borrowed(&site.owner.tool),
+                        via: site.via().into(),
+                        prog_id: site.prog_id,
+                        event: site.event.as_deref().map(Cow::Borrowed),
+                        program_ns: p.cost.other.and_then(|o| o.program_ns),
+                        program_method: p.cost.other.map(|o| o.program_method.as_str().into()),
+                        hits_method: "counting-probe-on-the-same-site".into(),
+                        counting_ns: p.cost.counting_ns,
+                    }),
+                    hits: p.hits,
+                    hits_interval: scaled(p.id).map(|s| JsonHitsInterval {
+                        low: s.low.floor() as u64,
+                        high: s.high.ceil() as u64,
+                    }),
+                    hits_counted: scaled(p.id).map(|s| s.counted),
+                    dropped: p.dropped,
+                    handler_ns: HandlerSummary::of(&p.handler_ns),
+                    last_args: p.last_args.as_deref().map(Cow::Borrowed),
+                    threads: p
+                        .threads
+                        .iter()
+                        .map(|(tid, n)| (tid.to_string(), *n))
+                        .collect(),
+                    pids: p
+                        .processes
+                        .iter()
+                        .map(|(pid, n)| (pid.to_string(), *n))
+                        .collect(),
+                    threads_dropped: p
+                        .threads_dropped
+                        .iter()
+                        .map(|(tid, n)| (tid.to_string(), *n))
+                        .collect(),
+                    threads_cover: p.threads_cover.as_str().into(),
+                    threads_hits: p.threads.iter().map(|(_, n)| n).sum(),
+                    cost_class: p.cost.site.as_ref().map(|s| s.class.as_str().into()),
+                    probed_instruction: p
+                        .cost
+                        .site
+                        .as_ref()
+                        .map(|s| s.instruction.as_str())
+                        .filter(|i| !i.is_empty())
+                        .map(Cow::Borrowed),
+                    whole_cost_ns: p.cost.whole_cost_ns,
+                    whole_cost_method: p.cost.method.map(|m| m.as_str().into()),
+                    whole_cost_assumes: p.cost.assumes.map(|a| a.as_str().into()),
+                    whole_cost_reading: p.cost.reading.map(|r| r.as_str().into()),
+                    cpu_share: p.cost.cpu_share,
+                    dispatch_ns: p.cost.dispatch.as_ref().map(|d| JsonDispatch {
+                        per_hit_mean: d.per_hit_ns(),
+                        entry: (d.entry.count > 0).then(|| HandlerSummary::of(&d.entry_ns)),
+                        ret: (d.ret.count > 0).then(|| HandlerSummary::of(&d.return_ns)),
+                    }),
+                    gaps: p.cost.gaps,
+                    streamed_clock_ns: p.cost.streamed_clock,
+                }))
             })
+            .chain(report.latency.iter().map(|l| {
+                JsonEntry::Latency(Box::new(JsonLatency {
+                    kind: "latency".into(),
+                    spec: Cow::Borrowed(&l.spec),
+                    name: Cow::Borrowed(&l.name),
+                    object: Cow::Borrowed(&l.object),
+                    end_path: l.path.as_str().into(),
+                    start_probes: Cow::Borrowed(&l.starts),
+                    end_probes: Cow::Borrowed(&l.ends),
+                    calls: l.calls,
+                    calls_per_second: if l.calls_per_second > 0.0 {
+                        l.calls_per_second
+                    } else if report.duration_s > 0.0 {
+                        l.calls as f64 / report.duration_s
+                    } else {
+                        0.0
+                    },
+                    open: l.open,
+                    unwound: l.unwound,
+                    unmatched: l.unmatched,
+                    overflowed: l.overflowed,
+                    latency_ns: l.latency_ns,
+                    latency_corrected_ns: l.latency_corrected_ns,
+                    corrected: l.corrected_applied,
+                    whole_cost_ns: l.whole_cost_ns,
+                    overhead_share: l.overhead_share,
+                }))
+            }))
             .collect(),
         cost: JsonCost {
             cpu_share: report.cost.cpu_share,
@@ -555,6 +689,11 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         attach_path: report.attach_path.map(Into::into),
         skipped: Cow::Borrowed(&report.skipped),
         replaced_objects: Cow::Borrowed(&report.replaced),
+        budget: report.budget.as_ref().map(|summary| JsonBudget {
+            asked: summary.budget.asked(),
+            unit: summary.budget.unit(),
+            summary,
+        }),
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",
@@ -668,7 +807,7 @@ mod tests {
         let bytes = render(&with_other(sample_report())).expect("renders");
         let back: JsonReport<'static> = serde_json::from_slice(&bytes).expect("reads back");
         assert_eq!(back.probes.len(), 2);
-        assert_eq!(back.probes[1].hits, 12);
+        assert_eq!(back.probe_rows().nth(1).map(|p| p.hits), Some(12));
         let written: serde_json::Value = serde_json::from_slice(&bytes).expect("valid JSON");
         let again = serde_json::to_value(&back).expect("encodes");
         assert_eq!(written, again);
@@ -680,7 +819,7 @@ mod tests {
             r#"{"duration_s": 2.0, "probes": [{"kind": "uprobe", "spec": "uprobe:f", "hits": 3}]}"#;
         let back: JsonReport<'static> = serde_json::from_str(old).expect("reads");
         assert_eq!(back.duration_s, 2.0);
-        let p = &back.probes[0];
+        let p = back.probe_rows().next().expect("a probe");
         assert_eq!((p.spec.as_ref(), p.hits, p.own), ("uprobe:f", 3, true));
         assert!(p.whole_cost_ns.is_none() && back.cost.in_situ.is_none());
     }

@@ -34,7 +34,7 @@ pub mod html;
 pub mod json;
 pub mod prometheus;
 
-pub use file::{check, write};
+pub use file::{check, write, write_file};
 
 /// The measurements of one probe over a run.
 #[derive(Debug, Clone)]
@@ -114,6 +114,10 @@ pub struct Report {
     /// The target's CPU over the run, probes included, as a share of one CPU (`None`
     /// with several processes): what the headline sets the probes' cost against.
     pub target_cpu: Option<f64>,
+    /// What `--budget` did; with it, each probe's `hits` is scaled to the whole run.
+    pub budget: Option<crate::insitu::budget::BudgetSummary>,
+    /// The `latency:` pairs' rows.
+    pub latency: Vec<crate::aggregate::LatencyRow>,
 }
 
 /// A probed object whose path names another file now (replaced on disk). Loaded when
@@ -142,6 +146,17 @@ pub struct SkippedPoint {
 }
 
 impl Report {
+    /// Puts `--budget`'s summary into the report: a probe with scaled hits (by row)
+    /// reports the scaled count as its `hits`, the counted one beside it.
+    pub fn apply_budget(&mut self, summary: crate::insitu::budget::BudgetSummary) {
+        for probe in &mut self.probes {
+            if let Some(scaled) = summary.scaled.get(probe.id as usize) {
+                probe.hits = scaled.scaled.round() as u64;
+            }
+        }
+        self.budget = Some(summary);
+    }
+
     /// Puts the in-situ measurement into the report. When it gave a number, each probe's
     /// whole cost becomes its part of the measured cost per hit: the set's in-situ cost
     /// split in proportion to the estimates (all of it for a single probe), and
@@ -428,6 +443,8 @@ pub(crate) mod testing {
             skipped: Vec::new(),
             replaced: Vec::new(),
             target_cpu: None,
+            budget: None,
+            latency: Vec::new(),
         }
     }
 
@@ -602,6 +619,8 @@ pub(crate) mod testing {
             skipped: Vec::new(),
             replaced: Vec::new(),
             target_cpu: None,
+            budget: None,
+            latency: Vec::new(),
         }
     }
 

@@ -159,6 +159,9 @@ pub fn render_prometheus(report: &Report) -> String {
     if let Some(in_situ) = &report.cost.in_situ {
         in_situ_families(&mut out, in_situ);
     }
+    if let Some(budget) = &report.budget {
+        budget_families(&mut out, budget);
+    }
     out
 }
 
@@ -238,6 +241,44 @@ fn cost_families(out: &mut String, report: &Report) {
         );
         let _ = writeln!(out, "probetop_target_own_cpu_share {}", go_float(own));
     }
+}
+
+/// `--budget`: what was asked, what the probes used (mean and bounds), and the duty.
+fn budget_families(out: &mut String, b: &crate::insitu::budget::BudgetSummary) {
+    let unit = b.budget.unit();
+    family(
+        out,
+        "probetop_budget_asked",
+        "gauge",
+        "The --budget asked (unit: share of the target's CPU, or CPU seconds per second).",
+    );
+    let _ = writeln!(
+        out,
+        "probetop_budget_asked{{unit=\"{unit}\"}} {}",
+        go_float(b.budget.asked())
+    );
+    if let Some(used) = b.used {
+        family(
+            out,
+            "probetop_budget_used",
+            "gauge",
+            "What the probes cost over the run in the budget's unit (bound: estimate and its known error).",
+        );
+        for (bound, value) in [("mean", used.mean), ("low", used.low), ("high", used.high)] {
+            let _ = writeln!(
+                out,
+                "probetop_budget_used{{unit=\"{unit}\",bound=\"{bound}\"}} {}",
+                go_float(value)
+            );
+        }
+    }
+    family(
+        out,
+        "probetop_budget_duty_ratio",
+        "gauge",
+        "The share of each period the probes are attached for.",
+    );
+    let _ = writeln!(out, "probetop_budget_duty_ratio {}", go_float(b.duty));
 }
 
 /// `--in-situ`: the added CPU and cost per hit measured on the target, each with the

@@ -104,6 +104,8 @@ pub struct App {
     pub size: (u16, u16),
     /// The in-situ measurement's status part and detail line (`--in-situ`).
     pub in_situ: Option<InSituView>,
+    /// Said in the footer before the key hints for the whole run (no calibration).
+    pub note: Option<&'static str>,
 }
 
 /// What the UI shows of the in-situ measurement (`--in-situ`).
@@ -218,6 +220,7 @@ impl App {
             message: None,
             size: (80, 24),
             in_situ: None,
+            note: None,
         }
     }
 
@@ -653,6 +656,7 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         own,
         assumption,
         target_cpu,
+        latency,
     } = new;
     elapsed.as_secs() != old.elapsed.as_secs()
         || *notice != old.notice
@@ -664,5 +668,6 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         || *focus != old.focus
         || *own != old.own
         || *target_cpu != old.target_cpu
+        || *latency != old.latency
         || assumption.as_ref().map(|d| d.assumes) != old.assumption.as_ref().map(|d| d.assumes)
 }

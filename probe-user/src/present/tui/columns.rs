@@ -25,8 +25,6 @@ pub struct Numbers {
     pub cpu_share: Option<f64>,
     /// The median gap before a hit, us, when hits are priced by it.
     pub gap_median_us: Option<f64>,
-    /// Its busy part's median, us.
-    pub busy_median_us: Option<f64>,
     /// What placed its hits on the calibration's curves.
     pub reading: Option<crate::price::estimate::GapReading>,
 }
@@ -42,7 +40,6 @@ impl Numbers {
                 whole_cost_ns: probe.whole_cost_ns,
                 cpu_share: probe.cpu_share,
                 gap_median_us: probe.gap_median_us,
-                busy_median_us: probe.busy_median_us,
                 reading: probe.reading,
             },
             View::Interval => Self {
@@ -53,7 +50,6 @@ impl Numbers {
                 whole_cost_ns: probe.whole_cost_ns,
                 cpu_share: probe.cpu_share,
                 gap_median_us: probe.gap_median_us,
-                busy_median_us: probe.busy_median_us,
                 reading: probe.reading,
             },
         }

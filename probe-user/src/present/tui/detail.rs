@@ -42,6 +42,18 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
     let mut lines = vec![totals_line(app, id)];
     lines.extend(pricing_line(app, id));
     lines.push(percentiles_line(app, id, inner.width as usize));
+    // Half of a latency pair: the pair's latency and the probes' share of it.
+    if let Some(row) = app
+        .snapshot
+        .latency
+        .iter()
+        .find(|r| r.starts.contains(&(id as u32)) || r.ends.contains(&(id as u32)))
+    {
+        lines.push(Line::from(ellipsize(
+            &latency_line(row),
+            inner.width as usize,
+        )));
+    }
     if let Some(super::app::InSituView { detail, .. }) = &app.in_situ {
         // The whole probe set's cost as measured on the target, not this probe's.
         lines.push(Line::from(ellipsize(detail, inner.width as usize)).style(theme.dim()));
@@ -186,10 +198,36 @@ fn pricing_line(app: &App, id: usize) -> Option<Line<'static>> {
         ": since the CPU's last hit p50 {}",
         format::ns_f(gap_us * 1e3)
     ));
-    if let Some(busy_us) = n.busy_median_us {
-        text.push_str(&format!(", busy {}", format::ns_f(busy_us * 1e3)));
-    }
     Some(Line::from(text).style(app.theme.dim()))
+}
+
+/// A latency pair's calls, latency percentiles, corrected median, cost per call and
+/// its share.
+pub(super) fn latency_line(row: &crate::aggregate::LatencyRow) -> String {
+    let m = &row.latency_ns;
+    if m.count == 0 {
+        return format!("latency: no call ended yet ({} open)", row.open);
+    }
+    format!(
+        "latency {} calls · {}/s · p50 {} p90 {} p99 {} p99.9 {} max {} · corrected p50 {} · cost/call {} ({} of it) · returns {}{}",
+        row.calls,
+        format::count(row.calls_per_second),
+        format::ns(m.p50),
+        format::ns(m.p90),
+        format::ns(m.p99),
+        format::ns(m.p999),
+        format::ns(m.max),
+        format::ns(row.latency_corrected_ns.p50),
+        row.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f),
+        row.overhead_share
+            .map_or_else(|| "-".into(), format::percent),
+        row.path.as_str(),
+        if row.unwound + row.open > 0 {
+            format!(" · {} unwound, {} open", row.unwound, row.open)
+        } else {
+            String::new()
+        }
+    )
 }
 
 fn percentiles_line(app: &App, id: usize, width: usize) -> Line<'static> {

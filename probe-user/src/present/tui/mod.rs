@@ -16,6 +16,7 @@ mod columns;
 mod detail;
 mod help;
 mod plot;
+pub mod processes;
 mod status;
 mod table;
 mod theme;

@@ -220,7 +220,15 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         let mut spans = Vec::new();
         let mut used = 0;
-        for (key, what) in HINTS {
+        for (at, (key, what)) in HINTS.into_iter().enumerate() {
+            // A run-long note (no calibration) comes after quit and help, if it fits.
+            if let (2, Some(note)) = (at, app.note) {
+                let note = format!("  {note}");
+                if used + note.chars().count() <= area.width as usize {
+                    used += note.chars().count();
+                    spans.push(Span::styled(note, theme.key()));
+                }
+            }
             let separator = if spans.is_empty() { 0 } else { 2 };
             let width = separator + key.chars().count() + 1 + what.len();
             if used + width > area.width as usize {

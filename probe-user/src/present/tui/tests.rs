@@ -127,6 +127,7 @@ fn snapshot() -> Snapshot {
         },
         assumption: None,
         target_cpu: Some(0.9),
+        latency: Vec::new(),
     }
 }
 
@@ -217,7 +218,7 @@ fn screen_whole_cost_and_cpu_share() {
 }
 
 #[test]
-fn gap_pricing_shows_in_the_status_line_and_the_detail_pane() {
+fn clock_pricing_shows_in_the_status_line_and_the_detail_pane() {
     let mut app = app(120, 36);
     app.selected = Some(0);
     let mut snap = snapshot();
@@ -225,17 +226,16 @@ fn gap_pricing_shows_in_the_status_line_and_the_detail_pane() {
         probe.whole_cost_ns = Some(2_166.0);
         probe.cpu_share = Some(2_166.0 * probe.per_second / 1e9);
         probe.gap_median_us = Some(371.0);
-        probe.busy_median_us = Some(23.0);
         probe.reading = Some(crate::price::estimate::GapReading::HandlerClock);
     }
     snap.assumption = Some(crate::price::assume::Decision {
-        assumes: crate::price::assume::Assumption::Gap,
-        why: "auto: each hit priced by the idle time before it on its CPU".into(),
+        assumes: crate::price::assume::Assumption::Clock,
+        why: "auto: each hit priced by its handler's clock".into(),
     });
     app.update(snap);
     let screen = render(&app).backend().to_string();
     assert!(
-        screen.contains("priced by clock: since the CPU's last hit p50 371us, busy 23.0us"),
+        screen.contains("priced by clock: since the CPU's last hit p50 371us"),
         "{screen}"
     );
     assert!(screen.starts_with("\" cost +"), "{screen}");
@@ -886,4 +886,20 @@ fn the_status_line_keeps_its_layout_across_10k_events() {
         below.contains(" 9999 ev/s") && above.contains("10.0k ev/s"),
         "{below}\n{above}"
     );
+}
+
+#[test]
+fn footer_says_when_there_is_no_calibration_and_keeps_quit() {
+    let mut app = app(80, 24);
+    app.note = Some(crate::present::NO_CALIBRATION_FOOTER);
+    let screen = text(&app);
+    let footer = screen.lines().last().expect("footer");
+    assert!(footer.contains("q quit"), "{footer:?}");
+    assert!(footer.contains("no calibration"), "{footer:?}");
+    assert!(footer.contains("probetop calibrate"), "{footer:?}");
+    // Without the note the hints fill the line as before.
+    app.note = None;
+    let screen = text(&app);
+    let footer = screen.lines().last().expect("footer");
+    assert!(!footer.contains("calibrat"), "{footer:?}");
 }

@@ -198,7 +198,10 @@ impl Bench {
             probetop.rest_text()
         );
         let report = crate::util::export::read(&export)?;
-        let probe = report.probes.first().context("no probe in the export")?;
+        let probe = report
+            .probe_rows()
+            .next()
+            .context("no probe in the export")?;
         Ok(ThroughputRun {
             mode,
             offered,

@@ -332,7 +332,11 @@ impl Report {
                 let path = export_prefix
                     .context("probetop runs export")?
                     .with_extension("json");
-                run.probes = crate::util::export::read(&path)?.probes;
+                run.probes = crate::util::export::read(&path)?
+                    .probes
+                    .into_iter()
+                    .filter_map(probe_user::present::export::json::JsonEntry::into_probe)
+                    .collect();
             }
             Variant::Bpftrace => {
                 let text = output.unwrap_or_default();

@@ -399,7 +399,7 @@ impl Report {
             Variant::Probetop | Variant::ProbetopKernel => {
                 let export = crate::util::export::read(&json_path)?;
                 let (mut weighted, mut counted) = (0.0, 0u64);
-                for p in &export.probes {
+                for p in export.probe_rows() {
                     let (spec, hits) = (p.spec.to_string(), p.hits);
                     if let Some(ns) = p.whole_cost_ns {
                         weighted += ns * hits as f64;

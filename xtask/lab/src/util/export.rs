@@ -18,5 +18,5 @@ pub(crate) fn read(path: &Path) -> Result<Export> {
 
 /// Hits over every probe of the run.
 pub(crate) fn total_hits(export: &Export) -> u64 {
-    export.probes.iter().map(|p| p.hits).sum()
+    export.probe_rows().map(|p| p.hits).sum()
 }

@@ -1,0 +1,469 @@
+//! `--budget`: the session's side of the duty cycle (`insitu::budget`). It owns the
+//! periods' clock, detaches every probe outside a period's attached part and attaches
+//! them again at its start, reads the target's CPU (one process, or the set's) at each
+//! period's end, and the hits and their estimated cost at each attached part's start
+//! (the attached part before it has been read whole by then: the collector's counts lag
+//! by at most 500 ms, and the probes were off meanwhile).
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::aggregate::Snapshot;
+use crate::attach::Attachment;
+use crate::insitu::budget::{Budget, BudgetSummary, Controller, Observed, Plan, Scaler};
+use crate::insitu::{InSitu, Members, MeterError, Reading, SetMeter, Verdict, Window, WorkMeter};
+
+/// While attached, how often the window's spending is looked at.
+const GUARD_EVERY: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Detached, until the attached part of the period starts.
+    BeforeOn,
+    On,
+    /// Detached, until the period ends.
+    AfterOn,
+}
+
+/// A period that ended and whose hits are not read yet.
+#[derive(Debug, Clone, Copy)]
+struct Ended {
+    period_s: f64,
+    on_s: f64,
+    attach_s: f64,
+    target_cpu_ns: f64,
+}
+
+pub struct Driver {
+    controller: Controller,
+    scaler: Scaler,
+    meter: SetMeter,
+    insitu: InSitu,
+    phase: Phase,
+    plan: Plan,
+    period_start: Instant,
+    period_reading: Reading,
+    /// The start of the current in-situ window (attached or not).
+    window_reading: Reading,
+    /// Attached since.
+    on_since: Option<Instant>,
+    /// Seconds attached in the current period so far.
+    on_s: f64,
+    /// Seconds the attach calls of the current period took.
+    attach_s: f64,
+    next: Instant,
+    /// The probes detached by the driver.
+    suspended: Vec<u32>,
+    ended: Option<Ended>,
+    /// Estimated probe CPU of every hit read so far, ns.
+    cost_read_ns: f64,
+    actions: Vec<String>,
+    /// Actions not yet said.
+    unsaid: usize,
+}
+
+/// The estimated CPU of every hit counted so far: hits times each probe's whole cost.
+/// A probe without an estimate is priced at the dearest one's (none: at `FALLBACK_NS`).
+fn cost_of(snapshot: &Snapshot) -> (Vec<u64>, f64) {
+    const FALLBACK_NS: f64 = 2_000.0;
+    let dearest = snapshot
+        .probes
+        .iter()
+        .filter_map(|p| p.whole_cost_ns)
+        .fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))))
+        .unwrap_or(FALLBACK_NS);
+    let hits = snapshot.probes.iter().map(|p| p.hits).collect();
+    let cost = snapshot
+        .probes
+        .iter()
+        .map(|p| p.hits as f64 * p.whole_cost_ns.unwrap_or(dearest))
+        .sum();
+    (hits, cost)
+}
+
+/// The share of a period's attached time its attach calls took.
+fn uncertain(ended: &Ended) -> f64 {
+    if ended.on_s > 0.0 {
+        ended.attach_s / ended.on_s
+    } else {
+        0.0
+    }
+}
+
+impl Driver {
+    /// Starts with the probes attached, as they are when this is called.
+    pub fn start(members: Members, budget: Budget, window: Duration) -> Result<Self, MeterError> {
+        let seed = u64::from(members.roots.first().copied().unwrap_or(0)) ^ 0x2545_f491_4f6c_dd1d;
+        let mut meter = SetMeter::new(members, WorkMeter::None)?;
+        let reading = meter.read()?;
+        let mut controller = Controller::new(budget, window.as_secs_f64(), seed);
+        let plan = controller.plan();
+        let now = Instant::now();
+        let mut driver = Self {
+            controller,
+            scaler: Scaler::default(),
+            meter,
+            insitu: InSitu::new(WorkMeter::None),
+            phase: Phase::On,
+            plan,
+            period_start: now,
+            period_reading: reading,
+            window_reading: reading,
+            on_since: Some(now),
+            on_s: 0.0,
+            attach_s: 0.0,
+            next: now,
+            suspended: Vec::new(),
+            ended: None,
+            cost_read_ns: 0.0,
+            actions: vec![format!(
+                "budget {budget}: every probe attached for a part of each period, hits scaled to the whole run"
+            )],
+            unsaid: 1,
+        };
+        // The first period's attached part starts at its offset: off until then.
+        driver.phase = Phase::BeforeOn;
+        Ok(driver)
+    }
+
+    /// Resolves when the driver has something to do.
+    pub async fn due(&self) {
+        tokio::time::sleep_until(self.next).await;
+    }
+
+    fn at(&self, seconds: f64) -> Instant {
+        self.period_start + Duration::from_secs_f64(seconds.max(0.0))
+    }
+
+    /// Does what is due: attaches at an attached part's start, detaches at its end (or
+    /// once the window's allowance is spent), ends a period at its end.
+    pub fn step(
+        &mut self,
+        attachment: &mut Attachment,
+        snapshot: &Snapshot,
+    ) -> Result<(), MeterError> {
+        let now = Instant::now();
+        match self.phase {
+            Phase::BeforeOn => {
+                let on_at = self.at(self.plan.on_offset_s);
+                if now < on_at {
+                    if self.on_since.is_some() {
+                        // Attached from the start, or after a full-duty period: off now.
+                        self.detach(attachment)?;
+                    }
+                    self.next = on_at;
+                    return Ok(());
+                }
+                // Still attached (from the start, or a full-duty period): nothing to do.
+                if self.on_since.is_none() {
+                    self.read_hits(snapshot);
+                    self.attach(attachment)?;
+                }
+                self.phase = Phase::On;
+                self.next = self.on_end().min(Instant::now() + GUARD_EVERY);
+            }
+            Phase::On => {
+                let on_end = self.on_end();
+                let full = self.plan.on_s >= self.plan.period_s;
+                let running = cost_of(snapshot).1 - self.cost_read_ns;
+                let spent_out = !full && self.controller.window_spent_out(running.max(0.0));
+                if now < on_end && !spent_out {
+                    self.next = on_end.min(now + GUARD_EVERY);
+                    return Ok(());
+                }
+                if full {
+                    // Attached the whole period: it ends here, its hits read now.
+                    self.on_s += self.on_since.map_or(0.0, |s| (now - s).as_secs_f64());
+                    self.on_since = Some(now);
+                    self.end_period()?;
+                    self.read_hits(snapshot);
+                    self.begin_period(attachment, snapshot)?;
+                    return Ok(());
+                }
+                self.detach(attachment)?;
+                self.phase = Phase::AfterOn;
+                self.next = self.at(self.plan.period_s);
+            }
+            Phase::AfterOn => {
+                if now < self.at(self.plan.period_s) {
+                    self.next = self.at(self.plan.period_s);
+                    return Ok(());
+                }
+                self.end_period()?;
+                self.begin_period(attachment, snapshot)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn on_end(&self) -> Instant {
+        self.at(self.plan.on_offset_s + self.plan.on_s)
+    }
+
+    fn begin_period(
+        &mut self,
+        attachment: &mut Attachment,
+        snapshot: &Snapshot,
+    ) -> Result<(), MeterError> {
+        self.plan = self.controller.plan();
+        self.period_start = Instant::now();
+        self.phase = Phase::BeforeOn;
+        self.next = self.period_start;
+        // A duty that went to every moment (or left it) changes nothing until the next
+        // attached part: step again at once.
+        self.step(attachment, snapshot)
+    }
+
+    fn detach(&mut self, attachment: &mut Attachment) -> Result<(), MeterError> {
+        let end = self.meter.read()?;
+        if let Some(since) = self.on_since.take() {
+            let attached_s = (Instant::now() - since).as_secs_f64();
+            self.controller.attached_for(self.plan.on_s, attached_s);
+            self.on_s += attached_s;
+            self.insitu
+                .push_window(Window::between(true, &self.window_reading, &end));
+        }
+        self.suspended = attachment.attached_ids();
+        attachment.detach_set(&self.suspended);
+        self.window_reading = self.meter.read()?;
+        Ok(())
+    }
+
+    fn attach(&mut self, attachment: &mut Attachment) -> Result<(), MeterError> {
+        let end = self.meter.read()?;
+        self.insitu
+            .push_window(Window::between(false, &self.window_reading, &end));
+        let before = Instant::now();
+        let ids = std::mem::take(&mut self.suspended);
+        if let Err(e) = attachment.reattach_set(&ids) {
+            // Said once; the probes that came back count on.
+            self.act(format!("cannot attach the probes again: {e}"));
+        }
+        // Attached from the end of the call: the kernel arms the points last. The call's
+        // length is the uncertainty of the attached part's start.
+        let after = Instant::now();
+        self.attach_s += (after - before).as_secs_f64();
+        self.on_since = Some(after);
+        self.window_reading = self.meter.read()?;
+        Ok(())
+    }
+
+    fn end_period(&mut self) -> Result<(), MeterError> {
+        let reading = self.meter.read()?;
+        let period_s = (reading.at - self.period_reading.at).as_secs_f64();
+        let target_cpu_ns = reading.cpu_ns.saturating_sub(self.period_reading.cpu_ns) as f64;
+        let on_s = std::mem::take(&mut self.on_s);
+        let attach_s = std::mem::take(&mut self.attach_s);
+        // A period whose hits were not read yet joins this one.
+        self.ended = Some(match self.ended.take() {
+            Some(e) => Ended {
+                period_s: e.period_s + period_s,
+                on_s: e.on_s + on_s,
+                attach_s: e.attach_s + attach_s,
+                target_cpu_ns: e.target_cpu_ns + target_cpu_ns,
+            },
+            None => Ended {
+                period_s,
+                on_s,
+                attach_s,
+                target_cpu_ns,
+            },
+        });
+        self.period_reading = reading;
+        Ok(())
+    }
+
+    /// The hits of the period that ended, into the scaling and the ledger.
+    fn read_hits(&mut self, snapshot: &Snapshot) {
+        let (hits, cost) = cost_of(snapshot);
+        let Some(ended) = self.ended.take() else {
+            return;
+        };
+        let fraction = if ended.period_s > 0.0 {
+            ended.on_s / ended.period_s
+        } else {
+            1.0
+        };
+        self.scaler.close_period(fraction, uncertain(&ended), &hits);
+        let estimated_ns = (cost - self.cost_read_ns).max(0.0);
+        self.cost_read_ns = cost;
+        // In situ where it has a signal: its interval above zero.
+        let summary = self.insitu.summary(0);
+        let measured = (summary.verdict == Verdict::Measured)
+            .then_some(summary.added_share)
+            .flatten()
+            .filter(|share| share.low > 0.0)
+            .map(|share| share.high);
+        self.controller.measured_in_situ(measured);
+        let had_floor = self.controller.floor().is_some();
+        self.controller.observe(Observed {
+            period_s: ended.period_s,
+            on_s: ended.on_s,
+            estimated_ns,
+            target_cpu_ns: ended.target_cpu_ns,
+        });
+        if !had_floor && let Some(line) = self.controller.summary(&[]).floor_line() {
+            self.act(line);
+        }
+    }
+
+    fn act(&mut self, line: String) {
+        if !self.actions.contains(&line) {
+            self.actions.push(line);
+            self.unsaid += 1;
+        }
+    }
+
+    /// Actions not said yet, each once.
+    pub fn unsaid(&mut self) -> Vec<String> {
+        let from = self.actions.len() - self.unsaid;
+        self.unsaid = 0;
+        self.actions[from..].to_vec()
+    }
+
+    /// During a detached part, a probe's detach or attach asked by the user applies to
+    /// the set that comes back. Returns whether it is to be attached then, or `None`
+    /// while attached (the caller acts itself).
+    pub fn redirect(&mut self, probe_id: u32, attach: bool) -> Option<bool> {
+        if self.on_since.is_some() {
+            return None;
+        }
+        self.suspended.retain(|&id| id != probe_id);
+        if attach {
+            self.suspended.push(probe_id);
+        }
+        Some(attach)
+    }
+
+    /// Whether a probe detached by the driver counts as attached.
+    pub fn is_suspended(&self, probe_id: u32) -> bool {
+        self.on_since.is_none() && self.suspended.contains(&probe_id)
+    }
+
+    /// The run so far.
+    pub fn summary(&self) -> BudgetSummary {
+        self.controller.summary(&self.actions)
+    }
+
+    /// Ends the last period where the run ends: just before the cut.
+    pub fn finish(&mut self) {
+        if let Some(since) = self.on_since.take() {
+            self.on_s += (Instant::now() - since).as_secs_f64();
+        }
+        let _ = self.end_period();
+    }
+
+    /// After [`Self::finish`]: every probe's `counted` hits (the run's exact counts)
+    /// scaled to the whole run.
+    pub fn scaled(&mut self, counted: &[u64]) -> BudgetSummary {
+        if let Some(ended) = self.ended.take() {
+            let fraction = if ended.period_s > 0.0 {
+                ended.on_s / ended.period_s
+            } else {
+                1.0
+            };
+            self.scaler
+                .close_period(fraction, uncertain(&ended), counted);
+        }
+        let mut summary = self.summary();
+        summary.scaled = self.scaler.scaled(counted);
+        summary
+    }
+}
+
+/// Resolves when `driver` has something to do; never without a driver.
+pub async fn due(driver: &Option<Driver>) {
+    match driver {
+        Some(driver) => driver.due().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What a step of the duty cycle has to tell: the status line, and actions not said yet.
+pub(super) struct Told {
+    pub status: String,
+    pub actions: Vec<String>,
+}
+
+/// Does what the duty cycle has due. On an error it stops (said once), with every probe
+/// it had detached attached again.
+pub(super) fn on_due(
+    driver: &mut Option<Driver>,
+    attachment: &mut Attachment,
+    snapshots: &tokio::sync::watch::Receiver<Snapshot>,
+    source: &super::report::ReportSource,
+) -> Option<Told> {
+    let active = driver.as_mut()?;
+    // A copy: the collector must not wait on a detach to publish.
+    let snapshot = snapshots.borrow().clone();
+    let stepped = active.step(attachment, &snapshot);
+    *source
+        .budget
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(active.summary());
+    if let Err(e) = stepped {
+        let ids = std::mem::take(&mut active.suspended);
+        let back = attachment.reattach_set(&ids);
+        *driver = None;
+        let mut line = format!(
+            "budget stopped: {}; every probe attached again",
+            crate::error_line(&anyhow::Error::new(e))
+        );
+        if let Err(e) = back {
+            line = format!("{line} but: {e}");
+        }
+        return Some(Told {
+            status: String::new(),
+            actions: vec![line],
+        });
+    }
+    Some(Told {
+        status: active.summary().status(),
+        actions: active.unsaid(),
+    })
+}
+
+/// Without `--budget`: the target's CPU from the start, for the hint at the end when the
+/// probes cost more than [`HINT_ABOVE`] of it.
+pub struct Hint {
+    meter: SetMeter,
+    start: Reading,
+}
+
+/// A share of the target's CPU above which the end of a run names `--budget`.
+const HINT_ABOVE: f64 = 0.05;
+
+impl Hint {
+    pub fn start(members: Members) -> Option<Self> {
+        let mut meter = SetMeter::new(members, WorkMeter::None).ok()?;
+        let start = meter.read().ok()?;
+        Some(Self { meter, start })
+    }
+
+    /// The hint line when the probes' estimated CPU over the run, `probes_ns`, is over
+    /// [`HINT_ABOVE`] of the target's CPU meanwhile.
+    pub fn line(&mut self, probes_ns: f64) -> Option<String> {
+        let end = self.meter.read().ok()?;
+        let target_ns = end.cpu_ns.saturating_sub(self.start.cpu_ns) as f64;
+        let share = probes_ns / target_ns;
+        (target_ns > 0.0 && share > HINT_ABOVE).then(|| {
+            format!(
+                "the probes cost the target about {:.0}% of its CPU; --budget 2% (or any share, or 20ms/s) keeps them under a ceiling by attaching them part of the time",
+                share.min(1.0) * 100.0
+            )
+        })
+    }
+}
+
+/// The summary table's rows scaled as the exports are: hits to the whole run, rates with
+/// them.
+pub(super) fn scale_rows(snapshot: &mut Snapshot, summary: BudgetSummary) -> BudgetSummary {
+    for (probe, scaled) in snapshot.probes.iter_mut().zip(&summary.scaled) {
+        if scaled.counted > 0 {
+            probe.per_second *= scaled.scaled / scaled.counted as f64;
+        }
+        probe.hits = scaled.scaled.round() as u64;
+    }
+    summary
+}

@@ -1,0 +1,175 @@
+//! `--budget`: the flood fixture's own CPU per unit of work with probetop duty cycling
+//! its probe and without it, and its scaled hits against the calls it made.
+
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// The flood's work: 2,000 units a second, each a loop and 100 calls of `flood_hit`
+/// (open loop: the probes slow no call out of the run). Unprobed a unit is tens of us;
+/// a hit costs ~1 us, so the probe alone would cost the flood several times its CPU.
+const FLOOD: &[&str] = &["--units", "6000", "--rate", "2000", "--calls", "100"];
+
+/// `done ...` of a flood run, once it exits.
+fn done_line(target: &Running) -> String {
+    target.out().wait_for("done")
+}
+
+fn unprobed() -> f64 {
+    let mut target = started(&fixture("c/flood"), FLOOD);
+    target.signal(libc::SIGUSR1);
+    let line = done_line(&target);
+    assert!(target.wait().success());
+    field(&line, "ns_per_unit")
+}
+
+/// One budgeted run: the fixture's CPU per unit, its calls, and probetop's export.
+fn budgeted(cache: &std::path::Path, budget: &str) -> (f64, f64, serde_json::Value) {
+    let mut target = started(&fixture("c/flood"), FLOOD);
+    let json = export_path("budget.json");
+    let mut cmd = probetop();
+    cmd.env("XDG_CACHE_HOME", cache)
+        .args([
+            "--pid",
+            &target.pid().to_string(),
+            "--no-tui",
+            "--budget",
+            budget,
+        ])
+        .args(["--budget-window", "2", "-e", "uprobe:flood_hit", "--export"])
+        .arg(&json);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    let line = done_line(&target);
+    assert!(target.wait().success());
+    // The target's exit ends the run.
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let report = read_export(&json);
+    let _ = std::fs::remove_file(&json);
+    (field(&line, "ns_per_unit"), field(&line, "calls"), report)
+}
+
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_budget_holds_a_flood_under_it_and_its_scaled_hits_hold_the_calls() {
+    let _turn = turn(module_path!());
+    let cache = std::env::temp_dir().join(format!("probetop-budget-{}", std::process::id()));
+    calibrate_default(&cache);
+    // Alternated, so a load on the machine that comes and goes hits both sides alike.
+    let (mut off, mut on, mut reports) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..3 {
+        off.push(unprobed());
+        let (per_unit, calls, report) = budgeted(&cache, "2%");
+        on.push(per_unit);
+        reports.push((calls, report));
+    }
+    let (off, on) = (median(off), median(on));
+    let extra = on / off - 1.0;
+    eprintln!(
+        "flood: {off:.0} ns/unit unprobed, {on:.0} under --budget 2% ({:+.2}%)",
+        extra * 100.0
+    );
+    for (calls, report) in &reports {
+        let probe = probe(report, "flood_hit");
+        let budget = &report["budget"];
+        eprintln!("{budget}\n{probe}");
+        // Unbudgeted, the probe would cost the flood well over 10% of its CPU: the
+        // estimate per hit times every call, over the unprobed CPU of the units.
+        let per_hit = probe["cost"]["whole_cost_ns"]
+            .as_f64()
+            .or_else(|| probe["whole_cost_ns"].as_f64())
+            .expect("an estimate per hit");
+        let units = 6000.0;
+        assert!(per_hit * calls / (off * units) > 0.5, "{probe}");
+        assert_eq!(budget["asked"], 0.02, "{budget}");
+        assert!(
+            budget["duty"].as_f64().is_some_and(|d| d > 0.0 && d < 0.2),
+            "{budget}"
+        );
+        assert!(budget["used"]["mean"].as_f64().is_some(), "{budget}");
+        // Counted while attached, scaled to the whole run, the truth within its interval.
+        let counted = probe["hits_counted"].as_u64().expect("hits_counted");
+        assert!(counted > 0 && (counted as f64) < calls * 0.5, "{probe}");
+        let (low, high) = (
+            probe["hits_interval"]["low"].as_f64().expect("low"),
+            probe["hits_interval"]["high"].as_f64().expect("high"),
+        );
+        let hits = probe["hits"].as_f64().expect("hits");
+        assert!(low <= hits && hits <= high, "{probe}");
+        assert!(
+            low <= *calls && *calls <= high,
+            "{calls} calls outside {low}..{high}: {probe}"
+        );
+    }
+    assert!(
+        extra <= 0.025,
+        "--budget 2% added {:.2}% to the flood's CPU per unit ({off:.0} -> {on:.0} ns)",
+        extra * 100.0
+    );
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// However a duty-cycled run ends (its end, SIGINT, SIGKILL), attached or between two
+/// attached parts, it leaves no program and no link behind, and no probe point on the
+/// target.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_duty_cycled_run_leaves_nothing_behind_on_any_exit() {
+    let _turn = turn(module_path!());
+    for (signal, after_ms) in [
+        (libc::SIGINT, 1300),
+        (libc::SIGKILL, 1700),
+        (libc::SIGTERM, 2100),
+    ] {
+        let target = workload(&["--forever", "--rate", "20000"]);
+        let mut cmd = probetop();
+        cmd.args([
+            "--pid",
+            &target.pid().to_string(),
+            "--no-tui",
+            "--budget",
+            "1%",
+        ])
+        .args([
+            "--budget-window",
+            "1",
+            "-e",
+            "uprobe:work_unit",
+            "-e",
+            "uprobe:leaf_ret",
+        ]);
+        let mut probetop = Running::spawn(cmd);
+        probetop.err().wait_for("attached");
+        // Links come and go with the duty: every one seen is checked.
+        let (mut programs, mut links) = (Vec::new(), Vec::new());
+        let until = Instant::now() + Duration::from_millis(after_ms);
+        while Instant::now() < until {
+            let (p, l) = bpf_ids_of(probetop.pid());
+            programs.extend(p);
+            links.extend(l);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        programs.sort_unstable();
+        programs.dedup();
+        links.sort_unstable();
+        links.dedup();
+        assert!(
+            !programs.is_empty() && links.len() >= 2,
+            "{links:?}: no duty cycle seen"
+        );
+        probetop.signal(signal);
+        let _ = probetop.wait();
+        nothing_left_of(&programs, &links);
+        assert_eq!(
+            probe_points_of(target.pid()),
+            0,
+            "a probe left on the target"
+        );
+    }
+}

@@ -1,0 +1,316 @@
+//! `probetop --all`: every process with another tool's probe armed in it, one row each,
+//! with exact hits and owners. Private copies of the C fixture: bpftrace probes one in
+//! process A, a tracefs `uprobe_events` probe the other in process B, and process C
+//! runs a third copy nobody probes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+
+/// Host-wide runs see each other's processes: one test of this module at a time.
+static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn alone() -> std::sync::MutexGuard<'static, ()> {
+    ALONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A copy of the C fixture at `dir/name` (its own inode: a uprobe on it is armed only
+/// in the processes running it).
+fn copy(dir: &Path, name: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("dir");
+    let path = dir.join(name);
+    std::fs::copy(fixture("c/workload"), &path).expect("copy the fixture");
+    path
+}
+
+/// A uprobe event written to tracefs and enabled for ftrace, removed when dropped.
+struct TracefsProbe {
+    root: &'static str,
+    event: String,
+}
+
+impl TracefsProbe {
+    fn add(file: &Path, offset: u64, name: &str) -> Self {
+        let root = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+            .into_iter()
+            .find(|r| Path::new(r).join("uprobe_events").exists())
+            .expect("tracefs mounted (mount -t tracefs nodev /sys/kernel/tracing)");
+        let event = format!("probetop_host/{name}");
+        append(
+            &format!("{root}/uprobe_events"),
+            &format!("p:{event} {}:{offset:#x}\n", file.display()),
+        );
+        std::fs::write(format!("{root}/events/{event}/enable"), "1").expect("enable");
+        Self { root, event }
+    }
+}
+
+impl Drop for TracefsProbe {
+    fn drop(&mut self) {
+        let _ = std::fs::write(format!("{}/events/{}/enable", self.root, self.event), "0");
+        append(
+            &format!("{}/uprobe_events", self.root),
+            &format!("-:{}\n", self.event),
+        );
+    }
+}
+
+fn append(path: &str, line: &str) {
+    use std::io::Write as _;
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {path}: {e}"));
+    file.write_all(line.as_bytes())
+        .unwrap_or_else(|e| panic!("write {line:?} to {path}: {e}"));
+}
+
+/// `file`'s `function` file offset, as `probetop list` gives it.
+fn offset_of(file: &Path, function: &str) -> u64 {
+    let listing = list_json([file.as_os_str(), function.as_ref()]);
+    listing["points"][0]["file_offset"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{function}'s file offset: {listing:#}"))
+}
+
+/// The row of `pid` in the export's `processes`.
+fn row_of(report: &serde_json::Value, pid: u32) -> Option<&serde_json::Value> {
+    report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == pid)
+}
+
+#[test]
+#[ignore = "needs root, the fixtures, bpftrace and tracefs"]
+fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let dir = export_path("host-copies");
+    let (file_a, file_b, file_c) = (
+        copy(&dir, "host-a"),
+        copy(&dir, "host-b"),
+        copy(&dir, "host-c"),
+    );
+    let (calls_a, calls_b, calls_c) = (3000u64, 4000u64, 500u64);
+    let mut a = started(&file_a, &["--wait-signal", "--calls", &calls_a.to_string()]);
+    let mut b = started(&file_b, &["--wait-signal", "--calls", &calls_b.to_string()]);
+    let mut c = started(&file_c, &["--wait-signal", "--calls", &calls_c.to_string()]);
+    let bpftrace = bpftrace_armed(
+        a.pid(),
+        &format!("uprobe:{}:work_unit {{ @ = count(); }}", file_a.display()),
+    );
+    let event = TracefsProbe::add(
+        &file_b,
+        offset_of(&file_b, "leaf_ret"),
+        &format!("leaf_ret_{}", b.pid()),
+    );
+    let json = dir.join("all.json");
+    let mut probetop = Running::spawn({
+        let mut cmd = probetop();
+        cmd.args(["--all", "--no-tui", "--duration", "120", "--export"])
+            .arg(&json);
+        cmd
+    });
+    // Both counted before any call is made.
+    for pid in [a.pid(), b.pid()] {
+        probetop.err().wait_for(&format!("counting pid {pid} "));
+    }
+    for target in [&a, &b, &c] {
+        target.signal(libc::SIGUSR1);
+    }
+    for (target, calls) in [(&mut a, calls_a), (&mut b, calls_b), (&mut c, calls_c)] {
+        let done = target.out().wait_for("done calls=");
+        assert_eq!(field(&done, "calls") as u64, calls, "{done}");
+        assert!(target.wait().success());
+    }
+    probetop.signal(libc::SIGINT);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    drop(event);
+    let stderr = probetop.err().rest().join("\n");
+    let table = probetop.out().rest().join("\n");
+    let report = read_export(&json);
+
+    let row_a = row_of(&report, a.pid()).unwrap_or_else(|| panic!("A listed: {report:#}"));
+    assert_eq!(row_a["comm"], "host-a", "{row_a}");
+    assert_eq!(row_a["probes"], 1, "{row_a}");
+    assert_eq!(row_a["hits"], calls_a, "{row_a}\n{stderr}");
+    assert_eq!(row_a["owners"].as_array().map(Vec::len), Some(1), "{row_a}");
+    assert_eq!(row_a["owners"][0]["tool"], "bpftrace", "{row_a}");
+    assert_eq!(row_a["owners"][0]["pid"], bpftrace.pid(), "{row_a}");
+    assert_eq!(row_a["sites"][0]["name"], "work_unit", "{row_a}");
+    assert_eq!(row_a["exited"], true, "{row_a}");
+
+    let row_b = row_of(&report, b.pid()).unwrap_or_else(|| panic!("B listed: {report:#}"));
+    assert_eq!(row_b["hits"], calls_b, "{row_b}\n{stderr}");
+    assert_eq!(row_b["owners"][0]["tool"], "tracefs", "{row_b}");
+    assert_eq!(
+        row_b["owners"][0]["pid"],
+        serde_json::Value::Null,
+        "{row_b}"
+    );
+    assert_eq!(row_b["sites"][0]["name"], "leaf_ret", "{row_b}");
+
+    assert!(
+        row_of(&report, c.pid()).is_none(),
+        "C has no probe: {report:#}"
+    );
+    // No calibration here: hits are counted, not priced (`whole_cost_ns` null), and a
+    // price would make the CPU share hits/s x cost.
+    for row in [row_a, row_b] {
+        match (row["whole_cost_ns"].as_f64(), row["cpu_share"].as_f64()) {
+            (None, None) => {}
+            (Some(cost), Some(share)) => {
+                let expected = row["hits_per_s"].as_f64().expect("rate") * cost / 1e9;
+                assert!((share - expected).abs() <= expected * 1e-6, "{row}");
+            }
+            _ => panic!("priced without a CPU share, or the reverse: {row}"),
+        }
+    }
+    // The table: a header, then a line per process, A's and B's with their owners.
+    assert!(table.trim_start().starts_with("PID"), "{table}");
+    let line_a = table
+        .lines()
+        .find(|l| l.trim_start().starts_with(&format!("{} ", a.pid())))
+        .unwrap_or_else(|| panic!("A's line: {table}"));
+    assert!(
+        line_a.contains(&format!("bpftrace {}", bpftrace.pid())),
+        "{table}"
+    );
+    assert!(line_a.contains(&calls_a.to_string()), "{table}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+#[ignore = "needs root"]
+fn all_with_a_pid_or_a_spec_is_one_line_and_exit_2() {
+    let _turn = turn(module_path!());
+    for args in [
+        &["--all", "--pid", "1"][..],
+        &["--all", "-e", "uprobe:main"][..],
+        &["--all", "--export", "x.csv"][..],
+    ] {
+        let out = probetop().args(args).output().expect("run probetop");
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("probetop: --all with "), "{stderr}");
+    }
+}
+
+/// A tmux server of its own, killed when the test ends.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn start(dir: &Path, command: &str) -> Self {
+        let tmux = Self {
+            socket: format!("probetop-test-host-{}", std::process::id()),
+        };
+        let status = Command::new("tmux")
+            .args(["-u", "-L", &tmux.socket, "-f", "/dev/null"])
+            .args(["new-session", "-d", "-x", "160", "-y", "30", "-c"])
+            .arg(dir)
+            .args(["-e", "LANG=C.UTF-8", "-e"])
+            .arg(format!("XDG_CACHE_HOME={}", no_calibration().display()))
+            .arg(format!("{command}; echo probetop-exit=$?; sleep 600"))
+            .status()
+            .expect("run tmux (Debian package tmux)");
+        assert!(status.success(), "tmux new-session failed");
+        tmux
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let status = Command::new("tmux")
+            .args(["-L", &self.socket, "send-keys", "-t", "0"])
+            .args(keys)
+            .status()
+            .expect("tmux send-keys");
+        assert!(status.success());
+        std::thread::sleep(Duration::from_millis(150));
+    }
+
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p", "-t", "0"])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let screen = self.screen();
+            if ready(&screen) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; screen:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+#[test]
+#[ignore = "needs root, the fixtures, bpftrace and tmux"]
+fn enter_opens_a_process_as_pid_would_and_esc_comes_back() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let dir = export_path("host-tui");
+    let file = copy(&dir, "host-tui");
+    let target = started(&file, &["--wait-signal"]);
+    let pid = target.pid();
+    let bpftrace = bpftrace_armed(
+        pid,
+        &format!("uprobe:{}:work_unit {{ @ = count(); }}", file.display()),
+    );
+    let tmux = Tmux::start(&dir, &format!("{} --all", env!("CARGO_BIN_EXE_probetop")));
+    let row = |screen: &str| {
+        screen
+            .lines()
+            .skip_while(|l| !l.contains("OWNERS"))
+            .skip(1)
+            .position(|l| l.trim_start().starts_with(&format!("{pid} ")))
+    };
+    let screen = tmux.wait_for("the target's row", |s| row(s).is_some());
+    assert!(
+        screen.contains(&format!("bpftrace {}", bpftrace.pid())),
+        "{screen}"
+    );
+    // Selected from the top, as a person would; other processes with probes (none in
+    // CI) may sort above it.
+    let down = row(&screen).unwrap_or(0);
+    tmux.keys(&["Home"]);
+    for _ in 0..down {
+        tmux.keys(&["Down"]);
+    }
+    tmux.keys(&["Enter"]);
+    // The process's own view: its probe a row with its owner.
+    tmux.wait_for("the process view", |s| {
+        s.contains(&format!("work_unit <bpftrace {}>", bpftrace.pid()))
+    });
+    tmux.keys(&["Escape"]);
+    tmux.wait_for("the list again", |s| {
+        s.contains("probetop --all:") && row(s).is_some()
+    });
+    tmux.keys(&["q"]);
+    tmux.wait_for("probetop's exit", |s| s.contains("probetop-exit=0"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

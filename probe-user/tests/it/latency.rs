@@ -1,0 +1,167 @@
+//! Latency pairs (`latency:` specs) on real targets: the `c/latency` fixture, whose
+//! functions take a known time per call that it measures itself, unprobed, before the
+//! probes attach; its recursion on several threads and its USDT pair, counted exactly;
+//! and `cpp/cxxthrow`, whose exceptions unwind through the probed function.
+
+use crate::common::*;
+
+/// Calls of each spin function, and USDT operations.
+const CALLS: u64 = 300;
+const THREADS: u64 = 4;
+const DEPTH: u64 = 6;
+const ROUNDS: u64 = 500;
+
+/// A latency row of a JSON export, by function (or `START,END`) name.
+fn latency_row<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .find(|p| p["kind"] == "latency" && p["name"] == name)
+        .unwrap_or_else(|| panic!("no latency row {name:?} in {report}"))
+}
+
+fn u(value: &serde_json::Value) -> u64 {
+    value
+        .as_u64()
+        .unwrap_or_else(|| panic!("not a count: {value}"))
+}
+
+/// The corrected median of each spin function lies within 5% (or 200 ns) of the time the
+/// fixture measured per call without probes; the recursion on four threads and the
+/// USDT pair pair every call, none left open or unwound.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn corrected_latency_is_the_unprobed_time_and_every_call_pairs() {
+    let _turn = turn(module_path!());
+    let mut command = std::process::Command::new(fixture("c/latency"));
+    command.args([
+        "--calls",
+        &CALLS.to_string(),
+        "--threads",
+        &THREADS.to_string(),
+        "--depth",
+        &DEPTH.to_string(),
+        "--rounds",
+        &ROUNDS.to_string(),
+    ]);
+    let mut target = Running::spawn(command);
+    let mut truth = Vec::new();
+    for name in ["spin_2us", "spin_20us", "spin_200us"] {
+        let line = target.out().wait_for(&format!("truth fn={name} "));
+        truth.push((name, field(&line, "p50_ns")));
+    }
+    target.out().wait_for("ready pid=");
+    let json = export_path("latency-fixture.json");
+    // The correction prices the probes by this machine's calibration.
+    let cache = std::env::temp_dir().join(format!("probetop-latency-{}", std::process::id()));
+    calibrate_default(&cache);
+    let mut cmd = probetop();
+    // Hot: the spins run a tight loop on a few cache lines between the probes' hits, so
+    // nothing evicts what a hit uses (auto would price them cold: a hit every 2-200 us).
+    cmd.env("XDG_CACHE_HOME", &cache).args(["--assume", "hot"]);
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
+        .arg(&json)
+        .args(["-e", "latency:spin_*", "-e", "latency:recurse"])
+        .args(["-e", "latency:latency:op__start,op__done"]);
+    let mut probetop = Running::spawn(cmd);
+    let said = probetop.err().wait_for("attached");
+    assert!(said.contains("attached 10 probes"), "{said}");
+    target.signal(libc::SIGUSR1);
+    let done = target.out().wait_for("done ");
+    assert!(target.wait().success());
+    let status = probetop.wait();
+    assert!(status.success(), "{:?}", probetop.err().rest());
+    let report = read_export(&json);
+
+    for (name, truth_ns) in truth {
+        let row = latency_row(&report, name);
+        assert_eq!(u(&row["calls"]), CALLS, "{row}");
+        assert_eq!(row["end_path"], "uretprobe", "{row}");
+        assert_eq!(row["corrected"], true, "priced: {row}");
+        let measured = row["latency_ns"]["p50"].as_f64().expect("p50");
+        let corrected = row["latency_corrected_ns"]["p50"].as_f64().expect("p50");
+        let tolerance = (truth_ns * 0.05).max(200.0);
+        assert!(
+            (corrected - truth_ns).abs() <= tolerance,
+            "{name}: corrected p50 {corrected} ns, the fixture's unprobed {truth_ns} ns (measured {measured}): {row}"
+        );
+        // The probes' cost is in the measured time: more than the truth.
+        assert!(measured > truth_ns, "{name}: {row}");
+        let whole = row["whole_cost_ns"].as_f64().expect("priced");
+        let mean = row["latency_corrected_ns"]["mean"].as_f64().expect("mean");
+        let share = row["overhead_share"].as_f64().expect("share");
+        assert!(
+            (share - whole / mean).abs() <= 1e-9 * share.max(1.0),
+            "{row}"
+        );
+        for key in ["open", "unwound", "unmatched", "overflowed"] {
+            assert_eq!(u(&row[key]), 0, "{name} {key}: {row}");
+        }
+    }
+
+    let recursion = latency_row(&report, "recurse");
+    let recurse_calls = field(&done, "recurse_calls") as u64;
+    assert_eq!(recurse_calls, THREADS * ROUNDS * (DEPTH + 1));
+    assert_eq!(u(&recursion["calls"]), recurse_calls, "{recursion}");
+    for key in ["open", "unwound", "unmatched", "overflowed"] {
+        assert_eq!(u(&recursion[key]), 0, "recurse {key}: {recursion}");
+    }
+    // Both halves saw every call, from every thread.
+    let entry = u(&recursion["start_probes"][0]) as usize;
+    let threads = report["probes"][entry]["threads"]
+        .as_object()
+        .expect("threads");
+    assert_eq!(threads.len() as u64, THREADS, "{threads:?}");
+
+    let usdt = latency_row(&report, "op__start,op__done");
+    assert_eq!(usdt["end_path"], "usdt");
+    assert_eq!(u(&usdt["calls"]), field(&done, "usdt_ops") as u64, "{usdt}");
+    for key in ["open", "unmatched"] {
+        assert_eq!(u(&usdt[key]), 0, "usdt {key}: {usdt}");
+    }
+}
+
+/// An exception unwinding through the probed function: probetop measures its returns
+/// at its `ret` instructions (a uretprobe would kill the target), the target lives,
+/// every normal return pairs, and every thrown call ends as unwound, none left open.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn an_exception_through_a_probed_function_ends_as_unwound() {
+    let _turn = turn(module_path!());
+    // 1001 calls, every 10th throwing: the last call returns, so each thrown call's
+    // start is met by a later call's entry.
+    let mut target = started(
+        &fixture("cpp/cxxthrow"),
+        &["--wait-signal", "--count", "1001", "--every", "10"],
+    );
+    let json = export_path("latency-unwound.json");
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
+        .arg(&json)
+        .args(["-e", "latency:middle"]);
+    let mut probetop = Running::spawn(cmd);
+    let path = probetop.err().wait_for("returns measured");
+    assert!(path.contains("ret instructions"), "{path}");
+    probetop.err().wait_for("attached 2 probes");
+    target.signal(libc::SIGUSR1);
+    let status = target.wait();
+    let lines = target.out().rest();
+    assert!(status.success(), "cxxthrow: {status:?} {lines:?}");
+    let done = lines
+        .iter()
+        .find(|l| l.starts_with("done "))
+        .expect("done line");
+    let status = probetop.wait();
+    assert!(status.success(), "{:?}", probetop.err().rest());
+    let report = read_export(&json);
+    let row = latency_row(&report, "middle(long, long)");
+    assert_eq!(row["end_path"], "ret-uprobes", "{row}");
+    let (returned, thrown) = (field(done, "returned") as u64, field(done, "thrown") as u64);
+    assert_eq!(thrown, 100);
+    assert_eq!(u(&row["calls"]), returned, "{row}");
+    assert_eq!(u(&row["unwound"]), thrown, "{row}");
+    for key in ["open", "unmatched", "overflowed"] {
+        assert_eq!(u(&row[key]), 0, "{key}: {row}");
+    }
+}
