@@ -154,14 +154,16 @@ pub const HANDLER_FROM: usize = 5;
 pub const COLUMNS: [Column; 12] = [
     Column {
         title: "COST/HIT",
-        width: 8,
+        // The title and the sort mark; %CPU gives the cell back (its widest, `99.9%`
+        // or `1000%`, and `%CPU▼` are 5).
+        width: 9,
         priority: 0,
         sort: SortColumn::WholeCost,
         value: |n| cost_cell(n, n.whole_cost_ns.map(format::ns_f)),
     },
     Column {
         title: "%CPU",
-        width: 6,
+        width: 5,
         priority: 0,
         sort: SortColumn::CpuShare,
         value: |n| cost_cell(n, n.cpu_share.map(format::percent)),
