@@ -7,7 +7,12 @@ use clap::{Args, Parser, Subcommand};
 /// top for user-space probes: attach uprobes, uretprobes and USDT probes to a live
 /// process and watch what every hit costs, as live HDR histograms.
 #[derive(Debug, Parser)]
-#[command(name = "probetop", version, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "probetop",
+    version,
+    args_conflicts_with_subcommands = true,
+    after_help = "The status line, the summary and every export lead with what all probes together cost the target: a share of one CPU, set against the target's own CPU. Per-probe costs do not add up to it: one probe's hit warms the caches the next probe's hit runs in, so a probe alone costs more than within a set, and detaching one moves its neighbours' costs. Read the set's number; --in-situ measures it on the target."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,

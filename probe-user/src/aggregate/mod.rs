@@ -247,6 +247,9 @@ pub struct Measurements {
     pub probes: Vec<ProbeMeasurements>,
     /// Hot or cold over the run so far, and why.
     pub assumption: Option<crate::price::assume::Decision>,
+    /// The target's CPU since the window opened, probes included, share of one CPU;
+    /// `None` with several processes (the pricer reads it).
+    pub target_cpu: Option<f64>,
     /// The `latency:` pairs' rows.
     pub latency: Vec<LatencyRow>,
 }
@@ -290,6 +293,7 @@ impl Aggregator {
                 })
                 .collect(),
             assumption: None,
+            target_cpu: None,
             // Calls per second over the window when it is closed; else said by the
             // report from its duration.
             latency: self.latency.rows(if self.window_end_ns == u64::MAX {

@@ -102,6 +102,9 @@ pub struct Snapshot {
     pub own: OwnUsage,
     /// Hot or cold, decided over the last second, and why.
     pub assumption: Option<crate::price::assume::Decision>,
+    /// The target's CPU over the last second, probes included, share of one CPU;
+    /// `None` with several processes or before two readings (the pricer reads it).
+    pub target_cpu: Option<f64>,
     /// The `latency:` pairs' rows.
     pub latency: Vec<super::LatencyRow>,
 }
@@ -147,6 +150,7 @@ impl Aggregator {
             focus: None,
             own: OwnUsage::default(),
             assumption: None,
+            target_cpu: None,
             latency: self.latency.rows(elapsed.as_secs_f64()),
         }
     }

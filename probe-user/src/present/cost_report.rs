@@ -75,6 +75,8 @@ pub fn report(
         let _ = writeln!(out, "{line}");
     }
     let seconds = duration.as_secs_f64().max(f64::MIN_POSITIVE);
+    // One line per probe, dearest first; past the cap, one line for the rest.
+    let mut lines: Vec<(Option<f64>, String)> = Vec::new();
     for ((label, probe), report) in labels.iter().zip(measured).zip(&reports) {
         let class = report.site.as_ref().map_or("unknown".to_string(), |s| {
             format!("{} ({})", s.class, s.instruction)
@@ -112,8 +114,9 @@ pub fn report(
         if let Some(method) = report.method {
             let _ = write!(line, " [{}]", method.as_str());
         }
-        let _ = writeln!(out, "{line}");
+        lines.push((report.cpu_share.filter(|_| probe.hits > 0), line));
     }
+    out.push_str(&super::headline::dearest_lines(lines, END_LINES));
     if let Some(other) = aggregator.other_dispatch.filter(|o| o.count > 0) {
         let _ = writeln!(
             out,
@@ -130,6 +133,9 @@ pub fn report(
     }
     out
 }
+
+/// Per-probe lines at the end of a run, at most (the dearest; the rest summed).
+const END_LINES: usize = 20;
 
 /// The estimate per hit under each assumption, when there are two or more to compare:
 /// how far the choice could move it.

@@ -3,8 +3,10 @@ pub(crate) mod calibration;
 pub mod cost_report;
 pub mod export;
 pub mod format;
+pub(crate) mod headline;
 pub mod list;
 pub mod listen;
+pub(crate) mod names;
 pub mod processes;
 pub mod summary;
 pub mod tui;
@@ -37,6 +39,9 @@ pub struct ProbeLabel {
     /// 1234`), or probetop's own sharing its breakpoint with one (`own+bpftrace 1234`);
     /// `None`: probetop's own, alone on its site.
     pub owner: Option<String>,
+    /// The site's file offset, which tells apart two probes whose names read the same
+    /// ([`names::distinguish`]).
+    pub(crate) site: Option<u64>,
 }
 
 impl ProbeLabel {
@@ -48,6 +53,7 @@ impl ProbeLabel {
             resolved: None,
             before_exec: None,
             owner: None,
+            site: None,
         }
     }
 

@@ -2,29 +2,48 @@
 
 use std::fmt::Write as _;
 
+use super::export::Report;
+use super::headline::{self, Headline};
 use super::{ProbeLabel, format};
 use crate::aggregate::Snapshot;
 
-/// Renders one row per probe: hits, the average rate over the run, drops and
-/// handler-time percentiles.
-pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot) -> String {
+/// Renders the run's headline, then one row per probe: what a hit cost the target and
+/// the share of one CPU its hits took, hits, the average rate over the run, drops, then
+/// the BPF handler's own time percentiles (a part of the cost). The costs are the
+/// report's (in situ where measured); a probe without hits shows `-` where it has no
+/// number.
+pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&Report>) -> String {
     let seconds = snapshot.elapsed.as_secs_f64();
     let headers = [
-        "PROBE", "HITS", "DROPS", "HITS/S", "MIN", "P50", "P90", "P99", "P99.9", "MAX", "MEAN",
+        "PROBE", "COST/HIT", "%CPU", "HITS", "HITS/S", "DROPS", "MIN", "P50", "P90", "P99",
+        "P99.9", "MAX", "MEAN",
     ];
+    const HANDLER_FROM: usize = 6;
     let mut rows: Vec<Vec<String>> = vec![headers.iter().map(|h| h.to_string()).collect()];
-    for (label, probe) in labels.iter().zip(&snapshot.probes) {
+    for (id, (label, probe)) in labels.iter().zip(&snapshot.probes).enumerate() {
+        let cost = report
+            .and_then(|r| r.probes.get(id))
+            .map(|p| &p.cost)
+            .filter(|_| probe.hits > 0);
         let mut row = vec![
             label.full_name(),
+            cost.and_then(|c| c.whole_cost_ns)
+                .map_or_else(|| "-".into(), format::ns_f),
+            cost.and_then(|c| c.cpu_share)
+                .map_or_else(|| "-".into(), headline::share_text),
             probe.hits.to_string(),
-            probe.dropped.to_string(),
             format::count(if seconds > 0.0 {
                 probe.hits as f64 / seconds
             } else {
                 0.0
             }),
+            probe.dropped.to_string(),
         ];
-        row.extend(format::handler_cells(&probe.handler));
+        if probe.handler.count == 0 {
+            row.extend(std::iter::repeat_n("-".to_string(), 7));
+        } else {
+            row.extend(format::handler_cells(&probe.handler));
+        }
         rows.push(row);
     }
     let widths: Vec<usize> = (0..headers.len())
@@ -36,6 +55,27 @@ pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot) -> String {
         })
         .collect();
     let mut out = String::new();
+    if let Some(report) = report {
+        let _ = writeln!(
+            out,
+            "probes' cost to the target: {}",
+            Headline::of_report(report).sentence()
+        );
+    }
+    // The handler's columns under their own heading, above them.
+    let handler_at: usize = widths[..HANDLER_FROM].iter().map(|w| w + 2).sum();
+    let handler_width: usize = widths[HANDLER_FROM..].iter().map(|w| w + 2).sum::<usize>() - 2;
+    let heading = "handler: the BPF program's own time per hit (part of COST/HIT)";
+    let _ = writeln!(
+        out,
+        "{:handler_at$}{}",
+        "",
+        if heading.len() <= handler_width {
+            heading
+        } else {
+            "handler (BPF program)"
+        }
+    );
     for row in &rows {
         for (col, cell) in row.iter().enumerate() {
             let width = widths[col];
@@ -189,8 +229,8 @@ mod tests {
             }],
             ..Default::default()
         };
-        let text = table(&labels, &snapshot);
-        let lines: Vec<&str> = text.lines().collect();
+        let text = table(&labels, &snapshot, None);
+        let lines: Vec<&str> = text.lines().skip(1).collect();
         assert_eq!(lines.len(), 2);
         assert!(lines[0].starts_with("PROBE"));
         assert!(lines[1].starts_with("uprobe:work_unit"));
@@ -198,6 +238,27 @@ mod tests {
         assert!(lines[1].contains("1.20us"));
         assert!(lines[1].contains("25.0k"), "average rate: {}", lines[1]);
         assert_eq!(lines[0].len(), lines[1].len());
+        // A probe without hits: `-` for its times, never 0ns.
+        let mut idle = snapshot.clone();
+        idle.probes[0].hits = 0;
+        idle.probes[0].handler = HandlerSummary::default();
+        let text = table(&labels, &idle, None);
+        let row = text.lines().nth(2).expect("row");
+        assert!(!row.contains("0ns"), "{row}");
+        assert_eq!(
+            row.split_whitespace().filter(|c| *c == "-").count(),
+            9,
+            "{row}"
+        );
+        // Unpriced, no report: `-` under the cost columns.
+        let text = table(&labels, &snapshot, None);
+        let cells: Vec<&str> = text
+            .lines()
+            .nth(2)
+            .expect("row")
+            .split_whitespace()
+            .collect();
+        assert_eq!(&cells[1..3], ["-", "-"]);
     }
 
     #[test]

@@ -92,6 +92,10 @@ impl Pricer {
             _ => {}
         }
         snapshot.assumption = Some(decision);
+        snapshot.target_cpu = self
+            .assumer
+            .target_cores_live()
+            .filter(|_| !aggregator.count_processes);
         snapshot
     }
 
@@ -151,6 +155,10 @@ impl Pricer {
             probe.assumes = decision.assumes;
         }
         measurements.assumption = Some(decision);
+        measurements.target_cpu = self
+            .assumer
+            .target_cores_run()
+            .filter(|_| !aggregator.count_processes);
         measurements
     }
 }

@@ -61,12 +61,44 @@ pub(super) async fn drive(run: &mut Running, args: &RunArgs) -> anyhow::Result<D
     }
 }
 
+/// Looks once a second whether the probes cost the target more than the guard's
+/// share; says so once per crossing.
+struct Guard {
+    tick: tokio::time::Interval,
+    warned: bool,
+}
+
+impl Guard {
+    fn new() -> Self {
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        Self {
+            tick,
+            warned: false,
+        }
+    }
+
+    /// The warning, when the cost has just crossed the line.
+    fn check(&mut self, run: &Running) -> Option<String> {
+        let line = present::headline::live_warning(&run.labels, &run.snapshots.borrow());
+        let first = line.is_some() && !self.warned;
+        self.warned = line.is_some();
+        line.filter(|_| first)
+    }
+}
+
 async fn headless(run: &mut Running) -> Driven {
     let mut teller = follow::Teller::Stderr;
     let mut hint = Hint::new(run.several);
+    let mut guard = Guard::new();
     let reason = loop {
         tokio::select! {
             reason = &mut run.shutdown => break reason,
+            _ = guard.tick.tick() => {
+                if let Some(line) = guard.check(run) {
+                    say!("probetop: warning: {line}");
+                }
+            }
             _ = &mut hint.at, if hint.pending => {
                 for line in hint.lines(run) {
                     say!("probetop: {line}");
@@ -156,9 +188,16 @@ async fn with_tui(run: &mut Running, args: &RunArgs) -> anyhow::Result<Driven> {
         shutdown,
     );
     tokio::pin!(ui);
+    let mut guard = Guard::new();
     let exit = loop {
         tokio::select! {
             exit = &mut ui => break exit?,
+            // The footer shows it live; stderr gets it when the TUI gives the terminal back.
+            _ = guard.tick.tick() => {
+                if let Some(line) = guard.check(run) {
+                    hint_notes.push(format!("warning: {line}"));
+                }
+            }
             _ = &mut hint.at, if hint.pending => {
                 for line in hint.lines(run) {
                     let _ = event_tx.try_send(UiEvent::Message(line.clone()));
@@ -178,14 +217,17 @@ async fn with_tui(run: &mut Running, args: &RunArgs) -> anyhow::Result<Driven> {
                         hint_notes.push(line);
                     }
                     if !told.status.is_empty() {
-                        let _ = event_tx.try_send(UiEvent::InSitu { status: told.status.clone(), detail: told.status });
+                        // The duty and what the probes use, in the footer (the status line leads
+                        // with the cost headline).
+                        let _ = event_tx.try_send(UiEvent::Message(told.status));
                     }
                 }
             }
             _ = insitu::due(&run.in_situ) => {
                 if let Some(summary) = change_window(&mut run.in_situ, &mut run.attachment, &run.source, &run.snapshots) {
                     // The UI may be busy; the next change sends a newer one.
-                    let _ = event_tx.try_send(in_situ_event(&summary));
+                    let on = run.in_situ.as_ref().is_some_and(|d| d.probes_on());
+                    let _ = event_tx.try_send(in_situ_event(&summary, on));
                 }
             }
             event = follow::next_event(&mut run.follow) => {
@@ -377,16 +419,16 @@ fn change_window(
     Some(summary)
 }
 
-/// What the TUI shows of an in-situ summary: a status part and a detail line.
-fn in_situ_event(summary: &crate::insitu::InSituSummary) -> UiEvent {
-    let status = match (summary.verdict, summary.added_share) {
-        (crate::insitu::Verdict::Measured, Some(share)) => {
-            format!("in situ {} cpu", present::format::percent(share.mean))
-        }
-        (verdict, _) => format!("in situ: {}", verdict.as_str()),
-    };
+/// What the TUI shows of an in-situ summary: the measured headline once there is one,
+/// the window's state and a detail line.
+fn in_situ_event(summary: &crate::insitu::InSituSummary, probes_on: bool) -> UiEvent {
+    let headline = (summary.verdict == crate::insitu::Verdict::Measured)
+        .then(|| present::headline::Headline::of_in_situ(summary))
+        .flatten()
+        .map(|h| (h.status(), h.status_short()));
     UiEvent::InSitu {
-        status,
+        headline,
+        probes_on,
         detail: summary.line(),
     }
 }

@@ -126,17 +126,6 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         let counted: Vec<u64> = snapshot.probes.iter().map(|p| p.hits).collect();
         super::budget::scale_rows(&mut snapshot, driver.scaled(&counted))
     });
-    // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
-    // before the exports are written, so a failed write is ignored.
-    {
-        use std::io::Write as _;
-        let mut out = io::stdout().lock();
-        let _ = out
-            .write_all(
-                sys::stderr::terminal_safe(&present::summary::table(&labels, &snapshot)).as_bytes(),
-            )
-            .and_then(|()| out.flush());
-    }
     pricer.price_latency(&mut aggregator);
     let measured = pricer.measurements(&aggregator);
     if !measured.latency.is_empty() {
@@ -195,6 +184,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     );
     report.cost = run_cost;
     report.attach_path = Some(attach_path);
+    report.target_cpu = measured.target_cpu;
     report.latency = measured.latency.clone();
     if let Some(summary) = in_situ_summary {
         report.apply_in_situ(summary);
@@ -202,6 +192,24 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     if let Some(summary) = budget_summary {
         report.apply_budget(summary);
     }
+    // The summary table leads with the report's headline (in situ where measured).
+    // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
+    // before the exports are written, so a failed write is ignored.
+    {
+        use std::io::Write as _;
+        let mut out = io::stdout().lock();
+        let _ = out
+            .write_all(
+                sys::stderr::terminal_safe(&present::summary::table(
+                    &labels,
+                    &snapshot,
+                    Some(&report),
+                ))
+                .as_bytes(),
+            )
+            .and_then(|()| out.flush());
+    }
+    say!("probetop: {}", present::headline::reconciled(&report));
     let mut failed = Vec::new();
     for path in &args.exports {
         match export::write(&report, path, args.force) {

@@ -152,6 +152,11 @@ impl Driver {
         Some(attach)
     }
 
+    /// Whether the probes are attached in the current window.
+    pub fn probes_on(&self) -> bool {
+        self.on
+    }
+
     /// Whether a probe detached by the driver for this window counts as attached.
     pub fn is_suspended(&self, probe_id: u32) -> bool {
         !self.on && self.suspended.contains(&probe_id)

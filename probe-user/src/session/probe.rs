@@ -107,6 +107,7 @@ impl Probe {
             &self.point.object.display().to_string(),
         );
         label.resolved = self.point.resolved.clone();
+        label.site = Some(self.point.file_offset);
         if let Some(owner) = self.owner_tag() {
             label.display = format!("{} <{owner}>", label.display);
             label.owner = Some(owner);

@@ -105,6 +105,8 @@ impl ReportSource {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         report.attach_path = Some(self.attach_path);
+        report.target_cpu = measurements.target_cpu;
+        report.cost.assumption = measurements.assumption;
         report.latency = measurements.latency;
         Some(report)
     }
@@ -193,6 +195,7 @@ fn empty_report(target: &Target, started_unix_ms: u64, duration_s: f64) -> Repor
         attach_path: None,
         skipped: Vec::new(),
         replaced: Vec::new(),
+        target_cpu: None,
         budget: None,
         latency: Vec::new(),
     }
@@ -212,7 +215,7 @@ pub(super) fn write_empty(
     };
     let mut out = std::io::stdout().lock();
     let _ = out
-        .write_all(crate::present::summary::table(&[], &snapshot).as_bytes())
+        .write_all(crate::present::summary::table(&[], &snapshot, None).as_bytes())
         .and_then(|()| out.flush());
     let started = unix_now_ms().saturating_sub(waited.as_millis() as u64);
     let report = empty_report(target, started, waited.as_secs_f64());
@@ -274,7 +277,10 @@ pub(super) fn build_report(
                 hits: measured.hits,
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
-                cost: crate::price::report::probe_report(measured, duration),
+                cost: crate::present::headline::unpriced_without_hits(
+                    crate::price::report::probe_report(measured, duration),
+                    measured.hits,
+                ),
                 intervals: intervals
                     .of_probe(id as u32)
                     .into_iter()
@@ -292,6 +298,7 @@ pub(super) fn build_report(
         attach_path: None,
         skipped: rows.skipped.clone(),
         replaced: rows.replaced.clone(),
+        target_cpu: None,
         budget: None,
         latency: Vec::new(),
     }

@@ -214,11 +214,12 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         panic!("PROBETOP_TEST_PANIC_AFTER_ATTACH is set");
     }
 
-    let labels: Vec<ProbeLabel> = probes
+    let mut labels: Vec<ProbeLabel> = probes
         .iter()
         .zip(aggregator.probes())
         .map(|(p, measured)| p.label(&measured.cost))
         .collect();
+    crate::present::names::distinguish(&mut labels);
     let (snapshot_tx, snapshots) = watch::channel(Snapshot::default());
     let (commands, command_rx) = mpsc::channel(16);
     let (focus, focus_rx) = watch::channel(None);

@@ -247,6 +247,33 @@ pub fn calibrate_default(cache: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("JSON on stdout")
 }
 
+/// A cache directory (for XDG_CACHE_HOME) holding this machine's calibration: copied
+/// from the user's cache when `probetop calibrate` ran here, else made by a default
+/// calibration.
+pub fn calibrated_cache(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "probetop-it-calibrated-{name}-{}",
+        std::process::id()
+    ));
+    let to = dir.join("probetop");
+    std::fs::create_dir_all(&to).expect("cache dir");
+    let copied = std::env::var_os("HOME")
+        .map(|home| PathBuf::from(home).join(".cache/probetop"))
+        .and_then(|from| std::fs::read_dir(from).ok())
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("calibration-"))
+                .filter(|e| std::fs::copy(e.path(), to.join(e.file_name())).is_ok())
+                .count()
+        })
+        .unwrap_or(0);
+    if copied == 0 {
+        calibrate_default(&dir);
+    }
+    dir
+}
+
 /// Runs probetop on `pid` with `args` until the target exits, after `release` lets the
 /// target go once probes are live; returns the JSON export.
 pub fn measure(pid: u32, args: &[&str], release: impl FnOnce()) -> serde_json::Value {

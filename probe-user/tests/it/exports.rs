@@ -1,7 +1,9 @@
 //! Export paths on hostile ground: a missing or read-only directory, a FIFO or a device
 //! is refused in one line before anything is attached; a disk that fills during the run
 //! leaves the previous file whole (no truncated export), names the file, and the other
-//! exports are still written. Mounts tmpfs file systems of its own (needs root).
+//! exports are still written. Mounts tmpfs file systems of its own (needs root). And
+//! every format carries each probe's whole cost and CPU share and the run's headline,
+//! the same numbers in each.
 
 use std::{
     path::{Path, PathBuf},
@@ -192,4 +194,172 @@ fn a_full_disk_keeps_the_old_export_whole_and_writes_the_others() {
     let rows = std::fs::read_to_string(&csv).expect("the CSV export");
     assert!(rows.contains("work_unit"), "{rows}");
     let _ = std::fs::remove_file(&csv);
+}
+
+/// Every export carries what each probe cost the target and the run's headline, each
+/// format read by its own reader, the numbers equal across formats; the stdout summary
+/// leads with the same headline and has COST/HIT and %CPU; a probe without hits shows
+/// no cost and no time (the CSV's empty field, no NaN in `.prom`).
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn every_format_carries_the_cost_and_the_headline() {
+    let _turn = turn(module_path!());
+    let target = {
+        let mut command = Command::new(fixture("c/workload"));
+        command.args(["--forever", "--rate", "2000"]);
+        let running = Running::spawn(command);
+        running.out().wait_for("ready pid=");
+        running
+    };
+    let cache = calibrated_cache("exports");
+    let base = export_path("headline");
+    let path = |ext: &str| base.with_extension(ext);
+    let mut cmd = probetop();
+    cmd.env("XDG_CACHE_HOME", &cache)
+        .args(["--pid", &target.pid().to_string(), "--no-tui", "-d", "3"])
+        .args(["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"])
+        // Found in the workload and never called while it loops: a probe without hits.
+        .args(["-e", "uprobe:main"]);
+    for ext in ["json", "csv", "prom", "html"] {
+        cmd.arg("--export").arg(path(ext));
+    }
+    let out = output_ok(&mut cmd, "probetop with every export");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+
+    // JSON: the headline object, and each probe's cost.
+    let json = read_export(&path("json"));
+    let headline = &json["headline"];
+    let share = headline["cpu_share"].as_f64().expect("a priced run");
+    let per_hit = headline["per_hit_ns"].as_f64().expect("per hit");
+    assert!(share > 0.0 && per_hit > 0.0, "{headline}");
+    assert_eq!(headline["method"], "estimate", "{headline}");
+    let text = headline["text"].as_str().expect("text");
+    assert!(
+        text.contains("of one CPU") && text.contains("estimated"),
+        "{text}"
+    );
+    let probes = json["probes"].as_array().expect("probes");
+    let mut summed = 0.0;
+    for p in probes {
+        let hits = p["hits"].as_u64().expect("hits");
+        if hits == 0 {
+            assert!(p["whole_cost_ns"].is_null(), "no hits, no cost: {p}");
+            assert!(p["cpu_share"].is_null(), "{p}");
+        } else {
+            assert!(
+                p["whole_cost_ns"].as_f64().expect("whole cost") > 0.0,
+                "{p}"
+            );
+            summed += p["cpu_share"].as_f64().expect("cpu share");
+        }
+    }
+    // The headline is the set's: here the sum of the per-probe estimates.
+    assert!(
+        (summed - share).abs() <= 1e-9 * share.max(1.0),
+        "{summed} {share}"
+    );
+    assert!(
+        probes.iter().any(|p| p["hits"] == 0),
+        "uprobe:main took no hit: {probes:?}"
+    );
+
+    // CSV, read by the csv crate: the same numbers per probe and for the run.
+    let mut reader = csv::Reader::from_path(path("csv")).expect("csv");
+    let header = reader.headers().expect("header").clone();
+    let col = |name: &str| header.iter().position(|h| h == name).expect(name);
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("row")).collect();
+    assert_eq!(rows.len(), probes.len());
+    for (row, p) in rows.iter().zip(probes) {
+        match p["whole_cost_ns"].as_f64() {
+            Some(whole) => {
+                let csv_whole: f64 = row[col("whole_cost_ns")].parse().expect("whole_cost_ns");
+                assert!((csv_whole - whole).abs() <= 0.001, "{csv_whole} {whole}");
+                let csv_share: f64 = row[col("cpu_share")].parse().expect("cpu_share");
+                // Printed by two writers: equal to the last digit or two.
+                let share = p["cpu_share"].as_f64().expect("cpu_share");
+                assert!(
+                    (csv_share - share).abs() <= share * 1e-12,
+                    "{csv_share} {share}"
+                );
+                assert_eq!(&row[col("cost_method")], "estimate");
+            }
+            None => {
+                assert_eq!(&row[col("whole_cost_ns")], "");
+                assert_eq!(&row[col("p50")], "", "no hits, no time: {row:?}");
+            }
+        }
+        let run_share: f64 = row[col("run_cpu_share")].parse().expect("run_cpu_share");
+        assert_eq!(run_share, share);
+        assert_eq!(&row[col("run_cost_method")], "estimate");
+    }
+
+    // .prom: a gauge per probe and the headline, labelled by method; no NaN.
+    let prom = std::fs::read_to_string(path("prom")).expect("prom");
+    assert!(!prom.contains("NaN"), "{prom}");
+    let value_of = |prefix: &str| -> f64 {
+        prom.lines()
+            .find(|l| l.starts_with(prefix))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {prefix} in\n{prom}"))
+    };
+    assert_eq!(
+        value_of("probetop_cost_cpu_share{method=\"estimate\"}"),
+        share
+    );
+    for p in probes.iter().filter(|p| p["hits"].as_u64() > Some(0)) {
+        let line = prom
+            .lines()
+            .find(|l| {
+                l.starts_with("probetop_probe_cost_seconds{")
+                    && l.contains(&format!("id=\"{}\"", p["id"]))
+            })
+            .unwrap_or_else(|| panic!("no cost of probe {}:\n{prom}", p["id"]));
+        assert!(line.contains("method=\"estimate\""), "{line}");
+        let seconds: f64 = line
+            .rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("value");
+        let whole = p["whole_cost_ns"].as_f64().expect("whole");
+        assert!(
+            (seconds * 1e9 - whole).abs() <= 1e-6 * whole,
+            "{line} {whole}"
+        );
+    }
+
+    // HTML: the headline on its first screen, before the table; cost columns.
+    let html = std::fs::read_to_string(path("html")).expect("html");
+    let at = html
+        .find("What the probes cost")
+        .expect("headline in the HTML");
+    assert!(
+        at < html.find("<table").expect("table"),
+        "the headline comes first"
+    );
+    assert!(
+        html.contains("Cost/hit") && html.contains("%CPU"),
+        "cost columns"
+    );
+
+    // stdout: the summary leads with the headline; COST/HIT and %CPU columns.
+    let first = stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("probes' cost to the target: +"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("COST/HIT") && stdout.contains("%CPU"),
+        "{stdout}"
+    );
+    // stderr: the one answer at the end.
+    assert!(
+        stderr.contains("the answer: the probes cost the target +"),
+        "{stderr}"
+    );
+    for ext in ["json", "csv", "prom", "html"] {
+        let _ = std::fs::remove_file(path(ext));
+    }
+    let _ = std::fs::remove_dir_all(&cache);
 }

@@ -59,7 +59,19 @@ fn hits_by_id(metrics: &str) -> BTreeMap<String, u64> {
 /// Starts probetop headless with `--listen 127.0.0.1:0`; returns it, once its probes
 /// are attached and it serves, and the address.
 fn probetop_listening(pid: u32, extra: &[&str]) -> (Running, SocketAddr) {
+    probetop_listening_with(pid, extra, None)
+}
+
+/// [`probetop_listening`] with `cache` as XDG_CACHE_HOME (a calibration).
+fn probetop_listening_with(
+    pid: u32,
+    extra: &[&str],
+    cache: Option<&std::path::Path>,
+) -> (Running, SocketAddr) {
     let mut command = probetop();
+    if let Some(cache) = cache {
+        command.env("XDG_CACHE_HOME", cache);
+    }
     command
         .args([
             "--pid",
@@ -151,7 +163,9 @@ fn in_situ_measurement_is_served() {
 fn metrics_pass_promtool_and_other_paths_are_refused() {
     let _turn = turn(module_path!());
     let target = forever_workload();
-    let (mut probetop, addr) = probetop_listening(target.pid(), &[]);
+    // Calibrated, so every cost family is served too.
+    let cache = calibrated_cache("listen");
+    let (mut probetop, addr) = probetop_listening_with(target.pid(), &[], Some(&cache));
     assert!(addr.ip().is_loopback());
 
     // Wait for hits so every family has samples.
@@ -164,7 +178,10 @@ fn metrics_pass_promtool_and_other_paths_are_refused() {
                 .contains("content-type: text/plain; version=0.0.4"),
             "{head}"
         );
-        if hits_by_id(&body).values().all(|&h| h > 0) && hits_by_id(&body).len() == 2 {
+        if hits_by_id(&body).values().all(|&h| h > 0)
+            && hits_by_id(&body).len() == 2
+            && body.contains("probetop_cost_cpu_share{")
+        {
             break body;
         }
         assert!(Instant::now() < deadline, "no hits served:\n{body}");
@@ -175,9 +192,21 @@ fn metrics_pass_promtool_and_other_paths_are_refused() {
         "probetop_probe_dropped_total",
         "probetop_handler_seconds",
         "probetop_handler_duration_seconds_bucket",
+        // What the probes cost, estimated, without --in-situ.
+        "probetop_probe_cost_seconds{",
+        "probetop_probe_cpu_share{",
+        "probetop_cost_cpu_share{method=\"estimate\"}",
+        "probetop_cost_per_hit_seconds{method=\"estimate\"}",
     ] {
         assert!(metrics.contains(family), "{family} missing:\n{metrics}");
     }
+    let costs = metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("probetop_probe_cost_seconds{") && l.contains("method=\"estimate\"")
+        })
+        .count();
+    assert_eq!(costs, 2, "a whole cost per probe:\n{metrics}");
     assert!(metrics.contains(r#"probe="uprobe:work_unit""#), "{metrics}");
     assert!(
         metrics.contains(r#"probe="uretprobe:leaf_ret""#),
@@ -207,6 +236,7 @@ fn metrics_pass_promtool_and_other_paths_are_refused() {
     assert!(probetop.wait().success());
     // The port is closed with the run.
     assert!(TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_err());
+    let _ = std::fs::remove_dir_all(&cache);
 }
 
 /// A Prometheus server of its own on loopback, with its data in a temp dir.

@@ -174,13 +174,23 @@ fn row_of<'a>(screen: &'a str, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no row for {name}:\n{screen}"))
 }
 
-/// The DROPS column of `name`'s row (the last; every column fits 100 wide), as the
-/// table shows it: in full, or abbreviated to three digits (`1.03M`) when too wide.
+/// The DROPS column of `name`'s row (found under its title), as the table shows it:
+/// in full, or abbreviated to three digits (`1.03M`) when too wide.
 fn row_drops(screen: &str, name: &str) -> Option<f64> {
+    let header: Vec<char> = screen
+        .lines()
+        .find(|l| l.contains("PROBE"))?
+        .chars()
+        .collect();
+    let end = header
+        .windows(5)
+        .position(|w| w.iter().collect::<String>() == "DROPS")?
+        + 5;
     let row = screen
         .lines()
         .find(|line| line.starts_with('│') && line.contains(name))?;
-    let cell = row.trim_matches('│').split_whitespace().last()?;
+    let upto: String = row.chars().take(end).collect();
+    let cell = upto.split_whitespace().last()?;
     let (digits, scale) = match cell.char_indices().last()? {
         (at, 'k') => (&cell[..at], 1e3),
         (at, 'M') => (&cell[..at], 1e6),
@@ -196,7 +206,7 @@ fn detail_numbers(screen: &str) -> Option<(u64, u64)> {
     let line = screen
         .lines()
         .map(|line| line.trim_matches('│'))
-        .find(|line| line.starts_with("hits ") && line.contains(" · drops "))?;
+        .find(|line| line.contains("· hits ") && line.contains(" · drops "))?;
     let number_after = |key: &str| -> Option<u64> {
         let at = line.find(key)? + key.len();
         line[at..].split_whitespace().next()?.parse().ok()
@@ -207,7 +217,11 @@ fn detail_numbers(screen: &str) -> Option<(u64, u64)> {
 /// The drop count on the status line.
 fn status_drops(screen: &str) -> Option<u64> {
     let status = screen.lines().next()?;
-    let before = &status[..status.find(" drops")?];
+    // Without drops the part gives way to others when the line is narrow.
+    let Some(at) = status.find(" drops") else {
+        return Some(0);
+    };
+    let before = &status[..at];
     before.split_whitespace().last()?.parse().ok()
 }
 
@@ -255,6 +269,8 @@ fn sort_filter_select_detach_reset_export_quit() {
         screen.contains("HITS/S▼"),
         "default sort, hits/s while no CPU share:\n{screen}"
     );
+    // The headline leads the status line.
+    assert!(status.starts_with(" cost "), "{status}");
 
     // Sort by name: as far left as the sort goes; then the other way round.
     tmux.keys(&["<", "<", "<", "<", "<", "<", "<", "<"]);
@@ -296,28 +312,30 @@ fn sort_filter_select_detach_reset_export_quit() {
     tmux.wait_for("detached", |s| {
         s.contains("2/3 attached") && row_of(s, "uprobe:work_unit").contains("[off]")
     });
-    tmux.keys(&[">", ">"]);
+    // Right of the name: COST/HIT, %CPU, then HITS/S.
+    tmux.keys(&[">", ">", ">"]);
     let screen = tmux.wait_for("detached probe last by hits/s", |s| {
         s.contains("HITS/S▼")
             && table_rows(s).last().map(String::as_str) == Some("uprobe:work_unit")
-            && row_of(s, "uprobe:work_unit").split_whitespace().nth(3) == Some("0")
+            && row_of(s, "uprobe:work_unit").split_whitespace().nth(4) == Some("0")
     });
     assert!(screen.contains("[off]"), "{screen}");
     tmux.keys(&["Space"]);
     tmux.wait_for("attached again and counting", |s| {
         s.contains("3/3 attached")
             && !s.contains("[off]")
-            && row_of(s, "uprobe:work_unit").split_whitespace().nth(2) != Some("0")
+            && row_of(s, "uprobe:work_unit").split_whitespace().nth(3) != Some("0")
     });
 
-    // Reset: counts restart (the clock too).
+    // Reset: counts restart.
+    let before = detail_numbers(&tmux.screen()).map_or(0, |(hits, _)| hits);
     tmux.keys(&["r"]);
     tmux.wait_for("reset", |s| {
-        s.lines().next().is_some_and(|l| l.contains(" 0:00"))
+        detail_numbers(s).is_some_and(|(hits, _)| hits < before)
     });
     // The kernel stops counting while the baseline is taken, then counts again.
     tmux.wait_for("counting again after the reset", |s| {
-        row_of(s, "uprobe:work_unit").split_whitespace().nth(2) != Some("0")
+        row_of(s, "uprobe:work_unit").split_whitespace().nth(3) != Some("0")
     });
 
     // Filter.
@@ -329,7 +347,13 @@ fn sort_filter_select_detach_reset_export_quit() {
         detail_title(s) == "uprobe:leaf_ret" && s.contains("/leaf") && s.contains("q quit")
     });
 
-    // Help overlay lists every key; any key closes it.
+    // Help overlay: what the columns mean, `?` again lists every key; any other key
+    // closes it.
+    tmux.keys(&["?"]);
+    let screen = tmux.wait_for("help", |s| s.contains(" what you see "));
+    for word in ["COST/HIT", "%CPU", "[sstep]", "handler", "caches warm/cold"] {
+        assert!(screen.contains(word), "{word} not explained:\n{screen}");
+    }
     tmux.keys(&["?"]);
     let screen = tmux.wait_for("help", |s| s.contains(" keys "));
     for key in ["pause", "reset", "detach", "export", "filter", "invert"] {
@@ -442,7 +466,7 @@ fn resizes_and_honours_no_color() {
             }
         });
         if width == 80 {
-            for title in ["HITS", "HITS/S", "P50", "P99", "MAX", "DROPS"] {
+            for title in ["COST/HIT", "%CPU", "HITS/S", "P50", "P99", "DROPS"] {
                 assert!(screen.contains(title), "{title} at 80x24:\n{screen}");
             }
             assert!(screen.contains("handler time by percentile"), "{screen}");
@@ -553,7 +577,7 @@ fn stays_responsive_under_a_flood() {
         let screen = tmux.wait_within("the hit count to advance", KEY_BOUND, advanced(hits));
         let at_round_start = numbers(&screen);
 
-        tmux.keys(&["?"]);
+        tmux.keys(&["?", "?"]);
         tmux.wait_within("the help overlay", KEY_BOUND, |s| s.contains(" keys "));
         tmux.keys(&["x"]);
         tmux.wait_within("the help overlay to close", KEY_BOUND, |s| {
@@ -573,8 +597,8 @@ fn stays_responsive_under_a_flood() {
         tmux.keys(&["<", "<", "<", "<", "<", "<", "<", "<"]);
         tmux.wait_within("sorted by name", KEY_BOUND, |s| s.contains("PROBE▲"));
         tmux.keys(&[">"]);
-        tmux.wait_within("sorted by hits", KEY_BOUND, |s| s.contains("HITS▼"));
-        tmux.keys(&[">"]);
+        tmux.wait_within("sorted by cost", KEY_BOUND, |s| s.contains("COST/HIT▼"));
+        tmux.keys(&[">", ">"]);
         tmux.wait_within("sorted by hits/s", KEY_BOUND, |s| s.contains("HITS/S▼"));
         tmux.keys(&["I"]);
         tmux.wait_within("sorted by hits/s, ascending", KEY_BOUND, |s| {
@@ -623,8 +647,16 @@ fn stays_responsive_under_a_flood() {
         .find(|line| line.starts_with("uprobe:work_unit"))
         .unwrap_or_else(|| panic!("no summary row:\n{screen}"));
     let summary: Vec<&str> = summary.split_whitespace().collect();
+    // Columns found by the summary's header (the cost columns lead it).
+    let header: Vec<&str> = screen
+        .lines()
+        .find(|line| line.starts_with("PROBE"))
+        .unwrap_or_else(|| panic!("no summary header:\n{screen}"))
+        .split_whitespace()
+        .collect();
+    let at = |title: &str| header.iter().position(|h| *h == title).expect(title);
     assert_eq!(
-        summary[1..3],
+        [summary[at("HITS")], summary[at("DROPS")]],
         [final_hits.to_string(), final_drops.to_string()],
         "{screen}"
     );
@@ -790,5 +822,98 @@ fn two_exports_in_one_second_are_two_files() {
     }
     tmux.keys(&["q"]);
     tmux.wait_for("probetop exited", |s| s.contains("probetop-exit=0"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// At 80x24, the default ssh terminal: the headline leads the status line, and every
+/// probe's function name is readable at the start of its row, C++ parameter lists
+/// dropped first (the C++ fixture's `dispatch_command(server_command, THD*, char*,
+/// unsigned int, bool)`).
+#[test]
+#[ignore = "needs root, the fixtures and tmux"]
+fn the_headline_and_every_function_name_fit_80x24() {
+    let _turn = turn(module_path!());
+    let target = {
+        let mut command = Command::new(fixture("cpp/cppfix"));
+        command.args(["--count", "100000000000"]);
+        let running = Running::spawn(command);
+        running.out().wait_for("ready pid=");
+        running
+    };
+    let dir = temp_dir("headline");
+    // This machine's calibration, when it has one, so the headline carries a number.
+    let calibrated = std::env::var_os("HOME")
+        .map(|home| PathBuf::from(home).join(".cache/probetop"))
+        .and_then(|from| std::fs::read_dir(from).ok())
+        .map(|entries| {
+            let to = dir.join("cache/probetop");
+            std::fs::create_dir_all(&to).expect("cache dir");
+            entries
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("calibration-"))
+                .filter(|e| std::fs::copy(e.path(), to.join(e.file_name())).is_ok())
+                .count()
+                > 0
+        })
+        .unwrap_or(false);
+    let command = format!(
+        "{} --pid {} -e uprobe:dispatch_command -e uretprobe:dispatch_command -e uprobe:THD::run -e uprobe:shop::detail::helper 2>{}",
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
+        target.pid(),
+        shell_quote(&dir.join("stderr.txt")),
+    );
+    let tmux = Tmux::start("headline", 80, 24, &dir, &command);
+    let screen = tmux.wait_for("four probes with hits", |s| {
+        let timed = s
+            .lines()
+            .skip(3)
+            .take_while(|l| l.starts_with('│'))
+            .filter(|l| l.trim_matches('│').split_whitespace().last() != Some("-"))
+            .count();
+        s.contains("4/4 attached")
+            && timed == 4
+            && (!calibrated || s.lines().next().is_some_and(|l| l.contains("/hit")))
+    });
+    let status = screen.lines().next().unwrap_or_default();
+    assert!(
+        status.starts_with(" cost "),
+        "the headline leads:\n{screen}"
+    );
+    if calibrated {
+        assert!(
+            status.contains("% cpu") && status.contains("/hit est"),
+            "the whole cost of every probe, per hit, estimated:\n{screen}"
+        );
+    } else {
+        assert!(status.contains("probetop calibrate"), "{screen}");
+    }
+    let rows: Vec<&str> = screen
+        .lines()
+        .skip(3)
+        .take_while(|l| l.starts_with('│'))
+        .map(|l| l.trim_start_matches('│'))
+        .collect();
+    assert_eq!(rows.len(), 4, "{screen}");
+    // Each name whole at the start of its row (a return probe's kind may shorten to
+    // `ret:`); never cut in the middle.
+    for name in ["dispatch_command", "THD::run", "shop::detail::helper"] {
+        let with = rows.iter().filter(|r| {
+            let r = r
+                .trim_start_matches("uprobe:")
+                .trim_start_matches("uretprobe:");
+            let r = r.trim_start_matches("ret:");
+            r.starts_with(name)
+        });
+        let expected = if name == "dispatch_command" { 2 } else { 1 };
+        assert_eq!(with.count(), expected, "{name}:\n{screen}");
+    }
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for("probetop exited", |s| s.contains("probetop-exit="));
+    assert!(screen.contains("probetop-exit=0"), "{screen}");
+    let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
+    assert!(
+        stderr.contains("the answer: the probes cost the target"),
+        "{stderr}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

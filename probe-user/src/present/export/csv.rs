@@ -4,22 +4,31 @@
 //! CR or LF, quotes doubled. The columns are a stable interface (add at the end, never
 //! rename or reorder):
 //!
-//! `id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner`
+//! `id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner,whole_cost_ns,cpu_share,cost_method,run_cpu_share,run_target_own_cpu_share,run_per_hit_ns,run_cost_method`
 //!
 //! Handler times are nanoseconds, from the probe's whole-run histogram (3 significant
 //! digits); `mean` has up to 3 decimals, the rest are integers. `address` and `file_offset`
-//! are `0x` hex, as tools print addresses. A probe without hits has `count` 0 and every
-//! time 0, as in the JSON export. `generation` and `exe` say which program the probe was
+//! are `0x` hex, as tools print addresses. A probe without hits has `count` 0 and its
+//! times and cost empty (CSV's missing value: a spreadsheet reads it as blank, where a
+//! `0` would read as a measured time). `generation` and `exe` say which program the probe was
 //! attached to (the JSON export's fields of those names; `--follow-exec`). `owner` is empty
 //! for probetop's own probes and `TOOL PID` (`TOOL` alone without a pid: tracefs) for
 //! another tool's probe that probetop counted.
+//!
+//! `whole_cost_ns` is what one hit cost the target in all (trap, kernel, BPF program,
+//! return; the handler times above are the BPF program's own part of it), `cpu_share`
+//! the share of one CPU the probe's hits cost it (0.01: 1%), `cost_method` `estimate`,
+//! `in-situ` or `none`. The `run_` columns repeat the run's headline on every row: all
+//! probes together as a share of one CPU, the target's own CPU, the cost per hit over
+//! every probe, and how it was obtained (per-probe costs do not add up exactly to the
+//! set's: read `run_cpu_share`).
 
 use std::fmt::Write as _;
 
 use super::{ExportError, Report};
 use crate::aggregate::HandlerSummary;
 
-pub const HEADER: [&str; 20] = [
+pub const HEADER: [&str; 27] = [
     "id",
     "spec",
     "kind",
@@ -40,6 +49,13 @@ pub const HEADER: [&str; 20] = [
     "generation",
     "exe",
     "owner",
+    "whole_cost_ns",
+    "cpu_share",
+    "cost_method",
+    "run_cpu_share",
+    "run_target_own_cpu_share",
+    "run_per_hit_ns",
+    "run_cost_method",
 ];
 
 /// `TOOL PID` of another tool's probe; empty for probetop's own.
@@ -56,8 +72,17 @@ fn owner(p: &super::ProbeReport) -> String {
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let mut out = String::new();
     write_record(&mut out, HEADER.iter().map(|h| h.to_string()));
+    let headline = crate::present::headline::Headline::of_report(report);
+    let float = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v}"));
     for p in &report.probes {
         let s = HandlerSummary::of(&p.handler_ns);
+        let time = |ns: u64| {
+            if s.count == 0 {
+                String::new()
+            } else {
+                ns.to_string()
+            }
+        };
         write_record(
             &mut out,
             [
@@ -71,16 +96,27 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 p.hits.to_string(),
                 p.dropped.to_string(),
                 s.count.to_string(),
-                s.min.to_string(),
-                mean(s.mean),
-                s.p50.to_string(),
-                s.p90.to_string(),
-                s.p99.to_string(),
-                s.p999.to_string(),
-                s.max.to_string(),
+                time(s.min),
+                if s.count == 0 {
+                    String::new()
+                } else {
+                    mean(s.mean)
+                },
+                time(s.p50),
+                time(s.p90),
+                time(s.p99),
+                time(s.p999),
+                time(s.max),
                 p.generation.to_string(),
                 p.exe.clone(),
                 owner(p),
+                p.cost.whole_cost_ns.map_or_else(String::new, mean),
+                float(p.cost.cpu_share),
+                crate::present::headline::probe_method(&p.cost).to_string(),
+                float(headline.cpu_share),
+                float(headline.target_own),
+                headline.per_hit_ns.map_or_else(String::new, mean),
+                headline.method.as_str().to_string(),
             ],
         );
     }
@@ -128,9 +164,10 @@ mod tests {
         let text = String::from_utf8(render(&sample_report()).expect("renders")).expect("utf8");
         assert_eq!(
             text,
-            "id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner\r\n\
-             0,uprobe:work_unit,uprobe,work_unit,/usr/bin/fixture,0x1139,0x1139,5,0,5,100,1200.4,300,5003,5003,5003,5003,0,/usr/bin/fixture,\r\n\
-             1,uretprobe:leaf_ret,uretprobe,leaf_ret,/usr/bin/fixture,0x113a,0x113a,12,2,10,1000,1000,1000,1000,1000,1000,1000,0,/usr/bin/fixture,\r\n"
+            "id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner,\
+             whole_cost_ns,cpu_share,cost_method,run_cpu_share,run_target_own_cpu_share,run_per_hit_ns,run_cost_method\r\n\
+             0,uprobe:work_unit,uprobe,work_unit,/usr/bin/fixture,0x1139,0x1139,5,0,5,100,1200.4,300,5003,5003,5003,5003,0,/usr/bin/fixture,,,,none,,,,none\r\n\
+             1,uretprobe:leaf_ret,uretprobe,leaf_ret,/usr/bin/fixture,0x113a,0x113a,12,2,10,1000,1000,1000,1000,1000,1000,1000,0,/usr/bin/fixture,,,,none,,,,none\r\n"
         );
     }
 
@@ -177,14 +214,44 @@ mod tests {
             let num = |i: usize| row[i].parse::<u64>().expect("integer");
             assert_eq!(num(7), p.hits);
             assert_eq!(num(8), p.dropped);
-            assert_eq!(
-                [num(9), num(10), num(12), num(13), num(14), num(15), num(16)],
-                [s.count, s.min, s.p50, s.p90, s.p99, s.p999, s.max]
-            );
-            let mean: f64 = row[11].parse().expect("mean");
-            assert!((mean - s.mean).abs() <= 0.0005);
+            assert_eq!(num(9), s.count);
+            if s.count == 0 {
+                // No hits: no time, no cost (empty, CSV's missing value), never 0.
+                assert!(row[10..17].iter().all(String::is_empty), "{row:?}");
+                assert_eq!((row[20].as_str(), row[21].as_str()), ("", ""));
+            } else {
+                assert_eq!(
+                    [num(10), num(12), num(13), num(14), num(15), num(16)],
+                    [s.min, s.p50, s.p90, s.p99, s.p999, s.max]
+                );
+                let mean: f64 = row[11].parse().expect("mean");
+                assert!((mean - s.mean).abs() <= 0.0005);
+            }
             assert_eq!(num(17), u64::from(p.generation));
             assert_eq!(row[18], p.exe);
+        }
+    }
+
+    #[test]
+    fn cost_columns_carry_each_probe_and_the_headline() {
+        let mut report = sample_report();
+        report.probes[0].cost.whole_cost_ns = Some(2000.0);
+        report.probes[0].cost.cpu_share = Some(0.03);
+        report.probes[0].cost.method = Some(crate::price::estimate::Method::Calibration);
+        report.target_cpu = Some(0.2);
+        let rows = parse(&render(&report).expect("renders"));
+        let col = |name: &str| HEADER.iter().position(|h| *h == name).expect("column");
+        assert_eq!(rows[1][col("whole_cost_ns")], "2000");
+        assert_eq!(rows[1][col("cpu_share")], "0.03");
+        assert_eq!(rows[1][col("cost_method")], "estimate");
+        assert_eq!(rows[2][col("whole_cost_ns")], "");
+        for row in &rows[1..] {
+            assert_eq!(row[col("run_cpu_share")], "0.03");
+            // The target's 20% less the probes' 3%.
+            let own: f64 = row[col("run_target_own_cpu_share")].parse().expect("own");
+            assert!((own - 0.17).abs() < 1e-9, "{own}");
+            assert_eq!(row[col("run_per_hit_ns")], "2000");
+            assert_eq!(row[col("run_cost_method")], "estimate");
         }
     }
 

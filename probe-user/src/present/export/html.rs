@@ -63,6 +63,14 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         esc(&title)
     );
     let _ = writeln!(out, "<h1>probetop report</h1>");
+    // The answer first: what every probe together cost the target.
+    let headline = crate::present::headline::Headline::of_report(report);
+    let _ = writeln!(
+        out,
+        "<p class=\"headline\"><strong>What the probes cost {}:</strong> {}</p>",
+        esc(&report.target.comm),
+        esc(&headline.sentence())
+    );
     let total_hits: u64 = report.probes.iter().map(|p| p.hits).sum();
     let total_dropped: u64 = report.probes.iter().map(|p| p.dropped).sum();
     let _ = writeln!(out, "<dl class=\"run\">");
@@ -146,7 +154,9 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let _ = writeln!(
         out,
         "<footer>Written by probetop {}. Handler time is per hit, in HDR histograms of \
-         nanoseconds kept to 3 significant digits.</footer>\n</body>\n</html>",
+         nanoseconds kept to 3 significant digits: the BPF program's own part of a hit's cost. \
+         Per-probe costs do not add up exactly to the set's: a hit warms the caches the next \
+         probe's hit runs in; the headline is the set's.</footer>\n</body>\n</html>",
         env!("CARGO_PKG_VERSION")
     );
     Ok(out.into_bytes())
@@ -185,7 +195,11 @@ fn summary_table(out: &mut String, report: &Report) {
     let _ = writeln!(
         out,
         "<table>\n<thead><tr><th>#</th><th>Probe</th><th>Object</th>\
-         <th class=\"n\">Hits</th><th class=\"n\">Dropped</th><th class=\"n\">Min</th>\
+         <th class=\"n\" title=\"what one hit costs the target in all: trap, kernel, BPF program, return\">Cost/hit</th>\
+         <th class=\"n\" title=\"share of one CPU the probe's hits cost the target\">%CPU</th>\
+         <th class=\"n\">Hits</th><th class=\"n\">Dropped</th>\
+         <th class=\"n group\" colspan=\"7\">Handler: the BPF program's own time per hit (part of the cost)</th></tr>\
+         <tr><th colspan=\"7\"></th><th class=\"n\">Min</th>\
          <th class=\"n\">Mean</th><th class=\"n\">p50</th><th class=\"n\">p90</th>\
          <th class=\"n\">p99</th><th class=\"n\">p99.9</th><th class=\"n\">Max</th></tr></thead>\n<tbody>"
     );
@@ -199,11 +213,26 @@ fn summary_table(out: &mut String, report: &Report) {
             }
         };
         let dropped_class = if p.dropped > 0 { "n warn" } else { "n" };
+        let cost = match p.cost.whole_cost_ns {
+            Some(ns) => format!(
+                "<td class=\"n\" title=\"{ns:.0} ns, {}\">{}</td>",
+                crate::present::headline::probe_method(&p.cost),
+                human_ns(ns)
+            ),
+            None => "<td class=\"n muted\">&ndash;</td>".to_string(),
+        };
+        let share = match p.cost.cpu_share {
+            Some(share) => format!(
+                "<td class=\"n\">{}</td>",
+                crate::present::headline::share_text(share)
+            ),
+            None => "<td class=\"n muted\">&ndash;</td>".to_string(),
+        };
         let _ = writeln!(
             out,
             "<tr><td class=\"n\">{}</td><td><code>{}</code><br><span class=\"muted\">{} \
              <code>{}</code></span></td><td class=\"obj\"><code>{}</code></td>\
-             <td class=\"n\">{}</td><td class=\"{dropped_class}\">{}</td>{}{}{}{}{}{}{}</tr>",
+             {cost}{share}<td class=\"n\">{}</td><td class=\"{dropped_class}\">{}</td>{}{}{}{}{}{}{}</tr>",
             p.id,
             esc(&p.spec),
             p.kind,

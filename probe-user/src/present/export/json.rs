@@ -396,6 +396,50 @@ pub struct JsonExec<'a> {
     pub probes_attached: usize,
 }
 
+/// The run's headline: what every probe together cost the target.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonHeadline {
+    /// In words, as the stdout summary and the TUI's status line say it.
+    pub text: String,
+    /// Share of one CPU all probes cost the target (0.032: 3.2% of one CPU).
+    pub cpu_share: Option<f64>,
+    /// The target's own CPU, the probes' cost taken out, share of one CPU.
+    pub target_own_cpu_share: Option<f64>,
+    /// `cpu_share` over `target_own_cpu_share` (0.18: +18% on the target's own CPU).
+    pub on_target: Option<f64>,
+    /// Whole cost of a hit, every probe's weighted by its hits, ns.
+    pub per_hit_ns: Option<f64>,
+    /// `estimate` (calibration), `in-situ` (measured on the target) or `none`.
+    pub method: Cow<'static, str>,
+    /// In situ: the 95% interval of `cpu_share`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_share_low: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_share_high: Option<f64>,
+}
+
+impl From<&Report> for JsonHeadline {
+    fn from(report: &Report) -> Self {
+        use crate::present::headline::{Headline, Method};
+        let h = Headline::of_report(report);
+        let (low, high) = match h.method {
+            Method::InSitu { low, high } => (Some(low), Some(high)),
+            _ => (None, None),
+        };
+        Self {
+            text: h.sentence(),
+            cpu_share: h.cpu_share,
+            target_own_cpu_share: h.target_own,
+            on_target: h.on_target(),
+            per_hit_ns: h.per_hit_ns,
+            method: Cow::Borrowed(h.method.as_str()),
+            cpu_share_low: low,
+            cpu_share_high: high,
+        }
+    }
+}
+
 /// A `latency:` pair's row in `probes`, told by `"kind": "latency"`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(default)]
@@ -485,6 +529,8 @@ pub struct JsonReport<'a> {
     pub target: JsonTarget<'a>,
     pub started_unix_ms: u64,
     pub duration_s: f64,
+    /// What every probe together cost the target: read this first.
+    pub headline: JsonHeadline,
     pub probes: Vec<JsonEntry<'a>>,
     pub cost: JsonCost<'a>,
     /// The execs followed (`--follow-exec`), oldest first; empty without.
@@ -561,6 +607,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         },
         started_unix_ms: report.started_unix_ms,
         duration_s: report.duration_s,
+        headline: report.into(),
         probes: report
             .probes
             .iter()

@@ -111,6 +111,9 @@ pub struct Report {
     /// Objects replaced on disk while probed: loaded again by the target (their probes
     /// stayed on the old file), or not loaded yet (their probes moved to the new one).
     pub replaced: Vec<ReplacedObject>,
+    /// The target's CPU over the run, probes included, as a share of one CPU (`None`
+    /// with several processes): what the headline sets the probes' cost against.
+    pub target_cpu: Option<f64>,
     /// What `--budget` did; with it, each probe's `hits` is scaled to the whole run.
     pub budget: Option<crate::insitu::budget::BudgetSummary>,
     /// The `latency:` pairs' rows.
@@ -439,6 +442,7 @@ pub(crate) mod testing {
             attach_path: None,
             skipped: Vec::new(),
             replaced: Vec::new(),
+            target_cpu: None,
             budget: None,
             latency: Vec::new(),
         }
@@ -614,6 +618,7 @@ pub(crate) mod testing {
             attach_path: None,
             skipped: Vec::new(),
             replaced: Vec::new(),
+            target_cpu: None,
             budget: None,
             latency: Vec::new(),
         }

@@ -7,11 +7,19 @@
 //! - `probetop_probe_hits_total` (counter): hits the probe took, received plus dropped.
 //! - `probetop_probe_dropped_total` (counter): hits whose record was dropped.
 //! - `probetop_handler_seconds` (summary): handler time quantiles 0.5, 0.9, 0.99, 0.999
-//!   and 1 (the max), with `_sum` and `_count`. Quantiles are NaN without hits, as
-//!   client libraries write them.
+//!   and 1 (the max), with `_sum` and `_count`. A probe without hits has no quantile
+//!   lines (`_sum` and `_count` 0): no NaN.
 //! - `probetop_handler_duration_seconds` (histogram): the same handler times in fixed
 //!   1-2-5 log buckets from 100 ns to 10 s, which, unlike quantiles, can be summed
 //!   across probes and instances.
+//! - `probetop_probe_cost_seconds`, `probetop_probe_cpu_share` (gauges, label `method`:
+//!   `estimate` or `in-situ`): what a hit costs the target in all, and the share of one
+//!   CPU the probe's hits cost it; none for a probe without hits or price.
+//!
+//! The run's headline, labelled `method`: `probetop_cost_cpu_share` (every probe
+//! together, share of one CPU), `probetop_cost_per_hit_seconds`,
+//! `probetop_cost_on_target_ratio` (against the target's own CPU), and
+//! `probetop_target_own_cpu_share`.
 //!
 //! `name` and `id` go beyond `probe`, `kind`, `object` because one spec can expand to
 //! several probes (`uprobe:handle_*`), whose series would otherwise collide.
@@ -86,12 +94,10 @@ pub fn render_prometheus(report: &Report) -> String {
     );
     for p in &report.probes {
         let h = &p.handler_ns;
-        for q in QUANTILES {
-            let value = if h.is_empty() {
-                f64::NAN
-            } else {
-                seconds(h.value_at_quantile(q))
-            };
+        // Without hits there is no quantile: the lines are left out (a NaN would read
+        // as a value to dashboards), `_sum` and `_count` say 0.
+        for q in QUANTILES.into_iter().filter(|_| !h.is_empty()) {
+            let value = seconds(h.value_at_quantile(q));
             let _ = writeln!(
                 out,
                 "probetop_handler_seconds{} {}",
@@ -149,6 +155,7 @@ pub fn render_prometheus(report: &Report) -> String {
             h.len()
         );
     }
+    cost_families(&mut out, report);
     if let Some(in_situ) = &report.cost.in_situ {
         in_situ_families(&mut out, in_situ);
     }
@@ -156,6 +163,84 @@ pub fn render_prometheus(report: &Report) -> String {
         budget_families(&mut out, budget);
     }
     out
+}
+
+/// One number of a probe, for a family of per-probe lines.
+type ProbeValue = fn(&ProbeReport) -> Option<f64>;
+
+/// What the probes cost the target, always (estimated, or measured with `--in-situ`):
+/// per probe, the whole cost of a hit and the share of one CPU; for the run, the
+/// headline. `method` says how each number was obtained. A probe without hits or
+/// without a price has no line.
+fn cost_families(out: &mut String, report: &Report) {
+    use crate::present::headline::{self, Headline};
+    let per_probe: [(&str, &str, ProbeValue); 2] = [
+        (
+            "probetop_probe_cost_seconds",
+            "Whole cost of one hit to the target (trap, kernel, BPF program, return), seconds; method: estimate or in-situ.",
+            |p| p.cost.whole_cost_ns.map(|ns| ns * 1e-9),
+        ),
+        (
+            "probetop_probe_cpu_share",
+            "Share of one CPU the probe's hits cost the target (0.01: 1% of one CPU); per-probe shares do not add up exactly to the set's (see probetop_cost_cpu_share).",
+            |p| p.cost.cpu_share,
+        ),
+    ];
+    for (name, help, value) in per_probe {
+        let lines: Vec<String> = report
+            .probes
+            .iter()
+            .filter_map(|p| {
+                let method = headline::probe_method(&p.cost);
+                value(p).map(|v| {
+                    format!(
+                        "{name}{} {}",
+                        labels(p, Some(("method", method.into()))),
+                        go_float(v)
+                    )
+                })
+            })
+            .collect();
+        if !lines.is_empty() {
+            family(out, name, "gauge", help);
+            for line in lines {
+                let _ = writeln!(out, "{line}");
+            }
+        }
+    }
+    let h = Headline::of_report(report);
+    let method = h.method.as_str();
+    let run = [
+        (
+            "probetop_cost_cpu_share",
+            "The headline: share of one CPU all probes together cost the target.",
+            h.cpu_share,
+        ),
+        (
+            "probetop_cost_per_hit_seconds",
+            "Whole cost of a hit to the target over every probe, weighted by hits, seconds.",
+            h.per_hit_ns.map(|ns| ns * 1e-9),
+        ),
+        (
+            "probetop_cost_on_target_ratio",
+            "The probes' cost over the target's own CPU (0.18: the probes add 18% to what the target itself uses).",
+            h.on_target(),
+        ),
+    ];
+    for (name, help, value) in run {
+        let Some(value) = value else { continue };
+        family(out, name, "gauge", help);
+        let _ = writeln!(out, "{name}{{method=\"{method}\"}} {}", go_float(value));
+    }
+    if let Some(own) = h.target_own {
+        family(
+            out,
+            "probetop_target_own_cpu_share",
+            "gauge",
+            "The target's own CPU, the probes' cost taken out, share of one CPU.",
+        );
+        let _ = writeln!(out, "probetop_target_own_cpu_share {}", go_float(own));
+    }
 }
 
 /// `--budget`: what was asked, what the probes used (mean and bounds), and the duty.
@@ -507,7 +592,7 @@ mod tests {
             .iter()
             .find(|s| {
                 s.name == name
-                    && s.labels["id"] == id.to_string()
+                    && s.labels.get("id").is_some_and(|i| *i == id.to_string())
                     && extra.is_none_or(|(k, v)| s.labels.get(k).is_some_and(|l| l == v))
             })
             .unwrap_or_else(|| panic!("{name} of probe {id} {extra:?}"))
@@ -525,6 +610,44 @@ mod tests {
             "probetop_handler_seconds{probe=\"uprobe:work_unit\",name=\"work_unit\",kind=\"uprobe\",object=\"/usr/bin/fixture\",id=\"0\",quantile=\"0.5\"} 3e-07\n"
         ));
         assert!(text.contains(",le=\"5e-06\"} 5\n"));
+    }
+
+    #[test]
+    fn cost_gauges_always_with_their_method() {
+        let mut report = sample_report();
+        report.probes[0].cost.whole_cost_ns = Some(2000.0);
+        report.probes[0].cost.cpu_share = Some(0.03);
+        report.probes[0].cost.method = Some(crate::price::estimate::Method::Calibration);
+        report.target_cpu = Some(0.2);
+        let text = render_prometheus(&report);
+        assert!(!text.contains("NaN"), "{text}");
+        let (types, samples) = parse(&text);
+        assert_eq!(types["probetop_probe_cost_seconds"], "gauge");
+        let cost = find(
+            &samples,
+            "probetop_probe_cost_seconds",
+            0,
+            Some(("method", "estimate")),
+        );
+        assert!((cost.value - 2e-6).abs() < 1e-15);
+        let share = find(&samples, "probetop_probe_cpu_share", 0, None);
+        assert_eq!(share.value, 0.03);
+        // The unpriced probe has no cost line.
+        assert!(
+            !samples
+                .iter()
+                .any(|s| s.name == "probetop_probe_cost_seconds" && s.labels["id"] == "1")
+        );
+        let run = |name: &str| {
+            samples
+                .iter()
+                .find(|s| s.name == name)
+                .unwrap_or_else(|| panic!("{name}"))
+        };
+        assert_eq!(run("probetop_cost_cpu_share").value, 0.03);
+        assert_eq!(run("probetop_cost_cpu_share").labels["method"], "estimate");
+        assert!((run("probetop_target_own_cpu_share").value - 0.17).abs() < 1e-9);
+        assert!((run("probetop_cost_on_target_ratio").value - 0.03 / 0.17).abs() < 1e-9);
     }
 
     #[test]
@@ -555,17 +678,22 @@ mod tests {
                 (0.999, "0.999"),
                 (1.0, "1"),
             ] {
+                // Without hits no quantile line at all: no NaN.
+                if h.is_empty() {
+                    assert!(!samples.iter().any(|s| {
+                        s.name == "probetop_handler_seconds"
+                            && s.labels.get("id") == Some(&p.id.to_string())
+                            && s.labels.contains_key("quantile")
+                    }));
+                    continue;
+                }
                 let s = find(
                     &samples,
                     "probetop_handler_seconds",
                     p.id,
                     Some(("quantile", label)),
                 );
-                if h.is_empty() {
-                    assert!(s.value.is_nan());
-                } else {
-                    assert_eq!(s.value, h.value_at_quantile(q) as f64 / 1e9);
-                }
+                assert_eq!(s.value, h.value_at_quantile(q) as f64 / 1e9);
             }
             let count = find(&samples, "probetop_handler_seconds_count", p.id, None).value;
             assert_eq!(count, h.len() as f64);

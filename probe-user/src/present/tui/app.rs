@@ -36,9 +36,14 @@ pub enum UiEvent {
     Attached { probe_id: u32, attached: bool },
     /// One line for the footer: an export written, a request that failed.
     Message(String),
-    /// The in-situ measurement so far (`--in-situ`): a part of the status line and a
-    /// line for the detail pane.
-    InSitu { status: String, detail: String },
+    /// The in-situ measurement so far (`--in-situ`): once measured, the headline
+    /// (long and short form); whether the probes are attached in this window; a line
+    /// for the detail pane.
+    InSitu {
+        headline: Option<(String, String)>,
+        probes_on: bool,
+        detail: String,
+    },
     /// The target exec'd and probetop followed (`--follow-exec`): the whole probe list
     /// (rows of the old program marked, the new program's appended), which are
     /// attached, who the target is now, and what happened.
@@ -89,6 +94,8 @@ pub struct App {
     pub view: View,
     pub paused: bool,
     pub help: bool,
+    /// The overlay's page: 0 what the columns and marks mean, 1 the keys.
+    pub help_page: usize,
     /// Per probe id: attached now (the session reports changes).
     pub attached: Vec<bool>,
     /// A line for the footer until the next key (or a few seconds).
@@ -96,9 +103,19 @@ pub struct App {
     /// The terminal's size, for mouse hit-testing and scrolling.
     pub size: (u16, u16),
     /// The in-situ measurement's status part and detail line (`--in-situ`).
-    pub in_situ: Option<(String, String)>,
+    pub in_situ: Option<InSituView>,
     /// Said in the footer before the key hints for the whole run (no calibration).
     pub note: Option<&'static str>,
+}
+
+/// What the UI shows of the in-situ measurement (`--in-situ`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InSituView {
+    /// The measured headline, long and short; `None` until the windows gave one.
+    pub headline: Option<(String, String)>,
+    /// Whether the probes are attached in the current window.
+    pub probes_on: bool,
+    pub detail: String,
 }
 
 /// What an input asks of the event loop.
@@ -198,6 +215,7 @@ impl App {
             view: View::Cumulative,
             paused: false,
             help: false,
+            help_page: 0,
             attached: vec![true; count],
             message: None,
             size: (80, 24),
@@ -224,19 +242,24 @@ impl App {
             let order = if column == SortColumn::Name {
                 self.labels[a].display.cmp(&self.labels[b].display)
             } else {
-                // Rows without a value go last whichever the direction.
+                // Rows without a value go last whichever the direction. Values compare
+                // as shown (three digits): rows whose numbers read the same keep their
+                // places (name, then id, below) instead of swapping on every jitter.
                 match (column.key(&numbers[a]), column.key(&numbers[b])) {
-                    (Some(x), Some(y)) => x.total_cmp(&y),
+                    (Some(x), Some(y)) => as_shown(x).total_cmp(&as_shown(y)),
                     (Some(_), None) => return std::cmp::Ordering::Less,
                     (None, Some(_)) => return std::cmp::Ordering::Greater,
                     (None, None) => std::cmp::Ordering::Equal,
                 }
             };
-            if self.sort.descending {
+            let order = if self.sort.descending {
                 order.reverse()
             } else {
                 order
-            }
+            };
+            order
+                .then_with(|| self.labels[a].display.cmp(&self.labels[b].display))
+                .then(a.cmp(&b))
         });
         rows
     }
@@ -321,7 +344,17 @@ impl App {
                 ));
             }
             UiEvent::Message(text) => self.message = Some(text),
-            UiEvent::InSitu { status, detail } => self.in_situ = Some((status, detail)),
+            UiEvent::InSitu {
+                headline,
+                probes_on,
+                detail,
+            } => {
+                self.in_situ = Some(InSituView {
+                    headline,
+                    probes_on,
+                    detail,
+                })
+            }
             UiEvent::Followed {
                 target,
                 labels,
@@ -362,8 +395,12 @@ impl App {
             return Effect::Quit;
         }
         if self.help {
-            // Any key closes the overlay.
-            self.help = false;
+            // `?` turns the page; any other key closes the overlay.
+            if matches!(key.code, KeyCode::Char('?') | KeyCode::F(1)) && self.help_page == 0 {
+                self.help_page = 1;
+            } else {
+                self.help = false;
+            }
             return Effect::Redraw;
         }
         if self.editing_filter {
@@ -381,6 +418,7 @@ impl App {
             }
             KeyCode::Char('?') | KeyCode::F(1) => {
                 self.help = true;
+                self.help_page = 0;
                 Effect::Redraw
             }
             KeyCode::Char('/') => {
@@ -589,6 +627,15 @@ impl App {
     }
 }
 
+/// `value` to three significant digits, as the table shows it.
+fn as_shown(value: f64) -> f64 {
+    if value == 0.0 || !value.is_finite() {
+        return value;
+    }
+    let scale = 10f64.powi(2 - value.abs().log10().floor() as i32);
+    (value * scale).round() / scale
+}
+
 /// The areas of the name column and each numeric column inside the table's borders,
 /// computed as ratatui's Table computes them.
 pub fn column_rects(inner: Rect, columns: &[&columns::Column], owner: bool) -> Vec<Rect> {
@@ -617,6 +664,7 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         focus,
         own,
         assumption,
+        target_cpu,
         latency,
     } = new;
     elapsed.as_secs() != old.elapsed.as_secs()
@@ -628,6 +676,7 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         || *interval != old.interval
         || *focus != old.focus
         || *own != old.own
+        || *target_cpu != old.target_cpu
         || *latency != old.latency
         || assumption.as_ref().map(|d| d.assumes) != old.assumption.as_ref().map(|d| d.assumes)
 }

@@ -125,6 +125,15 @@ fn handler_ns(n: &Numbers, value: u64) -> String {
     }
 }
 
+/// A cost cell: `-` for a probe without hits (it cost nothing, and its price per hit
+/// would read as what it cost) or without a price.
+fn cost_cell(n: &Numbers, value: Option<String>) -> String {
+    match value {
+        Some(v) if n.hits > 0 => v,
+        _ => "-".into(),
+    }
+}
+
 /// A count in full while it fits a column `width` wide, abbreviated (`1.03M`) beyond:
 /// the table cuts what does not fit, and a cut number reads as another one.
 fn count_cell(value: u64, width: u16) -> String {
@@ -136,13 +145,28 @@ fn count_cell(value: u64, width: u16) -> String {
     }
 }
 
+/// Where the handler's columns start in [`COLUMNS`]: the ones before say what the probes
+/// cost the target; these, the time the BPF program itself took, a part of that cost.
+pub const HANDLER_FROM: usize = 5;
+
+/// The cost columns first (what a hit costs the target, the share of a CPU), then the
+/// rates, then the BPF handler's own time.
 pub const COLUMNS: [Column; 12] = [
     Column {
-        title: "HITS",
+        title: "COST/HIT",
+        // The title and the sort mark; %CPU gives the cell back (its widest, `99.9%`
+        // or `1000%`, and `%CPU▼` are 5).
         width: 9,
         priority: 0,
-        sort: SortColumn::Hits,
-        value: |n| count_cell(n.hits, 9),
+        sort: SortColumn::WholeCost,
+        value: |n| cost_cell(n, n.whole_cost_ns.map(format::ns_f)),
+    },
+    Column {
+        title: "%CPU",
+        width: 5,
+        priority: 0,
+        sort: SortColumn::CpuShare,
+        value: |n| cost_cell(n, n.cpu_share.map(format::percent)),
     },
     Column {
         title: "HITS/S",
@@ -152,18 +176,18 @@ pub const COLUMNS: [Column; 12] = [
         value: |n| format::count(n.per_second),
     },
     Column {
-        title: "CPU%",
-        width: 6,
-        priority: 0,
-        sort: SortColumn::CpuShare,
-        value: |n| n.cpu_share.map_or_else(|| "-".into(), format::percent),
+        title: "HITS",
+        width: 9,
+        priority: 1,
+        sort: SortColumn::Hits,
+        value: |n| count_cell(n.hits, 9),
     },
     Column {
-        title: "COST",
+        title: "DROPS",
         width: 6,
         priority: 0,
-        sort: SortColumn::WholeCost,
-        value: |n| n.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f),
+        sort: SortColumn::Drops,
+        value: |n| count_cell(n.dropped, 6),
     },
     Column {
         title: "MIN",
@@ -196,14 +220,14 @@ pub const COLUMNS: [Column; 12] = [
     Column {
         title: "P99.9",
         width: 6,
-        priority: 1,
+        priority: 2,
         sort: SortColumn::P999,
         value: |n| handler_ns(n, n.handler.p999),
     },
     Column {
         title: "MAX",
         width: 6,
-        priority: 0,
+        priority: 1,
         sort: SortColumn::Max,
         value: |n| handler_ns(n, n.handler.max),
     },
@@ -219,13 +243,6 @@ pub const COLUMNS: [Column; 12] = [
                 format::ns_f(n.handler.mean)
             }
         },
-    },
-    Column {
-        title: "DROPS",
-        width: 6,
-        priority: 0,
-        sort: SortColumn::Drops,
-        value: |n| count_cell(n.dropped, 6),
     },
 ];
 

@@ -39,10 +39,9 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
     let inner = block.inner(area);
     frame.render_widget(block, area);
 
-    let mut lines = vec![
-        totals_line(app, id),
-        percentiles_line(app, id, inner.width as usize),
-    ];
+    let mut lines = vec![totals_line(app, id)];
+    lines.extend(pricing_line(app, id));
+    lines.push(percentiles_line(app, id, inner.width as usize));
     if let Some(owner) = &label.owner {
         let text = match owner.strip_prefix("own+") {
             Some(others) => format!(
@@ -66,7 +65,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
             inner.width as usize,
         )));
     }
-    if let Some((_, detail)) = &app.in_situ {
+    if let Some(super::app::InSituView { detail, .. }) = &app.in_situ {
         // The whole probe set's cost as measured on the target, not this probe's.
         lines.push(Line::from(ellipsize(detail, inner.width as usize)).style(theme.dim()));
     }
@@ -176,25 +175,41 @@ fn totals_line(app: &App, id: usize) -> Line<'static> {
             Default::default()
         },
     );
-    let mut cost = n.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f);
-    if let Some(gap_us) = n.gap_median_us {
-        // What priced it: the typical time before a hit on its CPU.
-        cost.push_str(&format!(" (gap p50 {}", format::ns_f(gap_us * 1e3)));
-        if let Some(reading) = n.reading {
-            cost.push_str(&format!(", by {}", reading.short()));
-        }
-        cost.push(')');
-    }
-    let cpu = n.cpu_share.map_or_else(|| "-".into(), format::percent);
+    // A probe without hits cost nothing: no price to show.
+    let cost = n
+        .whole_cost_ns
+        .filter(|_| n.hits > 0)
+        .map_or_else(|| "-".into(), format::ns_f);
+    let cpu = n
+        .cpu_share
+        .filter(|_| n.hits > 0)
+        .map_or_else(|| "-".into(), format::percent);
+    // The cost first: a narrow pane cuts the end of the line.
     Line::from(vec![
         Span::raw(format!(
-            "hits {} · {}/s · ",
+            "cost/hit {cost} · {cpu} of a CPU · hits {} · {}/s · ",
             n.hits,
             format::count(n.per_second)
         )),
         drops,
-        Span::raw(format!(" · cost/hit {cost} · cpu {cpu} · {state}")),
+        Span::raw(format!(" · {state}")),
     ])
+}
+
+/// What priced the probe's hits when the time between them did: the typical time
+/// before a hit on its CPU, and the code run in it (`?` explains).
+fn pricing_line(app: &App, id: usize) -> Option<Line<'static>> {
+    let n = app.numbers(id);
+    let gap_us = n.gap_median_us.filter(|_| n.hits > 0)?;
+    let mut text = match n.reading {
+        Some(reading) => format!("priced by {}", reading.short()),
+        None => "priced".to_string(),
+    };
+    text.push_str(&format!(
+        ": since the CPU's last hit p50 {}",
+        format::ns_f(gap_us * 1e3)
+    ));
+    Some(Line::from(text).style(app.theme.dim()))
 }
 
 /// A latency pair's calls, latency percentiles, corrected median, cost per call and
@@ -240,7 +255,7 @@ fn percentiles_line(app: &App, id: usize, width: usize) -> Line<'static> {
     let numbers =
         format!("min {min} p50 {p50} p90 {p90} p99 {p99} p99.9 {p999} max {max} mean {mean}");
     // Say what the numbers are when there is room.
-    let prefixed = format!("handler time {numbers}");
+    let prefixed = format!("handler (BPF program's own time) {numbers}");
     Line::from(if prefixed.chars().count() <= width {
         prefixed
     } else {

@@ -1,4 +1,5 @@
-//! The `?` overlay: every key and mouse action.
+//! The `?` overlay: what every column and mark means (first page), then every key and
+//! mouse action (`?` again).
 
 use ratatui::{
     Frame,
@@ -34,17 +35,79 @@ pub const KEYS: [(&str, &str); 18] = [
     ("click", "select a row; on a column title, sort by it"),
     ("wheel", "move the selection"),
     ("", "default sort: CPU share, else hits/s"),
-    ("", "marks: [k] in-kernel, [s] sampled, [off] detached"),
+    ("", "? again: back to what the columns mean"),
+];
+
+/// What each column, mark and word on screen means, one line each.
+pub const MEANINGS: [(&str, &str); 17] = [
+    (
+        "cost",
+        "status line: what all probes together cost the target,",
+    ),
+    (
+        "",
+        "  as a share of one CPU and against the target's own CPU",
+    ),
+    (
+        "est / in situ",
+        "estimated from `probetop calibrate`, or measured on",
+    ),
+    (
+        "",
+        "  the target by detaching the probes in turn (--in-situ)",
+    ),
+    (
+        "COST/HIT",
+        "what one hit costs the target: trap, kernel, program",
+    ),
+    ("%CPU", "share of one CPU this probe's hits cost the target"),
+    ("", "  (per-probe costs do not add up: hits share caches)"),
+    (
+        "HITS/S HITS",
+        "hits a second (last second), hits since start",
+    ),
+    (
+        "DROPS",
+        "hits whose record was lost: the ring buffer was full",
+    ),
+    (
+        "handler",
+        "P50..MEAN: the BPF program's own time, part of COST",
+    ),
+    (
+        "[sstep]",
+        "single-stepped site: the kernel cannot emulate the",
+    ),
+    ("", "  instruction, so each hit costs several times more"),
+    (
+        "[opt] [refused]",
+        "site optimized by the kernel / refused by it",
+    ),
+    ("[k] [s] [off]", "counted in the kernel, sampled, detached"),
+    (
+        "caches warm/cold",
+        "which calibration loop priced the hits (--assume)",
+    ),
+    (
+        "since last hit",
+        "time the CPU ran without a hit (longer: colder);",
+    ),
+    ("", "  priced by clock/gap: by the hit's speed/that time"),
 ];
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme;
-    let key_width = KEYS
+    let (entries, title, bottom): (&[(&str, &str)], _, _) = if app.help_page == 0 {
+        (&MEANINGS, " what you see ", " ? keys · any key closes ")
+    } else {
+        (&KEYS, " keys ", " any key closes ")
+    };
+    let key_width = entries
         .iter()
         .map(|(k, _)| k.chars().count())
         .max()
         .unwrap_or(0);
-    let lines: Vec<Line> = KEYS
+    let lines: Vec<Line> = entries
         .iter()
         .map(|(key, what)| {
             Line::from(vec![
@@ -53,7 +116,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
             ])
         })
         .collect();
-    let text_width = KEYS
+    let text_width = entries
         .iter()
         .map(|(_, w)| w.chars().count())
         .max()
@@ -72,8 +135,8 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     frame.render_widget(
         Paragraph::new(lines).block(
             Block::bordered()
-                .title(Span::styled(" keys ", theme.title()))
-                .title_bottom(Line::from(" any key closes ").right_aligned()),
+                .title(Span::styled(title, theme.title()))
+                .title_bottom(Line::from(bottom).right_aligned()),
         ),
         popup,
     );

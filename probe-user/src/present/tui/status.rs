@@ -10,21 +10,24 @@ use ratatui::{
 
 use super::app::App;
 use crate::present::format;
+use crate::present::headline::{self, Headline};
 
 /// A part of the status line, in a long and a short form; higher priorities are
-/// dropped first when even the short forms do not fit.
+/// dropped first, one at a time, when even the short forms do not fit.
 struct Part {
     long: String,
     short: String,
     priority: u8,
     warn: bool,
+    /// Keeps its long form until nothing else can be shortened or dropped.
+    sticky: bool,
 }
 
 pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme;
     let snap = &app.snapshot;
     // Rows of a program the target exec'd away from are neither attached nor missing.
-    let (attached, live) = app.attached_count();
+    let (attached, live_probes) = app.attached_count();
     let cpu = snap
         .own
         .cpu_share
@@ -35,76 +38,87 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         short,
         priority,
         warn,
+        sticky: false,
     };
-    // What the probes cost the target, in all (hits/s x whole cost per hit), once this
-    // machine is calibrated.
-    // Measured on the target (`--in-situ`) wins over the estimate.
-    let in_situ = app.in_situ.as_ref().map(|(status, _)| {
-        part(
-            status.clone(),
-            status.replacen("in situ", "situ", 1).replace(" cpu", ""),
-            1,
-            false,
-        )
-    });
-    let target_cost = in_situ.or_else(|| {
-        // Hot or cold: which calibration loop priced the hits (--assume).
-        let caches = snap.assumption.as_ref().map_or("", |d| match d.assumes {
-            crate::price::assume::Assumption::Hot => " hot",
-            crate::price::assume::Assumption::Cold => " cold",
-            crate::price::assume::Assumption::Clock => " clock",
-        });
-        snap.cpu_share().map(|share| {
-            let long = format!("probes cost target {} cpu", format::percent(share));
-            part(
-                if caches.is_empty() {
-                    long
-                } else {
-                    format!("{long},{caches} caches")
+    // The headline leads: what every probe together costs the target, against its own
+    // CPU, per hit, and how that was obtained. Measured on the target (`--in-situ`)
+    // wins over the estimate once the windows gave a number.
+    let live = Headline::live(snap);
+    let headline = match &app.in_situ {
+        Some(view) => {
+            let window = if view.probes_on {
+                "probes on"
+            } else {
+                "probes off"
+            };
+            match &view.headline {
+                Some((long, short)) => Part {
+                    long: format!("{long}, {window}"),
+                    short: format!("{short} {}", if view.probes_on { "on" } else { "off" }),
+                    priority: 0,
+                    warn: false,
+                    sticky: true,
                 },
-                format!("target {}{caches}", format::percent(share)),
-                1,
-                false,
-            )
-        })
-    });
+                None => Part {
+                    long: format!("{}, in situ measuring, {window}", live.status()),
+                    short: format!(
+                        "{} {}",
+                        live.status_short(),
+                        if view.probes_on { "on" } else { "off" }
+                    ),
+                    priority: 0,
+                    warn: false,
+                    sticky: true,
+                },
+            }
+        }
+        None => Part {
+            long: live.status(),
+            short: live.status_short(),
+            priority: 0,
+            warn: live.too_dear(),
+            sticky: true,
+        },
+    };
+    // Counts are padded to their abbreviated width (`format::count` turns 9999 into
+    // 10.0k): a number crossing a digit must not move the line into another layout.
     let parts: Vec<Part> = [
-        Some(part("probetop".into(), "probetop".into(), 3, false)),
+        Some(headline),
+        Some(part("probetop".into(), "probetop".into(), 6, false)),
         Some(part(
             format!("pid {} ({})", app.target.pid, app.target.comm),
             format!("pid {} {}", app.target.pid, app.target.comm),
-            0,
-            false,
-        )),
-        Some(part(
-            format!("{attached}/{live} probes attached"),
-            format!("{attached}/{live} attached"),
-            0,
-            attached < live,
-        )),
-        Some(part(
-            format!("{} events/s", format::count(snap.events_per_second)),
-            format!("{} ev/s", format::count(snap.events_per_second)),
-            0,
-            false,
-        )),
-        Some(part(
-            format!("{} drops", snap.dropped),
-            format!("{} drops", snap.dropped),
-            0,
-            snap.dropped > 0,
-        )),
-        target_cost,
-        Some(part(
-            format!("self: cpu {cpu}, rss {rss}"),
-            format!("self {cpu} {rss}"),
             1,
             false,
         )),
         Some(part(
-            format::clock(snap.elapsed),
-            format::clock(snap.elapsed),
+            format!("{attached}/{live_probes} probes attached"),
+            format!("{attached}/{live_probes} attached"),
+            0,
+            attached < live_probes,
+        )),
+        Some(part(
+            format!("{:>5} events/s", format::count(snap.events_per_second)),
+            format!("{:>5} ev/s", format::count(snap.events_per_second)),
             2,
+            false,
+        )),
+        Some(part(
+            format!("{} drops", snap.dropped),
+            format!("{} drops", snap.dropped),
+            if snap.dropped > 0 { 0 } else { 4 },
+            snap.dropped > 0,
+        )),
+        Some(part(
+            format!("self: cpu {cpu:>5}, rss {rss}"),
+            format!("self {cpu:>5} {rss}"),
+            3,
+            false,
+        )),
+        Some(part(
+            format::clock(snap.elapsed),
+            format::clock(snap.elapsed),
+            5,
             false,
         )),
     ]
@@ -113,35 +127,42 @@ pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     .collect();
     let paused = app.paused.then_some("PAUSED");
     let budget = (area.width as usize).saturating_sub(paused.map_or(0, |p| p.len() + 2));
-    // Long forms with every part, then short forms dropping parts until they fit.
-    let levels = [(true, 3), (false, 3), (false, 2), (false, 1), (false, 0)];
-    let (long, keep) = levels
+    // Long forms with every part, then short forms dropping parts until they fit; the
+    // headline keeps its long form until the last.
+    let levels = std::iter::once((true, true, 6))
+        .chain((0..=6).rev().map(|keep| (false, true, keep)))
+        .chain(std::iter::once((false, false, 0)));
+    let text_of = |p: &Part, long: bool, sticky_long: bool| -> usize {
+        if long || (p.sticky && sticky_long) {
+            p.long.chars().count()
+        } else {
+            p.short.chars().count()
+        }
+    };
+    let (long, sticky_long, keep) = levels
         .into_iter()
-        .find(|&(long, keep)| {
+        .find(|&(long, sticky_long, keep)| {
             let separator = if long { 3 } else { 2 };
             // A leading space, the parts, a separator between each two.
             let width: usize = parts
                 .iter()
                 .filter(|p| p.priority <= keep)
-                .map(|p| {
-                    separator
-                        + if long {
-                            p.long.chars().count()
-                        } else {
-                            p.short.chars().count()
-                        }
-                })
+                .map(|p| separator + text_of(p, long, sticky_long))
                 .sum();
             width + 1 - separator <= budget
         })
-        .unwrap_or((false, 0));
+        .unwrap_or((false, false, 0));
     let separator = if long { " · " } else { "  " };
     let mut spans = vec![Span::raw(" ")];
     for (i, p) in parts.into_iter().filter(|p| p.priority <= keep).enumerate() {
         if i > 0 {
             spans.push(Span::raw(separator));
         }
-        let text = if long { p.long } else { p.short };
+        let text = if long || (p.sticky && sticky_long) {
+            p.long
+        } else {
+            p.short
+        };
         spans.push(if p.warn {
             Span::styled(text, theme.status_bar().patch(theme.warning()))
         } else {
@@ -191,6 +212,11 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         ])
     } else if let Some(message) = &app.message {
         Line::from(format!(" {message}"))
+    } else if let Some(warning) = cost_warning(app) {
+        Line::from(Span::styled(
+            super::table::ellipsize(&format!(" ! {warning}"), area.width as usize),
+            theme.warning(),
+        ))
     } else {
         let mut spans = Vec::new();
         let mut used = 0;
@@ -224,4 +250,10 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         Line::from(spans)
     };
     frame.render_widget(Paragraph::new(line), area);
+}
+
+/// The guard: once the probes cost the target more than 5% of a CPU or of its own CPU,
+/// the footer says so and names the dearest probes (keys stay in `?`).
+pub fn cost_warning(app: &App) -> Option<String> {
+    headline::live_warning(&app.labels, &app.snapshot)
 }

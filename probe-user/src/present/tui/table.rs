@@ -9,7 +9,10 @@ use ratatui::{
 };
 
 use super::app::{App, effective_offset, visible_rows};
-use super::columns::{COLUMN_SPACING, NAME_MIN_WIDTH, OWNER_WIDTH, SortColumn, View, layout};
+use super::columns::{
+    COLUMN_SPACING, COLUMNS, Column, HANDLER_FROM, NAME_MIN_WIDTH, OWNER_WIDTH, SortColumn, View,
+    layout,
+};
 use crate::present::format;
 
 const SORT_MARK_DESCENDING: &str = "▼";
@@ -80,7 +83,7 @@ fn probe_name(app: &App, id: usize, width: usize) -> String {
         }
     };
     let room = width.saturating_sub(mark.chars().count());
-    format!("{}{mark}", ellipsize_middle(&label.display, room))
+    format!("{}{mark}", crate::present::names::fit(&label.display, room))
 }
 
 pub fn render(frame: &mut Frame, area: Rect, app: &App) {
@@ -167,13 +170,14 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         format!(" {} of {} probes ", rows.len(), app.labels.len())
     };
-    let mut block = Block::bordered()
-        .title(Line::from(vec![
-            Span::styled(" handler time per hit ", theme.title()),
-            Span::raw("·"),
-            Span::raw(view),
-        ]))
-        .title(Line::from(shown).right_aligned());
+    // The probe count on the left: the right of the border heads the handler's columns.
+    let mut block = Block::bordered().title(Line::from(vec![
+        Span::styled(" cost to the target ", theme.title()),
+        Span::raw("·"),
+        Span::raw(view),
+        Span::raw("·"),
+        Span::raw(shown),
+    ]));
     if let Some(notice) = &app.snapshot.notice {
         block = block.title_bottom(Line::from(format!(" {notice} ")).style(theme.dim()));
     }
@@ -187,6 +191,7 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         .with_offset(offset)
         .with_selected(selected_row);
     frame.render_stateful_widget(table, area, &mut state);
+    render_handler_heading(frame, area, &columns, owner, app);
 
     if rows.is_empty() && area.height > 3 {
         let text = if app.filter.is_empty() {
@@ -197,4 +202,47 @@ pub fn render(frame: &mut Frame, area: Rect, app: &App) {
         let line = Rect::new(area.x + 2, area.y + 2, area.width.saturating_sub(4), 1);
         frame.render_widget(Paragraph::new(text).style(theme.dim()), line);
     }
+}
+
+/// The heading over the handler's columns, on the table's top border: those columns
+/// are the BPF program's own time per hit, a part of COST/HIT, not the whole.
+fn render_handler_heading(
+    frame: &mut Frame,
+    area: Rect,
+    columns: &[&Column],
+    owner: bool,
+    app: &App,
+) {
+    let Some(from) = columns
+        .iter()
+        .position(|c| COLUMNS[HANDLER_FROM..].iter().any(|h| std::ptr::eq(h, *c)))
+    else {
+        return;
+    };
+    let inner = Rect::new(
+        area.x + 1,
+        area.y + 1,
+        area.width.saturating_sub(2),
+        area.height.saturating_sub(2),
+    );
+    let rects = super::app::column_rects(inner, columns, owner);
+    // rects[0] is the name column; the OWNER column, where shown, is last.
+    let rects = &rects[..rects.len() - usize::from(owner)];
+    let (Some(start), Some(end)) = (rects.get(from + 1), rects.last()) else {
+        return;
+    };
+    let span = end.right().saturating_sub(start.x) as usize;
+    let Some(text) = [
+        " handler: BPF program's own time ",
+        " BPF program's own time ",
+        " BPF handler ",
+        " handler ",
+    ]
+    .into_iter()
+    .find(|t| t.chars().count() <= span) else {
+        return;
+    };
+    let width = text.chars().count() as u16;
+    let at = Rect::new(end.right().saturating_sub(width), area.y, width, 1);
+    frame.render_widget(Paragraph::new(Span::styled(text, app.theme.title())), at);
 }

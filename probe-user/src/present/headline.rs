@@ -1,0 +1,522 @@
+//! The run's headline: what all probes on the target cost it, as a share of one CPU and
+//! against the target's own CPU, per hit, and how that was obtained (the calibration's
+//! estimate, or measured in situ with its interval). Every surface leads with it: the
+//! TUI's status line, the stdout summary, every export and `--listen`.
+//!
+//! Per-probe costs do not add up to a set's: a probe's hit warms the caches the next
+//! probe's hit runs in, and detaching one probe moves its neighbours' costs. The
+//! headline is the set's number (the sum of the per-probe estimates, or the in-situ
+//! measurement of the whole set), never a sum the reader has to make.
+
+use crate::aggregate::Snapshot;
+use crate::insitu;
+use crate::price::{assume::Assumption, estimate};
+
+use super::export::Report;
+use super::format;
+use crate::price::report::ProbeCostReport;
+
+/// The probes' cost over the target's CPU above which probetop warns while it runs,
+/// whichever is crossed first: of one CPU, or of the target's own CPU.
+pub(crate) const WARN_SHARE: f64 = 0.05;
+
+/// Whether to name `--budget` (duty-cycles the probes under a cost) in the warning.
+pub(crate) const BUDGET_FLAG: bool = true;
+
+/// How the headline's number was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) enum Method {
+    /// No calibration on this machine, or nothing hit yet: no number.
+    #[default]
+    Unpriced,
+    /// The calibration's price per hit times the hits, with the caches it assumed.
+    Estimate(Option<Assumption>),
+    /// Measured on the target with the probes attached and detached in turn: the 95%
+    /// interval of the added CPU share.
+    InSitu { low: f64, high: f64 },
+}
+
+impl Method {
+    /// The word exports use (a Prometheus label, a CSV and JSON field).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Method::Unpriced => "none",
+            Method::Estimate(_) => "estimate",
+            Method::InSitu { .. } => "in-situ",
+        }
+    }
+}
+
+/// The run's headline numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Headline {
+    /// Share of one CPU all probes cost the target (0.032: 3.2% of one CPU).
+    pub cpu_share: Option<f64>,
+    /// The target's own CPU, probes' cost taken out, share of one CPU.
+    pub target_own: Option<f64>,
+    /// What a hit costs the target, ns, over every probe weighted by its hits.
+    pub per_hit_ns: Option<f64>,
+    pub method: Method,
+}
+
+/// The target's own CPU below which the probes' cost is not set against it: a ratio
+/// over an idle process's scheduler noise says nothing.
+const OWN_CPU_FLOOR: f64 = 0.002;
+
+fn own_cpu(measured: Option<f64>, probes: Option<f64>) -> Option<f64> {
+    let own = measured? - probes.unwrap_or(0.0);
+    (own >= OWN_CPU_FLOOR).then_some(own)
+}
+
+impl Headline {
+    /// Live: the probes' rates over the last second and their prices now.
+    pub(crate) fn live(snapshot: &Snapshot) -> Self {
+        let cpu_share = snapshot.cpu_share();
+        let (mut cost, mut rate) = (0.0, 0.0);
+        for p in &snapshot.probes {
+            if let (Some(whole), true) = (p.whole_cost_ns, p.per_second > 0.0) {
+                cost += whole * p.per_second;
+                rate += p.per_second;
+            }
+        }
+        Self {
+            cpu_share,
+            target_own: own_cpu(snapshot.target_cpu, cpu_share),
+            per_hit_ns: (rate > 0.0).then(|| cost / rate),
+            method: match cpu_share {
+                Some(_) => Method::Estimate(snapshot.assumption.as_ref().map(|d| d.assumes)),
+                None => Method::Unpriced,
+            },
+        }
+    }
+
+    /// In situ so far: `None` until the windows gave a share.
+    pub(crate) fn of_in_situ(summary: &insitu::InSituSummary) -> Option<Self> {
+        let share = summary.added_share?;
+        Some(Self {
+            cpu_share: Some(share.mean),
+            target_own: summary.base_share.filter(|&s| s >= OWN_CPU_FLOOR),
+            per_hit_ns: summary.per_hit_ns.map(|p| p.mean),
+            method: Method::InSitu {
+                low: share.low,
+                high: share.high,
+            },
+        })
+    }
+
+    /// Over a whole report (the run, or up to a scrape).
+    pub(crate) fn of_report(report: &Report) -> Self {
+        if let Some(in_situ) = report
+            .cost
+            .in_situ
+            .as_ref()
+            .filter(|s| s.verdict == insitu::Verdict::Measured)
+            .and_then(Self::of_in_situ)
+        {
+            return in_situ;
+        }
+        let shares = report.probes.iter().filter_map(|p| p.cost.cpu_share);
+        let summed = shares.fold(None, |t: Option<f64>, s| Some(t.unwrap_or(0.0) + s));
+        let cpu_share = report.cost.cpu_share.or(summed);
+        let (mut cost, mut hits) = (0.0, 0u64);
+        for p in report.probes.iter().filter(|p| p.hits > 0) {
+            if let Some(whole) = p.cost.whole_cost_ns {
+                cost += whole * p.hits as f64;
+                hits += p.hits;
+            }
+        }
+        Self {
+            cpu_share,
+            target_own: own_cpu(report.target_cpu, cpu_share),
+            per_hit_ns: (hits > 0).then(|| cost / hits as f64),
+            method: match cpu_share {
+                Some(_) => Method::Estimate(report.cost.assumption.as_ref().map(|d| d.assumes)),
+                None => Method::Unpriced,
+            },
+        }
+    }
+
+    /// The probes' cost as a share of the target's own CPU (0.18: +18% on it).
+    pub(crate) fn on_target(&self) -> Option<f64> {
+        Some(self.cpu_share? / self.target_own?)
+    }
+
+    /// Whether the probes cost more than [`WARN_SHARE`] of a CPU or of the target's.
+    pub(crate) fn too_dear(&self) -> bool {
+        self.cpu_share.is_some_and(|s| s > WARN_SHARE)
+            || self.on_target().is_some_and(|r| r > WARN_SHARE)
+    }
+
+    /// The headline as a sentence: `+3.2% of one CPU, +18% on the target's own 17.9%,
+    /// 2.72us a hit, estimated (hot caches)`.
+    pub(crate) fn sentence(&self) -> String {
+        let Some(share) = self.cpu_share else {
+            return "probe cost unknown: no calibration for this machine yet (run `probetop calibrate` once)".into();
+        };
+        let mut text = format!("+{} of one CPU", share_text(share));
+        if let (Some(ratio), Some(own)) = (self.on_target(), self.target_own) {
+            text.push_str(&format!(
+                ", +{} on the target's own {}",
+                ratio_text(ratio),
+                share_text(own)
+            ));
+        }
+        if let Some(per_hit) = self.per_hit_ns {
+            text.push_str(&format!(", {} a hit", format::ns_f(per_hit)));
+        }
+        text.push_str(&format!(", {}", self.how()));
+        text
+    }
+
+    /// How the number was obtained, in words.
+    pub(crate) fn how(&self) -> String {
+        match self.method {
+            Method::Unpriced => "not priced".into(),
+            Method::Estimate(Some(assumes)) => {
+                format!("estimated ({})", assumption_words(assumes))
+            }
+            Method::Estimate(None) => "estimated".into(),
+            Method::InSitu { low, high } => format!(
+                "measured in situ (95% CI {}..{})",
+                share_text(low),
+                share_text(high)
+            ),
+        }
+    }
+
+    /// The status line's form: `cost +3.2% cpu (+18% on target's 17.9%) 2.72us/hit est`.
+    /// Numbers are padded so the line keeps its length as they change: a part that
+    /// grows by one character must not push the status line into another layout.
+    pub(crate) fn status(&self) -> String {
+        let Some(share) = self.cpu_share else {
+            return "cost ? (run probetop calibrate)".into();
+        };
+        // Each group padded to its widest form.
+        let mut text = format!("{:<15}", format!("cost +{} cpu", share_text(share)));
+        if let (Some(ratio), Some(own)) = (self.on_target(), self.target_own) {
+            let against = format!(" (+{} on target's {})", ratio_text(ratio), share_text(own));
+            text.push_str(&format!("{against:<26}"));
+        }
+        if let Some(per_hit) = self.per_hit_ns {
+            text.push_str(&format!(
+                "{:<11}",
+                format!(" {}/hit", format::ns_f(per_hit))
+            ));
+        }
+        text.push_str(match self.method {
+            Method::Unpriced => "",
+            Method::Estimate(_) => " est",
+            Method::InSitu { .. } => " in situ",
+        });
+        text
+    }
+
+    /// The shortest form, for the narrowest status line: `cost +3.2% cpu est`.
+    pub(crate) fn status_short(&self) -> String {
+        let Some(share) = self.cpu_share else {
+            return "cost ? (calibrate)".into();
+        };
+        let how = match self.method {
+            Method::InSitu { .. } => "situ",
+            _ => "est",
+        };
+        let share = format!("{:<15}", format!("cost +{} cpu", share_text(share)));
+        match self.on_target() {
+            Some(ratio) => format!(
+                "{share}{:<12}{how}",
+                format!(" +{} target", ratio_text(ratio))
+            ),
+            None => format!("{share} {how}"),
+        }
+    }
+
+    /// The live warning once the probes cost more than [`WARN_SHARE`]; `dearest` are
+    /// the probes costing most (name, share of one CPU), dearest first.
+    pub(crate) fn warning(&self, dearest: &[(String, f64)], budget_flag: bool) -> Option<String> {
+        if !self.too_dear() {
+            return None;
+        }
+        let share = self.cpu_share?;
+        let against = match self.on_target() {
+            Some(ratio) => format!(" (+{} on the target's own CPU)", ratio_text(ratio)),
+            None => String::new(),
+        };
+        let names: Vec<String> = dearest
+            .iter()
+            .take(3)
+            .map(|(name, share)| format!("{name} {}", share_text(*share)))
+            .collect();
+        let dearest = if names.is_empty() {
+            String::new()
+        } else {
+            format!("; dearest: {}", names.join(", "))
+        };
+        let remedy = if budget_flag {
+            "detach them (space), pass --budget, or --mode kernel (cheaper per hit)"
+        } else {
+            "detach them (space) or use --mode kernel (cheaper per hit)"
+        };
+        Some(format!(
+            "probes cost the target {} of one CPU{against}, over {}{dearest}: {remedy}",
+            share_text(share),
+            share_text(WARN_SHARE)
+        ))
+    }
+}
+
+/// The run's one answer, reconciled, for the end of a run: the headline, and with
+/// `--in-situ` which number to trust and why, and what a moved work rate means.
+pub(crate) fn reconciled(report: &Report) -> String {
+    let headline = Headline::of_report(report);
+    let mut line = format!(
+        "the answer: the probes cost the target {}",
+        headline.sentence()
+    );
+    let Some(in_situ) = &report.cost.in_situ else {
+        return line;
+    };
+    let estimate = report.cost.estimated_per_hit_ns;
+    match (headline.method, in_situ.per_hit_ns) {
+        (Method::InSitu { .. }, Some(per_hit)) => {
+            line.push_str(&format!(
+                ". Trust this one: it was measured on the target itself, {} windows with the probes on against {} off, where the estimate is the calibration's loops",
+                in_situ.windows_on, in_situ.windows_off
+            ));
+            if let Some(est) = estimate {
+                let agrees = est >= per_hit.low && est <= per_hit.high;
+                line.push_str(&format!(
+                    " (estimate {} a hit, {} the measured {}..{})",
+                    format::ns_f(est),
+                    if agrees { "within" } else { "outside" },
+                    format::ns_f(per_hit.low),
+                    format::ns_f(per_hit.high)
+                ));
+            }
+        }
+        _ => line.push_str(&format!(
+            ". In situ gave no number yet ({}): this is the calibration's estimate; run longer for more windows",
+            in_situ.verdict.as_str()
+        )),
+    }
+    if let Some(moved) = in_situ.work_moved.filter(|m| m.high < 0.0 || m.low > 0.0) {
+        line.push_str(&format!(
+            ". \"Work moved {:+.1}%\": the target's {} a second {} while probed, as a load that waits on the target does when it slows; the cost above is counted per unit of that work, so it holds",
+            moved.mean * 100.0,
+            in_situ.work.as_str(),
+            if moved.mean < 0.0 { "fell" } else { "rose" }
+        ));
+    }
+    line
+}
+
+/// The guard's line for `snapshot`, once the probes cost more than [`WARN_SHARE`]:
+/// the TUI's footer and, once per crossing, stderr.
+pub(crate) fn live_warning(labels: &[super::ProbeLabel], snapshot: &Snapshot) -> Option<String> {
+    let live = Headline::live(snapshot);
+    if !live.too_dear() {
+        return None;
+    }
+    let names: Vec<String> = labels
+        .iter()
+        .map(|l| super::names::fit(&l.display, 28))
+        .collect();
+    let shares: Vec<Option<f64>> = (0..labels.len())
+        .map(|id| snapshot.probes.get(id).and_then(|p| p.cpu_share))
+        .collect();
+    live.warning(&dearest(&names, &shares), BUDGET_FLAG)
+}
+
+/// Per-probe lines (share of one CPU, text) dearest first, ties and unpriced in their
+/// given order; past `cap`, one line saying how many cheaper ones and what they cost
+/// together.
+pub(crate) fn dearest_lines(mut lines: Vec<(Option<f64>, String)>, cap: usize) -> String {
+    lines.sort_by(|a, b| match (a.0, b.0) {
+        (Some(x), Some(y)) => y.total_cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    let mut out = String::new();
+    // A single line left over reads better than a line saying one more.
+    let shown = if lines.len() > cap + 1 {
+        cap
+    } else {
+        lines.len()
+    };
+    for (_, line) in &lines[..shown] {
+        out.push_str(line);
+        out.push('\n');
+    }
+    let rest = &lines[shown..];
+    if !rest.is_empty() {
+        let share: f64 = rest.iter().filter_map(|(s, _)| *s).sum();
+        out.push_str(&format!(
+            "  and {} cheaper probes: {} of one CPU together\n",
+            rest.len(),
+            share_text(share)
+        ));
+    }
+    out
+}
+
+/// The probes costing most in `snapshot` (display name, share of one CPU), dearest
+/// first; ties in name order, so the list does not flicker.
+pub(crate) fn dearest(names: &[String], shares: &[Option<f64>]) -> Vec<(String, f64)> {
+    let mut priced: Vec<(String, f64)> = names
+        .iter()
+        .zip(shares)
+        .filter_map(|(n, s)| s.filter(|&s| s > 0.0).map(|s| (n.clone(), s)))
+        .collect();
+    priced.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    priced
+}
+
+/// What the caches were assumed to be, in words a DBA reads.
+pub(crate) fn assumption_words(assumes: Assumption) -> &'static str {
+    match assumes {
+        Assumption::Hot => "caches warm between hits",
+        Assumption::Cold => "caches cold between hits",
+        Assumption::Clock => "priced by how slow each hit ran",
+    }
+}
+
+/// A share of one CPU: two decimals below 1%, one up to 100%.
+pub(crate) fn share_text(share: f64) -> String {
+    let p = share * 100.0;
+    if p.abs() < 1.0 {
+        format!("{p:.2}%")
+    } else {
+        format::percent(share)
+    }
+}
+
+/// A ratio as a percentage: `18%`, `2.5%`.
+fn ratio_text(ratio: f64) -> String {
+    let p = ratio * 100.0;
+    if p < 10.0 {
+        format!("{p:.1}%")
+    } else {
+        format!("{p:.0}%")
+    }
+}
+
+/// A probe without hits has no cost to show: its price per hit would read as what it
+/// cost, and it cost nothing.
+pub(crate) fn unpriced_without_hits(mut cost: ProbeCostReport, hits: u64) -> ProbeCostReport {
+    if hits == 0 {
+        cost.whole_cost_ns = None;
+        cost.cpu_share = None;
+        cost.method = None;
+    }
+    cost
+}
+
+/// The method of one probe's cost, for exports.
+pub(crate) fn probe_method(cost: &ProbeCostReport) -> &'static str {
+    match cost.method {
+        Some(estimate::Method::InSitu) => "in-situ",
+        Some(_) => "estimate",
+        None => "none",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::ProbeSnapshot;
+
+    fn snapshot(probes: &[(f64, Option<f64>)], target_cpu: Option<f64>) -> Snapshot {
+        Snapshot {
+            probes: probes
+                .iter()
+                .map(|&(per_second, whole)| ProbeSnapshot {
+                    per_second,
+                    whole_cost_ns: whole,
+                    cpu_share: whole.map(|w| crate::price::cpu_share(w, per_second)),
+                    hits: 1,
+                    ..Default::default()
+                })
+                .collect(),
+            target_cpu,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_headline_sets_the_cost_against_the_target() {
+        // 10k hits/s at 2 us and 5k/s at 2.4 us: 2% + 1.2% of one CPU.
+        let s = snapshot(
+            &[(10_000.0, Some(2000.0)), (5_000.0, Some(2400.0))],
+            Some(0.211),
+        );
+        let h = Headline::live(&s);
+        let share = h.cpu_share.expect("priced");
+        assert!((share - 0.032).abs() < 1e-9, "{share}");
+        let own = h.target_own.expect("own");
+        assert!((own - 0.179).abs() < 1e-9, "{own}");
+        let per_hit = h.per_hit_ns.expect("per hit");
+        assert!((per_hit - 32_000.0 / 15.0).abs() < 1e-6, "{per_hit}");
+        let text = h.sentence();
+        assert!(
+            text.starts_with(
+                "+3.2% of one CPU, +18% on the target's own 17.9%, 2.13us a hit, estimated"
+            ),
+            "{text}"
+        );
+        assert!(
+            h.status()
+                .starts_with("cost +3.2% cpu  (+18% on target's 17.9%)"),
+            "{}",
+            h.status()
+        );
+        assert!(!Headline::live(&snapshot(&[(100.0, Some(1000.0))], Some(0.5))).too_dear());
+        assert!(h.too_dear(), "18% on the target's own CPU is over 5%");
+    }
+
+    #[test]
+    fn no_price_says_how_to_get_one_and_no_hits_cost_nothing() {
+        let h = Headline::live(&snapshot(&[(1000.0, None)], Some(0.2)));
+        assert_eq!(h.cpu_share, None);
+        assert!(h.sentence().contains("probetop calibrate"));
+        assert_eq!(h.warning(&[], false), None);
+        let cost = ProbeCostReport {
+            whole_cost_ns: Some(900.0),
+            cpu_share: Some(0.0),
+            method: Some(estimate::Method::Calibration),
+            ..Default::default()
+        };
+        let none = unpriced_without_hits(cost.clone(), 0);
+        assert_eq!((none.whole_cost_ns, none.cpu_share), (None, None));
+        assert_eq!(probe_method(&none), "none");
+        assert_eq!(unpriced_without_hits(cost, 3).whole_cost_ns, Some(900.0));
+    }
+
+    #[test]
+    fn the_status_form_keeps_its_length_as_numbers_grow() {
+        let at = |share_per_s: f64| {
+            Headline::live(&snapshot(&[(share_per_s, Some(1000.0))], Some(2.0))).status()
+        };
+        // 9,000 and 11,000 hits/s at 1 us: 0.9% and 1.1% of a CPU.
+        assert_eq!(at(9_000.0).chars().count(), at(11_000.0).chars().count());
+        assert_eq!(at(9_000.0).chars().count(), at(150_000.0).chars().count());
+    }
+
+    #[test]
+    fn the_warning_names_the_dearest_probes() {
+        let h = Headline::live(&snapshot(&[(40_000.0, Some(2000.0))], None));
+        let names = vec!["uprobe:a".to_string(), "uprobe:b".to_string()];
+        let dear = dearest(&names, &[Some(0.02), Some(0.06)]);
+        assert_eq!(dear[0].0, "uprobe:b");
+        let line = h.warning(&dear, false).expect("8% is over 5%");
+        assert!(line.contains("8.0% of one CPU"), "{line}");
+        assert!(
+            line.contains("dearest: uprobe:b 6.0%, uprobe:a 2.0%"),
+            "{line}"
+        );
+        assert!(line.contains("--mode kernel"), "{line}");
+        assert!(!line.contains("--budget"), "{line}");
+        // --budget exists: the live warning offers it.
+        let line = h.warning(&dear, BUDGET_FLAG).expect("8% is over 5%");
+        assert!(line.contains("--budget"), "{line}");
+    }
+}

@@ -1,0 +1,222 @@
+//! Probe names as narrow columns show them: the function name stays readable. A C++
+//! symbol resolves to its demangled signature (`dispatch_command(THD*, COM_DATA
+//! const*, enum_server_command, bool, bool)`), whose parameter list is what goes first
+//! when space runs out, then the kind's prefix; the name itself is cut last, at its end.
+
+use super::ProbeLabel;
+
+/// The parts of a label's display text: `kind:`, the name, its parameter list, and
+/// what follows (owner, shared, site class, site address).
+struct Parts<'a> {
+    prefix: &'a str,
+    name: &'a str,
+    params: &'a str,
+    rest: &'a str,
+}
+
+fn split(display: &str) -> Parts<'_> {
+    // The kind prefix: `uprobe:`, `uretprobe:`, `usdt:`, ... (no spaces, no parens).
+    let prefix_end = display
+        .find(':')
+        .filter(|&i| {
+            display[..i]
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+        .map_or(0, |i| i + 1);
+    let body = &display[prefix_end..];
+    // The parameter list: the first `(` outside template brackets, not `operator()`,
+    // to its matching `)`.
+    let mut depth_angle = 0i32;
+    let mut open = None;
+    for (i, c) in body.char_indices() {
+        match c {
+            '<' => depth_angle += 1,
+            '>' => depth_angle -= 1,
+            ' ' if depth_angle == 0 && open.is_none() => break,
+            '(' if depth_angle <= 0 && !body[..i].ends_with("operator") => {
+                open = Some(i);
+                break;
+            }
+            _ => {}
+        }
+    }
+    let (name_end, params_end) = match open {
+        Some(start) => {
+            let mut depth = 0i32;
+            let mut end = body.len();
+            for (i, c) in body[start..].char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = start + i + 1;
+                            // A const or ref qualifier stays with the parameters.
+                            let after = &body[end..];
+                            for q in [" const", " &&", " &"] {
+                                if after.starts_with(q) {
+                                    end += q.len();
+                                }
+                            }
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            (start, end)
+        }
+        None => {
+            let end = body.find(' ').unwrap_or(body.len());
+            (end, end)
+        }
+    };
+    Parts {
+        prefix: &display[..prefix_end],
+        name: &body[..name_end],
+        params: &body[name_end..params_end],
+        rest: &body[params_end..],
+    }
+}
+
+/// `display` in at most `width` characters: the whole; then the parameter list as
+/// `(…)`; then without it; then the kind's prefix shortened (`ret:` for a return
+/// probe) or dropped; then the marks after the name cut; the name itself is cut at its
+/// end last.
+pub(crate) fn fit(display: &str, width: usize) -> String {
+    let fits = |s: &String| s.chars().count() <= width;
+    let whole = display.to_string();
+    if fits(&whole) {
+        return whole;
+    }
+    let p = split(display);
+    let short_prefix = match p.prefix {
+        "uretprobe:" => "ret:",
+        "usdt:" | "uprobe:" => "",
+        other => other,
+    };
+    let params = if p.params.is_empty() { "" } else { "(…)" };
+    // A USDT probe's name without its provider: entry and return differ at the end.
+    let bare = if p.prefix == "usdt:" {
+        p.name.rsplit(':').next().unwrap_or(p.name)
+    } else {
+        p.name
+    };
+    let candidates = [
+        format!("{}{}{params}{}", p.prefix, p.name, p.rest),
+        format!("{}{}{}", p.prefix, p.name, p.rest),
+        format!("{short_prefix}{}{params}{}", p.name, p.rest),
+        format!("{short_prefix}{}{}", p.name, p.rest),
+        format!("{short_prefix}{bare}{}", p.rest),
+    ];
+    if let Some(fitting) = candidates.into_iter().find(fits) {
+        return fitting;
+    }
+    // The marks are cut from their end, the name kept whole while it fits.
+    let head = format!("{short_prefix}{bare}");
+    if head.chars().count() < width {
+        let mut out: String = format!("{head}{}", p.rest)
+            .chars()
+            .take(width - 1)
+            .collect();
+        out.push('…');
+        return out;
+    }
+    // Too long even alone: cut in the middle, as names alike differ at their ends
+    // (`import__find__load__start` and `..._done`).
+    let count = head.chars().count();
+    if width == 0 {
+        return String::new();
+    }
+    let front = (width - 1) / 2;
+    let back = width - 1 - front;
+    let mut out: String = head.chars().take(front).collect();
+    out.push('…');
+    out.extend(head.chars().skip(count - back));
+    out
+}
+
+/// Two probes whose names read the same (one USDT probe at two sites, a symbol in two
+/// objects) are told apart by their site: ` @0x1a2b` (the file offset) after the name.
+pub(crate) fn distinguish(labels: &mut [ProbeLabel]) {
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    for label in labels.iter() {
+        *seen.entry(label.display.clone()).or_default() += 1;
+    }
+    for label in labels.iter_mut() {
+        if seen.get(&label.display).copied().unwrap_or(0) > 1
+            && let Some(site) = label.site
+        {
+            let p = split(&label.display);
+            let (head, rest) = (
+                format!("{}{}{}", p.prefix, p.name, p.params),
+                p.rest.to_string(),
+            );
+            label.display = format!("{head} @{site:#x}{rest}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spec::ProbeKind;
+
+    const SIG: &str = "uretprobe:dispatch_command(THD*, COM_DATA const*, enum_server_command, bool, bool) [sstep]";
+
+    #[test]
+    fn the_function_name_outlives_its_parameters() {
+        assert_eq!(fit(SIG, 200), SIG);
+        assert_eq!(fit(SIG, 40), "uretprobe:dispatch_command(…) [sstep]");
+        assert_eq!(fit(SIG, 34), "uretprobe:dispatch_command [sstep]");
+        assert_eq!(fit(SIG, 31), "ret:dispatch_command(…) [sstep]");
+        assert_eq!(fit(SIG, 28), "ret:dispatch_command [sstep]");
+        assert_eq!(fit(SIG, 24), "ret:dispatch_command [s…");
+        assert_eq!(fit(SIG, 12), "ret:d…ommand");
+        assert_eq!(
+            fit(
+                "uprobe:Prepared_statement::execute_loop(String*, bool, unsigned char*, unsigned char*)",
+                38
+            ),
+            "Prepared_statement::execute_loop(…)"
+        );
+        assert_eq!(
+            fit("usdt:postgresql:query__execute__start", 32),
+            "postgresql:query__execute__start"
+        );
+        assert_eq!(
+            fit("usdt:postgresql:query__execute__start", 30),
+            "query__execute__start"
+        );
+        assert_eq!(
+            fit("uprobe:std::vector<int>::push_back(int&&)", 30),
+            "std::vector<int>::push_back(…)"
+        );
+        assert_eq!(fit("uprobe:operator()(int) const", 12), "operator()");
+    }
+
+    #[test]
+    fn duplicate_names_get_their_sites() {
+        let label = |site| {
+            let mut l = ProbeLabel::new(ProbeKind::Usdt, "postgresql:query__execute__start", "/pg");
+            l.site = Some(site);
+            l
+        };
+        let mut labels = vec![label(0x10), label(0x20), {
+            let mut l = ProbeLabel::new(ProbeKind::Usdt, "postgresql:query__start", "/pg");
+            l.site = Some(0x30);
+            l
+        }];
+        distinguish(&mut labels);
+        assert_eq!(
+            labels[0].display,
+            "usdt:postgresql:query__execute__start @0x10"
+        );
+        assert_eq!(
+            labels[1].display,
+            "usdt:postgresql:query__execute__start @0x20"
+        );
+        assert_eq!(labels[2].display, "usdt:postgresql:query__start");
+    }
+}
