@@ -94,12 +94,12 @@ static RETURN_SLOT: HashMap<u64, u32> = HashMap::with_max_entries(1, 0);
 
 /// Does nothing: what a probe costs with the cheapest possible program.
 #[uprobe]
-pub fn probetop_empty(_ctx: ProbeContext) -> u32 {
+pub(crate) fn probetop_empty(_ctx: ProbeContext) -> u32 {
     0
 }
 
 #[fentry(function = "uprobe_notify_resume")]
-pub fn probetop_notify_enter(ctx: FEntryContext) -> u32 {
+pub(crate) fn probetop_notify_enter(ctx: FEntryContext) -> u32 {
     let Some(tid) = target_tid() else {
         return 0;
     };
@@ -137,7 +137,7 @@ pub fn probetop_notify_enter(ctx: FEntryContext) -> u32 {
 }
 
 #[fexit(function = "uprobe_notify_resume")]
-pub fn probetop_notify_exit(ctx: FExitContext) -> u32 {
+pub(crate) fn probetop_notify_exit(ctx: FExitContext) -> u32 {
     let Some(tid) = target_tid() else {
         return 0;
     };
@@ -176,7 +176,7 @@ pub fn probetop_notify_exit(ctx: FExitContext) -> u32 {
 }
 
 #[fentry(function = "handle_syscall_uprobe")]
-pub fn probetop_syscall_enter(ctx: FEntryContext) -> u32 {
+pub(crate) fn probetop_syscall_enter(ctx: FEntryContext) -> u32 {
     let Some(tid) = target_tid() else {
         return 0;
     };
@@ -186,13 +186,13 @@ pub fn probetop_syscall_enter(ctx: FEntryContext) -> u32 {
 }
 
 #[fexit(function = "handle_syscall_uprobe")]
-pub fn probetop_syscall_exit(_ctx: FExitContext) -> u32 {
+pub(crate) fn probetop_syscall_exit(_ctx: FExitContext) -> u32 {
     finish(dispatch::ENTRY, &ENTRY_SLOT);
     0
 }
 
 #[fentry(function = "uprobe_handle_trampoline")]
-pub fn probetop_return_enter(_ctx: FEntryContext) -> u32 {
+pub(crate) fn probetop_return_enter(_ctx: FEntryContext) -> u32 {
     let Some(tid) = target_tid() else {
         return 0;
     };
@@ -205,7 +205,7 @@ pub fn probetop_return_enter(_ctx: FEntryContext) -> u32 {
 }
 
 #[fexit(function = "uprobe_handle_trampoline")]
-pub fn probetop_return_exit(_ctx: FExitContext) -> u32 {
+pub(crate) fn probetop_return_exit(_ctx: FExitContext) -> u32 {
     let Some(tid) = target_tid() else {
         return 0;
     };

@@ -99,13 +99,13 @@ static GAPS: PerCpuArray<GapHistogram> = PerCpuArray::with_max_entries(1, 0);
 
 /// Function entry, or a USDT site.
 #[uprobe]
-pub fn probetop_uprobe(ctx: ProbeContext) -> u32 {
+pub(crate) fn probetop_uprobe(ctx: ProbeContext) -> u32 {
     on_hit(ctx.as_ptr())
 }
 
 /// Function return.
 #[uretprobe]
-pub fn probetop_uretprobe(ctx: RetProbeContext) -> u32 {
+pub(crate) fn probetop_uretprobe(ctx: RetProbeContext) -> u32 {
     on_hit(ctx.as_ptr())
 }
 

@@ -35,7 +35,7 @@ const CLONE_THREAD: u64 = 0x0001_0000;
 
 /// Whether this hit's process counts.
 #[inline(always)]
-pub fn counts_here() -> bool {
+pub(crate) fn counts_here() -> bool {
     if FILTER_PROCESSES.load() == 0 {
         return true;
     }
@@ -47,7 +47,7 @@ pub fn counts_here() -> bool {
 /// A new task: a process forked by a member joins the set (a new thread of a member
 /// needs nothing: its tgid is the member's). Runs in the parent, before the child runs.
 #[tracepoint]
-pub fn probetop_newtask(ctx: TracePointContext) -> u32 {
+pub(crate) fn probetop_newtask(ctx: TracePointContext) -> u32 {
     let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: the value is only tested for presence, never read through.
     if unsafe { PROCESSES.get(parent) }.is_none() {
@@ -69,7 +69,7 @@ pub fn probetop_newtask(ctx: TracePointContext) -> u32 {
 /// A task freed: if it was a member's leader, its pid may be reused from now on (a
 /// leader is freed only after every thread of its process).
 #[tracepoint]
-pub fn probetop_free(ctx: TracePointContext) -> u32 {
+pub(crate) fn probetop_free(ctx: TracePointContext) -> u32 {
     // SAFETY: read_at reads the tracepoint's record through a helper that checks it.
     if let Ok(pid) = unsafe { ctx.read_at::<u32>(FREE_PID_AT.load() as usize) } {
         let _ = PROCESSES.remove(pid);

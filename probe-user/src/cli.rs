@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
     args_conflicts_with_subcommands = true,
     after_help = "The status line, the summary and every export lead with what all probes together cost the target: a share of one CPU, set against the target's own CPU. Per-probe costs do not add up to it: one probe's hit warms the caches the next probe's hit runs in, so a probe alone costs more than within a set, and detaching one moves its neighbours' costs. Read the set's number; --in-situ measures it on the target."
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
     #[command(flatten)]
@@ -21,7 +21,7 @@ pub struct Cli {
 }
 
 /// The usage printed when probetop is run with nothing to do.
-pub const USAGE: &str = concat!(
+pub(crate) const USAGE: &str = concat!(
     "usage: probetop --pid PID [-e SPEC]... [--preset NAME] [OPTIONS]  watch what probes cost a process\n",
     "         SPEC: uprobe:FUNC, uretprobe:FUNC, usdt:PROVIDER:NAME; --pid PID alone: other tools' probes on it\n",
     "       probetop list [--pid PID | FILE] [PATTERN]                   what a process or file can be probed at\n",
@@ -31,7 +31,7 @@ pub const USAGE: &str = concat!(
 );
 
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// List the probe points of a process or a file: functions and USDT probes.
     List(ListArgs),
     /// Measure what a probe hit costs on this machine, per cost class, and cache it
@@ -52,7 +52,7 @@ pub enum Command {
 }
 
 #[derive(Debug, Args)]
-pub struct CalibrateArgs {
+pub(crate) struct CalibrateArgs {
     /// Measure longer (2-3 minutes instead of 20-40 s): more and longer repetitions of
     /// every case and curve; prints them all.
     #[arg(long)]
@@ -111,7 +111,7 @@ pub struct CalibrateArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// List what process PID has mapped (its executable first).
     #[arg(short, long, value_name = "PID", value_parser = pid())]
     pub pid: Option<u32>,
@@ -126,7 +126,7 @@ pub struct ListArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Process to probe; repeatable: the specs are resolved in the first, and hits
     /// count in every one that maps the same files.
     #[arg(short, long = "pid", value_name = "PID", value_parser = pid())]
@@ -148,7 +148,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH")]
     pub cgroup: Option<PathBuf>,
 
-    /// Probe to attach, repeatable: uprobe:FUNC, uretprobe:FUNC, usdt:[PROVIDER:]NAME,
+    /// Probe to attach, repeatable: uprobe:FUNC, uretprobe:FUNC, usdt:\[PROVIDER:\]NAME,
     /// with an optional OBJECT: before FUNC (a path or a library name like libc);
     /// uprobe:FUNC+ret probes each ret instruction of FUNC, its returns without a
     /// uretprobe (safe where exceptions unwind through FUNC; they are not counted).
@@ -336,7 +336,7 @@ pub struct RunArgs {
 
 /// How hits reach user space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Mode {
+pub(crate) enum Mode {
     Ring,
     Sample,
     Kernel,
@@ -412,7 +412,7 @@ fn seconds(
 
 /// A value the parser refused, as probetop's one line: `--flag VALUE: why`; `None` for
 /// the other errors of clap's, which clap words itself.
-pub fn refused_value_line(error: &clap::Error) -> Option<String> {
+pub(crate) fn refused_value_line(error: &clap::Error) -> Option<String> {
     use clap::error::{ContextKind, ContextValue, ErrorKind};
     if error.kind() != ErrorKind::ValueValidation {
         return None;

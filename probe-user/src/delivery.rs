@@ -60,7 +60,7 @@ impl DeliveryMode {
 /// at once; the cut closes it so. Records, kernel counts and gaps then cover one set of
 /// hits, where reading the counts before or after taking the time would let hits in
 /// between count in one and not the other.
-pub const fn closed(config: ProbeConfig) -> ProbeConfig {
+pub(crate) const fn closed(config: ProbeConfig) -> ProbeConfig {
     ProbeConfig {
         mode: mode::CLOSED,
         ..config

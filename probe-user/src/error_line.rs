@@ -5,7 +5,7 @@ const VERBOSE_ENV: &str = "PROBETOP_VERBOSE";
 
 /// Whether `error` is a write to a closed pipe (`probetop list | head`): the reader has
 /// what it wanted, so probetop exits quietly rather than report it.
-pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+pub(crate) fn is_broken_pipe(error: &anyhow::Error) -> bool {
     error.chain().any(|cause| {
         cause
             .downcast_ref::<std::io::Error>()
@@ -18,7 +18,7 @@ pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
 
 /// Writes `text` to stdout and flushes it. Not print!: it panics when the reader has
 /// gone (`| head`); this returns the error, which [`is_broken_pipe`] recognises.
-pub fn write_stdout(text: &str) -> std::io::Result<()> {
+pub(crate) fn write_stdout(text: &str) -> std::io::Result<()> {
     use std::io::Write as _;
     let mut out = std::io::stdout().lock();
     // Names in it come from binaries: nothing in them may reach the terminal as a
@@ -29,7 +29,7 @@ pub fn write_stdout(text: &str) -> std::io::Result<()> {
 
 /// An error chain as one line (`{:#}`), with each cause once and without the verifier's
 /// logs unless [`VERBOSE_ENV`] is set.
-pub fn error_line(error: &anyhow::Error) -> String {
+pub(crate) fn error_line(error: &anyhow::Error) -> String {
     let verbose = std::env::var(VERBOSE_ENV).is_ok_and(|v| v == "1");
     let logs: Vec<String> = if verbose {
         Vec::new()

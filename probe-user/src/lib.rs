@@ -9,38 +9,92 @@
 //! order and [`calibrate`] measures this machine's costs; the `probetop` binary is the
 //! command-line edge around them. docs/architecture.md has the import order that
 //! `cargo xtask lint` checks.
-pub mod aggregate;
-pub mod attach;
-pub mod calibrate;
-pub mod cli;
-pub mod delivery;
+mod aggregate;
+mod attach;
+mod calibrate;
+mod cli;
+mod delivery;
 mod error_line;
-pub mod histogram;
-pub mod insitu;
-pub mod insn;
-pub mod manual;
-pub mod present;
-pub mod preset;
-pub mod price;
-pub mod privileges;
-pub mod record;
-pub mod resolve;
-pub mod session;
-pub mod spec;
-pub mod stats;
-pub mod stream;
-pub mod sys;
-pub mod target;
+mod histogram;
+mod insitu;
+mod insn;
+mod manual;
+mod present;
+mod preset;
+mod price;
+mod privileges;
+mod record;
+mod resolve;
+mod session;
+mod spec;
+mod stats;
+mod stream;
+mod sys;
+mod target;
 
-pub use error_line::{error_line, is_broken_pipe, write_stdout};
+use error_line::error_line;
+pub use run::main;
+mod run;
 
 /// A mistake in how probetop was invoked (exit status 2, like clap's own errors).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct UsageError(pub String);
+pub(crate) struct UsageError(pub(crate) String);
 
 /// A run that lacks what it needs (which process, which probes): its line, then the
 /// usage (exit status 2).
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct MissingInput(pub String);
+
+/// What the integration tests and the fuzz targets reach inside probetop, at the paths
+/// they have inside the crate: not an API (nothing here is promised to stay), kept to
+/// what they use, so that everything else is crate-private and the compiler sees what
+/// is dead.
+#[doc(hidden)]
+pub mod inner {
+    pub mod aggregate {
+        pub use crate::aggregate::BYTES_PER_PROBE;
+    }
+    pub mod attach {
+        pub use crate::attach::Attachment;
+        pub use crate::attach::options::{AttachPath, AttachRequest, LoadOptions};
+        pub mod args {
+            pub use crate::attach::args::args_config;
+        }
+    }
+    pub mod calibrate {
+        pub mod table {
+            pub use crate::calibrate::table::Machine;
+        }
+    }
+    pub mod delivery {
+        pub use crate::delivery::DeliveryMode;
+    }
+    /// The export's schema, which the benchmark lab reads runs back with.
+    pub mod present {
+        pub mod export {
+            pub use crate::present::export::json;
+        }
+    }
+    pub mod preset {
+        pub use crate::preset::text;
+    }
+    /// The parsers the fuzz targets feed.
+    pub mod resolve {
+        pub use crate::resolve::{
+            debuginfo, elf, glob, suggest, symbols, unwind, usdt, usdt_args, usdt_probe_point,
+        };
+    }
+    pub mod spec {
+        pub use crate::spec::{ProbeKind, ProbeSpec};
+    }
+    pub mod sys {
+        pub mod files {
+            pub use crate::sys::files::mkfifo;
+        }
+        pub mod maps {
+            pub use crate::sys::maps::MapEntry;
+        }
+    }
+}

@@ -13,7 +13,7 @@ use clap_complete::{Generator as _, Shell};
 const BIN: &str = "probetop";
 
 #[derive(Debug, thiserror::Error)]
-pub enum ManualError {
+pub(crate) enum ManualError {
     #[error("writing {path}: {source}")]
     Write { path: PathBuf, source: io::Error },
     #[error("writing to stdout: {0}")]
@@ -22,13 +22,13 @@ pub enum ManualError {
 
 impl ManualError {
     /// A write to stdout whose reader has gone (`probetop man | head`).
-    pub fn is_broken_pipe(&self) -> bool {
+    pub(crate) fn is_broken_pipe(&self) -> bool {
         matches!(self, Self::Stdout(e) if e.kind() == io::ErrorKind::BrokenPipe)
     }
 }
 
 /// The completion script for `shell` on `out`.
-pub fn completions(shell: Shell, out: &mut dyn Write) -> Result<(), ManualError> {
+pub(crate) fn completions(shell: Shell, out: &mut dyn Write) -> Result<(), ManualError> {
     let mut cmd = without_hidden_subcommands(crate::cli::Cli::command()).bin_name(BIN);
     cmd.build();
     // try_generate: `generate` panics when the write fails (a closed pipe).
@@ -62,7 +62,7 @@ fn without_hidden_subcommands(cmd: clap::Command) -> clap::Command {
 }
 
 /// `probetop.1` on stdout.
-pub fn print_main_page() -> Result<(), ManualError> {
+pub(crate) fn print_main_page() -> Result<(), ManualError> {
     let mut out = io::stdout().lock();
     render(commands().swap_remove(0), true, &mut out)
         .and_then(|()| out.flush())
@@ -71,7 +71,7 @@ pub fn print_main_page() -> Result<(), ManualError> {
 
 /// `probetop.1` and one page per visible subcommand (`probetop-list.1`, ...) in `dir`,
 /// which must exist; returns the files written.
-pub fn write_pages(dir: &Path) -> Result<Vec<PathBuf>, ManualError> {
+pub(crate) fn write_pages(dir: &Path) -> Result<Vec<PathBuf>, ManualError> {
     let mut written = Vec::new();
     for (i, cmd) in commands().into_iter().enumerate() {
         let man = clap_mangen::Man::new(cmd.clone());

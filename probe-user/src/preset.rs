@@ -30,7 +30,7 @@ impl fmt::Display for UnknownPreset {
 }
 
 /// The names of every preset, in the order they are listed.
-pub fn names() -> impl Iterator<Item = &'static str> {
+pub(crate) fn names() -> impl Iterator<Item = &'static str> {
     PRESETS.iter().map(|(name, _)| *name)
 }
 

@@ -8,7 +8,7 @@ const CAP_PERFMON: u32 = 38;
 const CAP_BPF: u32 = 39;
 
 #[derive(Debug, thiserror::Error)]
-pub enum PrivilegeError {
+pub(crate) enum PrivilegeError {
     #[error(
         "probetop needs root, or the capabilities CAP_BPF and CAP_PERFMON, to load eBPF programs and open uprobes: run it with sudo"
     )]
@@ -23,7 +23,7 @@ pub enum PrivilegeError {
 
 /// Fails when run setuid/setgid, or unless the effective capabilities allow loading BPF
 /// and opening uprobes.
-pub fn check() -> Result<(), PrivilegeError> {
+pub(crate) fn check() -> Result<(), PrivilegeError> {
     if sys::process::runs_setid() {
         return Err(PrivilegeError::Setuid);
     }
@@ -38,7 +38,7 @@ pub fn check() -> Result<(), PrivilegeError> {
 
 /// What to do when the kernel refuses to show another process's /proc files: the
 /// advice depends on who probetop runs as, since "run as root" is no help to root.
-pub fn denied_advice() -> &'static str {
+pub(crate) fn denied_advice() -> &'static str {
     if !sys::process::is_root() {
         return "; run probetop as root";
     }

@@ -5,14 +5,14 @@ use probe_common::{BATCH_RECORDS, HitArgsEvent, HitBatch, HitEvent};
 
 /// One ring buffer record; the eBPF programs write two kinds, told apart by size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Record {
+pub(crate) enum Record {
     Hit(HitEvent),
     HitWithArgs(HitArgsEvent),
 }
 
 impl Record {
     /// The hit, with or without its arguments.
-    pub fn hit(&self) -> &HitEvent {
+    pub(crate) fn hit(&self) -> &HitEvent {
         match self {
             Self::Hit(hit) => hit,
             Self::HitWithArgs(event) => &event.hit,
@@ -21,7 +21,7 @@ impl Record {
 
     /// Hands each hit of one ring record to `on_hit`: a batch holds several. False for
     /// a record too short to be any.
-    pub fn parse_each(bytes: &[u8], mut on_hit: impl FnMut(Self)) -> bool {
+    pub(crate) fn parse_each(bytes: &[u8], mut on_hit: impl FnMut(Self)) -> bool {
         if bytes.len() >= size_of::<HitBatch>() {
             // SAFETY: the slice holds a whole HitBatch, a plain-integer repr(C) type any
             // bit pattern of which is valid; read_unaligned makes no alignment demand.

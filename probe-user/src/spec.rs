@@ -76,7 +76,7 @@ pub enum PairRole {
 /// each a [`ProbeSpec`] whose `pair` says which half it is and whose `text` is the
 /// latency spec's. A function's end is a uretprobe here; the session makes it a
 /// `+ret` probe where a uretprobe is unsafe.
-pub fn parse_latency(text: &str) -> Result<[ProbeSpec; 2], SpecError> {
+pub(crate) fn parse_latency(text: &str) -> Result<[ProbeSpec; 2], SpecError> {
     let trimmed = text.trim();
     let lead = text.len() - text.trim_start().len();
     let rest = trimmed
@@ -136,10 +136,10 @@ pub fn parse_latency(text: &str) -> Result<[ProbeSpec; 2], SpecError> {
 }
 
 /// The kind word of a `latency:` spec.
-pub const LATENCY: &str = "latency";
+pub(crate) const LATENCY: &str = "latency";
 
 /// Whether `text` is a `latency:` spec.
-pub fn is_latency(text: &str) -> bool {
+pub(crate) fn is_latency(text: &str) -> bool {
     text.trim_start()
         .strip_prefix(LATENCY)
         .is_some_and(|r| r.starts_with(':'))
@@ -157,7 +157,7 @@ pub struct SpecError {
 
 /// Bytes of a spec echoed in an error at most: a spec of 100,000 characters is shown as
 /// the part around its caret.
-pub const ECHO_BYTES: usize = 100;
+pub(crate) const ECHO_BYTES: usize = 100;
 
 /// The spec and a caret line under bytes `at..at + len`; a long spec is cut to
 /// [`ECHO_BYTES`] around the caret, `…` marking what was left out.
@@ -191,7 +191,7 @@ fn caret_lines(text: &str, at: usize, len: usize) -> String {
 
 /// `text` cut to `max` bytes (at a character boundary) with `…` and its length when
 /// longer, for errors that name a spec or a name taken from input.
-pub fn shorten(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+pub(crate) fn shorten(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
     if text.len() <= max {
         return text.into();
     }

@@ -68,7 +68,7 @@ impl Summary {
 }
 
 /// Quantile `q` of sorted `values` by linear interpolation (type 7, R's default).
-pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(sorted: &[f64], q: f64) -> f64 {
     match sorted.len() {
         0 => f64::NAN,
         1 => sorted[0],
@@ -84,14 +84,14 @@ pub fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 /// xorshift64*: small, fast, good enough to shuffle and resample.
 #[derive(Debug, Clone)]
-pub struct XorShift(u64);
+pub(crate) struct XorShift(u64);
 
 impl XorShift {
-    pub fn new(seed: u64) -> Self {
+    pub(crate) fn new(seed: u64) -> Self {
         Self(seed.max(1))
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x >> 12;
         x ^= x << 25;
@@ -101,12 +101,12 @@ impl XorShift {
     }
 
     /// Uniform in `0..n` (n > 0; the modulo bias is negligible for small n).
-    pub fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n.max(1) as u64) as usize
     }
 
     /// Fisher-Yates shuffle.
-    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+    pub(crate) fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
             let j = self.below(i + 1);
             items.swap(i, j);

@@ -38,7 +38,7 @@ const OWN_USAGE_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How the collector treats hot probes and intervals.
 #[derive(Debug, Clone, Copy)]
-pub struct CollectorOptions {
+pub(crate) struct CollectorOptions {
     /// Switch a ring buffer probe to in-kernel aggregation once its rate exceeds this
     /// many hits per second.
     pub auto_kernel_above: Option<f64>,
@@ -69,7 +69,7 @@ impl Default for CollectorOptions {
 
 /// What the collector hands back when it stops.
 #[derive(Debug, Default)]
-pub struct Collected {
+pub(crate) struct Collected {
     pub aggregator: Aggregator,
     /// Prices the end-of-run report as it priced the live snapshots.
     pub pricer: Pricer,
@@ -78,23 +78,23 @@ pub struct Collected {
 
 /// A copy of the measurements so far ([`CollectorCommand::Copy`]).
 #[derive(Debug, Default)]
-pub struct Copied {
+pub(crate) struct Copied {
     pub measurements: Measurements,
     /// Empty unless asked for.
     pub intervals: IntervalLog,
 }
 
 /// The ring buffer, readable from tokio.
-pub struct HitStream {
+pub(crate) struct HitStream {
     ring: AsyncFd<RingBuf<MapData>>,
     /// Fires the flush probe, so hits staged on a CPU reach the ring.
     flush: Option<StagedFlush>,
-    /// Records shorter than a [`HitEvent`]: a bug if ever non-zero.
+    /// Records shorter than a [`probe_common::HitEvent`]: a bug if ever non-zero.
     pub malformed: u64,
 }
 
 impl HitStream {
-    pub fn new(ring: RingBuf<MapData>, flush: Option<StagedFlush>) -> io::Result<Self> {
+    pub(crate) fn new(ring: RingBuf<MapData>, flush: Option<StagedFlush>) -> io::Result<Self> {
         // SAFETY: the ring buffer owns its map fd and keeps it open, unchanged, until it
         // is dropped, which the AsyncFd does no earlier than itself.
         let ring = unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }
@@ -108,7 +108,7 @@ impl HitStream {
 
     /// Flushes every CPU's staged hits into the ring, then drains it: what reports and
     /// window cuts read holds every hit so far.
-    pub fn drain_all(&mut self, on_hit: impl FnMut(Record)) -> usize {
+    pub(crate) fn drain_all(&mut self, on_hit: impl FnMut(Record)) -> usize {
         if let Some(flush) = &self.flush {
             flush.flush_now();
         }
@@ -116,14 +116,14 @@ impl HitStream {
     }
 
     /// Waits until the kernel signals queued records.
-    pub async fn readable(&mut self) -> io::Result<()> {
+    pub(crate) async fn readable(&mut self) -> io::Result<()> {
         let mut guard = self.ring.readable_mut().await?;
         guard.clear_ready();
         Ok(())
     }
 
     /// Hands every queued record to `on_hit`; returns how many there were.
-    pub fn drain(&mut self, mut on_hit: impl FnMut(Record)) -> usize {
+    pub(crate) fn drain(&mut self, mut on_hit: impl FnMut(Record)) -> usize {
         let ring = self.ring.get_mut();
         let mut count = 0;
         while let Some(bytes) = ring.next() {
@@ -141,7 +141,7 @@ impl HitStream {
 
 /// Requests to the collector task.
 #[derive(Debug)]
-pub enum CollectorCommand {
+pub(crate) enum CollectorCommand {
     /// Stop counting: the kernel counts no more hits, the window closes at that moment,
     /// and everything counted is read. The reply is the cut on CLOCK_MONOTONIC, ns.
     CloseWindow { reply: oneshot::Sender<u64> },
@@ -166,12 +166,12 @@ pub enum CollectorCommand {
 }
 
 /// Now on the clock `bpf_ktime_get_ns()` reads (CLOCK_MONOTONIC), in ns.
-pub fn ktime_now_ns() -> u64 {
+pub(crate) fn ktime_now_ns() -> u64 {
     crate::sys::clock::monotonic_ns()
 }
 
 /// Where the collector's output goes and what steers it.
-pub struct CollectorLinks {
+pub(crate) struct CollectorLinks {
     /// A snapshot every [`SNAPSHOT_INTERVAL`].
     pub snapshots: watch::Sender<Snapshot>,
     pub commands: mpsc::Receiver<CollectorCommand>,
@@ -181,7 +181,7 @@ pub struct CollectorLinks {
 
 /// Runs until [`CollectorCommand::Stop`] or until every sender is gone, then returns
 /// everything aggregated.
-pub async fn collect(
+pub(crate) async fn collect(
     mut stream: HitStream,
     mut counters: KernelCounters,
     mut aggregator: Aggregator,
@@ -464,7 +464,7 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
 
 /// Opens the window in the kernel: every probe, attached outside it
 /// ([`crate::delivery::closed`]), counts from now on in its aggregate's mode.
-pub fn start_counting(
+pub(crate) fn start_counting(
     counters: &mut KernelCounters,
     aggregator: &Aggregator,
 ) -> Result<(), aya::maps::MapError> {
@@ -495,7 +495,7 @@ fn stop_counting(counters: &mut KernelCounters, aggregator: &mut Aggregator) {
 
 /// Takes the kernel's counts as they are when the window opens: hits counted before are
 /// not measured. Call it before announcing that probes are live.
-pub fn baseline_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) {
+pub(crate) fn baseline_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) {
     if let Some(dispatch) = counters.dispatch() {
         baseline_dispatch(dispatch, aggregator);
     }

@@ -21,7 +21,7 @@ use crate::{Ctx, Fixture, ROOT_REQUIRED, echo, is_root, run, show};
 
 /// The target the file is built for: musl links statically, so the file needs no libc
 /// of the host's (nor a glibc as new as the build machine's).
-pub const TARGET: &str = "x86_64-unknown-linux-musl";
+pub(crate) const TARGET: &str = "x86_64-unknown-linux-musl";
 /// The tarball's platform tag.
 const PLATFORM: &str = "x86_64-linux-musl";
 /// Completion scripts: shell, file name in the tarball's completions/.
@@ -40,7 +40,7 @@ const CHECK_PROBES: &[&str] = &[
 ];
 
 /// What `dist` produced.
-pub struct Dist {
+pub(crate) struct Dist {
     /// The packed binary, unpacked beside the tarball (`<target>/dist/<name>/probetop`).
     pub binary: PathBuf,
     pub tarball: PathBuf,
@@ -48,7 +48,7 @@ pub struct Dist {
     pub name: String,
 }
 
-pub fn dist(ctx: &Ctx) -> Result<Dist> {
+pub(crate) fn dist(ctx: &Ctx) -> Result<Dist> {
     add_target(ctx)?;
     run(ctx.cargo().args([
         "build",
@@ -205,7 +205,7 @@ fn interpreter(elf: &[u8]) -> Result<Option<String>> {
 
 /// Unpacks the tarball afresh and runs the probetop in it against the workload fixture:
 /// each probe must count every call, none dropped.
-pub fn check(ctx: &Ctx, dist: &Dist) -> Result<()> {
+pub(crate) fn check(ctx: &Ctx, dist: &Dist) -> Result<()> {
     ensure!(is_root()?, ROOT_REQUIRED);
     let dir = ctx.target_dir().join("dist/check");
     if dir.exists() {

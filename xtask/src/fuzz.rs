@@ -22,7 +22,7 @@ const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 /// Seconds per target in `cargo xtask test`: with six targets, a minute of fuzzing on
 /// top of the fuzz build.
-pub const SECONDS_IN_TEST: u64 = 10;
+pub(crate) const SECONDS_IN_TEST: u64 = 10;
 
 /// libFuzzer limits for every target. Inputs are at most a few tens of KiB; anything near
 /// these limits is a bug (probetop reads hostile files as root).
@@ -40,7 +40,7 @@ const LIBFUZZER_LIMITS: &[&str] = &[
 ];
 
 /// Fuzzes every target (or `only`) for `seconds` each.
-pub fn fuzz(ctx: &Ctx, seconds: u64, only: &[String]) -> Result<()> {
+pub(crate) fn fuzz(ctx: &Ctx, seconds: u64, only: &[String]) -> Result<()> {
     ensure!(seconds > 0, "--seconds must be at least 1");
     ensure_cargo_fuzz(ctx)?;
     let fuzz_dir = ctx.root.join("probe-user/fuzz");

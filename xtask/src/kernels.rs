@@ -41,7 +41,7 @@ use initramfs::*;
 use judge::*;
 
 #[derive(clap::Args, Debug, Clone)]
-pub struct KernelsArgs {
+pub(crate) struct KernelsArgs {
     /// Only these kernels, by label: 510 (bullseye), 61 (bookworm), 612 (bookworm-
     /// backports), 612t (trixie).
     #[arg(long, value_delimiter = ',', value_name = "LABELS")]
@@ -184,7 +184,7 @@ const SMP_RATE: u64 = 1000;
 /// What `probetop list --pid` must show of the workload.
 const LISTED: &[&str] = &["work_unit", "leaf_ret", "workload:unit"];
 
-pub fn run_kernels(ctx: &Ctx, args: &KernelsArgs) -> Result<()> {
+pub(crate) fn run_kernels(ctx: &Ctx, args: &KernelsArgs) -> Result<()> {
     let started = Instant::now();
     let kernels = select(&args.only)?;
     let (calls, sema) = if args.quick {

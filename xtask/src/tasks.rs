@@ -3,6 +3,9 @@
 
 use super::*;
 
+use std::fs;
+use std::path::Path;
+
 /// The eBPF crate, which only builds for bpfel-unknown-none with nightly: next to the
 /// host crates, feature unification hands its probe-common dependency aya (and so std),
 /// and clippy fails with a duplicate `panic_impl`. It is linted on its own target.
@@ -39,20 +42,60 @@ pub(super) fn lint(ctx: &Ctx) -> Result<()> {
             "warnings",
         ])),
         // The fuzz crate is outside the workspace: without this a moved module breaks
-        // it only when `cargo xtask fuzz` builds it, late in CI.
+        // it only when `cargo xtask fuzz` builds it, late in CI. It has the workspace's
+        // lints (a copy, checked below).
         run(ctx
             .cargo()
             .env("AYA_BUILD_SKIP", "1")
-            .args(["+nightly", "check", "--manifest-path"])
+            .args(["+nightly", "clippy", "--all-targets", "--manifest-path"])
             .arg(ctx.root.join("probe-user/fuzz/Cargo.toml"))
             .arg("--target-dir")
-            .arg(ctx.target_dir().join("fuzz-check"))),
+            .arg(ctx.target_dir().join("fuzz-check"))
+            .args(["--", "-D", "warnings"])),
+        same_lints(&ctx.root),
+        // rustdoc's broken_intra_doc_links (workspace lints) only shows when the docs
+        // build: a link to a moved or renamed item fails here.
+        run(ctx
+            .cargo()
+            .env("RUSTDOCFLAGS", "-D rustdoc::broken_intra_doc_links")
+            .args(["doc", "--no-deps", "--workspace", "--exclude", EBPF_PACKAGE])
+            .args(["--document-private-items", "--release"])),
     ];
     let failed: Vec<String> = results
         .into_iter()
         .filter_map(|r| r.err().map(|e| format!("{e:#}")))
         .collect();
     ensure!(failed.is_empty(), "lint failed:\n  {}", failed.join("\n  "));
+    Ok(())
+}
+
+/// The `[workspace.lints.*]` tables of `Cargo.toml`, as text: every section from the
+/// first lints table up to the first table that is not one.
+fn lint_tables(manifest: &str) -> String {
+    let mut out = String::new();
+    let mut inside = false;
+    for line in manifest.lines() {
+        if line.starts_with('[') {
+            inside = line.starts_with("[workspace.lints");
+        }
+        if inside && !line.trim().is_empty() && !line.trim_start().starts_with('#') {
+            out.push_str(line.trim());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// The fuzz crate's own workspace has the main workspace's lints (a separate workspace
+/// cannot inherit them, so its manifest carries a copy).
+fn same_lints(root: &Path) -> Result<()> {
+    let read =
+        |p: &str| fs::read_to_string(root.join(p)).with_context(|| format!("cannot read {p}"));
+    let (main, fuzz) = (read("Cargo.toml")?, read("probe-user/fuzz/Cargo.toml")?);
+    ensure!(
+        !lint_tables(&main).is_empty() && lint_tables(&main) == lint_tables(&fuzz),
+        "probe-user/fuzz/Cargo.toml's [workspace.lints.*] tables differ from Cargo.toml's: copy them over"
+    );
     Ok(())
 }
 

@@ -9,16 +9,16 @@ pub mod meter;
 
 use std::path::{Path, PathBuf};
 
-use probe_user::attach::args::args_config;
-use probe_user::resolve::debuginfo::{self, DebugSearch, MAX_DEBUGDATA_BYTES};
-use probe_user::resolve::elf::{ElfImage, RawStapsdtNote};
-use probe_user::resolve::glob::Glob;
-use probe_user::resolve::symbols::{self, SymbolTable};
-use probe_user::resolve::usdt::{self, UsdtProbe};
-use probe_user::resolve::usdt_args::{self, ArgLocation, UsdtArg};
-use probe_user::resolve::{suggest, usdt_probe_point};
-use probe_user::spec::ProbeSpec;
-use probe_user::sys::maps::MapEntry;
+use probe_user::inner::attach::args::args_config;
+use probe_user::inner::resolve::debuginfo::{self, DebugSearch, MAX_DEBUGDATA_BYTES};
+use probe_user::inner::resolve::elf::{ElfImage, RawStapsdtNote};
+use probe_user::inner::resolve::glob::Glob;
+use probe_user::inner::resolve::symbols::{self, SymbolTable};
+use probe_user::inner::resolve::usdt::{self, UsdtProbe};
+use probe_user::inner::resolve::usdt_args::{self, ArgLocation, UsdtArg};
+use probe_user::inner::resolve::{suggest, usdt_probe_point};
+use probe_user::inner::spec::ProbeSpec;
+use probe_user::inner::sys::maps::MapEntry;
 
 /// Heap a parser may hold per input byte. Generous for real files (the seeds peak well
 /// below it), small enough that quadratic growth shows at a few KiB of input.
@@ -131,7 +131,7 @@ fn check_image(image: &ElfImage) {
             deleted: false,
         };
         let maps_ = [map("r--p"), map("r-xp")];
-        let _ = probe_user::resolve::elf::load_bias(image, &maps_);
+        let _ = probe_user::inner::resolve::elf::load_bias(image, &maps_);
     }
 }
 

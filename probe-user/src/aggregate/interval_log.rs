@@ -8,7 +8,7 @@ use super::Aggregator;
 /// DEFLATE, a few hundred bytes each) because a long run has many intervals; recorded
 /// only when an interval log is exported.
 #[derive(Debug, Clone, Default)]
-pub struct IntervalLog {
+pub(crate) struct IntervalLog {
     entries: Vec<IntervalEntry>,
 }
 
@@ -22,7 +22,7 @@ struct IntervalEntry {
 
 /// One interval's histogram of one probe, decompressed.
 #[derive(Debug, Clone)]
-pub struct IntervalHistogram {
+pub(crate) struct IntervalHistogram {
     pub start_s: f64,
     pub length_s: f64,
     pub handler_ns: Histogram<u64>,
@@ -31,7 +31,12 @@ pub struct IntervalHistogram {
 impl IntervalLog {
     /// Closes the interval `[start_s, start_s + length_s)` of every probe in `aggregator`
     /// that had hits.
-    pub fn close_interval(&mut self, aggregator: &mut Aggregator, start_s: f64, length_s: f64) {
+    pub(crate) fn close_interval(
+        &mut self,
+        aggregator: &mut Aggregator,
+        start_s: f64,
+        length_s: f64,
+    ) {
         use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
         let mut serializer = V2DeflateSerializer::new();
         for (probe_id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
@@ -53,7 +58,7 @@ impl IntervalLog {
     }
 
     /// The intervals of one probe, oldest first.
-    pub fn of_probe(&self, probe_id: u32) -> Vec<IntervalHistogram> {
+    pub(crate) fn of_probe(&self, probe_id: u32) -> Vec<IntervalHistogram> {
         use hdrhistogram::serialization::Deserializer;
         let mut deserializer = Deserializer::new();
         self.entries
@@ -73,7 +78,8 @@ impl IntervalLog {
     }
 
     /// Bytes held, for memory accounting.
-    pub fn bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
         self.entries.iter().map(|e| e.compressed.len()).sum()
     }
 }

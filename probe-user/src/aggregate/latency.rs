@@ -55,7 +55,7 @@ impl EndPath {
 
 /// One pair as the session sets it up: the probe ids of its two halves.
 #[derive(Debug, Clone)]
-pub struct PairSetup {
+pub(crate) struct PairSetup {
     /// The spec as written.
     pub spec: String,
     /// The function, or `START,END`.
@@ -71,7 +71,7 @@ const MAX_DEPTH: usize = 4096;
 
 /// What a pair's probes cost, ns per hit.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Prices {
+pub(crate) struct Prices {
     /// Whole cost of a hit of the start and the end probe.
     pub whole_start: f64,
     pub whole_end: f64,
@@ -251,14 +251,14 @@ impl PairState {
 
 /// Every latency pair of the run.
 #[derive(Debug, Clone, Default)]
-pub struct Latency {
+pub(crate) struct Latency {
     pairs: Vec<PairState>,
     /// Probe id to (pair, role).
     roles: HashMap<u32, (usize, PairRole)>,
 }
 
 impl Latency {
-    pub fn new(setups: Vec<PairSetup>) -> Self {
+    pub(crate) fn new(setups: Vec<PairSetup>) -> Self {
         let mut roles = HashMap::new();
         for (index, setup) in setups.iter().enumerate() {
             for &id in &setup.starts {
@@ -275,16 +275,16 @@ impl Latency {
     }
 
     /// Whether probe `id` is half of a pair (it must keep streaming every hit).
-    pub fn pairs_probe(&self, id: u32) -> bool {
+    pub(crate) fn pairs_probe(&self, id: u32) -> bool {
         self.roles.contains_key(&id)
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.pairs.is_empty()
     }
 
     /// Each pair's first start and end probe ids, in pair order.
-    pub fn halves(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+    pub(crate) fn halves(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
         self.pairs.iter().map(|p| {
             (
                 p.setup.starts.first().copied().unwrap_or(u32::MAX),
@@ -294,7 +294,7 @@ impl Latency {
     }
 
     /// Sets pair `pair`'s prices; `None` keeps the last ones.
-    pub fn set_prices(&mut self, pair: usize, prices: Option<Prices>) {
+    pub(crate) fn set_prices(&mut self, pair: usize, prices: Option<Prices>) {
         if let Some(state) = self.pairs.get_mut(pair) {
             state.prices = prices.or(state.prices);
         }
@@ -302,7 +302,7 @@ impl Latency {
 
     /// One counted record of probe `id` on thread `tid`, with the stack pointer
     /// captured.
-    pub fn record(&mut self, id: u32, tid: u32, ktime_ns: u64, sp: u64) {
+    pub(crate) fn record(&mut self, id: u32, tid: u32, ktime_ns: u64, sp: u64) {
         let Some(&(index, role)) = self.roles.get(&id) else {
             return;
         };
@@ -313,14 +313,14 @@ impl Latency {
         }
     }
 
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         for pair in &mut self.pairs {
             pair.reset();
         }
     }
 
     /// Every pair's row; `elapsed_s` the window's length so far.
-    pub fn rows(&self, elapsed_s: f64) -> Vec<LatencyRow> {
+    pub(crate) fn rows(&self, elapsed_s: f64) -> Vec<LatencyRow> {
         self.pairs
             .iter()
             .map(|p| {

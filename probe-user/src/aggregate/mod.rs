@@ -11,18 +11,18 @@ mod snapshot;
 mod summary;
 mod threads;
 
-pub use interval_log::{IntervalHistogram, IntervalLog};
-pub use latency::{EndPath, Latency, LatencyRow, PairSetup, Prices as LatencyPrices};
-pub use probe::{CapturedArgs, HISTORY_SPAN, ProbeAggregate};
-pub use rate::RateWindow;
-pub use snapshot::{
-    FOCUS_PROCESSES, FocusDetail, HistoryPoint, IntervalSummary, OwnUsage, ProbeSnapshot, Snapshot,
-};
-pub use summary::{
-    CURVE_DECADES, CURVE_STEPS_PER_DECADE, HandlerSummary, LiveHistogram, PercentileCurve,
-    full_range,
-};
-pub use threads::{ThreadCounts, ThreadsCover, TidHasher};
+pub(crate) use interval_log::IntervalLog;
+pub(crate) use latency::{EndPath, Latency, LatencyRow, PairSetup, Prices as LatencyPrices};
+pub(crate) use probe::{CapturedArgs, HISTORY_SPAN, ProbeAggregate};
+#[cfg(test)]
+use rate::RateWindow;
+#[cfg(test)]
+pub(crate) use snapshot::IntervalSummary;
+pub(crate) use snapshot::{FocusDetail, HistoryPoint, OwnUsage, ProbeSnapshot, Snapshot};
+#[cfg(test)]
+use summary::{CURVE_DECADES, CURVE_STEPS_PER_DECADE};
+pub(crate) use summary::{HandlerSummary, LiveHistogram, PercentileCurve, full_range};
+pub(crate) use threads::ThreadsCover;
 
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ pub const BYTES_PER_PROBE: u64 = 12 << 10;
 /// Only hits inside the measurement window count, so every probe is measured over the
 /// same span although the kernel attaches and detaches them one at a time.
 #[derive(Debug, Clone, Default)]
-pub struct Aggregator {
+pub(crate) struct Aggregator {
     probes: Vec<ProbeAggregate>,
     /// Records whose probe id is not in the table: a bug if ever non-zero.
     pub unknown_records: u64,
@@ -74,7 +74,7 @@ pub struct Aggregator {
 }
 
 impl Aggregator {
-    pub fn new(probe_count: usize) -> Self {
+    pub(crate) fn new(probe_count: usize) -> Self {
         Self {
             probes: vec![ProbeAggregate::default(); probe_count],
             unknown_records: 0,
@@ -91,17 +91,17 @@ impl Aggregator {
     }
 
     /// Counts only hits whose handler started at or after `ktime_ns` (CLOCK_MONOTONIC).
-    pub fn open_window(&mut self, ktime_ns: u64) {
+    pub(crate) fn open_window(&mut self, ktime_ns: u64) {
         self.window_start_ns = ktime_ns;
     }
 
     /// Counts only hits whose handler started at or before `ktime_ns`.
-    pub fn close_window(&mut self, ktime_ns: u64) {
+    pub(crate) fn close_window(&mut self, ktime_ns: u64) {
         self.window_end_ns = ktime_ns;
     }
 
     /// Records a ring buffer record of either kind.
-    pub fn record_any(&mut self, record: &Record) {
+    pub(crate) fn record_any(&mut self, record: &Record) {
         match record {
             Record::Hit(hit) => {
                 self.record(hit);
@@ -123,7 +123,7 @@ impl Aggregator {
     }
 
     /// Records one hit; returns whether it counted (inside the window, known probe).
-    pub fn record(&mut self, event: &HitEvent) -> bool {
+    pub(crate) fn record(&mut self, event: &HitEvent) -> bool {
         if event.ktime_ns < self.window_start_ns || event.ktime_ns > self.window_end_ns {
             self.outside_window += 1;
             return false;
@@ -145,48 +145,49 @@ impl Aggregator {
     }
 
     /// Sets the kernel's drop count for a probe (it is cumulative in the kernel).
-    pub fn set_dropped(&mut self, probe_id: usize, dropped: u64) {
+    #[cfg(test)]
+    pub(crate) fn set_dropped(&mut self, probe_id: usize, dropped: u64) {
         if let Some(probe) = self.probes.get_mut(probe_id) {
             probe.set_dropped_total(dropped);
         }
     }
 
     /// Closes a rate tick of length `elapsed` for every probe.
-    pub fn tick(&mut self, elapsed: Duration) {
+    pub(crate) fn tick(&mut self, elapsed: Duration) {
         for probe in &mut self.probes {
             probe.rate.tick(elapsed);
         }
     }
 
-    pub fn probes(&self) -> &[ProbeAggregate] {
+    pub(crate) fn probes(&self) -> &[ProbeAggregate] {
         &self.probes
     }
 
     /// Appends probes (of a program the target exec'd); returns the id of the first.
     /// They count from now on, within the same window as the others.
-    pub fn add_probes(&mut self, probes: Vec<ProbeAggregate>) -> usize {
+    pub(crate) fn add_probes(&mut self, probes: Vec<ProbeAggregate>) -> usize {
         let first = self.probes.len();
         self.probes.extend(probes);
         first
     }
 
-    pub fn probes_mut(&mut self) -> &mut [ProbeAggregate] {
+    pub(crate) fn probes_mut(&mut self) -> &mut [ProbeAggregate] {
         &mut self.probes
     }
 
     /// Total records received over all probes.
-    pub fn received(&self) -> u64 {
+    pub(crate) fn received(&self) -> u64 {
         self.probes.iter().map(|p| p.received).sum()
     }
 
     /// CLOCK_MONOTONIC ns at which the measurement window opened (or was last reset).
-    pub fn window_start_ns(&self) -> u64 {
+    pub(crate) fn window_start_ns(&self) -> u64 {
         self.window_start_ns
     }
 
     /// Restarts every histogram and count as if the window had just opened at `ktime_ns`;
     /// notices stay.
-    pub fn reset(&mut self, ktime_ns: u64) {
+    pub(crate) fn reset(&mut self, ktime_ns: u64) {
         self.window_start_ns = ktime_ns;
         for probe in &mut self.probes {
             probe.reset();
@@ -206,7 +207,7 @@ impl Aggregator {
 
     /// Closes a live interval of `length` for every probe (see
     /// [`ProbeAggregate::roll_interval`]).
-    pub fn roll_interval(&mut self, length: Duration) {
+    pub(crate) fn roll_interval(&mut self, length: Duration) {
         for probe in &mut self.probes {
             probe.roll_interval(length);
         }
@@ -241,7 +242,7 @@ pub struct ProbeMeasurements {
 
 /// Everything a report needs, measured so far.
 #[derive(Debug, Clone, Default)]
-pub struct Measurements {
+pub(crate) struct Measurements {
     /// CLOCK_MONOTONIC ns at which the window opened (or was last reset).
     pub window_start_ns: u64,
     pub probes: Vec<ProbeMeasurements>,
@@ -257,7 +258,7 @@ pub struct Measurements {
 impl Aggregator {
     /// A copy of what reports need, unpriced (`price::Pricer::measurements` decides
     /// the assumption).
-    pub fn measurements(&self) -> Measurements {
+    pub(crate) fn measurements(&self) -> Measurements {
         Measurements {
             window_start_ns: self.window_start_ns,
             probes: self
@@ -306,7 +307,7 @@ impl Aggregator {
 }
 
 /// Hands each probe its cost knowledge; `dispatch_on` readies the live measurement.
-pub fn install_costs(
+pub(crate) fn install_costs(
     aggregator: &mut Aggregator,
     costs: Vec<crate::price::ProbeCost>,
     dispatch_on: bool,

@@ -14,7 +14,7 @@ use crate::delivery::DeliveryMode;
 
 /// Everything measured for one probe.
 #[derive(Debug, Clone)]
-pub struct ProbeAggregate {
+pub(crate) struct ProbeAggregate {
     /// Hit records received.
     pub received: u64,
     /// Hits whose record the kernel could not queue (ring buffer full), since attach or
@@ -57,7 +57,7 @@ pub struct ProbeAggregate {
     /// `hits()` and `dropped` when the last live interval closed, to take deltas.
     pub(super) hits_at_roll: u64,
     pub(super) dropped_at_roll: u64,
-    /// The last closed live interval ([`Aggregator::roll_interval`]).
+    /// The last closed live interval ([`super::Aggregator::roll_interval`]).
     pub last_interval: IntervalSummary,
     /// Its percentile distribution.
     pub last_interval_curve: PercentileCurve,
@@ -69,7 +69,7 @@ pub struct ProbeAggregate {
 }
 
 /// How far back the per-probe time series reaches.
-pub const HISTORY_SPAN: Duration = Duration::from_secs(60);
+pub(crate) const HISTORY_SPAN: Duration = Duration::from_secs(60);
 /// At most this many history points are kept per probe, whatever the interval.
 const HISTORY_MAX_POINTS: usize = 600;
 
@@ -126,7 +126,7 @@ impl Default for ProbeAggregate {
 
 impl ProbeAggregate {
     /// Which hits [`Self::threads`] counts.
-    pub fn threads_cover(&self) -> ThreadsCover {
+    pub(crate) fn threads_cover(&self) -> ThreadsCover {
         if self.mode == DeliveryMode::Sample || self.sampled_hits > 0 {
             ThreadsCover::Sampled
         } else if self.mode == DeliveryMode::KernelHistogram || self.kernel_hits > 0 {
@@ -148,7 +148,7 @@ impl ProbeAggregate {
 
     /// Hits the probe took. Records received plus those dropped; in SAMPLE mode the
     /// kernel's count of every hit instead; plus hits counted in the in-kernel histogram.
-    pub fn hits(&self) -> u64 {
+    pub(crate) fn hits(&self) -> u64 {
         let streamed = if self.mode == DeliveryMode::Sample {
             self.sampled_hits
         } else {
@@ -160,7 +160,7 @@ impl ProbeAggregate {
     /// Takes the kernel's count of every hit in SAMPLE or KERNEL_HISTOGRAM mode
     /// (cumulative in the kernel); the rate follows it rather than the records or the
     /// timed hits.
-    pub fn set_counted_hits(&mut self, total: u64) {
+    pub(crate) fn set_counted_hits(&mut self, total: u64) {
         let new = total.saturating_sub(self.counted_seen);
         self.counted_seen = total;
         if self.mode == DeliveryMode::Sample {
@@ -173,7 +173,7 @@ impl ProbeAggregate {
 
     /// Takes the kernel's cumulative counts as the starting point, counting none of them:
     /// they were hit before the measurement window opened.
-    pub fn baseline_kernel_counts(&mut self, counted_total: u64, histogram_totals: &[u64]) {
+    pub(crate) fn baseline_kernel_counts(&mut self, counted_total: u64, histogram_totals: &[u64]) {
         self.counted_seen = counted_total;
         // 592 counters: kept only once the kernel counted something.
         self.kernel_seen = if histogram_totals.iter().all(|&n| n == 0) {
@@ -185,7 +185,7 @@ impl ProbeAggregate {
 
     /// Folds in the in-kernel histogram's bucket totals (cumulative in the kernel): each
     /// new timed hit is recorded at its bucket's midpoint, within 3.2% of its value.
-    pub fn apply_kernel_histogram(&mut self, totals: &[u64]) {
+    pub(crate) fn apply_kernel_histogram(&mut self, totals: &[u64]) {
         if self.kernel_seen.is_empty() && totals.iter().all(|&n| n == 0) {
             return;
         }
@@ -209,7 +209,7 @@ impl ProbeAggregate {
     /// Switched to the kernel by auto mode: the ring handler's clock so far prices its
     /// in-kernel hits (`--assume clock`); its handler histogram goes on holding both,
     /// as said in the user guide.
-    pub fn keep_streamed_clock(&mut self) {
+    pub(crate) fn keep_streamed_clock(&mut self) {
         if !self.handler_ns.is_empty() {
             self.cost.streamed_clock = Some((*self.handler_ns).clone());
         }
@@ -219,7 +219,7 @@ impl ProbeAggregate {
     /// times of the hits streamed so far become the probe's streamed clock, which prices
     /// its in-kernel hits, and the handler histogram starts over with the in-kernel
     /// handler's own. The hits stay counted.
-    pub fn end_clock_phase(&mut self) {
+    pub(crate) fn end_clock_phase(&mut self) {
         if let Some(streamed) = self.handler_ns.take().filter(|h| !h.is_empty()) {
             self.cost.streamed_clock = Some(streamed);
         }
@@ -228,30 +228,30 @@ impl ProbeAggregate {
 
     /// Share of the in-kernel hits whose handler was timed, for pricing them: below 1
     /// only with --time-every (records always carry their handler time).
-    pub fn timed_share(&self) -> f64 {
+    pub(crate) fn timed_share(&self) -> f64 {
         if self.kernel_hits == 0 {
             return 1.0;
         }
         self.kernel_timed.min(self.kernel_hits) as f64 / self.kernel_hits as f64
     }
 
-    pub fn summary(&self) -> HandlerSummary {
+    pub(crate) fn summary(&self) -> HandlerSummary {
         HandlerSummary::of(&self.handler_ns)
     }
 
     /// Takes the kernel's cumulative drop count; drops before the last reset do not count.
-    pub fn set_dropped_total(&mut self, total: u64) {
+    pub(crate) fn set_dropped_total(&mut self, total: u64) {
         self.dropped = total.saturating_sub(self.dropped_base);
     }
 
     /// Takes the kernel's cumulative count of `tid`'s dropped hits.
-    pub fn set_thread_dropped_total(&mut self, tid: u32, total: u64) {
+    pub(crate) fn set_thread_dropped_total(&mut self, tid: u32, total: u64) {
         self.thread_drops.insert(tid, total);
     }
 
     /// Dropped hits per thread since attach (or the last reset), unsorted; threads
     /// with none left out.
-    pub fn threads_dropped(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
+    pub(crate) fn threads_dropped(&self) -> impl Iterator<Item = (u32, u64)> + '_ {
         self.thread_drops.iter().filter_map(|(&tid, &total)| {
             let n = total.saturating_sub(self.thread_drops_base.get(&tid).copied().unwrap_or(0));
             (n > 0).then_some((tid, n))
@@ -318,7 +318,7 @@ impl ProbeAggregate {
     }
 
     /// Empties the interval histogram (when no interval log keeps it).
-    pub fn clear_interval(&mut self) {
+    pub(crate) fn clear_interval(&mut self) {
         self.interval_ns.clear();
     }
 
@@ -340,7 +340,7 @@ impl ProbeAggregate {
 
     /// Returns the histogram of the interval that just ended (`None`: no value was
     /// recorded in it) and starts a new one.
-    pub fn take_interval(&mut self) -> Option<Histogram<u64>> {
+    pub(crate) fn take_interval(&mut self) -> Option<Histogram<u64>> {
         self.interval_ns.take()
     }
 }

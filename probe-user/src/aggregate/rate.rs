@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// Hits per second over a sliding window, from per-tick counts.
 #[derive(Debug, Clone)]
-pub struct RateWindow {
+pub(crate) struct RateWindow {
     pub(super) window: Duration,
     /// (elapsed time of the tick, hits counted in it), oldest first.
     ticks: std::collections::VecDeque<(Duration, u64)>,
@@ -12,7 +12,7 @@ pub struct RateWindow {
 }
 
 impl RateWindow {
-    pub fn new(window: Duration) -> Self {
+    pub(crate) fn new(window: Duration) -> Self {
         Self {
             window,
             ticks: Default::default(),
@@ -20,12 +20,12 @@ impl RateWindow {
         }
     }
 
-    pub fn add(&mut self, hits: u64) {
+    pub(crate) fn add(&mut self, hits: u64) {
         self.current += hits;
     }
 
     /// Closes the current tick, which lasted `elapsed`, and drops ticks older than the window.
-    pub fn tick(&mut self, elapsed: Duration) {
+    pub(crate) fn tick(&mut self, elapsed: Duration) {
         self.ticks
             .push_back((elapsed, std::mem::take(&mut self.current)));
         let mut span: Duration = self.ticks.iter().map(|(d, _)| *d).sum();
@@ -37,7 +37,7 @@ impl RateWindow {
     }
 
     /// Hits per second over the closed ticks in the window; 0 before the first tick.
-    pub fn per_second(&self) -> f64 {
+    pub(crate) fn per_second(&self) -> f64 {
         let span: Duration = self.ticks.iter().map(|(d, _)| *d).sum();
         if span.is_zero() {
             return 0.0;

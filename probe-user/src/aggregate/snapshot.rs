@@ -9,7 +9,7 @@ use crate::delivery::DeliveryMode;
 
 /// What one probe looks like at a moment: the numbers the UI shows.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct ProbeSnapshot {
+pub(crate) struct ProbeSnapshot {
     /// How the probe's hits reach user space now.
     pub mode: DeliveryMode,
     pub hits: u64,
@@ -36,7 +36,7 @@ pub struct ProbeSnapshot {
 
 /// The numbers of one probe over one closed live interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct IntervalSummary {
+pub(crate) struct IntervalSummary {
     /// How long the interval lasted; zero before the first one closed.
     pub length: Duration,
     pub hits: u64,
@@ -47,7 +47,7 @@ pub struct IntervalSummary {
 
 /// One point of a probe's time series: one closed live interval.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct HistoryPoint {
+pub(crate) struct HistoryPoint {
     pub length: Duration,
     pub per_second: f64,
     /// `None` when the interval had no recorded handler time.
@@ -56,7 +56,7 @@ pub struct HistoryPoint {
 
 /// Details of the probe the UI has selected, computed only for it.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct FocusDetail {
+pub(crate) struct FocusDetail {
     pub probe_id: u32,
     /// The distribution since attach (or reset).
     pub cumulative: PercentileCurve,
@@ -71,11 +71,11 @@ pub struct FocusDetail {
 }
 
 /// Processes listed in a [`FocusDetail`].
-pub const FOCUS_PROCESSES: usize = 8;
+pub(crate) const FOCUS_PROCESSES: usize = 8;
 
 /// probetop's own use of the machine, measured by the collector.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct OwnUsage {
+pub(crate) struct OwnUsage {
     /// Share of one CPU over the last measurement (0.5 = half a CPU).
     pub cpu_share: Option<f64>,
     /// Resident memory, bytes.
@@ -84,7 +84,7 @@ pub struct OwnUsage {
 
 /// Every probe at a moment, plus totals; cheap to clone and send to the UI.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Time since the probes were attached (or the last reset).
     pub elapsed: Duration,
     /// The latest notice, if any.
@@ -112,7 +112,7 @@ pub struct Snapshot {
 impl Snapshot {
     /// Share of one CPU all probes take from the target: the sum over the probes with
     /// an estimate; `None` when none has one.
-    pub fn cpu_share(&self) -> Option<f64> {
+    pub(crate) fn cpu_share(&self) -> Option<f64> {
         let shares = self.probes.iter().filter_map(|p| p.cpu_share);
         shares.fold(None, |total, share| Some(total.unwrap_or(0.0) + share))
     }
@@ -121,7 +121,7 @@ impl Snapshot {
 impl Aggregator {
     /// The current numbers of every probe, unpriced: `price::Pricer::snapshot` adds
     /// each probe's whole cost and CPU share, and the assumption.
-    pub fn snapshot(&self, elapsed: Duration) -> Snapshot {
+    pub(crate) fn snapshot(&self, elapsed: Duration) -> Snapshot {
         let probes: Vec<ProbeSnapshot> = self
             .probes
             .iter()
@@ -156,7 +156,7 @@ impl Aggregator {
     }
 
     /// The distributions and time series of probe `probe_id`; `None` for an unknown id.
-    pub fn focus_detail(&self, probe_id: u32) -> Option<FocusDetail> {
+    pub(crate) fn focus_detail(&self, probe_id: u32) -> Option<FocusDetail> {
         let probe = self.probes.get(probe_id as usize)?;
         Some(FocusDetail {
             probe_id,

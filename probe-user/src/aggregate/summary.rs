@@ -75,7 +75,7 @@ impl PartialEq for LiveHistogram {
 }
 
 /// `hist` with probetop's full bounds ([`new_ns_histogram`]), as reports carry it.
-pub fn full_range(hist: &Histogram<u64>) -> Histogram<u64> {
+pub(crate) fn full_range(hist: &Histogram<u64>) -> Histogram<u64> {
     let mut full = new_ns_histogram();
     // Values are clamped into the full range as they are recorded, so adding cannot
     // fail; should it, the counts are copied one value at a time, clamped.
@@ -130,14 +130,14 @@ impl HandlerSummary {
 }
 
 /// Steps per decade of `1/(1-p)` at which [`PercentileCurve`] samples.
-pub const CURVE_STEPS_PER_DECADE: u32 = 8;
+pub(crate) const CURVE_STEPS_PER_DECADE: u32 = 8;
 /// Decades of `1/(1-p)` sampled: 5 reaches the 99.999th percentile.
-pub const CURVE_DECADES: u32 = 5;
+pub(crate) const CURVE_DECADES: u32 = 5;
 
 /// A percentile distribution sampled as HdrHistogram's plotter draws it: evenly on the
 /// `log10(1/(1-p))` axis, from the 0th to the 99.999th percentile.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PercentileCurve {
+pub(crate) struct PercentileCurve {
     /// (percentile in 0..=100, value in ns), ascending; empty without hits.
     pub points: Vec<(f64, u64)>,
     /// The largest value recorded (the 100th percentile).
@@ -147,13 +147,13 @@ pub struct PercentileCurve {
 
 impl PercentileCurve {
     /// The quantiles sampled (0..1), ascending.
-    pub fn quantiles() -> impl Iterator<Item = f64> {
+    pub(crate) fn quantiles() -> impl Iterator<Item = f64> {
         (0..=CURVE_DECADES * CURVE_STEPS_PER_DECADE)
             .map(|i| 1.0 - 10f64.powf(-f64::from(i) / f64::from(CURVE_STEPS_PER_DECADE)))
     }
 
     /// Samples `hist` in one pass over its counts.
-    pub fn of(hist: &Histogram<u64>) -> Self {
+    pub(crate) fn of(hist: &Histogram<u64>) -> Self {
         if hist.is_empty() {
             return Self::default();
         }

@@ -5,12 +5,12 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// Hits per thread id. Updated on every record, so hashed with [`TidHasher`]: the default
 /// SipHash cost a third of recording a hit.
-pub type ThreadCounts = HashMap<u32, u64, BuildHasherDefault<TidHasher>>;
+pub(crate) type ThreadCounts = HashMap<u32, u64, BuildHasherDefault<TidHasher>>;
 
 /// A multiplicative hash of a thread id: thread ids are the kernel's, not chosen to
 /// collide, so the flooding resistance of SipHash buys nothing here.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct TidHasher(u64);
+pub(crate) struct TidHasher(u64);
 
 impl Hasher for TidHasher {
     fn write(&mut self, bytes: &[u8]) {

@@ -65,7 +65,7 @@ pub fn args_config(point: &ProbePoint, count: usize) -> Result<ArgsConfig, ArgsE
 }
 
 /// The stack pointer alone: what a latency pair's probes capture.
-pub fn stack_pointer() -> ArgsConfig {
+pub(crate) fn stack_pointer() -> ArgsConfig {
     let mut config = ArgsConfig::default();
     config.args[0] = register(RegRef::full(Reg::Rsp), 8, false);
     config.count = 1;

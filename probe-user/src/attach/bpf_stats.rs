@@ -76,13 +76,13 @@ pub struct OtherProgram {
 }
 
 /// Turns the kernel's BPF run statistics on for as long as the value lives.
-pub struct StatsGuard {
+pub(crate) struct StatsGuard {
     _fd: OwnedFd,
 }
 
 impl StatsGuard {
     /// `BPF_ENABLE_STATS(BPF_STATS_RUN_TIME)`.
-    pub fn enable() -> Result<Self, aya::sys::SyscallError> {
+    pub(crate) fn enable() -> Result<Self, aya::sys::SyscallError> {
         Ok(Self {
             _fd: aya::sys::enable_stats(aya::sys::Stats::RunTime)?,
         })
@@ -90,13 +90,13 @@ impl StatsGuard {
 }
 
 /// Whether the kernel keeps BPF run statistics now (sysctl or an enable fd).
-pub fn stats_enabled() -> bool {
+pub(crate) fn stats_enabled() -> bool {
     procfs::kernel_sysctl("bpf_stats_enabled").is_ok_and(|v| v != "0")
 }
 
 /// Finds the BPF programs on uprobes of objects `pid` maps, other than those of the
 /// processes in `exclude_pids` and the programs in `exclude_progs`.
-pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherProgram> {
+pub(crate) fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherProgram> {
     let Ok(maps) = read_maps(pid) else {
         return Vec::new();
     };
@@ -118,7 +118,7 @@ pub fn find(pid: u32, exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherP
 
 /// [`find`] for every process of the host (`probetop --all`): every BPF program on a
 /// uprobe, whatever maps its file; a uprobe_multi link's pid filter is in `only_pid`.
-pub fn find_all(exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherProgram> {
+pub(crate) fn find_all(exclude_pids: &[u32], exclude_progs: &[u32]) -> Vec<OtherProgram> {
     let readable_anywhere = |file: &str, holder: Option<u32>| in_process(file, holder).is_some();
     find_where(readable_anywhere, None, exclude_pids, exclude_progs)
 }
@@ -238,7 +238,7 @@ fn find_where(
 
 /// Another tool's BPF program on one probed site.
 #[derive(Debug, Clone, PartialEq)]
-pub struct SiteHolder {
+pub(crate) struct SiteHolder {
     pub prog_id: u32,
     /// The program's name as loaded.
     pub name: String,
@@ -275,7 +275,7 @@ impl std::fmt::Display for SiteHolder {
 /// file at `file` (any path to it): who holds a site the kernel refused a probe on.
 /// Walks every process's file descriptors and every BPF link, so it is for the rare
 /// refusal, not for every probe.
-pub fn holders_at(file: &Path, offset: u64, exclude_pids: &[u32]) -> Vec<SiteHolder> {
+pub(crate) fn holders_at(file: &Path, offset: u64, exclude_pids: &[u32]) -> Vec<SiteHolder> {
     let Ok(wanted) = FileId::of(file) else {
         return Vec::new();
     };
@@ -384,7 +384,7 @@ fn link_holders() -> HashMap<u32, u32> {
 }
 
 /// The other programs on the target's probes over one run.
-pub struct Others {
+pub(crate) struct Others {
     programs: Vec<OtherProgram>,
     before: Vec<ProgramStats>,
     stats_on: bool,
@@ -394,7 +394,7 @@ pub struct Others {
 impl Others {
     /// Finds them and, if stats are on (or `enable_stats` turns them on), takes the
     /// run counts as the window opens.
-    pub fn start(pid: u32, enable_stats: bool) -> Self {
+    pub(crate) fn start(pid: u32, enable_stats: bool) -> Self {
         let guard = if enable_stats {
             match StatsGuard::enable() {
                 Ok(guard) => Some(guard),
@@ -426,7 +426,7 @@ impl Others {
 
     /// The programs with their runs over the window (stats on), turning stats off
     /// again if this turned them on.
-    pub fn finish(mut self) -> Vec<OtherProgram> {
+    pub(crate) fn finish(mut self) -> Vec<OtherProgram> {
         if self.stats_on {
             apply_stats(&mut self.programs, &self.before, &program_stats());
         }
@@ -435,7 +435,7 @@ impl Others {
 }
 
 /// Lines for stderr; empty when there are none.
-pub fn render(programs: &[OtherProgram]) -> String {
+pub(crate) fn render(programs: &[OtherProgram]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     if programs.is_empty() {
@@ -501,7 +501,7 @@ const MAX_LISTED: usize = 20;
 
 /// One program's cumulative statistics.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgramStats {
+pub(crate) struct ProgramStats {
     pub id: u32,
     pub name: String,
     pub run_count: u64,
@@ -509,7 +509,7 @@ pub struct ProgramStats {
 }
 
 /// Every loaded program's statistics (zero while stats are off).
-pub fn program_stats() -> Vec<ProgramStats> {
+pub(crate) fn program_stats() -> Vec<ProgramStats> {
     aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .map(|p| ProgramStats {
@@ -522,7 +522,11 @@ pub fn program_stats() -> Vec<ProgramStats> {
 }
 
 /// Sets each program's runs and run time to what happened since `before`.
-pub fn apply_stats(programs: &mut [OtherProgram], before: &[ProgramStats], after: &[ProgramStats]) {
+pub(crate) fn apply_stats(
+    programs: &mut [OtherProgram],
+    before: &[ProgramStats],
+    after: &[ProgramStats],
+) {
     for program in programs {
         let Some(now) = after.iter().find(|s| s.id == program.prog_id) else {
             program.unloaded = true;
@@ -538,7 +542,7 @@ pub fn apply_stats(programs: &mut [OtherProgram], before: &[ProgramStats], after
 }
 
 /// Ids of the BPF programs process `pid` holds open (from /proc/PID/fdinfo).
-pub fn programs_held_by(pid: u32) -> Vec<u32> {
+pub(crate) fn programs_held_by(pid: u32) -> Vec<u32> {
     let mut ids = Vec::new();
     let Ok(infos) = procfs::fdinfos(pid) else {
         return ids;

@@ -21,11 +21,11 @@ use crate::attach::dispatch_time::{
 use crate::spec::ProbeKind;
 
 /// The function every breakpoint hit goes through; without it nothing is measured.
-pub const NOTIFY_FN: &str = "uprobe_notify_resume";
+pub(crate) const NOTIFY_FN: &str = "uprobe_notify_resume";
 /// A hit of an optimized probe (Linux 6.18+).
-pub const SYSCALL_FN: &str = "handle_syscall_uprobe";
+pub(crate) const SYSCALL_FN: &str = "handle_syscall_uprobe";
 /// Every return through the uretprobe trampoline, int3 or syscall (Linux 6.11+).
-pub const RETURN_FN: &str = "uprobe_handle_trampoline";
+pub(crate) const RETURN_FN: &str = "uprobe_handle_trampoline";
 
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
@@ -72,10 +72,10 @@ fn describe(error: &ProgramError) -> String {
 
 /// Most probes measured for dispatch: its maps hold a histogram per probe per CPU
 /// (~10 KiB each), so very wide runs go without.
-pub const MAX_DISPATCH_PROBES: u32 = 512;
+pub(crate) const MAX_DISPATCH_PROBES: u32 = 512;
 
 /// Load-time sizes of the dispatch maps, and the target's pid.
-pub struct MapSizes {
+pub(crate) struct MapSizes {
     offsets: DispatchOffsets,
     tgid: u32,
     other_slot: u32,
@@ -88,7 +88,7 @@ pub struct MapSizes {
 
 impl MapSizes {
     /// Sizes for `probe_count` probes in process `tgid`; minimal when `tgid` is None.
-    pub fn new(tgid: Option<u32>, probe_count: u32) -> Self {
+    pub(crate) fn new(tgid: Option<u32>, probe_count: u32) -> Self {
         match tgid {
             Some(tgid) => {
                 let other_slot = probe_count * dispatch::SLOTS_PER_PROBE;
@@ -117,7 +117,7 @@ impl MapSizes {
     }
 
     /// Applies the sizes and the pid to the loader.
-    pub fn apply<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
+    pub(crate) fn apply<'a>(&'a self, loader: &mut EbpfLoader<'a>) {
         loader
             .map_max_entries("DISPATCH_TOTAL", self.slots)
             .map_max_entries("DISPATCH_HIST", self.hist)
@@ -293,7 +293,7 @@ const PROGRAMS: [&str; 6] = [
 ];
 
 /// This kernel's offsets for the dispatch programs, read once from its BTF.
-pub fn offsets() -> Result<DispatchOffsets, &'static super::kernel_btf::BtfError> {
+pub(crate) fn offsets() -> Result<DispatchOffsets, &'static super::kernel_btf::BtfError> {
     static OFFSETS: std::sync::OnceLock<Result<DispatchOffsets, super::kernel_btf::BtfError>> =
         std::sync::OnceLock::new();
     OFFSETS
@@ -311,7 +311,7 @@ fn btf_has_function(btf: &Btf, name: &str) -> bool {
 
 /// Ends the measurement started by [`Dispatch::start`]: its programs detach and
 /// unload; the totals in the maps stay readable.
-pub fn stop(ebpf: &mut Ebpf) {
+pub(crate) fn stop(ebpf: &mut Ebpf) {
     unload(ebpf, &PROGRAMS);
 }
 
@@ -405,7 +405,7 @@ attach_tracing!(attach_fexit, FExit, "fexit");
 /// Starts dispatch measurement on a loaded attachment (loaded with `dispatch_tgid`);
 /// `None` when the kernel refuses, after saying so in one line unless `told` (this
 /// machine's calibration met the same refusal and said so then).
-pub fn start_dispatch(
+pub(crate) fn start_dispatch(
     attachment: &mut super::Attachment,
     sites: &[ProbeSite],
     told: bool,
@@ -455,7 +455,7 @@ fn refusal_line(error: &DispatchError) -> String {
 /// Ends kernel dispatch measurement when the target execs: the kernel side joins
 /// dispatches to probes by their addresses in the old program, which may be those of
 /// unrelated code in the new one. The totals measured up to then stay.
-pub fn stop_dispatch(attachment: &mut super::Attachment) {
+pub(crate) fn stop_dispatch(attachment: &mut super::Attachment) {
     stop(attachment.ebpf_mut());
 }
 

@@ -8,12 +8,12 @@ use std::io;
 use crate::sys;
 
 /// Descriptors a probe holds on the perf-event path.
-pub const PER_PERF_EVENT_PROBE: u64 = 2;
+pub(crate) const PER_PERF_EVENT_PROBE: u64 = 2;
 /// Room kept for what is opened after attaching (exports, /proc reads, the listener).
 const HEADROOM: u64 = 64;
 
 /// Raises the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit now.
-pub fn raise_limit() -> io::Result<u64> {
+pub(crate) fn raise_limit() -> io::Result<u64> {
     let limit = sys::limits::open_files()?;
     if limit.soft < limit.hard {
         sys::limits::set_open_files_soft(limit.hard)?;
@@ -23,7 +23,7 @@ pub fn raise_limit() -> io::Result<u64> {
 
 /// `Err` with one line when `probes` probes on the perf-event path cannot fit under the
 /// soft limit (raised to the hard one by [`raise_limit`]) with what is open now.
-pub fn check_room(probes: u64) -> Result<(), String> {
+pub(crate) fn check_room(probes: u64) -> Result<(), String> {
     let Ok(limit) = sys::limits::open_files() else {
         return Ok(());
     };

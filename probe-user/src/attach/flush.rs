@@ -28,7 +28,7 @@ const FLUSH_EVERY: Duration = Duration::from_millis(200);
 /// The function probetop probes in itself; a hit on it flushes the CPU's batch.
 #[unsafe(no_mangle)]
 #[inline(never)]
-pub extern "C" fn probetop_flush_staged_records() -> u32 {
+pub(super) extern "C" fn probetop_flush_staged_records() -> u32 {
     // Kept opaque so the function has a body of its own that no other one is merged with.
     std::hint::black_box(FLUSH_PROBE_ID)
 }

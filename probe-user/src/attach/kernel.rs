@@ -21,7 +21,7 @@ const NEEDED_RELEASE: &str = "5.15";
 /// `Err` with one line naming what this kernel lacks and the release that has it
 /// (printed as `probetop: needs Linux 5.15 or later (...); this kernel is ...`); `Ok`
 /// when it has everything, or when the probes cannot tell.
-pub fn require_features() -> Result<(), String> {
+pub(super) fn require_features() -> Result<(), String> {
     let missing = missing_features();
     if missing.is_empty() {
         return Ok(());

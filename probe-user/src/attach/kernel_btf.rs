@@ -14,7 +14,7 @@ const KIND_STRUCT: u32 = 4;
 const KIND_UNION: u32 = 5;
 
 #[derive(Debug, thiserror::Error)]
-pub enum BtfError {
+pub(crate) enum BtfError {
     #[error("cannot read {path}: {source}")]
     Read {
         path: &'static str,
@@ -33,7 +33,7 @@ pub enum BtfError {
 const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
 /// The offsets the dispatch programs need, from this kernel's BTF.
-pub fn dispatch_offsets() -> Result<DispatchOffsets, BtfError> {
+pub(crate) fn dispatch_offsets() -> Result<DispatchOffsets, BtfError> {
     let data = std::fs::read(VMLINUX).map_err(|source| BtfError::Read {
         path: VMLINUX,
         source,

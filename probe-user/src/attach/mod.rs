@@ -16,29 +16,29 @@
 //! detached by closing file descriptors, which the kernel also does if probetop dies,
 //! so no exit path leaves a probe behind.
 
-pub mod args;
-pub mod bpf_stats;
+pub(crate) mod args;
+pub(crate) mod bpf_stats;
 mod counters;
-pub mod dispatch;
-pub mod dispatch_time;
+pub(crate) mod dispatch;
+pub(crate) mod dispatch_time;
 mod error;
-pub mod fds;
+pub(crate) mod fds;
 mod flush;
 mod kernel;
-pub mod kernel_btf;
+pub(crate) mod kernel_btf;
 mod links;
 mod multi;
-mod options;
-pub mod others;
+pub(crate) mod options;
+pub(crate) mod others;
 mod perf;
 mod processes;
 
-pub use counters::KernelCounters;
-pub use error::AttachError;
-pub use flush::StagedFlush;
-pub use links::{ProbeLink, ProbeMove};
-pub use options::{ATTACH_PATH_ENV, AttachPath, AttachRequest, LoadOptions};
-pub use processes::ProcessSet;
+pub(crate) use counters::KernelCounters;
+pub(crate) use error::AttachError;
+pub(crate) use flush::StagedFlush;
+pub(crate) use links::{ProbeLink, ProbeMove};
+pub(crate) use options::{AttachPath, AttachRequest, LoadOptions};
+pub(crate) use processes::ProcessSet;
 
 use std::{collections::HashMap, io, os::fd::AsFd as _};
 
@@ -411,7 +411,7 @@ fn multi_programs(ebpf: &Ebpf) -> Result<multi::Programs, AttachError> {
 /// ring buffer, and per probe slot its config, drop and hit counters, in-kernel
 /// histograms (kernel and auto modes) and gap histograms (when under
 /// [`GAP_MAP_BUDGET`]), the per-CPU ones once per possible CPU.
-pub fn kernel_memory_bytes(options: &LoadOptions) -> u64 {
+pub(crate) fn kernel_memory_bytes(options: &LoadOptions) -> u64 {
     let cpus = aya::util::nr_cpus().map_or(1, |n| n as u64);
     let slots = u64::from(
         options

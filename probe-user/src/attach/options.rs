@@ -120,4 +120,4 @@ impl AttachPath {
 }
 
 /// Forces the attach path: `perf_event` or `uprobe_multi`.
-pub const ATTACH_PATH_ENV: &str = "PROBETOP_ATTACH_PATH";
+pub(crate) const ATTACH_PATH_ENV: &str = "PROBETOP_ATTACH_PATH";

@@ -71,7 +71,7 @@ impl OtherSite {
 
 /// Every other tool's probe on an object `pid` maps, whether armed or not (see
 /// [`armed_in`]); probetop's own programs excluded.
-pub fn discover(pid: u32) -> Vec<OtherSite> {
+pub(crate) fn discover(pid: u32) -> Vec<OtherSite> {
     let me = std::process::id();
     let programs = bpf_stats::find(pid, &[me], &bpf_stats::programs_held_by(me));
     let maps = read_maps(pid).unwrap_or_default();
@@ -87,7 +87,7 @@ pub fn discover(pid: u32) -> Vec<OtherSite> {
 
 /// Every other tool's probe on the host, armed anywhere or not (`probetop --all`), each
 /// with the one process a uprobe_multi link's filter limits it to.
-pub fn discover_host() -> Vec<(OtherSite, Option<u32>)> {
+pub(crate) fn discover_host() -> Vec<(OtherSite, Option<u32>)> {
     let me = std::process::id();
     let programs = bpf_stats::find_all(&[me], &bpf_stats::programs_held_by(me));
     sites_of(&programs, tracefs_events())
@@ -193,13 +193,13 @@ fn is_probetops(name: &str) -> bool {
 /// the process differs from the file's (an `int3`, or the call an optimized probe
 /// became). `None` when it cannot be told (the file is not mapped executable there, or
 /// either read fails).
-pub fn armed_in(pid: u32, file: &Path, offset: u64) -> Option<bool> {
+pub(crate) fn armed_in(pid: u32, file: &Path, offset: u64) -> Option<bool> {
     armed_in_maps(pid, &read_maps(pid).ok()?, file, offset)
 }
 
 /// [`armed_in`] with `pid`'s maps read already (`probetop --all` reads each process's
 /// once per look).
-pub fn armed_in_maps(pid: u32, maps: &[MapEntry], file: &Path, offset: u64) -> Option<bool> {
+pub(crate) fn armed_in_maps(pid: u32, maps: &[MapEntry], file: &Path, offset: u64) -> Option<bool> {
     let id = FileId::of(file).ok()?;
     let entry = maps.iter().find(|m| {
         m.executable()
@@ -219,7 +219,7 @@ pub fn armed_in_maps(pid: u32, maps: &[MapEntry], file: &Path, offset: u64) -> O
 }
 
 /// Whether two paths name one file.
-pub fn same_file(a: &Path, b: &Path) -> bool {
+pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     match (FileId::of(a), FileId::of(b)) {
         (Ok(a), Ok(b)) => a == b,
         _ => a == b,
@@ -232,7 +232,7 @@ fn maps_file(maps: &[MapEntry], file: &Path) -> bool {
 
 /// The owner of a probe held by process `pid`, the tool told from its name and
 /// command line where it can be.
-pub fn owner_of(pid: u32) -> Owner {
+pub(crate) fn owner_of(pid: u32) -> Owner {
     let comm = procfs::comm(pid).ok().map(|c| c.trim().to_string());
     let cmdline = procfs::cmdline(pid).unwrap_or_default();
     Owner {

@@ -19,7 +19,7 @@ use probe_common::gap as buckets;
 
 /// Gap samples a probe needs before its own are used; with fewer, every probe's
 /// together (in-kernel mode samples one gap in `time_every`² hits).
-pub const MIN_SAMPLES: u64 = 20;
+pub(crate) const MIN_SAMPLES: u64 = 20;
 
 /// One point of the gap curve.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

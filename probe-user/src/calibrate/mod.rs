@@ -45,17 +45,17 @@ use workload::Func;
 
 /// The hidden subcommand the child runs.
 mod child;
-pub mod gap;
+pub(crate) mod gap;
 mod gap_phase;
-pub mod table;
-pub mod work;
+pub(crate) mod table;
+pub(crate) mod work;
 mod work_phase;
-pub mod workload;
+pub(crate) mod workload;
 
-pub const WORKLOAD_SUBCOMMAND: &str = "__calibrate-workload";
+pub(crate) const WORKLOAD_SUBCOMMAND: &str = "__calibrate-workload";
 
 #[derive(Debug, thiserror::Error)]
-pub enum CalibrateError {
+pub(crate) enum CalibrateError {
     #[error("the calibration workload: {0}")]
     Child(String),
     #[error("cannot start the calibration workload: {0}")]
@@ -74,7 +74,7 @@ pub enum CalibrateError {
 
 /// How long and how carefully to measure.
 #[derive(Debug, Clone, Copy)]
-pub struct CalibrateOptions {
+pub(crate) struct CalibrateOptions {
     /// Repetitions of every case.
     pub reps: usize,
     /// Calls per measured run of a case costing about a microsecond per hit
@@ -96,7 +96,7 @@ impl CalibrateOptions {
     /// The default: 20-40 seconds on a 2-vCPU VM. Every row and curve the estimates
     /// read, with fewer and shorter repetitions than [`Self::thorough`]; the cost tests
     /// (tests/it/cost_*.rs) hold its rows to the same bounds.
-    pub fn standard() -> Self {
+    pub(crate) fn standard() -> Self {
         Self {
             reps: 15,
             calls: 20_000,
@@ -110,7 +110,7 @@ impl CalibrateOptions {
 
     /// `--thorough`: 2-3 minutes on a 2-vCPU VM, for the full curves (the numbers in
     /// docs/cost.md were measured so).
-    pub fn thorough() -> Self {
+    pub(crate) fn thorough() -> Self {
         Self {
             reps: 31,
             calls: 60_000,
@@ -123,7 +123,7 @@ impl CalibrateOptions {
     }
 
     /// How long a run takes on the project's 2-vCPU VM, idle, as said before it starts.
-    pub fn expected(&self) -> &'static str {
+    pub(crate) fn expected(&self) -> &'static str {
         if self.reps > 20 || self.gap_reps > 3 {
             "2-3 minutes"
         } else {
@@ -190,7 +190,7 @@ impl RunsOn for DispatchCase {
 }
 
 /// Writes `calibration` to the cache; returns the path.
-pub fn save(calibration: &Calibration) -> Result<PathBuf, CalibrateError> {
+pub(crate) fn save(calibration: &Calibration) -> Result<PathBuf, CalibrateError> {
     let dir = cache_dir().ok_or_else(|| CalibrateError::Save {
         path: PathBuf::from("~/.cache/probetop"),
         source: io::Error::other("neither XDG_CACHE_HOME nor HOME is set"),
@@ -216,14 +216,14 @@ pub fn save(calibration: &Calibration) -> Result<PathBuf, CalibrateError> {
 
 /// What a calibration took: wall time, and CPU time of probetop and its workload.
 #[derive(Debug, Clone, Copy)]
-pub struct Spent {
+pub(crate) struct Spent {
     pub wall: std::time::Duration,
     /// `None` when a CPU clock could not be read.
     pub cpu: Option<std::time::Duration>,
 }
 
 /// Runs the calibration; `progress` gets one line per phase.
-pub fn run(
+pub(crate) fn run(
     options: CalibrateOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<(Calibration, Spent), CalibrateError> {

@@ -16,7 +16,7 @@ pub(crate) const FORMAT: u32 = 4;
 /// `data_bytes` of data and a run through `code_bytes` of code, as a server runs its
 /// own code between two hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ColdOptions {
+pub(crate) struct ColdOptions {
     pub data_bytes: u64,
     pub code_bytes: u64,
     /// Iterations per measured run (one hit each).
@@ -26,13 +26,13 @@ pub struct ColdOptions {
 /// The data walk's size when the last-level cache is not known, and its cap: a walk
 /// of the whole last-level cache of a large server (hundreds of MiB) would take tens of
 /// ms per iteration.
-pub const COLD_DATA_CAP: u64 = 32 << 20;
+pub(crate) const COLD_DATA_CAP: u64 = 32 << 20;
 
 /// The code chain's default size: a quarter of a typical L2, four times a typical L1i.
-pub const COLD_CODE_BYTES: u64 = 512 << 10;
+pub(crate) const COLD_CODE_BYTES: u64 = 512 << 10;
 
 /// The data walk's size when the L2's is not known.
-pub const COLD_DATA_FALLBACK: u64 = 2 << 20;
+pub(crate) const COLD_DATA_FALLBACK: u64 = 2 << 20;
 
 impl ColdOptions {
     /// The default footprint here: a data walk the size of this CPU's L2 and
@@ -43,7 +43,7 @@ impl ColdOptions {
     /// 4 MiB of code (an upper bound, `--cold-data-mib 32 --cold-code-mib 4`) priced it
     /// at 6-9 us (docs/cost.md, the size curve). One server: other footprints may fit
     /// others better, hence the flags.
-    pub fn for_this_machine(iters: u64) -> Self {
+    pub(crate) fn for_this_machine(iters: u64) -> Self {
         let data_bytes = level_cache_bytes(2)
             .unwrap_or(COLD_DATA_FALLBACK)
             .min(COLD_DATA_CAP);
@@ -72,7 +72,7 @@ fn level_cache_bytes(level: u32) -> Option<u64> {
 }
 
 /// The largest cache of CPU 0, from sysfs (`index*/size`, like `512K`, `32M`).
-pub fn last_level_cache_bytes() -> Option<u64> {
+pub(crate) fn last_level_cache_bytes() -> Option<u64> {
     let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
     dir.flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
@@ -95,12 +95,12 @@ fn parse_cache_size(text: &str) -> Option<u64> {
 /// How far apart two rows of one mechanism may lie: a USDT hit (a nop emulated after
 /// the trap) and an emulated uprobe (a push) differ by ~60 ns of ~850, less than a
 /// quick calibration's noise, so they are held to one class, not to an order.
-pub const SAME_CLASS: f64 = 0.35;
+pub(crate) const SAME_CLASS: f64 = 0.35;
 
 /// One measured case of phase one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum Case {
+pub(crate) enum Case {
     /// A loop calling a function that holds an unattached USDT site: ns per call.
     UsdtUnattached,
     /// A USDT site (a nop) with a probe running an empty program.
@@ -138,7 +138,7 @@ pub enum Case {
 }
 
 impl Case {
-    pub const ALL: [Case; 10] = [
+    pub(crate) const ALL: [Case; 10] = [
         Case::UsdtUnattached,
         Case::UsdtHit,
         Case::UsdtNop5Hit,
@@ -152,7 +152,7 @@ impl Case {
     ];
 
     /// The cold rows, in table order (`ALL` are the hot ones).
-    pub const COLD: [Case; 4] = [
+    pub(crate) const COLD: [Case; 4] = [
         Case::UprobeEmulatedCold,
         Case::UretprobeCold,
         Case::HandlerRingCold,
@@ -160,13 +160,13 @@ impl Case {
     ];
 
     /// The rows of what probetop's handler adds on top of the empty program.
-    pub const HANDLER: [Case; 3] = [
+    pub(crate) const HANDLER: [Case; 3] = [
         Case::HandlerRing,
         Case::HandlerKernel,
         Case::HandlerKernelUntimed,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Case::UsdtUnattached => "USDT site, not attached (ns per loop call)",
             Case::UsdtHit => "USDT hit (nop, empty program)",
@@ -186,7 +186,7 @@ impl Case {
     }
 
     /// The hot case a cold one repeats in the cold loop.
-    pub fn hot(self) -> Case {
+    pub(crate) fn hot(self) -> Case {
         match self {
             Case::UprobeEmulatedCold => Case::UprobeEmulated,
             Case::UretprobeCold => Case::Uretprobe,
@@ -196,7 +196,7 @@ impl Case {
         }
     }
 
-    pub fn is_cold(self) -> bool {
+    pub(crate) fn is_cold(self) -> bool {
         self.hot() != self
     }
 
@@ -223,7 +223,7 @@ impl Case {
 /// One case of phase two: probetop's ring handler with dispatch measurement on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum DispatchCase {
+pub(crate) enum DispatchCase {
     /// A USDT site: emulated nop.
     Usdt,
     /// `push %rbp`: emulated push.
@@ -235,7 +235,7 @@ pub enum DispatchCase {
 }
 
 impl DispatchCase {
-    pub const ALL: [DispatchCase; 5] = [
+    pub(crate) const ALL: [DispatchCase; 5] = [
         DispatchCase::Usdt,
         DispatchCase::Emulated,
         DispatchCase::SingleStepped,
@@ -243,7 +243,7 @@ impl DispatchCase {
         DispatchCase::Uretprobe,
     ];
 
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             DispatchCase::Usdt => "USDT hit (nop)",
             DispatchCase::Emulated => "uprobe, emulated (push %rbp)",
@@ -266,7 +266,7 @@ impl DispatchCase {
 
 /// One row of phase one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Row {
+pub(crate) struct Row {
     pub case: Case,
     pub label: String,
     /// ns per hit (per call for the unattached row), summarised.
@@ -278,7 +278,7 @@ pub struct Row {
 /// How the rows of what probetop's handler adds were measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum HandlerMethod {
+pub(crate) enum HandlerMethod {
     /// The kernel's run time per run of probetop's program minus the empty program's
     /// (BPF statistics): a few ns of spread. It leaves out what happens after the
     /// program returns (a ring-buffer wakeup, one per many records).
@@ -291,7 +291,7 @@ pub enum HandlerMethod {
 }
 
 impl HandlerMethod {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             HandlerMethod::ProgramTime => "program run time (BPF statistics)",
             HandlerMethod::ThreadCpuTime => "the traced thread's CPU time",
@@ -301,7 +301,7 @@ impl HandlerMethod {
 
 /// One row of phase two.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DispatchRow {
+pub(crate) struct DispatchRow {
     pub case: DispatchCase,
     pub label: String,
     /// Whole cost per hit with probetop's ring handler and dispatch measurement on.
@@ -314,7 +314,7 @@ pub struct DispatchRow {
 
 /// Everything `probetop calibrate` measured; cached as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Calibration {
+pub(crate) struct Calibration {
     pub format: u32,
     pub kernel_release: String,
     pub cpu_model: String,
@@ -357,7 +357,7 @@ pub struct Calibration {
 /// process runs between two hits evict the kernel's uprobe path, the BPF program and
 /// its maps from the caches and the TLB.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ColdCalibration {
+pub(crate) struct ColdCalibration {
     /// The loop that was run.
     pub options: ColdOptions,
     /// The last-level cache read from sysfs, when it was.
@@ -391,7 +391,7 @@ pub struct ColdCalibration {
 /// How the cold rows of what probetop's handler adds were measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum ColdHandlerMethod {
+pub(crate) enum ColdHandlerMethod {
     /// The programs' run time (BPF statistics) in the cold loop, probetop's minus the
     /// empty program's, as the hot handler rows.
     ProgramTime,
@@ -401,7 +401,7 @@ pub enum ColdHandlerMethod {
 }
 
 impl ColdCalibration {
-    pub fn row(&self, case: Case) -> Option<&Summary> {
+    pub(crate) fn row(&self, case: Case) -> Option<&Summary> {
         self.rows.iter().find(|r| r.case == case).map(|r| &r.ns)
     }
 
@@ -465,7 +465,7 @@ impl ColdCalibration {
 
 impl Calibration {
     /// The summary of one phase-one case (a cold case from the cold rows).
-    pub fn row(&self, case: Case) -> Option<&Summary> {
+    pub(crate) fn row(&self, case: Case) -> Option<&Summary> {
         if case.is_cold() {
             return self.cold.as_ref()?.row(case);
         }
@@ -473,7 +473,7 @@ impl Calibration {
     }
 
     /// The phase-two row of one case.
-    pub fn dispatch_row(&self, case: DispatchCase) -> Option<&DispatchRow> {
+    pub(crate) fn dispatch_row(&self, case: DispatchCase) -> Option<&DispatchRow> {
         self.dispatch.iter().find(|r| r.case == case)
     }
 
@@ -482,7 +482,7 @@ impl Calibration {
     /// single-stepped one < ... and a uretprobe > its emulated entry; a USDT hit (an
     /// emulated nop) and an emulated uprobe (a push) within [`SAME_CLASS`] of each
     /// other; every kernel-path cost positive. Err names the first violation.
-    pub fn check_order(&self) -> Result<(), String> {
+    pub(crate) fn check_order(&self) -> Result<(), String> {
         for case in Case::ALL {
             match self.row(case) {
                 None => return Err(format!("no row for {case:?}")),
@@ -527,7 +527,7 @@ impl Calibration {
     }
 
     /// Whether this calibration was made on the running kernel and CPU.
-    pub fn matches_this_machine(&self) -> bool {
+    pub(crate) fn matches_this_machine(&self) -> bool {
         let machine = Machine::current();
         self.format == FORMAT
             && self.kernel_release == machine.kernel_release
@@ -535,7 +535,7 @@ impl Calibration {
     }
 
     /// Renders the table people read.
-    pub fn render_text(&self) -> String {
+    pub(crate) fn render_text(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
         let _ = writeln!(
@@ -711,17 +711,12 @@ impl Machine {
 }
 
 /// `$XDG_CACHE_HOME/probetop` or `$HOME/.cache/probetop`.
-pub fn cache_dir() -> Option<PathBuf> {
+pub(crate) fn cache_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
     Some(base.join("probetop"))
-}
-
-/// Where this machine's calibration is cached.
-pub fn cache_path() -> Option<PathBuf> {
-    Some(cache_dir()?.join(Machine::current().cache_file_name()))
 }
 
 /// A calibration file's size at most: a full calibration is tens of KiB (its samples
@@ -731,7 +726,7 @@ const MAX_CACHE_BYTES: u64 = 16 << 20;
 /// A calibration cache that is there but cannot be read as one: a FIFO, a device, a
 /// link, a huge file. The run goes on without it.
 #[derive(Debug, thiserror::Error)]
-pub enum CacheError {
+pub(crate) enum CacheError {
     #[error("the calibration cache {}: {source}; going on without it (remove it and run `probetop calibrate`)", path.display())]
     Unreadable {
         path: PathBuf,
@@ -747,7 +742,7 @@ pub enum CacheError {
 /// This machine's cached calibration, if there is one that parses and matches; an error
 /// if the file there is not one probetop wrote (never waited on, never read past
 /// [`MAX_CACHE_BYTES`]).
-pub fn load_cached() -> Result<Option<Calibration>, CacheError> {
+pub(crate) fn load_cached() -> Result<Option<Calibration>, CacheError> {
     use crate::sys::files::{Accept, BoundedReadError, read_bounded};
     let machine = Machine::current();
     if machine.cpu_model == UNKNOWN_CPU {

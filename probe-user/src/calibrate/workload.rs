@@ -225,7 +225,7 @@ unsafe extern "C" {
 
 /// One workload function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Func {
+pub(crate) enum Func {
     /// Starts with `push %rbp`.
     Emulated,
     /// The same, for probetop's ring buffer handler.
@@ -251,7 +251,7 @@ pub enum Func {
 }
 
 impl Func {
-    pub const ALL: [Func; 13] = [
+    pub(crate) const ALL: [Func; 13] = [
         Func::Emulated,
         Func::EmulatedRing,
         Func::EmulatedKernel,
@@ -267,7 +267,7 @@ impl Func {
         Func::UsdtNop5Twin,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Func::Emulated => "emulated",
             Func::EmulatedRing => "ring",
@@ -287,7 +287,7 @@ impl Func {
 
     /// The kind of probe that measures it: its return for [`Func::Ret`], the USDT site
     /// for [`Func::Usdt`], its entry otherwise.
-    pub fn probe_kind(self) -> crate::spec::ProbeKind {
+    pub(crate) fn probe_kind(self) -> crate::spec::ProbeKind {
         use crate::spec::ProbeKind;
         match self {
             Func::Ret => ProbeKind::Uretprobe,
@@ -301,7 +301,7 @@ impl Func {
     }
 
     /// The unprobed function with the same code.
-    pub fn twin(self) -> Func {
+    pub(crate) fn twin(self) -> Func {
         match self {
             Func::Emulated | Func::EmulatedRing | Func::EmulatedKernel | Func::Ret => {
                 Func::EmulatedTwin
@@ -334,7 +334,7 @@ impl Func {
 
     /// Runtime address of the instruction a probe on this function sits on: the entry,
     /// for [`Func::Usdt`] and [`Func::UsdtNop5`] the USDT site their notes name.
-    pub fn probed_address(self) -> u64 {
+    pub(crate) fn probed_address(self) -> u64 {
         match self {
             // Only the address of the extern static is taken, never its value.
             Func::Usdt => &raw const probetop_cal_usdt_site as u64,
@@ -345,13 +345,13 @@ impl Func {
 }
 
 /// CPU time of the calling thread, ns.
-pub fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     crate::sys::clock::thread_cpu_ns()
 }
 
 /// Calls `func` `warmup` times, then `calls` times under the CPU clock; returns CPU ns
 /// per measured call (the kernel's uprobe handling on this thread included).
-pub fn run(func: Func, calls: u64, warmup: u64) -> f64 {
+pub(crate) fn run(func: Func, calls: u64, warmup: u64) -> f64 {
     // Through black_box: an indirect call the compiler cannot inline or drop.
     let f = std::hint::black_box(func.pointer());
     let mut acc = 0u64;
@@ -376,7 +376,7 @@ const LINE: usize = 64;
 /// two hits: a walk over a data buffer (one load per cache line, every page touched:
 /// evicts the data caches and the TLB) and a chain of code lines (one taken jump per
 /// 64-byte line: evicts the instruction caches, the iTLB and the branch predictor).
-pub struct Footprint {
+pub(crate) struct Footprint {
     data: Mapping,
     data_bytes: usize,
     /// Holds the chain's code: unmapped with the footprint.
@@ -388,7 +388,7 @@ pub struct Footprint {
 impl Footprint {
     /// A footprint of `data_bytes` of data and `code_bytes` of code (each at least one
     /// line).
-    pub fn new(data_bytes: usize, code_bytes: usize) -> io::Result<Self> {
+    pub(crate) fn new(data_bytes: usize, code_bytes: usize) -> io::Result<Self> {
         let data = Mapping::new(data_bytes.max(LINE))?;
         let mut code = Mapping::new(code_bytes.max(LINE))?;
         let lines = write_chain(code.bytes_mut(), code_bytes.max(LINE) / LINE);
@@ -410,13 +410,13 @@ impl Footprint {
         })
     }
 
-    pub fn sizes(&self) -> (usize, usize) {
+    pub(crate) fn sizes(&self) -> (usize, usize) {
         (self.data_bytes, self.code_bytes)
     }
 
     /// Walks the data, then runs the code chain; returns a value the caller must
     /// consume (so no load can be dropped).
-    pub fn run(&self, seed: u64) -> u64 {
+    pub(crate) fn run(&self, seed: u64) -> u64 {
         let data = &self.data.bytes()[..self.data_bytes.min(self.data.bytes().len())];
         let mut sum = seed;
         for byte in data.iter().step_by(LINE) {
@@ -501,7 +501,7 @@ fn ns_per_tick(start: Clocks, end: Clocks) -> f64 {
 
 /// One run of the cold loop.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ColdRun {
+pub(crate) struct ColdRun {
     /// The thread's CPU ns per iteration (footprint plus call), mean over the run.
     pub cpu_ns_per_iter: f64,
     /// Median wall ns of one iteration, by the time-stamp counter (an interrupt or a
@@ -525,7 +525,7 @@ fn median_of(values: &mut [u64]) -> f64 {
 }
 
 /// Runs `warmup` then `iters` iterations of: the footprint, then one call of `func`.
-pub fn run_cold(func: Func, iters: u64, warmup: u64, footprint: &Footprint) -> ColdRun {
+pub(crate) fn run_cold(func: Func, iters: u64, warmup: u64, footprint: &Footprint) -> ColdRun {
     let f = std::hint::black_box(func.pointer());
     let mut acc = 0u64;
     for i in 0..warmup {
@@ -560,7 +560,7 @@ pub fn run_cold(func: Func, iters: u64, warmup: u64, footprint: &Footprint) -> C
 
 /// One run of the gap loop.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GapRun {
+pub(crate) struct GapRun {
     /// The thread's CPU ns per iteration (the call and the sleep's syscall).
     pub cpu_ns_per_iter: f64,
     /// Wall ns per iteration: the time from one call to the next.
@@ -574,7 +574,7 @@ pub struct GapRun {
 /// Runs `iters` iterations of: one call of `func`, then a sleep of `sleep_ns` (none
 /// for 0). The CPU is idle or runs other work meanwhile, as a server's between two
 /// requests.
-pub fn run_gap(func: Func, iters: u64, sleep_ns: u64) -> GapRun {
+pub(crate) fn run_gap(func: Func, iters: u64, sleep_ns: u64) -> GapRun {
     let f = std::hint::black_box(func.pointer());
     let pause = Duration::from_nanos(sleep_ns);
     let mut acc = 0u64;
@@ -623,7 +623,7 @@ const WARMUP_GAP_CALLS: u64 = 3;
 /// `cold FUNC ITERS WARMUP DATA_BYTES CODE_BYTES` -> `cold CPU_PER_ITER ITER CALL`;
 /// `gap FUNC ITERS SLEEP_NS` -> `gap CPU_PER_ITER WALL_PER_ITER CALL_TRIMMED_MEAN`;
 /// anything else -> `error ...`.
-pub fn child_main() -> anyhow::Result<()> {
+pub(crate) fn child_main() -> anyhow::Result<()> {
     let stdin = io::stdin();
     let mut out = io::stdout().lock();
     // Sleeps as short as asked: the default timer slack (50 us) would stretch the gap

@@ -19,7 +19,7 @@ use crate::stats::XorShift;
 
 /// What the estimate of a hit's cost may be short of the truth by (docs/cost.md: within
 /// 25% in every cell measured), added to it before it is held against the budget.
-pub const ESTIMATE_MARGIN: f64 = 0.25;
+pub(crate) const ESTIMATE_MARGIN: f64 = 0.25;
 /// The shortest attached part of a period: an attach takes 1-10 ms (longer on a busy
 /// machine), which must stay small beside it.
 const ON_MIN_S: f64 = 0.04;
@@ -105,7 +105,7 @@ impl fmt::Display for Budget {
 
 /// One period as planned: its length, where its attached part starts, and how long.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub period_s: f64,
     pub on_offset_s: f64,
     pub on_s: f64,
@@ -113,7 +113,7 @@ pub struct Plan {
 
 /// What one period cost, as measured once its hits were read.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub period_s: f64,
     /// Seconds attached.
     pub on_s: f64,
@@ -145,7 +145,7 @@ pub struct Bounds {
 
 /// The duty controller and the windows' ledger.
 #[derive(Debug)]
-pub struct Controller {
+pub(crate) struct Controller {
     budget: Budget,
     window_s: f64,
     duty: f64,
@@ -176,7 +176,7 @@ pub struct Controller {
 }
 
 impl Controller {
-    pub fn new(budget: Budget, window_s: f64, seed: u64) -> Self {
+    pub(crate) fn new(budget: Budget, window_s: f64, seed: u64) -> Self {
         let period_max = (window_s / PERIODS_PER_WINDOW).max(PERIOD_MIN_S);
         let min_duty = (ON_MIN_S / period_max).min(1.0);
         Self {
@@ -201,25 +201,23 @@ impl Controller {
         }
     }
 
-    pub fn budget(&self) -> Budget {
-        self.budget
-    }
-
-    pub fn duty(&self) -> f64 {
+    #[cfg(test)]
+    fn duty(&self) -> f64 {
         self.duty
     }
 
-    pub fn min_duty(&self) -> f64 {
+    #[cfg(test)]
+    fn min_duty(&self) -> f64 {
         self.min_duty
     }
 
-    pub fn floor(&self) -> Option<f64> {
+    pub(crate) fn floor(&self) -> Option<f64> {
         self.floor
     }
 
     /// The next period: its length drawn within 30% of what the duty needs, its
     /// attached part at a random offset.
-    pub fn plan(&mut self) -> Plan {
+    pub(crate) fn plan(&mut self) -> Plan {
         let period_max = (self.window_s / PERIODS_PER_WINDOW).max(PERIOD_MIN_S);
         let base = (ON_MIN_S / self.duty).clamp(PERIOD_MIN_S, period_max);
         let jitter = 0.7 + 0.6 * self.uniform();
@@ -248,13 +246,13 @@ impl Controller {
     }
 
     /// An attached part planned for `planned_s` lasted `actual_s`.
-    pub fn attached_for(&mut self, planned_s: f64, actual_s: f64) {
+    pub(crate) fn attached_for(&mut self, planned_s: f64, actual_s: f64) {
         let overrun = (actual_s - planned_s).max(0.0);
         self.overrun_s = 0.7 * self.overrun_s + 0.3 * overrun;
     }
 
     /// In situ's added CPU per second while attached, once it has a signal.
-    pub fn measured_in_situ(&mut self, added_rate_high: Option<f64>) {
+    pub(crate) fn measured_in_situ(&mut self, added_rate_high: Option<f64>) {
         self.in_situ_rate = added_rate_high;
     }
 
@@ -285,7 +283,7 @@ impl Controller {
     }
 
     /// Takes a period's cost into the ledger and sets the duty for the next.
-    pub fn observe(&mut self, o: Observed) {
+    pub(crate) fn observe(&mut self, o: Observed) {
         let with_margin = o.estimated_ns * (1.0 + ESTIMATE_MARGIN);
         self.recent
             .push_back((o.on_s, with_margin, o.period_s, o.target_cpu_ns));
@@ -378,7 +376,7 @@ impl Controller {
 
     /// Whether the current window has spent its whole allowance (its top bound): the
     /// attached part then ends early.
-    pub fn window_spent_out(&self, running_ns: f64) -> bool {
+    pub(crate) fn window_spent_out(&self, running_ns: f64) -> bool {
         let Some(allowed) = self.allowed_rate() else {
             return false;
         };
@@ -387,7 +385,7 @@ impl Controller {
     }
 
     /// The run so far.
-    pub fn summary(&self, actions: &[String]) -> BudgetSummary {
+    pub(crate) fn summary(&self, actions: &[String]) -> BudgetSummary {
         let used = |spent: f64| self.used_of(spent, self.total_target_ns, self.total_s);
         BudgetSummary {
             budget: self.budget,
@@ -428,7 +426,7 @@ pub struct ScaledHits {
 /// successive periods (each period's error independent, the load allowed to drift) or,
 /// where larger, the counting noise of the hits themselves.
 #[derive(Debug, Default, Clone)]
-pub struct Scaler {
+pub(crate) struct Scaler {
     read: Vec<u64>,
     sum: Vec<f64>,
     poisson: Vec<f64>,
@@ -454,7 +452,7 @@ impl Scaler {
     /// A period whose attached fraction was `fraction` ended, and `hits` (cumulative per
     /// probe) hold every hit of it. `uncertain` is the part of its attached time that may
     /// have been attached or not (the attach calls' length, over the time attached).
-    pub fn close_period(&mut self, fraction: f64, uncertain: f64, hits: &[u64]) {
+    pub(crate) fn close_period(&mut self, fraction: f64, uncertain: f64, hits: &[u64]) {
         self.grow(hits.len());
         let inverse = 1.0 / fraction.clamp(1e-6, 1.0);
         for (i, &cumulative) in hits.iter().enumerate() {
@@ -474,7 +472,7 @@ impl Scaler {
 
     /// Every probe's estimate; `counted` is the run's exact count (the last period's
     /// hits are what it adds to those read).
-    pub fn scaled(&self, counted: &[u64]) -> Vec<ScaledHits> {
+    pub(crate) fn scaled(&self, counted: &[u64]) -> Vec<ScaledHits> {
         counted
             .iter()
             .enumerate()

@@ -20,12 +20,12 @@ use std::{collections::HashMap, fmt, io, time::Instant};
 use crate::stats::{XorShift, quantile};
 use crate::sys::procfs;
 
-pub mod budget;
+pub(crate) mod budget;
 mod set;
-pub use set::{Members, SetMeter};
+pub(crate) use set::{Members, SetMeter};
 
 /// Windows before a number is given: fewer pairs make an interval that means little.
-pub const MIN_PAIRS: usize = 3;
+pub(crate) const MIN_PAIRS: usize = 3;
 /// Bootstrap resamples of the pairs' mean.
 const RESAMPLES: usize = 2000;
 
@@ -61,7 +61,7 @@ impl WorkMeter {
 
 /// The target's CPU time and work done so far, read together.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Reading {
+pub(crate) struct Reading {
     pub at: Instant,
     /// CPU time of every thread of the target, dead ones included (its process CPU
     /// clock), in ns.
@@ -75,7 +75,7 @@ pub struct Reading {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum MeterError {
+pub(crate) enum MeterError {
     #[error("cannot read the CPU clock of pid {pid}: {source}")]
     Clock { pid: u32, source: io::Error },
     #[error("cannot read /proc/{pid}/io: {source}")]
@@ -91,7 +91,7 @@ const AUTO_MIN_COUNT: u64 = 20;
 
 /// Reads a target's CPU time and work.
 #[derive(Debug)]
-pub struct TargetMeter {
+pub(crate) struct TargetMeter {
     pid: u32,
     clock: crate::sys::clock::ProcessCpuClock,
     work: WorkMeter,
@@ -102,7 +102,7 @@ pub struct TargetMeter {
 }
 
 impl TargetMeter {
-    pub fn new(pid: u32, work: WorkMeter) -> Result<Self, MeterError> {
+    pub(crate) fn new(pid: u32, work: WorkMeter) -> Result<Self, MeterError> {
         let clock = crate::sys::clock::ProcessCpuClock::of(pid)
             .map_err(|source| MeterError::Clock { pid, source })?;
         let mut meter = Self {
@@ -165,11 +165,12 @@ impl TargetMeter {
         Ok(())
     }
 
-    pub fn work(&self) -> WorkMeter {
+    #[cfg(test)]
+    pub(crate) fn work(&self) -> WorkMeter {
         self.work
     }
 
-    pub fn read(&mut self) -> Result<Reading, MeterError> {
+    pub(crate) fn read(&mut self) -> Result<Reading, MeterError> {
         let cpu_ns = self.clock.read_ns().map_err(|source| MeterError::Clock {
             pid: self.pid,
             source,
@@ -216,7 +217,7 @@ fn voluntary_switches(status: &str) -> Option<u64> {
 
 /// One window: the probes attached or detached all through it.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Window {
+pub(crate) struct Window {
     pub probes_on: bool,
     pub seconds: f64,
     pub cpu_ns: u64,
@@ -228,7 +229,7 @@ pub struct Window {
 }
 
 impl Window {
-    pub fn between(probes_on: bool, start: &Reading, end: &Reading) -> Self {
+    pub(crate) fn between(probes_on: bool, start: &Reading, end: &Reading) -> Self {
         Self {
             probes_on,
             seconds: end.at.saturating_duration_since(start.at).as_secs_f64(),
@@ -398,7 +399,7 @@ impl InSituSummary {
 
 /// The windows measured so far, and the changes between them.
 #[derive(Debug, Clone, Default)]
-pub struct InSitu {
+pub(crate) struct InSitu {
     work: WorkMeter,
     windows: Vec<Window>,
     /// Detach and attach durations, in seconds, and the target's CPU in them.
@@ -407,19 +408,19 @@ pub struct InSitu {
 }
 
 impl InSitu {
-    pub fn new(work: WorkMeter) -> Self {
+    pub(crate) fn new(work: WorkMeter) -> Self {
         Self {
             work,
             ..Default::default()
         }
     }
 
-    pub fn push_window(&mut self, window: Window) {
+    pub(crate) fn push_window(&mut self, window: Window) {
         self.windows.push(window);
     }
 
     /// A change of state: `to_on` for an attach.
-    pub fn push_change(&mut self, to_on: bool, change: Window) {
+    pub(crate) fn push_change(&mut self, to_on: bool, change: Window) {
         if to_on {
             self.attaches.push(change);
         } else {
@@ -471,7 +472,7 @@ impl InSitu {
     }
 
     /// What can be said with `hits_on` hits counted over the ON windows.
-    pub fn summary(&self, hits_on: u64) -> InSituSummary {
+    pub(crate) fn summary(&self, hits_on: u64) -> InSituSummary {
         let on: Vec<&Window> = self.windows.iter().filter(|w| w.probes_on).collect();
         let off: Vec<&Window> = self.windows.iter().filter(|w| !w.probes_on).collect();
         let seconds_on: f64 = on.iter().map(|w| w.seconds).sum();

@@ -22,7 +22,7 @@ use crate::sys::{cgroup, procfs::Stat};
 
 /// Which processes make up the set.
 #[derive(Debug, Clone, Default)]
-pub struct Members {
+pub(crate) struct Members {
     /// The `--pid`s.
     pub roots: Vec<u32>,
     /// With every process forked from a member.
@@ -74,7 +74,7 @@ struct Member {
 
 /// Reads the CPU time and work of a set of processes together.
 #[derive(Debug)]
-pub struct SetMeter {
+pub(crate) struct SetMeter {
     members_of: Members,
     work: WorkMeter,
     members: HashMap<u32, Member>,
@@ -89,7 +89,7 @@ pub struct SetMeter {
 }
 
 impl SetMeter {
-    pub fn new(members_of: Members, work: WorkMeter) -> Result<Self, MeterError> {
+    pub(crate) fn new(members_of: Members, work: WorkMeter) -> Result<Self, MeterError> {
         let first = members_of.roots.first().copied().unwrap_or(0);
         let mut meter = Self {
             members_of,
@@ -114,7 +114,7 @@ impl SetMeter {
         Ok(meter)
     }
 
-    pub fn work(&self) -> WorkMeter {
+    pub(crate) fn work(&self) -> WorkMeter {
         self.work
     }
 
@@ -153,7 +153,7 @@ impl SetMeter {
     }
 
     /// The set's totals now. Fails only when no member can be read at all.
-    pub fn read(&mut self) -> Result<Reading, MeterError> {
+    pub(crate) fn read(&mut self) -> Result<Reading, MeterError> {
         let now_ticks = crate::sys::procfs::boot_ticks();
         let kind = match self.work {
             // Resolved in `new`; never read as auto.

@@ -128,7 +128,7 @@ pub struct SiteClass {
 }
 
 /// Why a [`CostClass::Unsafe`] site is refused.
-pub const RED_ZONE: &str = "a 5-byte nop past the function's entry, which this kernel rewrites into a call that writes its return address below %rsp, over the function's red zone";
+pub(crate) const RED_ZONE: &str = "a 5-byte nop past the function's entry, which this kernel rewrites into a call that writes its return address below %rsp, over the function's red zone";
 
 impl SiteClass {
     /// The class of this instruction when it is not its function's first (or may not
@@ -147,7 +147,7 @@ impl SiteClass {
 
 /// What the running kernel does beyond the rules every supported kernel shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct KernelRules {
+pub(crate) struct KernelRules {
     /// The kernel optimizes probed 5-byte nops (Linux 6.18+, `arch_uprobe_optimize`);
     /// `None`: ask the running kernel, only when a 5-byte nop is classified.
     pub optimizes_nop5: Option<bool>,
@@ -156,14 +156,14 @@ pub struct KernelRules {
 impl KernelRules {
     /// The rules of the running kernel, looked up when first needed: the lookup reads
     /// /proc/kallsyms (~60 ms of kernel formatting here), which most resolves never need.
-    pub fn running() -> Self {
+    pub(crate) fn running() -> Self {
         Self {
             optimizes_nop5: None,
         }
     }
 
     /// Whether probed 5-byte nops are optimized.
-    pub fn optimizes_nop5(self) -> bool {
+    pub(crate) fn optimizes_nop5(self) -> bool {
         static RUNNING: OnceLock<bool> = OnceLock::new();
         self.optimizes_nop5.unwrap_or_else(|| {
             *RUNNING.get_or_init(|| crate::sys::procfs::kernel_has_symbol("arch_uprobe_optimize"))
@@ -172,7 +172,7 @@ impl KernelRules {
 }
 
 /// Longest x86 instruction.
-pub const MAX_INSN_LEN: usize = 15;
+pub(crate) const MAX_INSN_LEN: usize = 15;
 
 /// Page size for the optimization's no-page-crossing rule.
 const PAGE_SIZE: u64 = 4096;
@@ -310,7 +310,7 @@ fn parts(insn: &[u8]) -> Option<Parts<'_>> {
 /// Classifies the instruction at the start of `code` (up to [`MAX_INSN_LEN`] bytes
 /// read at the probe site); `page_offset` is the site's offset within its page (the
 /// file offset's low 12 bits: mappings keep them).
-pub fn classify(code: &[u8], page_offset: u64, rules: KernelRules) -> SiteClass {
+pub(crate) fn classify(code: &[u8], page_offset: u64, rules: KernelRules) -> SiteClass {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let insn = decoder.decode();
     if insn.is_invalid() {
@@ -435,13 +435,21 @@ fn kernel_class(
 }
 
 /// Reads the instruction bytes at `file_offset` of `path` and classifies them.
-pub fn classify_file(path: &Path, file_offset: u64, rules: KernelRules) -> io::Result<SiteClass> {
+pub(crate) fn classify_file(
+    path: &Path,
+    file_offset: u64,
+    rules: KernelRules,
+) -> io::Result<SiteClass> {
     let file = File::open(path)?;
     classify_at(&file, file_offset, rules)
 }
 
 /// [`classify_file`] on an open file.
-pub fn classify_at(file: &File, file_offset: u64, rules: KernelRules) -> io::Result<SiteClass> {
+pub(crate) fn classify_at(
+    file: &File,
+    file_offset: u64,
+    rules: KernelRules,
+) -> io::Result<SiteClass> {
     let mut code = [0u8; MAX_INSN_LEN];
     let mut filled = 0;
     // A site near the end of the file gets fewer bytes; decoding says if they suffice.

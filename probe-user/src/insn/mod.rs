@@ -2,5 +2,5 @@
 //! kernel handles a uprobe there), its decoding, and the later sites a function's
 //! code offers. A leaf: `resolve`, `probetop list` and `price` use it.
 
-pub mod classes;
-pub mod sites;
+pub(crate) mod classes;
+pub(crate) mod sites;

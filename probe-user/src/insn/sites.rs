@@ -19,7 +19,7 @@ use super::classes::{self, CostClass, KernelRules};
 
 /// Most bytes of one function read to look for a later site: larger functions get no
 /// offer (a hostile file's symbol sizes are not trusted with memory).
-pub const MAX_FUNCTION_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_FUNCTION_BYTES: u64 = 1 << 20;
 
 /// One decoded instruction, at `offset` bytes from the function's entry.
 #[derive(Debug, Clone, Copy)]
@@ -78,7 +78,7 @@ fn decode(code: &[u8]) -> Decoded {
 
 /// Why `FUNC+OFFSET` cannot be probed.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OffsetError {
+pub(crate) enum OffsetError {
     /// The symbol table gives the function no size, so nothing can be checked.
     NoSize,
     /// At or past the function's end.
@@ -95,7 +95,7 @@ pub enum OffsetError {
 
 impl OffsetError {
     /// The one-line refusal, for `spec_name+offset`.
-    pub fn message(&self, func: &str, offset: u64) -> String {
+    pub(crate) fn message(&self, func: &str, offset: u64) -> String {
         let at = format!("{func}+{offset:#x}");
         match self {
             OffsetError::NoSize => format!(
@@ -123,7 +123,7 @@ impl OffsetError {
 /// Checks that `offset` is an instruction boundary of the function whose bytes from its
 /// entry are `code` (at least up to `offset` + [`classes::MAX_INSN_LEN`], or to its end)
 /// and whose symbol size is `size`. Offset 0, the entry, is always good.
-pub fn check_offset(code: &[u8], size: u64, offset: u64) -> Result<(), OffsetError> {
+pub(crate) fn check_offset(code: &[u8], size: u64, offset: u64) -> Result<(), OffsetError> {
     if offset == 0 {
         return Ok(());
     }
@@ -168,7 +168,7 @@ pub fn check_offset(code: &[u8], size: u64, offset: u64) -> Result<(), OffsetErr
 
 /// A later instruction of a function whose entry is single-stepped.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct LaterSite {
+pub(crate) struct LaterSite {
     /// Bytes from the entry.
     pub offset: u64,
     pub class: CostClass,
@@ -180,7 +180,7 @@ pub struct LaterSite {
 impl LaterSite {
     /// `+0x3 (jbe 0x30) is emulated and reached on every call: use SPEC`, where SPEC is
     /// the uprobe spec of the function without its offset (`uprobe:f`).
-    pub fn advice(&self, spec: &str) -> String {
+    pub(crate) fn advice(&self, spec: &str) -> String {
         format!(
             "+{:#x} ({}) is emulated and reached on every call: use {spec}+{:#x}",
             self.offset, self.instruction, self.offset
@@ -190,7 +190,7 @@ impl LaterSite {
 
 /// Why no later site is offered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoLaterSite {
+pub(crate) enum NoLaterSite {
     /// The entry itself is not single-stepped: nothing to improve.
     EntryNotSingleStepped,
     /// The straight line from the entry ends (a branch, call, return) before an
@@ -212,7 +212,7 @@ pub enum NoLaterSite {
 
 impl NoLaterSite {
     /// Why, in a few words.
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             NoLaterSite::EntryNotSingleStepped => "the entry is not single-stepped",
             NoLaterSite::BranchFirst => {
@@ -250,7 +250,7 @@ impl NoLaterSite {
 /// only make them to symbols. `entry_file_offset` places the sites in their page for
 /// the 5-byte-nop rule; `entry_address` only serves to show branch targets as objdump
 /// does.
-pub fn later_site(
+pub(crate) fn later_site(
     code: &[u8],
     entry_address: u64,
     entry_file_offset: u64,
@@ -325,7 +325,7 @@ pub struct ReturnSites {
 
 /// Why a function's `ret` instructions cannot be listed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NoReturnSites {
+pub(crate) enum NoReturnSites {
     /// No size in the symbol table, or more than [`MAX_FUNCTION_BYTES`].
     Unsized,
     /// The bytes from the entry do not decode as x86-64 to the end.
@@ -336,7 +336,7 @@ pub enum NoReturnSites {
 
 impl NoReturnSites {
     /// The one-line refusal for `func+ret`.
-    pub fn message(self, func: &str) -> String {
+    pub(crate) fn message(self, func: &str) -> String {
         match self {
             NoReturnSites::Unsized => format!(
                 "{func}+ret: the symbol table gives {func} no size (or one over {MAX_FUNCTION_BYTES} bytes), so probetop cannot find all its ret instructions"
@@ -352,7 +352,7 @@ impl NoReturnSites {
 }
 
 /// Every `ret` of the function whose bytes (its whole symbol size) are `code`.
-pub fn return_sites(code: &[u8]) -> Result<ReturnSites, NoReturnSites> {
+pub(crate) fn return_sites(code: &[u8]) -> Result<ReturnSites, NoReturnSites> {
     if code.is_empty() || code.len() as u64 > MAX_FUNCTION_BYTES {
         return Err(NoReturnSites::Unsized);
     }
@@ -388,7 +388,7 @@ pub fn return_sites(code: &[u8]) -> Result<ReturnSites, NoReturnSites> {
 /// stack for the callee), or jumps indirectly. Anything the decode cannot vouch for (no
 /// size, too large, invalid bytes) counts as yes. A function for which this is false is
 /// a leaf: no exception can be thrown while it runs, so none unwinds through it.
-pub fn runs_other_code(code: &[u8]) -> bool {
+pub(crate) fn runs_other_code(code: &[u8]) -> bool {
     if code.is_empty() || code.len() as u64 > MAX_FUNCTION_BYTES {
         return true;
     }
@@ -425,7 +425,7 @@ fn format_at(code: &[u8], offset: u64, address: u64) -> String {
 }
 
 /// Reads `len` bytes at `file_offset` of `file`, fewer at the end of the file.
-pub fn read_code(file: &File, file_offset: u64, len: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_code(file: &File, file_offset: u64, len: u64) -> io::Result<Vec<u8>> {
     let available = file.metadata()?.len().saturating_sub(file_offset);
     let mut code = vec![0u8; len.min(available) as usize];
     let mut filled = 0;

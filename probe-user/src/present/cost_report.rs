@@ -11,10 +11,10 @@ use crate::price::report::{EstimateBracket, ProbeCostReport, probe_report};
 use super::ProbeLabel;
 
 /// The end-of-run cost report, for stderr: the total CPU share, the run's estimate under
-/// each loop (`bracket`, from [`run_report`]), then one line per probe with its class,
+/// each loop (`bracket`, from [`crate::price::report::run_report`]), then one line per probe with its class,
 /// whole cost per hit, average rate and share over the run, and how the cost was
 /// estimated.
-pub fn report(
+pub(crate) fn report(
     labels: &[ProbeLabel],
     aggregator: &Aggregator,
     measurements: &Measurements,

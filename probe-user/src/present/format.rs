@@ -1,7 +1,7 @@
 //! Human-readable numbers, shared by the TUI and the summary table.
 
 /// Nanoseconds with a unit that keeps three significant digits: `812ns`, `1.23us`, `45.6ms`.
-pub fn ns(value: u64) -> String {
+pub(crate) fn ns(value: u64) -> String {
     const UNITS: [(f64, &str); 3] = [(1e9, "s"), (1e6, "ms"), (1e3, "us")];
     for (scale, unit) in UNITS {
         let v = value as f64 / scale;
@@ -13,7 +13,7 @@ pub fn ns(value: u64) -> String {
 }
 
 /// Fractional nanoseconds (means), same units as [`ns`].
-pub fn ns_f(value: f64) -> String {
+pub(crate) fn ns_f(value: f64) -> String {
     if value < 1000.0 {
         format!("{}ns", three_digits(value))
     } else {
@@ -32,7 +32,7 @@ fn three_digits(v: f64) -> String {
 }
 
 /// Counts with k/M/G suffixes past 10,000: `9999`, `12.3k`, `4.56M`.
-pub fn count(value: f64) -> String {
+pub(crate) fn count(value: f64) -> String {
     const UNITS: [(f64, &str); 3] = [(1e9, "G"), (1e6, "M"), (1e3, "k")];
     if value < 10_000.0 {
         return format!("{value:.0}");
@@ -46,7 +46,7 @@ pub fn count(value: f64) -> String {
 }
 
 /// Bytes with a binary unit: `512B`, `12.3KiB`, `45.6MiB`.
-pub fn bytes(value: u64) -> String {
+pub(crate) fn bytes(value: u64) -> String {
     const UNITS: [(f64, &str); 3] = [
         (1_073_741_824.0, "GiB"),
         (1_048_576.0, "MiB"),
@@ -62,7 +62,7 @@ pub fn bytes(value: u64) -> String {
 }
 
 /// A share of one CPU as a percentage: `0.0%`, `12.3%`, `150%`.
-pub fn percent(share: f64) -> String {
+pub(crate) fn percent(share: f64) -> String {
     let p = share * 100.0;
     if p >= 100.0 {
         format!("{p:.0}%")
@@ -72,7 +72,7 @@ pub fn percent(share: f64) -> String {
 }
 
 /// A short duration in seconds: `1s`, `0.5s`, `2.25s`.
-pub fn seconds(d: std::time::Duration) -> String {
+pub(crate) fn seconds(d: std::time::Duration) -> String {
     let s = d.as_secs_f64();
     let text = format!("{s:.2}");
     let text = text.trim_end_matches('0').trim_end_matches('.');
@@ -80,7 +80,7 @@ pub fn seconds(d: std::time::Duration) -> String {
 }
 
 /// A duration as a clock: `0:07`, `12:34`, `1:02:03`.
-pub fn clock(elapsed: std::time::Duration) -> String {
+pub(crate) fn clock(elapsed: std::time::Duration) -> String {
     let s = elapsed.as_secs();
     if s >= 3600 {
         format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
@@ -90,7 +90,7 @@ pub fn clock(elapsed: std::time::Duration) -> String {
 }
 
 /// A handler summary as every view shows it: min, p50, p90, p99, p99.9, max, mean.
-pub fn handler_cells(h: &crate::aggregate::HandlerSummary) -> [String; 7] {
+pub(crate) fn handler_cells(h: &crate::aggregate::HandlerSummary) -> [String; 7] {
     [
         ns(h.min),
         ns(h.p50),

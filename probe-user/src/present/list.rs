@@ -8,7 +8,7 @@ use crate::sys::stderr::one_line;
 
 /// Renders a listing as text: one section per object, one line per point, then
 /// warnings.
-pub fn render_text(listing: &Listing) -> String {
+pub(crate) fn render_text(listing: &Listing) -> String {
     let mut out = String::new();
     for object in &listing.objects {
         let points: Vec<_> = listing
@@ -174,7 +174,7 @@ fn stripped_note(out: &mut String, stripped: &Stripped) {
 }
 
 /// Renders a listing as pretty-printed JSON (addresses as numbers).
-pub fn render_json(listing: &Listing) -> serde_json::Result<String> {
+pub(crate) fn render_json(listing: &Listing) -> serde_json::Result<String> {
     serde_json::to_string_pretty(listing)
 }
 

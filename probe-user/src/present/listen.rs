@@ -18,7 +18,7 @@ use tokio::{
 };
 
 /// The exposition format's content type (text format 0.0.4).
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Longest request head read; Prometheus sends a few hundred bytes.
 const MAX_HEAD: usize = 16 * 1024;
 /// A connection is closed after this long, answered or not.
@@ -36,7 +36,7 @@ const RETRY_AFTER_S: u32 = 1;
 
 /// Why a request is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     Ok,
     BadRequest,
     NotFound,
@@ -64,7 +64,7 @@ impl Status {
 
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// GET /metrics (or HEAD: `head_only`).
     Metrics {
         head_only: bool,
@@ -73,7 +73,7 @@ pub enum Route {
 }
 
 /// Routes a complete request head (up to and including the blank line).
-pub fn route(head: &[u8]) -> Route {
+pub(crate) fn route(head: &[u8]) -> Route {
     let Ok(head) = std::str::from_utf8(head) else {
         return Route::Refused(Status::BadRequest);
     };
@@ -100,7 +100,12 @@ pub fn route(head: &[u8]) -> Route {
 }
 
 /// A whole response with `Connection: close`.
-pub fn response(status: Status, content_type: &str, body: &[u8], head_only: bool) -> Vec<u8> {
+pub(crate) fn response(
+    status: Status,
+    content_type: &str,
+    body: &[u8],
+    head_only: bool,
+) -> Vec<u8> {
     let mut out = format!(
         "HTTP/1.1 {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
         status.line(),
@@ -121,13 +126,13 @@ pub fn response(status: Status, content_type: &str, body: &[u8], head_only: bool
 }
 
 /// Binds the listening socket (before probes are attached, so a taken port fails fast).
-pub async fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+pub(crate) async fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
 /// Serves `/metrics` until the task is dropped. `metrics` renders the exposition text
 /// now, or `None` once measuring has stopped (answered with 503).
-pub async fn serve<F, Fut>(listener: TcpListener, metrics: F)
+pub(crate) async fn serve<F, Fut>(listener: TcpListener, metrics: F)
 where
     F: Fn() -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Option<String>> + Send + 'static,

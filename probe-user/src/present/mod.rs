@@ -1,15 +1,15 @@
 //! Presentation: the live terminal UI, the end-of-run summary, and exports.
 pub(crate) mod calibration;
-pub mod cost_report;
-pub mod export;
-pub mod format;
+pub(crate) mod cost_report;
+pub(crate) mod export;
+pub(crate) mod format;
 pub(crate) mod headline;
-pub mod list;
-pub mod listen;
+pub(crate) mod list;
+pub(crate) mod listen;
 pub(crate) mod names;
-pub mod processes;
-pub mod summary;
-pub mod tui;
+pub(crate) mod processes;
+pub(crate) mod summary;
+pub(crate) mod tui;
 
 use crate::spec::ProbeKind;
 
@@ -22,7 +22,7 @@ pub(crate) const NO_CALIBRATION_FOOTER: &str =
 
 /// How a probe is named on screen.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeLabel {
+pub(crate) struct ProbeLabel {
     pub kind: ProbeKind,
     /// `kind:name`, as a user would write the spec.
     pub display: String,
@@ -45,7 +45,7 @@ pub struct ProbeLabel {
 }
 
 impl ProbeLabel {
-    pub fn new(kind: ProbeKind, name: &str, object: &str) -> Self {
+    pub(crate) fn new(kind: ProbeKind, name: &str, object: &str) -> Self {
         Self {
             kind,
             display: format!("{kind}:{name}"),
@@ -59,7 +59,7 @@ impl ProbeLabel {
 
     /// The name with the exec that retired the probe, if one did: for summaries.
     /// The name on one line as tables print it (a symbol's name may hold anything).
-    pub fn full_name(&self) -> String {
+    pub(crate) fn full_name(&self) -> String {
         let name = crate::sys::stderr::one_line(&self.display);
         match self.before_exec {
             Some(exec) => format!("{name} [before exec {exec}]"),

@@ -10,7 +10,7 @@ use crate::attach::others::Owner;
 
 /// One process with probes armed in it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct ProcessRow {
+pub(crate) struct ProcessRow {
     pub pid: u32,
     pub comm: String,
     /// Probe sites armed in it now (at the end of the run: every one counted in it).
@@ -39,7 +39,7 @@ pub struct ProcessRow {
 
 /// One probed site in a process.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct SiteRow {
+pub(crate) struct SiteRow {
     pub kind: String,
     pub name: String,
     pub object: String,
@@ -54,12 +54,12 @@ pub struct SiteRow {
 
 impl ProcessRow {
     /// The owners as one cell: `bpftrace 1234, tracefs`.
-    pub fn owners_cell(&self) -> String {
+    pub(crate) fn owners_cell(&self) -> String {
         owners_text(&self.owners)
     }
 
     /// The comm with the process's state.
-    pub fn name_cell(&self) -> String {
+    pub(crate) fn name_cell(&self) -> String {
         let comm = crate::sys::stderr::one_line(&self.comm).into_owned();
         if self.exited {
             format!("{comm} (exited)")
@@ -70,7 +70,7 @@ impl ProcessRow {
 }
 
 /// Owners as `bpftrace 1234, tracefs`.
-pub fn owners_text(owners: &[Owner]) -> String {
+pub(crate) fn owners_text(owners: &[Owner]) -> String {
     owners
         .iter()
         .map(|o| match o.pid {
@@ -82,7 +82,7 @@ pub fn owners_text(owners: &[Owner]) -> String {
 }
 
 /// Sorted as top sorts: by CPU share, then hits/s, then pid.
-pub fn sort(rows: &mut [ProcessRow]) {
+pub(crate) fn sort(rows: &mut [ProcessRow]) {
     rows.sort_by(|a, b| {
         let share = |r: &ProcessRow| r.cpu_share.unwrap_or(0.0);
         share(b)
@@ -93,7 +93,7 @@ pub fn sort(rows: &mut [ProcessRow]) {
 }
 
 /// The cells of a row, in [`HEADERS`] order.
-pub fn cells(row: &ProcessRow) -> [String; 9] {
+pub(crate) fn cells(row: &ProcessRow) -> [String; 9] {
     let opt_percent = |v: Option<f64>| v.map_or_else(|| "-".into(), format::percent);
     [
         row.pid.to_string(),
@@ -109,12 +109,12 @@ pub fn cells(row: &ProcessRow) -> [String; 9] {
 }
 
 /// Column titles.
-pub const HEADERS: [&str; 9] = [
+pub(crate) const HEADERS: [&str; 9] = [
     "PID", "COMM", "PROBES", "HITS", "HITS/S", "COST/HIT", "CPU", "OF PROC", "OWNERS",
 ];
 
 /// The `--no-tui` table: a header and one line per process.
-pub fn table(rows: &[ProcessRow]) -> String {
+pub(crate) fn table(rows: &[ProcessRow]) -> String {
     let mut lines: Vec<Vec<String>> = vec![HEADERS.iter().map(|h| h.to_string()).collect()];
     lines.extend(rows.iter().map(|r| cells(r).to_vec()));
     let widths: Vec<usize> = (0..HEADERS.len())
@@ -144,7 +144,7 @@ pub fn table(rows: &[ProcessRow]) -> String {
 
 /// The export: `{"processes": [...], "seconds", "started_unix_ms"}`.
 #[derive(Debug, Serialize)]
-pub struct HostReport<'a> {
+pub(crate) struct HostReport<'a> {
     pub started_unix_ms: u64,
     pub seconds: f64,
     /// How hits were counted and costs priced, for scripts.
@@ -153,7 +153,7 @@ pub struct HostReport<'a> {
 }
 
 /// The JSON of `report`.
-pub fn json(report: &HostReport<'_>) -> Result<Vec<u8>, serde_json::Error> {
+pub(crate) fn json(report: &HostReport<'_>) -> Result<Vec<u8>, serde_json::Error> {
     serde_json::to_vec_pretty(report)
 }
 

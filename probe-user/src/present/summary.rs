@@ -12,7 +12,7 @@ use crate::aggregate::Snapshot;
 /// the BPF handler's own time percentiles (a part of the cost). The costs are the
 /// report's (in situ where measured); a probe without hits shows `-` where it has no
 /// number.
-pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&Report>) -> String {
+pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&Report>) -> String {
     let seconds = snapshot.elapsed.as_secs_f64();
     let headers = [
         "PROBE", "COST/HIT", "%CPU", "HITS", "HITS/S", "DROPS", "MIN", "P50", "P90", "P99",
@@ -106,7 +106,7 @@ pub fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&Report>
 /// Renders one row per latency pair: calls, the rate over `seconds`, the latency as
 /// measured and as corrected for the probes' own cost, the probes' whole cost per call
 /// and its share of the corrected mean, then the calls not paired.
-pub fn latency_table(rows: &[crate::aggregate::LatencyRow], seconds: f64) -> String {
+pub(crate) fn latency_table(rows: &[crate::aggregate::LatencyRow], seconds: f64) -> String {
     let headers = [
         "LATENCY",
         "CALLS",

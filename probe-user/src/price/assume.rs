@@ -28,10 +28,10 @@ use std::time::Instant;
 use serde::Serialize;
 
 /// Executable mappings above which auto assumes cold.
-pub const AUTO_TEXT_BYTES: u64 = 8 << 20;
+pub(crate) const AUTO_TEXT_BYTES: u64 = 8 << 20;
 
 /// Time between two hits on one thread above which auto assumes cold, ns.
-pub const AUTO_HIT_INTERVAL_NS: f64 = 10_000.0;
+pub(crate) const AUTO_HIT_INTERVAL_NS: f64 = 10_000.0;
 
 /// Which calibration rows price a hit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -59,7 +59,7 @@ impl Assumption {
 
 /// `--assume`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum AssumeChoice {
+pub(crate) enum AssumeChoice {
     Hot,
     Cold,
     /// Retired: priced as `clock` (which it differed from only in its fallbacks), with
@@ -79,7 +79,7 @@ pub enum AssumeChoice {
 
 /// What auto looks at.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct AutoInputs {
+pub(crate) struct AutoInputs {
     /// The target's executable mappings, bytes (`None`: not read).
     pub text_bytes: Option<u64>,
     /// Hits per second of every probe together.
@@ -115,7 +115,7 @@ fn busy_threads(busy_cores: Option<f64>) -> f64 {
 /// alone is not part of
 /// it: it priced mariadbd 35-48% under the truth, and an estimate that errs low tells a
 /// DBA a probe is cheaper than it is.
-pub fn auto(inputs: AutoInputs) -> Decision {
+pub(crate) fn auto(inputs: AutoInputs) -> Decision {
     let decision = hot_or_cold(inputs);
     if decision.assumes == Assumption::Cold && inputs.clock && inputs.gap_curve {
         return Decision {
@@ -171,7 +171,7 @@ fn hot_or_cold(inputs: AutoInputs) -> Decision {
 }
 
 /// `choice` applied to `inputs`.
-pub fn decide(choice: AssumeChoice, inputs: AutoInputs) -> Decision {
+pub(crate) fn decide(choice: AssumeChoice, inputs: AutoInputs) -> Decision {
     match choice {
         AssumeChoice::Hot => Decision {
             assumes: Assumption::Hot,
@@ -199,7 +199,7 @@ pub fn decide(choice: AssumeChoice, inputs: AutoInputs) -> Decision {
 }
 
 /// Bytes of the executable mappings of `pid`.
-pub fn text_bytes(pid: u32) -> Option<u64> {
+pub(crate) fn text_bytes(pid: u32) -> Option<u64> {
     let maps = crate::sys::maps::read_maps(pid).ok()?;
     Some(
         maps.iter()
@@ -216,7 +216,7 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
 
 /// The run's choice and what auto needs of the target, read as the run goes.
 #[derive(Debug, Clone, Default)]
-pub struct Assumer {
+pub(crate) struct Assumer {
     pub choice: AssumeChoice,
     pub text_bytes: Option<u64>,
     /// Whether the calibration has a gap curve.
@@ -233,7 +233,7 @@ pub struct Assumer {
 
 impl Assumer {
     /// For `pid`: reads its executable mappings now.
-    pub fn new(choice: AssumeChoice, pid: u32) -> Self {
+    pub(crate) fn new(choice: AssumeChoice, pid: u32) -> Self {
         Self {
             choice,
             text_bytes: text_bytes(pid),
@@ -243,7 +243,7 @@ impl Assumer {
     }
 
     /// The measuring window opens (or is reset): the run's rates count from here.
-    pub fn open(&mut self) {
+    pub(crate) fn open(&mut self) {
         let now = Instant::now();
         self.opened = Some(now);
         self.first = self.pid.and_then(cpu_ticks).map(|t| (now, t));
@@ -252,7 +252,7 @@ impl Assumer {
     }
 
     /// Reads the target's CPU time (once a second or so, by the collector).
-    pub fn observe(&mut self) {
+    pub(crate) fn observe(&mut self) {
         let Some(ticks) = self.pid.and_then(cpu_ticks) else {
             return;
         };
@@ -270,17 +270,17 @@ impl Assumer {
 
     /// The target's CPU over the last reading (probes included), as a share of one
     /// CPU: what the headline sets the probes' cost against.
-    pub fn target_cores_live(&self) -> Option<f64> {
+    pub(crate) fn target_cores_live(&self) -> Option<f64> {
         Self::cores(self.previous, self.last).or_else(|| Self::cores(self.first, self.last))
     }
 
     /// The target's CPU since the window opened (probes included), share of one CPU.
-    pub fn target_cores_run(&self) -> Option<f64> {
+    pub(crate) fn target_cores_run(&self) -> Option<f64> {
         Self::cores(self.first, self.last)
     }
 
     /// The decision for the last second: `hits_per_second` of every probe together.
-    pub fn live(&self, hits_per_second: f64) -> Decision {
+    pub(crate) fn live(&self, hits_per_second: f64) -> Decision {
         decide(
             self.choice,
             AutoInputs {
@@ -296,7 +296,7 @@ impl Assumer {
 
     /// The decision over the run so far: `hits` of every probe together since the
     /// window opened.
-    pub fn run(&self, hits: u64) -> Decision {
+    pub(crate) fn run(&self, hits: u64) -> Decision {
         let seconds = self.opened.map_or(0.0, |t| t.elapsed().as_secs_f64());
         decide(
             self.choice,

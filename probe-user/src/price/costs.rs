@@ -13,7 +13,7 @@ use crate::spec::ProbeKind;
 use crate::resolve::{FunctionSpan, ProbePoint};
 
 /// What the cost module knows about a run's probes before they are attached.
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// Per probe id.
     pub costs: Vec<ProbeCost>,
     /// Per probe id: where it sits in the target, for dispatch measurement.
@@ -25,7 +25,7 @@ pub struct Prepared {
 }
 
 /// Classifies every probe site and looks up this machine's calibration.
-pub fn prepare(points: &[&ProbePoint]) -> Prepared {
+pub(crate) fn prepare(points: &[&ProbePoint]) -> Prepared {
     let rules = KernelRules::running();
     let (calibration, calibration_warning) = match calibration::load_cached() {
         Ok(calibration) => (calibration, None),
@@ -105,7 +105,7 @@ const MAX_ENTRY_WARNINGS: usize = 5;
 /// ([`sites::later_site`]), with the spec that probes it. Nothing is moved: the user
 /// decides. `probes` are (spec as written, point) in probe id order, `costs` from
 /// [`prepare`].
-pub fn entry_warnings(probes: &[(&str, &ProbePoint)], costs: &[ProbeCost]) -> Vec<String> {
+pub(crate) fn entry_warnings(probes: &[(&str, &ProbePoint)], costs: &[ProbeCost]) -> Vec<String> {
     let rules = KernelRules::running();
     let mut lines = Vec::new();
     let mut more = 0usize;

@@ -4,7 +4,7 @@
 //! Two ways, best first:
 //!
 //! 1. **dispatch + residual**: the kernel dispatch time measured live for this probe
-//!    (fentry/fexit, see [`super::dispatch`]), plus the part it cannot see (the trap,
+//!    (fentry/fexit, see [`crate::attach::dispatch_time`]), plus the part it cannot see (the trap,
 //!    the entry into the kernel and the way back to user space), calibrated for the
 //!    probe's cost class with dispatch measurement on.
 //! 2. **calibration**: the calibrated cost of a hit of the probe's class with an empty
@@ -159,7 +159,7 @@ fn entry_dispatch_case(class: CostClass) -> Option<DispatchCase> {
 /// The calibrated basis of a probe of `kind` on an instruction of `class`.
 /// `shares_entry`: a uretprobe whose function also has an entry probe, whose
 /// breakpoint it shares (its own cost is then the return alone).
-pub fn basis(
+pub(crate) fn basis(
     cal: &Calibration,
     class: CostClass,
     kind: ProbeKind,
@@ -207,7 +207,7 @@ pub fn basis(
 /// (in-kernel, untimed) is its hot row plus what the cold loop adds to the timed
 /// handler (the same program and maps). The dispatch residual stays hot. `None`
 /// without cold rows.
-pub fn cold_basis(
+pub(crate) fn cold_basis(
     cal: &Calibration,
     class: CostClass,
     kind: ProbeKind,
@@ -314,7 +314,7 @@ pub struct SharedPart {
 }
 
 /// How a shared trap is split, as exports say it.
-pub const SHARED_SPLIT: &str = "trap-split-evenly";
+pub(crate) const SHARED_SPLIT: &str = "trap-split-evenly";
 
 /// What another tool's program costs per run, and how that was found.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -626,7 +626,7 @@ fn own_or_pooled<'a>(own: &'a GapCounts, pooled: &'a GapCounts) -> &'a GapCounts
 }
 
 /// Share of one CPU that `rate` hits/s at `whole_ns` each take (1.0 is a whole CPU).
-pub fn cpu_share(whole_ns: f64, per_second: f64) -> f64 {
+pub(crate) fn cpu_share(whole_ns: f64, per_second: f64) -> f64 {
     whole_ns * per_second / 1e9
 }
 

@@ -17,19 +17,19 @@
 //! The instruction's class comes from `insn`; dispatch time as measured, and other
 //! tools' programs on the target's probes, from `attach`.
 
-pub mod assume;
-pub mod costs;
-pub mod estimate;
-pub mod pricer;
-pub mod report;
+pub(crate) mod assume;
+pub(crate) mod costs;
+pub(crate) mod estimate;
+pub(crate) mod pricer;
+pub(crate) mod report;
 
-pub use estimate::{ProbeCost, cpu_share};
-pub use pricer::Pricer;
+pub(crate) use estimate::{ProbeCost, cpu_share};
+pub(crate) use pricer::Pricer;
 
 use crate::insn::classes::CostClass;
 
 /// A cost tag for a probe's name on screen: only the classes worth a second look.
-pub fn label_tag(cost: &ProbeCost) -> Option<&'static str> {
+pub(crate) fn label_tag(cost: &ProbeCost) -> Option<&'static str> {
     match cost.site.as_ref()?.class {
         CostClass::SingleStepped => Some("[sstep]"),
         CostClass::Refused => Some("[refused]"),

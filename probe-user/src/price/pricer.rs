@@ -10,29 +10,29 @@ use crate::price::assume::{Assumer, Assumption};
 
 /// Prices what the aggregator measured, under the run's `--assume` choice.
 #[derive(Debug, Default)]
-pub struct Pricer {
+pub(crate) struct Pricer {
     /// Hot or cold: which calibration prices the hits, and what auto reads of the
     /// target (its mappings and CPU time) to decide.
     pub assumer: Assumer,
 }
 
 impl Pricer {
-    pub fn new(assumer: Assumer) -> Self {
+    pub(crate) fn new(assumer: Assumer) -> Self {
         Self { assumer }
     }
 
     /// The measurement window opened, or was reset: the run's decision starts over.
-    pub fn open(&mut self) {
+    pub(crate) fn open(&mut self) {
         self.assumer.open();
     }
 
     /// Reads the target for auto's decision (once a second).
-    pub fn observe(&mut self) {
+    pub(crate) fn observe(&mut self) {
         self.assumer.observe();
     }
 
     /// Gives every probe the gaps of all of them, for those with too few of their own.
-    pub fn pool_gaps(aggregator: &mut Aggregator) {
+    pub(crate) fn pool_gaps(aggregator: &mut Aggregator) {
         if aggregator
             .probes()
             .iter()
@@ -47,7 +47,7 @@ impl Pricer {
     }
 
     /// The current numbers of every probe, priced under the decision of the last second.
-    pub fn snapshot(&self, aggregator: &Aggregator, elapsed: Duration) -> Snapshot {
+    pub(crate) fn snapshot(&self, aggregator: &Aggregator, elapsed: Duration) -> Snapshot {
         let mut snapshot = aggregator.snapshot(elapsed);
         let mut decision = self.assumer.live(
             aggregator
@@ -103,7 +103,7 @@ impl Pricer {
     /// under it (`price::report`).
     /// Prices the probes of every latency pair for its correction
     /// (`aggregate::latency`): each probe's whole cost per hit and handler mean.
-    pub fn price_latency(&self, aggregator: &mut Aggregator) {
+    pub(crate) fn price_latency(&self, aggregator: &mut Aggregator) {
         if aggregator.latency.is_empty() {
             return;
         }
@@ -146,7 +146,7 @@ impl Pricer {
         }
     }
 
-    pub fn measurements(&self, aggregator: &Aggregator) -> Measurements {
+    pub(crate) fn measurements(&self, aggregator: &Aggregator) -> Measurements {
         let mut measurements = aggregator.measurements();
         let decision = self
             .assumer

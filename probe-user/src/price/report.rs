@@ -108,7 +108,10 @@ fn per_hit_under(probes: &[ProbeMeasurements], assume: assume::Assumption) -> Op
 }
 
 /// The cost of one probe over a run of `duration`.
-pub fn probe_report(probe: &ProbeMeasurements, duration: std::time::Duration) -> ProbeCostReport {
+pub(crate) fn probe_report(
+    probe: &ProbeMeasurements,
+    duration: std::time::Duration,
+) -> ProbeCostReport {
     let estimate = probe.cost.estimate(
         probe.mode,
         Some(&probe.handler_ns),
@@ -148,7 +151,7 @@ pub fn probe_report(probe: &ProbeMeasurements, duration: std::time::Duration) ->
 }
 
 /// The run's totals over `duration`.
-pub fn run_report(
+pub(crate) fn run_report(
     aggregator: &Aggregator,
     measurements: &Measurements,
     duration: std::time::Duration,

@@ -6,7 +6,7 @@ use super::ifunc;
 
 /// Why a spec resolved to nothing usable.
 #[derive(Debug, thiserror::Error)]
-pub enum ResolveError {
+pub(crate) enum ResolveError {
     // The io::Error is in the message, and so not the source too (printed twice).
     #[error("cannot read {path}: {error}")]
     Read {

@@ -9,7 +9,7 @@ use super::symbols::{Function, SymbolTable};
 
 /// Why the implementation behind an IFUNC could not be found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IfuncError {
+pub(crate) enum IfuncError {
     #[error("the object has no IRELATIVE relocation for it, so its choice cannot be read")]
     NoRelocation,
     #[error("the target's memory cannot be read at {address:#x}: {error}")]
@@ -20,7 +20,7 @@ pub enum IfuncError {
 
 /// Where an IFUNC's calls go in the target.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Implementation {
+pub(crate) struct Implementation {
     /// Link-time address in the object.
     pub address: u64,
     /// File offset of `address`.
@@ -31,7 +31,7 @@ pub struct Implementation {
 
 impl Implementation {
     /// The implementation's name, or its address where the symbol tables name none.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         match &self.function {
             Some(f) => f.name.display.clone(),
             None => format!("implementation at {:#x}", self.address),
@@ -56,7 +56,7 @@ pub(super) fn chosen(
 
 /// The implementation process `pid` calls for the IFUNC whose resolver is at
 /// `resolver` (link-time) in `image`, loaded at `load_bias`.
-pub fn implementation(
+pub(crate) fn implementation(
     pid: u32,
     image: &ElfImage,
     table: &SymbolTable,

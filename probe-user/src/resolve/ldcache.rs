@@ -20,7 +20,7 @@ const FLAG_X8664_LIB64: i32 = 0x0300;
 
 /// One library the cache knows.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CacheEntry {
+pub(crate) struct CacheEntry {
     /// The soname-like key (`libc.so.6`).
     pub name: String,
     pub path: PathBuf,
@@ -29,7 +29,7 @@ pub struct CacheEntry {
 
 impl CacheEntry {
     /// Whether the entry is a libc6 library for the architecture probetop runs on.
-    pub fn is_native(&self) -> bool {
+    pub(crate) fn is_native(&self) -> bool {
         let arch = self.flags & FLAG_REQUIRED_MASK;
         let native = if cfg!(target_arch = "x86_64") {
             arch == FLAG_X8664_LIB64
@@ -41,7 +41,7 @@ impl CacheEntry {
 }
 
 /// Parses an ld.so.cache image; malformed data yields an error, never a panic.
-pub fn parse(data: &[u8]) -> Result<Vec<CacheEntry>, String> {
+pub(crate) fn parse(data: &[u8]) -> Result<Vec<CacheEntry>, String> {
     // An old-format prefix may precede the new table (glibc < 2.32 wrote both).
     let start = if data.starts_with(MAGIC_OLD) {
         let n = read_u32(data, MAGIC_OLD.len().next_multiple_of(4)).ok_or("truncated old header")?
@@ -102,7 +102,7 @@ fn c_string(data: &[u8], at: u32) -> Option<String> {
 }
 
 /// Parses `ldconfig -p` output: `\tlibc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6`.
-pub fn parse_ldconfig_output(text: &str) -> Vec<CacheEntry> {
+pub(crate) fn parse_ldconfig_output(text: &str) -> Vec<CacheEntry> {
     text.lines()
         .filter_map(|line| {
             let (left, path) = line.split_once(" => ")?;
@@ -124,7 +124,7 @@ pub fn parse_ldconfig_output(text: &str) -> Vec<CacheEntry> {
 }
 
 /// The cache's entries: the file under `root` (`/` or `/proc/PID/root`), else `ldconfig -p`.
-pub fn entries(root: &Path) -> Vec<CacheEntry> {
+pub(crate) fn entries(root: &Path) -> Vec<CacheEntry> {
     let file = root.join("etc/ld.so.cache");
     if let Ok(data) = std::fs::read(&file)
         && let Ok(entries) = parse(&data)
@@ -143,7 +143,7 @@ pub fn entries(root: &Path) -> Vec<CacheEntry> {
 /// Whether a library file name answers to `name` as users write it: `libc` matches
 /// `libc.so.6` and `libc-2.31.so`, `libstdc++` matches `libstdc++.so.6`, and a name with
 /// `.so` matches itself and its versioned forms.
-pub fn library_name_matches(name: &str, file_name: &str) -> bool {
+pub(crate) fn library_name_matches(name: &str, file_name: &str) -> bool {
     if file_name == name {
         return true;
     }
@@ -160,7 +160,7 @@ pub fn library_name_matches(name: &str, file_name: &str) -> bool {
 }
 
 /// Looks `name` up in the cache entries: native entries first, in cache order.
-pub fn lookup(entries: &[CacheEntry], name: &str) -> Option<PathBuf> {
+pub(crate) fn lookup(entries: &[CacheEntry], name: &str) -> Option<PathBuf> {
     let matches = |e: &&CacheEntry| library_name_matches(name, &e.name);
     entries
         .iter()

@@ -15,7 +15,7 @@ use crate::target::Target;
 
 /// What to list.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ListSource {
+pub(crate) enum ListSource {
     /// A running process: its executable first, then every mapped object.
     Pid(u32),
     /// One ELF file.
@@ -25,7 +25,7 @@ pub enum ListSource {
 /// Kind of a listed point.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ListedKind {
+pub(crate) enum ListedKind {
     /// A function (probe-able with uprobe and uretprobe).
     Uprobe,
     Usdt,
@@ -33,7 +33,7 @@ pub enum ListedKind {
 
 impl ListedKind {
     /// The name as printed (`uprobe`, `usdt`).
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ListedKind::Uprobe => "uprobe",
             ListedKind::Usdt => "usdt",
@@ -43,7 +43,7 @@ impl ListedKind {
 
 /// One probe-able point.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ListedPoint {
+pub(crate) struct ListedPoint {
     pub kind: ListedKind,
     pub object: PathBuf,
     /// Demangled symbol, or `provider:name`.
@@ -92,7 +92,7 @@ pub struct ListedPoint {
 /// attaches there, or skips it where the kernel refuses it); in a file, or where the
 /// choice cannot be read, the resolver itself, which runs once at load.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ListedIfunc {
+pub(crate) struct ListedIfunc {
     /// The symbol's own address: the resolver.
     pub resolver_address: u64,
     /// The implementation the process calls, by name (or address).
@@ -105,7 +105,7 @@ pub struct ListedIfunc {
 
 /// A later probe site offered for a single-stepped entry.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ListedLaterSite {
+pub(crate) struct ListedLaterSite {
     #[serde(flatten)]
     pub site: LaterSite,
     /// The spec of the function at its entry (`uprobe:f`, `uprobe:/lib/x.so:f`): the
@@ -113,16 +113,11 @@ pub struct ListedLaterSite {
     pub spec: String,
 }
 
-impl ListedLaterSite {
-    /// The spec that probes the later site.
-    pub fn spec_at_site(&self) -> String {
-        format!("{}+{:#x}", self.spec, self.site.offset)
-    }
-}
+impl ListedLaterSite {}
 
 /// One object looked at.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct ListedObject {
+pub(crate) struct ListedObject {
     pub path: PathBuf,
     /// Where function symbols came from.
     pub symbols: SymbolSource,
@@ -136,7 +131,7 @@ pub struct ListedObject {
 /// What a stripped object (no `.symtab`, no debug file) still offers to probe, and
 /// where its debug file was looked for.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Stripped {
+pub(crate) struct Stripped {
     /// The functions its `.dynsym` names (exported ones), and the first few of them.
     pub functions: usize,
     pub some_functions: Vec<String>,
@@ -152,7 +147,7 @@ const SUGGESTED: usize = 5;
 
 /// The result of `list`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Listing {
+pub(crate) struct Listing {
     pub objects: Vec<ListedObject>,
     pub points: Vec<ListedPoint>,
     /// Objects that could not be read, malformed notes, and the like.
@@ -161,12 +156,12 @@ pub struct Listing {
 
 /// Lists the probe points of `source` whose name matches `pattern` (a glob over every
 /// spelling: mangled, demangled, without parameters; `provider:name` or `name` for USDT).
-pub fn list(source: &ListSource, pattern: Option<&str>) -> Result<Listing, ResolveError> {
+pub(crate) fn list(source: &ListSource, pattern: Option<&str>) -> Result<Listing, ResolveError> {
     list_with(source, pattern, &ResolveOptions::default())
 }
 
 /// [`list`] with explicit options (debug info search paths).
-pub fn list_with(
+pub(crate) fn list_with(
     source: &ListSource,
     pattern: Option<&str>,
     opts: &ResolveOptions,

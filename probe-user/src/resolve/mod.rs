@@ -1,9 +1,9 @@
 //! Resolution: probe specs to probe points, the exact places in files the kernel
 //! attaches to, read from ELF symbol tables, USDT notes and the target's /proc maps.
 //!
-//! - [`resolve`] / [`resolve_with`]: a spec in a running process; [`Resolver`]: many
-//!   specs in one process, each object read once.
-//! - [`resolve_file`]: a spec in a file on disk (no process; no load bias).
+//! - `resolve` / `resolve_with` (the tests'): a spec in a running process; [`Resolver`]:
+//!   many specs in one process, each object read once.
+//! - `resolve_file` (the tests'): a spec in a file on disk (no process; no load bias).
 //! - [`list`](list::list): every probe-able point of a process or file (`probetop list`).
 //!
 //! Objects: a spec's OBJECT is an absolute path or a library name (`libc`), found in the
@@ -13,9 +13,9 @@
 pub mod debuginfo;
 pub mod elf;
 pub mod glob;
-pub mod ifunc;
-pub mod ldcache;
-pub mod list;
+pub(crate) mod ifunc;
+pub(crate) mod ldcache;
+pub(crate) mod list;
 pub mod suggest;
 pub mod symbols;
 pub mod unwind;
@@ -32,13 +32,15 @@ mod site;
 mod usdt_points;
 mod usdt_sites;
 
-pub use error::ResolveError;
-pub use point::{FunctionSpan, ProbePoint, UsdtSite};
+pub(crate) use error::ResolveError;
+pub(crate) use point::{FunctionSpan, ProbePoint, UsdtSite};
 pub use usdt_points::usdt_probe_point;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+#[cfg(test)]
+use std::path::Path;
+use std::path::PathBuf;
 use std::rc::Rc;
 
 use crate::spec::{ProbeKind, ProbeSpec};
@@ -50,13 +52,13 @@ use self::scope::{Loaded, ObjectRef, Scope};
 use self::usdt_points::resolve_usdt;
 
 /// Default cap on the probe points one spec may expand to (`--max-probes`).
-pub const DEFAULT_MAX_PROBES: usize = 1000;
+pub(crate) const DEFAULT_MAX_PROBES: usize = 1000;
 /// Suggestions offered for an unknown name.
 const MAX_SUGGESTIONS: usize = 5;
 
 /// Knobs of resolution.
 #[derive(Debug, Clone)]
-pub struct ResolveOptions {
+pub(crate) struct ResolveOptions {
     /// Most probe points one spec may expand to.
     pub max_probes: usize,
     /// Where separate debug info is looked for.
@@ -78,12 +80,14 @@ impl Default for ResolveOptions {
 }
 
 /// Resolves `spec` in `target` to the points to attach, with default options.
-pub fn resolve(target: &Target, spec: &ProbeSpec) -> Result<Vec<ProbePoint>, ResolveError> {
+#[cfg(test)]
+pub(crate) fn resolve(target: &Target, spec: &ProbeSpec) -> Result<Vec<ProbePoint>, ResolveError> {
     resolve_with(target, spec, &ResolveOptions::default())
 }
 
 /// Resolves `spec` in `target` to the points to attach.
-pub fn resolve_with(
+#[cfg(test)]
+pub(crate) fn resolve_with(
     target: &Target,
     spec: &ProbeSpec,
     opts: &ResolveOptions,
@@ -95,14 +99,14 @@ pub fn resolve_with(
 /// symbols demangled once, for every spec: that is most of the work (half a second for
 /// mariadbd's 19,000 symbols), and a spec file of a thousand libc functions otherwise
 /// repeated it a thousand times.
-pub struct Resolver<'a> {
+pub(crate) struct Resolver<'a> {
     scope: Scope<'a>,
     opts: ResolveOptions,
     objects: ObjectCache,
 }
 
 impl<'a> Resolver<'a> {
-    pub fn new(target: &'a Target, opts: ResolveOptions) -> Self {
+    pub(crate) fn new(target: &'a Target, opts: ResolveOptions) -> Self {
         Self {
             scope: Scope::process(target),
             opts,
@@ -111,14 +115,14 @@ impl<'a> Resolver<'a> {
     }
 
     /// Resolves `spec` to the points to attach.
-    pub fn resolve(&self, spec: &ProbeSpec) -> Result<Vec<ProbePoint>, ResolveError> {
+    pub(crate) fn resolve(&self, spec: &ProbeSpec) -> Result<Vec<ProbePoint>, ResolveError> {
         resolve_in(&self.scope, spec, &self.opts, &self.objects)
     }
 
     /// The lines resolution has to say since the last call, one per point it refused
     /// while others of the spec were kept (a USDT note off an instruction boundary, say)
     /// or attached only because of `--force`.
-    pub fn take_notices(&self) -> Vec<String> {
+    pub(crate) fn take_notices(&self) -> Vec<String> {
         self.objects.notices.take()
     }
 }
@@ -159,7 +163,8 @@ impl ObjectCache {
 
 /// Resolves `spec` in the file `path` (its OBJECT, if any, is looked up on this host).
 /// Points have no load bias; `attach_path` is the file's path.
-pub fn resolve_file(
+#[cfg(test)]
+pub(crate) fn resolve_file(
     path: &Path,
     spec: &ProbeSpec,
     opts: &ResolveOptions,

@@ -318,17 +318,17 @@ impl Loaded {
     }
 
     /// The function table (from the richest symbol source found).
-    pub fn symbols(&self) -> &SymbolTable {
+    pub(super) fn symbols(&self) -> &SymbolTable {
         &self.table().0
     }
 
     /// Where the symbols came from.
-    pub fn source(&self) -> &SymbolSource {
+    pub(super) fn source(&self) -> &SymbolSource {
         &self.table().1
     }
 
     /// USDT probe sites, or why each bad note is bad.
-    pub fn usdt(&self) -> &[Result<UsdtProbe, UsdtNoteError>] {
+    pub(super) fn usdt(&self) -> &[Result<UsdtProbe, UsdtNoteError>] {
         self.usdt.get_or_init(|| usdt::probes(&self.image))
     }
 }

@@ -12,7 +12,12 @@ impl Resolver<'_> {
     /// the nop5 after it) is there, else the function it falls in, as `FUNC+OFFSET`, else
     /// an unnamed point. `returns`: a return probe (at a function's entry). `None` when
     /// the target does not map `file` or it cannot be read.
-    pub fn point_at(&self, file: &Path, file_offset: u64, returns: bool) -> Option<ProbePoint> {
+    pub(crate) fn point_at(
+        &self,
+        file: &Path,
+        file_offset: u64,
+        returns: bool,
+    ) -> Option<ProbePoint> {
         let id = FileId::of(file).ok()?;
         let object = self
             .scope

@@ -35,7 +35,7 @@ struct Ended {
     target_cpu_ns: f64,
 }
 
-pub struct Driver {
+pub(super) struct Driver {
     controller: Controller,
     scaler: Scaler,
     meter: SetMeter,
@@ -93,7 +93,11 @@ fn uncertain(ended: &Ended) -> f64 {
 
 impl Driver {
     /// Starts with the probes attached, as they are when this is called.
-    pub fn start(members: Members, budget: Budget, window: Duration) -> Result<Self, MeterError> {
+    pub(super) fn start(
+        members: Members,
+        budget: Budget,
+        window: Duration,
+    ) -> Result<Self, MeterError> {
         let seed = u64::from(members.roots.first().copied().unwrap_or(0)) ^ 0x2545_f491_4f6c_dd1d;
         let mut meter = SetMeter::new(members, WorkMeter::None)?;
         let reading = meter.read()?;
@@ -128,7 +132,7 @@ impl Driver {
     }
 
     /// Resolves when the driver has something to do.
-    pub async fn due(&self) {
+    pub(super) async fn due(&self) {
         tokio::time::sleep_until(self.next).await;
     }
 
@@ -138,7 +142,7 @@ impl Driver {
 
     /// Does what is due: attaches at an attached part's start, detaches at its end (or
     /// once the window's allowance is spent), ends a period at its end.
-    pub fn step(
+    pub(super) fn step(
         &mut self,
         attachment: &mut Attachment,
         snapshot: &Snapshot,
@@ -316,7 +320,7 @@ impl Driver {
     }
 
     /// Actions not said yet, each once.
-    pub fn unsaid(&mut self) -> Vec<String> {
+    pub(super) fn unsaid(&mut self) -> Vec<String> {
         let from = self.actions.len() - self.unsaid;
         self.unsaid = 0;
         self.actions[from..].to_vec()
@@ -325,7 +329,7 @@ impl Driver {
     /// During a detached part, a probe's detach or attach asked by the user applies to
     /// the set that comes back. Returns whether it is to be attached then, or `None`
     /// while attached (the caller acts itself).
-    pub fn redirect(&mut self, probe_id: u32, attach: bool) -> Option<bool> {
+    pub(super) fn redirect(&mut self, probe_id: u32, attach: bool) -> Option<bool> {
         if self.on_since.is_some() {
             return None;
         }
@@ -337,17 +341,17 @@ impl Driver {
     }
 
     /// Whether a probe detached by the driver counts as attached.
-    pub fn is_suspended(&self, probe_id: u32) -> bool {
+    pub(super) fn is_suspended(&self, probe_id: u32) -> bool {
         self.on_since.is_none() && self.suspended.contains(&probe_id)
     }
 
     /// The run so far.
-    pub fn summary(&self) -> BudgetSummary {
+    pub(super) fn summary(&self) -> BudgetSummary {
         self.controller.summary(&self.actions)
     }
 
     /// Ends the last period where the run ends: just before the cut.
-    pub fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         if let Some(since) = self.on_since.take() {
             self.on_s += (Instant::now() - since).as_secs_f64();
         }
@@ -356,7 +360,7 @@ impl Driver {
 
     /// After [`Self::finish`]: every probe's `counted` hits (the run's exact counts)
     /// scaled to the whole run.
-    pub fn scaled(&mut self, counted: &[u64]) -> BudgetSummary {
+    pub(super) fn scaled(&mut self, counted: &[u64]) -> BudgetSummary {
         if let Some(ended) = self.ended.take() {
             let fraction = if ended.period_s > 0.0 {
                 ended.on_s / ended.period_s
@@ -373,7 +377,7 @@ impl Driver {
 }
 
 /// Resolves when `driver` has something to do; never without a driver.
-pub async fn due(driver: &Option<Driver>) {
+pub(super) async fn due(driver: &Option<Driver>) {
     match driver {
         Some(driver) => driver.due().await,
         None => std::future::pending().await,
@@ -426,7 +430,7 @@ pub(super) fn on_due(
 
 /// Without `--budget`: the target's CPU from the start, for the hint at the end when the
 /// probes cost more than [`HINT_ABOVE`] of it.
-pub struct Hint {
+pub(super) struct Hint {
     meter: SetMeter,
     start: Reading,
 }
@@ -435,7 +439,7 @@ pub struct Hint {
 const HINT_ABOVE: f64 = 0.05;
 
 impl Hint {
-    pub fn start(members: Members) -> Option<Self> {
+    pub(super) fn start(members: Members) -> Option<Self> {
         let mut meter = SetMeter::new(members, WorkMeter::None).ok()?;
         let start = meter.read().ok()?;
         Some(Self { meter, start })
@@ -443,7 +447,7 @@ impl Hint {
 
     /// The hint line when the probes' estimated CPU over the run, `probes_ns`, is over
     /// [`HINT_ABOVE`] of the target's CPU meanwhile.
-    pub fn line(&mut self, probes_ns: f64) -> Option<String> {
+    pub(super) fn line(&mut self, probes_ns: f64) -> Option<String> {
         let end = self.meter.read().ok()?;
         let target_ns = end.cpu_ns.saturating_sub(self.start.cpu_ns) as f64;
         let share = probes_ns / target_ns;

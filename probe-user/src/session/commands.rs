@@ -6,7 +6,7 @@ use crate::target::Target;
 use crate::{UsageError, present, privileges};
 
 /// `probetop calibrate`: measures what a hit costs here, prints the result, caches it.
-pub fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
+pub(crate) fn calibrate(args: crate::cli::CalibrateArgs) -> anyhow::Result<()> {
     use crate::calibrate::{self, CalibrateOptions};
     privileges::check()?;
     let mut options = if args.thorough {
@@ -124,7 +124,7 @@ fn busy_host() -> Option<String> {
 }
 
 /// `probetop list`: every probe point of a process or file that matches a pattern.
-pub fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
+pub(crate) fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
     use crate::resolve::list::{ListSource, list};
     let mut operands = args.operands.into_iter();
     let source = match args.pid {

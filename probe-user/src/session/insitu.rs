@@ -17,7 +17,7 @@ use crate::stats::XorShift;
 /// not the changes, make up the run.
 const WINDOW_OVER_CHANGE: f64 = 4.0;
 
-pub struct Driver {
+pub(super) struct Driver {
     meter: SetMeter,
     insitu: InSitu,
     window: Duration,
@@ -48,7 +48,7 @@ const CLOCK_PHASE_POLL: Duration = Duration::from_millis(100);
 impl Driver {
     /// Starts with the probes attached, as they are when this is called; with a clock
     /// phase, the windows start when it ends.
-    pub fn start(
+    pub(super) fn start(
         members: Members,
         work: WorkMeter,
         window: Duration,
@@ -93,7 +93,7 @@ impl Driver {
     }
 
     /// Resolves when the current window ends.
-    pub async fn due(&self) {
+    pub(super) async fn due(&self) {
         tokio::time::sleep_until(self.next_change).await;
     }
 
@@ -101,7 +101,7 @@ impl Driver {
     /// attaches again those it detached. `hits` is every hit counted since the start;
     /// `streaming`, whether a probe still streams in the clock phase. Returns whether a
     /// window ended (not while the uncounted first one waits for the phase).
-    pub fn change(
+    pub(super) fn change(
         &mut self,
         attachment: &mut Attachment,
         hits: u64,
@@ -141,7 +141,7 @@ impl Driver {
     /// During an OFF window a probe's detach or attach asked by the user applies to the
     /// set that comes back at the next ON window. Returns whether the probe is to be
     /// attached then, or `None` in an ON window (the caller acts itself).
-    pub fn redirect(&mut self, probe_id: u32, attach: bool) -> Option<bool> {
+    pub(super) fn redirect(&mut self, probe_id: u32, attach: bool) -> Option<bool> {
         if self.on {
             return None;
         }
@@ -153,17 +153,17 @@ impl Driver {
     }
 
     /// Whether the probes are attached in the current window.
-    pub fn probes_on(&self) -> bool {
+    pub(super) fn probes_on(&self) -> bool {
         self.on
     }
 
     /// Whether a probe detached by the driver for this window counts as attached.
-    pub fn is_suspended(&self, probe_id: u32) -> bool {
+    pub(super) fn is_suspended(&self, probe_id: u32) -> bool {
         !self.on && self.suspended.contains(&probe_id)
     }
 
     /// Closes the current window where the run ends, so its measurements count.
-    pub fn finish(&mut self) {
+    pub(super) fn finish(&mut self) {
         if self.uncounted_first.is_some() {
             return;
         }
@@ -178,14 +178,14 @@ impl Driver {
 
     /// The summary with `hits` counted since the start, the uncounted first window's
     /// left out.
-    pub fn summary(&self, hits: u64) -> InSituSummary {
+    pub(super) fn summary(&self, hits: u64) -> InSituSummary {
         self.insitu
             .summary(hits.saturating_sub(self.uncounted_hits))
     }
 }
 
 /// Resolves when `driver`'s window ends; never without a driver.
-pub async fn due(driver: &Option<Driver>) {
+pub(super) async fn due(driver: &Option<Driver>) {
     match driver {
         Some(driver) => driver.due().await,
         None => std::future::pending().await,

@@ -33,13 +33,13 @@ mod start;
 mod stop;
 mod traced;
 
-pub use commands::{calibrate, list};
+pub(crate) use commands::{calibrate, list};
 
 use crate::cli::RunArgs;
 
 /// Why measuring stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopReason {
+pub(crate) enum StopReason {
     Duration,
     Signal(&'static str),
     TargetExited,
@@ -56,7 +56,7 @@ pub enum StopReason {
 
 /// `probetop [run]`: every phase in turn. An error before [`start`] leaves nothing
 /// attached; one after it drops the attachment, which detaches every probe.
-pub async fn run(mut args: RunArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(mut args: RunArgs) -> anyhow::Result<()> {
     if args.all {
         return host::run(args).await;
     }

@@ -31,7 +31,7 @@ pub(super) struct Scope {
 }
 
 impl Scope {
-    pub fn from_args(args: &RunArgs) -> Result<Self, UsageError> {
+    pub(super) fn from_args(args: &RunArgs) -> Result<Self, UsageError> {
         if let Some(dir) = &args.cgroup {
             let refused = |why: String| UsageError(format!("--cgroup {}: {why}", dir.display()));
             match cgroup::kind(dir) {
@@ -59,13 +59,13 @@ impl Scope {
     }
 
     /// Whether hits are filtered by the set rather than by the kernel's pid filter.
-    pub fn several(&self) -> bool {
+    pub(super) fn several(&self) -> bool {
         self.pids.len() > 1 || self.follow_forks || self.cgroup.is_some()
     }
 
     /// The process the specs are resolved in, whose exit ends the run: the first
     /// `--pid`, else the cgroup's first member.
-    pub fn primary(&self) -> anyhow::Result<u32> {
+    pub(super) fn primary(&self) -> anyhow::Result<u32> {
         if let Some(&pid) = self.pids.first() {
             return Ok(pid);
         }

@@ -10,14 +10,14 @@ use std::{
 };
 
 /// `enum bpf_cmd` values used.
-pub const PROG_LOAD: libc::c_long = 5;
-pub const OBJ_GET_INFO_BY_FD: libc::c_long = 15;
-pub const TASK_FD_QUERY: libc::c_long = 20;
-pub const LINK_CREATE: libc::c_long = 28;
-pub const LINK_GET_FD_BY_ID: libc::c_long = 30;
-pub const LINK_GET_NEXT_ID: libc::c_long = 31;
+pub(crate) const PROG_LOAD: libc::c_long = 5;
+pub(crate) const OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+pub(crate) const TASK_FD_QUERY: libc::c_long = 20;
+pub(crate) const LINK_CREATE: libc::c_long = 28;
+pub(crate) const LINK_GET_FD_BY_ID: libc::c_long = 30;
+pub(crate) const LINK_GET_NEXT_ID: libc::c_long = 31;
 /// `enum bpf_attach_type`'s BPF_PERF_EVENT (5.15).
-pub const ATTACH_PERF_EVENT: u32 = 41;
+pub(crate) const ATTACH_PERF_EVENT: u32 = 41;
 
 /// `bpf(cmd, attr)`; the kernel's non-negative answer.
 ///
@@ -25,7 +25,7 @@ pub const ATTACH_PERF_EVENT: u32 = 41;
 /// `attr` is a valid prefix of `union bpf_attr` for `cmd`, and every pointer in it is
 /// valid, for the length the attr gives, for what the kernel does with it during the
 /// call (reads it, or writes it).
-pub unsafe fn call<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<i64> {
+pub(crate) unsafe fn call<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<i64> {
     // SAFETY: the caller's contract; the kernel reads size_of::<T>() bytes of attr,
     // zero-fills the rest, and may write results into it.
     let ret = unsafe {
@@ -46,7 +46,7 @@ pub unsafe fn call<T>(cmd: libc::c_long, attr: &mut T) -> io::Result<i64> {
 ///
 /// # Safety
 /// As [`call`]; and `cmd` is a command whose answer is a new file descriptor.
-pub unsafe fn call_fd<T>(cmd: libc::c_long, attr: &T) -> io::Result<OwnedFd> {
+pub(crate) unsafe fn call_fd<T>(cmd: libc::c_long, attr: &T) -> io::Result<OwnedFd> {
     // SAFETY: the caller's contract; the kernel only reads attr for these commands.
     let fd = unsafe {
         libc::syscall(
@@ -74,7 +74,7 @@ struct LinkCreatePerfEvent {
 }
 
 /// Binds `program` to `perf_event` with a link whose cookie the program reads back.
-pub fn link_perf_event(
+pub(crate) fn link_perf_event(
     program: BorrowedFd<'_>,
     perf_event: BorrowedFd<'_>,
     cookie: u64,
@@ -93,7 +93,7 @@ pub fn link_perf_event(
 /// Asks for a perf-event link of `program` to no perf event at all; the kernel's
 /// answer (EBADF where it has such links: the target is checked after the attach type;
 /// EINVAL where it does not). Nothing is ever attached.
-pub fn link_to_no_perf_event(program: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+pub(crate) fn link_to_no_perf_event(program: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let attr = LinkCreatePerfEvent {
         prog_fd: program.as_raw_fd() as u32,
         target_fd: u32::MAX,
@@ -106,7 +106,7 @@ pub fn link_to_no_perf_event(program: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 }
 
 /// The id of the next BPF link after `id`; `Err` (ENOENT) after the last.
-pub fn link_next_id(id: u32) -> io::Result<u32> {
+pub(crate) fn link_next_id(id: u32) -> io::Result<u32> {
     // { start_id, next_id, open_flags }
     let mut attr = [id, 0u32, 0u32];
     // SAFETY: attr is the get_next_id prefix of union bpf_attr, with no pointers; the
@@ -116,7 +116,7 @@ pub fn link_next_id(id: u32) -> io::Result<u32> {
 }
 
 /// A descriptor of the BPF link `id`.
-pub fn link_fd_by_id(id: u32) -> io::Result<OwnedFd> {
+pub(crate) fn link_fd_by_id(id: u32) -> io::Result<OwnedFd> {
     // { link_id, next_id, open_flags }
     let attr = [id, 0u32, 0u32];
     // SAFETY: attr is the get_fd_by_id prefix of union bpf_attr, with no pointers.

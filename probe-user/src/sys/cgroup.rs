@@ -20,7 +20,7 @@ const CGROUP1_MAGIC: i64 = 0x0027_e0eb;
 
 /// What a directory given as a cgroup is, by the filesystem it is on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// A cgroup v2 directory (it has a `cgroup.procs`).
     V2,
     /// A directory of a cgroup v1 hierarchy: its `cgroup.procs` lists its processes
@@ -33,7 +33,7 @@ pub enum Kind {
 
 /// What `dir` is: its filesystem's magic number (`statfs`), and for cgroup2 a
 /// `cgroup.procs` in it.
-pub fn kind(dir: &Path) -> io::Result<Kind> {
+pub(crate) fn kind(dir: &Path) -> io::Result<Kind> {
     let c_path = CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     // SAFETY: all-zero bytes are a valid `statfs` (integers and arrays of them).
@@ -60,7 +60,7 @@ pub fn kind(dir: &Path) -> io::Result<Kind> {
 
 /// Which directory `dir` is now (its inode): a cgroup removed and made again at the
 /// same path is another one. `None` once it is gone.
-pub fn identity(dir: &Path) -> Option<(u64, u64)> {
+pub(crate) fn identity(dir: &Path) -> Option<(u64, u64)> {
     fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }
 
@@ -68,13 +68,13 @@ pub fn identity(dir: &Path) -> Option<(u64, u64)> {
 /// order; the first directory or list that cannot be read fails it, but for a
 /// sub-cgroup removed during the walk (a unit or container that stopped: its processes
 /// are gone), which a host where they come and go would otherwise fail every round.
-pub fn members(dir: &Path) -> io::Result<Vec<u32>> {
+pub(crate) fn members(dir: &Path) -> io::Result<Vec<u32>> {
     walk(dir, false)
 }
 
 /// As [`members`], but a directory or list that cannot be read counts as empty (a
 /// sub-cgroup removed meanwhile: its processes are gone or counted already).
-pub fn readable_members(dir: &Path) -> Vec<u32> {
+pub(crate) fn readable_members(dir: &Path) -> Vec<u32> {
     walk(dir, true).unwrap_or_default()
 }
 
@@ -107,7 +107,7 @@ fn walk(dir: &Path, skip_unreadable: bool) -> io::Result<Vec<u32>> {
 
 /// The memory probetop's own cgroup (and its ancestors) still allow it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemoryRoom {
+pub(crate) struct MemoryRoom {
     /// The tightest limit on the way up, bytes, and the directory that sets it.
     pub limit: u64,
     pub dir: PathBuf,
@@ -118,7 +118,7 @@ pub struct MemoryRoom {
 
 impl MemoryRoom {
     /// Bytes left under the limit.
-    pub fn left(&self) -> u64 {
+    pub(crate) fn left(&self) -> u64 {
         self.limit.saturating_sub(self.used)
     }
 }
@@ -128,7 +128,7 @@ const NO_LIMIT: u64 = 1 << 62;
 
 /// The tightest memory limit over probetop's own cgroup and its ancestors, or `None`
 /// when there is none (or it cannot be read).
-pub fn own_memory_room() -> Option<MemoryRoom> {
+pub(crate) fn own_memory_room() -> Option<MemoryRoom> {
     let cgroups = fs::read_to_string("/proc/self/cgroup").ok()?;
     let mountinfo = fs::read_to_string("/proc/self/mountinfo").ok()?;
     let (mount, path, v2) = memory_cgroup_of(&cgroups, &mountinfo)?;

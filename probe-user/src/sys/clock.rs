@@ -16,24 +16,24 @@ fn read(clock: libc::clockid_t) -> io::Result<u64> {
 }
 
 /// Now on CLOCK_MONOTONIC, the clock `bpf_ktime_get_ns()` reads, in ns.
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     // CLOCK_MONOTONIC cannot fail on Linux.
     read(libc::CLOCK_MONOTONIC).unwrap_or(0)
 }
 
 /// CPU time of the calling thread, ns.
-pub fn thread_cpu_ns() -> u64 {
+pub(crate) fn thread_cpu_ns() -> u64 {
     // CLOCK_THREAD_CPUTIME_ID cannot fail for the calling thread.
     read(libc::CLOCK_THREAD_CPUTIME_ID).unwrap_or(0)
 }
 
 /// The CPU-time clock of every thread of process `pid` together.
 #[derive(Debug, Clone, Copy)]
-pub struct ProcessCpuClock(libc::clockid_t);
+pub(crate) struct ProcessCpuClock(libc::clockid_t);
 
 impl ProcessCpuClock {
     /// Fails when `pid` is gone (or not visible here).
-    pub fn of(pid: u32) -> io::Result<Self> {
+    pub(crate) fn of(pid: u32) -> io::Result<Self> {
         let mut clock: libc::clockid_t = 0;
         // SAFETY: clock_getcpuclockid writes one clockid_t through a valid pointer.
         let rc = unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) };
@@ -44,20 +44,20 @@ impl ProcessCpuClock {
     }
 
     /// The process's CPU time so far, ns; fails once it has exited.
-    pub fn read_ns(&self) -> io::Result<u64> {
+    pub(crate) fn read_ns(&self) -> io::Result<u64> {
         read(self.0)
     }
 }
 
 /// Clock ticks per second, the unit of /proc's `utime` and `stime`; `None` if unknown.
-pub fn clock_ticks_per_second() -> Option<u64> {
+pub(crate) fn clock_ticks_per_second() -> Option<u64> {
     // SAFETY: sysconf has no memory-safety preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     u64::try_from(ticks).ok().filter(|&t| t > 0)
 }
 
 /// The page size, the unit of /proc's `statm`; `None` if unknown.
-pub fn page_size() -> Option<u64> {
+pub(crate) fn page_size() -> Option<u64> {
     // SAFETY: sysconf has no memory-safety preconditions.
     let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     u64::try_from(size).ok().filter(|&s| s > 0)

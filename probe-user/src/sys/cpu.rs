@@ -5,7 +5,7 @@ use std::io;
 /// The processor's brand string (CPUID leaves 0x80000002-4), trimmed: what the kernel
 /// shows as /proc/cpuinfo's `model name` on x86, read where /proc has no cpuinfo (a
 /// /proc mounted `subset=pid`). `None` on a CPU without one.
-pub fn brand_string() -> Option<String> {
+pub(crate) fn brand_string() -> Option<String> {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::__cpuid;
@@ -32,7 +32,7 @@ pub fn brand_string() -> Option<String> {
 }
 
 /// The CPUs the calling thread may run on.
-pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+pub(crate) fn allowed_cpus() -> io::Result<Vec<usize>> {
     // SAFETY: cpu_set_t is plain data; all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into `set`.
@@ -47,7 +47,7 @@ pub fn allowed_cpus() -> io::Result<Vec<usize>> {
 }
 
 /// Pins the calling thread to `cpu`.
-pub fn pin_thread_to(cpu: usize) -> io::Result<()> {
+pub(crate) fn pin_thread_to(cpu: usize) -> io::Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }

@@ -10,7 +10,7 @@ use std::{
 
 /// What [`read_bounded`] accepts besides a regular file.
 #[derive(Debug, Clone, Copy)]
-pub struct Accept {
+pub(crate) struct Accept {
     /// A pipe or FIFO, read until its writer closes it (`-f <(...)`): only for a path
     /// the user named, who then holds the other end.
     pub pipes: bool,
@@ -21,7 +21,7 @@ pub struct Accept {
 
 /// Why [`read_bounded`] read nothing.
 #[derive(Debug, thiserror::Error)]
-pub enum BoundedReadError {
+pub(crate) enum BoundedReadError {
     #[error("{0}")]
     Io(#[from] io::Error),
     /// Not a regular file (nor a pipe where pipes are accepted): what it is.
@@ -36,7 +36,11 @@ pub enum BoundedReadError {
 /// is checked on the open descriptor (`fstat`, so a swap after a check cannot slip a
 /// device in), and no more than `max + 1` bytes are ever read (`/dev/zero`, a sparse
 /// file of gigabytes).
-pub fn read_bounded(path: &Path, max: u64, accept: Accept) -> Result<Vec<u8>, BoundedReadError> {
+pub(crate) fn read_bounded(
+    path: &Path,
+    max: u64,
+    accept: Accept,
+) -> Result<Vec<u8>, BoundedReadError> {
     let mut flags = libc::O_NONBLOCK | libc::O_CLOEXEC;
     if !accept.links {
         flags |= libc::O_NOFOLLOW;

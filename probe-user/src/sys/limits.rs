@@ -4,20 +4,21 @@ use std::io;
 
 /// The soft and hard `RLIMIT_NOFILE` (open file descriptors).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FileLimit {
+pub(crate) struct FileLimit {
     pub soft: u64,
     pub hard: u64,
 }
 
 impl FileLimit {
     /// The hard limit is unlimited.
-    pub fn unlimited(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn unlimited(&self) -> bool {
         self.hard == libc::RLIM_INFINITY
     }
 }
 
 /// This process's `RLIMIT_NOFILE`.
-pub fn open_files() -> io::Result<FileLimit> {
+pub(crate) fn open_files() -> io::Result<FileLimit> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -33,7 +34,7 @@ pub fn open_files() -> io::Result<FileLimit> {
 }
 
 /// Sets the soft `RLIMIT_NOFILE` (at most the hard one, which needs no privilege).
-pub fn set_open_files_soft(soft: u64) -> io::Result<()> {
+pub(crate) fn set_open_files_soft(soft: u64) -> io::Result<()> {
     let now = open_files()?;
     let limit = libc::rlimit {
         rlim_cur: soft,
@@ -47,6 +48,6 @@ pub fn set_open_files_soft(soft: u64) -> io::Result<()> {
 }
 
 /// Descriptors open in this process now (0 if /proc/self/fd cannot be read).
-pub fn open_files_now() -> u64 {
+pub(crate) fn open_files_now() -> u64 {
     std::fs::read_dir("/proc/self/fd").map_or(0, |dir| dir.count() as u64)
 }

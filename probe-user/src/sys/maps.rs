@@ -38,17 +38,17 @@ impl MapEntry {
 
 /// This process's executable, as a path the kernel resolves even when the file was
 /// replaced on disk since.
-pub const OWN_EXE: &str = "/proc/self/exe";
+pub(crate) const OWN_EXE: &str = "/proc/self/exe";
 
 /// Reads and parses `/proc/PID/maps`.
-pub fn read_maps(pid: u32) -> io::Result<Vec<MapEntry>> {
+pub(crate) fn read_maps(pid: u32) -> io::Result<Vec<MapEntry>> {
     Ok(parse_maps(&fs::read_to_string(format!(
         "/proc/{pid}/maps"
     ))?))
 }
 
 /// Parses maps text; lines that do not parse are skipped.
-pub fn parse_maps(text: &str) -> Vec<MapEntry> {
+pub(crate) fn parse_maps(text: &str) -> Vec<MapEntry> {
     text.lines().filter_map(parse_line).collect()
 }
 
@@ -89,7 +89,7 @@ fn parse_line(line: &str) -> Option<MapEntry> {
 
 /// Identity of a file as maps shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FileId {
+pub(crate) struct FileId {
     pub dev_major: u32,
     pub dev_minor: u32,
     pub inode: u64,
@@ -97,7 +97,7 @@ pub struct FileId {
 
 impl FileId {
     /// The identity of the file at `path` (following symlinks, so `/proc/PID/exe` works).
-    pub fn of(path: &Path) -> io::Result<Self> {
+    pub(crate) fn of(path: &Path) -> io::Result<Self> {
         use std::os::unix::fs::MetadataExt as _;
         let meta = fs::metadata(path)?;
         let dev = meta.dev();
@@ -112,7 +112,7 @@ impl FileId {
     }
 
     /// Whether `entry` maps this file.
-    pub fn matches(&self, entry: &MapEntry) -> bool {
+    pub(crate) fn matches(&self, entry: &MapEntry) -> bool {
         entry.inode == self.inode
             && entry.dev_major == self.dev_major
             && entry.dev_minor == self.dev_minor
@@ -120,7 +120,7 @@ impl FileId {
 }
 
 /// The mappings of one file: by identity when known, else by path.
-pub fn mappings_of<'a>(
+pub(crate) fn mappings_of<'a>(
     maps: &'a [MapEntry],
     id: Option<FileId>,
     path: &'a str,

@@ -8,7 +8,7 @@ const PAGE: usize = 4096;
 
 /// Anonymous read-write memory, unmapped when dropped.
 #[derive(Debug)]
-pub struct Mapping {
+pub(crate) struct Mapping {
     ptr: *mut u8,
     len: usize,
 }
@@ -16,7 +16,7 @@ pub struct Mapping {
 impl Mapping {
     /// At least `len` (and at least one) bytes of zeroed read-write memory, rounded up to
     /// whole pages, in small pages, every page faulted in.
-    pub fn new(len: usize) -> io::Result<Self> {
+    pub(crate) fn new(len: usize) -> io::Result<Self> {
         let len = len.max(1).next_multiple_of(PAGE);
         // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
         let ptr = unsafe {
@@ -51,20 +51,20 @@ impl Mapping {
     }
 
     /// The whole mapping (a multiple of the page size).
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: the mapping is `len` readable bytes, alive as long as `self`, and
         // written only through `&mut self`.
         unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as above, and `&mut self` makes this the only view.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 
     /// The same memory made read-execute: no longer writable, so it no longer gives
     /// out `&mut`.
-    pub fn into_executable(self) -> io::Result<Executable> {
+    pub(crate) fn into_executable(self) -> io::Result<Executable> {
         // SAFETY: mprotect on exactly this mapping; `self` is consumed, so no mutable
         // view of it is left.
         let protected =
@@ -86,16 +86,17 @@ impl Drop for Mapping {
 
 /// Read-execute anonymous memory, unmapped when dropped.
 #[derive(Debug)]
-pub struct Executable(Mapping);
+pub(crate) struct Executable(Mapping);
 
 impl Executable {
     /// The first byte: where code written before [`Mapping::into_executable`] starts.
     /// Calling it is the caller's `unsafe`, on what it wrote there.
-    pub fn start(&self) -> *const u8 {
+    pub(crate) fn start(&self) -> *const u8 {
         self.0.ptr
     }
 
-    pub fn bytes(&self) -> &[u8] {
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> &[u8] {
         self.0.bytes()
     }
 }

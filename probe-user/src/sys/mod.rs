@@ -8,18 +8,18 @@
 //! not have are [`bpf`]'s. The lines probetop writes to stderr go through [`stderr`],
 //! which holds them while the TUI has the terminal.
 
-pub mod bpf;
-pub mod cgroup;
-pub mod clock;
-pub mod cpu;
-pub mod files;
-pub mod limits;
-pub mod maps;
-pub mod mem;
-pub mod perf;
-pub mod process;
-pub mod procfs;
-pub mod stderr;
-pub mod tracefs;
+pub(crate) mod bpf;
+pub(crate) mod cgroup;
+pub(crate) mod clock;
+pub(crate) mod cpu;
+pub(crate) mod files;
+pub(crate) mod limits;
+pub(crate) mod maps;
+pub(crate) mod mem;
+pub(crate) mod perf;
+pub(crate) mod process;
+pub(crate) mod procfs;
+pub(crate) mod stderr;
+pub(crate) mod tracefs;
 
-pub use stderr::say;
+pub(crate) use stderr::say;

@@ -42,7 +42,7 @@ const PERF_EVENT_IOC_ENABLE: libc::Ioctl = 0x2400;
 /// Opens and enables a perf event of the uprobe PMU `perf_type` at `path`+`offset` for
 /// process `pid` (0: for every process). `config` is the PMU's config word (the
 /// retprobe bit, a USDT semaphore's offset in the high 32 bits).
-pub fn uprobe_event(
+pub(crate) fn uprobe_event(
     perf_type: u32,
     config: u64,
     path: &CStr,

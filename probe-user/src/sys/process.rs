@@ -8,7 +8,7 @@ use std::{
 use tokio::io::{Interest, unix::AsyncFd};
 
 /// A file descriptor that becomes readable when process `pid` exits.
-pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
@@ -20,7 +20,7 @@ pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
 
 /// `pid`'s pidfd, registered with tokio: readable once the process exits. Needs a
 /// tokio runtime.
-pub fn exit_watch(pid: u32) -> io::Result<AsyncFd<OwnedFd>> {
+pub(crate) fn exit_watch(pid: u32) -> io::Result<AsyncFd<OwnedFd>> {
     let pidfd = pidfd_open(pid)?;
     // SAFETY: the OwnedFd keeps the pidfd open, unchanged, for as long as the AsyncFd
     // that owns it lives.
@@ -29,7 +29,7 @@ pub fn exit_watch(pid: u32) -> io::Result<AsyncFd<OwnedFd>> {
 
 /// Asks process `pid` to end (SIGTERM): a probetop probetop started itself
 /// (`probetop --all`'s view of one process) when the run stops meanwhile.
-pub fn terminate(pid: u32) -> io::Result<()> {
+pub(crate) fn terminate(pid: u32) -> io::Result<()> {
     // SAFETY: kill(2) takes a pid and a signal number; no memory is passed.
     if unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) } == 0 {
         Ok(())
@@ -39,7 +39,7 @@ pub fn terminate(pid: u32) -> io::Result<()> {
 }
 
 /// Whether probetop runs setuid or setgid (real and effective ids differ).
-pub fn runs_setid() -> bool {
+pub(crate) fn runs_setid() -> bool {
     // SAFETY: these getters have no preconditions and cannot fail.
     let (uid, euid, gid, egid) = unsafe {
         (
@@ -53,20 +53,20 @@ pub fn runs_setid() -> bool {
 }
 
 /// Whether the effective user is root.
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// Sleeps of the calling thread as short as asked: the default timer slack (50 us)
 /// stretches short ones. Best effort.
-pub fn least_timer_slack() {
+pub(crate) fn least_timer_slack() {
     // SAFETY: prctl with integer arguments only; PR_SET_TIMERSLACK concerns this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
 }
 
 /// Waits up to `timeout_ms` for `fd` to be readable; whether it is.
-pub fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout_ms: i32) -> bool {
+pub(crate) fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout_ms: i32) -> bool {
     use std::os::fd::AsRawFd as _;
     let mut poll = libc::pollfd {
         fd: fd.as_raw_fd(),
@@ -79,7 +79,7 @@ pub fn wait_readable(fd: std::os::fd::BorrowedFd<'_>, timeout_ms: i32) -> bool {
 }
 
 /// The kernel's release as uname(2) gives it (`uname -r`).
-pub fn uname_release() -> Option<String> {
+pub(crate) fn uname_release() -> Option<String> {
     // SAFETY: utsname is plain data (arrays of c_char); all zeroes is a valid value.
     let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
     // SAFETY: uname writes within the utsname it is given, which lives for the call.

@@ -13,7 +13,7 @@ use std::{
 
 /// The fields of /proc/PID/stat probetop reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stat {
+pub(crate) struct Stat {
     /// `R`, `S`, `Z`, ...
     pub state: char,
     pub ppid: u32,
@@ -27,7 +27,7 @@ pub struct Stat {
 impl Stat {
     /// Parses a /proc/PID/stat line. The command name may hold spaces and parentheses,
     /// so fields are counted from the last `)`.
-    pub fn parse(stat: &str) -> Option<Self> {
+    pub(crate) fn parse(stat: &str) -> Option<Self> {
         let after_comm = &stat[stat.rfind(')')? + 1..];
         // Fields 3.. of proc(5): state, ppid, ..., utime (14), stime (15), starttime (22).
         let fields: Vec<&str> = after_comm.split_whitespace().take(20).collect();
@@ -41,40 +41,40 @@ impl Stat {
     }
 
     /// `pid`'s stat; `Err` when it cannot be read, `Ok(None)` when it does not parse.
-    pub fn read(pid: u32) -> io::Result<Option<Self>> {
+    pub(crate) fn read(pid: u32) -> io::Result<Option<Self>> {
         Ok(Self::parse(&fs::read_to_string(format!(
             "/proc/{pid}/stat"
         ))?))
     }
 
     /// `pid`'s stat, if it can be read and parsed.
-    pub fn of(pid: u32) -> Option<Self> {
+    pub(crate) fn of(pid: u32) -> Option<Self> {
         Self::read(pid).ok().flatten()
     }
 
     /// This process's stat.
-    pub fn own() -> Option<Self> {
+    pub(crate) fn own() -> Option<Self> {
         fs::read_to_string("/proc/self/stat")
             .ok()
             .and_then(|stat| Self::parse(&stat))
     }
 
     /// utime + stime, clock ticks.
-    pub fn cpu_ticks(&self) -> u64 {
+    pub(crate) fn cpu_ticks(&self) -> u64 {
         self.utime + self.stime
     }
 }
 
 /// The value of `key` (`"Tgid:"`, `"CapEff:"`) in the text of a /proc/PID/status file,
 /// trimmed.
-pub fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
+pub(crate) fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
     status
         .lines()
         .find_map(|line| Some(line.strip_prefix(key)?.trim()))
 }
 
 /// This process's resident pages (the second field of /proc/self/statm).
-pub fn own_resident_pages() -> Option<u64> {
+pub(crate) fn own_resident_pages() -> Option<u64> {
     let statm = fs::read_to_string("/proc/self/statm").ok()?;
     resident_pages_of_statm(&statm)
 }
@@ -84,50 +84,50 @@ fn resident_pages_of_statm(statm: &str) -> Option<u64> {
 }
 
 /// `/proc/PID/NAME`.
-pub fn file(pid: u32, name: &str) -> PathBuf {
+pub(crate) fn file(pid: u32, name: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/{name}"))
 }
 
 /// `/proc/PID/exe`: a path the kernel resolves to the file the process runs, even when
 /// that was deleted or replaced on disk.
-pub fn exe(pid: u32) -> PathBuf {
+pub(crate) fn exe(pid: u32) -> PathBuf {
     file(pid, "exe")
 }
 
 /// What `/proc/PID/exe` links to (the executable as the kernel names it). Kernel threads
 /// have none: `NotFound`.
-pub fn exe_target(pid: u32) -> io::Result<PathBuf> {
+pub(crate) fn exe_target(pid: u32) -> io::Result<PathBuf> {
     fs::read_link(exe(pid))
 }
 
 /// (device, inode) of the file `/proc/PID/exe` resolves to.
-pub fn exe_identity(pid: u32) -> Option<(u64, u64)> {
+pub(crate) fn exe_identity(pid: u32) -> Option<(u64, u64)> {
     let meta = fs::metadata(exe(pid)).ok()?;
     Some((meta.dev(), meta.ino()))
 }
 
 /// `/proc/PID/status`, the text.
-pub fn status(pid: u32) -> io::Result<String> {
+pub(crate) fn status(pid: u32) -> io::Result<String> {
     fs::read_to_string(file(pid, "status"))
 }
 
 /// This process's /proc/self/status, the text.
-pub fn own_status() -> io::Result<String> {
+pub(crate) fn own_status() -> io::Result<String> {
     fs::read_to_string("/proc/self/status")
 }
 
 /// The process of thread `tid` (its `Tgid:`); a process's own pid names itself.
-pub fn tgid(tid: u32) -> Option<u32> {
+pub(crate) fn tgid(tid: u32) -> Option<u32> {
     status_field(&status(tid).ok()?, "Tgid:")?.parse().ok()
 }
 
 /// `/proc/PID/comm` as read (with its newline).
-pub fn comm(pid: u32) -> io::Result<String> {
+pub(crate) fn comm(pid: u32) -> io::Result<String> {
     fs::read_to_string(file(pid, "comm"))
 }
 
 /// `/proc/PID/cmdline`'s arguments, empty ones left out.
-pub fn cmdline(pid: u32) -> io::Result<Vec<String>> {
+pub(crate) fn cmdline(pid: u32) -> io::Result<Vec<String>> {
     let raw = fs::read(file(pid, "cmdline"))?;
     Ok(raw
         .split(|&b| b == 0)
@@ -137,28 +137,28 @@ pub fn cmdline(pid: u32) -> io::Result<Vec<String>> {
 }
 
 /// `/proc/PID/io`, the text.
-pub fn io_counters(pid: u32) -> io::Result<String> {
+pub(crate) fn io_counters(pid: u32) -> io::Result<String> {
     fs::read_to_string(file(pid, "io"))
 }
 
 /// The thread ids of process `pid` (`/proc/PID/task`), in the directory's order.
-pub fn threads(pid: u32) -> io::Result<Vec<u32>> {
+pub(crate) fn threads(pid: u32) -> io::Result<Vec<u32>> {
     Ok(numeric_entries(fs::read_dir(file(pid, "task"))?))
 }
 
 /// `/proc/PID/task/TID/NAME`, the text.
-pub fn thread_file(pid: u32, tid: u32, name: &str) -> io::Result<String> {
+pub(crate) fn thread_file(pid: u32, tid: u32, name: &str) -> io::Result<String> {
     fs::read_to_string(format!("/proc/{pid}/task/{tid}/{name}"))
 }
 
 /// The pid of every process now (the numeric entries of /proc); none if /proc cannot be
 /// read.
-pub fn all_pids() -> Vec<u32> {
+pub(crate) fn all_pids() -> Vec<u32> {
     fs::read_dir("/proc").map_or_else(|_| Vec::new(), numeric_entries)
 }
 
 /// (pid, parent pid) of every process now; one that exits meanwhile is left out.
-pub fn parents() -> Vec<(u32, u32)> {
+pub(crate) fn parents() -> Vec<(u32, u32)> {
     all_pids()
         .into_iter()
         .filter_map(|pid| Some((pid, Stat::of(pid)?.ppid)))
@@ -173,7 +173,7 @@ fn numeric_entries(dir: fs::ReadDir) -> Vec<u32> {
 
 /// The open descriptors of `pid` and what each links to (`None` when the link cannot be
 /// read), from /proc/PID/fd.
-pub fn fds(pid: u32) -> io::Result<Vec<(u32, Option<PathBuf>)>> {
+pub(crate) fn fds(pid: u32) -> io::Result<Vec<(u32, Option<PathBuf>)>> {
     let dir = fs::read_dir(file(pid, "fd"))?;
     Ok(dir
         .flatten()
@@ -185,7 +185,7 @@ pub fn fds(pid: u32) -> io::Result<Vec<(u32, Option<PathBuf>)>> {
 }
 
 /// The text of each readable /proc/PID/fdinfo entry.
-pub fn fdinfos(pid: u32) -> io::Result<Vec<String>> {
+pub(crate) fn fdinfos(pid: u32) -> io::Result<Vec<String>> {
     let dir = fs::read_dir(file(pid, "fdinfo"))?;
     Ok(dir
         .flatten()
@@ -195,12 +195,12 @@ pub fn fdinfos(pid: u32) -> io::Result<Vec<String>> {
 
 /// A path naming the file `fd` holds open, for as long as it stays open
 /// (`/proc/self/fd/N`): for handing that exact file to the kernel.
-pub fn own_fd_path(fd: BorrowedFd<'_>) -> PathBuf {
+pub(crate) fn own_fd_path(fd: BorrowedFd<'_>) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// The value of entry `key` of process `pid`'s auxiliary vector (/proc/PID/auxv).
-pub fn auxv_value(pid: u32, key: u64) -> Option<u64> {
+pub(crate) fn auxv_value(pid: u32, key: u64) -> Option<u64> {
     let auxv = fs::read(file(pid, "auxv")).ok()?;
     auxv_lookup(&auxv, key)
 }
@@ -220,12 +220,12 @@ fn auxv_lookup(auxv: &[u8], key: u64) -> Option<u64> {
 }
 
 /// Fills `buf` from process `pid`'s memory at `address` (/proc/PID/mem).
-pub fn read_memory(pid: u32, address: u64, buf: &mut [u8]) -> io::Result<()> {
+pub(crate) fn read_memory(pid: u32, address: u64, buf: &mut [u8]) -> io::Result<()> {
     fs::File::open(file(pid, "mem"))?.read_exact_at(buf, address)
 }
 
 /// `/proc/sys/kernel/NAME`, trimmed.
-pub fn kernel_sysctl(name: &str) -> io::Result<String> {
+pub(crate) fn kernel_sysctl(name: &str) -> io::Result<String> {
     Ok(fs::read_to_string(format!("/proc/sys/kernel/{name}"))?
         .trim()
         .to_owned())
@@ -233,12 +233,12 @@ pub fn kernel_sysctl(name: &str) -> io::Result<String> {
 
 /// The kernel's release (`uname -r`), from /proc/sys/kernel/osrelease, or from uname(2)
 /// where /proc has no sys (mounted `subset=pid`).
-pub fn kernel_release() -> io::Result<String> {
+pub(crate) fn kernel_release() -> io::Result<String> {
     kernel_sysctl("osrelease").or_else(|e| super::process::uname_release().ok_or(e))
 }
 
 /// The first `model name` of /proc/cpuinfo.
-pub fn cpu_model() -> Option<String> {
+pub(crate) fn cpu_model() -> Option<String> {
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").ok()?;
     cpuinfo.lines().find_map(|l| {
         let (key, value) = l.split_once(':')?;
@@ -248,7 +248,7 @@ pub fn cpu_model() -> Option<String> {
 
 /// Whether /proc/kallsyms names `symbol` (a function the kernel was built with); reads
 /// until the first match.
-pub fn kernel_has_symbol(symbol: &str) -> bool {
+pub(crate) fn kernel_has_symbol(symbol: &str) -> bool {
     use std::io::BufRead as _;
     let Ok(file) = fs::File::open("/proc/kallsyms") else {
         return false;
@@ -261,7 +261,7 @@ pub fn kernel_has_symbol(symbol: &str) -> bool {
 
 /// Time since boot in clock ticks (/proc/uptime, the clock a process's start time is
 /// on); `None` if unknown.
-pub fn boot_ticks() -> Option<u64> {
+pub(crate) fn boot_ticks() -> Option<u64> {
     let ticks = super::clock::clock_ticks_per_second()?;
     let uptime = std::fs::read_to_string("/proc/uptime").ok()?;
     let seconds: f64 = uptime.split_whitespace().next()?.parse().ok()?;

@@ -11,7 +11,7 @@ use std::sync::{Mutex, PoisonError};
 /// the OSC/CSI sequences it starts, BEL, CR, a newline, C1 controls) becomes a space.
 /// Names come from binaries and comms, which anyone can craft; the TUI never draws
 /// control characters, and the exports' line formats need their names on one line too.
-pub fn one_line(s: &str) -> Cow<'_, str> {
+pub(crate) fn one_line(s: &str) -> Cow<'_, str> {
     if !s.chars().any(char::is_control) {
         return Cow::Borrowed(s);
     }
@@ -24,7 +24,7 @@ pub fn one_line(s: &str) -> Cow<'_, str> {
 
 /// `text` of several lines with nothing a terminal acts on: [`one_line`] for each of its
 /// lines, the newlines between them kept.
-pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+pub(crate) fn terminal_safe(text: &str) -> Cow<'_, str> {
     if !text.chars().any(|c| c.is_control() && c != '\n') {
         return Cow::Borrowed(text);
     }
@@ -78,7 +78,7 @@ fn held() -> std::sync::MutexGuard<'static, Held> {
 
 /// Writes `line` to stderr, or holds it while the TUI has the terminal. A failed write
 /// is ignored: after SIGHUP the terminal is gone, and that must not stop a run.
-pub fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     let line = one_line(line);
     if held().offer(&line) {
         return;
@@ -88,7 +88,7 @@ pub fn say(line: &str) {
 
 /// Writes `text`, whole lines, as [`say`] does each of them (a report of many lines in
 /// one write).
-pub fn say_text(text: &str) {
+pub(crate) fn say_text(text: &str) {
     let text = &*terminal_safe(text);
     let mut held = held();
     if held.active {
@@ -107,17 +107,17 @@ fn write_raw(text: &str) {
 }
 
 /// From now on lines are held (the TUI took the terminal).
-pub fn hold() {
+pub(crate) fn hold() {
     held().active = true;
 }
 
 /// Lines held since the last call, for the TUI's footer.
-pub fn take_new() -> Vec<String> {
+pub(crate) fn take_new() -> Vec<String> {
     held().take_new()
 }
 
 /// Stops holding and writes every line held (the terminal is restored).
-pub fn release() {
+pub(crate) fn release() {
     let lines = held().release();
     for line in lines {
         write_raw(&format!("{line}\n"));

@@ -7,11 +7,11 @@
 use std::{io, path::Path};
 
 /// Where tracefs is looked for, the usual place first.
-pub const ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
+pub(crate) const ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
 /// Where tracefs was found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tracefs {
+pub(crate) enum Tracefs {
     /// Mounted before probetop looked.
     Found(&'static str),
     /// Mounted by probetop just now.
@@ -19,7 +19,7 @@ pub enum Tracefs {
 }
 
 /// Finds tracefs, mounting it at `/sys/kernel/tracing` when it is nowhere.
-pub fn find_or_mount() -> io::Result<Tracefs> {
+pub(crate) fn find_or_mount() -> io::Result<Tracefs> {
     if let Some(root) = ROOTS
         .iter()
         .find(|root| Path::new(root).join("events").is_dir())
@@ -46,13 +46,13 @@ pub fn find_or_mount() -> io::Result<Tracefs> {
 
 /// The uprobe events defined through tracefs (`uprobe_events`: `perf probe`, a line
 /// written by hand, BCC's older attach path), one definition a line.
-pub fn uprobe_events(root: &str) -> io::Result<String> {
+pub(crate) fn uprobe_events(root: &str) -> io::Result<String> {
     std::fs::read_to_string(Path::new(root).join("uprobe_events"))
 }
 
 /// Whether the event `group/name` is enabled for ftrace (its `enable` file reads 1);
 /// `None` when it cannot be read.
-pub fn event_enabled(root: &str, group: &str, name: &str) -> Option<bool> {
+pub(crate) fn event_enabled(root: &str, group: &str, name: &str) -> Option<bool> {
     let text = std::fs::read_to_string(
         Path::new(root)
             .join("events")

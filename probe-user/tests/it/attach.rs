@@ -931,9 +931,9 @@ fn exact_counts_through_the_kernels_choice() {
 fn detach_and_reattach_sets_keep_exact_counts() {
     let _turn = turn(module_path!());
     use probe_common::ProbeConfig;
-    use probe_user::attach::{AttachPath, AttachRequest, Attachment, LoadOptions};
-    use probe_user::delivery::DeliveryMode;
-    use probe_user::spec::ProbeKind;
+    use probe_user::inner::attach::{AttachPath, AttachRequest, Attachment, LoadOptions};
+    use probe_user::inner::delivery::DeliveryMode;
+    use probe_user::inner::spec::ProbeKind;
 
     const PASSES: u64 = 5_000;
     let mut paths = vec![AttachPath::PerfEvent];

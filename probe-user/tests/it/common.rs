@@ -10,13 +10,13 @@ use std::{
 };
 
 mod server;
-pub use server::{server_dir, stop_server, stop_with_test, wait_until_answering};
+pub(crate) use server::{server_dir, stop_server, stop_with_test, wait_until_answering};
 
 /// Generous bound for anything that should take a second: CI machines are slow and busy.
-pub const PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
 /// The built fixtures (`cargo xtask fixtures`).
-pub fn fixture(relative: &str) -> PathBuf {
+pub(crate) fn fixture(relative: &str) -> PathBuf {
     let root = std::env::var_os("PROBETOP_FIXTURES")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/build"));
@@ -34,19 +34,19 @@ pub fn fixture(relative: &str) -> PathBuf {
 /// would change what a run does: with one, `--mode kernel` streams its first seconds to
 /// price them by the ring's clock. A test that wants a calibration sets
 /// XDG_CACHE_HOME itself, which overrides this.
-pub fn probetop() -> Command {
+pub(crate) fn probetop() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_probetop"));
     cmd.env("XDG_CACHE_HOME", no_calibration());
     cmd
 }
 
 /// A cache directory holding no calibration (it is never created).
-pub fn no_calibration() -> PathBuf {
+pub(crate) fn no_calibration() -> PathBuf {
     std::env::temp_dir().join(format!("probetop-it-no-calibration-{}", std::process::id()))
 }
 
 /// Lines of a child's output, readable with a timeout.
-pub struct Lines {
+pub(crate) struct Lines {
     rx: mpsc::Receiver<String>,
 }
 
@@ -64,26 +64,26 @@ impl Lines {
         Self { rx }
     }
 
-    pub fn from_stdout(out: ChildStdout) -> Self {
+    pub(crate) fn from_stdout(out: ChildStdout) -> Self {
         Self::new(out)
     }
 
-    pub fn from_stderr(err: ChildStderr) -> Self {
+    pub(crate) fn from_stderr(err: ChildStderr) -> Self {
         Self::new(err)
     }
 
     /// The next line, or None at end of output or after `PATIENCE`.
-    pub fn next(&self) -> Option<String> {
+    pub(crate) fn next(&self) -> Option<String> {
         self.rx.recv_timeout(PATIENCE).ok()
     }
 
     /// Discards the lines already read from the child, so the next one is fresh.
-    pub fn skip_buffered(&self) {
+    pub(crate) fn skip_buffered(&self) {
         while self.rx.try_recv().is_ok() {}
     }
 
     /// Reads lines until one contains `needle`; panics with what was seen otherwise.
-    pub fn wait_for(&self, needle: &str) -> String {
+    pub(crate) fn wait_for(&self, needle: &str) -> String {
         let mut seen = Vec::new();
         while let Some(line) = self.next() {
             if line.contains(needle) {
@@ -95,7 +95,7 @@ impl Lines {
     }
 
     /// Everything left, until end of output.
-    pub fn rest(&self) -> Vec<String> {
+    pub(crate) fn rest(&self) -> Vec<String> {
         let mut out = Vec::new();
         while let Some(line) = self.next() {
             out.push(line);
@@ -105,14 +105,14 @@ impl Lines {
 }
 
 /// A child process killed when the test ends, pass or fail.
-pub struct Running {
+pub(crate) struct Running {
     pub child: Child,
     pub stdout: Option<Lines>,
     pub stderr: Option<Lines>,
 }
 
 impl Running {
-    pub fn spawn(mut command: Command) -> Self {
+    pub(crate) fn spawn(mut command: Command) -> Self {
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -128,34 +128,34 @@ impl Running {
         }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Writes a line to the child's stdin (fixtures started with `--wait-stdin` go on).
-    pub fn send_line(&mut self) {
+    pub(crate) fn send_line(&mut self) {
         use std::io::Write as _;
         let stdin = self.child.stdin.as_mut().expect("stdin piped");
         stdin.write_all(b"go\n").expect("write to child");
         stdin.flush().expect("flush child stdin");
     }
 
-    pub fn out(&self) -> &Lines {
+    pub(crate) fn out(&self) -> &Lines {
         self.stdout.as_ref().expect("stdout captured")
     }
 
-    pub fn err(&self) -> &Lines {
+    pub(crate) fn err(&self) -> &Lines {
         self.stderr.as_ref().expect("stderr captured")
     }
 
-    pub fn signal(&self, signal: libc::c_int) {
+    pub(crate) fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
         let rc = unsafe { libc::kill(self.pid() as libc::pid_t, signal) };
         assert_eq!(rc, 0, "kill({}, {signal})", self.pid());
     }
 
     /// Waits for exit, at most `PATIENCE`.
-    pub fn wait(&mut self) -> ExitStatus {
+    pub(crate) fn wait(&mut self) -> ExitStatus {
         let deadline = std::time::Instant::now() + PATIENCE;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -179,12 +179,12 @@ impl Drop for Running {
 }
 
 /// The foundation fixture, started and waiting for SIGUSR1 (`--wait-signal`).
-pub fn workload(args: &[&str]) -> Running {
+pub(crate) fn workload(args: &[&str]) -> Running {
     started(&fixture("c/workload"), args)
 }
 
 /// Starts `program` with `args` and waits for its `ready pid=` line.
-pub fn started(program: &std::path::Path, args: &[&str]) -> Running {
+pub(crate) fn started(program: &std::path::Path, args: &[&str]) -> Running {
     let mut command = Command::new(program);
     command.args(args);
     let running = Running::spawn(command);
@@ -193,14 +193,14 @@ pub fn started(program: &std::path::Path, args: &[&str]) -> Running {
 }
 
 /// Temporary path for an export, unique to this test process.
-pub fn export_path(name: &str) -> PathBuf {
+pub(crate) fn export_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("probetop-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir.join(name)
 }
 
 /// A JSON export probetop wrote.
-pub fn read_export(path: &std::path::Path) -> serde_json::Value {
+pub(crate) fn read_export(path: &std::path::Path) -> serde_json::Value {
     let bytes = std::fs::read(path)
         .unwrap_or_else(|e| panic!("export {} not written: {e}", path.display()));
     serde_json::from_slice(&bytes).expect("the export is JSON")
@@ -208,7 +208,7 @@ pub fn read_export(path: &std::path::Path) -> serde_json::Value {
 
 /// Runs `cmd` to its end; it must succeed. `what` names it in a failure, which shows its
 /// output.
-pub fn output_ok(cmd: &mut Command, what: &str) -> std::process::Output {
+pub(crate) fn output_ok(cmd: &mut Command, what: &str) -> std::process::Output {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
@@ -223,7 +223,7 @@ pub fn output_ok(cmd: &mut Command, what: &str) -> std::process::Output {
 }
 
 /// `probetop list --json ARGS`, which must succeed: its listing.
-pub fn list_json<I, S>(args: I) -> serde_json::Value
+pub(crate) fn list_json<I, S>(args: I) -> serde_json::Value
 where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
@@ -237,7 +237,7 @@ where
 
 /// `probetop calibrate --json` (the default length, as users run it) with its cache
 /// under `cache` (XDG_CACHE_HOME), which must succeed: the calibration.
-pub fn calibrate_default(cache: &std::path::Path) -> serde_json::Value {
+pub(crate) fn calibrate_default(cache: &std::path::Path) -> serde_json::Value {
     let out = output_ok(
         probetop()
             .args(["calibrate", "--json"])
@@ -250,7 +250,7 @@ pub fn calibrate_default(cache: &std::path::Path) -> serde_json::Value {
 /// A cache directory (for XDG_CACHE_HOME) holding this machine's calibration: copied
 /// from the user's cache when `probetop calibrate` ran here, else made by a default
 /// calibration.
-pub fn calibrated_cache(name: &str) -> PathBuf {
+pub(crate) fn calibrated_cache(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!(
         "probetop-it-calibrated-{name}-{}",
         std::process::id()
@@ -276,7 +276,7 @@ pub fn calibrated_cache(name: &str) -> PathBuf {
 
 /// Runs probetop on `pid` with `args` until the target exits, after `release` lets the
 /// target go once probes are live; returns the JSON export.
-pub fn measure(pid: u32, args: &[&str], release: impl FnOnce()) -> serde_json::Value {
+pub(crate) fn measure(pid: u32, args: &[&str], release: impl FnOnce()) -> serde_json::Value {
     let json = export_path(&format!("measure-{pid}.json"));
     let mut cmd = probetop();
     cmd.args(["--pid", &pid.to_string(), "--no-tui", "--export"])
@@ -292,7 +292,7 @@ pub fn measure(pid: u32, args: &[&str], release: impl FnOnce()) -> serde_json::V
 }
 
 /// Probe `name`'s entry in a JSON export.
-pub fn probe<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+pub(crate) fn probe<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     report["probes"]
         .as_array()
         .expect("probes")
@@ -302,7 +302,7 @@ pub fn probe<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::V
 }
 
 /// BPF program and link ids held open by process `pid` (from /proc/PID/fdinfo).
-pub fn bpf_ids_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
+pub(crate) fn bpf_ids_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
     let mut programs = Vec::new();
     let mut links = Vec::new();
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
@@ -329,7 +329,7 @@ pub fn bpf_ids_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
 
 /// Max entries of the BPF map named `name` (as the kernel keeps it: 15 characters at
 /// most) that process `pid` holds open, from its map ids in /proc/PID/fdinfo.
-pub fn map_entries_of(pid: u32, name: &str) -> Option<u32> {
+pub(crate) fn map_entries_of(pid: u32, name: &str) -> Option<u32> {
     let dir = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?;
     dir.flatten()
         .filter_map(|entry| std::fs::read_to_string(entry.path()).ok())
@@ -361,7 +361,7 @@ fn fdinfos_of(pid: u32) -> Vec<String> {
 
 /// Perf events process `pid` holds open: one per attached uprobe or uretprobe, besides
 /// probetop's own flush probe.
-pub fn perf_events_of(pid: u32) -> usize {
+pub(crate) fn perf_events_of(pid: u32) -> usize {
     let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return 0;
     };
@@ -387,7 +387,7 @@ pub fn perf_events_of(pid: u32) -> usize {
 /// The uprobe_multi links process `pid` holds, from /proc/PID/fdinfo: per link, its
 /// type (`uprobe_multi` or `uretprobe_multi`) and how many probe points it holds;
 /// probetop's own flush probe left out.
-pub fn multi_links_of(pid: u32) -> Vec<(String, usize)> {
+pub(crate) fn multi_links_of(pid: u32) -> Vec<(String, usize)> {
     let mut links: Vec<(String, usize)> = fdinfos_of(pid)
         .iter()
         .filter_map(|info| {
@@ -415,13 +415,13 @@ pub fn multi_links_of(pid: u32) -> Vec<(String, usize)> {
 
 /// Probe points process `pid` holds attached, whichever way: one per perf event, and
 /// every point of its uprobe_multi links.
-pub fn probe_points_of(pid: u32) -> usize {
+pub(crate) fn probe_points_of(pid: u32) -> usize {
     perf_events_of(pid) + multi_links_of(pid).iter().map(|(_, n)| n).sum::<usize>()
 }
 
 /// Whether probetop attaches through uprobe_multi links on this kernel unless told
 /// otherwise: Linux 6.10 and later.
-pub fn multi_links_expected() -> bool {
+pub(crate) fn multi_links_expected() -> bool {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("osrelease");
     let mut parts = release
         .trim()
@@ -433,7 +433,7 @@ pub fn multi_links_expected() -> bool {
 }
 
 /// Ids of every BPF program and link loaded in the kernel now.
-pub fn loaded_bpf_ids() -> (Vec<u32>, Vec<u32>) {
+pub(crate) fn loaded_bpf_ids() -> (Vec<u32>, Vec<u32>) {
     let programs = aya::programs::loaded_programs()
         .filter_map(Result::ok)
         .map(|p| p.id())
@@ -447,7 +447,7 @@ pub fn loaded_bpf_ids() -> (Vec<u32>, Vec<u32>) {
 
 /// Asserts that none of `programs` and `links` is left in the kernel once probetop is
 /// gone (programs go a moment after their links).
-pub fn nothing_left_of(programs: &[u32], links: &[u32]) {
+pub(crate) fn nothing_left_of(programs: &[u32], links: &[u32]) {
     let (loaded_programs, loaded_links) = bpf_ids_once_gone(programs, links);
     for id in programs {
         assert!(!loaded_programs.contains(id), "program {id} left loaded");
@@ -461,7 +461,7 @@ pub fn nothing_left_of(programs: &[u32], links: &[u32]) {
 /// `PATIENCE`. The kernel puts a closed link's program after an RCU grace period (a
 /// uprobe_multi link's after a tasks-trace one too), so a program can outlive its
 /// holder's exit by a moment.
-pub fn bpf_ids_once_gone(programs: &[u32], links: &[u32]) -> (Vec<u32>, Vec<u32>) {
+pub(crate) fn bpf_ids_once_gone(programs: &[u32], links: &[u32]) -> (Vec<u32>, Vec<u32>) {
     let deadline = std::time::Instant::now() + PATIENCE;
     loop {
         let (loaded_programs, loaded_links) = loaded_bpf_ids();
@@ -475,7 +475,7 @@ pub fn bpf_ids_once_gone(programs: &[u32], links: &[u32]) -> (Vec<u32>, Vec<u32>
 }
 
 /// Parses `key=value` out of a fixture's report line.
-pub fn field(line: &str, key: &str) -> f64 {
+pub(crate) fn field(line: &str, key: &str) -> f64 {
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
         .and_then(|v| v.parse().ok())
@@ -484,7 +484,7 @@ pub fn field(line: &str, key: &str) -> f64 {
 
 /// Offsets from `function`'s entry of each of its instructions, as objdump decodes
 /// `path` (binutils: an independent reading of the same bytes).
-pub fn instruction_offsets(path: &std::path::Path, function: &str) -> Vec<u64> {
+pub(crate) fn instruction_offsets(path: &std::path::Path, function: &str) -> Vec<u64> {
     let out = output_ok(
         Command::new("objdump")
             .arg(format!("--disassemble={function}"))
@@ -532,7 +532,7 @@ pub fn instruction_offsets(path: &std::path::Path, function: &str) -> Vec<u64> {
 ///
 /// Anything else a test needs (root, fixtures, tools) is not waited for but said:
 /// `#[ignore = "needs ..."]` (docs/architecture.md, "Tests").
-pub fn turn(module: &'static str) -> Turn {
+pub(crate) fn turn(module: &'static str) -> Turn {
     let mut current = TURN.0.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         match *current {
@@ -554,7 +554,7 @@ static TURN: (std::sync::Mutex<(&'static str, usize)>, std::sync::Condvar) =
     (std::sync::Mutex::new(("", 0)), std::sync::Condvar::new());
 
 /// A test's turn, given back when the test ends (passed or panicked).
-pub struct Turn;
+pub(crate) struct Turn;
 
 impl Drop for Turn {
     fn drop(&mut self) {
@@ -567,7 +567,7 @@ impl Drop for Turn {
 }
 
 /// One test at a time within its module's turn (see [`turn`]), until the guard drops.
-pub fn alone() -> std::sync::MutexGuard<'static, ()> {
+pub(crate) fn alone() -> std::sync::MutexGuard<'static, ()> {
     ALONE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -578,7 +578,7 @@ static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 /// bpftrace running `program` against `pid` (`-p`), returned once every probe of it is
 /// attached: its BEGIN probe fires after the others attach, while "Attaching N
 /// probes..." is printed before, which left probetop's first look racing bpftrace's.
-pub fn bpftrace_armed(pid: u32, program: &str) -> Running {
+pub(crate) fn bpftrace_armed(pid: u32, program: &str) -> Running {
     let bpftrace = Running::spawn({
         let mut cmd = Command::new("bpftrace");
         cmd.args(["-p", &pid.to_string(), "-e"])

@@ -61,11 +61,11 @@ fn wait_within(running: &mut Running, limit: Duration, what: &str) -> std::proce
 #[ignore = "needs root and the fixtures"]
 fn a_calibration_cache_that_is_not_a_file_is_one_line_and_the_run_goes_on() {
     let _turn = turn(module_path!());
-    let name = probe_user::calibrate::table::Machine::current().cache_file_name();
+    let name = probe_user::inner::calibrate::table::Machine::current().cache_file_name();
     type Make = fn(&Path);
     let cases: [(&str, &str, Make); 3] = [
         ("fifo", "a FIFO, not a regular file", |path| {
-            probe_user::sys::files::mkfifo(path, 0o600).expect("mkfifo");
+            probe_user::inner::sys::files::mkfifo(path, 0o600).expect("mkfifo");
         }),
         ("zero", "a symbolic link, not a regular file", |path| {
             std::os::unix::fs::symlink("/dev/zero", path).expect("symlink");
@@ -374,7 +374,7 @@ fn sigterm_before_attaching_is_said() {
     let _turn = turn(module_path!());
     let dir = scratch("sigterm-early");
     let fifo = dir.join("specs");
-    probe_user::sys::files::mkfifo(&fifo, 0o600).expect("mkfifo");
+    probe_user::inner::sys::files::mkfifo(&fifo, 0o600).expect("mkfifo");
     let target = workload(&["--calls", "1", "--wait-signal"]);
     let mut cmd = probetop();
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "-f"])

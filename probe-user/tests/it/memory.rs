@@ -5,8 +5,8 @@
 use crate::common::*;
 
 /// What the design allows one probe in probetop's memory, hit or idle
-/// (`probe_user::aggregate::BYTES_PER_PROBE`): the refusal below is computed with it.
-const BYTES_PER_PROBE: u64 = probe_user::aggregate::BYTES_PER_PROBE;
+/// (`probe_user::inner::aggregate::BYTES_PER_PROBE`): the refusal below is computed with it.
+const BYTES_PER_PROBE: u64 = probe_user::inner::aggregate::BYTES_PER_PROBE;
 
 /// `VmRSS` of `pid`, bytes.
 fn rss(pid: u32) -> u64 {

@@ -276,14 +276,14 @@ fn the_presets_entries_are_emulated_in_debians_mariadbd() {
         Path::new(MARIADBD).exists(),
         "{MARIADBD} is missing: `cargo xtask setup` installs mariadb-server"
     );
-    let preset = probe_user::preset::text("mysql").expect("mysql preset");
+    let preset = probe_user::inner::preset::text("mysql").expect("mysql preset");
     let (mut checked, mut rets) = (0, 0);
     for line in preset.lines() {
         let text = line.split('#').next().unwrap_or("").trim();
         if text.is_empty() {
             continue;
         }
-        let spec = probe_user::spec::ProbeSpec::parse(text).expect("preset specs parse");
+        let spec = probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse");
         // A `ret`, which the kernel single-steps, would be a second trap per command.
         if spec.at_returns {
             rets += 1;

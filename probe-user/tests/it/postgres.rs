@@ -329,14 +329,14 @@ fn the_preset_has_no_single_stepped_site_in_debians_postgres() {
         Path::new(&postgres).exists(),
         "{postgres} is missing: `cargo xtask setup` installs postgresql-15"
     );
-    let preset = probe_user::preset::text("postgres").expect("postgres preset");
+    let preset = probe_user::inner::preset::text("postgres").expect("postgres preset");
     let mut checked = 0;
     for line in preset.lines() {
         let text = line.split('#').next().unwrap_or("").trim();
         if text.is_empty() {
             continue;
         }
-        let spec = probe_user::spec::ProbeSpec::parse(text).expect("preset specs parse");
+        let spec = probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse");
         let listing = list_json([postgres.as_str(), spec.name.as_str()]);
         let points = listing["points"].as_array().expect("points");
         // query__execute__* are two sites each in this build, the others one.

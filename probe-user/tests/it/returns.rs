@@ -194,7 +194,7 @@ fn unwind_entries_are_read_as_readelf_reads_them() {
         .collect();
     assert!(!ranges.is_empty());
     let data = std::fs::read(&path).expect("read fixture");
-    let table = probe_user::resolve::unwind::FdeTable::read(&data).expect("table");
+    let table = probe_user::inner::resolve::unwind::FdeTable::read(&data).expect("table");
     let (mut with, mut without) = (0, 0);
     for line in run("nm", &[]).lines() {
         let fields: Vec<&str> = line.split_whitespace().collect();

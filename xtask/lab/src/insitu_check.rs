@@ -12,7 +12,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, ensure};
-use probe_user::present::export::json::{JsonBracket, JsonInSitu};
+use probe_user::inner::present::export::json::{JsonBracket, JsonInSitu};
 
 use crate::mysql::{Mariadb, ServerOptions, Sysbench};
 use crate::tool::{KillOnDrop, Stream, Tool};
@@ -38,12 +38,12 @@ const PROBES: [&str; 4] = [
 const NEVER_HIT: &str = "uprobe:kill_mysql";
 const TEST: &str = "oltp_point_select";
 /// Statements per second of the cells: the range is 2k-10k.
-pub const DEFAULT_RATES: [u32; 2] = [2000, 6000];
-pub const DEFAULT_MODES: [&str; 2] = ["ring", "kernel"];
+pub(crate) const DEFAULT_RATES: [u32; 2] = [2000, 6000];
+pub(crate) const DEFAULT_MODES: [&str; 2] = ["ring", "kernel"];
 const CLIENT_THREADS: u32 = 4;
 
 #[derive(Debug, Clone)]
-pub struct CheckOptions {
+pub(crate) struct CheckOptions {
     /// Statements per second sysbench sends, one cell each.
     pub rates: Vec<u32>,
     /// probetop's delivery modes, one cell each per rate.
@@ -67,7 +67,7 @@ impl CheckOptions {
     /// The full check, or with `quick` a short try: one rate and mode, 2 pairs of 4 s
     /// blocks, 12 s in-situ runs (else 60 s: at 2,000 statements/s 30 s often gave no
     /// verdict).
-    pub fn new(
+    pub(crate) fn new(
         quick: bool,
         rates: Vec<u32>,
         modes: Vec<String>,
@@ -116,7 +116,7 @@ struct Cell {
     bracket: Option<JsonBracket>,
 }
 
-pub fn insitu_check(ctx: &Ctx, options: CheckOptions) -> Result<()> {
+pub(crate) fn insitu_check(ctx: &Ctx, options: CheckOptions) -> Result<()> {
     ensure!(
         crate::is_root()?,
         "the check attaches real probes: run it as root"
@@ -132,7 +132,7 @@ pub fn insitu_check(ctx: &Ctx, options: CheckOptions) -> Result<()> {
 
 /// The check on a server and tables that are already there (`mysql-report` runs it on
 /// its own server after its runs); writes its section of mysqld.md.
-pub fn check_on(
+pub(crate) fn check_on(
     ctx: &Ctx,
     probetop: &Path,
     server: &Mariadb,

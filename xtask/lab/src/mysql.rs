@@ -17,9 +17,9 @@ use anyhow::{Context as _, Result, bail, ensure};
 use crate::{echo, output_ok, run, show};
 
 /// The server (mariadbd, mariadb-install-db, the mariadb client) and the load generator.
-pub const PACKAGES: &[&str] = &["mariadb-server", "sysbench"];
+pub(crate) const PACKAGES: &[&str] = &["mariadb-server", "sysbench"];
 
-pub const MARIADBD: &str = "/usr/sbin/mariadbd";
+pub(crate) const MARIADBD: &str = "/usr/sbin/mariadbd";
 
 /// How long past its `--time` a sysbench run may take before it counts as stalled.
 const SYSBENCH_GRACE: Duration = Duration::from_secs(120);
@@ -27,7 +27,7 @@ const SYSBENCH_GRACE: Duration = Duration::from_secs(120);
 /// A process that did not finish in time: sysbench past its `--time`, or a tool that
 /// ignored SIGINT. A report loses that run, not the whole report.
 #[derive(Debug)]
-pub struct Stalled(pub String);
+pub(crate) struct Stalled(pub String);
 
 impl std::fmt::Display for Stalled {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -38,14 +38,14 @@ impl std::fmt::Display for Stalled {
 impl std::error::Error for Stalled {}
 
 /// The database sysbench works in.
-pub const DATABASE: &str = "sbtest";
+pub(crate) const DATABASE: &str = "sbtest";
 
 // ---------------------------------------------------------------------------------------
 // The private server
 
 /// How the private server is configured.
 #[derive(Debug, Clone)]
-pub struct ServerOptions {
+pub(crate) struct ServerOptions {
     /// InnoDB buffer pool: small, but it holds sysbench's tables, so the load is CPU-bound.
     pub buffer_pool_mib: u32,
     pub max_connections: u32,
@@ -66,7 +66,7 @@ impl Default for ServerOptions {
 }
 
 /// A private mariadbd, shut down (and its directory removed) on drop.
-pub struct Mariadb {
+pub(crate) struct Mariadb {
     child: Child,
     pid: u32,
     dir: PathBuf,
@@ -79,7 +79,7 @@ pub struct Mariadb {
 impl Mariadb {
     /// Creates a datadir in a new temporary directory and starts mariadbd on it; returns
     /// once the server answers on its socket.
-    pub fn start(options: &ServerOptions) -> Result<Self> {
+    pub(crate) fn start(options: &ServerOptions) -> Result<Self> {
         let dir = temp_dir("probetop-mariadb")?;
         let datadir = dir.join("data");
         let socket = dir.join("mysqld.sock");
@@ -193,21 +193,21 @@ impl Mariadb {
         Ok(server)
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
 
-    pub fn socket(&self) -> &Path {
+    pub(crate) fn socket(&self) -> &Path {
         &self.socket
     }
 
     /// The mariadbd binary the server runs (a private copy with `private_binary`).
-    pub fn exe(&self) -> &Path {
+    pub(crate) fn exe(&self) -> &Path {
         &self.exe
     }
 
     /// The temporary directory holding the datadir, socket and logs.
-    pub fn dir(&self) -> &Path {
+    pub(crate) fn dir(&self) -> &Path {
         &self.dir
     }
 
@@ -236,7 +236,7 @@ impl Mariadb {
     }
 
     /// Whether the server answers `mariadb-admin ping`.
-    pub fn ping(&self) -> bool {
+    pub(crate) fn ping(&self) -> bool {
         Command::new("mariadb-admin")
             .arg("--no-defaults")
             .arg(format!("--socket={}", self.socket.display()))
@@ -249,7 +249,7 @@ impl Mariadb {
     }
 
     /// Runs SQL with the mariadb client; returns its tab-separated output without headers.
-    pub fn query(&self, sql: &str) -> Result<String> {
+    pub(crate) fn query(&self, sql: &str) -> Result<String> {
         let mut cmd = Command::new("mariadb");
         cmd.arg("--no-defaults")
             .arg(format!("--socket={}", self.socket.display()))
@@ -259,12 +259,12 @@ impl Mariadb {
     }
 
     /// Whether the server process still runs.
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 
     /// SIGTERM (a clean InnoDB shutdown), SIGKILL if it takes over a minute.
-    pub fn stop(&mut self) -> Result<()> {
+    pub(crate) fn stop(&mut self) -> Result<()> {
         if !self.is_running() {
             return Ok(());
         }
@@ -335,7 +335,7 @@ pub(crate) fn tail(path: &Path, lines: usize) -> String {
 
 /// sysbench's OLTP tests against a server's socket.
 #[derive(Debug, Clone)]
-pub struct Sysbench {
+pub(crate) struct Sysbench {
     pub socket: PathBuf,
     pub tables: u32,
     pub table_size: u32,
@@ -343,7 +343,7 @@ pub struct Sysbench {
 
 /// What one `sysbench ... run` reported.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SysbenchResult {
+pub(crate) struct SysbenchResult {
     /// Every statement executed ("queries: total"), BEGIN/COMMIT included.
     pub queries: u64,
     pub transactions: u64,
@@ -358,7 +358,7 @@ pub struct SysbenchResult {
 }
 
 impl Sysbench {
-    pub fn new(server: &Mariadb, tables: u32, table_size: u32) -> Self {
+    pub(crate) fn new(server: &Mariadb, tables: u32, table_size: u32) -> Self {
         Self {
             socket: server.socket().to_path_buf(),
             tables,
@@ -367,7 +367,7 @@ impl Sysbench {
     }
 
     /// `sysbench TEST --db-driver=mysql ...` without the command (prepare/run).
-    pub fn command(&self, test: &str) -> Command {
+    pub(crate) fn command(&self, test: &str) -> Command {
         let mut cmd = Command::new("sysbench");
         cmd.arg(test)
             .arg("--db-driver=mysql")
@@ -381,14 +381,14 @@ impl Sysbench {
     }
 
     /// Creates and fills the tables (every OLTP test shares them).
-    pub fn prepare(&self) -> Result<()> {
+    pub(crate) fn prepare(&self) -> Result<()> {
         let mut cmd = self.command("oltp_read_only");
         cmd.arg("prepare").stdout(Stdio::null());
         run(&mut cmd)
     }
 
     /// The command that runs `test` for `seconds` with `threads` client connections.
-    pub fn run_command(&self, test: &str, threads: u32, seconds: f64) -> Command {
+    pub(crate) fn run_command(&self, test: &str, threads: u32, seconds: f64) -> Command {
         let mut cmd = self.command(test);
         cmd.arg(format!("--threads={threads}"))
             // sysbench takes whole seconds; 0 would mean "no limit".
@@ -402,7 +402,7 @@ impl Sysbench {
     /// Runs a test; a run still going [`SYSBENCH_GRACE`] past `seconds` (a client
     /// thread waiting on a server that stopped answering) is killed and comes back as
     /// [`Stalled`].
-    pub fn run(&self, test: &str, threads: u32, seconds: f64) -> Result<SysbenchResult> {
+    pub(crate) fn run(&self, test: &str, threads: u32, seconds: f64) -> Result<SysbenchResult> {
         let mut cmd = self.run_command(test, threads, seconds);
         echo(&cmd);
         let mut child = cmd
@@ -468,7 +468,7 @@ impl Sysbench {
 /// (as measured on dispatch_command: see docs/mysqld.md): one COM_STMT_PREPARE when it
 /// starts and one COM_STMT_CLOSE when it ends for every statement it prepares, and
 /// COM_QUIT. The handshake and the database named in it are no commands.
-pub fn extra_commands_per_connection(test: &str, tables: u32) -> Option<u64> {
+pub(crate) fn extra_commands_per_connection(test: &str, tables: u32) -> Option<u64> {
     // oltp_common.lua: BEGIN and COMMIT are prepared once; each kind of statement once
     // per table.
     let per_table = match test {
@@ -485,7 +485,7 @@ pub fn extra_commands_per_connection(test: &str, tables: u32) -> Option<u64> {
 }
 
 /// Reads sysbench 1.0's report.
-pub fn parse_sysbench(text: &str) -> Result<SysbenchResult> {
+pub(crate) fn parse_sysbench(text: &str) -> Result<SysbenchResult> {
     // "    queries:                             40160  (8028.19 per sec.)"
     fn counted(text: &str, key: &str) -> Result<(u64, f64)> {
         let line = text

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 use std::{fs, thread};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use probe_user::present::export::json::JsonProbe;
+use probe_user::inner::present::export::json::JsonProbe;
 use serde_json::{Value, json};
 
 use crate::mysql::{
@@ -37,7 +37,7 @@ const BEGIN_MARK: &str = "<!-- BEGIN cargo xtask mysql-report: generated, edits 
 const END_MARK: &str = "<!-- END cargo xtask mysql-report -->";
 
 #[derive(Debug, Clone)]
-pub struct ReportOptions {
+pub(crate) struct ReportOptions {
     pub quick: bool,
     /// Seconds of each sysbench run.
     pub duration: f64,
@@ -204,7 +204,7 @@ struct Report {
     commands: BTreeMap<&'static str, String>,
 }
 
-pub fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
+pub(crate) fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
     ensure!(
         crate::is_root()?,
         "the report attaches real probes: run it as root"

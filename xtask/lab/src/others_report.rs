@@ -33,14 +33,14 @@ const END_MARK: &str = "<!-- END cargo xtask others-report -->";
 /// `push %rbp`, hit several times per point select. (`dispatch_command`, hit once per
 /// statement, moves the server's CPU by ~0.1% of a CPU at 2,000 statements/s: below what
 /// a block of seconds on a shared 2-CPU machine can tell.)
-pub const DEFAULT_FUNCTION: &str = "alloc_root";
+pub(crate) const DEFAULT_FUNCTION: &str = "alloc_root";
 const TEST: &str = "oltp_point_select";
 const CLIENT_THREADS: u32 = 4;
 /// The tracefs event the report defines (and removes).
 const TRACEFS_EVENT: &str = "probetop_others_report/dispatch";
 
 #[derive(Debug, Clone)]
-pub struct OthersOptions {
+pub(crate) struct OthersOptions {
     /// Statements per second sysbench sends (open loop), one table each.
     pub rates: Vec<u32>,
     /// Attached blocks per tool, each between two detached ones.
@@ -242,7 +242,7 @@ struct Row {
     error: Option<String>,
 }
 
-pub fn others_report(ctx: &Ctx, options: OthersOptions) -> Result<()> {
+pub(crate) fn others_report(ctx: &Ctx, options: OthersOptions) -> Result<()> {
     ensure!(
         xtask::is_root()?,
         "the report attaches real probes: run it as root"

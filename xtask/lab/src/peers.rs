@@ -21,7 +21,7 @@ use super::{Ctx, echo, is_root, output_ok, run, show};
 
 /// Delve, pinned: installed through the Go module proxy into the target directory,
 /// for this report only.
-pub const DELVE_VERSION: &str = "v1.27.2";
+pub(crate) const DELVE_VERSION: &str = "v1.27.2";
 const DELVE_PACKAGE: &str = "github.com/go-delve/delve/cmd/dlv";
 
 /// Where the generated section of docs/peers.md starts and ends.
@@ -32,7 +32,7 @@ const END: &str = "<!-- peers:go:end -->";
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[derive(clap::Args)]
-pub struct PeersArgs {
+pub(crate) struct PeersArgs {
     /// Rounds; each runs every variant once, in an order rotated from round to round.
     #[arg(long, default_value_t = 5)]
     repeats: u32,
@@ -98,7 +98,7 @@ struct Tools {
     dlv_init: PathBuf,
 }
 
-pub fn run_peers(ctx: &Ctx, args: &PeersArgs) -> Result<()> {
+pub(crate) fn run_peers(ctx: &Ctx, args: &PeersArgs) -> Result<()> {
     ensure!(
         is_root()?,
         "bpftrace and probetop attach uprobes: run as root"

@@ -5,7 +5,7 @@
 //! to run as root), reachable only through a unix socket in that directory
 //! (`listen_addresses=''`), and stopped when the guard drops or xtask dies. The package's
 //! own cluster (`/var/lib/postgresql/15/main`, its systemd unit) is never started; the
-//! install goes through [`crate::mysql::install_missing`], which forbids service starts.
+//! install goes through [`xtask::apt::install_missing`], which forbids service starts.
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,16 +19,16 @@ use crate::util::proc::process_cpu;
 use crate::{echo, output_ok, show};
 
 /// The server, initdb and pgbench (Debian ships pgbench in the server package).
-pub const PACKAGES: &[&str] = &["postgresql-15"];
+pub(crate) const PACKAGES: &[&str] = &["postgresql-15"];
 
-pub const BIN: &str = "/usr/lib/postgresql/15/bin";
-pub const POSTGRES: &str = "/usr/lib/postgresql/15/bin/postgres";
+pub(crate) const BIN: &str = "/usr/lib/postgresql/15/bin";
+pub(crate) const POSTGRES: &str = "/usr/lib/postgresql/15/bin/postgres";
 
 /// How long past its `-T` a pgbench run may take before it counts as stalled.
 const PGBENCH_GRACE: Duration = Duration::from_secs(60);
 
 /// The database pgbench works in (initdb's own).
-pub const DATABASE: &str = "postgres";
+pub(crate) const DATABASE: &str = "postgres";
 
 /// The `postgres` user's (uid, gid), from /etc/passwd.
 fn postgres_ids() -> Result<(u32, u32)> {
@@ -46,7 +46,7 @@ fn postgres_ids() -> Result<(u32, u32)> {
 }
 
 /// A private postmaster, stopped (and its directory removed) on drop.
-pub struct Cluster {
+pub(crate) struct Cluster {
     postmaster: Child,
     pid: u32,
     dir: PathBuf,
@@ -57,7 +57,7 @@ pub struct Cluster {
 impl Cluster {
     /// initdb in a new temporary directory and a postmaster on it; returns once it
     /// answers on its socket.
-    pub fn start() -> Result<Self> {
+    pub(crate) fn start() -> Result<Self> {
         ensure!(
             Path::new(POSTGRES).exists(),
             "{POSTGRES} is missing: `cargo xtask setup` installs postgresql-15"
@@ -156,7 +156,7 @@ impl Cluster {
     }
 
     /// The postmaster's pid.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.pid
     }
 
@@ -184,7 +184,7 @@ impl Cluster {
     }
 
     /// psql (or pgbench, ...) from Debian's version-15 binaries, on our socket.
-    pub fn client(&self, program: &str) -> Command {
+    pub(crate) fn client(&self, program: &str) -> Command {
         let mut cmd = Command::new(Path::new(BIN).join(program));
         cmd.arg("-h")
             .arg(&self.dir)
@@ -194,7 +194,7 @@ impl Cluster {
     }
 
     /// One statement on a new connection; its unaligned output without headers.
-    pub fn query(&self, sql: &str) -> Result<String> {
+    pub(crate) fn query(&self, sql: &str) -> Result<String> {
         let mut cmd = self.client("psql");
         cmd.args(["-X", "-q", "-A", "-t", "-c", sql, DATABASE]);
         let out = output_ok(&mut cmd)?;
@@ -202,14 +202,14 @@ impl Cluster {
     }
 
     /// The postmaster's children now: backends and background processes.
-    pub fn children(&self) -> Vec<u32> {
+    pub(crate) fn children(&self) -> Vec<u32> {
         children_of(self.pid)
     }
 
     /// CPU seconds of the whole cluster so far: the postmaster, its live children, and
     /// the children it has reaped (a backend's CPU moves there when it exits). Read it
     /// while no backend is exiting ([`Self::settle`]) for an exact difference.
-    pub fn cpu_seconds(&self) -> Result<f64> {
+    pub(crate) fn cpu_seconds(&self) -> Result<f64> {
         let (user, system) = process_cpu(self.pid, false)?;
         let (reaped_user, reaped_system) = process_cpu(self.pid, true)?;
         let mut total = user + system + reaped_user + reaped_system;
@@ -225,7 +225,7 @@ impl Cluster {
 
     /// Waits until the postmaster has `count` children (the backends of a finished
     /// load gone and reaped), at most `patience`.
-    pub fn settle(&self, count: usize, patience: Duration) -> Result<()> {
+    pub(crate) fn settle(&self, count: usize, patience: Duration) -> Result<()> {
         let deadline = Instant::now() + patience;
         while self.children().len() > count {
             ensure!(
@@ -238,12 +238,12 @@ impl Cluster {
         Ok(())
     }
 
-    pub fn is_running(&mut self) -> bool {
+    pub(crate) fn is_running(&mut self) -> bool {
         matches!(self.postmaster.try_wait(), Ok(None))
     }
 
     /// SIGINT (a fast shutdown: clients disconnected, a checkpoint), SIGKILL after 60 s.
-    pub fn stop(&mut self) -> Result<()> {
+    pub(crate) fn stop(&mut self) -> Result<()> {
         if !self.is_running() {
             return Ok(());
         }
@@ -288,7 +288,7 @@ fn children_of(pid: u32) -> Vec<u32> {
 
 /// What one `pgbench` run reported.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PgbenchResult {
+pub(crate) struct PgbenchResult {
     /// "number of transactions actually processed".
     pub transactions: u64,
     pub failed: u64,
@@ -301,7 +301,7 @@ pub struct PgbenchResult {
 /// pgbench's select-only script at a fixed rate (an open loop: the clients send on a
 /// schedule, so a slower server shows as latency and lag, not as fewer requests).
 #[derive(Debug, Clone)]
-pub struct Pgbench {
+pub(crate) struct Pgbench {
     pub clients: u32,
     /// Transactions per second over all clients.
     pub rate: u32,
@@ -309,7 +309,7 @@ pub struct Pgbench {
 
 impl Pgbench {
     /// Creates pgbench's tables at `scale` (100,000 accounts per unit).
-    pub fn init(cluster: &Cluster, scale: u32) -> Result<()> {
+    pub(crate) fn init(cluster: &Cluster, scale: u32) -> Result<()> {
         let mut cmd = cluster.client("pgbench");
         cmd.args(["-i", "-q", "-s", &scale.to_string(), DATABASE])
             .stdout(Stdio::null());
@@ -317,7 +317,7 @@ impl Pgbench {
     }
 
     /// The command of a run of `seconds`.
-    pub fn command(&self, cluster: &Cluster, seconds: u32) -> Command {
+    pub(crate) fn command(&self, cluster: &Cluster, seconds: u32) -> Command {
         let mut cmd = cluster.client("pgbench");
         // -S select only, -n no vacuum first (autovacuum is off and the tables are
         // read-only), one thread: pgbench's CPU stays small beside the server's.
@@ -331,7 +331,7 @@ impl Pgbench {
 
     /// Runs the load; a run still going [`PGBENCH_GRACE`] past its end is killed and
     /// comes back as [`Stalled`].
-    pub fn run(&self, cluster: &Cluster, seconds: u32) -> Result<PgbenchResult> {
+    pub(crate) fn run(&self, cluster: &Cluster, seconds: u32) -> Result<PgbenchResult> {
         let mut cmd = self.command(cluster, seconds);
         echo(&cmd);
         let child = cmd
@@ -376,10 +376,10 @@ impl Pgbench {
 /// built-in script with `-n`: it reads the scale (`select count(*) from
 /// pgbench_branches`) and how pgbench_accounts is partitioned. Measured with
 /// `--preset postgres`: that backend's query__start count.
-pub const PGBENCH_SETUP_QUERIES: u64 = 2;
+pub(crate) const PGBENCH_SETUP_QUERIES: u64 = 2;
 
 /// Reads pgbench 15's report.
-pub fn parse_pgbench(text: &str) -> Result<PgbenchResult> {
+pub(crate) fn parse_pgbench(text: &str) -> Result<PgbenchResult> {
     let after = |key: &str| -> Result<&str> {
         text.lines()
             .find_map(|l| l.trim().strip_prefix(key))

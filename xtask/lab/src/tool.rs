@@ -14,7 +14,7 @@ use crate::mysql::Stalled;
 use crate::show;
 
 #[derive(Clone, Copy)]
-pub enum Stream {
+pub(crate) enum Stream {
     Stdout,
     Stderr,
 }
@@ -26,7 +26,7 @@ const ATTACH_PATIENCE: Duration = Duration::from_secs(180);
 pub(crate) const TOOL_STOP_PATIENCE: Duration = Duration::from_secs(120);
 
 /// probetop or bpftrace, attached and running; stopped with SIGINT like a user would.
-pub struct Tool {
+pub(crate) struct Tool {
     child: Child,
     pub(crate) pid: u32,
     lines: mpsc::Receiver<String>,
@@ -35,7 +35,7 @@ pub struct Tool {
 
 impl Tool {
     /// Starts `cmd` and waits for a line containing `ready` on `stream`.
-    pub fn start(mut cmd: Command, ready: &str, stream: Stream) -> Result<Self> {
+    pub(crate) fn start(mut cmd: Command, ready: &str, stream: Stream) -> Result<Self> {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -107,7 +107,7 @@ impl Tool {
     }
 
     /// SIGINT, then everything it printed; an error if it fails or lingers.
-    pub fn stop(&mut self) -> Result<String> {
+    pub(crate) fn stop(&mut self) -> Result<String> {
         // SAFETY: kill(2) on our own unreaped child's pid: it cannot name another process.
         unsafe { libc::kill(self.pid as libc::pid_t, libc::SIGINT) };
         // bpftrace takes seconds to exit: it detaches probe by probe, and the kernel waits
@@ -185,7 +185,7 @@ pub(crate) fn thread_snapshot(processes: &[(&str, u32)]) -> String {
 }
 
 /// Kills and reaps a child on drop unless it was already reaped.
-pub struct KillOnDrop<'a>(pub &'a mut Child);
+pub(crate) struct KillOnDrop<'a>(pub &'a mut Child);
 
 impl Drop for KillOnDrop<'_> {
     fn drop(&mut self) {

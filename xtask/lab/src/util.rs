@@ -3,7 +3,7 @@
 //! report's section into its document (`doc`), and probetop's JSON export read back
 //! (`export`).
 
-pub mod doc;
-pub mod export;
-pub mod proc;
-pub mod stats;
+pub(crate) mod doc;
+pub(crate) mod export;
+pub(crate) mod proc;
+pub(crate) mod stats;

@@ -13,7 +13,7 @@ use super::Boot;
 const RETPROBE: &str = "uretprobe:leaf_ret";
 
 /// A row's expected, got and verdict.
-pub type Verdict = (String, String, bool);
+pub(super) type Verdict = (String, String, bool);
 
 /// The dispatch counts of a step's export: exact. Until 88908e6 they let one dispatch pass
 /// either way for a "rare race under TCG"; it was the dispatch state kept per CPU, which
@@ -22,7 +22,7 @@ pub type Verdict = (String, String, bool);
 /// 10 ms, which made the old programs miss by 8-34 every run; the state is per thread.
 /// No dispatch goes untimed either: the fixture makes its calls only once probetop has
 /// attached, so every dispatch's start is seen.
-pub fn judge(boot: &Boot, step: &str, calls: u64, foreign: u64) -> Verdict {
+pub(super) fn judge(boot: &Boot, step: &str, calls: u64, foreign: u64) -> Verdict {
     let expected = format!("{calls} returns timed, {foreign} other, 0 untimed");
     // `foreign` other: dispatches, or hits of others' rows.
     let Some(export) = boot.export(step).and_then(|j| serde_json::from_str(j).ok()) else {
@@ -80,7 +80,7 @@ fn read(export: &Value, calls: u64, foreign: u64) -> (String, bool) {
 }
 
 /// The second probetop's own count: the foreign hits the first must have seen.
-pub fn foreign_hits(boot: &Boot) -> Option<u64> {
+pub(super) fn foreign_hits(boot: &Boot) -> Option<u64> {
     let export: Value = serde_json::from_str(boot.export("other")?).ok()?;
     export["probes"].as_array()?.first()?["hits"].as_u64()
 }

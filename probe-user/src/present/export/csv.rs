@@ -28,7 +28,7 @@ use std::fmt::Write as _;
 use super::{ExportError, Report};
 use crate::aggregate::HandlerSummary;
 
-pub const HEADER: [&str; 27] = [
+pub(crate) const HEADER: [&str; 27] = [
     "id",
     "spec",
     "kind",
@@ -69,7 +69,7 @@ fn owner(p: &super::ProbeReport) -> String {
     }
 }
 
-pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
+pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let mut out = String::new();
     write_record(&mut out, HEADER.iter().map(|h| h.to_string()));
     let headline = crate::present::headline::Headline::of_report(report);

@@ -3,7 +3,7 @@
 //!
 //! [`check`] runs before the probes are attached, so a missing or read-only directory,
 //! a symbolic link or a FIFO is one line at the start rather than a failure after the
-//! whole run. [`write`] writes every file to a temporary file beside it and renames it
+//! whole run. [`write()`] writes every file to a temporary file beside it and renames it
 //! into place: a full disk leaves the previous file (or none), never a truncated one,
 //! and a FIFO or device at the path is never opened (an open of a FIFO with no reader
 //! would block for good). Only regular files are written: `/dev/stdout` and other
@@ -26,7 +26,7 @@ const MAX_LINKS: usize = 40;
 /// missing, not a directory or not writable (a temporary file is created there and
 /// removed), it is a symbolic link (unless `follow_links`), or it exists and is not a
 /// regular file.
-pub fn check(path: &Path, follow_links: bool) -> Result<(), ExportError> {
+pub(crate) fn check(path: &Path, follow_links: bool) -> Result<(), ExportError> {
     let destination = destination(path, follow_links)?;
     let dir = directory_of(&destination);
     match fs::metadata(&dir) {
@@ -69,7 +69,7 @@ pub fn check(path: &Path, follow_links: bool) -> Result<(), ExportError> {
 /// probetop runs as root, so unless `follow_links` it never writes through a symbolic
 /// link: a link planted where a report will go cannot redirect the write onto another
 /// file. With it, the file the link points to is replaced and the link kept.
-pub fn write(
+pub(crate) fn write(
     report: &Report,
     path: &Path,
     follow_links: bool,
@@ -85,7 +85,7 @@ pub fn write(
 
 /// Writes `bytes` to a temporary file beside `path`'s destination, flushes it to disk
 /// and renames it over the destination.
-pub fn write_file(path: &Path, bytes: &[u8], follow_links: bool) -> Result<(), ExportError> {
+pub(crate) fn write_file(path: &Path, bytes: &[u8], follow_links: bool) -> Result<(), ExportError> {
     let destination = destination(path, follow_links)?;
     let failed = |error: io::Error| ExportError::Write {
         path: path.to_path_buf(),

@@ -15,7 +15,7 @@ use super::ProbeReport;
 /// Java rounds the shortest decimal representation of the double half-up, where Rust's
 /// `{:.prec$}` rounds the exact binary value half-to-even: `0.0035` is `0.004` in Java and
 /// `0.003` in Rust. Files meant to match Java's byte for byte need Java's rule.
-pub fn java_fixed(x: f64, prec: usize) -> String {
+pub(super) fn java_fixed(x: f64, prec: usize) -> String {
     if x.is_nan() {
         return "NaN".into();
     }
@@ -81,13 +81,13 @@ pub fn java_fixed(x: f64, prec: usize) -> String {
 }
 
 /// Formats like Java's `%{width}.{prec}f`: right-aligned in `width` columns.
-pub fn java_fixed_width(x: f64, width: usize, prec: usize) -> String {
+pub(super) fn java_fixed_width(x: f64, width: usize, prec: usize) -> String {
     format!("{:>width$}", java_fixed(x, prec))
 }
 
 /// One step of Java's `PercentileIterator`.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PercentileRow {
+pub(super) struct PercentileRow {
     /// Highest value equivalent to the bucket the step stopped at.
     pub value: u64,
     /// The percentile level (0..=100) the step iterated to: the tick, not the exact
@@ -102,7 +102,7 @@ pub struct PercentileRow {
 ///
 /// A port rather than the Rust crate's `iter_quantiles`, so that `.hgrm` rows are the rows
 /// the Java library writes for the same histogram.
-pub fn percentile_rows(hist: &Histogram<u64>, ticks_per_half: u32) -> Vec<PercentileRow> {
+pub(super) fn percentile_rows(hist: &Histogram<u64>, ticks_per_half: u32) -> Vec<PercentileRow> {
     let total = hist.len();
     let mut rows = Vec::new();
     if total == 0 {
@@ -150,7 +150,7 @@ fn next_level(level: f64, ticks_per_half: u32) -> f64 {
 
 /// Mean as Java's `AbstractHistogram.getMean` computes it (sum first, then divide; the
 /// Rust crate divides each term, which can differ in the last bits).
-pub fn java_mean(hist: &Histogram<u64>) -> f64 {
+pub(super) fn java_mean(hist: &Histogram<u64>) -> f64 {
     if hist.is_empty() {
         return 0.0;
     }
@@ -162,7 +162,7 @@ pub fn java_mean(hist: &Histogram<u64>) -> f64 {
 }
 
 /// Standard deviation as Java's `AbstractHistogram.getStdDeviation` computes it.
-pub fn java_std_deviation(hist: &Histogram<u64>) -> f64 {
+pub(super) fn java_std_deviation(hist: &Histogram<u64>) -> f64 {
     if hist.is_empty() {
         return 0.0;
     }
@@ -179,7 +179,7 @@ pub fn java_std_deviation(hist: &Histogram<u64>) -> f64 {
 
 /// Java's `subBucketCount`: the power of two that gives unit resolution up to
 /// 2 * 10^digits. The Rust crate does not expose it.
-pub fn sub_bucket_count(hist: &Histogram<u64>) -> u64 {
+pub(super) fn sub_bucket_count(hist: &Histogram<u64>) -> u64 {
     let largest_with_unit_resolution = 2 * 10_u64.pow(u32::from(hist.sigfig()));
     largest_with_unit_resolution.next_power_of_two().max(2)
 }
@@ -196,7 +196,7 @@ fn is_tag_char(c: char) -> bool {
 /// (`uretprobe:libc:malloc` -> `uretprobe_libc_malloc`), so it reads like the spec. Probes
 /// whose tags would collide (one spec can expand to several probes) get `~<id>` appended;
 /// `~` never occurs in the first form, so the result is unique.
-pub fn probe_tags(probes: &[ProbeReport]) -> Vec<String> {
+pub(super) fn probe_tags(probes: &[ProbeReport]) -> Vec<String> {
     let slugs: Vec<String> = probes
         .iter()
         .map(|p| {
@@ -222,7 +222,7 @@ pub fn probe_tags(probes: &[ProbeReport]) -> Vec<String> {
 
 /// `s` on one line, for `#` comments in line-oriented formats: control characters
 /// (a path may hold a newline) would end the comment early.
-pub use crate::sys::stderr::one_line;
+pub(super) use crate::sys::stderr::one_line;
 
 #[cfg(test)]
 mod tests {

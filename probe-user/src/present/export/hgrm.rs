@@ -31,7 +31,7 @@ const TICKS_PER_HALF_DISTANCE: u32 = 5;
 const VALUE_SCALING_RATIO: f64 = 1.0;
 
 /// One `(tag, file contents)` per probe, in report order.
-pub fn render(report: &Report) -> Result<Vec<(String, Vec<u8>)>, ExportError> {
+pub(crate) fn render(report: &Report) -> Result<Vec<(String, Vec<u8>)>, ExportError> {
     let tags = probe_tags(&report.probes);
     Ok(report
         .probes
@@ -45,7 +45,7 @@ pub fn render(report: &Report) -> Result<Vec<(String, Vec<u8>)>, ExportError> {
 }
 
 /// A probe's file: the naming comment, then its distribution.
-pub fn render_probe(probe: &ProbeReport) -> String {
+pub(crate) fn render_probe(probe: &ProbeReport) -> String {
     let mut out = format!(
         "#probetop probe {}: {} {} in {}, spec {}\n",
         probe.id,
@@ -61,7 +61,7 @@ pub fn render_probe(probe: &ProbeReport) -> String {
 }
 
 /// Java's `outputPercentileDistribution(out, 5, 1.0)` of `hist`, as text.
-pub fn distribution(hist: &Histogram<u64>) -> String {
+pub(crate) fn distribution(hist: &Histogram<u64>) -> String {
     let digits = usize::from(hist.sigfig());
     let ratio = VALUE_SCALING_RATIO;
     let mut out = String::new();

@@ -42,7 +42,7 @@ const LOG_FORMAT_VERSION: &str = "1.3";
 /// Java's default `maxValueUnitRatio`: ns values, max column in ms.
 const MAX_VALUE_UNIT_RATIO: f64 = 1_000_000.0;
 
-pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
+pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let tags = probe_tags(&report.probes);
     let mut out = String::new();
     // Writes to a String cannot fail, hence the ignored fmt::Results below.

@@ -48,7 +48,7 @@ struct Series<'a> {
     color: &'static str,
 }
 
-pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
+pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let mut out = String::new();
     let title = format!(
         "probetop: {} (pid {})",
@@ -163,7 +163,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
 }
 
 /// The all-probes percentile plot as a standalone SVG document.
-pub fn render_svg(report: &Report) -> Result<Vec<u8>, ExportError> {
+pub(crate) fn render_svg(report: &Report) -> Result<Vec<u8>, ExportError> {
     let series: Vec<Series> = report
         .probes
         .iter()
@@ -465,7 +465,7 @@ fn percentile_label(level: f64) -> String {
 
 /// A time in ns to 3 significant digits with a readable unit: `850 ns`, `1.20 µs`,
 /// `45.6 ms`, `2.00 s`.
-pub fn human_ns(ns: f64) -> String {
+pub(crate) fn human_ns(ns: f64) -> String {
     const UNITS: [(&str, f64); 4] = [("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9)];
     let mut chosen = UNITS[UNITS.len() - 1];
     for (unit, scale) in UNITS {

@@ -25,16 +25,16 @@ use hdrhistogram::Histogram;
 use crate::spec::ProbeKind;
 use crate::target::Target;
 
-pub mod csv;
+pub(crate) mod csv;
 mod file;
 mod hdr;
-pub mod hgrm;
-pub mod hlog;
-pub mod html;
+pub(crate) mod hgrm;
+pub(crate) mod hlog;
+pub(crate) mod html;
 pub mod json;
-pub mod prometheus;
+pub(crate) mod prometheus;
 
-pub use file::{check, write, write_file};
+pub(crate) use file::{check, write, write_file};
 
 /// The measurements of one probe over a run.
 #[derive(Debug, Clone)]
@@ -252,7 +252,7 @@ pub enum ExportError {
 
 /// One file an export produces.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExportFile {
+pub(crate) struct ExportFile {
     pub path: PathBuf,
     pub bytes: Vec<u8>,
 }
@@ -262,7 +262,7 @@ pub struct ExportFile {
 /// Every format is one file at `path`, except `.hgrm`: HdrHistogram's plotter reads one
 /// distribution per file (it would join several into one curve), so `run.hgrm` becomes
 /// one `run.<tag>.hgrm` per probe (see [`hgrm`]).
-pub fn render(report: &Report, path: &Path) -> Result<Vec<ExportFile>, ExportError> {
+pub(crate) fn render(report: &Report, path: &Path) -> Result<Vec<ExportFile>, ExportError> {
     let ext = path
         .extension()
         .and_then(|e| e.to_str())
@@ -324,7 +324,7 @@ pub(crate) struct UtcTime {
 }
 
 impl UtcTime {
-    pub fn from_unix_ms(ms: u64) -> Self {
+    pub(crate) fn from_unix_ms(ms: u64) -> Self {
         let secs = ms / 1000;
         let days = (secs / 86_400) as i64;
         let rem = secs % 86_400;
@@ -352,7 +352,7 @@ impl UtcTime {
     }
 
     /// As Java's `Date.toString()` prints it in UTC: `Tue Nov 14 22:13:20 UTC 2023`.
-    pub fn java_date_string(&self) -> String {
+    pub(crate) fn java_date_string(&self) -> String {
         const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
         const MONTHS: [&str; 12] = [
             "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
@@ -370,7 +370,7 @@ impl UtcTime {
     }
 
     /// ISO 8601: `2023-11-14 22:13:20 UTC`.
-    pub fn iso(&self) -> String {
+    pub(crate) fn iso(&self) -> String {
         format!(
             "{}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
             self.year, self.month, self.day, self.hour, self.minute, self.second
@@ -384,7 +384,7 @@ pub(crate) mod testing {
     use super::*;
     use crate::histogram::new_ns_histogram;
 
-    pub fn sample_report() -> Report {
+    pub(crate) fn sample_report() -> Report {
         let mut a = new_ns_histogram();
         for ns in [100, 200, 300, 400, 5000] {
             a.record(ns).expect("in range");
@@ -452,7 +452,7 @@ pub(crate) mod testing {
     /// that round differently in Java and Rust, several intervals per probe (one empty),
     /// a probe without hits, one spec expanded to two probes, and an object path with
     /// quotes, a backslash, a comma, a space and a newline.
-    pub fn rich_report() -> Report {
+    pub(crate) fn rich_report() -> Report {
         // A fixed linear congruential generator: deterministic, no extra dependency.
         let mut state: u64 = 0x2545_f491_4f6c_dd1d;
         let mut next = move || {
@@ -625,7 +625,7 @@ pub(crate) mod testing {
     }
 
     /// What `tests/java/HlogCheck.java` made of an `.hlog`.
-    pub struct JavaCheck {
+    pub(crate) struct JavaCheck {
         /// Per tag: `TAG` line and the Java `.hgrm` text (after a `START` line).
         pub stdout: String,
         /// The log written again by Java's HistogramLogWriter.
@@ -640,7 +640,7 @@ pub(crate) mod testing {
     /// mvn -q -f pom.xml dependency:copy-dependencies -DoutputDirectory=target/lib
     /// java -Duser.timezone=UTC -cp 'target/lib/*' HlogCheck.java FILE.hlog [REWRITTEN.hlog]
     /// ```
-    pub fn java_check(hlog: &[u8]) -> JavaCheck {
+    pub(crate) fn java_check(hlog: &[u8]) -> JavaCheck {
         use std::process::Command;
         let java_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java");
         let lib_dir = java_dir.join("target/lib");

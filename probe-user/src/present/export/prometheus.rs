@@ -54,7 +54,7 @@ fn bucket_bounds_ns() -> Vec<u64> {
     bounds
 }
 
-pub fn render_prometheus(report: &Report) -> String {
+pub(crate) fn render_prometheus(report: &Report) -> String {
     let mut out = String::new();
     // Writes to a String cannot fail, hence the ignored fmt::Results.
     family(
@@ -417,7 +417,7 @@ fn escape_help(s: &str) -> String {
 /// decimal exponent is below -4 or at least 6 (Go's fixed threshold for shortest 'g'),
 /// e.g. `1e-07`, `0.0001`, `2.5`, `123456`, `1.234567e+06`, plus the exposition
 /// format's `NaN`, `+Inf`, `-Inf`.
-pub fn go_float(v: f64) -> String {
+pub(crate) fn go_float(v: f64) -> String {
     if v.is_nan() {
         return "NaN".into();
     }

@@ -13,14 +13,14 @@ use crate::present::ProbeLabel;
 
 /// Who is being probed, for the status line.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TargetLine {
+pub(crate) struct TargetLine {
     pub pid: u32,
     pub comm: String,
 }
 
 /// What the UI asks of the session, which owns the probes and the collector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UiRequest {
+pub(crate) enum UiRequest {
     /// Detach the probe if attached, attach it again if not.
     ToggleAttach(u32),
     /// Restart every histogram and count.
@@ -31,7 +31,7 @@ pub enum UiRequest {
 
 /// What the session tells the UI back.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum UiEvent {
+pub(crate) enum UiEvent {
     /// A probe was detached or attached again.
     Attached { probe_id: u32, attached: bool },
     /// One line for the footer: an export written, a request that failed.
@@ -57,7 +57,7 @@ pub enum UiEvent {
 
 /// How the table is sorted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Sort {
+pub(crate) struct Sort {
     pub column: SortColumn,
     pub descending: bool,
 }
@@ -74,7 +74,7 @@ impl Default for Sort {
 
 /// Everything the screen shows, and nothing else.
 #[derive(Debug, Clone)]
-pub struct App {
+pub(crate) struct App {
     pub target: TargetLine,
     pub labels: Vec<ProbeLabel>,
     /// Whether `--args` captures argument values (the detail pane shows them then).
@@ -110,7 +110,7 @@ pub struct App {
 
 /// What the UI shows of the in-situ measurement (`--in-situ`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InSituView {
+pub(crate) struct InSituView {
     /// The measured headline, long and short; `None` until the windows gave one.
     pub headline: Option<(String, String)>,
     /// Whether the probes are attached in the current window.
@@ -120,7 +120,7 @@ pub struct InSituView {
 
 /// What an input asks of the event loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Effect {
+pub(crate) enum Effect {
     Nothing,
     Redraw,
     Quit,
@@ -129,7 +129,7 @@ pub enum Effect {
 
 /// Where each part of the screen goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Areas {
+pub(crate) struct Areas {
     pub status: Rect,
     pub table: Rect,
     /// Hidden on short terminals.
@@ -142,7 +142,7 @@ const DETAIL_MIN_BODY: u16 = 14;
 
 impl Areas {
     /// The layout of a terminal of `area` showing `rows` table rows.
-    pub fn of(area: Rect, rows: usize) -> Self {
+    pub(crate) fn of(area: Rect, rows: usize) -> Self {
         let [status, body, footer] = Layout::vertical([
             Constraint::Length(1),
             Constraint::Fill(1),
@@ -174,13 +174,13 @@ impl Areas {
 }
 
 /// Table rows that fit in a table area (inside its borders, below its header).
-pub fn visible_rows(table: Rect) -> usize {
+pub(super) fn visible_rows(table: Rect) -> usize {
     table.height.saturating_sub(3) as usize
 }
 
 /// The first row on screen such that `selected_row` is visible, moving `offset` as
 /// little as possible.
-pub fn effective_offset(
+pub(super) fn effective_offset(
     offset: usize,
     selected_row: Option<usize>,
     visible: usize,
@@ -199,7 +199,12 @@ pub fn effective_offset(
 }
 
 impl App {
-    pub fn new(target: TargetLine, labels: Vec<ProbeLabel>, args_on: bool, theme: Theme) -> Self {
+    pub(crate) fn new(
+        target: TargetLine,
+        labels: Vec<ProbeLabel>,
+        args_on: bool,
+        theme: Theme,
+    ) -> Self {
         let count = labels.len();
         Self {
             target,
@@ -225,7 +230,7 @@ impl App {
     }
 
     /// Probe ids in table order: filtered, then sorted; ties keep id order.
-    pub fn rows(&self) -> Vec<usize> {
+    pub(crate) fn rows(&self) -> Vec<usize> {
         let needle = self.filter.to_lowercase();
         let mut rows: Vec<usize> = (0..self.labels.len())
             .filter(|&id| {
@@ -266,7 +271,7 @@ impl App {
 
     /// The sort column in force: CPU share falls back to hits/s while no probe has a
     /// CPU share.
-    pub fn effective_sort_column(&self) -> SortColumn {
+    pub(crate) fn effective_sort_column(&self) -> SortColumn {
         if self.sort.column == SortColumn::CpuShare
             && self.snapshot.probes.iter().all(|p| p.cpu_share.is_none())
         {
@@ -277,7 +282,7 @@ impl App {
     }
 
     /// The numbers of probe `id` in the current view (zero before the first snapshot).
-    pub fn numbers(&self, id: usize) -> Numbers {
+    pub(crate) fn numbers(&self, id: usize) -> Numbers {
         self.snapshot
             .probes
             .get(id)
@@ -285,17 +290,17 @@ impl App {
             .unwrap_or_default()
     }
 
-    pub fn is_attached(&self, id: usize) -> bool {
+    pub(crate) fn is_attached(&self, id: usize) -> bool {
         self.attached.get(id).copied().unwrap_or(true)
     }
 
     /// The exec that replaced probe `id`'s program, if one did: the row no longer fires.
-    pub fn before_exec(&self, id: usize) -> Option<u32> {
+    pub(crate) fn before_exec(&self, id: usize) -> Option<u32> {
         self.labels.get(id).and_then(|l| l.before_exec)
     }
 
     /// (attached, all) among the probes of the program the target runs now.
-    pub fn attached_count(&self) -> (usize, usize) {
+    pub(crate) fn attached_count(&self) -> (usize, usize) {
         let live = (0..self.labels.len()).filter(|&id| self.before_exec(id).is_none());
         live.fold((0, 0), |(attached, all), id| {
             (attached + usize::from(self.is_attached(id)), all + 1)
@@ -303,7 +308,7 @@ impl App {
     }
 
     /// The selected probe, or the first row's when the selection is filtered out.
-    pub fn selected_probe(&self, rows: &[usize]) -> Option<usize> {
+    pub(crate) fn selected_probe(&self, rows: &[usize]) -> Option<usize> {
         match self.selected {
             Some(id) if rows.contains(&id) => Some(id),
             _ => rows.first().copied(),
@@ -311,12 +316,12 @@ impl App {
     }
 
     /// Areas of the current terminal size.
-    pub fn areas(&self) -> Areas {
+    pub(crate) fn areas(&self) -> Areas {
         Areas::of(Rect::new(0, 0, self.size.0, self.size.1), self.labels.len())
     }
 
     /// Takes a new snapshot unless paused; returns whether the screen would change.
-    pub fn update(&mut self, snapshot: Snapshot) -> bool {
+    pub(crate) fn update(&mut self, snapshot: Snapshot) -> bool {
         if self.paused || !differs_on_screen(&self.snapshot, &snapshot) {
             return false;
         }
@@ -324,7 +329,7 @@ impl App {
         true
     }
 
-    pub fn apply(&mut self, event: UiEvent) {
+    pub(crate) fn apply(&mut self, event: UiEvent) {
         match event {
             UiEvent::Attached { probe_id, attached } => {
                 if let Some(slot) = self.attached.get_mut(probe_id as usize) {
@@ -371,12 +376,12 @@ impl App {
         }
     }
 
-    pub fn resize(&mut self, width: u16, height: u16) {
+    pub(crate) fn resize(&mut self, width: u16, height: u16) {
         self.size = (width, height);
         self.keep_selection_visible();
     }
 
-    pub fn on_key(&mut self, key: &KeyEvent) -> Effect {
+    pub(crate) fn on_key(&mut self, key: &KeyEvent) -> Effect {
         if key.kind == KeyEventKind::Release {
             return Effect::Nothing;
         }
@@ -489,7 +494,7 @@ impl App {
         Effect::Redraw
     }
 
-    pub fn on_mouse(&mut self, mouse: &MouseEvent) -> Effect {
+    pub(crate) fn on_mouse(&mut self, mouse: &MouseEvent) -> Effect {
         if self.help {
             if matches!(mouse.kind, MouseEventKind::Down(_)) {
                 self.help = false;
@@ -638,7 +643,7 @@ fn as_shown(value: f64) -> f64 {
 
 /// The areas of the name column and each numeric column inside the table's borders,
 /// computed as ratatui's Table computes them.
-pub fn column_rects(inner: Rect, columns: &[&columns::Column], owner: bool) -> Vec<Rect> {
+pub(super) fn column_rects(inner: Rect, columns: &[&columns::Column], owner: bool) -> Vec<Rect> {
     let widths = std::iter::once(Constraint::Min(columns::NAME_MIN_WIDTH))
         .chain(columns.iter().map(|c| Constraint::Length(c.width)))
         .chain(owner.then_some(Constraint::Length(columns::OWNER_WIDTH)));

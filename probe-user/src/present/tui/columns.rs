@@ -8,7 +8,7 @@ use crate::present::format;
 
 /// Cumulative numbers since attach (or reset), or those of the last closed interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum View {
+pub(crate) enum View {
     #[default]
     Cumulative,
     Interval,
@@ -16,7 +16,7 @@ pub enum View {
 
 /// The numbers of one probe in the current view.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Numbers {
+pub(crate) struct Numbers {
     pub hits: u64,
     pub per_second: f64,
     pub dropped: u64,
@@ -30,7 +30,7 @@ pub struct Numbers {
 }
 
 impl Numbers {
-    pub fn of(probe: &ProbeSnapshot, view: View) -> Self {
+    pub(crate) fn of(probe: &ProbeSnapshot, view: View) -> Self {
         match view {
             View::Cumulative => Self {
                 hits: probe.hits,
@@ -57,12 +57,12 @@ impl Numbers {
 }
 
 /// Narrowest the probe name column may get before numeric columns are hidden.
-pub const NAME_MIN_WIDTH: u16 = 18;
-pub const COLUMN_SPACING: u16 = 1;
+pub(super) const NAME_MIN_WIDTH: u16 = 18;
+pub(super) const COLUMN_SPACING: u16 = 1;
 
 /// What the table can be sorted by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SortColumn {
+pub(crate) enum SortColumn {
     Name,
     Hits,
     PerSecond,
@@ -80,7 +80,7 @@ pub enum SortColumn {
 
 impl SortColumn {
     /// The value sorted on; `None` sorts last (no data yet).
-    pub fn key(self, n: &Numbers) -> Option<f64> {
+    pub(crate) fn key(self, n: &Numbers) -> Option<f64> {
         let has_hits = n.handler.count > 0;
         let handler = |v: u64| has_hits.then_some(v as f64);
         match self {
@@ -101,13 +101,13 @@ impl SortColumn {
     }
 
     /// Names read A to Z; numbers read biggest first, as in top.
-    pub fn descending_by_default(self) -> bool {
+    pub(crate) fn descending_by_default(self) -> bool {
         self != Self::Name
     }
 }
 
 /// A numeric column of the probe table.
-pub struct Column {
+pub(super) struct Column {
     pub title: &'static str,
     pub width: u16,
     /// Lower is kept longer when the terminal is narrow.
@@ -147,11 +147,11 @@ fn count_cell(value: u64, width: u16) -> String {
 
 /// Where the handler's columns start in [`COLUMNS`]: the ones before say what the probes
 /// cost the target; these, the time the BPF program itself took, a part of that cost.
-pub const HANDLER_FROM: usize = 5;
+pub(super) const HANDLER_FROM: usize = 5;
 
 /// The cost columns first (what a hit costs the target, the share of a CPU), then the
 /// rates, then the BPF handler's own time.
-pub const COLUMNS: [Column; 12] = [
+pub(super) const COLUMNS: [Column; 12] = [
     Column {
         title: "COST/HIT",
         // The title and the sort mark; %CPU gives the cell back (its widest, `99.9%`
@@ -248,7 +248,7 @@ pub const COLUMNS: [Column; 12] = [
 
 /// The numeric columns that fit beside a readable probe name in `width` cells, least
 /// important dropped first.
-pub fn visible_columns(width: u16) -> Vec<&'static Column> {
+pub(super) fn visible_columns(width: u16) -> Vec<&'static Column> {
     let mut shown: Vec<&Column> = COLUMNS.iter().collect();
     let needed = |cols: &[&Column]| {
         NAME_MIN_WIDTH + cols.iter().map(|c| c.width + COLUMN_SPACING).sum::<u16>()
@@ -274,12 +274,15 @@ pub fn visible_columns(width: u16) -> Vec<&'static Column> {
 /// The OWNER column: shown when some row is another tool's probe or shares its
 /// breakpoint with one, and the table is wide enough to keep it beside the essential
 /// columns.
-pub const OWNER_WIDTH: u16 = 18;
+pub(super) const OWNER_WIDTH: u16 = 18;
 const OWNER_TABLE_MIN: u16 = 100;
 
 /// Whether the OWNER column is shown, and the numeric columns beside it, for a table
 /// `width` cells wide.
-pub fn layout(labels: &[crate::present::ProbeLabel], width: u16) -> (bool, Vec<&'static Column>) {
+pub(super) fn layout(
+    labels: &[crate::present::ProbeLabel],
+    width: u16,
+) -> (bool, Vec<&'static Column>) {
     let owner = width >= OWNER_TABLE_MIN && labels.iter().any(|l| l.owner.is_some());
     let left = if owner {
         width - OWNER_WIDTH - COLUMN_SPACING

@@ -16,7 +16,7 @@ use super::table::{ellipsize, ellipsize_middle};
 use crate::aggregate::{CapturedArgs, FocusDetail, HISTORY_SPAN, HistoryPoint, PercentileCurve};
 use crate::present::format;
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
+pub(super) fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usize>) {
     let theme = app.theme;
     let Some(id) = probe else {
         frame.render_widget(Block::bordered().title(" detail "), area);

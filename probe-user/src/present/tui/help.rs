@@ -11,7 +11,7 @@ use ratatui::{
 use super::app::App;
 
 /// Every key the UI knows, as the overlay lists them.
-pub const KEYS: [(&str, &str); 18] = [
+pub(super) const KEYS: [(&str, &str); 18] = [
     (
         "q  Ctrl-C",
         "quit (detaches every probe, writes --export files)",
@@ -39,7 +39,7 @@ pub const KEYS: [(&str, &str); 18] = [
 ];
 
 /// What each column, mark and word on screen means, one line each.
-pub const MEANINGS: [(&str, &str); 17] = [
+pub(super) const MEANINGS: [(&str, &str); 17] = [
     (
         "cost",
         "status line: what all probes together cost the target,",
@@ -95,7 +95,7 @@ pub const MEANINGS: [(&str, &str); 17] = [
     ("", "  priced by clock/gap: by the hit's speed/that time"),
 ];
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme;
     let (entries, title, bottom): (&[(&str, &str)], _, _) = if app.help_page == 0 {
         (&MEANINGS, " what you see ", " ? keys · any key closes ")

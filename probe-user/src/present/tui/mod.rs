@@ -16,7 +16,7 @@ mod columns;
 mod detail;
 mod help;
 mod plot;
-pub mod processes;
+pub(crate) mod processes;
 mod status;
 mod table;
 mod theme;
@@ -35,9 +35,12 @@ use futures_util::StreamExt as _;
 use ratatui::{DefaultTerminal, Frame, widgets::Paragraph};
 use tokio::sync::{mpsc, watch};
 
-pub use app::{App, Effect, Sort, TargetLine, UiEvent, UiRequest};
-pub use columns::{SortColumn, View};
-pub use theme::Theme;
+#[cfg(test)]
+use app::Sort;
+pub(crate) use app::{App, Effect, TargetLine, UiEvent, UiRequest};
+#[cfg(test)]
+use columns::{SortColumn, View};
+pub(crate) use theme::Theme;
 
 use crate::aggregate::Snapshot;
 use crate::sys;
@@ -51,7 +54,7 @@ const MIN_SIZE: (u16, u16) = (40, 8);
 
 /// Why the UI ended.
 #[derive(Debug)]
-pub enum UiExit<R> {
+pub(crate) enum UiExit<R> {
     /// The user quit (q, Esc or Ctrl-C).
     Quit,
     /// `shutdown` resolved (duration, signal, target exit) with this reason.
@@ -62,7 +65,7 @@ pub enum UiExit<R> {
 }
 
 /// Draws one frame of `app`.
-pub fn draw(frame: &mut Frame, app: &App) {
+pub(crate) fn draw(frame: &mut Frame, app: &App) {
     let area = frame.area();
     if area.width < MIN_SIZE.0 || area.height < MIN_SIZE.1 {
         frame.render_widget(
@@ -92,7 +95,7 @@ pub fn draw(frame: &mut Frame, app: &App) {
 }
 
 /// The channels between the UI and the rest of probetop.
-pub struct UiLinks {
+pub(crate) struct UiLinks {
     /// Snapshots from the collector.
     pub snapshots: watch::Receiver<Snapshot>,
     /// Which probe the detail pane shows, for the collector.
@@ -170,7 +173,7 @@ fn install_panic_hook() {
 
 /// Runs the UI until the user quits, `shutdown` resolves or the terminal is lost; fails
 /// only when the terminal cannot be set up.
-pub async fn run<R>(
+pub(crate) async fn run<R>(
     mut app: App,
     links: UiLinks,
     shutdown: impl Future<Output = R>,

@@ -14,12 +14,12 @@ use ratatui::{
 };
 
 /// One line of a plot.
-pub struct Series<'a> {
+pub(super) struct Series<'a> {
     pub points: &'a [(f64, f64)],
     pub color: Color,
 }
 
-pub struct Plot<'a> {
+pub(super) struct Plot<'a> {
     pub x_bounds: [f64; 2],
     pub y_bounds: [f64; 2],
     /// (position on the x axis, text), left to right.
@@ -41,7 +41,7 @@ fn cell_of(value: f64, bounds: [f64; 2], cells: u16) -> u16 {
 }
 
 impl Plot<'_> {
-    pub fn render(&self, frame: &mut Frame, area: Rect) {
+    pub(super) fn render(&self, frame: &mut Frame, area: Rect) {
         let label_width = self
             .y_labels
             .iter()

@@ -26,7 +26,7 @@ use crate::sys;
 
 /// What the list shows and which row is selected.
 #[derive(Debug, Default)]
-pub struct ProcessList {
+pub(crate) struct ProcessList {
     pub rows: Vec<ProcessRow>,
     /// The selected process, by pid: it stays selected as rows move.
     pub selected: Option<u32>,
@@ -35,7 +35,7 @@ pub struct ProcessList {
 
 /// What a key asks for.
 #[derive(Debug, PartialEq, Eq)]
-pub enum ListEffect {
+pub(crate) enum ListEffect {
     Nothing,
     Redraw,
     Quit,
@@ -49,14 +49,14 @@ impl ProcessList {
     }
 
     /// New rows; the selection follows its process, or the first row.
-    pub fn update(&mut self, rows: Vec<ProcessRow>) {
+    pub(crate) fn update(&mut self, rows: Vec<ProcessRow>) {
         self.rows = rows;
         if self.index().is_none() {
             self.selected = self.rows.first().map(|r| r.pid);
         }
     }
 
-    pub fn on_key(&mut self, key: &KeyEvent) -> ListEffect {
+    pub(crate) fn on_key(&mut self, key: &KeyEvent) -> ListEffect {
         if key.modifiers.contains(KeyModifiers::CONTROL) && key.code == KeyCode::Char('c') {
             return ListEffect::Quit;
         }
@@ -88,7 +88,7 @@ impl ProcessList {
 }
 
 /// Draws the list: a title line, the table, a footer.
-pub fn draw(frame: &mut Frame, list: &ProcessList) {
+pub(crate) fn draw(frame: &mut Frame, list: &ProcessList) {
     let [title, table, footer] = Layout::vertical([
         Constraint::Length(1),
         Constraint::Min(1),
@@ -140,7 +140,7 @@ pub fn draw(frame: &mut Frame, list: &ProcessList) {
 
 /// Runs the list until the user quits, `shutdown` resolves or the terminal is lost.
 /// `open` starts `probetop --pid PID` on the terminal for Enter.
-pub async fn run<R>(
+pub(crate) async fn run<R>(
     mut rows: watch::Receiver<Vec<ProcessRow>>,
     shutdown: impl Future<Output = R>,
     open: fn(u32) -> io::Result<Child>,

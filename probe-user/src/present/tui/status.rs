@@ -23,7 +23,7 @@ struct Part {
     sticky: bool,
 }
 
-pub fn render_status(frame: &mut Frame, area: Rect, app: &App) {
+pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme;
     let snap = &app.snapshot;
     // Rows of a program the target exec'd away from are neither attached nor missing.
@@ -201,7 +201,7 @@ const HINTS: [(&str, &str); 9] = [
     ("e", "export"),
 ];
 
-pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
+pub(super) fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme;
     let line = if app.editing_filter {
         Line::from(vec![
@@ -254,6 +254,6 @@ pub fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
 
 /// The guard: once the probes cost the target more than 5% of a CPU or of its own CPU,
 /// the footer says so and names the dearest probes (keys stay in `?`).
-pub fn cost_warning(app: &App) -> Option<String> {
+pub(super) fn cost_warning(app: &App) -> Option<String> {
     headline::live_warning(&app.labels, &app.snapshot)
 }

@@ -19,7 +19,7 @@ const SORT_MARK_DESCENDING: &str = "▼";
 const SORT_MARK_ASCENDING: &str = "▲";
 
 /// `text` cut to `width` characters, with an ellipsis where it was cut.
-pub fn ellipsize(text: &str, width: usize) -> String {
+pub(super) fn ellipsize(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_string();
     }
@@ -34,7 +34,7 @@ pub fn ellipsize(text: &str, width: usize) -> String {
 /// `text` cut to `width` characters in the middle: probe names differ at their ends
 /// (`usdt:hotspot:method__entry` and `method__return`), so both ends stay. The end gets
 /// the odd character.
-pub fn ellipsize_middle(text: &str, width: usize) -> String {
+pub(super) fn ellipsize_middle(text: &str, width: usize) -> String {
     let count = text.chars().count();
     if count <= width {
         return text.to_string();
@@ -86,7 +86,7 @@ fn probe_name(app: &App, id: usize, width: usize) -> String {
     format!("{}{mark}", crate::present::names::fit(&label.display, room))
 }
 
-pub fn render(frame: &mut Frame, area: Rect, app: &App) {
+pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
     let theme = app.theme;
     let inner_width = area.width.saturating_sub(2);
     let (owner, columns) = layout(&app.labels, inner_width);

@@ -6,7 +6,7 @@ use ratatui::buffer::Buffer;
 use ratatui::style::{Color, Modifier, Style};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Theme {
+pub(crate) struct Theme {
     pub color: bool,
     /// Everything drawn in ASCII ([`to_ascii`]).
     pub ascii: bool,
@@ -22,14 +22,15 @@ impl Default for Theme {
 }
 
 impl Theme {
-    pub const NO_COLOR: Self = Self {
+    #[cfg(test)]
+    pub(crate) const NO_COLOR: Self = Self {
         color: false,
         ascii: false,
     };
 
     /// Colour unless `NO_COLOR` is set to a non-empty value; ASCII unless the terminal
     /// and locale can show UTF-8. Read once at startup, never while drawing.
-    pub fn from_env() -> Self {
+    pub(crate) fn from_env() -> Self {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
         // The locale's character set, as setlocale(LC_CTYPE, "") would pick it.
         let ctype = var("LC_ALL")
@@ -50,63 +51,63 @@ impl Theme {
     }
 
     /// A colour for canvas lines, which take a colour rather than a style.
-    pub fn line_color(self, color: Color) -> Color {
+    pub(crate) fn line_color(self, color: Color) -> Color {
         if self.color { color } else { Color::Reset }
     }
 
-    pub fn status_bar(self) -> Style {
+    pub(crate) fn status_bar(self) -> Style {
         Style::new().add_modifier(Modifier::REVERSED)
     }
 
-    pub fn paused(self) -> Style {
+    pub(crate) fn paused(self) -> Style {
         self.fg(Color::Yellow).add_modifier(Modifier::BOLD)
     }
 
-    pub fn header(self) -> Style {
+    pub(crate) fn header(self) -> Style {
         Style::new().add_modifier(Modifier::BOLD)
     }
 
     /// The column the table is sorted by.
-    pub fn sorted_header(self) -> Style {
+    pub(crate) fn sorted_header(self) -> Style {
         self.fg(Color::Cyan)
             .add_modifier(Modifier::BOLD | Modifier::UNDERLINED)
     }
 
-    pub fn selected_row(self) -> Style {
+    pub(crate) fn selected_row(self) -> Style {
         Style::new().add_modifier(Modifier::REVERSED)
     }
 
     /// A detached probe's row.
-    pub fn detached(self) -> Style {
+    pub(crate) fn detached(self) -> Style {
         self.fg(Color::DarkGray).add_modifier(Modifier::DIM)
     }
 
     /// Drops: data lost.
-    pub fn warning(self) -> Style {
+    pub(crate) fn warning(self) -> Style {
         self.fg(Color::Red).add_modifier(Modifier::BOLD)
     }
 
-    pub fn dim(self) -> Style {
+    pub(crate) fn dim(self) -> Style {
         Style::new().add_modifier(Modifier::DIM)
     }
 
-    pub fn key(self) -> Style {
+    pub(crate) fn key(self) -> Style {
         self.fg(Color::Cyan).add_modifier(Modifier::BOLD)
     }
 
-    pub fn title(self) -> Style {
+    pub(crate) fn title(self) -> Style {
         Style::new().add_modifier(Modifier::BOLD)
     }
 
-    pub fn distribution(self) -> Color {
+    pub(crate) fn distribution(self) -> Color {
         self.line_color(Color::Cyan)
     }
 
-    pub fn rate(self) -> Color {
+    pub(crate) fn rate(self) -> Color {
         self.line_color(Color::Green)
     }
 
-    pub fn latency(self) -> Color {
+    pub(crate) fn latency(self) -> Color {
         self.line_color(Color::Yellow)
     }
 }
@@ -115,7 +116,7 @@ impl Theme {
 /// `+-|`, the sort arrows as `v` `^`, the plots' braille dots as `.`, separators and
 /// ellipses as `-` and `~`, anything else outside ASCII (a name's) as `?`. One pass over
 /// what was drawn, so no widget needs to know.
-pub fn to_ascii(buffer: &mut Buffer) {
+pub(super) fn to_ascii(buffer: &mut Buffer) {
     for cell in &mut buffer.content {
         let symbol = cell.symbol();
         if symbol.is_ascii() {

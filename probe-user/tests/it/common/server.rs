@@ -10,7 +10,7 @@ use super::PATIENCE;
 
 /// Makes the kernel send `signal` to the command's process when the test thread that
 /// started it ends, so the server stops even if the test dies without its guard.
-pub fn stop_with_test(cmd: &mut Command, signal: libc::c_int) {
+pub(crate) fn stop_with_test(cmd: &mut Command, signal: libc::c_int) {
     // SAFETY: runs in the forked child before exec, after any uid change (which would
     // clear the setting), and only calls prctl, which is async-signal-safe.
     unsafe {
@@ -26,7 +26,7 @@ pub fn stop_with_test(cmd: &mut Command, signal: libc::c_int) {
 /// Polls `answers` every 100 ms until the server `name` just started answers; panics
 /// with its `log` if it exits first or does not answer within `PATIENCE`. `child` is
 /// the server's process within `server`.
-pub fn wait_until_answering<S>(
+pub(crate) fn wait_until_answering<S>(
     server: &mut S,
     name: &str,
     child: fn(&mut S) -> &mut Child,
@@ -50,7 +50,7 @@ pub fn wait_until_answering<S>(
 /// A fresh directory for one server under the temporary directory: `probetop-test-NAME-`
 /// with the test process's pid and a count, so two servers one test binary starts in
 /// turn never share a data directory (the second's install met the first's files).
-pub fn server_dir(name: &str) -> std::path::PathBuf {
+pub(crate) fn server_dir(name: &str) -> std::path::PathBuf {
     static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("probetop-test-{name}-{}-{n}", std::process::id()));
@@ -61,7 +61,7 @@ pub fn server_dir(name: &str) -> std::path::PathBuf {
 
 /// Stops a server the test started with `signal` (its clean shutdown), SIGKILL if it
 /// lingers past `PATIENCE`, and removes its directory `dir`.
-pub fn stop_server(child: &mut Child, signal: libc::c_int, dir: &Path) {
+pub(crate) fn stop_server(child: &mut Child, signal: libc::c_int, dir: &Path) {
     // SAFETY: kill(2) on our own unreaped child's pid.
     unsafe { libc::kill(child.id() as libc::pid_t, signal) };
     let deadline = Instant::now() + PATIENCE;

@@ -14,7 +14,7 @@ use super::*;
 
 /// Where a cost case's probe sits in the workload fixture.
 #[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Site {
+pub(super) enum Site {
     /// Entry of work_unit, whose first instruction (`push %rbp`) the kernel emulates.
     Uprobe,
     /// Return of work_unit.

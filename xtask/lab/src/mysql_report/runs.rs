@@ -335,7 +335,7 @@ impl Report {
                 run.probes = crate::util::export::read(&path)?
                     .probes
                     .into_iter()
-                    .filter_map(probe_user::present::export::json::JsonEntry::into_probe)
+                    .filter_map(probe_user::inner::present::export::json::JsonEntry::into_probe)
                     .collect();
             }
             Variant::Bpftrace => {

@@ -38,7 +38,7 @@ const END_MARK: &str = "<!-- END cargo xtask postgres-report -->";
 const QUERY_START: &str = "usdt:postgresql:query__start";
 
 #[derive(Debug, Clone)]
-pub struct ReportOptions {
+pub(crate) struct ReportOptions {
     pub seconds: u32,
     pub rounds: u32,
     pub clients: u32,
@@ -156,7 +156,7 @@ struct Report {
     commands: BTreeMap<&'static str, String>,
 }
 
-pub fn postgres_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
+pub(crate) fn postgres_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
     ensure!(
         crate::is_root()?,
         "the report attaches real probes: run it as root"

@@ -1,11 +1,11 @@
 //! probetop's JSON export (`-o run.json`), read through the serde types probetop writes
-//! it with (`probe_user::present::export::json`), so a renamed field fails to build here
+//! it with (`probe_user::inner::present::export::json`), so a renamed field fails to build here
 //! rather than reading as absent.
 
 use std::path::Path;
 
 use anyhow::{Context as _, Result};
-pub(crate) use probe_user::present::export::json::JsonReport;
+pub(crate) use probe_user::inner::present::export::json::JsonReport;
 
 /// A run's export, as probetop wrote it.
 pub(crate) type Export = JsonReport<'static>;

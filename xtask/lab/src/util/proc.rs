@@ -6,7 +6,7 @@ use std::fs;
 use anyhow::{Context as _, Result, ensure};
 
 /// Clock ticks per second of /proc's CPU times.
-pub fn clock_ticks() -> f64 {
+pub(crate) fn clock_ticks() -> f64 {
     // SAFETY: sysconf only reads a configuration value.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if hz > 0 { hz as f64 } else { 100.0 }
@@ -14,7 +14,7 @@ pub fn clock_ticks() -> f64 {
 
 /// CPU seconds of one process (all its threads) so far: (user, system), or, with
 /// `children`, of its children it has waited for.
-pub fn process_cpu(pid: u32, children: bool) -> Result<(f64, f64)> {
+pub(crate) fn process_cpu(pid: u32, children: bool) -> Result<(f64, f64)> {
     let path = format!("/proc/{pid}/stat");
     let stat = fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     // The command name is in parentheses and may hold anything: count after the last ')'.
@@ -38,7 +38,7 @@ pub fn process_cpu(pid: u32, children: bool) -> Result<(f64, f64)> {
 
 /// Machine-wide CPU seconds from /proc/stat, summed over CPUs.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct HostCpu {
+pub(crate) struct HostCpu {
     /// user + nice + system + irq + softirq.
     pub busy: f64,
     pub idle: f64,
@@ -47,7 +47,7 @@ pub struct HostCpu {
 }
 
 impl HostCpu {
-    pub fn now() -> Result<Self> {
+    pub(crate) fn now() -> Result<Self> {
         let stat = fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
         let line = stat
             .lines()
@@ -67,7 +67,7 @@ impl HostCpu {
         })
     }
 
-    pub fn since(self, earlier: Self) -> Self {
+    pub(crate) fn since(self, earlier: Self) -> Self {
         Self {
             busy: self.busy - earlier.busy,
             idle: self.idle - earlier.idle,
@@ -77,24 +77,24 @@ impl HostCpu {
 }
 
 /// Fields of /proc/PID/stat after the command name (which may hold spaces).
-pub fn stat_fields(pid: u32) -> Option<Vec<String>> {
+pub(crate) fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, rest) = stat.rsplit_once(')')?;
     Some(rest.split_whitespace().map(str::to_string).collect())
 }
 
-pub fn proc_state(pid: u32) -> Option<char> {
+pub(crate) fn proc_state(pid: u32) -> Option<char> {
     stat_fields(pid)?.first()?.chars().next()
 }
 
 /// utime + stime of a process, in seconds.
-pub fn cpu_seconds(pid: u32) -> Result<f64> {
+pub(crate) fn cpu_seconds(pid: u32) -> Result<f64> {
     let (user, system) = process_cpu(pid, false)?;
     Ok(user + system)
 }
 
 /// A `kB` field of /proc/PID/status.
-pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
+pub(crate) fn status_kib(pid: u32, key: &str) -> Option<u64> {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()?
         .lines()
@@ -108,7 +108,7 @@ pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
 
 /// A process's CPU time (every thread, dead ones included) in ns, from its process CPU
 /// clock: finer than /proc's clock ticks.
-pub fn cpu_clock_ns(pid: u32) -> Result<u64> {
+pub(crate) fn cpu_clock_ns(pid: u32) -> Result<u64> {
     let mut clock: libc::clockid_t = 0;
     // SAFETY: clock_getcpuclockid writes one clockid_t through a valid pointer.
     let rc = unsafe { libc::clock_getcpuclockid(pid as libc::pid_t, &mut clock) };

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 /// Median, quartiles and range of the finite values (linear interpolation between order
 /// statistics); every field NaN and `n` 0 when there are none.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Spread {
+pub(crate) struct Spread {
     pub median: f64,
     pub q1: f64,
     pub q3: f64,
@@ -15,7 +15,7 @@ pub struct Spread {
     pub n: usize,
 }
 
-pub fn spread(values: &[f64]) -> Spread {
+pub(crate) fn spread(values: &[f64]) -> Spread {
     let sorted = sorted_finite(values);
     let (Some(&min), Some(&max)) = (sorted.first(), sorted.last()) else {
         return Spread {
@@ -38,12 +38,12 @@ pub fn spread(values: &[f64]) -> Spread {
 }
 
 /// The median of the finite values, NaN when there are none.
-pub fn median(values: &[f64]) -> f64 {
+pub(crate) fn median(values: &[f64]) -> f64 {
     quantile(values, 0.5)
 }
 
 /// The `q` quantile (0 to 1) of the finite values, NaN when there are none.
-pub fn quantile(values: &[f64], q: f64) -> f64 {
+pub(crate) fn quantile(values: &[f64], q: f64) -> f64 {
     let sorted = sorted_finite(values);
     if sorted.is_empty() {
         return f64::NAN;
@@ -66,7 +66,7 @@ fn quantile_of_sorted(sorted: &[f64], q: f64) -> f64 {
 
 impl Spread {
     /// `812 (790-830)`: median and interquartile range.
-    pub fn show(&self, decimals: usize) -> String {
+    pub(crate) fn show(&self, decimals: usize) -> String {
         if self.n == 0 {
             return "-".into();
         }
@@ -79,7 +79,7 @@ impl Spread {
         )
     }
 
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         if self.n == 0 {
             return Value::Null;
         }
@@ -87,7 +87,7 @@ impl Spread {
     }
 }
 
-pub fn round(v: f64) -> f64 {
+pub(crate) fn round(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
 
