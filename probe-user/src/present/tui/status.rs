@@ -220,18 +220,22 @@ pub(super) fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
     } else {
         let mut spans = Vec::new();
         let mut used = 0;
+        // The filter in force keeps its place: the hints and the note fill what is left.
+        let filter = (!app.filter.is_empty()).then(|| format!(" /{}", app.filter));
+        let room =
+            (area.width as usize).saturating_sub(filter.as_ref().map_or(0, |f| f.chars().count()));
         for (at, (key, what)) in HINTS.into_iter().enumerate() {
             // A run-long note (no calibration) comes after quit and help, if it fits.
             if let (2, Some(note)) = (at, app.note) {
                 let note = format!("  {note}");
-                if used + note.chars().count() <= area.width as usize {
+                if used + note.chars().count() <= room {
                     used += note.chars().count();
                     spans.push(Span::styled(note, theme.key()));
                 }
             }
             let separator = if spans.is_empty() { 0 } else { 2 };
             let width = separator + key.chars().count() + 1 + what.len();
-            if used + width > area.width as usize {
+            if used + width > room {
                 break;
             }
             used += width;
@@ -241,11 +245,8 @@ pub(super) fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
             spans.push(Span::styled(key, theme.key()));
             spans.push(Span::styled(format!(" {what}"), theme.dim()));
         }
-        if !app.filter.is_empty() {
-            let filter = format!(" /{}", app.filter);
-            if used + filter.len() <= area.width as usize {
-                spans.push(Span::styled(filter, theme.key()));
-            }
+        if let Some(filter) = filter {
+            spans.push(Span::styled(filter, theme.key()));
         }
         Line::from(spans)
     };

@@ -946,3 +946,16 @@ fn footer_says_when_there_is_no_calibration_and_keeps_quit() {
     let footer = screen.lines().last().expect("footer");
     assert!(!footer.contains("calibrat"), "{footer:?}");
 }
+
+#[test]
+fn the_filter_in_force_stays_in_the_footer_beside_the_note() {
+    for width in [80, 100, 160] {
+        let mut app = app(width, 24);
+        app.note = Some(crate::present::NO_CALIBRATION_FOOTER);
+        app.filter = "leaf".into();
+        let screen = text(&app);
+        let footer = screen.lines().last().expect("footer");
+        assert!(footer.contains("/leaf"), "{width}: {footer:?}");
+        assert!(footer.contains("q quit"), "{width}: {footer:?}");
+    }
+}
