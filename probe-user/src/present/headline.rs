@@ -401,9 +401,14 @@ fn ratio_text(ratio: f64) -> String {
 }
 
 /// A probe without hits has no cost to show: its price per hit would read as what it
-/// cost, and it cost nothing.
-pub(crate) fn unpriced_without_hits(mut cost: ProbeCostReport, hits: u64) -> ProbeCostReport {
-    if hits == 0 {
+/// cost, and it cost nothing. Another tool's probe whose hits probetop could not count
+/// (the kernel refused its counter) keeps its price: its hits are unknown, not none.
+pub(crate) fn unpriced_without_hits(
+    mut cost: ProbeCostReport,
+    hits: u64,
+    uncounted: bool,
+) -> ProbeCostReport {
+    if hits == 0 && !uncounted {
         cost.whole_cost_ns = None;
         cost.cpu_share = None;
         cost.method = None;
@@ -485,10 +490,18 @@ mod tests {
             method: Some(estimate::Method::Calibration),
             ..Default::default()
         };
-        let none = unpriced_without_hits(cost.clone(), 0);
+        let none = unpriced_without_hits(cost.clone(), 0, false);
         assert_eq!((none.whole_cost_ns, none.cpu_share), (None, None));
         assert_eq!(probe_method(&none), "none");
-        assert_eq!(unpriced_without_hits(cost, 3).whole_cost_ns, Some(900.0));
+        assert_eq!(
+            unpriced_without_hits(cost.clone(), 3, false).whole_cost_ns,
+            Some(900.0)
+        );
+        // Uncounted (a refused counter): the price stays.
+        assert_eq!(
+            unpriced_without_hits(cost, 0, true).whole_cost_ns,
+            Some(900.0)
+        );
     }
 
     #[test]

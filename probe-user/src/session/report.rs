@@ -280,6 +280,7 @@ pub(super) fn build_report(
                 cost: crate::present::headline::unpriced_without_hits(
                     crate::price::report::probe_report(measured, duration),
                     measured.hits,
+                    probe.other.as_ref().is_some_and(|site| !site.counted),
                 ),
                 intervals: intervals
                     .of_probe(id as u32)
