@@ -814,10 +814,10 @@ fn describe_link(fd: &OwnedFd) -> Option<UprobeLink> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn stats_deltas() {
-        let mut programs = vec![OtherProgram {
-            prog_id: 7,
+    /// Program `id`, a uprobe at /bin/x+0x10, nothing measured yet.
+    fn program(id: u32) -> OtherProgram {
+        OtherProgram {
+            prog_id: id,
             name: "p".into(),
             kind: "uprobe",
             file: "/bin/x".into(),
@@ -832,7 +832,12 @@ mod tests {
             sites: Vec::new(),
             returns: false,
             unloaded: false,
-        }];
+        }
+    }
+
+    #[test]
+    fn stats_deltas() {
+        let mut programs = vec![program(7)];
         let stat = |runs, time| ProgramStats {
             id: 7,
             name: "p".into(),
@@ -855,23 +860,6 @@ mod tests {
 
     #[test]
     fn a_long_list_is_capped() {
-        let program = |id| OtherProgram {
-            prog_id: id,
-            name: "p".into(),
-            kind: "uprobe",
-            file: "/bin/x".into(),
-            offsets: vec![0x10],
-            count: None,
-            only_pid: None,
-            holder_pid: None,
-            holder_comm: None,
-            run_count: None,
-            run_time_ns: None,
-            avg_run_ns: None,
-            sites: Vec::new(),
-            returns: false,
-            unloaded: false,
-        };
         let many: Vec<OtherProgram> = (0..200).map(program).collect();
         let text = render(&many);
         assert!(
