@@ -4,9 +4,9 @@
 
 use std::fmt::Write as _;
 
-use crate::aggregate::{Aggregator, HandlerSummary, Measurements};
+use crate::aggregate::{Aggregator, HandlerSummary};
 use crate::price::assume;
-use crate::price::report::{EstimateBracket, ProbeCostReport, probe_report};
+use crate::price::report::{EstimateBracket, ProbeCostReport, Run};
 
 use super::ProbeLabel;
 
@@ -17,20 +17,19 @@ use super::ProbeLabel;
 pub(crate) fn report(
     labels: &[ProbeLabel],
     aggregator: &Aggregator,
-    measurements: &Measurements,
+    priced: &Run,
     duration: std::time::Duration,
     bracket: &EstimateBracket,
 ) -> String {
     let mut out = String::new();
-    let measured = &measurements.probes;
-    let reports: Vec<ProbeCostReport> =
-        measured.iter().map(|p| probe_report(p, duration)).collect();
+    let measured = &priced.measurements.probes;
+    let reports: Vec<ProbeCostReport> = priced.probe_reports(duration);
     let total = reports
         .iter()
         .filter_map(|r| r.cpu_share)
         .fold(None, |t: Option<f64>, s| Some(t.unwrap_or(0.0) + s));
     let assumed = reports.iter().find_map(|r| r.assumes);
-    let assumption = match (&measurements.assumption, assumed) {
+    let assumption = match (&priced.assumption, assumed) {
         (Some(decision), Some(used))
             if decision.assumes == assume::Assumption::Clock && used != decision.assumes =>
         {
@@ -197,6 +196,9 @@ mod tests {
             "{line}"
         );
         // No priced probe: no range.
-        assert_eq!(EstimateBracket::of(&[]), EstimateBracket::default());
+        assert_eq!(
+            EstimateBracket::of(&Default::default()),
+            EstimateBracket::default()
+        );
     }
 }

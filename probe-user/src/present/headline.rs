@@ -8,8 +8,8 @@
 //! headline is the set's number (the sum of the per-probe estimates, or the in-situ
 //! measurement of the whole set), never a sum the reader has to make.
 
-use crate::aggregate::Snapshot;
 use crate::insitu;
+use crate::price::Snapshot;
 use crate::price::{assume::Assumption, estimate};
 
 use super::export::Report;
@@ -428,7 +428,7 @@ pub(crate) fn probe_method(cost: &ProbeCostReport) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::ProbeSnapshot;
+    use crate::price::ProbeSnapshot;
 
     fn snapshot(probes: &[(f64, Option<f64>)], target_cpu: Option<f64>) -> Snapshot {
         Snapshot {

@@ -9,13 +9,13 @@ use tokio::sync::{mpsc, watch};
 use super::report::{self, ReportSource};
 use super::start::Running;
 use super::{StopReason, budget, follow, insitu, maps_watch, others, processes};
-use crate::aggregate::Snapshot;
 use crate::attach::Attachment;
 use crate::cli::RunArgs;
 use crate::present::{
     self,
     tui::{self, UiEvent, UiExit, UiLinks, UiRequest},
 };
+use crate::price::Snapshot;
 use crate::stream::CollectorCommand;
 
 /// How measuring ended, and what to tell on stderr at the end.

@@ -404,9 +404,9 @@ async fn attach(
             probe.mode = crate::delivery::DeliveryMode::of_config(config);
             probe.name = ProbeLabel::new(point.point.kind, &point.point.name, "").display;
             // Kernel dispatch is not measured for these (it stopped at the exec).
-            probe.cost = cost.clone();
-            probe.cost.captures_args = config.args.count > 0;
-            (probe, *config)
+            let mut cost = cost.clone();
+            cost.captures_args = config.args.count > 0;
+            (probe, *config, cost)
         })
         .collect();
     let (reply, added) = oneshot::channel();

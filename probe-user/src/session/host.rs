@@ -822,7 +822,7 @@ fn price(cost: &crate::price::ProbeCost, owners: &[OtherSite]) -> Option<f64> {
         program_ns: Some(program_ns),
         program_method,
     });
-    cost.estimate(DeliveryMode::Sample, None, 1.0, Assumption::Hot)
+    cost.estimate_unmeasured(DeliveryMode::Sample, None, 1.0, Assumption::Hot)
         .map(|e| e.whole_ns)
 }
 

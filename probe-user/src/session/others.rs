@@ -397,9 +397,8 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
         let mut row = ProbeAggregate::default();
         row.mode = crate::delivery::DeliveryMode::of_config(&config);
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
-        row.cost = cost.clone();
         configs.push(config);
-        rows.push((row, config));
+        rows.push((row, config, cost.clone()));
     }
     let (reply, added) = oneshot::channel();
     let command = CollectorCommand::AddProbes {

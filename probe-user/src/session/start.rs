@@ -21,11 +21,12 @@ use super::plan::Plan;
 use super::probe::Probe;
 use super::report::{ReportSource, Rows};
 use super::{StopReason, follow, insitu, maps_watch, points, processes, stop};
-use crate::aggregate::{Aggregator, Snapshot};
+use crate::aggregate::Aggregator;
 use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
 use crate::delivery::DeliveryMode;
 use crate::present::{ProbeLabel, export, listen};
+use crate::price::Snapshot;
 use crate::stream::{
     self, Collected, CollectorCommand, CollectorLinks, CollectorOptions, HitStream,
 };
@@ -180,7 +181,9 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         }
         cost.shared = super::others::assumed_shared(cost, probe);
     }
-    crate::aggregate::install_costs(&mut aggregator, prepared.costs, dispatch_running);
+    if dispatch_running {
+        crate::aggregate::measure_dispatch(&mut aggregator);
+    }
     if let Some(dispatch) = dispatch {
         counters.set_dispatch(dispatch);
     }
@@ -189,7 +192,12 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     // start hold no hit that the records or the counts would hold and the other not.
     stream::baseline_kernel_counters(&counters, &mut aggregator);
     aggregator.open_window(stream::ktime_now_ns());
-    let mut pricer = crate::price::Pricer::new(assumer);
+    let mut labels: Vec<ProbeLabel> = probes
+        .iter()
+        .zip(&prepared.costs)
+        .map(|(p, cost)| p.label(cost))
+        .collect();
+    let mut pricer = crate::price::Pricer::new(assumer, prepared.costs);
     pricer.open();
     stream::start_counting(&mut counters, &aggregator)
         .context("opening the window: the probes' kernel configs cannot be written")?;
@@ -214,11 +222,6 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         panic!("PROBETOP_TEST_PANIC_AFTER_ATTACH is set");
     }
 
-    let mut labels: Vec<ProbeLabel> = probes
-        .iter()
-        .zip(aggregator.probes())
-        .map(|(p, measured)| p.label(&measured.cost))
-        .collect();
     crate::present::names::distinguish(&mut labels);
     let (snapshot_tx, snapshots) = watch::channel(Snapshot::default());
     let (commands, command_rx) = mpsc::channel(16);

@@ -3,8 +3,9 @@
 //! a width. The UI's state (`app`) sorts and hit-tests by them, the table (`table`) draws
 //! them.
 
-use crate::aggregate::{HandlerSummary, ProbeSnapshot};
+use crate::aggregate::HandlerSummary;
 use crate::present::format;
+use crate::price::ProbeSnapshot;
 
 /// Cumulative numbers since attach (or reset), or those of the last closed interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -10,9 +10,10 @@ use ratatui::{Terminal, backend::TestBackend, style::Color};
 use super::*;
 use crate::aggregate::{
     CapturedArgs, FocusDetail, HandlerSummary, HistoryPoint, IntervalSummary, OwnUsage,
-    PercentileCurve, ProbeSnapshot,
+    PercentileCurve,
 };
 use crate::present::ProbeLabel;
+use crate::price::ProbeSnapshot;
 use crate::spec::ProbeKind;
 
 fn labels() -> Vec<ProbeLabel> {
