@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use super::export::Report;
 use super::headline::{self, Headline};
 use super::{ProbeLabel, format};
-use crate::price::Snapshot;
+use crate::present::Snapshot;
 
 /// Renders the run's headline, then one row per probe: what a hit cost the target and
 /// the share of one CPU its hits took, hits, the average rate over the run, drops, then
@@ -203,7 +203,7 @@ fn render_rows(rows: &[Vec<String>]) -> String {
 mod tests {
     use super::*;
     use crate::aggregate::HandlerSummary;
-    use crate::price::ProbeSnapshot;
+    use crate::present::ProbeSnapshot;
     use crate::spec::ProbeKind;
 
     #[test]

@@ -25,9 +25,19 @@ pub(crate) mod pricer;
 pub(crate) mod report;
 pub(crate) mod snapshot;
 
-pub(crate) use estimate::{ProbeCost, cpu_share};
+// What other stages use: the costs prepared before a run and the Pricer that prices
+// it, then the priced results (the live snapshot, the run's report) and the words
+// they are given in (the assumption, the method, other tools' prices).
+#[cfg(test)]
+pub(crate) use assume::Decision;
+pub(crate) use assume::{AssumeChoice, Assumer, Assumption};
+pub(crate) use costs::{Prepared, entry_warnings, prepare as prepare_costs};
+pub(crate) use estimate::{
+    CostBasis, GapReading, Method, OtherPrice, ProbeCost, ProgramMethod, SHARED_SPLIT, SharedOwner,
+    basis, cold_basis, cpu_share,
+};
 pub(crate) use pricer::Pricer;
-pub(crate) use report::Run;
+pub(crate) use report::{EstimateBracket, ProbeCostReport, Run, RunCostReport, run_report};
 pub(crate) use snapshot::{ProbeSnapshot, Snapshot};
 
 use crate::insn::classes::CostClass;

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::Snapshot;
 use crate::attach::Attachment;
 use crate::insitu::budget::{Budget, BudgetSummary, Controller, Observed, Plan, Scaler};
 use crate::insitu::{InSitu, Members, MeterError, Reading, SetMeter, Verdict, Window, WorkMeter};
-use crate::price::Snapshot;
 
 /// While attached, how often the window's spending is looked at.
 const GUARD_EVERY: Duration = Duration::from_millis(100);

@@ -6,6 +6,7 @@ use std::{path::PathBuf, pin::Pin};
 
 use tokio::sync::{mpsc, watch};
 
+use super::Snapshot;
 use super::report::{self, ReportSource};
 use super::start::Running;
 use super::{StopReason, budget, follow, insitu, maps_watch, others, processes};
@@ -15,7 +16,6 @@ use crate::present::{
     self,
     tui::{self, UiEvent, UiExit, UiLinks, UiRequest},
 };
-use crate::price::Snapshot;
 use crate::stream::CollectorCommand;
 
 /// How measuring ended, and what to tell on stderr at the end.

@@ -145,7 +145,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         driver.summary(hits)
     });
     // Priced once: the lines below and the exports show the same numbers.
-    let run_cost = crate::price::report::run_report(&aggregator, &priced, duration, other_programs);
+    let run_cost = super::run_report(&aggregator, &priced, duration, other_programs);
     sys::stderr::say_text(&crate::present::cost_report::report(
         &labels,
         &aggregator,

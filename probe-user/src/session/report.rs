@@ -10,11 +10,11 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::Run;
 use super::probe::Probe;
 use crate::UsageError;
 use crate::aggregate::IntervalLog;
 use crate::present::export::{self, ExecReport, Interval, ProbeReport, Report};
-use crate::price::Run;
 use crate::stream::{self, CollectorCommand, Copied};
 use crate::target::Target;
 
@@ -211,7 +211,7 @@ pub(super) fn write_empty(
     args: &crate::cli::RunArgs,
 ) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let snapshot = crate::price::Snapshot {
+    let snapshot = super::Snapshot {
         elapsed: waited,
         ..Default::default()
     };

@@ -16,6 +16,7 @@ use tokio::{
     task::JoinHandle,
 };
 
+use super::Snapshot;
 use super::find::Found;
 use super::plan::Plan;
 use super::probe::Probe;
@@ -26,7 +27,6 @@ use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
 use crate::delivery::DeliveryMode;
 use crate::present::{ProbeLabel, export, listen};
-use crate::price::Snapshot;
 use crate::stream::{
     self, Collected, CollectorCommand, CollectorLinks, CollectorOptions, HitStream,
 };
@@ -76,7 +76,7 @@ pub(super) struct Running {
 struct Attached {
     attachment: Attachment,
     probes: Vec<Probe>,
-    prepared: crate::price::costs::Prepared,
+    prepared: super::Prepared,
     skipped: Vec<export::SkippedPoint>,
     dispatch: Option<crate::attach::dispatch::Dispatch>,
     shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>>,
@@ -160,7 +160,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         }
     }
     aggregator.latency = crate::aggregate::Latency::new(super::probe::latency_pairs(&probes));
-    let mut assumer = crate::price::assume::Assumer::new(args.assume, pid);
+    let mut assumer = super::Assumer::new(args.assume, pid);
     assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     // The clock is read on streamed hits: ring and auto modes, or kernel mode's phase.
     assumer.clock = work_curve_has_clock(&prepared)
@@ -197,7 +197,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         .zip(&prepared.costs)
         .map(|(p, cost)| p.label(cost))
         .collect();
-    let mut pricer = crate::price::Pricer::new(assumer, prepared.costs);
+    let mut pricer = super::Pricer::new(assumer, prepared.costs);
     pricer.open();
     stream::start_counting(&mut counters, &aggregator)
         .context("opening the window: the probes' kernel configs cannot be written")?;
@@ -361,7 +361,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
 }
 
 /// Whether the calibration's work curve holds the ring handler's clock.
-fn work_curve_has_clock(prepared: &crate::price::costs::Prepared) -> bool {
+fn work_curve_has_clock(prepared: &super::Prepared) -> bool {
     prepared.costs.iter().any(|cost| {
         cost.work_curve
             .as_ref()
@@ -373,8 +373,8 @@ fn work_curve_has_clock(prepared: &crate::price::costs::Prepared) -> bool {
 /// can price their in-kernel hits (`--clock-seconds`): only where the estimate may read
 /// it (`--assume clock` or `auto`; no `--args`; a calibration whose work curve
 /// holds the clock).
-fn clock_phase(args: &RunArgs, prepared: &crate::price::costs::Prepared) -> Option<Duration> {
-    use crate::price::assume::AssumeChoice;
+fn clock_phase(args: &RunArgs, prepared: &super::Prepared) -> Option<Duration> {
+    use super::AssumeChoice;
     (args.mode == Mode::Kernel
         && matches!(args.assume, AssumeChoice::Clock | AssumeChoice::Auto)
         && args.args == 0
@@ -392,7 +392,7 @@ fn attach_probes(
     base_config: ProbeConfig,
     clock_phase: bool,
     mut probes: Vec<Probe>,
-    mut prepared: crate::price::costs::Prepared,
+    mut prepared: super::Prepared,
     mut skipped: Vec<export::SkippedPoint>,
 ) -> anyhow::Result<Attached> {
     let target = &plan.target;

@@ -4,8 +4,8 @@
 //! them.
 
 use crate::aggregate::HandlerSummary;
+use crate::present::ProbeSnapshot;
 use crate::present::format;
-use crate::price::ProbeSnapshot;
 
 /// Cumulative numbers since attach (or reset), or those of the last closed interval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -27,7 +27,7 @@ pub(crate) struct Numbers {
     /// The median gap before a hit, us, when hits are priced by it.
     pub gap_median_us: Option<f64>,
     /// What placed its hits on the calibration's curves.
-    pub reading: Option<crate::price::estimate::GapReading>,
+    pub reading: Option<crate::present::GapReading>,
 }
 
 impl Numbers {
