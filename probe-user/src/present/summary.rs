@@ -292,6 +292,8 @@ mod tests {
             latency_corrected_ns: summary(20_000),
             whole_cost_ns: Some(1_000.0),
             overhead_share: Some(0.05),
+            latency_hist: hdrhistogram::Histogram::new(3).expect("3 digits"),
+            corrected_hist: hdrhistogram::Histogram::new(3).expect("3 digits"),
         };
         let text = latency_table(&[row], 2.0);
         let lines: Vec<&str> = text.lines().collect();

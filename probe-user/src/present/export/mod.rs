@@ -449,6 +449,45 @@ pub(crate) mod testing {
         }
     }
 
+    /// The sample report with a latency pair on `work_unit` (probes 0 and 1 as its
+    /// halves): 1000 calls of 10 to 19.99 us and one of 2 ms, priced 100 + 200 ns a
+    /// call, paired by the aggregator itself.
+    pub(crate) fn latency_report() -> Report {
+        use crate::aggregate::{EndPath, Latency, LatencyPrices, PairSetup};
+        let mut pairs = Latency::new(vec![PairSetup {
+            spec: "latency:work_unit".into(),
+            name: "work_unit".into(),
+            object: "/usr/bin/fixture".into(),
+            path: EndPath::Uretprobe,
+            starts: vec![0],
+            ends: vec![1],
+        }]);
+        pairs.set_prices(
+            0,
+            Some(LatencyPrices {
+                whole_start: 100.0,
+                whole_end: 200.0,
+                handler_start: 40.0,
+                handler_end: 60.0,
+            }),
+        );
+        let mut clock = 1_000_000_u64;
+        for call in 0..1001_u64 {
+            let took = if call == 1000 {
+                2_000_000
+            } else {
+                10_000 + call * 10
+            };
+            // A uretprobe sees the stack pointer 8 above the entry's.
+            pairs.record(0, 7, clock, 0x7ff0);
+            pairs.record(1, 7, clock + took, 0x7ff8);
+            clock += took + 500;
+        }
+        let mut report = sample_report();
+        report.latency = pairs.rows(report.duration_s);
+        report
+    }
+
     /// A harder report: wide value ranges (1 ns to 59 s), counts in the millions, ties
     /// that round differently in Java and Rust, several intervals per probe (one empty),
     /// a probe without hits, one spec expanded to two probes, and an object path with
