@@ -7,6 +7,7 @@ pub(crate) mod headline;
 pub(crate) mod list;
 pub(crate) mod listen;
 pub(crate) mod names;
+pub(crate) mod otlp;
 pub(crate) mod processes;
 pub(crate) mod summary;
 pub(crate) mod tui;

@@ -29,6 +29,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         budget_hint,
         follow,
         server,
+        otlp,
         maps_watch,
         cgroup_poller,
         others,
@@ -58,6 +59,15 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     if let Some(server) = server {
         server.abort();
     }
+    // The offering task stopped and gone, so the pusher is this function's alone.
+    let otlp = match otlp {
+        Some((pusher, task)) => {
+            task.abort();
+            let _ = task.await;
+            std::sync::Arc::into_inner(pusher)
+        }
+        None => None,
+    };
     if let Some(watch) = maps_watch {
         watch.abort();
     }
@@ -219,6 +229,13 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
                 }
             }
             Err(e) => failed.push(e.to_string()),
+        }
+    }
+    // The final numbers, the exports' own, go to the collector last.
+    if let Some(pusher) = otlp {
+        let resource = present::otlp::resource(&report);
+        if let Some(line) = pusher.finish(&report, &resource) {
+            say!("probetop: {line}");
         }
     }
     if let Some(line) = traced::warning_at_exit(&target) {

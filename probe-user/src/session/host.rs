@@ -172,6 +172,7 @@ fn check_args(args: &RunArgs) -> Result<(), UsageError> {
         (args.follow_exec, "--follow-exec"),
         (args.in_situ, "--in-situ"),
         (args.listen.is_some(), "--listen"),
+        (args.otlp.is_some(), "--otlp"),
         (args.bpf_stats, "--bpf-stats"),
         (args.args > 0, "--args"),
     ];

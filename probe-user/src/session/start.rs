@@ -58,6 +58,8 @@ pub(super) struct Running {
     pub budget_hint: Option<super::budget::Hint>,
     pub follow: Option<follow::Follow>,
     pub server: Option<JoinHandle<()>>,
+    /// `--otlp`: the push thread, and the task that offers it a report every --interval.
+    pub otlp: Option<(Arc<crate::present::otlp::Pusher>, JoinHandle<()>)>,
     /// Says when a probed object is replaced on disk and loaded again, and finds the
     /// probes to move when one is replaced before it is loaded.
     pub maps_watch: Option<JoinHandle<()>>,
@@ -334,6 +336,10 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         })
     });
     let server = listener.map(|listener| serve(listener, &source));
+    let otlp = match &args.otlp {
+        Some(url) => Some(push_otlp(url, args.interval, &source)?),
+        None => None,
+    };
     Ok(Running {
         target: plan.target,
         pin,
@@ -350,6 +356,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         budget_hint,
         follow,
         server,
+        otlp,
         maps_watch,
         moves,
         cgroup_poller,
@@ -586,20 +593,56 @@ struct CgroupWatch {
     removed: oneshot::Receiver<()>,
 }
 
-/// `--listen`: serves what was measured so far, as Prometheus text.
+/// `--listen`: serves what was measured so far, as Prometheus text or protobuf.
 fn serve(listener: tokio::net::TcpListener, source: &Arc<ReportSource>) -> JoinHandle<()> {
     match listener.local_addr() {
         Ok(addr) => say!("probetop: serving metrics on http://{addr}/metrics"),
         Err(e) => say!("probetop: serving metrics (address unknown: {e})"),
     }
     let source = source.clone();
-    tokio::spawn(listen::serve(listener, move || {
+    tokio::spawn(listen::serve(listener, move |format| {
         let source = source.clone();
         async move {
             let report = source.report(false).await?;
-            Some(export::prometheus::render_prometheus(&report))
+            Some(match format {
+                listen::Format::Text => export::prometheus::render_prometheus(&report).into_bytes(),
+                listen::Format::Protobuf => export::promproto::render_protobuf(&report),
+            })
         }
     }))
+}
+
+/// `--otlp`: a report every `interval` seconds, offered to the push thread (which never
+/// holds this task up).
+fn push_otlp(
+    url: &str,
+    interval: f64,
+    source: &Arc<ReportSource>,
+) -> anyhow::Result<(Arc<crate::present::otlp::Pusher>, JoinHandle<()>)> {
+    let pusher = Arc::new(
+        crate::present::otlp::Pusher::start(url.to_string())
+            .with_context(|| format!("--otlp {url}: cannot start the push thread"))?,
+    );
+    say!("probetop: pushing metrics to {url} every {interval} s");
+    let source = source.clone();
+    let task = tokio::spawn({
+        let pusher = pusher.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(interval));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut resource = None;
+            loop {
+                tick.tick().await;
+                let Some(report) = source.report(false).await else {
+                    return;
+                };
+                let resource =
+                    resource.get_or_insert_with(|| crate::present::otlp::resource(&report));
+                pusher.offer(&report, resource);
+            }
+        }
+    });
+    Ok((pusher, task))
 }
 
 /// Refuses, before anything is attached, a run whose probes need more memory than the

@@ -32,7 +32,9 @@ pub(crate) mod hgrm;
 pub(crate) mod hlog;
 pub(crate) mod html;
 pub mod json;
+pub(crate) mod native;
 pub(crate) mod prometheus;
+pub(crate) mod promproto;
 
 pub(crate) use file::{check, write, write_file};
 
