@@ -95,6 +95,12 @@ pub(crate) fn result_lines(cal: &Calibration) -> Vec<String> {
     {
         second.push(format!("an optimized 5-byte nop {} us", us(nop5)));
     }
+    if let Some(event) = &cal.tracefs_event_ns {
+        second.push(format!(
+            "a tracefs uprobe event (`perf probe`, no BPF) {} us",
+            us(event.median)
+        ));
+    }
     let mut third = "probetop prices every probe's hits with these on this kernel and CPU (the COST and %CPU columns)".to_string();
     let refused = cal
         .dispatch_error

@@ -51,6 +51,9 @@ pub(crate) struct CostBasis {
     pub on_top_kernel_untimed_ns: Option<f64>,
     /// Whole cost minus measured dispatch, with dispatch measurement on.
     pub residual_ns: Option<f64>,
+    /// What a tracefs uprobe event (no arguments, enabled) adds to the empty-program
+    /// hit of the same class: ftrace's record less the empty BPF program.
+    pub tracefs_extra_ns: Option<f64>,
 }
 
 /// How an estimate was made.
@@ -197,6 +200,12 @@ pub(crate) fn basis(
         handler_kernel_ns: cal.handler_kernel_ns.map(|s| s.median),
         on_top_kernel_untimed_ns: median(Case::HandlerKernelUntimed),
         residual_ns,
+        // Measured on a `push %rbp` entry; ftrace's record is the same on any site.
+        tracefs_extra_ns: cal
+            .tracefs_event_ns
+            .map(|s| s.median)
+            .zip(median(Case::UprobeEmulated))
+            .map(|(event, empty)| (event - empty).max(0.0)),
     }
 }
 
@@ -247,6 +256,7 @@ pub(crate) fn cold_basis(
             .zip(kernel_extra)
             .map(|(u, extra)| u.max(0.0) + extra),
         residual_ns: hot.residual_ns,
+        tracefs_extra_ns: hot.tracefs_extra_ns,
     })
 }
 
@@ -313,7 +323,8 @@ pub(crate) const SHARED_SPLIT: &str = "trap-split-evenly";
 /// What another tool's program costs per run, and how that was found.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OtherPrice {
-    /// ns per run; `None`: not known (a tracefs event, whose ftrace write is not priced).
+    /// ns per run (a tracefs event: ftrace's record); `None`: not known (a tracefs
+    /// event without a calibrated record).
     pub program_ns: Option<f64>,
     pub program_method: ProgramMethod,
 }
@@ -327,7 +338,10 @@ pub enum ProgramMethod {
     /// Assumed as probetop's own counting program's, from the calibration: a BPF
     /// program that bumps a counter (`bpftrace count()`); `--bpf-stats` measures it.
     AssumedCounting,
-    /// A tracefs event, no BPF: ftrace's own work per hit is not priced.
+    /// A tracefs event, no BPF: ftrace's record per hit, from the calibration's own
+    /// tracefs event (`calibrate::tracefs_phase`).
+    CalibratedTracefs,
+    /// A tracefs event without that calibration row: ftrace's work is not priced.
     NotPriced,
 }
 
@@ -336,6 +350,7 @@ impl ProgramMethod {
         match self {
             ProgramMethod::BpfStats => "bpf-stats",
             ProgramMethod::AssumedCounting => "assumed-counting-program",
+            ProgramMethod::CalibratedTracefs => "calibrated-tracefs-event",
             ProgramMethod::NotPriced => "not-priced",
         }
     }
@@ -768,6 +783,8 @@ mod tests {
             cold: None,
             gap: None,
             work: None,
+            tracefs_event_ns: None,
+            tracefs_event_error: None,
         }
     }
 

@@ -802,19 +802,19 @@ fn owners_of(sites: &[OtherSite]) -> Vec<Owner> {
 }
 
 /// A hit's whole cost at a site, ns: the trap of its class once, plus every owner's
-/// program (assumed as dear as probetop's counting one; a tracefs event's write is not
-/// priced). `None` without a calibration.
+/// program (assumed as dear as probetop's counting one; a tracefs event's record as the
+/// calibration's own event's, or not priced without that row). `None` without a calibration.
 fn price(cost: &super::ProbeCost, owners: &[OtherSite]) -> Option<f64> {
     let prices: Vec<OtherPrice> = owners
         .iter()
         .map(|site| super::others::assumed_price(cost, site))
         .collect();
     let program_ns: f64 = prices.iter().filter_map(|p| p.program_ns).sum();
-    let program_method = if prices
-        .iter()
-        .any(|p| p.program_method == ProgramMethod::AssumedCounting)
-    {
+    let has = |method| prices.iter().any(|p| p.program_method == method);
+    let program_method = if has(ProgramMethod::AssumedCounting) {
         ProgramMethod::AssumedCounting
+    } else if has(ProgramMethod::CalibratedTracefs) {
+        ProgramMethod::CalibratedTracefs
     } else {
         ProgramMethod::NotPriced
     };

@@ -164,7 +164,9 @@ pub struct JsonOwner<'a> {
     pub program_ns: Option<f64>,
     /// `bpf-stats` (the kernel's run statistics over the window, `--bpf-stats`),
     /// `assumed-counting-program` (as dear as probetop's counting program, from the
-    /// calibration) or `not-priced` (a tracefs event: ftrace's write per hit).
+    /// calibration), `calibrated-tracefs-event` (a tracefs event: ftrace's record per
+    /// hit, as the calibration's own event measured it) or `not-priced` (a tracefs event
+    /// and a calibration without that row).
     pub program_method: Option<Cow<'static, str>>,
     /// How probetop counted its hits: `counting-probe-on-the-same-site` (a probe of
     /// its own on the same site, filtered to the target, whose program only counts;
