@@ -123,6 +123,11 @@ pub(crate) struct ListArgs {
     /// Print JSON for scripts.
     #[arg(long)]
     pub json: bool,
+
+    /// Ask no debuginfod server (DEBUGINFOD_URLS) for the debug file of a stripped
+    /// object.
+    #[arg(long)]
+    pub offline: bool,
 }
 
 #[derive(Debug, Args)]
@@ -226,6 +231,11 @@ pub(crate) struct RunArgs {
     /// default: its call writes below %rsp, over the function's red zone).
     #[arg(long)]
     pub force: bool,
+
+    /// Ask no debuginfod server (DEBUGINFOD_URLS) for the debug file of a stripped
+    /// object: names come only from the files on this host.
+    #[arg(long)]
+    pub offline: bool,
 
     /// Ring buffer size in MiB (a power of two, 1 to 2048).
     #[arg(long, value_name = "MIB", default_value_t = 8, value_parser = power_of_two(1, 2048, "MiB"))]
