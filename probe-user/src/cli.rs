@@ -123,6 +123,11 @@ pub(crate) struct ListArgs {
     /// Print JSON for scripts.
     #[arg(long)]
     pub json: bool,
+
+    /// Ask no debuginfod server (DEBUGINFOD_URLS) for the debug file of a stripped
+    /// object.
+    #[arg(long)]
+    pub offline: bool,
 }
 
 #[derive(Debug, Args)]
@@ -199,7 +204,7 @@ pub(crate) struct RunArgs {
     pub listen: Option<std::net::SocketAddr>,
 
     /// Push the live measurements to an OpenTelemetry Collector over OTLP/HTTP
-    /// (protobuf) every --interval, and the final ones at exit: http://HOST:PORT (4318
+    /// (protobuf) every --interval, and the final ones at exit: http[s]://HOST:PORT (4318
     /// is OTLP/HTTP's port; /v1/metrics is appended unless the URL ends with it).
     #[arg(long, value_name = "URL", value_parser = otlp_url)]
     pub otlp: Option<String>,
@@ -232,6 +237,11 @@ pub(crate) struct RunArgs {
     /// default: its call writes below %rsp, over the function's red zone).
     #[arg(long)]
     pub force: bool,
+
+    /// Ask no debuginfod server (DEBUGINFOD_URLS) for the debug file of a stripped
+    /// object: names come only from the files on this host.
+    #[arg(long)]
+    pub offline: bool,
 
     /// Ring buffer size in MiB (a power of two, 1 to 2048).
     #[arg(long, value_name = "MIB", default_value_t = 8, value_parser = power_of_two(1, 2048, "MiB"))]
@@ -419,7 +429,8 @@ fn seconds(
 /// `--otlp`'s URL, with `/v1/metrics`.
 fn otlp_url(text: &str) -> Result<String, String> {
     crate::present::otlp::metrics_url(text.trim()).ok_or_else(|| {
-        "give an http:// URL of an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318".into()
+        "give an http:// or https:// URL of an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318"
+            .into()
     })
 }
 

@@ -125,7 +125,7 @@ fn busy_host() -> Option<String> {
 
 /// `probetop list`: every probe point of a process or file that matches a pattern.
 pub(crate) fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
-    use crate::resolve::list::{ListSource, list};
+    use crate::resolve::list::{ListSource, list_with};
     let mut operands = args.operands.into_iter();
     let source = match args.pid {
         Some(pid) => {
@@ -143,7 +143,11 @@ pub(crate) fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
             "unexpected {extra:?}: list takes [--pid PID | PATH] [PATTERN]"
         )));
     }
-    let listing = list(&source, pattern.as_deref())?;
+    let options = crate::resolve::ResolveOptions {
+        debuginfod: crate::resolve::debuginfod::Debuginfod::from_env(args.offline),
+        ..Default::default()
+    };
+    let listing = list_with(&source, pattern.as_deref(), &options)?;
     if args.json {
         crate::error_line::write_stdout(&format!("{}\n", present::list::render_json(&listing)?))?;
     } else {

@@ -19,6 +19,7 @@ mod cost_classes;
 mod cost_estimate;
 mod cost_insitu;
 mod cost_others;
+mod debuginfod;
 mod detach;
 mod edges;
 mod exports;
