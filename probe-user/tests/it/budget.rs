@@ -237,11 +237,14 @@ fn a_duty_cycled_run_leaves_nothing_behind_on_any_exit() {
 fn a_budget_over_several_pids_holds_the_set_and_scales_their_calls() {
     let _turn = turn(module_path!());
     let _alone = alone();
+    // Priced from this machine's calibration, as users run it.
+    let cache = calibrated_cache("budget-set");
     let floods: Vec<Running> = (0..2)
         .map(|_| started(&fixture("c/flood"), FLOOD))
         .collect();
     let json = export_path("budget-set.json");
     let mut cmd = probetop();
+    cmd.env("XDG_CACHE_HOME", &cache);
     for flood in &floods {
         cmd.args(["--pid", &flood.pid().to_string()]);
     }
@@ -281,4 +284,5 @@ fn a_budget_over_several_pids_holds_the_set_and_scales_their_calls() {
         low <= calls && calls <= high,
         "{calls} calls of both floods outside {low}..{high}: {probe}"
     );
+    let _ = std::fs::remove_dir_all(&cache);
 }
