@@ -431,3 +431,75 @@ fn five_hundred_scrapes_at_once_are_each_answered() {
     // Still serving afterwards.
     assert_eq!(http(addr, "GET", "/metrics").0, 200);
 }
+
+/// A `latency:` pair is served as a histogram family per function: after the fixture's
+/// known calls, `probetop_latency_seconds_count` is exactly those calls, and promtool
+/// accepts the exposition.
+#[test]
+#[ignore = "needs root, the fixtures and promtool (Debian prometheus)"]
+fn a_latency_pair_is_served_as_a_histogram_of_every_call() {
+    let _turn = turn(module_path!());
+    const CALLS: u64 = 200;
+    let mut command = Command::new(fixture("c/latency"));
+    command.args(["--calls", &CALLS.to_string()]);
+    command.args(["--threads", "1", "--depth", "0", "--rounds", "1", "--hold"]);
+    let target = Running::spawn(command);
+    target.out().wait_for("ready pid=");
+    let mut probetop = probetop();
+    probetop
+        .args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["--listen", "127.0.0.1:0", "-e", "latency:spin_2us"]);
+    let probetop = Running::spawn(probetop);
+    let mut addr: Option<SocketAddr> = None;
+    let mut attached = false;
+    while addr.is_none() || !attached {
+        let line = probetop
+            .err()
+            .next()
+            .expect("probetop says it serves and attached");
+        if let Some(rest) = line.split("http://").nth(1) {
+            addr = rest.strip_suffix("/metrics").and_then(|a| a.parse().ok());
+        }
+        attached |= line.contains("attached 2 probes");
+    }
+    let addr = addr.expect("address");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("done ");
+    let labels = r#"latency="latency:spin_2us",name="spin_2us""#;
+    let count_line = format!("probetop_latency_seconds_count{{{labels}");
+    // The last records reach probetop within a poll or two after `done`.
+    let deadline = Instant::now() + PATIENCE;
+    let metrics = loop {
+        let body = http(addr, "GET", "/metrics").2;
+        let served = body
+            .lines()
+            .find(|l| l.starts_with(&count_line))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok());
+        if served == Some(CALLS) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline && served.is_none_or(|s| s < CALLS),
+            "{count_line} served {served:?}, the fixture made {CALLS} calls:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for line in [
+        format!("probetop_latency_seconds_bucket{{{labels},object="),
+        format!("probetop_latency_corrected_seconds_count{{{labels},object="),
+        "# TYPE probetop_latency_seconds histogram".to_string(),
+    ] {
+        assert!(metrics.contains(&line), "{line} missing:\n{metrics}");
+    }
+    let corrected = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!(
+                "probetop_latency_corrected_seconds_count{{{labels}"
+            ))
+        })
+        .expect("corrected count");
+    assert!(corrected.ends_with(&format!(" {CALLS}")), "{corrected}");
+    promtool_check(&metrics);
+}
