@@ -165,6 +165,10 @@ caches its measurements (probetop/ in it; default ~/.cache/probetop).
 .SH EXIT STATUS
 0 on success, 2 for a mistake in the command line, 1 for any other error; each error is
 one line on standard error.
+.B probetop diff
+exits 1 only for a regression above
+.BR \-\-fail\-above ,
+and 2 for any error.
 "#;
 
 #[cfg(test)]

@@ -319,6 +319,11 @@ impl Latency {
         }
     }
 
+    /// Every pair's measured latencies, in the order of [`Self::rows`].
+    pub(crate) fn histograms(&self) -> impl Iterator<Item = &Histogram<u64>> {
+        self.pairs.iter().map(|p| &p.measured)
+    }
+
     /// Every pair's row; `elapsed_s` the window's length so far.
     pub(crate) fn rows(&self, elapsed_s: f64) -> Vec<LatencyRow> {
         self.pairs
@@ -344,6 +349,7 @@ impl Latency {
                     unmatched: p.unmatched,
                     overflowed: p.overflowed,
                     latency_ns: HandlerSummary::of(&p.measured),
+                    latency_hist: None,
                     corrected_applied: p.prices.is_some(),
                     latency_corrected_ns: corrected,
                     whole_cost_ns,
@@ -378,6 +384,10 @@ pub struct LatencyRow {
     /// Starts not tracked: more than 4096 calls open on one thread.
     pub overflowed: u64,
     pub latency_ns: HandlerSummary,
+    /// The measured latencies whole, for the JSON export (`probetop diff` tests their
+    /// distribution); only in the measurements reports are written from, not in the
+    /// 100 ms snapshots.
+    pub latency_hist: Option<Histogram<u64>>,
     /// Whether the probes' cost was priced, so subtracted (false: corrected = measured).
     pub corrected_applied: bool,
     pub latency_corrected_ns: HandlerSummary,

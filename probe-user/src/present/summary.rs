@@ -287,6 +287,7 @@ mod tests {
             unmatched: 0,
             overflowed: 0,
             latency_ns: summary(20_600),
+            latency_hist: None,
             corrected_applied: true,
             latency_corrected_ns: summary(20_000),
             whole_cost_ns: Some(1_000.0),

@@ -20,6 +20,7 @@ mod cost_estimate;
 mod cost_insitu;
 mod cost_others;
 mod detach;
+mod diff;
 mod edges;
 mod exports;
 mod forks;
