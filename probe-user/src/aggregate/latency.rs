@@ -17,7 +17,7 @@
 //! its program, measured by its own clock, then the kernel's return to the target and
 //! the probed instruction's emulation or single step) and what precedes the end probe's
 //! (the trap and the kernel's dispatch to the program). The cost model prices each
-//! probe's whole hit (`price::ProbeCost::estimate`) and its program is timed; the rest of
+//! probe's whole hit (the price stage's estimate) and its program is timed; the rest of
 //! a hit, outside the program, is taken as half before the program and half after it.
 //! So the part inside a call is `handler(start) + (whole(start) - handler(start)) / 2 +
 //! (whole(end) - handler(end)) / 2`, and each probed hit nested inside the call

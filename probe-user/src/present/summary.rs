@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use super::export::Report;
 use super::headline::{self, Headline};
 use super::{ProbeLabel, format};
-use crate::aggregate::Snapshot;
+use crate::present::Snapshot;
 
 /// Renders the run's headline, then one row per probe: what a hit cost the target and
 /// the share of one CPU its hits took, hits, the average rate over the run, drops, then
@@ -202,7 +202,8 @@ fn render_rows(rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::{HandlerSummary, ProbeSnapshot};
+    use crate::aggregate::HandlerSummary;
+    use crate::present::ProbeSnapshot;
     use crate::spec::ProbeKind;
 
     #[test]

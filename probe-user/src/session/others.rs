@@ -14,14 +14,14 @@ use std::time::Duration;
 use probe_common::ProbeConfig;
 use tokio::sync::oneshot;
 
+use super::ProbeCost;
 use super::follow::{Links, attached_now};
 use super::probe::Probe;
+use super::{OtherPrice, ProgramMethod, SharedOwner};
 use crate::aggregate::ProbeAggregate;
 use crate::attach::bpf_stats::OtherProgram;
 use crate::attach::others::{self, OtherSite};
 use crate::present::ProbeLabel;
-use crate::price::ProbeCost;
-use crate::price::estimate::{OtherPrice, ProgramMethod, SharedOwner};
 use crate::resolve::{ResolveOptions, Resolver};
 use crate::stream::CollectorCommand;
 use crate::target::Target;
@@ -386,7 +386,7 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
         return;
     }
     let points: Vec<&crate::resolve::ProbePoint> = probes.iter().map(|p| &p.point).collect();
-    let mut costs = crate::price::costs::prepare(&points).costs;
+    let mut costs = super::prepare_costs(&points).costs;
     let mut configs = Vec::new();
     let mut rows = Vec::new();
     for (probe, cost) in probes.iter().zip(&mut costs) {
@@ -397,9 +397,8 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
         let mut row = ProbeAggregate::default();
         row.mode = crate::delivery::DeliveryMode::of_config(&config);
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
-        row.cost = cost.clone();
         configs.push(config);
-        rows.push((row, config));
+        rows.push((row, config, cost.clone()));
     }
     let (reply, added) = oneshot::channel();
     let command = CollectorCommand::AddProbes {

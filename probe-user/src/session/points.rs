@@ -197,7 +197,7 @@ pub(super) fn check_total(total: usize, max: usize, specs: usize) -> Result<(), 
 /// costs and sites go with them; returns what was skipped.
 pub(super) fn skip_refused_sites(
     probes: &mut Vec<Probe>,
-    prepared: &mut crate::price::costs::Prepared,
+    prepared: &mut super::Prepared,
 ) -> Vec<SkippedPoint> {
     // A test hook: leaves the refusals to the kernel, to test the way on at attach.
     if std::env::var_os("PROBETOP_TEST_NO_SITE_FILTER").is_some() {
@@ -274,7 +274,7 @@ pub(super) fn skipped_line(skipped: &[SkippedPoint], why: &str) -> String {
 pub(super) struct Attached<'a> {
     pub attachment: &'a mut Attachment,
     pub probes: &'a mut Vec<Probe>,
-    pub prepared: &'a mut crate::price::costs::Prepared,
+    pub prepared: &'a mut super::Prepared,
     pub skipped: &'a mut Vec<SkippedPoint>,
 }
 

@@ -16,12 +16,13 @@ use tokio::{
     task::JoinHandle,
 };
 
+use super::Snapshot;
 use super::find::Found;
 use super::plan::Plan;
 use super::probe::Probe;
 use super::report::{ReportSource, Rows};
 use super::{StopReason, follow, insitu, maps_watch, points, processes, stop};
-use crate::aggregate::{Aggregator, Snapshot};
+use crate::aggregate::Aggregator;
 use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
 use crate::delivery::DeliveryMode;
@@ -75,7 +76,7 @@ pub(super) struct Running {
 struct Attached {
     attachment: Attachment,
     probes: Vec<Probe>,
-    prepared: crate::price::costs::Prepared,
+    prepared: super::Prepared,
     skipped: Vec<export::SkippedPoint>,
     dispatch: Option<crate::attach::dispatch::Dispatch>,
     shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>>,
@@ -159,7 +160,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         }
     }
     aggregator.latency = crate::aggregate::Latency::new(super::probe::latency_pairs(&probes));
-    let mut assumer = crate::price::assume::Assumer::new(args.assume, pid);
+    let mut assumer = super::Assumer::new(args.assume, pid);
     assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     // The clock is read on streamed hits: ring and auto modes, or kernel mode's phase.
     assumer.clock = work_curve_has_clock(&prepared)
@@ -180,7 +181,9 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         }
         cost.shared = super::others::assumed_shared(cost, probe);
     }
-    crate::aggregate::install_costs(&mut aggregator, prepared.costs, dispatch_running);
+    if dispatch_running {
+        crate::aggregate::measure_dispatch(&mut aggregator);
+    }
     if let Some(dispatch) = dispatch {
         counters.set_dispatch(dispatch);
     }
@@ -189,7 +192,12 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     // start hold no hit that the records or the counts would hold and the other not.
     stream::baseline_kernel_counters(&counters, &mut aggregator);
     aggregator.open_window(stream::ktime_now_ns());
-    let mut pricer = crate::price::Pricer::new(assumer);
+    let mut labels: Vec<ProbeLabel> = probes
+        .iter()
+        .zip(&prepared.costs)
+        .map(|(p, cost)| p.label(cost))
+        .collect();
+    let mut pricer = super::Pricer::new(assumer, prepared.costs);
     pricer.open();
     stream::start_counting(&mut counters, &aggregator)
         .context("opening the window: the probes' kernel configs cannot be written")?;
@@ -214,11 +222,6 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         panic!("PROBETOP_TEST_PANIC_AFTER_ATTACH is set");
     }
 
-    let mut labels: Vec<ProbeLabel> = probes
-        .iter()
-        .zip(aggregator.probes())
-        .map(|(p, measured)| p.label(&measured.cost))
-        .collect();
     crate::present::names::distinguish(&mut labels);
     let (snapshot_tx, snapshots) = watch::channel(Snapshot::default());
     let (commands, command_rx) = mpsc::channel(16);
@@ -358,7 +361,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
 }
 
 /// Whether the calibration's work curve holds the ring handler's clock.
-fn work_curve_has_clock(prepared: &crate::price::costs::Prepared) -> bool {
+fn work_curve_has_clock(prepared: &super::Prepared) -> bool {
     prepared.costs.iter().any(|cost| {
         cost.work_curve
             .as_ref()
@@ -370,8 +373,8 @@ fn work_curve_has_clock(prepared: &crate::price::costs::Prepared) -> bool {
 /// can price their in-kernel hits (`--clock-seconds`): only where the estimate may read
 /// it (`--assume clock` or `auto`; no `--args`; a calibration whose work curve
 /// holds the clock).
-fn clock_phase(args: &RunArgs, prepared: &crate::price::costs::Prepared) -> Option<Duration> {
-    use crate::price::assume::AssumeChoice;
+fn clock_phase(args: &RunArgs, prepared: &super::Prepared) -> Option<Duration> {
+    use super::AssumeChoice;
     (args.mode == Mode::Kernel
         && matches!(args.assume, AssumeChoice::Clock | AssumeChoice::Auto)
         && args.args == 0
@@ -389,7 +392,7 @@ fn attach_probes(
     base_config: ProbeConfig,
     clock_phase: bool,
     mut probes: Vec<Probe>,
-    mut prepared: crate::price::costs::Prepared,
+    mut prepared: super::Prepared,
     mut skipped: Vec<export::SkippedPoint>,
 ) -> anyhow::Result<Attached> {
     let target = &plan.target;

@@ -237,7 +237,7 @@ mod tests {
         let mut report = sample_report();
         report.probes[0].cost.whole_cost_ns = Some(2000.0);
         report.probes[0].cost.cpu_share = Some(0.03);
-        report.probes[0].cost.method = Some(crate::price::estimate::Method::Calibration);
+        report.probes[0].cost.method = Some(crate::present::Method::Calibration);
         report.target_cpu = Some(0.2);
         let rows = parse(&render(&report).expect("renders"));
         let col = |name: &str| HEADER.iter().position(|h| *h == name).expect("column");

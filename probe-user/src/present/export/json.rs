@@ -567,7 +567,7 @@ impl<'a> JsonReport<'a> {
 }
 
 /// probetop's own probe's part of a breakpoint it shares with other tools' probes.
-fn shared_site(cost: &crate::price::report::ProbeCostReport) -> Option<JsonSharedSite<'_>> {
+fn shared_site(cost: &crate::present::ProbeCostReport) -> Option<JsonSharedSite<'_>> {
     let (split, owners) = cost.shared.as_ref()?;
     let own = JsonSharedPart {
         own: true,
@@ -592,7 +592,7 @@ fn shared_site(cost: &crate::price::report::ProbeCostReport) -> Option<JsonShare
     Some(JsonSharedSite {
         total_ns: split.total_ns,
         trap_ns: split.trap_ns,
-        split: crate::price::estimate::SHARED_SPLIT.into(),
+        split: crate::present::SHARED_SPLIT.into(),
         owners: std::iter::once(own).chain(others).collect(),
     })
 }
@@ -795,7 +795,7 @@ mod tests {
 
     /// `report` with its second probe another tool's (bpftrace's), as probetop counts it.
     fn with_other(mut report: Report) -> Report {
-        use crate::price::estimate::{OtherPrice, ProgramMethod};
+        use crate::present::{OtherPrice, ProgramMethod};
         report.probes[1].other = Some(crate::attach::others::OtherSite {
             owner: crate::attach::others::Owner {
                 pid: Some(77),

@@ -77,7 +77,7 @@ pub struct ProbeReport {
     /// Handler time of every received hit, ns (nothing allocated for a probe without).
     pub handler_ns: crate::aggregate::LiveHistogram,
     /// Cost class, whole cost per hit, CPU share, measured dispatch.
-    pub cost: crate::price::report::ProbeCostReport,
+    pub cost: crate::present::ProbeCostReport,
     /// Handler time per interval, oldest first (for interval logs and time series).
     pub intervals: Vec<Interval>,
     /// Another tool's probe, which probetop only counted; `None`: probetop's own.
@@ -102,7 +102,7 @@ pub struct Report {
     pub duration_s: f64,
     pub probes: Vec<ProbeReport>,
     /// What all probes cost the target, and other BPF programs on its probes.
-    pub cost: crate::price::report::RunCostReport,
+    pub cost: crate::present::RunCostReport,
     /// Every exec of the target probetop followed (`--follow-exec`), oldest first.
     pub execs: Vec<ExecReport>,
     /// How the probes were attached: `uprobe_multi` links or `perf_event`s.
@@ -163,7 +163,8 @@ impl Report {
     /// split in proportion to the estimates (all of it for a single probe), and
     /// `whole_cost_method` says `in-situ`; the estimate per hit stays beside it.
     pub fn apply_in_situ(&mut self, summary: crate::insitu::InSituSummary) {
-        use crate::{insitu::Verdict, price::estimate::Method};
+        use crate::insitu::Verdict;
+        use crate::present::Method;
         let hits: u64 = self.probes.iter().map(|p| p.hits).sum();
         let estimated: Option<f64> = self
             .probes

@@ -617,7 +617,7 @@ mod tests {
         let mut report = sample_report();
         report.probes[0].cost.whole_cost_ns = Some(2000.0);
         report.probes[0].cost.cpu_share = Some(0.03);
-        report.probes[0].cost.method = Some(crate::price::estimate::Method::Calibration);
+        report.probes[0].cost.method = Some(crate::present::Method::Calibration);
         report.target_cpu = Some(0.2);
         let text = render_prometheus(&report);
         assert!(!text.contains("NaN"), "{text}");
