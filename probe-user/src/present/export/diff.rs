@@ -336,7 +336,10 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
 }
 
 /// The matched rows' histograms (A, B), in `Diff::rows` order, for the HTML plots.
-pub(crate) struct Hists(Vec<(Option<Histogram<u64>>, Option<Histogram<u64>>)>);
+pub(crate) struct Hists(Vec<(Side, Side)>);
+
+/// One run's histogram of a row, where its export holds one.
+type Side = Option<Histogram<u64>>;
 
 /// `(value, count)` of every non-empty bucket, ascending.
 fn buckets(hist: &Histogram<u64>) -> Vec<(u64, u64)> {
