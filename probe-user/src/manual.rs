@@ -172,6 +172,10 @@ is given (DEBUGINFOD_MAXTIME seconds and DEBUGINFOD_MAXSIZE bytes cap a download
 .SH EXIT STATUS
 0 on success, 2 for a mistake in the command line, 1 for any other error; each error is
 one line on standard error.
+.B probetop diff
+exits 1 only for a regression above
+.BR \-\-fail\-above ,
+and 2 for any error.
 "#;
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod cost_insitu;
 mod cost_others;
 mod debuginfod;
 mod detach;
+mod diff;
 mod edges;
 mod exports;
 mod forks;
