@@ -287,15 +287,11 @@ impl Aggregator {
             target_cpu: None,
             // Calls per second over the window when it is closed; else said by the
             // report from its duration.
-            latency: self
-                .latency
-                .rows(if self.window_end_ns == u64::MAX {
-                    0.0
-                } else {
-                    self.window_end_ns.saturating_sub(self.window_start_ns) as f64 / 1e9
-                })
-                .into_iter()
-                .collect(),
+            latency: self.latency.rows(if self.window_end_ns == u64::MAX {
+                0.0
+            } else {
+                self.window_end_ns.saturating_sub(self.window_start_ns) as f64 / 1e9
+            }),
         }
     }
 }
