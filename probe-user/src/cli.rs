@@ -241,7 +241,7 @@ pub(crate) struct RunArgs {
     pub listen: Option<std::net::SocketAddr>,
 
     /// Push the live measurements to an OpenTelemetry Collector over OTLP/HTTP
-    /// (protobuf) every --interval, and the final ones at exit: http[s]://HOST:PORT (4318
+    /// (protobuf) every --interval, and the final ones at exit: http://HOST:PORT or https:// (4318
     /// is OTLP/HTTP's port; /v1/metrics is appended unless the URL ends with it).
     #[arg(long, value_name = "URL", value_parser = otlp_url)]
     pub otlp: Option<String>,
