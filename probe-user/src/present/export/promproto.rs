@@ -22,6 +22,15 @@ pub(crate) const CONTENT_TYPE: &str =
 
 /// The histogram family that carries native buckets.
 const NATIVE_FAMILY: &str = "probetop_handler_duration_seconds";
+/// The `latency:` pairs' histogram families, one metric per row of the report's
+/// `latency` in its order, with the row's histogram each.
+const LATENCY_FAMILIES: [(
+    &str,
+    fn(&crate::aggregate::LatencyRow) -> &hdrhistogram::Histogram<u64>,
+); 2] = [
+    ("probetop_latency_seconds", |r| &r.latency_hist),
+    ("probetop_latency_corrected_seconds", |r| &r.corrected_hist),
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
 #[repr(i32)]
@@ -161,6 +170,22 @@ pub(crate) fn families(report: &Report) -> Vec<MetricFamily> {
                 .and_then(|l| by_id.get(l.value.as_deref().unwrap_or_default()));
             if let (Some(probe), Some(histogram)) = (probe, metric.histogram.as_mut()) {
                 add_native(histogram, &probe.handler_ns);
+            }
+        }
+    }
+    for (name, hist_of) in LATENCY_FAMILIES {
+        for family in families
+            .iter_mut()
+            .filter(|f| f.name.as_deref() == Some(name))
+        {
+            // The text writes one metric per row, in the rows' order.
+            if family.metric.len() != report.latency.len() {
+                continue;
+            }
+            for (metric, row) in family.metric.iter_mut().zip(&report.latency) {
+                if let Some(histogram) = metric.histogram.as_mut() {
+                    add_native(histogram, hist_of(row));
+                }
             }
         }
     }
@@ -515,6 +540,39 @@ mod tests {
                 })
                 .sum();
             assert_eq!(total as u64, p.handler_ns.len());
+        }
+    }
+
+    #[test]
+    fn latency_pairs_have_native_buckets_too() {
+        let report = super::super::testing::latency_report();
+        assert!(!report.latency.is_empty());
+        let families = decode(&render_protobuf(&report));
+        for (name, hist_of) in LATENCY_FAMILIES {
+            let family = families
+                .iter()
+                .find(|f| f.name.as_deref() == Some(name))
+                .unwrap_or_else(|| panic!("{name}"));
+            assert_eq!(family.metric.len(), report.latency.len(), "{name}");
+            for (metric, row) in family.metric.iter().zip(&report.latency) {
+                let histogram = metric.histogram.as_ref().expect("histogram");
+                assert_eq!(histogram.schema, Some(8), "{name}");
+                let expected = hist_of(row).len();
+                assert_eq!(histogram.sample_count, Some(expected), "{name}");
+                let mut count = 0i64;
+                let total: i64 = histogram
+                    .positive_delta
+                    .iter()
+                    .map(|d| {
+                        count += d;
+                        count
+                    })
+                    .sum();
+                assert_eq!(
+                    total as u64, expected,
+                    "{name}: the native buckets hold every call"
+                );
+            }
         }
     }
 
