@@ -123,12 +123,17 @@ fn a_slowed_function_is_flagged_alone_and_identical_runs_flag_nothing() {
         }
     }
 
-    // The interval logs: the six probes' handler histograms, matched by the same keys;
-    // a log against itself has no distance at all.
+    // The interval logs: the six probes' handler histograms and the three pairs'
+    // measured latencies, matched by the same keys; a log against itself has no
+    // distance at all.
     let (code, report) = diff(&same[0].1, &same[0].1, &["--fail-above", "0"]);
     assert_eq!(code, 0, "{report:#}");
     let rows = report["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), 6, "{report:#}");
+    assert_eq!(rows.len(), 9, "{report:#}");
+    assert!(
+        rows.iter().any(|r| r["key"] == "latency:spin_20us@latency"),
+        "{report:#}"
+    );
     for row in rows {
         assert_eq!(row["distribution_test"]["d"], 0.0, "{row}");
         assert_eq!(row["distribution_test"]["n_a"], 300, "{row}");

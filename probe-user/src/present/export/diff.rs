@@ -485,25 +485,42 @@ fn json_rows(report: &JsonReport) -> Result<Vec<(String, Row)>, String> {
 /// (another writer's) is keyed by tag. Counts are the histograms' (every hit in ring
 /// mode; the timed ones in sample and kernel modes). No cost in a log.
 fn read_hlog(text: &str) -> Result<(f64, Vec<(String, Row)>), String> {
-    // tag -> (kind, name, object)
-    let mut names: BTreeMap<&str, (&str, &str, &str)> = BTreeMap::new();
+    // tag -> (kind, name, object, one half of a latency pair)
+    let mut names: BTreeMap<&str, (&str, &str, &str, bool)> = BTreeMap::new();
     let mut order: Vec<String> = Vec::new();
     let mut hists: BTreeMap<String, Histogram<u64>> = BTreeMap::new();
     let mut end_s: f64 = 0.0;
     let mut saw_header = false;
+    // The tags of latency pairs' corrected histograms, not rows of their own.
+    let mut corrected: Vec<String> = Vec::new();
     for (number, line) in text.lines().enumerate() {
         let line = line.trim_end();
         if let Some(rest) = line.strip_prefix("#probe ") {
             // `#probe TAG: id N, KIND NAME in OBJECT, spec SPEC`
             let parsed = rest.split_once(": id ").and_then(|(tag, rest)| {
                 let (_, rest) = rest.split_once(", ")?;
-                let (rest, _spec) = rest.rsplit_once(", spec ").unwrap_or((rest, ""));
+                let (rest, spec) = rest.rsplit_once(", spec ").unwrap_or((rest, ""));
                 let (kind, rest) = rest.split_once(' ')?;
                 let (name, object) = rest.split_once(" in ").unwrap_or((rest, ""));
-                Some((tag, (kind, name, object)))
+                Some((tag, (kind, name, object, spec.starts_with("latency:"))))
             });
             if let Some((tag, n)) = parsed {
                 names.insert(tag, n);
+            }
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("#latency ") {
+            // `#latency TAG: NAME in OBJECT, spec SPEC, N calls, ...; TAG.corrected: ...`:
+            // the pair is judged by its measured latencies, as from the JSON; the
+            // corrected tag is left out.
+            let parsed = rest.split_once(": ").and_then(|(tag, rest)| {
+                let (rest, _spec) = rest.split_once(", spec ")?;
+                let (name, object) = rest.split_once(" in ").unwrap_or((rest, ""));
+                Some((tag, name, object))
+            });
+            if let Some((tag, name, object)) = parsed {
+                names.insert(tag, ("latency", name, object, false));
+                corrected.push(format!("{tag}.corrected"));
             }
             continue;
         }
@@ -547,13 +564,14 @@ fn read_hlog(text: &str) -> Result<(f64, Vec<(String, Row)>), String> {
     }
     let rows = order
         .into_iter()
+        .filter(|tag| !corrected.contains(tag))
         .filter_map(|tag| {
             let hist = hists.remove(&tag)?;
-            let (kind, name, object) =
+            let (kind, name, object, half_of_pair) =
                 names
                     .get(tag.as_str())
                     .copied()
-                    .unwrap_or(("tag", tag.as_str(), ""));
+                    .unwrap_or(("tag", tag.as_str(), "", false));
             let key = if object.is_empty() {
                 format!("{kind}:{name}")
             } else {
@@ -570,7 +588,7 @@ fn read_hlog(text: &str) -> Result<(f64, Vec<(String, Row)>), String> {
                     quantiles: quantiles_of(&hist),
                     cost_ns: None,
                     hist: Some(hist),
-                    half_of_pair: false,
+                    half_of_pair,
                 },
             ))
         })
