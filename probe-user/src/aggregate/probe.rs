@@ -66,6 +66,8 @@ pub(crate) struct ProbeAggregate {
     /// The probe as its row names it (`usdt:fixture:tick`), for notices about it; empty
     /// when unknown.
     pub name: String,
+    /// A keyed probe's hits per key.
+    pub keys: Option<super::keys::HitKeys>,
 }
 
 /// How far back the per-probe time series reaches.
@@ -120,6 +122,7 @@ impl Default for ProbeAggregate {
             last_interval_curve: PercentileCurve::default(),
             history: VecDeque::new(),
             name: String::new(),
+            keys: None,
         }
     }
 }
@@ -280,6 +283,9 @@ impl ProbeAggregate {
         self.last_interval_curve = PercentileCurve::default();
         self.history.clear();
         self.threads.clear();
+        if let Some(keys) = &mut self.keys {
+            keys.reset();
+        }
     }
 
     /// Closes a live interval that lasted `length`: its numbers become `last_interval`

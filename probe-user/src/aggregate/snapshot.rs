@@ -107,6 +107,8 @@ pub(crate) struct Snapshot {
     pub target_cpu: Option<f64>,
     /// The `latency:` pairs' rows.
     pub latency: Vec<super::LatencyRow>,
+    /// Keyed probes' rows: (probe id, one key's hits).
+    pub keyed: Vec<(u32, super::KeyedHits)>,
 }
 
 impl Snapshot {
@@ -152,6 +154,7 @@ impl Aggregator {
             assumption: None,
             target_cpu: None,
             latency: self.latency.rows(elapsed.as_secs_f64()),
+            keyed: self.keyed_rows(),
         }
     }
 

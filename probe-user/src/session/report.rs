@@ -108,6 +108,7 @@ impl ReportSource {
         report.target_cpu = measurements.target_cpu;
         report.cost.assumption = measurements.assumption;
         report.latency = measurements.latency;
+        report.keyed = measurements.keyed;
         Some(report)
     }
 }
@@ -198,6 +199,7 @@ fn empty_report(target: &Target, started_unix_ms: u64, duration_s: f64) -> Repor
         target_cpu: None,
         budget: None,
         latency: Vec::new(),
+        keyed: Vec::new(),
     }
 }
 
@@ -302,6 +304,7 @@ pub(super) fn build_report(
         target_cpu: None,
         budget: None,
         latency: Vec::new(),
+        keyed: Vec::new(),
     }
 }
 

@@ -118,6 +118,8 @@ pub struct Report {
     pub budget: Option<crate::insitu::budget::BudgetSummary>,
     /// The `latency:` pairs' rows.
     pub latency: Vec<crate::aggregate::LatencyRow>,
+    /// Keyed probes' rows: (probe id, one key's hits).
+    pub keyed: Vec<(u32, crate::aggregate::KeyedHits)>,
 }
 
 /// A probed object whose path names another file now (replaced on disk). Loaded when
@@ -445,6 +447,7 @@ pub(crate) mod testing {
             target_cpu: None,
             budget: None,
             latency: Vec::new(),
+            keyed: Vec::new(),
         }
     }
 
@@ -621,6 +624,7 @@ pub(crate) mod testing {
             target_cpu: None,
             budget: None,
             latency: Vec::new(),
+            keyed: Vec::new(),
         }
     }
 
