@@ -240,7 +240,12 @@ fn counts_every_command_of_a_live_mariadbd() {
     // (at the ret instructions) hit once per command, none left by an exception.
     let latency: Vec<&serde_json::Value> = entries
         .iter()
-        .filter(|p| p["kind"] == "latency" && p["name"] == "dispatch_command")
+        .filter(|p| {
+            p["kind"] == "latency"
+                && p["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("dispatch_command("))
+        })
         .collect();
     let whole = latency
         .iter()
@@ -251,7 +256,6 @@ fn counts_every_command_of_a_live_mariadbd() {
     for field in ["open", "unwound", "unmatched", "overflowed"] {
         assert_eq!(whole[field], 0, "{field}: {whole}");
     }
-    assert!(whole["overhead_share"].as_f64().is_some(), "{whole}");
     assert_eq!(by_id(&whole["start_probes"][0]), commands, "{summary}");
     assert_eq!(by_id(&whole["end_probes"][0]), commands, "{summary}");
     // Split by command, named: what sysbench sent of each.
