@@ -322,7 +322,7 @@ mod pod_histogram {
 
 /// One probe's gap histogram on one CPU: per [`gap`] bucket, how many of its hits came
 /// that long after the previous hit on the same CPU (the caches' temperature; see
-/// `probe-user/src/cost/gap.rs`).
+/// `probe-user/src/calibrate/gap.rs`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct GapHistogram {

@@ -7,10 +7,10 @@
 //! between them), and between requests other processes run on it. The work curve
 //! measures that: the cold loop's footprint walk (data and code) at a range of sizes
 //! between calls, the whole iteration timed, probed minus unprobed, so that what the hit
-//! leaves behind (the walk's own lines it evicted) is in. The BPF program counts, per
-//! probe, the busy part of each gap (the gap less its CPU's idle time, from the
-//! `sched_switch` program); a hit is priced at the curve there, or at the gap curve
-//! when that is dearer.
+//! leaves behind (the walk's own lines it evicted) is in. The curve also records how
+//! long probetop's handler took at each size, so a live hit is priced at the curve where
+//! the handler's own clock on that hit reads (a colder cache runs it slower), or at the
+//! gap curve when that is dearer (`price::estimate`, `--assume clock`).
 
 use serde::{Deserialize, Serialize};
 

@@ -99,55 +99,76 @@ pub(crate) fn prepare(points: &[&ProbePoint]) -> Prepared {
 /// Warnings printed for at most this many single-stepped entries; then a count.
 const MAX_ENTRY_WARNINGS: usize = 5;
 
-/// One line per probe on a function entry the kernel single-steps, for stderr before
-/// attaching: a second trap on every hit, and, for an entry uprobe, a later
-/// instruction the kernel emulates that every call reaches once, if one is found
-/// ([`sites::later_site`]), with the spec that probes it. Nothing is moved: the user
-/// decides. `probes` are (spec as written, point) in probe id order, `costs` from
-/// [`prepare`].
+/// A warning for each probe on a single-stepped function entry, the dearest first:
+/// before anything is attached there are no rates, so "dearest" is what a hit is
+/// expected to cost here (the calibration's price for its class and kind; unpriced
+/// ones last, in spec order), said in the line when known. The live guard ranks by
+/// what the probes cost once hits arrive.
 pub(crate) fn entry_warnings(probes: &[(&str, &ProbePoint)], costs: &[ProbeCost]) -> Vec<String> {
     let rules = KernelRules::running();
-    let mut lines = Vec::new();
-    let mut more = 0usize;
-    for (&(spec_text, point), cost) in probes.iter().zip(costs) {
-        let Some(site) = cost.site.as_ref() else {
-            continue;
-        };
-        let Some(span) = point.function else {
-            continue;
-        };
-        if site.class != CostClass::SingleStepped || span.offset != 0 {
-            continue;
-        }
-        if lines.len() == MAX_ENTRY_WARNINGS {
-            more += 1;
-            continue;
-        }
-        let head = format!(
-            "probetop: warning: {spec_text}: the entry of {} ({}) is single-stepped, a second trap on every hit",
-            point.name, site.instruction
-        );
-        if point.kind == ProbeKind::Uretprobe {
-            lines.push(format!("{head}; a return probe can only start there"));
-            continue;
-        }
-        let later = later_site_of(point, span, rules);
-        let tail = match later {
-            Ok(later) => {
-                let spec = entry_spec(spec_text, point, probes);
-                later.advice(&spec)
+    let mut stepped: Vec<(usize, Option<f64>)> = probes
+        .iter()
+        .zip(costs)
+        .enumerate()
+        .filter(|(_, ((_, point), cost))| {
+            cost.site
+                .as_ref()
+                .is_some_and(|site| site.class == CostClass::SingleStepped)
+                && point.function.is_some_and(|span| span.offset == 0)
+        })
+        .map(|(i, (_, cost))| (i, cost.basis.as_ref().and_then(|b| b.base_ns)))
+        .collect();
+    // Stable: equal prices keep the specs' order.
+    stepped.sort_by(|a, b| match (a.1, b.1) {
+        (Some(x), Some(y)) => y.total_cmp(&x),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    });
+    let more = stepped.len().saturating_sub(MAX_ENTRY_WARNINGS);
+    let mut lines: Vec<String> = stepped
+        .iter()
+        .take(MAX_ENTRY_WARNINGS)
+        .filter_map(|&(i, price)| {
+            let (spec_text, point) = probes[i];
+            let site = costs[i].site.as_ref()?;
+            let span = point.function?;
+            let price = price
+                .map(|ns| format!(", ~{} a hit here", us(ns)))
+                .unwrap_or_default();
+            let head = format!(
+                "probetop: warning: {spec_text}: the entry of {} ({}) is single-stepped, a second trap on every hit{price}",
+                point.name, site.instruction
+            );
+            if point.kind == ProbeKind::Uretprobe {
+                return Some(format!("{head}; a return probe can only start there"));
             }
-            Err(why) => format!("no later site is offered: {}", why.reason()),
-        };
-        lines.push(format!("{head}; {tail}"));
-    }
+            let tail = match later_site_of(point, span, rules) {
+                Ok(later) => later.advice(&entry_spec(spec_text, point, probes)),
+                Err(why) => format!("no later site is offered: {}", why.reason()),
+            };
+            Some(format!("{head}; {tail}"))
+        })
+        .collect();
     if more > 0 {
+        let priced = stepped.iter().all(|(_, price)| price.is_some());
         lines.push(format!(
-            "probetop: warning: and {more} more probe{} on single-stepped entries (`probetop list` shows each site's cost class and hint)",
-            if more == 1 { "" } else { "s" }
+            "probetop: warning: and {more} more probe{} on single-stepped entries{} (`probetop list` shows each site's cost class and hint)",
+            if more == 1 { "" } else { "s" },
+            if priced { ", none dearer a hit" } else { "" }
         ));
     }
     lines
+}
+
+/// `ns` in microseconds, to two significant figures' worth.
+fn us(ns: f64) -> String {
+    let us = ns / 1000.0;
+    if us < 10.0 {
+        format!("{us:.1} us")
+    } else {
+        format!("{us:.0} us")
+    }
 }
 
 /// The later site of the function whose entry `point` is.

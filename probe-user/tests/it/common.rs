@@ -10,7 +10,9 @@ use std::{
 };
 
 mod server;
+mod tmux;
 pub(crate) use server::{server_dir, stop_server, stop_with_test, wait_until_answering};
+pub(crate) use tmux::{Tmux, shell_quote};
 
 /// Generous bound for anything that should take a second: CI machines are slow and busy.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
@@ -255,9 +257,18 @@ pub(crate) fn calibrated_cache(name: &str) -> PathBuf {
         "probetop-it-calibrated-{name}-{}",
         std::process::id()
     ));
-    let to = dir.join("probetop");
+    if copy_calibration(&dir) == 0 {
+        calibrate_default(&dir);
+    }
+    dir
+}
+
+/// Copies this machine's cached calibrations, if any, into the cache of a probetop run
+/// with `XDG_CACHE_HOME=cache_home`; how many.
+pub(crate) fn copy_calibration(cache_home: &std::path::Path) -> usize {
+    let to = cache_home.join("probetop");
     std::fs::create_dir_all(&to).expect("cache dir");
-    let copied = std::env::var_os("HOME")
+    std::env::var_os("HOME")
         .map(|home| PathBuf::from(home).join(".cache/probetop"))
         .and_then(|from| std::fs::read_dir(from).ok())
         .map(|entries| {
@@ -267,11 +278,7 @@ pub(crate) fn calibrated_cache(name: &str) -> PathBuf {
                 .filter(|e| std::fs::copy(e.path(), to.join(e.file_name())).is_ok())
                 .count()
         })
-        .unwrap_or(0);
-    if copied == 0 {
-        calibrate_default(&dir);
-    }
-    dir
+        .unwrap_or(0)
 }
 
 /// Runs probetop on `pid` with `args` until the target exits, after `release` lets the

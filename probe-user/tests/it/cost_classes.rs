@@ -217,3 +217,44 @@ fn list_offers_a_later_site_for_single_stepped_entries_and_a_run_warns() {
     let probe = probe(&report, name);
     assert_eq!(probe["file_offset"], offered["file_offset"], "not moved");
 }
+
+/// Warnings at attach on single-stepped entries come dearest first, with what a hit is
+/// expected to cost (this machine's calibration): a return probe's (a trap at the entry
+/// and the return's) before a plain entry probe's, whatever the specs' order.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn entry_warnings_come_dearest_first() {
+    let _turn = turn(module_path!());
+    let cache = calibrated_cache("entry-warnings");
+    let target = workload(&["--calls", "1", "--wait-signal"]);
+    let specs = ["uprobe:workload_xol", "uretprobe:frame_dummy"];
+    let out = output_ok(
+        probetop()
+            .env("XDG_CACHE_HOME", &cache)
+            .args(["--pid", &target.pid().to_string(), "--no-tui"])
+            .args(["--duration", "0.3"])
+            .args(["-e", specs[0], "-e", specs[1]]),
+        "probetop",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("is single-stepped, a second trap on every hit"))
+        .collect();
+    assert_eq!(warnings.len(), 2, "{stderr}");
+    let price = |line: &str| -> f64 {
+        let (_, after) = line
+            .split_once(", ~")
+            .unwrap_or_else(|| panic!("no price: {line}"));
+        after
+            .split_once(" us a hit here")
+            .and_then(|(n, _)| n.parse().ok())
+            .unwrap_or_else(|| panic!("no price: {line}"))
+    };
+    assert!(
+        warnings[0].starts_with(&format!("probetop: warning: {}:", specs[1])),
+        "the return probe, dearer, first:\n{stderr}"
+    );
+    assert!(price(warnings[0]) > price(warnings[1]), "{stderr}");
+    let _ = std::fs::remove_dir_all(&cache);
+}

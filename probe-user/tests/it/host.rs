@@ -4,8 +4,6 @@
 //! runs a third copy nobody probes.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
 
 use crate::common::*;
 
@@ -203,71 +201,6 @@ fn all_with_a_pid_or_a_spec_is_one_line_and_exit_2() {
     }
 }
 
-/// A tmux server of its own, killed when the test ends.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start(dir: &Path, command: &str) -> Self {
-        let tmux = Self {
-            socket: format!("probetop-test-host-{}", std::process::id()),
-        };
-        let status = Command::new("tmux")
-            .args(["-u", "-L", &tmux.socket, "-f", "/dev/null"])
-            .args(["new-session", "-d", "-x", "160", "-y", "30", "-c"])
-            .arg(dir)
-            .args(["-e", "LANG=C.UTF-8", "-e"])
-            .arg(format!("XDG_CACHE_HOME={}", no_calibration().display()))
-            .arg(format!("{command}; echo probetop-exit=$?; sleep 600"))
-            .status()
-            .expect("run tmux (Debian package tmux)");
-        assert!(status.success(), "tmux new-session failed");
-        tmux
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let status = Command::new("tmux")
-            .args(["-L", &self.socket, "send-keys", "-t", "0"])
-            .args(keys)
-            .status()
-            .expect("tmux send-keys");
-        assert!(status.success());
-        std::thread::sleep(Duration::from_millis(150));
-    }
-
-    fn screen(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p", "-t", "0"])
-            .output()
-            .expect("tmux capture-pane");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let screen = self.screen();
-            if ready(&screen) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; screen:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .status();
-    }
-}
-
 #[test]
 #[ignore = "needs root, the fixtures, bpftrace and tmux"]
 fn enter_opens_a_process_as_pid_would_and_esc_comes_back() {
@@ -281,7 +214,13 @@ fn enter_opens_a_process_as_pid_would_and_esc_comes_back() {
         pid,
         &format!("uprobe:{}:work_unit {{ @ = count(); }}", file.display()),
     );
-    let tmux = Tmux::start(&dir, &format!("{} --all", env!("CARGO_BIN_EXE_probetop")));
+    let tmux = Tmux::start(
+        "host",
+        160,
+        30,
+        &dir,
+        &format!("{} --all", env!("CARGO_BIN_EXE_probetop")),
+    );
     let row = |screen: &str| {
         screen
             .lines()

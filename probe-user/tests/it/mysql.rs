@@ -450,3 +450,113 @@ fn every_function_of_mariadbd_attaches_in_linear_time() {
         few_detach * 1e6
     );
 }
+
+/// What a DBA sees first in the default ssh terminal: `--preset mysql` on a private
+/// mariadbd under sysbench, in tmux at 80x24. The status line leads with the headline
+/// (what all probes cost the server) and every probe's row starts with its function's
+/// name whole, C++ parameter lists dropped, never cut in the middle.
+#[test]
+#[ignore = "needs root, Debian's mariadb-server, sysbench and tmux (cargo xtask setup)"]
+fn the_preset_reads_at_80x24_on_a_live_mariadbd() {
+    let _turn = turn(module_path!());
+    let server = Server::start();
+    output_ok(
+        server.sysbench("oltp_read_only").arg("prepare"),
+        "sysbench prepare",
+    );
+    let dir = server_dir("mysql-tui");
+    let calibrated = Tmux::calibrated(&dir);
+    // The function each preset spec names, as a row should start with it.
+    let preset = probe_user::inner::preset::text("mysql").expect("mysql preset");
+    let names: Vec<String> = preset
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or("").trim())
+        .filter(|text| !text.is_empty())
+        .map(|text| {
+            let spec = probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse");
+            spec.name.trim_end_matches("+ret").to_string()
+        })
+        .collect();
+    assert!(!names.is_empty(), "{preset}");
+    let command = format!(
+        "{} --pid {} --preset mysql 2>{}",
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
+        server.pid(),
+        shell_quote(&dir.join("stderr.txt")),
+    );
+    let tmux = Tmux::start("mysql", 80, 24, &dir, &command);
+    tmux.wait_for("the preset attached", |s| s.contains(" attached"));
+    // Load while the screen is read, so every row has hits and the headline a rate.
+    let load = std::thread::scope(|scope| {
+        // Prepared statements, then the text protocol (mysql_parse's calls).
+        let load = scope.spawn(|| {
+            server.run_sysbench("oltp_read_only", &[], 5)
+                + server.run_sysbench("oltp_read_only", &["--db-ps-mode=disable"], 5)
+        });
+        let screen = tmux.wait_for("every row with hits and the headline", |s| {
+            let rows = tui_rows(s);
+            rows.len() >= names.len()
+                && rows
+                    .iter()
+                    .all(|r| r.split_whitespace().last() != Some("-"))
+                && (!calibrated || s.lines().next().is_some_and(|l| l.contains("/hit")))
+        });
+        (load.join().expect("sysbench"), screen)
+    });
+    let (queries, screen) = load;
+    assert!(queries > 0);
+    let status = screen.lines().next().unwrap_or_default();
+    assert!(
+        status.starts_with(" cost "),
+        "the headline leads:\n{screen}"
+    );
+    if calibrated {
+        assert!(
+            status.contains("% cpu") && status.contains("/hit") && status.contains(" est"),
+            "the whole cost of every probe, per hit, estimated:\n{screen}"
+        );
+    } else {
+        assert!(status.contains("probetop calibrate"), "{screen}");
+    }
+    let rows = tui_rows(&screen);
+    for name in &names {
+        let whole = rows
+            .iter()
+            .filter(|r| function_of(r).starts_with(name.as_str()));
+        assert!(
+            whole.count() >= 1,
+            "{name} whole at the start of a row:\n{screen}"
+        );
+    }
+    for row in &rows {
+        assert!(
+            names
+                .iter()
+                .any(|n| function_of(row).starts_with(n.as_str())),
+            "a row whose name is none of the preset's, or cut:\n{row}\n{screen}"
+        );
+    }
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for("probetop exited", |s| s.contains("probetop-exit="));
+    assert!(screen.contains("probetop-exit=0"), "{screen}");
+    assert_eq!(server.query("SELECT 1").as_deref(), Ok("1"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The table's rows on a TUI screen: the lines in its frame under the headings.
+fn tui_rows(screen: &str) -> Vec<String> {
+    screen
+        .lines()
+        .skip(3)
+        .take_while(|l| l.starts_with('│'))
+        .map(|l| l.trim_matches('│').to_string())
+        .collect()
+}
+
+/// A row's name without its kind (`uprobe:`, `uretprobe:` or its short `ret:`, ...).
+fn function_of(row: &str) -> &str {
+    ["uprobe:", "uretprobe:", "ret:", "usdt:", "latency:", "lat:"]
+        .iter()
+        .find_map(|kind| row.strip_prefix(kind))
+        .unwrap_or(row)
+}

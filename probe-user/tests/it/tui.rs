@@ -12,130 +12,6 @@ use std::{
 
 use crate::common::*;
 
-/// A tmux server of its own (`-L`), killed when the test ends, pass or fail.
-struct Tmux {
-    socket: String,
-}
-
-impl Tmux {
-    fn start(name: &str, width: u16, height: u16, dir: &Path, command: &str) -> Self {
-        let tmux = Self {
-            socket: format!("probetop-test-{name}-{}", std::process::id()),
-        };
-        let status = Command::new("tmux")
-            .args([
-                "-u",
-                "-L",
-                &tmux.socket,
-                "-f",
-                "/dev/null",
-                "new-session",
-                "-d",
-            ])
-            .args(["-x", &width.to_string(), "-y", &height.to_string()])
-            .arg("-c")
-            .arg(dir)
-            .args(["-e", "LANG=C.UTF-8"])
-            // No cached calibration: one cached on this machine by anything else
-            // would give every probe a CPU share and change the default sort.
-            .arg("-e")
-            .arg(format!("XDG_CACHE_HOME={}", dir.join("cache").display()))
-            // Keep the pane after probetop exits, to read what it printed.
-            .arg(format!("{command}; echo probetop-exit=$?; sleep 600"))
-            .status()
-            .expect("run tmux (Debian package tmux)");
-        assert!(status.success(), "tmux new-session failed");
-        tmux
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let status = Command::new("tmux")
-            .args(["-L", &self.socket, "send-keys", "-t", "0"])
-            .args(keys)
-            .status()
-            .expect("tmux send-keys");
-        assert!(status.success());
-        // Let the UI take them in before the next step looks.
-        std::thread::sleep(Duration::from_millis(150));
-    }
-
-    /// Types `text` as it is (escape sequences included, as a terminal would send).
-    fn literal(&self, text: &str) {
-        self.keys(&["-l", text]);
-    }
-
-    fn screen(&self) -> String {
-        self.capture(false)
-    }
-
-    /// With `escapes`, the screen's SGR sequences (colours, bold, reverse) are kept.
-    fn capture(&self, escapes: bool) -> String {
-        let mut command = Command::new("tmux");
-        command.args(["-L", &self.socket, "capture-pane", "-p", "-t", "0"]);
-        if escapes {
-            command.arg("-e");
-        }
-        let out = command.output().expect("tmux capture-pane");
-        assert!(out.status.success());
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Waits until the screen satisfies `ready`; panics with the last screen otherwise.
-    fn wait_for(&self, what: &str, ready: impl Fn(&str) -> bool) -> String {
-        self.wait_within(what, PATIENCE, ready)
-    }
-
-    /// [`Self::wait_for`], at most `bound`.
-    fn wait_within(&self, what: &str, bound: Duration, ready: impl Fn(&str) -> bool) -> String {
-        let deadline = Instant::now() + bound;
-        loop {
-            let screen = self.screen();
-            if ready(&screen) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what} ({bound:?}); screen:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Tmux {
-    /// The pid of the command the pane runs: the child of the pane's shell.
-    fn command_pid(&self) -> u32 {
-        let out = Command::new("tmux")
-            .args([
-                "-L",
-                &self.socket,
-                "list-panes",
-                "-t",
-                "0",
-                "-F",
-                "#{pane_pid}",
-            ])
-            .output()
-            .expect("tmux list-panes");
-        let shell = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let children = std::fs::read_to_string(format!("/proc/{shell}/task/{shell}/children"))
-            .unwrap_or_default();
-        children
-            .split_whitespace()
-            .next()
-            .and_then(|pid| pid.parse().ok())
-            .unwrap_or_else(|| panic!("no command under the pane's shell {shell:?}"))
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .status();
-    }
-}
-
 fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("probetop-tui-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -223,10 +99,6 @@ fn status_drops(screen: &str) -> Option<u64> {
     };
     let before = &status[..at];
     before.split_whitespace().last()?.parse().ok()
-}
-
-fn shell_quote(path: &Path) -> String {
-    format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
 
 #[test]
@@ -450,12 +322,7 @@ fn resizes_and_honours_no_color() {
 
     // Down to 80x24, then too small, then back: the screen follows.
     for (width, height) in [(80, 24), (60, 16), (30, 6), (100, 30)] {
-        let status = Command::new("tmux")
-            .args(["-L", &tmux.socket, "resize-window", "-t", "0"])
-            .args(["-x", &width.to_string(), "-y", &height.to_string()])
-            .status()
-            .expect("tmux resize-window");
-        assert!(status.success());
+        tmux.resize(width, height);
         let screen = tmux.wait_for(&format!("{width}x{height}"), |s| {
             let lines: Vec<&str> = s.lines().collect();
             if width < 40 {
@@ -842,20 +709,7 @@ fn the_headline_and_every_function_name_fit_80x24() {
     };
     let dir = temp_dir("headline");
     // This machine's calibration, when it has one, so the headline carries a number.
-    let calibrated = std::env::var_os("HOME")
-        .map(|home| PathBuf::from(home).join(".cache/probetop"))
-        .and_then(|from| std::fs::read_dir(from).ok())
-        .map(|entries| {
-            let to = dir.join("cache/probetop");
-            std::fs::create_dir_all(&to).expect("cache dir");
-            entries
-                .flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with("calibration-"))
-                .filter(|e| std::fs::copy(e.path(), to.join(e.file_name())).is_ok())
-                .count()
-                > 0
-        })
-        .unwrap_or(false);
+    let calibrated = Tmux::calibrated(&dir);
     let command = format!(
         "{} --pid {} -e uprobe:dispatch_command -e uretprobe:dispatch_command -e uprobe:THD::run -e uprobe:shop::detail::helper 2>{}",
         shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
@@ -881,7 +735,7 @@ fn the_headline_and_every_function_name_fit_80x24() {
     );
     if calibrated {
         assert!(
-            status.contains("% cpu") && status.contains("/hit est"),
+            status.contains("% cpu") && status.contains("/hit") && status.contains(" est"),
             "the whole cost of every probe, per hit, estimated:\n{screen}"
         );
     } else {
