@@ -473,7 +473,14 @@ fn the_preset_reads_at_80x24_on_a_live_mariadbd() {
         .map(|line| line.split('#').next().unwrap_or("").trim())
         .filter(|text| !text.is_empty())
         .map(|text| {
-            let spec = probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse");
+            // A latency spec's rows are its entry's and its returns' (`FUNC+ret`).
+            let spec = if probe_user::inner::spec::is_latency(text) {
+                let [start, _] =
+                    probe_user::inner::spec::parse_latency(text).expect("preset specs parse");
+                start
+            } else {
+                probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse")
+            };
             spec.name.trim_end_matches("+ret").to_string()
         })
         .collect();
