@@ -187,8 +187,8 @@ pub(crate) struct RunArgs {
     #[arg(short = 'o', long = "export", value_name = "FILE")]
     pub exports: Vec<PathBuf>,
 
-    /// Interval of the histograms in an .hlog export, and of the TUI's last-interval
-    /// view (`i`) and time series, in seconds (0.01 to 3600).
+    /// Interval of the histograms in an .hlog export, of the TUI's last-interval view
+    /// (`i`) and time series, and of --otlp's pushes, in seconds (0.01 to 3600).
     #[arg(long, value_name = "SECS", default_value_t = 1.0, value_parser = seconds(0.01, 3600.0))]
     pub interval: f64,
 
@@ -197,6 +197,12 @@ pub(crate) struct RunArgs {
     /// free port; the address served is printed on stderr.
     #[arg(long, value_name = "ADDR:PORT")]
     pub listen: Option<std::net::SocketAddr>,
+
+    /// Push the live measurements to an OpenTelemetry Collector over OTLP/HTTP
+    /// (protobuf) every --interval, and the final ones at exit: http://HOST:PORT (4318
+    /// is OTLP/HTTP's port; /v1/metrics is appended unless the URL ends with it).
+    #[arg(long, value_name = "URL", value_parser = otlp_url)]
+    pub otlp: Option<String>,
 
     /// Capture up to N argument values with each hit (USDT arguments, function
     /// arguments in registers, or a uretprobe's return value); the TUI shows the last
@@ -427,6 +433,13 @@ fn seconds(
         }
         _ => Err(format!("give a number of seconds from {min} to {max}")),
     }
+}
+
+/// `--otlp`'s URL, with `/v1/metrics`.
+fn otlp_url(text: &str) -> Result<String, String> {
+    crate::present::otlp::metrics_url(text.trim()).ok_or_else(|| {
+        "give an http:// URL of an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318".into()
+    })
 }
 
 /// A value the parser refused, as probetop's one line: `--flag VALUE: why`; `None` for

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Summary of one set of repeated measurements.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub n: usize,
     pub median: f64,
     /// First and third quartiles (the IQR is `q3 - q1`).
@@ -23,7 +23,7 @@ const RESAMPLES: usize = 2000;
 impl Summary {
     /// One value, as a summary of itself (tests build calibrations from medians).
     #[cfg(test)]
-    pub fn exact(value: f64) -> Self {
+    pub(crate) fn exact(value: f64) -> Self {
         Self {
             n: 1,
             median: value,
@@ -35,7 +35,7 @@ impl Summary {
     }
 
     /// Summarises `samples`; `None` when there are none (or any is not finite).
-    pub fn of(samples: &[f64]) -> Option<Self> {
+    pub(crate) fn of(samples: &[f64]) -> Option<Self> {
         if samples.is_empty() || samples.iter().any(|s| !s.is_finite()) {
             return None;
         }
@@ -60,10 +60,6 @@ impl Summary {
             ci_low: quantile(&medians, 0.025),
             ci_high: quantile(&medians, 0.975),
         })
-    }
-
-    pub fn iqr(&self) -> f64 {
-        self.q3 - self.q1
     }
 }
 

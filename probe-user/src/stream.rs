@@ -17,11 +17,12 @@ use tokio::{
     sync::{mpsc, oneshot, watch},
 };
 
-use crate::aggregate::{Aggregator, IntervalLog, Measurements, OwnUsage, ProbeAggregate, Snapshot};
+use crate::aggregate::{Aggregator, IntervalLog, OwnUsage, ProbeAggregate};
 use crate::attach::dispatch::Dispatch;
 use crate::attach::{KernelCounters, StagedFlush};
 use crate::delivery::DeliveryMode;
-use crate::price::Pricer;
+use crate::price::Run;
+use crate::price::{Pricer, ProbeCost, Snapshot};
 use crate::record::Record;
 use probe_common::dispatch as slots;
 
@@ -79,7 +80,7 @@ pub(crate) struct Collected {
 /// A copy of the measurements so far ([`CollectorCommand::Copy`]).
 #[derive(Debug, Default)]
 pub(crate) struct Copied {
-    pub measurements: Measurements,
+    pub measurements: Run,
     /// Empty unless asked for.
     pub intervals: IntervalLog,
 }
@@ -158,7 +159,7 @@ pub(crate) enum CollectorCommand {
     /// counters baselined. The reply comes once they are in, before any can be hit, or
     /// says why they could not be added (then none was).
     AddProbes {
-        probes: Vec<(ProbeAggregate, ProbeConfig)>,
+        probes: Vec<(ProbeAggregate, ProbeConfig, ProbeCost)>,
         reply: oneshot::Sender<Result<(), String>>,
     },
     /// Drain what is queued, then return the aggregator.
@@ -246,6 +247,7 @@ pub(crate) async fn collect(
             }
             _ = read_counters.tick(), if !counters_frozen => {
                 read_kernel_counters(&counters, &mut aggregator);
+                pricer.pool_gaps(&aggregator);
             }
             _ = read_own_usage.tick() => {
                 own = own_meter.measure();
@@ -267,6 +269,7 @@ pub(crate) async fn collect(
                     // In situ starts counting at this snapshot: its hits as of now, not
                     // as of the last read of the kernel's counters.
                     read_kernel_counters(&counters, &mut aggregator);
+                    pricer.pool_gaps(&aggregator);
                 }
                 pricer.price_latency(&mut aggregator);
                 snapshots.send_replace(snapshot(&aggregator, &pricer, started.elapsed(), own, *focus.borrow()));
@@ -307,6 +310,7 @@ pub(crate) async fn collect(
                     stream.drain_all(|record| aggregator.record_any(&record));
                     aggregator.close_window(at_ktime_ns);
                     read_kernel_counters(&counters, &mut aggregator);
+                    pricer.pool_gaps(&aggregator);
                     if let Some(dispatch) = counters.dispatch() {
                         read_dispatch(dispatch, &mut aggregator, true);
                     }
@@ -321,6 +325,7 @@ pub(crate) async fn collect(
                     stop_counting(&mut counters, &mut aggregator);
                     stream.drain_all(|record| aggregator.record_any(&record));
                     read_kernel_counters(&counters, &mut aggregator);
+                    pricer.pool_gaps(&aggregator);
                     aggregator.reset(ktime_now_ns());
                     pricer.open();
                     if let Some(dispatch) = counters.dispatch() {
@@ -350,7 +355,7 @@ pub(crate) async fn collect(
                     let result = if counters_frozen {
                         Err("the run is ending".to_string())
                     } else {
-                        add_probes(&mut counters, &mut aggregator, probes)
+                        add_probes(&mut counters, &mut aggregator, &mut pricer, probes)
                     };
                     // The session waits for this before attaching them.
                     let _ = reply.send(result);
@@ -362,6 +367,7 @@ pub(crate) async fn collect(
     stream.drain_all(|record| aggregator.record_any(&record));
     if !counters_frozen {
         read_kernel_counters(&counters, &mut aggregator);
+        pricer.pool_gaps(&aggregator);
         if let Some(dispatch) = counters.dispatch() {
             read_dispatch(dispatch, &mut aggregator, true);
         }
@@ -448,7 +454,7 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
             probe.apply_kernel_histogram(&totals);
         }
         if let Ok(gaps) = counters.gaps(id) {
-            probe.cost.gaps.update(gaps);
+            probe.measured.gaps.update(gaps);
         }
     }
     // A walk of the kernel's table: only once hits were dropped.
@@ -459,7 +465,6 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
             }
         }
     }
-    Pricer::pool_gaps(aggregator);
 }
 
 /// Opens the window in the kernel: every probe, attached outside it
@@ -508,16 +513,22 @@ pub(crate) fn baseline_kernel_counters(counters: &KernelCounters, aggregator: &m
 fn add_probes(
     counters: &mut KernelCounters,
     aggregator: &mut Aggregator,
-    probes: Vec<(ProbeAggregate, ProbeConfig)>,
+    pricer: &mut Pricer,
+    probes: Vec<(ProbeAggregate, ProbeConfig, ProbeCost)>,
 ) -> Result<(), String> {
     let first = aggregator.probes().len();
-    for (offset, (_, config)) in probes.iter().enumerate() {
+    for (offset, (_, config, _)) in probes.iter().enumerate() {
         let id = (first + offset) as u32;
         counters
             .set_config(id, *config)
             .map_err(|e| format!("cannot configure probe {id}: {e}"))?;
     }
-    aggregator.add_probes(probes.into_iter().map(|(probe, _)| probe).collect());
+    let (probes, costs): (Vec<_>, Vec<_>) = probes
+        .into_iter()
+        .map(|(probe, _, cost)| (probe, cost))
+        .unzip();
+    aggregator.add_probes(probes);
+    pricer.add(costs);
     let end = aggregator.probes().len();
     baseline_probes(counters, aggregator, first..end);
     Ok(())
@@ -543,7 +554,7 @@ fn baseline_probes(
         };
         probe.baseline_kernel_counts(counted, &histogram);
         probe
-            .cost
+            .measured
             .gaps
             .baseline(counters.gaps(id).unwrap_or_default());
     }
@@ -667,7 +678,7 @@ fn probe_name(id: usize, probe: &ProbeAggregate) -> String {
 fn baseline_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator) {
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let id = id as u32;
-        let Some(measure) = probe.cost.dispatch.as_mut() else {
+        let Some(measure) = probe.measured.dispatch.as_mut() else {
             continue;
         };
         let entry = dispatch.total(id, slots::ENTRY).unwrap_or_default();
@@ -694,7 +705,7 @@ fn baseline_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator) {
 fn read_dispatch(dispatch: &Dispatch, aggregator: &mut Aggregator, histograms: bool) {
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let id = id as u32;
-        let Some(measure) = probe.cost.dispatch.as_mut() else {
+        let Some(measure) = probe.measured.dispatch.as_mut() else {
             continue;
         };
         if let (Ok(entry), Ok(ret)) = (

@@ -6,6 +6,7 @@ use super::*;
 pub fn setup(ctx: &Ctx) -> Result<()> {
     setup_apt(ctx)?;
     setup_go(ctx)?;
+    setup_otelcol(ctx)?;
     setup_nightly(ctx)?;
     setup_stable_components(ctx)?;
     setup_nightly_components(ctx)?;
@@ -51,6 +52,56 @@ pub fn setup_go(ctx: &Ctx) -> Result<()> {
     }
     println!("setup: go: installing golang-go");
     install_apt(ctx, &["golang-go"])
+}
+
+/// Where the OpenTelemetry Collector of `--otlp`'s test is found (tests/it/otlp.rs).
+pub const OTELCOL: &str = "/var/cache/probetop/otelcol";
+
+/// Builds the OpenTelemetry Collector that `--otlp`'s test pushes to (xtask/otelcol:
+/// the v0.165.0 OTLP receiver and debug exporter) into a directory named by a hash of
+/// its sources, kept across checkouts, so it is built again only when they change or
+/// it is missing; [`OTELCOL`] links to it. A first build downloads the modules from the
+/// Go module proxy and takes minutes.
+pub fn setup_otelcol(ctx: &Ctx) -> Result<()> {
+    let src = ctx.root.join("xtask/otelcol");
+    // FNV-1a over the files that decide the binary.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for name in ["main.go", "go.mod", "go.sum"] {
+        let bytes =
+            fs::read(src.join(name)).with_context(|| format!("reading xtask/otelcol/{name}"))?;
+        for byte in bytes.iter().chain(name.as_bytes()) {
+            hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    let dir = Path::new(OTELCOL).with_file_name(format!("otelcol-{hash:016x}"));
+    let binary = dir.join("otelcol");
+    if !binary.is_file() {
+        println!(
+            "setup: OpenTelemetry Collector: building into {}",
+            dir.display()
+        );
+        fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let go = if Path::new("/usr/local/go/bin/go").is_file() {
+            PathBuf::from("/usr/local/go/bin/go")
+        } else {
+            PathBuf::from("go")
+        };
+        let partial = dir.join("otelcol.partial");
+        run(Command::new(go)
+            .current_dir(&src)
+            .args(["build", "-trimpath", "-o"])
+            .arg(&partial)
+            .arg("."))?;
+        fs::rename(&partial, &binary).with_context(|| format!("moving {}", binary.display()))?;
+    }
+    let link = Path::new(OTELCOL);
+    if fs::read_link(link).ok().as_deref() != Some(binary.as_path()) {
+        let _ = fs::remove_file(link);
+        std::os::unix::fs::symlink(&binary, link)
+            .with_context(|| format!("linking {}", link.display()))?;
+    }
+    println!("setup: OpenTelemetry Collector: ok ({})", binary.display());
+    Ok(())
 }
 
 pub fn setup_nightly(ctx: &Ctx) -> Result<()> {

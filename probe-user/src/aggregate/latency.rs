@@ -17,7 +17,7 @@
 //! its program, measured by its own clock, then the kernel's return to the target and
 //! the probed instruction's emulation or single step) and what precedes the end probe's
 //! (the trap and the kernel's dispatch to the program). The cost model prices each
-//! probe's whole hit (`price::ProbeCost::estimate`) and its program is timed; the rest of
+//! probe's whole hit (the price stage's estimate) and its program is timed; the rest of
 //! a hit, outside the program, is taken as half before the program and half after it.
 //! So the part inside a call is `handler(start) + (whole(start) - handler(start)) / 2 +
 //! (whole(end) - handler(end)) / 2`, and each probed hit nested inside the call
@@ -350,7 +350,8 @@ impl PairState {
 
     /// The row of `calls`, of key `key` (an index into `keys`).
     fn row(&self, calls: &Calls, key: Option<usize>, elapsed_s: f64) -> LatencyRow {
-        let corrected = HandlerSummary::of(&calls.corrected(self.prices));
+        let corrected_hist = calls.corrected(self.prices);
+        let corrected = HandlerSummary::of(&corrected_hist);
         let whole_cost_ns = self.prices.map(|p| p.whole_start + p.whole_end);
         LatencyRow {
             spec: self.setup.spec.clone(),
@@ -381,6 +382,8 @@ impl PairState {
             overhead_share: whole_cost_ns
                 .filter(|_| corrected.count > 0 && corrected.mean > 0.0)
                 .map(|w| w / corrected.mean),
+            latency_hist: calls.measured.clone(),
+            corrected_hist,
         }
     }
 }
@@ -548,6 +551,10 @@ pub struct LatencyRow {
     pub whole_cost_ns: Option<f64>,
     /// `whole_cost_ns` / the corrected mean latency.
     pub overhead_share: Option<f64>,
+    /// Every call's latency as measured, and as corrected, ns (1 ns to an hour, 3
+    /// significant digits): what the exports write beside the probes' handler times.
+    pub latency_hist: Histogram<u64>,
+    pub corrected_hist: Histogram<u64>,
 }
 
 impl LatencyRow {

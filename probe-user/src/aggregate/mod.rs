@@ -17,12 +17,10 @@ pub(crate) use keys::{HitKeys, KeyedHits};
 pub(crate) use latency::{
     DEFAULT_MAX_KEYS, EndPath, Latency, LatencyRow, PairSetup, Prices as LatencyPrices,
 };
-pub(crate) use probe::{CapturedArgs, HISTORY_SPAN, ProbeAggregate};
+pub(crate) use probe::{CapturedArgs, HISTORY_SPAN, Measured, ProbeAggregate};
 #[cfg(test)]
 use rate::RateWindow;
-#[cfg(test)]
-pub(crate) use snapshot::IntervalSummary;
-pub(crate) use snapshot::{FocusDetail, HistoryPoint, OwnUsage, ProbeSnapshot, Snapshot};
+pub(crate) use snapshot::{FocusDetail, HistoryPoint, IntervalSummary, OwnUsage};
 #[cfg(test)]
 use summary::{CURVE_DECADES, CURVE_STEPS_PER_DECADE};
 pub(crate) use summary::{HandlerSummary, LiveHistogram, PercentileCurve, full_range};
@@ -241,7 +239,7 @@ impl Aggregator {
 /// What a report needs of one probe, copied out of the collector while it runs (the
 /// interval histogram and the UI's series stay behind: half the memory of a clone).
 #[derive(Debug, Clone)]
-pub struct ProbeMeasurements {
+pub(crate) struct ProbeMeasurements {
     pub mode: DeliveryMode,
     pub hits: u64,
     pub dropped: u64,
@@ -257,11 +255,8 @@ pub struct ProbeMeasurements {
     pub handler_ns: LiveHistogram,
     /// Share of the in-kernel hits whose handler was timed (below 1 with --time-every).
     pub timed_share: f64,
-    /// Cost class, calibration basis and measured dispatch.
-    pub cost: crate::price::ProbeCost,
-    /// Hot or cold, decided over the run so far (the same for every probe): set by
-    /// the price stage (`price::Pricer::measurements`).
-    pub assumes: crate::price::assume::Assumption,
+    /// Dispatch, gaps and streamed clock: what prices a hit beyond its handler.
+    pub measured: Measured,
 }
 
 /// Everything a report needs, measured so far.
@@ -270,8 +265,6 @@ pub(crate) struct Measurements {
     /// CLOCK_MONOTONIC ns at which the window opened (or was last reset).
     pub window_start_ns: u64,
     pub probes: Vec<ProbeMeasurements>,
-    /// Hot or cold over the run so far, and why.
-    pub assumption: Option<crate::price::assume::Decision>,
     /// The target's CPU since the window opened, probes included, share of one CPU;
     /// `None` with several processes (the pricer reads it).
     pub target_cpu: Option<f64>,
@@ -282,8 +275,7 @@ pub(crate) struct Measurements {
 }
 
 impl Aggregator {
-    /// A copy of what reports need, unpriced (`price::Pricer::measurements` decides
-    /// the assumption).
+    /// A copy of what reports need, unpriced (the price stage prices it).
     pub(crate) fn measurements(&self) -> Measurements {
         Measurements {
             window_start_ns: self.window_start_ns,
@@ -315,11 +307,9 @@ impl Aggregator {
                     threads_cover: p.threads_cover(),
                     handler_ns: p.handler_ns.clone(),
                     timed_share: p.timed_share(),
-                    cost: p.cost.clone(),
-                    assumes: Default::default(),
+                    measured: p.measured.clone(),
                 })
                 .collect(),
-            assumption: None,
             target_cpu: None,
             // Calls per second over the window when it is closed; else said by the
             // report from its duration.
@@ -352,22 +342,13 @@ impl Aggregator {
     }
 }
 
-/// Hands each probe its cost knowledge; `dispatch_on` readies the live measurement.
-pub(crate) fn install_costs(
-    aggregator: &mut Aggregator,
-    costs: Vec<crate::price::ProbeCost>,
-    dispatch_on: bool,
-) {
-    for (probe, mut cost) in aggregator.probes_mut().iter_mut().zip(costs) {
-        if dispatch_on {
-            cost.dispatch = Some(Default::default());
-        }
-        probe.cost = cost;
+/// Readies every probe's live dispatch measurement, and the run's.
+pub(crate) fn measure_dispatch(aggregator: &mut Aggregator) {
+    for probe in aggregator.probes_mut() {
+        probe.measured.dispatch = Some(Default::default());
     }
-    if dispatch_on {
-        aggregator.other_dispatch = Some(Default::default());
-        aggregator.dispatch_unmeasured = Some(0);
-    }
+    aggregator.other_dispatch = Some(Default::default());
+    aggregator.dispatch_unmeasured = Some(0);
 }
 
 #[cfg(test)]

@@ -52,8 +52,9 @@ pub(crate) struct ProbeAggregate {
     pub kernel_timed: u64,
     /// The in-kernel histogram's bucket totals at the last read, to take deltas.
     pub(super) kernel_seen: Vec<u64>,
-    /// Cost class, calibration basis and measured dispatch: the whole cost of a hit.
-    pub cost: crate::price::ProbeCost,
+    /// What the price stage reads beyond the handler time: the dispatch, the gaps
+    /// before its hits and the clock of the hits it streamed first.
+    pub measured: Measured,
     /// `hits()` and `dropped` when the last live interval closed, to take deltas.
     pub(super) hits_at_roll: u64,
     pub(super) dropped_at_roll: u64,
@@ -70,6 +71,21 @@ pub(crate) struct ProbeAggregate {
     pub keys: Option<super::keys::HitKeys>,
 }
 
+/// What was measured of one probe's hits beyond its handler time, as plain data: the
+/// price stage (`price`) turns it into a whole cost per hit.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Measured {
+    /// The kernel's dispatch of its hits, timed live when dispatch measurement runs.
+    pub dispatch: Option<crate::attach::dispatch_time::DispatchMeasure>,
+    /// The gaps before its hits since the previous hit on their CPU, counted in the
+    /// kernel.
+    pub gaps: crate::calibrate::gap::GapCounts,
+    /// In-kernel: the ring handler's clock over the hits streamed before the probe
+    /// went to the kernel (`--clock-seconds`), kept across resets: how cold the target
+    /// runs its hits, not a measurement of the window.
+    pub streamed_clock: Option<Histogram<u64>>,
+}
+
 /// How far back the per-probe time series reaches.
 pub(crate) const HISTORY_SPAN: Duration = Duration::from_secs(60);
 /// At most this many history points are kept per probe, whatever the interval.
@@ -77,7 +93,7 @@ const HISTORY_MAX_POINTS: usize = 600;
 
 /// Argument values captured with one hit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CapturedArgs {
+pub(crate) struct CapturedArgs {
     pub count: u8,
     /// Bit i set: argument i could not be read.
     pub faulted: u32,
@@ -86,7 +102,7 @@ pub struct CapturedArgs {
 
 impl CapturedArgs {
     /// The captured values, `None` where reading faulted.
-    pub fn values(&self) -> impl Iterator<Item = Option<u64>> + '_ {
+    pub(crate) fn values(&self) -> impl Iterator<Item = Option<u64>> + '_ {
         self.values
             .iter()
             .take(self.count as usize)
@@ -114,7 +130,7 @@ impl Default for ProbeAggregate {
             kernel_hits: 0,
             kernel_timed: 0,
             kernel_seen: Vec::new(),
-            cost: Default::default(),
+            measured: Measured::default(),
             dropped_base: 0,
             hits_at_roll: 0,
             dropped_at_roll: 0,
@@ -214,7 +230,7 @@ impl ProbeAggregate {
     /// as said in the user guide.
     pub(crate) fn keep_streamed_clock(&mut self) {
         if !self.handler_ns.is_empty() {
-            self.cost.streamed_clock = Some((*self.handler_ns).clone());
+            self.measured.streamed_clock = Some((*self.handler_ns).clone());
         }
     }
 
@@ -224,7 +240,7 @@ impl ProbeAggregate {
     /// handler's own. The hits stay counted.
     pub(crate) fn end_clock_phase(&mut self) {
         if let Some(streamed) = self.handler_ns.take().filter(|h| !h.is_empty()) {
-            self.cost.streamed_clock = Some(streamed);
+            self.measured.streamed_clock = Some(streamed);
         }
         self.mode = DeliveryMode::KernelHistogram;
     }
@@ -273,7 +289,7 @@ impl ProbeAggregate {
         self.interval_ns.clear();
         self.rate = RateWindow::new(self.rate.window);
         // counted_seen and kernel_seen stay: they are the kernel's totals, now the baseline.
-        self.cost.gaps.rebase();
+        self.measured.gaps.rebase();
         self.sampled_hits = 0;
         self.kernel_hits = 0;
         self.kernel_timed = 0;

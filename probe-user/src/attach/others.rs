@@ -218,6 +218,77 @@ pub(crate) fn armed_in_maps(pid: u32, maps: &[MapEntry], file: &Path, offset: u6
     Some(in_process != on_disk)
 }
 
+/// The USDT semaphore offset (`ref_ctr_offset`) the kernel holds for the site at
+/// `offset` of `file`, as its log said when it last refused a probe there with another
+/// (`ref_ctr_offset mismatch. inode: 0x.. offset: 0x.. ref_ctr_offset(old): 0x..`): the
+/// kernel keeps one per site and tells it nowhere else (`BPF_TASK_FD_QUERY` does not).
+/// `None` when the log holds no such line for the site.
+pub(crate) fn held_semaphore(file: &Path, offset: u64) -> Option<u64> {
+    let inode = fs::metadata(file).ok().map(|m| {
+        use std::os::unix::fs::MetadataExt as _;
+        m.ino()
+    })?;
+    held_in(&crate::sys::kmsg::messages().ok()?, inode, offset)
+}
+
+/// The last `ref_ctr_offset mismatch` line of `messages` about the site (`inode`,
+/// `offset`): the semaphore offset the kernel holds there.
+fn held_in(messages: &[String], inode: u64, offset: u64) -> Option<u64> {
+    let site = format!("inode: {inode:#x} offset: {offset:#x} ");
+    messages.iter().rev().find_map(|line| {
+        let rest = line.strip_prefix("ref_ctr_offset mismatch. ")?;
+        let held = rest.strip_prefix(site.as_str())?;
+        let value = held
+            .strip_prefix("ref_ctr_offset(old): 0x")?
+            .split_whitespace()
+            .next()?;
+        u64::from_str_radix(value, 16).ok()
+    })
+}
+
+/// Whether the kernel, counting a USDT semaphore at file offset `semaphore` of `file`,
+/// would write nothing into process `pid`: it raises a semaphore only through a
+/// private writable mapping of the file, and the offset is in none in `pid` nor in any
+/// writable `PT_LOAD` segment of the file (that a later mapping could make one). What a
+/// probe that joins another tool's site with that tool's stray offset must hold (Debian's
+/// BCC 0.26 registers one at offset 6, in the ELF header). `false` when it cannot be told.
+pub(crate) fn semaphore_writes_nothing(pid: u32, file: &Path, semaphore: u64) -> bool {
+    let (Ok(id), Ok(maps)) = (FileId::of(file), read_maps(pid)) else {
+        return false;
+    };
+    let mapped_writable = maps.iter().any(|m| {
+        id.matches(m)
+            && m.perms.as_bytes().get(1) == Some(&b'w')
+            && m.offset <= semaphore
+            && semaphore < m.offset + (m.end - m.start)
+    });
+    !mapped_writable && in_writable_segment(file, semaphore) == Some(false)
+}
+
+/// Whether file offset `offset` lies in a writable `PT_LOAD` segment of the ELF `file`;
+/// `None` when its program headers cannot be read.
+fn in_writable_segment(file: &Path, offset: u64) -> Option<bool> {
+    use object::read::elf::{FileHeader as _, ProgramHeader as _};
+    use std::io::Read as _;
+    // The program headers sit near the start: the first MiB holds them in any ELF seen.
+    let mut data = Vec::new();
+    fs::File::open(file)
+        .ok()?
+        .take(1 << 20)
+        .read_to_end(&mut data)
+        .ok()?;
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(data.as_slice()).ok()?;
+    let endian = header.endian().ok()?;
+    let headers = header.program_headers(endian, data.as_slice()).ok()?;
+    Some(headers.iter().any(|ph| {
+        let start = ph.p_offset(endian);
+        ph.p_type(endian) == object::elf::PT_LOAD
+            && ph.p_flags(endian) & object::elf::PF_W != 0
+            && start <= offset
+            && offset < start.saturating_add(ph.p_filesz(endian))
+    }))
+}
+
 /// Whether two paths name one file.
 pub(crate) fn same_file(a: &Path, b: &Path) -> bool {
     match (FileId::of(a), FileId::of(b)) {
@@ -340,6 +411,45 @@ fn parse_uprobe_event(line: &str) -> Option<TracefsEvent> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_held_semaphore_is_the_last_mismatch_on_the_site() {
+        // As the kernel logged them (2026-11-27, BCC 0.26's funccount holding the site).
+        let lines: Vec<String> = [
+            "ref_ctr_offset mismatch. inode: 0x5ea628 offset: 0x1b40 ref_ctr_offset(old): 0x4 ref_ctr_offset(new): 0x0",
+            "ref_ctr_offset mismatch. inode: 0x5ea630 offset: 0x15ea ref_ctr_offset(old): 0x6 ref_ctr_offset(new): 0x30a2",
+            "something else",
+            "ref_ctr_offset mismatch. inode: 0x5ea628 offset: 0x1b40 ref_ctr_offset(old): 0x6 ref_ctr_offset(new): 0x0",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(held_in(&lines, 0x5ea628, 0x1b40), Some(6));
+        assert_eq!(held_in(&lines, 0x5ea630, 0x15ea), Some(6));
+        // Another site of the file, or another file: not told.
+        assert_eq!(held_in(&lines, 0x5ea628, 0x1b4), None);
+        assert_eq!(held_in(&lines, 0x5ea62, 0x1b40), None);
+    }
+
+    #[test]
+    fn a_semaphore_in_a_writable_segment_is_never_joined() {
+        // This test binary: its ELF header is read-only, its .data writable.
+        let exe = std::fs::read_link("/proc/self/exe").expect("own exe");
+        assert_eq!(in_writable_segment(&exe, 6), Some(false));
+        let pid = std::process::id();
+        assert!(semaphore_writes_nothing(pid, &exe, 6));
+        // The last file byte of the writable segment (.data, where semaphores live).
+        let data = std::fs::read(&exe).expect("read own exe");
+        let elf = crate::resolve::elf::ElfImage::parse(&data).expect("own ELF");
+        let last = elf
+            .segments
+            .iter()
+            .filter(|s| !s.executable && s.filesz > 0)
+            .map(|s| s.offset + s.filesz - 1)
+            .max()
+            .expect("a data segment");
+        assert_eq!(in_writable_segment(&exe, last), Some(true));
+        assert!(!semaphore_writes_nothing(pid, &exe, last));
+    }
 
     #[test]
     fn uprobe_events_lines_parse() {

@@ -23,7 +23,7 @@ pub(crate) const MIN_SAMPLES: u64 = 20;
 
 /// One point of the gap curve.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct GapPoint {
+pub(crate) struct GapPoint {
     /// The sleep asked for between two calls, us (0: none, the hot loop).
     pub sleep_us: f64,
     /// The time from one hit to the next, measured: wall time per iteration, ns.
@@ -46,7 +46,7 @@ pub struct GapPoint {
 
 /// The gap curve of a calibration, by gap ascending.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct GapCurve {
+pub(crate) struct GapCurve {
     pub points: Vec<GapPoint>,
     /// The in-kernel points' `--time-every`.
     pub time_every: u64,
@@ -54,7 +54,7 @@ pub struct GapCurve {
 
 impl GapCurve {
     /// The curve as `probetop calibrate` prints it.
-    pub fn render_text(&self, out: &mut String) {
+    pub(crate) fn render_text(&self, out: &mut String) {
         use std::fmt::Write as _;
         let _ = writeln!(
             out,
@@ -105,7 +105,7 @@ impl GapCurve {
     /// What a hit `gap_ns` after the previous hit on its CPU costs beyond a hit of the
     /// curve's hottest point, ns, with the in-kernel handler (`kernel`) or the ring's;
     /// never below 0 (noise at short gaps).
-    pub fn extra_ns(&self, kernel: bool, gap_ns: f64) -> Option<f64> {
+    pub(crate) fn extra_ns(&self, kernel: bool, gap_ns: f64) -> Option<f64> {
         // The per-call measure where every point has it (caches from before it existed
         // do not), else the CPU per iteration.
         let by_call = self.points.iter().all(|p| {
@@ -129,7 +129,7 @@ impl GapCurve {
 
     /// How much slower the ring handler's own clock reads at `gap_ns` than at the
     /// hottest point, ns, never below 0.
-    pub fn handler_extra_ns(&self, gap_ns: f64) -> Option<f64> {
+    pub(crate) fn handler_extra_ns(&self, gap_ns: f64) -> Option<f64> {
         let series = self.series(|p| p.handler_ring_ns.map(|s| s.median));
         let hottest = series.first()?.1;
         Some((interpolate(&series, gap_ns)? - hottest).max(0.0))
@@ -185,30 +185,30 @@ pub struct GapSummary {
 
 /// One probe's gap counts since the window opened, per `probe_common::gap` bucket.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct GapCounts {
+pub(crate) struct GapCounts {
     base: Vec<u64>,
     now: Vec<u64>,
 }
 
 impl GapCounts {
     /// Counts before the window opened: not measured.
-    pub fn baseline(&mut self, totals: Vec<u64>) {
+    pub(crate) fn baseline(&mut self, totals: Vec<u64>) {
         self.base = totals.clone();
         self.now = totals;
     }
 
     /// The window opens again (a reset): the totals last read become the baseline.
-    pub fn rebase(&mut self) {
+    pub(crate) fn rebase(&mut self) {
         self.base = self.now.clone();
     }
 
     /// The kernel's totals now.
-    pub fn update(&mut self, totals: Vec<u64>) {
+    pub(crate) fn update(&mut self, totals: Vec<u64>) {
         self.now = totals;
     }
 
     /// Counts in the window, per bucket.
-    pub fn counts(&self) -> Vec<u64> {
+    pub(crate) fn counts(&self) -> Vec<u64> {
         self.now
             .iter()
             .enumerate()
@@ -217,13 +217,13 @@ impl GapCounts {
     }
 
     /// Gaps counted in the window.
-    pub fn samples(&self) -> u64 {
+    pub(crate) fn samples(&self) -> u64 {
         self.counts().iter().sum()
     }
 
     /// The mean of `price(gap)` over the counted gaps, each at its bucket's middle;
     /// `None` below [`MIN_SAMPLES`].
-    pub fn mean_of(&self, price: impl Fn(f64) -> Option<f64>) -> Option<f64> {
+    pub(crate) fn mean_of(&self, price: impl Fn(f64) -> Option<f64>) -> Option<f64> {
         let counts = self.counts();
         let samples: u64 = counts.iter().sum();
         if samples < MIN_SAMPLES {
@@ -237,7 +237,7 @@ impl GapCounts {
     }
 
     /// Share of the counted gaps at or above `ns`.
-    pub fn share_at_least(&self, ns: f64) -> Option<f64> {
+    pub(crate) fn share_at_least(&self, ns: f64) -> Option<f64> {
         let counts = self.counts();
         let samples: u64 = counts.iter().sum();
         (samples > 0).then(|| {
@@ -252,7 +252,7 @@ impl GapCounts {
     }
 
     /// What a report says of them.
-    pub fn summary(&self) -> Option<GapSummary> {
+    pub(crate) fn summary(&self) -> Option<GapSummary> {
         let counts = self.counts();
         let samples: u64 = counts.iter().sum();
         if samples == 0 {
@@ -271,7 +271,7 @@ impl GapCounts {
     }
 
     /// The sum of several probes' counts (the pool used below [`MIN_SAMPLES`]).
-    pub fn pooled<'a>(all: impl Iterator<Item = &'a GapCounts>) -> GapCounts {
+    pub(crate) fn pooled<'a>(all: impl Iterator<Item = &'a GapCounts>) -> GapCounts {
         let mut pooled = GapCounts::default();
         for counts in all {
             for (i, n) in counts.counts().into_iter().enumerate() {

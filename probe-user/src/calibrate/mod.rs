@@ -48,6 +48,7 @@ mod child;
 pub(crate) mod gap;
 mod gap_phase;
 pub(crate) mod table;
+mod tracefs_phase;
 pub(crate) mod work;
 mod work_phase;
 pub(crate) mod workload;
@@ -248,6 +249,15 @@ pub(crate) fn run(
     } else {
         (Vec::new(), Some("not requested".to_string()))
     };
+    let (tracefs_event_ns, tracefs_event_error) = if options.hot {
+        phases.next("a hit of a tracefs uprobe event (ftrace's record, no BPF)");
+        match tracefs_phase::measure(&mut child, &offsets, &options)? {
+            Ok(summary) => (Some(summary), None),
+            Err(why) => (None, Some(why)),
+        }
+    } else {
+        (None, None)
+    };
     // The child's clock is read while it lives (it exits when `child` drops).
     let child_ns = child_clock.and_then(|c| c.read_ns().ok());
     let own_ns = own_clock
@@ -362,6 +372,8 @@ pub(crate) fn run(
         cold,
         gap: phase_one.gap.clone(),
         work: phase_one.work.clone(),
+        tracefs_event_ns,
+        tracefs_event_error,
     };
     Ok((calibration, spent))
 }
@@ -380,7 +392,8 @@ impl<'a> Phases<'a> {
         let total = 1
             + hot
             + usize::from(options.gap_reps > 0) * (1 + usize::from(options.cold.is_some()))
-            + usize::from(options.dispatch && options.hot);
+            + usize::from(options.dispatch && options.hot)
+            + hot;
         Self {
             done: 0,
             total,

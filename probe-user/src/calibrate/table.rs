@@ -351,6 +351,14 @@ pub(crate) struct Calibration {
     /// caches: none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub work: Option<crate::calibrate::work::WorkCurve>,
+    /// A hit of a tracefs uprobe event with no arguments, enabled (no BPF: the trap and
+    /// ftrace's record), on a `push %rbp` entry (`calibrate::tracefs_phase`; older
+    /// caches: none, and other tools' tracefs events go unpriced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracefs_event_ns: Option<Summary>,
+    /// Why it was not measured, verbatim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracefs_event_error: Option<String>,
 }
 
 /// What a hit costs in the cold loop: a server's case, where the code and data the
@@ -814,6 +822,8 @@ mod tests {
             cold: None,
             gap: None,
             work: None,
+            tracefs_event_ns: None,
+            tracefs_event_error: None,
         }
     }
 

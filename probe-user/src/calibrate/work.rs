@@ -14,12 +14,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::gap::{interpolate, interpolate_in};
+use super::gap::interpolate_in;
 use crate::stats::Summary;
 
 /// One point of the work curve.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct WorkPoint {
+pub(crate) struct WorkPoint {
     /// The footprint walked between two calls.
     pub data_bytes: u64,
     pub code_bytes: u64,
@@ -40,7 +40,7 @@ pub struct WorkPoint {
 
 /// The work curve of a calibration, by work ascending.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WorkCurve {
+pub(crate) struct WorkCurve {
     pub points: Vec<WorkPoint>,
     /// Walks larger than the cold loop's, out to the last-level cache and past it, each
     /// hit priced by the call alone (the walk's spread swamps the whole iteration): read
@@ -55,8 +55,10 @@ pub struct WorkCurve {
 
 impl WorkCurve {
     /// What a hit after `busy_ns` of code run on its CPU costs beyond a hit of the
-    /// curve's smallest footprint, ns; never below 0 (noise).
-    pub fn extra_ns(&self, kernel: bool, busy_ns: f64) -> Option<f64> {
+    /// curve's smallest footprint, ns; never below 0 (noise). Prices read the clock
+    /// instead (`ring_clock`); the curve's shape is checked through this.
+    #[cfg(test)]
+    pub(crate) fn extra_ns(&self, kernel: bool, busy_ns: f64) -> Option<f64> {
         let mut series: Vec<(f64, f64)> = self
             .points
             .iter()
@@ -68,7 +70,7 @@ impl WorkCurve {
             .collect();
         series.sort_by(|a, b| a.0.total_cmp(&b.0));
         let smallest = series.first()?.1;
-        Some((interpolate(&series, busy_ns)? - smallest).max(0.0))
+        Some((super::gap::interpolate(&series, busy_ns)? - smallest).max(0.0))
     }
 
     /// How to read a hit's price off the curve from how slow the ring handler's own
@@ -82,7 +84,7 @@ impl WorkCurve {
     /// slower the handler ran says how cold the trap was, with no model of the target.
     /// In-kernel probes are read by the ring clock of their first seconds streamed
     /// (`--clock-seconds`): the in-kernel handler's own clock read colder than the truth.
-    pub fn ring_clock(&self, kernel: bool) -> Option<RingClockReading> {
+    pub(crate) fn ring_clock(&self, kernel: bool) -> Option<RingClockReading> {
         if !self.has_ring_clock() {
             return None;
         }
@@ -116,7 +118,7 @@ impl WorkCurve {
 
     /// Whether the curve holds the ring handler's clock at its points (calibrations from
     /// before it did not).
-    pub fn has_ring_clock(&self) -> bool {
+    pub(crate) fn has_ring_clock(&self) -> bool {
         !self.points.is_empty() && self.every_point().all(|p| p.handler_ring_ns.is_some())
     }
 
@@ -126,7 +128,7 @@ impl WorkCurve {
     }
 
     /// The curve as `probetop calibrate` prints it.
-    pub fn render_text(&self, out: &mut String) {
+    pub(crate) fn render_text(&self, out: &mut String) {
         use std::fmt::Write as _;
         let _ = writeln!(
             out,
@@ -179,7 +181,7 @@ fn median_of_neighbours(points: &mut [(f64, f64)]) {
 
 /// The work curve as (ring handler clock, hit) pairs: see [`WorkCurve::ring_clock`].
 #[derive(Debug, Clone, PartialEq)]
-pub struct RingClockReading {
+pub(crate) struct RingClockReading {
     /// By clock ascending, the hit made non-decreasing in it.
     by_clock: Vec<(f64, f64)>,
     /// The hit at the curve's smallest footprint.
@@ -191,7 +193,7 @@ impl RingClockReading {
     /// curve's smallest footprint, ns: linear between points, flat past either end,
     /// never below 0. Past the largest walk's clock, nothing measured says more: such a
     /// clock is as likely an interrupt inside the handler as a colder hit.
-    pub fn extra_ns(&self, handler_ns: f64) -> f64 {
+    pub(crate) fn extra_ns(&self, handler_ns: f64) -> f64 {
         interpolate_in(&self.by_clock, handler_ns, |clock| clock)
             .map_or(0.0, |hit| (hit - self.smallest).max(0.0))
     }

@@ -59,6 +59,17 @@ workload_fn!(
     "pop %rbp",
     "ret"
 );
+// The same again, for a tracefs uprobe event (ftrace, no BPF): its own function, as
+// an event in `uprobe_events` traps in every process mapping the file, so another
+// calibration running this binary at once never meets it on the functions above.
+workload_fn!(
+    "probetop_cal_tracefs",
+    "push %rbp",
+    "mov %rsp, %rbp",
+    "mov %rdi, %rax",
+    "pop %rbp",
+    "ret"
+);
 workload_fn!(
     "probetop_cal_emulated_twin",
     "push %rbp",
@@ -209,6 +220,7 @@ unsafe extern "C" {
     fn probetop_cal_emulated(x: u64) -> u64;
     fn probetop_cal_ring(x: u64) -> u64;
     fn probetop_cal_kernel(x: u64) -> u64;
+    fn probetop_cal_tracefs(x: u64) -> u64;
     fn probetop_cal_emulated_twin(x: u64) -> u64;
     fn probetop_cal_sstep(x: u64) -> u64;
     fn probetop_cal_sstep_twin(x: u64) -> u64;
@@ -242,6 +254,8 @@ pub(crate) enum Func {
     Usdt,
     /// Holds a `nop; nop5` USDT site after its prologue; probed on the nop its note names.
     UsdtNop5,
+    /// The same, for a tracefs uprobe event (`calibrate::tracefs_phase`).
+    Tracefs,
     /// Unprobed twins: the same code, for the baseline of each run.
     EmulatedTwin,
     SingleSteppedTwin,
@@ -251,7 +265,7 @@ pub(crate) enum Func {
 }
 
 impl Func {
-    pub(crate) const ALL: [Func; 13] = [
+    pub(crate) const ALL: [Func; 14] = [
         Func::Emulated,
         Func::EmulatedRing,
         Func::EmulatedKernel,
@@ -260,6 +274,7 @@ impl Func {
         Func::Ret,
         Func::Usdt,
         Func::UsdtNop5,
+        Func::Tracefs,
         Func::EmulatedTwin,
         Func::SingleSteppedTwin,
         Func::Nop5Twin,
@@ -277,6 +292,7 @@ impl Func {
             Func::Ret => "ret",
             Func::Usdt => "usdt",
             Func::UsdtNop5 => "usdt-nop5",
+            Func::Tracefs => "tracefs",
             Func::EmulatedTwin => "emulated-twin",
             Func::SingleSteppedTwin => "sstep-twin",
             Func::Nop5Twin => "nop5-twin",
@@ -303,9 +319,11 @@ impl Func {
     /// The unprobed function with the same code.
     pub(crate) fn twin(self) -> Func {
         match self {
-            Func::Emulated | Func::EmulatedRing | Func::EmulatedKernel | Func::Ret => {
-                Func::EmulatedTwin
-            }
+            Func::Emulated
+            | Func::EmulatedRing
+            | Func::EmulatedKernel
+            | Func::Tracefs
+            | Func::Ret => Func::EmulatedTwin,
             Func::SingleStepped => Func::SingleSteppedTwin,
             Func::Nop5 => Func::Nop5Twin,
             Func::Usdt => Func::UsdtTwin,
@@ -323,6 +341,7 @@ impl Func {
             Func::Nop5 => probetop_cal_nop5,
             Func::Ret => probetop_cal_ret,
             Func::Usdt => probetop_cal_usdt,
+            Func::Tracefs => probetop_cal_tracefs,
             Func::EmulatedTwin => probetop_cal_emulated_twin,
             Func::SingleSteppedTwin => probetop_cal_sstep_twin,
             Func::Nop5Twin => probetop_cal_nop5_twin,

@@ -1,11 +1,11 @@
 //! What `probetop calibrate` prints by default: three lines a user can act on, read
-//! off the same rows the estimates price hits with (`price::estimate::basis` and
+//! off the same rows the estimates price hits with (the price stage's `basis` and
 //! `cold_basis`), so the lines say what a run will say. The full table and curves
 //! (`Calibration::render_text`) come with `--verbose` or `--thorough`.
 
 use crate::calibrate::table::Calibration;
 use crate::insn::classes::CostClass;
-use crate::price::estimate::{CostBasis, basis, cold_basis};
+use crate::present::{CostBasis, basis, cold_basis};
 use crate::spec::ProbeKind;
 
 /// A whole hit with probetop's ring handler (the default mode's price), ns.
@@ -94,6 +94,12 @@ pub(crate) fn result_lines(cal: &Calibration) -> Vec<String> {
         && let Some(nop5) = hot(CostClass::Optimized, ProbeKind::Uprobe)
     {
         second.push(format!("an optimized 5-byte nop {} us", us(nop5)));
+    }
+    if let Some(event) = &cal.tracefs_event_ns {
+        second.push(format!(
+            "a tracefs uprobe event (`perf probe`, no BPF) {} us",
+            us(event.median)
+        ));
     }
     let mut third = "probetop prices every probe's hits with these on this kernel and CPU (the COST and %CPU columns)".to_string();
     let refused = cal

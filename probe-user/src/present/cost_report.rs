@@ -1,38 +1,37 @@
 //! The cost of the probes over a run, as reported: the end-of-run lines on stderr and
 //! the per-probe and per-run numbers exports carry, in words. The prices are the price
-//! stage's (`price::report`); the wording and the joining to labels are presentation.
+//! stage's report; the wording and the joining to labels are presentation.
 
 use std::fmt::Write as _;
 
-use crate::aggregate::{Aggregator, HandlerSummary, Measurements};
-use crate::price::assume;
-use crate::price::report::{EstimateBracket, ProbeCostReport, probe_report};
+use super::Assumption;
+use crate::aggregate::{Aggregator, HandlerSummary};
+use crate::present::{EstimateBracket, ProbeCostReport, Run};
 
 use super::ProbeLabel;
 
 /// The end-of-run cost report, for stderr: the total CPU share, the run's estimate under
-/// each loop (`bracket`, from [`crate::price::report::run_report`]), then one line per probe with its class,
+/// each loop (`bracket`, from the price stage's run report), then one line per probe with its class,
 /// whole cost per hit, average rate and share over the run, and how the cost was
 /// estimated.
 pub(crate) fn report(
     labels: &[ProbeLabel],
     aggregator: &Aggregator,
-    measurements: &Measurements,
+    priced: &Run,
     duration: std::time::Duration,
     bracket: &EstimateBracket,
 ) -> String {
     let mut out = String::new();
-    let measured = &measurements.probes;
-    let reports: Vec<ProbeCostReport> =
-        measured.iter().map(|p| probe_report(p, duration)).collect();
+    let measured = &priced.measurements.probes;
+    let reports: Vec<ProbeCostReport> = priced.probe_reports(duration);
     let total = reports
         .iter()
         .filter_map(|r| r.cpu_share)
         .fold(None, |t: Option<f64>, s| Some(t.unwrap_or(0.0) + s));
     let assumed = reports.iter().find_map(|r| r.assumes);
-    let assumption = match (&measurements.assumption, assumed) {
+    let assumption = match (&priced.assumption, assumed) {
         (Some(decision), Some(used))
-            if decision.assumes == assume::Assumption::Clock && used != decision.assumes =>
+            if decision.assumes == Assumption::Clock && used != decision.assumes =>
         {
             format!(
                 "; each hit priced by its handler's clock where enough hits were clocked ({}), else {}",
@@ -45,7 +44,7 @@ pub(crate) fn report(
             decision.assumes.as_str(),
             decision.why
         ),
-        (Some(decision), _) if decision.assumes == assume::Assumption::Clock => format!(
+        (Some(decision), _) if decision.assumes == Assumption::Clock => format!(
             "; how cold each hit ran read off probetop's handler clock: {}",
             decision.why
         ),
@@ -100,7 +99,7 @@ pub(crate) fn report(
         if let Some(per_hit) = report.dispatch.as_ref().and_then(|d| d.per_hit_ns()) {
             let _ = write!(line, "; dispatch {per_hit:.0} ns measured");
         }
-        if let (Some(gaps), Some(assume::Assumption::Clock)) = (report.gaps, report.assumes) {
+        if let (Some(gaps), Some(Assumption::Clock)) = (report.gaps, report.assumes) {
             let _ = write!(
                 line,
                 "; gap before a hit: median {}, {:.0}% 100 us or more",
@@ -197,6 +196,9 @@ mod tests {
             "{line}"
         );
         // No priced probe: no range.
-        assert_eq!(EstimateBracket::of(&[]), EstimateBracket::default());
+        assert_eq!(
+            EstimateBracket::of(&Default::default()),
+            EstimateBracket::default()
+        );
     }
 }

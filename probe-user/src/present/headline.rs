@@ -8,13 +8,13 @@
 //! headline is the set's number (the sum of the per-probe estimates, or the in-situ
 //! measurement of the whole set), never a sum the reader has to make.
 
-use crate::aggregate::Snapshot;
 use crate::insitu;
-use crate::price::{assume::Assumption, estimate};
+use crate::present::Snapshot;
+use crate::present::{Assumption, Method as PriceMethod};
 
 use super::export::Report;
 use super::format;
-use crate::price::report::ProbeCostReport;
+use crate::present::ProbeCostReport;
 
 /// The probes' cost over the target's CPU above which probetop warns while it runs,
 /// whichever is crossed first: of one CPU, or of the target's own CPU.
@@ -419,7 +419,7 @@ pub(crate) fn unpriced_without_hits(
 /// The method of one probe's cost, for exports.
 pub(crate) fn probe_method(cost: &ProbeCostReport) -> &'static str {
     match cost.method {
-        Some(estimate::Method::InSitu) => "in-situ",
+        Some(PriceMethod::InSitu) => "in-situ",
         Some(_) => "estimate",
         None => "none",
     }
@@ -428,7 +428,7 @@ pub(crate) fn probe_method(cost: &ProbeCostReport) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::ProbeSnapshot;
+    use crate::present::ProbeSnapshot;
 
     fn snapshot(probes: &[(f64, Option<f64>)], target_cpu: Option<f64>) -> Snapshot {
         Snapshot {
@@ -437,7 +437,7 @@ mod tests {
                 .map(|&(per_second, whole)| ProbeSnapshot {
                     per_second,
                     whole_cost_ns: whole,
-                    cpu_share: whole.map(|w| crate::price::cpu_share(w, per_second)),
+                    cpu_share: whole.map(|w| crate::present::cpu_share(w, per_second)),
                     hits: 1,
                     ..Default::default()
                 })
@@ -487,7 +487,7 @@ mod tests {
         let cost = ProbeCostReport {
             whole_cost_ns: Some(900.0),
             cpu_share: Some(0.0),
-            method: Some(estimate::Method::Calibration),
+            method: Some(PriceMethod::Calibration),
             ..Default::default()
         };
         let none = unpriced_without_hits(cost.clone(), 0, false);

@@ -1,5 +1,7 @@
 //! Fleet mode: `--listen ADDR:PORT` serves the live measurements in the Prometheus text
-//! format at `GET /metrics`, so a fleet's Prometheus can scrape every host.
+//! format at `GET /metrics`, so a fleet's Prometheus can scrape every host; a scraper
+//! whose `Accept` prefers the protobuf exposition gets that, with native histograms
+//! ([`Format`]).
 //!
 //! A minimal HTTP/1.1 server: one request per connection (`Connection: close`), a
 //! bounded request head read within a deadline, a deadline per connection, and a bound
@@ -62,14 +64,65 @@ impl Status {
     }
 }
 
+/// Which exposition a scrape gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    /// Text format 0.0.4: everyone who does not ask for protobuf.
+    Text,
+    /// `io.prometheus.client.MetricFamily`, length-delimited: native histograms.
+    Protobuf,
+}
+
 /// What a request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Route {
     /// GET /metrics (or HEAD: `head_only`).
     Metrics {
         head_only: bool,
+        format: Format,
     },
     Refused(Status),
+}
+
+/// The exposition an `Accept` header's value prefers: protobuf when it names
+/// `application/vnd.google.protobuf` with `proto=io.prometheus.client.MetricFamily` and
+/// `encoding=delimited` at a quality no lower than any range text matches.
+pub(crate) fn negotiate(accept: &str) -> Format {
+    let mut protobuf = 0.0f64;
+    let mut text = 0.0f64;
+    for range in accept.split(',') {
+        let mut parts = range.split(';').map(str::trim);
+        let media = parts.next().unwrap_or_default().to_ascii_lowercase();
+        let mut q = 1.0f64;
+        let (mut proto, mut encoding) = (None, None);
+        for param in parts {
+            let Some((key, value)) = param.split_once('=') else {
+                continue;
+            };
+            let value = value.trim().trim_matches('"');
+            match key.trim().to_ascii_lowercase().as_str() {
+                "q" => q = value.parse().unwrap_or(0.0),
+                "proto" => proto = Some(value.to_string()),
+                "encoding" => encoding = Some(value.to_ascii_lowercase()),
+                _ => {}
+            }
+        }
+        match media.as_str() {
+            "application/vnd.google.protobuf"
+                if proto.as_deref() == Some("io.prometheus.client.MetricFamily")
+                    && encoding.as_deref() == Some("delimited") =>
+            {
+                protobuf = protobuf.max(q);
+            }
+            "text/plain" | "text/*" | "*/*" => text = text.max(q),
+            _ => {}
+        }
+    }
+    if protobuf > 0.0 && protobuf >= text {
+        Format::Protobuf
+    } else {
+        Format::Text
+    }
 }
 
 /// Routes a complete request head (up to and including the blank line).
@@ -92,9 +145,21 @@ pub(crate) fn route(head: &[u8]) -> Route {
     if path != "/metrics" {
         return Route::Refused(Status::NotFound);
     }
+    let format = head
+        .split("\r\n")
+        .skip(1)
+        .filter_map(|line| line.split_once(':'))
+        .find(|(name, _)| name.trim().eq_ignore_ascii_case("accept"))
+        .map_or(Format::Text, |(_, value)| negotiate(value));
     match method {
-        "GET" => Route::Metrics { head_only: false },
-        "HEAD" => Route::Metrics { head_only: true },
+        "GET" => Route::Metrics {
+            head_only: false,
+            format,
+        },
+        "HEAD" => Route::Metrics {
+            head_only: true,
+            format,
+        },
         _ => Route::Refused(Status::MethodNotAllowed),
     }
 }
@@ -130,12 +195,12 @@ pub(crate) async fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// Serves `/metrics` until the task is dropped. `metrics` renders the exposition text
-/// now, or `None` once measuring has stopped (answered with 503).
+/// Serves `/metrics` until the task is dropped. `metrics` renders the exposition in the
+/// format asked now, or `None` once measuring has stopped (answered with 503).
 pub(crate) async fn serve<F, Fut>(listener: TcpListener, metrics: F)
 where
-    F: Fn() -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Option<String>> + Send + 'static,
+    F: Fn(Format) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Option<Vec<u8>>> + Send + 'static,
 {
     let metrics = Arc::new(metrics);
     let answering = Arc::new(tokio::sync::Semaphore::new(MAX_ANSWERING));
@@ -176,8 +241,8 @@ async fn answer<F, Fut>(
     answering: &tokio::sync::Semaphore,
 ) -> io::Result<()>
 where
-    F: Fn() -> Fut,
-    Fut: Future<Output = Option<String>>,
+    F: Fn(Format) -> Fut,
+    Fut: Future<Output = Option<Vec<u8>>>,
 {
     let route = match tokio::time::timeout(HEAD_DEADLINE, read_head(&mut stream)).await {
         Ok(Ok(Some(head))) => route(&head),
@@ -191,14 +256,20 @@ where
         Route::Refused(_) => None,
     };
     let reply = match (route, &slot) {
-        (Route::Metrics { head_only }, Some(Err(_))) => response(
+        (Route::Metrics { head_only, .. }, Some(Err(_))) => response(
             Status::Busy,
             "text/plain; charset=utf-8",
             b"probetop is answering other scrapes: retry\n",
             head_only,
         ),
-        (Route::Metrics { head_only }, _) => match metrics().await {
-            Some(text) => response(Status::Ok, CONTENT_TYPE, text.as_bytes(), head_only),
+        (Route::Metrics { head_only, format }, _) => match metrics(format).await {
+            Some(body) => {
+                let content_type = match format {
+                    Format::Text => CONTENT_TYPE,
+                    Format::Protobuf => crate::present::export::promproto::CONTENT_TYPE,
+                };
+                response(Status::Ok, content_type, &body, head_only)
+            }
             None => response(
                 Status::Unavailable,
                 "text/plain; charset=utf-8",
@@ -259,9 +330,7 @@ mod tests {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("address");
-        let server = tokio::spawn(serve(listener, || async {
-            Some("m_total 1\n".to_string())
-        }));
+        let server = tokio::spawn(serve(listener, |_| async { Some(b"m_total 1\n".to_vec()) }));
         let mut idle = Vec::new();
         for _ in 0..MAX_CONNECTIONS * 2 {
             let mut stream = TcpStream::connect(addr).await.expect("connect");
@@ -294,7 +363,7 @@ mod tests {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("address");
-        let server = tokio::spawn(serve(listener, || async { Some(String::new()) }));
+        let server = tokio::spawn(serve(listener, |_| async { Some(Vec::new()) }));
         let mut stream = TcpStream::connect(addr).await.expect("connect");
         stream
             .write_all(b"GET /metrics HTTP/1.1\r\n")
@@ -323,13 +392,28 @@ mod tests {
     fn routes() {
         let get =
             |target: &str| route(format!("GET {target} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
-        assert_eq!(get("/metrics"), Route::Metrics { head_only: false });
-        assert_eq!(get("/metrics?x=1"), Route::Metrics { head_only: false });
+        assert_eq!(
+            get("/metrics"),
+            Route::Metrics {
+                head_only: false,
+                format: Format::Text
+            }
+        );
+        assert_eq!(
+            get("/metrics?x=1"),
+            Route::Metrics {
+                head_only: false,
+                format: Format::Text
+            }
+        );
         assert_eq!(get("/"), Route::Refused(Status::NotFound));
         assert_eq!(get("/metricsx"), Route::Refused(Status::NotFound));
         assert_eq!(
             route(b"HEAD /metrics HTTP/1.0\r\n\r\n"),
-            Route::Metrics { head_only: true }
+            Route::Metrics {
+                head_only: true,
+                format: Format::Text
+            }
         );
         assert_eq!(
             route(b"POST /metrics HTTP/1.1\r\n\r\n"),
@@ -342,6 +426,53 @@ mod tests {
         assert_eq!(
             route(b"\xff\xfe\r\n\r\n"),
             Route::Refused(Status::BadRequest)
+        );
+    }
+
+    #[test]
+    fn accept_picks_the_exposition() {
+        // What Prometheus sends with native histograms on, and without.
+        let prometheus_native = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(negotiate(prometheus_native), Format::Protobuf);
+        assert_eq!(
+            negotiate(
+                "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+            ),
+            Format::Text
+        );
+        assert_eq!(negotiate("*/*"), Format::Text);
+        // Another protobuf message or the text encoding of it is not ours.
+        assert_eq!(
+            negotiate("application/vnd.google.protobuf;proto=other.Message;encoding=delimited"),
+            Format::Text
+        );
+        assert_eq!(
+            negotiate(
+                "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=text"
+            ),
+            Format::Text
+        );
+        // Preferred below text, or refused: text.
+        assert_eq!(
+            negotiate(
+                "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited; q=0.2, text/plain;q=0.9"
+            ),
+            Format::Text
+        );
+        assert_eq!(
+            negotiate(
+                "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0"
+            ),
+            Format::Text
+        );
+        let head =
+            format!("GET /metrics HTTP/1.1\r\nHost: x\r\nACCEPT: {prometheus_native}\r\n\r\n");
+        assert_eq!(
+            route(head.as_bytes()),
+            Route::Metrics {
+                head_only: false,
+                format: Format::Protobuf
+            }
         );
     }
 
@@ -370,9 +501,7 @@ mod tests {
             .await
             .expect("bind");
         let addr = listener.local_addr().expect("address");
-        let server = tokio::spawn(serve(listener, || async {
-            Some("m_total 1\n".to_string())
-        }));
+        let server = tokio::spawn(serve(listener, |_| async { Some(b"m_total 1\n".to_vec()) }));
         let fetch = |request: &'static str| async move {
             let mut stream = TcpStream::connect(addr).await.expect("connect");
             stream.write_all(request.as_bytes()).await.expect("send");

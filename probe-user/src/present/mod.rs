@@ -7,10 +7,19 @@ pub(crate) mod headline;
 pub(crate) mod list;
 pub(crate) mod listen;
 pub(crate) mod names;
+pub(crate) mod otlp;
 pub(crate) mod processes;
 pub(crate) mod summary;
 pub(crate) mod tui;
 
+// The priced results present reads, from the price stage: the live snapshot, the
+// run's report, and the words a price is given in.
+use crate::price::{
+    Assumption, CostBasis, EstimateBracket, GapReading, Method, ProbeCostReport, ProbeSnapshot,
+    Run, RunCostReport, SHARED_SPLIT, Snapshot, basis, cold_basis,
+};
+#[cfg(test)]
+use crate::price::{Decision, OtherPrice, ProgramMethod, cpu_share};
 use crate::spec::ProbeKind;
 
 /// Said at the start of a run on a host without a calibration for its kernel and CPU.

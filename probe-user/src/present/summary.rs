@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use super::export::Report;
 use super::headline::{self, Headline};
 use super::{ProbeLabel, format};
-use crate::aggregate::Snapshot;
+use crate::present::Snapshot;
 
 /// Renders the run's headline, then one row per probe: what a hit cost the target and
 /// the share of one CPU its hits took, hits, the average rate over the run, drops, then
@@ -239,7 +239,8 @@ fn render_rows(rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::{HandlerSummary, ProbeSnapshot};
+    use crate::aggregate::HandlerSummary;
+    use crate::present::ProbeSnapshot;
     use crate::spec::ProbeKind;
 
     #[test]
@@ -329,6 +330,8 @@ mod tests {
             latency_corrected_ns: summary(20_000),
             whole_cost_ns: Some(1_000.0),
             overhead_share: Some(0.05),
+            latency_hist: hdrhistogram::Histogram::new(3).expect("3 digits"),
+            corrected_hist: hdrhistogram::Histogram::new(3).expect("3 digits"),
         };
         let text = latency_table(&[row], 2.0);
         let lines: Vec<&str> = text.lines().collect();

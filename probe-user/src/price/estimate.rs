@@ -26,6 +26,7 @@ use serde::Serialize;
 use std::sync::Arc;
 
 use super::assume::Assumption;
+use crate::aggregate::Measured;
 use crate::attach::dispatch_time::DispatchMeasure;
 use crate::calibrate::gap::{GapCounts, GapCurve};
 use crate::calibrate::table::{Calibration, Case, DispatchCase};
@@ -36,7 +37,7 @@ use crate::spec::ProbeKind;
 
 /// Calibrated numbers for one probe (its class and kind), ns per hit.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
-pub struct CostBasis {
+pub(crate) struct CostBasis {
     /// A hit with an empty program: trap, lookup, emulation or step, way back.
     pub base_ns: Option<f64>,
     /// What probetop's handler adds with the ring buffer, and its own clock's reading
@@ -50,6 +51,9 @@ pub struct CostBasis {
     pub on_top_kernel_untimed_ns: Option<f64>,
     /// Whole cost minus measured dispatch, with dispatch measurement on.
     pub residual_ns: Option<f64>,
+    /// What a tracefs uprobe event (no arguments, enabled) adds to the empty-program
+    /// hit of the same class: ftrace's record less the empty BPF program.
+    pub tracefs_extra_ns: Option<f64>,
 }
 
 /// How an estimate was made.
@@ -196,6 +200,12 @@ pub(crate) fn basis(
         handler_kernel_ns: cal.handler_kernel_ns.map(|s| s.median),
         on_top_kernel_untimed_ns: median(Case::HandlerKernelUntimed),
         residual_ns,
+        // Measured on a `push %rbp` entry; ftrace's record is the same on any site.
+        tracefs_extra_ns: cal
+            .tracefs_event_ns
+            .map(|s| s.median)
+            .zip(median(Case::UprobeEmulated))
+            .map(|(event, empty)| (event - empty).max(0.0)),
     }
 }
 
@@ -246,35 +256,29 @@ pub(crate) fn cold_basis(
             .zip(kernel_extra)
             .map(|(u, extra)| u.max(0.0) + extra),
         residual_ns: hot.residual_ns,
+        tracefs_extra_ns: hot.tracefs_extra_ns,
     })
 }
 
-/// Everything known about one probe's cost.
+/// Everything known before the run about one probe's cost: its site, the calibration
+/// that prices it, other tools' programs on it. What the run measures of its hits
+/// (dispatch, gaps, the streamed clock) is the aggregator's ([`Measured`]); [`Priced`]
+/// joins the two.
 #[derive(Debug, Clone, Default)]
-pub struct ProbeCost {
+pub(crate) struct ProbeCost {
     /// The probed instruction's class (`None`: not looked at).
     pub site: Option<SiteClass>,
     /// From this machine's calibration, if there is one: its hot loop ...
     pub basis: Option<CostBasis>,
     /// ... and its cold loop, if it has one.
     pub cold_basis: Option<CostBasis>,
-    /// Measured live, when dispatch measurement runs.
-    pub dispatch: Option<DispatchMeasure>,
     /// The calibration's gap curve, if it has one (shared by every probe).
     pub gap_curve: Option<Arc<GapCurve>>,
-    /// The gaps before this probe's hits, counted in the kernel ...
-    pub gaps: GapCounts,
-    /// ... and every probe's together, for a probe with too few of its own.
-    pub gaps_pooled: GapCounts,
     /// The calibration's work curve, if it has one (shared by every probe).
     pub work_curve: Option<Arc<WorkCurve>>,
     /// Its handler reads argument values (`--args`): slower for that, not for cold
     /// caches, so its clock does not say how cold a hit was.
     pub captures_args: bool,
-    /// In-kernel: the ring handler's clock over the hits streamed before the probe
-    /// went to the kernel (`--clock-seconds`), kept across resets: how cold the target
-    /// runs its hits, not a measurement of the window.
-    pub streamed_clock: Option<Histogram<u64>>,
     /// Another tool's probe, which probetop only counts: priced as its owner's.
     pub other: Option<OtherPrice>,
     /// probetop's own probe on a breakpoint other tools' probes are on too: their
@@ -319,7 +323,8 @@ pub(crate) const SHARED_SPLIT: &str = "trap-split-evenly";
 /// What another tool's program costs per run, and how that was found.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OtherPrice {
-    /// ns per run; `None`: not known (a tracefs event, whose ftrace write is not priced).
+    /// ns per run (a tracefs event: ftrace's record); `None`: not known (a tracefs
+    /// event without a calibrated record).
     pub program_ns: Option<f64>,
     pub program_method: ProgramMethod,
 }
@@ -333,7 +338,10 @@ pub enum ProgramMethod {
     /// Assumed as probetop's own counting program's, from the calibration: a BPF
     /// program that bumps a counter (`bpftrace count()`); `--bpf-stats` measures it.
     AssumedCounting,
-    /// A tracefs event, no BPF: ftrace's own work per hit is not priced.
+    /// A tracefs event, no BPF: ftrace's record per hit, from the calibration's own
+    /// tracefs event (`calibrate::tracefs_phase`).
+    CalibratedTracefs,
+    /// A tracefs event without that calibration row: ftrace's work is not priced.
     NotPriced,
 }
 
@@ -342,6 +350,7 @@ impl ProgramMethod {
         match self {
             ProgramMethod::BpfStats => "bpf-stats",
             ProgramMethod::AssumedCounting => "assumed-counting-program",
+            ProgramMethod::CalibratedTracefs => "calibrated-tracefs-event",
             ProgramMethod::NotPriced => "not-priced",
         }
     }
@@ -349,7 +358,7 @@ impl ProgramMethod {
 
 /// An estimate and how it was made.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Estimate {
+pub(crate) struct Estimate {
     pub whole_ns: f64,
     pub method: Method,
     /// The calibration rows it was priced with: the cold ones were asked for but a
@@ -359,13 +368,58 @@ pub struct Estimate {
     pub reading: Option<GapReading>,
 }
 
+/// A probe's cost knowledge with what the run measured of its hits: what is priced.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Priced<'a> {
+    pub cost: &'a ProbeCost,
+    pub measured: &'a Measured,
+    /// Every probe's gaps together, for a probe with too few of its own.
+    pub pooled_gaps: &'a GapCounts,
+}
+
+impl std::ops::Deref for Priced<'_> {
+    type Target = ProbeCost;
+
+    fn deref(&self) -> &ProbeCost {
+        self.cost
+    }
+}
+
 impl ProbeCost {
+    /// [`Priced::estimate`] with nothing measured of its hits beyond the handler: a
+    /// site priced before any hit (`probetop --all`'s rows).
+    pub(crate) fn estimate_unmeasured(
+        &self,
+        probe_mode: DeliveryMode,
+        handler: Option<&Histogram<u64>>,
+        timed_share: f64,
+        assume: Assumption,
+    ) -> Option<Estimate> {
+        self.with(&Measured::default(), &GapCounts::default())
+            .estimate(probe_mode, handler, timed_share, assume)
+    }
+
+    /// This probe priced with what was measured of its hits.
+    pub(crate) fn with<'a>(
+        &'a self,
+        measured: &'a Measured,
+        pooled_gaps: &'a GapCounts,
+    ) -> Priced<'a> {
+        Priced {
+            cost: self,
+            measured,
+            pooled_gaps,
+        }
+    }
+}
+
+impl Priced<'_> {
     /// The whole cost of one hit, ns; `handler` holds the live handler times of the
     /// timed hits, `timed_share` the share of hits timed (in-kernel mode with
     /// `--time-every`; 1.0 otherwise); `assume` the calibration loop to price it with.
     /// On a breakpoint shared with other tools' probes: its share of the site
     /// ([`SharedSplit`]).
-    pub fn estimate(
+    pub(crate) fn estimate(
         &self,
         probe_mode: DeliveryMode,
         handler: Option<&Histogram<u64>>,
@@ -383,44 +437,8 @@ impl ProbeCost {
         }
     }
 
-    /// The split of a shared site's trap, from the own probe's estimate as if it were
-    /// alone there; `None` off a shared site or without the calibrated trap.
-    pub fn shared_split(&self, alone: &Estimate) -> Option<SharedSplit> {
-        if self.shared.is_empty() || self.other.is_some() {
-            return None;
-        }
-        let base = self.basis?.base_ns?;
-        // A measured dispatch runs every program on the site: its whole is the site's
-        // total, the others' programs taken out for probetop's part.
-        let others: Vec<f64> = self
-            .shared
-            .iter()
-            .map(|o| o.price.program_ns.unwrap_or(0.0).max(0.0))
-            .collect();
-        let others_sum: f64 = others.iter().sum();
-        let (trap, own) = match alone.method {
-            Method::DispatchAndCalibration => {
-                let own = self.counting_ns().unwrap_or(0.0);
-                let trap = (alone.whole_ns - others_sum - own).max(0.0);
-                (trap, own)
-            }
-            _ => (base, (alone.whole_ns - base).max(0.0)),
-        };
-        let owners = (1 + others.len()) as f64;
-        let part = |marginal_ns: f64| SharedPart {
-            marginal_ns,
-            share_ns: marginal_ns + trap / owners,
-        };
-        Some(SharedSplit {
-            trap_ns: trap,
-            total_ns: trap + own + others_sum,
-            own: part(own),
-            others: others.into_iter().map(part).collect(),
-        })
-    }
-
-    /// [`ProbeCost::estimate`] as if the probe were alone on its breakpoint.
-    pub fn estimate_alone(
+    /// [`Priced::estimate`] as if the probe were alone on its breakpoint.
+    pub(crate) fn estimate_alone(
         &self,
         probe_mode: DeliveryMode,
         handler: Option<&Histogram<u64>>,
@@ -451,7 +469,11 @@ impl ProbeCost {
         let (extra, handler_extra) = gap_extra.map_or((0.0, Some(0.0)), |price| {
             (price.extra_ns, price.handler_slower_ns)
         });
-        let measured = self.dispatch.as_ref().and_then(DispatchMeasure::per_hit_ns);
+        let measured = self
+            .measured
+            .dispatch
+            .as_ref()
+            .and_then(DispatchMeasure::per_hit_ns);
         if let (Some(dispatch), Some(residual)) = (measured, basis.residual_ns) {
             // The residual is calibrated hot only; the dispatch is measured as it is.
             return Some(Estimate {
@@ -502,14 +524,18 @@ impl ProbeCost {
     }
 }
 
-impl ProbeCost {
+impl Priced<'_> {
     /// Another tool's probe: the trap of its class (the calibration's hit with an empty
     /// program, or the measured dispatch less probetop's counting program) plus its
     /// owner's program per run.
     fn other_estimate(&self, other: OtherPrice) -> Option<Estimate> {
         let basis = self.basis?;
         let program = other.program_ns.unwrap_or(0.0);
-        let measured = self.dispatch.as_ref().and_then(DispatchMeasure::per_hit_ns);
+        let measured = self
+            .measured
+            .dispatch
+            .as_ref()
+            .and_then(DispatchMeasure::per_hit_ns);
         let trap = match (measured, basis.residual_ns) {
             // The dispatch runs every program on the site, probetop's counting one too.
             (Some(dispatch), Some(residual)) => {
@@ -526,21 +552,59 @@ impl ProbeCost {
             reading: None,
         })
     }
+}
+
+impl ProbeCost {
+    /// The split of a shared site's trap, from the own probe's estimate as if it were
+    /// alone there; `None` off a shared site or without the calibrated trap.
+    pub(crate) fn shared_split(&self, alone: &Estimate) -> Option<SharedSplit> {
+        if self.shared.is_empty() || self.other.is_some() {
+            return None;
+        }
+        let base = self.basis?.base_ns?;
+        // A measured dispatch runs every program on the site: its whole is the site's
+        // total, the others' programs taken out for probetop's part.
+        let others: Vec<f64> = self
+            .shared
+            .iter()
+            .map(|o| o.price.program_ns.unwrap_or(0.0).max(0.0))
+            .collect();
+        let others_sum: f64 = others.iter().sum();
+        let (trap, own) = match alone.method {
+            Method::DispatchAndCalibration => {
+                let own = self.counting_ns().unwrap_or(0.0);
+                let trap = (alone.whole_ns - others_sum - own).max(0.0);
+                (trap, own)
+            }
+            _ => (base, (alone.whole_ns - base).max(0.0)),
+        };
+        let owners = (1 + others.len()) as f64;
+        let part = |marginal_ns: f64| SharedPart {
+            marginal_ns,
+            share_ns: marginal_ns + trap / owners,
+        };
+        Some(SharedSplit {
+            trap_ns: trap,
+            total_ns: trap + own + others_sum,
+            own: part(own),
+            others: others.into_iter().map(part).collect(),
+        })
+    }
 
     /// What probetop's counting program adds to each hit of a site it shares, ns: the
     /// calibration's in-kernel untimed handler.
-    pub fn counting_ns(&self) -> Option<f64> {
+    pub(crate) fn counting_ns(&self) -> Option<f64> {
         self.basis
             .and_then(|b| b.on_top_kernel_untimed_ns)
             .map(|n| n.max(0.0))
     }
 }
 
-impl ProbeCost {
+impl Priced<'_> {
     /// What the idle gap curve adds at this probe's gaps (own, or every probe's with
     /// too few), and how much slower the ring handler's clock reads for it.
     fn idle_gap_extra(&self, curve: &GapCurve, kernel: bool) -> Option<(f64, f64)> {
-        let counts = own_or_pooled(&self.gaps, &self.gaps_pooled);
+        let counts = own_or_pooled(&self.measured.gaps, self.pooled_gaps);
         let extra = counts.mean_of(|gap| curve.extra_ns(kernel, gap))?;
         let handler_slower = if kernel {
             0.0
@@ -591,7 +655,10 @@ impl ProbeCost {
             return None;
         }
         let (hits, reading) = if kernel {
-            (self.streamed_clock.as_ref()?, GapReading::StreamedClock)
+            (
+                self.measured.streamed_clock.as_ref()?,
+                GapReading::StreamedClock,
+            )
         } else {
             (handler?, GapReading::HandlerClock)
         };
@@ -635,6 +702,19 @@ mod tests {
     use super::*;
     use crate::calibrate::table::{DispatchRow, Row};
     use crate::stats::Summary;
+
+    impl ProbeCost {
+        /// Priced with nothing measured beyond the handler.
+        fn estimate(
+            &self,
+            mode: DeliveryMode,
+            handler: Option<&Histogram<u64>>,
+            timed_share: f64,
+            assume: Assumption,
+        ) -> Option<Estimate> {
+            self.estimate_unmeasured(mode, handler, timed_share, assume)
+        }
+    }
 
     fn s(median: f64) -> Summary {
         Summary::exact(median)
@@ -703,6 +783,8 @@ mod tests {
             cold: None,
             gap: None,
             work: None,
+            tracefs_event_ns: None,
+            tracefs_event_error: None,
         }
     }
 
@@ -718,7 +800,6 @@ mod tests {
     fn calibration_only() {
         let cost = ProbeCost {
             cold_basis: None,
-            dispatch: None,
             ..emulated_push_cost()
         };
         // 700 + 300, handler as calibrated.
@@ -768,7 +849,6 @@ mod tests {
                 false,
             )),
             cold_basis: None,
-            dispatch: None,
             ..Default::default()
         };
         let cost = probe_cost(&cal());
@@ -843,10 +923,14 @@ mod tests {
                 false,
             )),
             cold_basis: None,
+            ..Default::default()
+        };
+        let measured = Measured {
             dispatch: Some(measure),
             ..Default::default()
         };
         let e = cost
+            .with(&measured, &GapCounts::default())
             .estimate(
                 DeliveryMode::Ring,
                 Some(&clock(150.0)),
@@ -1005,10 +1089,15 @@ mod tests {
                 beyond: Vec::new(),
                 time_every: 64,
             })),
-            gaps: gap_counts(&[(6, 40)]),
             ..emulated_push_cost()
         };
+        let mut measured = Measured {
+            gaps: gap_counts(&[(6, 40)]),
+            ..Default::default()
+        };
+        let none = GapCounts::default();
         let hot = cost
+            .with(&measured, &none)
             .estimate(DeliveryMode::Ring, None, 1.0, Assumption::Hot)
             .expect("hot")
             .whole_ns;
@@ -1018,6 +1107,7 @@ mod tests {
         hits.record_n(60, 50).expect("record");
         hits.record_n(160, 50).expect("record");
         let e = cost
+            .with(&measured, &none)
             .estimate(DeliveryMode::Ring, Some(&hits), 1.0, Assumption::Clock)
             .expect("estimate");
         assert_eq!((e.whole_ns, e.assumes), (hot + 750.0, Assumption::Clock));
@@ -1025,6 +1115,7 @@ mod tests {
         // In-kernel without hits streamed first: no clock to read, priced hot (this
         // calibration has no cold rows).
         let kernel_hot = cost
+            .with(&measured, &none)
             .estimate(
                 DeliveryMode::KernelHistogram,
                 Some(&hits),
@@ -1034,6 +1125,7 @@ mod tests {
             .expect("kernel hot")
             .whole_ns;
         let e = cost
+            .with(&measured, &none)
             .estimate(
                 DeliveryMode::KernelHistogram,
                 Some(&hits),
@@ -1044,8 +1136,9 @@ mod tests {
         assert_eq!((e.whole_ns, e.reading), (kernel_hot, None));
         // In-kernel with the ring clock of its first seconds streamed: the in-kernel
         // price at the footprints those clocks place it (half of the ring's here).
-        cost.streamed_clock = Some(hits.clone());
+        measured.streamed_clock = Some(hits.clone());
         let e = cost
+            .with(&measured, &none)
             .estimate(
                 DeliveryMode::KernelHistogram,
                 Some(&hits),
@@ -1055,14 +1148,16 @@ mod tests {
             .expect("kernel");
         assert_eq!(e.whole_ns, kernel_hot + 375.0);
         assert_eq!(e.reading, Some(GapReading::StreamedClock));
-        cost.streamed_clock = None;
+        measured.streamed_clock = None;
         // A handler capturing arguments runs slower for that: its clock is not read,
         // the hit is priced as by the hot rows.
         cost.captures_args = true;
         let e = cost
+            .with(&measured, &none)
             .estimate(DeliveryMode::Ring, Some(&hits), 1.0, Assumption::Clock)
             .expect("estimate");
         let as_hot = cost
+            .with(&measured, &none)
             .estimate(DeliveryMode::Ring, Some(&hits), 1.0, Assumption::Hot)
             .expect("hot");
         assert_eq!((e.whole_ns, e.reading), (as_hot.whole_ns, None));
@@ -1075,7 +1170,6 @@ mod tests {
             site: site(class),
             basis: Some(basis(&c, class, kind, shares)),
             cold_basis: cold_basis(&c, class, kind, shares),
-            dispatch: None,
             ..Default::default()
         };
         let push = cost(CostClass::EmulatedPush, ProbeKind::Uprobe, false);
@@ -1145,7 +1239,6 @@ mod tests {
             site: site(CostClass::EmulatedPush),
             basis: None,
             cold_basis: None,
-            dispatch: None,
             ..Default::default()
         };
         assert_eq!(
@@ -1161,7 +1254,6 @@ mod tests {
             site: site(CostClass::Refused),
             basis: Some(basis(&cal(), CostClass::Refused, ProbeKind::Uprobe, false)),
             cold_basis: None,
-            dispatch: None,
             ..Default::default()
         };
         assert_eq!(

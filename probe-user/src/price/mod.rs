@@ -12,6 +12,7 @@
 //! - [`estimate`]: the whole cost per hit and the CPU share, per probe;
 //! - [`pricer`]: the [`Pricer`] the collector owns, which prices each live snapshot
 //!   and the measurements the end-of-run report is made of;
+//! - [`snapshot`]: the [`Snapshot`] the UI is sent: every probe's numbers, priced;
 //! - [`report`]: a probe's and the run's cost over the whole run, for exports.
 //!
 //! The instruction's class comes from `insn`; dispatch time as measured, and other
@@ -22,9 +23,22 @@ pub(crate) mod costs;
 pub(crate) mod estimate;
 pub(crate) mod pricer;
 pub(crate) mod report;
+pub(crate) mod snapshot;
 
-pub(crate) use estimate::{ProbeCost, cpu_share};
+// What other stages use: the costs prepared before a run and the Pricer that prices
+// it, then the priced results (the live snapshot, the run's report) and the words
+// they are given in (the assumption, the method, other tools' prices).
+#[cfg(test)]
+pub(crate) use assume::Decision;
+pub(crate) use assume::{AssumeChoice, Assumer, Assumption};
+pub(crate) use costs::{Prepared, entry_warnings, prepare as prepare_costs};
+pub(crate) use estimate::{
+    CostBasis, GapReading, Method, OtherPrice, ProbeCost, ProgramMethod, SHARED_SPLIT, SharedOwner,
+    basis, cold_basis, cpu_share,
+};
 pub(crate) use pricer::Pricer;
+pub(crate) use report::{EstimateBracket, ProbeCostReport, Run, RunCostReport, run_report};
+pub(crate) use snapshot::{ProbeSnapshot, Snapshot};
 
 use crate::insn::classes::CostClass;
 

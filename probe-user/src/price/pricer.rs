@@ -4,9 +4,12 @@
 
 use std::time::Duration;
 
-use crate::aggregate::{Aggregator, Measurements, Snapshot};
+use crate::aggregate::{Aggregator, Measurements};
 use crate::calibrate::gap::GapCounts;
-use crate::price::assume::{Assumer, Assumption};
+use crate::price::ProbeCost;
+use crate::price::Run;
+use crate::price::assume::{Assumer, Assumption, Decision};
+use crate::price::snapshot::{Snapshot, unpriced};
 
 /// Prices what the aggregator measured, under the run's `--assume` choice.
 #[derive(Debug, Default)]
@@ -14,11 +17,37 @@ pub(crate) struct Pricer {
     /// Hot or cold: which calibration prices the hits, and what auto reads of the
     /// target (its mappings and CPU time) to decide.
     pub assumer: Assumer,
+    /// What prices each probe's hits, by probe id (the aggregator's order).
+    costs: Vec<ProbeCost>,
+    /// Every probe's gaps together, for a probe with too few of its own.
+    pooled_gaps: GapCounts,
 }
 
 impl Pricer {
-    pub(crate) fn new(assumer: Assumer) -> Self {
-        Self { assumer }
+    pub(crate) fn new(assumer: Assumer, costs: Vec<ProbeCost>) -> Self {
+        Self {
+            assumer,
+            costs,
+            pooled_gaps: GapCounts::default(),
+        }
+    }
+
+    /// What prices each probe, by probe id: other tools' programs are known at the end.
+    pub(crate) fn costs_mut(&mut self) -> &mut [ProbeCost] {
+        &mut self.costs
+    }
+
+    /// Prices probes appended to the aggregator (`Aggregator::add_probes`).
+    pub(crate) fn add(&mut self, costs: impl IntoIterator<Item = ProbeCost>) {
+        self.costs.extend(costs);
+    }
+
+    /// Probe `id`'s cost knowledge (none known: priced as nothing).
+    fn cost(&self, id: usize) -> &ProbeCost {
+        static NONE: std::sync::OnceLock<ProbeCost> = std::sync::OnceLock::new();
+        self.costs
+            .get(id)
+            .unwrap_or_else(|| NONE.get_or_init(ProbeCost::default))
     }
 
     /// The measurement window opened, or was reset: the run's decision starts over.
@@ -31,24 +60,17 @@ impl Pricer {
         self.assumer.observe();
     }
 
-    /// Gives every probe the gaps of all of them, for those with too few of their own.
-    pub(crate) fn pool_gaps(aggregator: &mut Aggregator) {
-        if aggregator
-            .probes()
-            .iter()
-            .all(|p| p.cost.gap_curve.is_none())
-        {
+    /// Pools every probe's gaps, for those with too few of their own.
+    pub(crate) fn pool_gaps(&mut self, aggregator: &Aggregator) {
+        if self.costs.iter().all(|c| c.gap_curve.is_none()) {
             return;
         }
-        let pooled = GapCounts::pooled(aggregator.probes().iter().map(|p| &p.cost.gaps));
-        for probe in aggregator.probes_mut() {
-            probe.cost.gaps_pooled = pooled.clone();
-        }
+        self.pooled_gaps = GapCounts::pooled(aggregator.probes().iter().map(|p| &p.measured.gaps));
     }
 
     /// The current numbers of every probe, priced under the decision of the last second.
     pub(crate) fn snapshot(&self, aggregator: &Aggregator, elapsed: Duration) -> Snapshot {
-        let mut snapshot = aggregator.snapshot(elapsed);
+        let mut snapshot = unpriced(aggregator, elapsed);
         let mut decision = self.assumer.live(
             aggregator
                 .probes()
@@ -57,8 +79,13 @@ impl Pricer {
                 .sum(),
         );
         let mut priced_hot = false;
-        for (p, row) in aggregator.probes().iter().zip(&mut snapshot.probes) {
-            let estimate = p.cost.estimate(
+        for (id, (p, row)) in aggregator
+            .probes()
+            .iter()
+            .zip(&mut snapshot.probes)
+            .enumerate()
+        {
+            let estimate = self.cost(id).with(&p.measured, &self.pooled_gaps).estimate(
                 p.mode,
                 Some(&p.handler_ns),
                 p.timed_share(),
@@ -68,7 +95,7 @@ impl Pricer {
                 priced_hot |= e.assumes != decision.assumes;
             }
             row.gap_median_us = match estimate.map(|e| e.assumes) {
-                Some(Assumption::Clock) => p.cost.gaps.summary().map(|g| g.median_us),
+                Some(Assumption::Clock) => p.measured.gaps.summary().map(|g| g.median_us),
                 _ => None,
             };
             row.whole_cost_ns = estimate.map(|e| e.whole_ns);
@@ -99,8 +126,6 @@ impl Pricer {
         snapshot
     }
 
-    /// A copy of what reports need, with the run's decision: each probe is priced
-    /// under it (`price::report`).
     /// Prices the probes of every latency pair for its correction
     /// (`aggregate::latency`): each probe's whole cost per hit and handler mean.
     pub(crate) fn price_latency(&self, aggregator: &mut Aggregator) {
@@ -119,8 +144,9 @@ impl Pricer {
             .assumes;
         let price = |id: u32| {
             let p = aggregator.probes().get(id as usize)?;
-            let whole = p
-                .cost
+            let whole = self
+                .cost(id as usize)
+                .with(&p.measured, &self.pooled_gaps)
                 .estimate(p.mode, Some(&p.handler_ns), p.timed_share(), assumes)?
                 .whole_ns;
             Some((whole, p.handler_ns.mean()))
@@ -146,19 +172,25 @@ impl Pricer {
         }
     }
 
-    pub(crate) fn measurements(&self, aggregator: &Aggregator) -> Measurements {
-        let mut measurements = aggregator.measurements();
-        let decision = self
+    /// A copy of what reports need, with what prices it and the run's decision
+    /// (`price::report` prices each probe under it).
+    pub(crate) fn measurements(&self, aggregator: &Aggregator) -> Run {
+        let mut measurements: Measurements = aggregator.measurements();
+        let decision: Decision = self
             .assumer
             .run(aggregator.probes().iter().map(|p| p.hits()).sum());
-        for probe in &mut measurements.probes {
-            probe.assumes = decision.assumes;
-        }
-        measurements.assumption = Some(decision);
         measurements.target_cpu = self
             .assumer
             .target_cores_run()
             .filter(|_| !aggregator.count_processes);
-        measurements
+        let costs = (0..measurements.probes.len())
+            .map(|id| self.cost(id).clone())
+            .collect();
+        Run {
+            measurements,
+            costs,
+            pooled_gaps: self.pooled_gaps.clone(),
+            assumption: Some(decision),
+        }
     }
 }

@@ -5,9 +5,52 @@
 use crate::aggregate::{Aggregator, Measurements, ProbeMeasurements};
 use crate::attach::{bpf_stats, dispatch_time as dispatch};
 use crate::calibrate::gap;
+use crate::calibrate::gap::GapCounts;
 use crate::insitu;
 use crate::insn::classes;
+use crate::price::ProbeCost;
+use crate::price::estimate::Priced;
 use crate::price::{assume, cpu_share, estimate};
+
+/// What the end-of-run report is made of: what was measured, and what prices it
+/// (`price::Pricer::measurements`).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Run {
+    pub measurements: Measurements,
+    /// What prices each probe, in the measurements' order.
+    pub costs: Vec<ProbeCost>,
+    /// Every probe's gaps together, for a probe with too few of its own.
+    pub pooled_gaps: GapCounts,
+    /// Hot or cold over the run so far, and why.
+    pub assumption: Option<assume::Decision>,
+}
+
+impl Run {
+    /// The calibration rows every probe is priced with.
+    fn assumes(&self) -> assume::Assumption {
+        self.assumption
+            .as_ref()
+            .map(|d| d.assumes)
+            .unwrap_or_default()
+    }
+
+    /// Each probe's measurements, with what prices them.
+    fn priced(&self) -> impl Iterator<Item = (&ProbeMeasurements, Priced<'_>)> {
+        self.measurements
+            .probes
+            .iter()
+            .zip(&self.costs)
+            .map(|(probe, cost)| (probe, cost.with(&probe.measured, &self.pooled_gaps)))
+    }
+
+    /// The cost of each probe over a run of `duration`, by probe id.
+    pub(crate) fn probe_reports(&self, duration: std::time::Duration) -> Vec<ProbeCostReport> {
+        let assumes = self.assumes();
+        self.priced()
+            .map(|(probe, priced)| probe_report(probe, priced, assumes, duration))
+            .collect()
+    }
+}
 
 /// A probe's cost over a whole run, for exports.
 #[derive(Debug, Clone, Default)]
@@ -75,11 +118,11 @@ pub struct EstimateBracket {
 }
 
 impl EstimateBracket {
-    pub fn of(probes: &[ProbeMeasurements]) -> Self {
+    pub(crate) fn of(run: &Run) -> Self {
         Self {
-            hot: per_hit_under(probes, assume::Assumption::Hot),
-            cold: per_hit_under(probes, assume::Assumption::Cold),
-            clock: per_hit_under(probes, assume::Assumption::Clock),
+            hot: per_hit_under(run, assume::Assumption::Hot),
+            cold: per_hit_under(run, assume::Assumption::Cold),
+            clock: per_hit_under(run, assume::Assumption::Clock),
         }
     }
 
@@ -91,10 +134,10 @@ impl EstimateBracket {
 /// The whole cost per hit of `probes` priced under `assume`, weighted by hits; `None`
 /// when a probe with hits has no estimate, or when the calibration cannot price
 /// `assume` for any of them (no cold rows; no clock read).
-fn per_hit_under(probes: &[ProbeMeasurements], assume: assume::Assumption) -> Option<f64> {
+fn per_hit_under(run: &Run, assume: assume::Assumption) -> Option<f64> {
     let (mut total, mut hits, mut any_priced_as_asked) = (0.0, 0u64, false);
-    for probe in probes.iter().filter(|p| p.hits > 0) {
-        let estimate = probe.cost.estimate(
+    for (probe, priced) in run.priced().filter(|(p, _)| p.hits > 0) {
+        let estimate = priced.estimate(
             probe.mode,
             Some(&probe.handler_ns),
             probe.timed_share,
@@ -107,60 +150,61 @@ fn per_hit_under(probes: &[ProbeMeasurements], assume: assume::Assumption) -> Op
     (hits > 0 && any_priced_as_asked).then(|| total / hits as f64)
 }
 
-/// The cost of one probe over a run of `duration`.
-pub(crate) fn probe_report(
+/// The cost of one probe over a run of `duration`, priced under `assumes`.
+fn probe_report(
     probe: &ProbeMeasurements,
+    priced: Priced<'_>,
+    assumes: assume::Assumption,
     duration: std::time::Duration,
 ) -> ProbeCostReport {
-    let estimate = probe.cost.estimate(
+    let estimate = priced.estimate(
         probe.mode,
         Some(&probe.handler_ns),
         probe.timed_share,
-        probe.assumes,
+        assumes,
     );
     let seconds = duration.as_secs_f64();
     ProbeCostReport {
-        site: probe.cost.site.clone(),
+        site: priced.site.clone(),
         whole_cost_ns: estimate.map(|e| e.whole_ns),
         method: estimate.map(|e| e.method),
         cpu_share: estimate
             .filter(|_| seconds > 0.0)
             .map(|e| cpu_share(e.whole_ns, probe.hits as f64 / seconds)),
-        dispatch: probe.cost.dispatch.clone().filter(|d| d.measured()),
+        dispatch: probe.measured.dispatch.clone().filter(|d| d.measured()),
         assumes: estimate.map(|e| e.assumes),
         reading: estimate.and_then(|e| e.reading),
-        gaps: probe.cost.gaps.summary(),
+        gaps: probe.measured.gaps.summary(),
         streamed_clock: probe
-            .cost
+            .measured
             .streamed_clock
             .as_ref()
             .map(crate::aggregate::HandlerSummary::of),
-        other: probe.cost.other,
-        counting_ns: probe.cost.counting_ns(),
-        shared: probe
-            .cost
+        other: priced.other,
+        counting_ns: priced.counting_ns(),
+        shared: priced
             .estimate_alone(
                 probe.mode,
                 Some(&probe.handler_ns),
                 probe.timed_share,
-                probe.assumes,
+                assumes,
             )
-            .and_then(|alone| probe.cost.shared_split(&alone))
-            .map(|split| (split, probe.cost.shared.clone())),
+            .and_then(|alone| priced.shared_split(&alone))
+            .map(|split| (split, priced.shared.clone())),
     }
 }
 
 /// The run's totals over `duration`.
 pub(crate) fn run_report(
     aggregator: &Aggregator,
-    measurements: &Measurements,
+    run: &Run,
     duration: std::time::Duration,
     other_programs: Vec<bpf_stats::OtherProgram>,
 ) -> RunCostReport {
-    let shares = measurements
-        .probes
-        .iter()
-        .filter_map(|p| probe_report(p, duration).cpu_share)
+    let shares = run
+        .probe_reports(duration)
+        .into_iter()
+        .filter_map(|p| p.cpu_share)
         .collect::<Vec<_>>();
     RunCostReport {
         cpu_share: shares
@@ -172,7 +216,7 @@ pub(crate) fn run_report(
         other_programs,
         in_situ: None,
         estimated_per_hit_ns: None,
-        assumption: measurements.assumption.clone(),
-        bracket: EstimateBracket::of(&measurements.probes),
+        assumption: run.assumption.clone(),
+        bracket: EstimateBracket::of(run),
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::aggregate::Snapshot;
+use super::Snapshot;
 use crate::attach::Attachment;
 use crate::insitu::budget::{Budget, BudgetSummary, Controller, Observed, Plan, Scaler};
 use crate::insitu::{InSitu, Members, MeterError, Reading, SetMeter, Verdict, Window, WorkMeter};

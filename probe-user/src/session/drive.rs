@@ -6,10 +6,10 @@ use std::{path::PathBuf, pin::Pin};
 
 use tokio::sync::{mpsc, watch};
 
+use super::Snapshot;
 use super::report::{self, ReportSource};
 use super::start::Running;
 use super::{StopReason, budget, follow, insitu, maps_watch, others, processes};
-use crate::aggregate::Snapshot;
 use crate::attach::Attachment;
 use crate::cli::RunArgs;
 use crate::present::{

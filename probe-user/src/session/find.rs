@@ -19,7 +19,7 @@ pub(super) struct Found {
     /// through it.
     pub pin: PinnedExe,
     pub probes: Vec<Probe>,
-    pub prepared: crate::price::costs::Prepared,
+    pub prepared: super::Prepared,
     /// Matched, not attached: the kernel refuses them.
     pub skipped: Vec<SkippedPoint>,
 }
@@ -67,7 +67,7 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
             resolve_options,
             pin,
             probes,
-            prepared: crate::price::costs::prepare(&[]),
+            prepared: super::prepare_costs(&[]),
             skipped: Vec::new(),
         });
     }
@@ -104,7 +104,7 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
         );
     }
     let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
-    let mut prepared = crate::price::costs::prepare(&points);
+    let mut prepared = super::prepare_costs(&points);
     if let Some(line) = &prepared.calibration_warning {
         say!("{line}");
     } else if prepared.calibration.is_none() {
@@ -124,7 +124,7 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     }
     let spec_points: Vec<(&str, &ProbePoint)> =
         probes.iter().map(|p| (p.spec.as_str(), &p.point)).collect();
-    for line in crate::price::costs::entry_warnings(&spec_points, &prepared.costs) {
+    for line in super::entry_warnings(&spec_points, &prepared.costs) {
         say!("{line}");
     }
     for (spec, point) in &spec_points {

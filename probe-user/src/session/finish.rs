@@ -29,6 +29,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         budget_hint,
         follow,
         server,
+        otlp,
         maps_watch,
         cgroup_poller,
         others,
@@ -58,6 +59,15 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     if let Some(server) = server {
         server.abort();
     }
+    // The offering task stopped and gone, so the pusher is this function's alone.
+    let otlp = match otlp {
+        Some((pusher, task)) => {
+            task.abort();
+            let _ = task.await;
+            std::sync::Arc::into_inner(pusher)
+        }
+        None => None,
+    };
     if let Some(watch) = maps_watch {
         watch.abort();
     }
@@ -67,7 +77,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     let _ = commands.send(CollectorCommand::Stop).await;
     let Collected {
         mut aggregator,
-        pricer,
+        mut pricer,
         intervals,
     } = collector.await.context("the collector task failed")?;
     // Measured from the window's opening (or the last reset) to the cut.
@@ -110,15 +120,15 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     let other_programs = others.finish();
     {
         let rows = source.rows();
-        for (row, probe) in aggregator.probes_mut().iter_mut().zip(&rows.probes) {
-            if let (Some(site), Some(assumed)) = (&probe.other, row.cost.other) {
-                row.cost.other = Some(super::others::measured_price(
+        for (cost, probe) in pricer.costs_mut().iter_mut().zip(&rows.probes) {
+            if let (Some(site), Some(assumed)) = (&probe.other, cost.other) {
+                cost.other = Some(super::others::measured_price(
                     assumed,
                     site,
                     &other_programs,
                 ));
             }
-            super::others::measured_shared(&mut row.cost.shared, probe, &other_programs);
+            super::others::measured_shared(&mut cost.shared, probe, &other_programs);
         }
     }
     let mut snapshot = pricer.snapshot(&aggregator, duration);
@@ -127,7 +137,8 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         super::budget::scale_rows(&mut snapshot, driver.scaled(&counted))
     });
     pricer.price_latency(&mut aggregator);
-    let measured = pricer.measurements(&aggregator);
+    let priced = pricer.measurements(&aggregator);
+    let measured = &priced.measurements;
     if !measured.latency.is_empty() {
         use std::io::Write as _;
         let table = present::summary::latency_table(&measured.latency, duration.as_secs_f64());
@@ -144,12 +155,11 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         driver.summary(hits)
     });
     // Priced once: the lines below and the exports show the same numbers.
-    let run_cost =
-        crate::price::report::run_report(&aggregator, &measured, duration, other_programs);
+    let run_cost = super::run_report(&aggregator, &priced, duration, other_programs);
     sys::stderr::say_text(&crate::present::cost_report::report(
         &labels,
         &aggregator,
-        &measured,
+        &priced,
         duration,
         &run_cost.bracket,
     ));
@@ -176,7 +186,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     let mut report = build_report(
         &target,
         &rows,
-        &measured.probes,
+        &priced,
         &intervals,
         started_unix_ms,
         duration,
@@ -220,6 +230,13 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
                 }
             }
             Err(e) => failed.push(e.to_string()),
+        }
+    }
+    // The final numbers, the exports' own, go to the collector last.
+    if let Some(pusher) = otlp {
+        let resource = present::otlp::resource(&report);
+        if let Some(line) = pusher.finish(&report, &resource) {
+            say!("probetop: {line}");
         }
     }
     if let Some(line) = traced::warning_at_exit(&target) {

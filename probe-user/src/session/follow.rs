@@ -20,6 +20,7 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::ProbeCost;
 use super::StopReason;
 use super::probe::{Probe, refuse_unsafe_return_probes};
 use super::report::{ReportSource, unix_now_ms};
@@ -30,7 +31,6 @@ use crate::present::{
     export::ExecReport,
     tui::{TargetLine, UiEvent},
 };
-use crate::price::ProbeCost;
 use crate::resolve::{self, ProbePoint, ResolveOptions};
 use crate::spec::ProbeSpec;
 use crate::stream::CollectorCommand;
@@ -408,12 +408,12 @@ async fn attach(
             probe.mode = crate::delivery::DeliveryMode::of_config(config);
             probe.name = ProbeLabel::new(point.point.kind, &point.point.name, "").display;
             // Kernel dispatch is not measured for these (it stopped at the exec).
-            probe.cost = cost.clone();
-            probe.cost.captures_args = config.args.count > 0;
             probe.keys = point
                 .key_slot(follow.args)
                 .map(|(key, at)| crate::aggregate::HitKeys::new(key, at, follow.max_keys));
-            (probe, *config)
+            let mut cost = cost.clone();
+            cost.captures_args = config.args.count > 0;
+            (probe, *config, cost)
         })
         .collect();
     let (reply, added) = oneshot::channel();
@@ -555,7 +555,7 @@ impl Job {
             return Outcome::Superseded(target);
         }
         let points: Vec<&ProbePoint> = probes.iter().map(|p| &p.point).collect();
-        let costs = crate::price::costs::prepare(&points).costs;
+        let costs = super::prepare_costs(&points).costs;
         Outcome::Resolved(Resolved {
             target,
             pin,

@@ -24,15 +24,15 @@ use anyhow::Context as _;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{oneshot, watch};
 
+use super::Assumption;
 use super::probe::{Probe, counting_config};
+use super::{OtherPrice, ProgramMethod};
 use crate::attach::others::{self, OtherSite, Owner};
 use crate::attach::{self, Attachment, KernelCounters, LoadOptions};
 use crate::cli::RunArgs;
 use crate::delivery::DeliveryMode;
 use crate::present::export;
 use crate::present::processes::{self, HostReport, ProcessRow, SiteRow};
-use crate::price::assume::Assumption;
-use crate::price::estimate::{OtherPrice, ProgramMethod};
 use crate::resolve::{ResolveOptions, Resolver};
 use crate::sys::maps::{FileId, read_maps};
 use crate::sys::procfs::{self, Stat};
@@ -172,6 +172,7 @@ fn check_args(args: &RunArgs) -> Result<(), UsageError> {
         (args.follow_exec, "--follow-exec"),
         (args.in_situ, "--in-situ"),
         (args.listen.is_some(), "--listen"),
+        (args.otlp.is_some(), "--otlp"),
         (args.bpf_stats, "--bpf-stats"),
         (args.args > 0, "--args"),
     ];
@@ -316,7 +317,7 @@ struct Named {
     name: String,
     object: String,
     point: crate::resolve::ProbePoint,
-    cost: crate::price::ProbeCost,
+    cost: super::ProbeCost,
 }
 
 /// One counted site in one process.
@@ -562,7 +563,7 @@ impl Engine {
             return;
         }
         let points: Vec<&crate::resolve::ProbePoint> = new.iter().map(|(_, p)| p).collect();
-        let costs = crate::price::costs::prepare(&points).costs;
+        let costs = super::prepare_costs(&points).costs;
         for ((key, point), cost) in new.into_iter().zip(costs) {
             self.named.insert(
                 key,
@@ -802,19 +803,19 @@ fn owners_of(sites: &[OtherSite]) -> Vec<Owner> {
 }
 
 /// A hit's whole cost at a site, ns: the trap of its class once, plus every owner's
-/// program (assumed as dear as probetop's counting one; a tracefs event's write is not
-/// priced). `None` without a calibration.
-fn price(cost: &crate::price::ProbeCost, owners: &[OtherSite]) -> Option<f64> {
+/// program (assumed as dear as probetop's counting one; a tracefs event's record as the
+/// calibration's own event's, or not priced without that row). `None` without a calibration.
+fn price(cost: &super::ProbeCost, owners: &[OtherSite]) -> Option<f64> {
     let prices: Vec<OtherPrice> = owners
         .iter()
         .map(|site| super::others::assumed_price(cost, site))
         .collect();
     let program_ns: f64 = prices.iter().filter_map(|p| p.program_ns).sum();
-    let program_method = if prices
-        .iter()
-        .any(|p| p.program_method == ProgramMethod::AssumedCounting)
-    {
+    let has = |method| prices.iter().any(|p| p.program_method == method);
+    let program_method = if has(ProgramMethod::AssumedCounting) {
         ProgramMethod::AssumedCounting
+    } else if has(ProgramMethod::CalibratedTracefs) {
+        ProgramMethod::CalibratedTracefs
     } else {
         ProgramMethod::NotPriced
     };
@@ -823,7 +824,7 @@ fn price(cost: &crate::price::ProbeCost, owners: &[OtherSite]) -> Option<f64> {
         program_ns: Some(program_ns),
         program_method,
     });
-    cost.estimate(DeliveryMode::Sample, None, 1.0, Assumption::Hot)
+    cost.estimate_unmeasured(DeliveryMode::Sample, None, 1.0, Assumption::Hot)
         .map(|e| e.whole_ns)
 }
 

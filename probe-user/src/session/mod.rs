@@ -36,6 +36,12 @@ mod traced;
 pub(crate) use commands::{calibrate, list};
 
 use crate::cli::RunArgs;
+// What the phases use of the price stage: the costs prepared before the run, the
+// Pricer the collector owns, and the priced results the run's end reports.
+use crate::price::{
+    AssumeChoice, Assumer, Assumption, OtherPrice, Prepared, Pricer, ProbeCost, ProgramMethod, Run,
+    SharedOwner, Snapshot, entry_warnings, label_tag, prepare_costs, run_report,
+};
 
 /// Why measuring stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,9 +67,9 @@ pub(crate) async fn run(mut args: RunArgs) -> anyhow::Result<()> {
         return host::run(args).await;
     }
     stop::stop_before_attaching()?;
-    if args.assume == crate::price::assume::AssumeChoice::Gap {
+    if args.assume == AssumeChoice::Gap {
         say!("probetop: --assume gap is retired: pricing as --assume clock");
-        args.assume = crate::price::assume::AssumeChoice::Clock;
+        args.assume = AssumeChoice::Clock;
     }
     let plan = plan::Plan::from_args(&args)?;
     // A target that exits while probetop starts makes some step fail (a read of its

@@ -14,14 +14,14 @@ use std::time::Duration;
 use probe_common::ProbeConfig;
 use tokio::sync::oneshot;
 
+use super::ProbeCost;
 use super::follow::{Links, attached_now};
 use super::probe::Probe;
+use super::{OtherPrice, ProgramMethod, SharedOwner};
 use crate::aggregate::ProbeAggregate;
 use crate::attach::bpf_stats::OtherProgram;
 use crate::attach::others::{self, OtherSite};
 use crate::present::ProbeLabel;
-use crate::price::ProbeCost;
-use crate::price::estimate::{OtherPrice, ProgramMethod, SharedOwner};
 use crate::resolve::{ResolveOptions, Resolver};
 use crate::stream::CollectorCommand;
 use crate::target::Target;
@@ -170,6 +170,42 @@ fn counting_line(probe: &Probe, own: &[Probe]) -> String {
     }
 }
 
+/// The semaphore offset to count another tool's probe with, after the kernel refused
+/// `probe`'s counter there with EINVAL (it keeps one semaphore offset per site and the
+/// owner registered another): the offset the kernel holds, read from its log, when
+/// joining with it writes nothing into `pid` (a stray offset outside any writable
+/// mapping: Debian's BCC 0.26 passes its stack's garbage, 0x6, in the ELF header). The
+/// owner's probe stays as it was: same site, same semaphore, one more consumer. Sets it
+/// on `probe`; `None` when there is nothing safe to join with.
+pub(super) fn held_semaphore_to_join(
+    probe: &mut Probe,
+    error: &crate::attach::AttachError,
+    pid: u32,
+) -> Option<u64> {
+    let site = probe.other.as_mut()?;
+    if !error.site_held() || site.ref_ctr_offset != 0 {
+        return None;
+    }
+    let held = others::held_semaphore(&site.file, site.offset)?;
+    if held == 0 || !others::semaphore_writes_nothing(pid, &site.file, held) {
+        return None;
+    }
+    site.ref_ctr_offset = held;
+    Some(held)
+}
+
+/// The line said when probetop's counter joined another tool's site with its semaphore.
+pub(super) fn joined_line(probe: &Probe, held: u64) -> String {
+    format!(
+        "counting {}'s {}:{} ({}+{:#x}) with the semaphore offset {held:#x} it registered (the kernel keeps one per site; nothing is written into the target there)",
+        probe.owner_tag().unwrap_or_default(),
+        probe.point.kind,
+        probe.point.name,
+        probe.point.object.display(),
+        probe.point.file_offset
+    )
+}
+
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
 }
@@ -184,16 +220,22 @@ fn same_site(a: &OtherSite, b: &OtherSite) -> bool {
 
 /// The price of another tool's probe before its program was measured: a BPF program
 /// as dear as probetop's counting one (the calibration's); a tracefs event's ftrace
-/// write is not priced.
+/// record as the calibration's own event's (not priced without that row).
 pub(super) fn assumed_price(cost: &ProbeCost, site: &OtherSite) -> OtherPrice {
     match site.prog_id {
         Some(_) => OtherPrice {
             program_ns: cost.counting_ns(),
             program_method: ProgramMethod::AssumedCounting,
         },
-        None => OtherPrice {
-            program_ns: None,
-            program_method: ProgramMethod::NotPriced,
+        None => match cost.basis.and_then(|b| b.tracefs_extra_ns) {
+            Some(ns) => OtherPrice {
+                program_ns: Some(ns),
+                program_method: ProgramMethod::CalibratedTracefs,
+            },
+            None => OtherPrice {
+                program_ns: None,
+                program_method: ProgramMethod::NotPriced,
+            },
         },
     }
 }
@@ -386,7 +428,7 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
         return;
     }
     let points: Vec<&crate::resolve::ProbePoint> = probes.iter().map(|p| &p.point).collect();
-    let mut costs = crate::price::costs::prepare(&points).costs;
+    let mut costs = super::prepare_costs(&points).costs;
     let mut configs = Vec::new();
     let mut rows = Vec::new();
     for (probe, cost) in probes.iter().zip(&mut costs) {
@@ -397,9 +439,8 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
         let mut row = ProbeAggregate::default();
         row.mode = crate::delivery::DeliveryMode::of_config(&config);
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
-        row.cost = cost.clone();
         configs.push(config);
-        rows.push((row, config));
+        rows.push((row, config, cost.clone()));
     }
     let (reply, added) = oneshot::channel();
     let command = CollectorCommand::AddProbes {
@@ -428,9 +469,29 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
             probe.request((first + offset) as u32, *config, watch.filter_pid)
         })
         .collect();
-    let outcomes = links.attachment.attach_configured_all(&requests);
+    let mut outcomes = links.attachment.attach_configured_all(&requests);
     drop(requests);
     let mut probes = probes;
+    let mut joined: Vec<Option<String>> = vec![None; probes.len()];
+    for (offset, (probe, outcome)) in probes.iter_mut().zip(outcomes.iter_mut()).enumerate() {
+        if let Err(e) = outcome
+            && let Some(held) = held_semaphore_to_join(probe, e, watch.target.pid)
+        {
+            let id = (first + offset) as u32;
+            let retried = links.attachment.attach_configured_all(&[probe.request(
+                id,
+                configs[offset],
+                watch.filter_pid,
+            )]);
+            if let Some(Ok(())) = retried.into_iter().next() {
+                *outcome = Ok(());
+                joined[offset] = Some(joined_line(probe, held));
+            } else if let Some(site) = &mut probe.other {
+                // Not joined after all: the row says what was refused.
+                site.ref_ctr_offset = 0;
+            }
+        }
+    }
     let mut lines = Vec::new();
     for (offset, (probe, outcome)) in probes.iter_mut().zip(outcomes).enumerate() {
         match outcome {
@@ -438,7 +499,11 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
                 if let Some(site) = &probe.other {
                     watch.live.push(((first + offset) as u32, site.clone()));
                 }
-                lines.push(counting_line(probe, &links.source.rows().probes));
+                lines.push(
+                    joined[offset]
+                        .take()
+                        .unwrap_or_else(|| counting_line(probe, &links.source.rows().probes)),
+                );
             }
             Err(e) => {
                 if let Some(site) = &mut probe.other {

@@ -197,7 +197,7 @@ pub(super) fn check_total(total: usize, max: usize, specs: usize) -> Result<(), 
 /// costs and sites go with them; returns what was skipped.
 pub(super) fn skip_refused_sites(
     probes: &mut Vec<Probe>,
-    prepared: &mut crate::price::costs::Prepared,
+    prepared: &mut super::Prepared,
 ) -> Vec<SkippedPoint> {
     // A test hook: leaves the refusals to the kernel, to test the way on at attach.
     if std::env::var_os("PROBETOP_TEST_NO_SITE_FILTER").is_some() {
@@ -274,7 +274,7 @@ pub(super) fn skipped_line(skipped: &[SkippedPoint], why: &str) -> String {
 pub(super) struct Attached<'a> {
     pub attachment: &'a mut Attachment,
     pub probes: &'a mut Vec<Probe>,
-    pub prepared: &'a mut crate::price::costs::Prepared,
+    pub prepared: &'a mut super::Prepared,
     pub skipped: &'a mut Vec<SkippedPoint>,
 }
 
@@ -291,12 +291,14 @@ pub(super) fn go_on_without_refused(
 ) -> Result<(), AttachError> {
     // (probe id, why the kernel refused it)
     let mut refused: Vec<(usize, String)> = Vec::new();
+    let mut run = run;
     for (id, outcome) in outcomes.into_iter().enumerate() {
         match outcome {
             Ok(()) => {}
             Err(error) if error.point_refused() => {
                 refused.push((id, REFUSED_AT_ATTACH.to_string()))
             }
+            Err(error) if joined_held_semaphore(&mut run, id, &error, config, filter_pid) => {}
             Err(error) if error.site_held() => refused.push((id, site_held_why(&run.probes[id]))),
             Err(error) => return Err(error),
         }
@@ -333,6 +335,36 @@ pub(super) fn go_on_without_refused(
         .map(|(&id, &config)| run.probes[id].request(id as u32, config, filter_pid))
         .collect();
     run.attachment.attach_all(&requests)
+}
+
+/// Another tool's probe whose counter the kernel refused (EINVAL: the owner holds the
+/// site with another semaphore offset) attached again with the owner's offset where
+/// that writes nothing into the target (`others::held_semaphore_to_join`); whether it
+/// is attached now.
+fn joined_held_semaphore(
+    run: &mut Attached<'_>,
+    id: usize,
+    error: &AttachError,
+    config: &dyn Fn(&Probe) -> ProbeConfig,
+    filter_pid: u32,
+) -> bool {
+    let probe = &mut run.probes[id];
+    let Some(held) = super::others::held_semaphore_to_join(probe, error, filter_pid) else {
+        return false;
+    };
+    let request = probe.request(id as u32, config(probe), filter_pid);
+    if run
+        .attachment
+        .attach_all(std::slice::from_ref(&request))
+        .is_ok()
+    {
+        say!("probetop: {}", super::others::joined_line(probe, held));
+        return true;
+    }
+    if let Some(site) = &mut run.probes[id].other {
+        site.ref_ctr_offset = 0;
+    }
+    false
 }
 
 /// Why the kernel refused `probe` with EINVAL: another tool holds its site with another

@@ -104,7 +104,7 @@ impl Probe {
     }
 
     /// How the probe is named on screen; single-stepped and refused sites are marked.
-    pub(super) fn label(&self, cost: &crate::price::ProbeCost) -> ProbeLabel {
+    pub(super) fn label(&self, cost: &super::ProbeCost) -> ProbeLabel {
         let mut label = ProbeLabel::new(
             self.point.kind,
             &self.point.name,
@@ -120,7 +120,7 @@ impl Probe {
             label.display = format!("{} [shared: {other}]", label.display);
             label.owner = Some(format!("own+{other}"));
         }
-        if let Some(tag) = crate::price::label_tag(cost) {
+        if let Some(tag) = super::label_tag(cost) {
             label.display = format!("{} {tag}", label.display);
         }
         label

@@ -10,9 +10,10 @@ use std::{
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::Run;
 use super::probe::Probe;
 use crate::UsageError;
-use crate::aggregate::{IntervalLog, ProbeMeasurements};
+use crate::aggregate::IntervalLog;
 use crate::present::export::{self, ExecReport, Interval, ProbeReport, Report};
 use crate::stream::{self, CollectorCommand, Copied};
 use crate::target::Target;
@@ -80,12 +81,13 @@ impl ReportSource {
             intervals,
         } = copy.await.ok()?;
         let now_ktime_ns = stream::ktime_now_ns();
-        let duration =
-            Duration::from_nanos(now_ktime_ns.saturating_sub(measurements.window_start_ns));
+        let duration = Duration::from_nanos(
+            now_ktime_ns.saturating_sub(measurements.measurements.window_start_ns),
+        );
         let mut report = build_report(
             &self.target,
             &self.rows(),
-            &measurements.probes,
+            &measurements,
             &intervals,
             unix_now_ms().saturating_sub(duration.as_millis() as u64),
             duration,
@@ -105,10 +107,10 @@ impl ReportSource {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         report.attach_path = Some(self.attach_path);
-        report.target_cpu = measurements.target_cpu;
+        report.target_cpu = measurements.measurements.target_cpu;
         report.cost.assumption = measurements.assumption;
-        report.latency = measurements.latency;
-        report.keyed = measurements.keyed;
+        report.latency = measurements.measurements.latency;
+        report.keyed = measurements.measurements.keyed;
         Some(report)
     }
 }
@@ -211,7 +213,7 @@ pub(super) fn write_empty(
     args: &crate::cli::RunArgs,
 ) -> anyhow::Result<()> {
     use std::io::Write as _;
-    let snapshot = crate::aggregate::Snapshot {
+    let snapshot = super::Snapshot {
         elapsed: waited,
         ..Default::default()
     };
@@ -240,7 +242,7 @@ pub(super) fn check_export_format(target: &Target, path: &Path) -> anyhow::Resul
 pub(super) fn build_report(
     target: &Target,
     rows: &Rows,
-    measured: &[ProbeMeasurements],
+    priced: &Run,
     intervals: &IntervalLog,
     started_unix_ms: u64,
     duration: Duration,
@@ -253,9 +255,10 @@ pub(super) fn build_report(
         probes: rows
             .probes
             .iter()
-            .zip(measured)
+            .zip(&priced.measurements.probes)
+            .zip(priced.probe_reports(duration))
             .enumerate()
-            .map(|(id, (probe, measured))| ProbeReport {
+            .map(|(id, ((probe, measured), cost))| ProbeReport {
                 id: id as u32,
                 spec: probe.spec.clone(),
                 kind: probe.point.kind,
@@ -280,7 +283,7 @@ pub(super) fn build_report(
                 dropped: measured.dropped,
                 handler_ns: measured.handler_ns.clone(),
                 cost: crate::present::headline::unpriced_without_hits(
-                    crate::price::report::probe_report(measured, duration),
+                    cost,
                     measured.hits,
                     probe.other.as_ref().is_some_and(|site| !site.counted),
                 ),

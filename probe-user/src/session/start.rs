@@ -16,12 +16,13 @@ use tokio::{
     task::JoinHandle,
 };
 
+use super::Snapshot;
 use super::find::Found;
 use super::plan::Plan;
 use super::probe::Probe;
 use super::report::{ReportSource, Rows};
 use super::{StopReason, follow, insitu, maps_watch, points, processes, stop};
-use crate::aggregate::{Aggregator, Snapshot};
+use crate::aggregate::Aggregator;
 use crate::attach::{self, AttachRequest, Attachment, LoadOptions};
 use crate::cli::{Mode, RunArgs};
 use crate::delivery::DeliveryMode;
@@ -57,6 +58,8 @@ pub(super) struct Running {
     pub budget_hint: Option<super::budget::Hint>,
     pub follow: Option<follow::Follow>,
     pub server: Option<JoinHandle<()>>,
+    /// `--otlp`: the push thread, and the task that offers it a report every --interval.
+    pub otlp: Option<(Arc<crate::present::otlp::Pusher>, JoinHandle<()>)>,
     /// Says when a probed object is replaced on disk and loaded again, and finds the
     /// probes to move when one is replaced before it is loaded.
     pub maps_watch: Option<JoinHandle<()>>,
@@ -75,7 +78,7 @@ pub(super) struct Running {
 struct Attached {
     attachment: Attachment,
     probes: Vec<Probe>,
-    prepared: crate::price::costs::Prepared,
+    prepared: super::Prepared,
     skipped: Vec<export::SkippedPoint>,
     dispatch: Option<crate::attach::dispatch::Dispatch>,
     shutdown: Pin<Box<dyn Future<Output = StopReason> + Send>>,
@@ -164,7 +167,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     }
     aggregator.latency =
         crate::aggregate::Latency::new(super::probe::latency_pairs(&probes), args.max_keys);
-    let mut assumer = crate::price::assume::Assumer::new(args.assume, pid);
+    let mut assumer = super::Assumer::new(args.assume, pid);
     assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     // The clock is read on streamed hits: ring and auto modes, or kernel mode's phase.
     assumer.clock = work_curve_has_clock(&prepared)
@@ -185,7 +188,9 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         }
         cost.shared = super::others::assumed_shared(cost, probe);
     }
-    crate::aggregate::install_costs(&mut aggregator, prepared.costs, dispatch_running);
+    if dispatch_running {
+        crate::aggregate::measure_dispatch(&mut aggregator);
+    }
     if let Some(dispatch) = dispatch {
         counters.set_dispatch(dispatch);
     }
@@ -194,7 +199,12 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     // start hold no hit that the records or the counts would hold and the other not.
     stream::baseline_kernel_counters(&counters, &mut aggregator);
     aggregator.open_window(stream::ktime_now_ns());
-    let mut pricer = crate::price::Pricer::new(assumer);
+    let mut labels: Vec<ProbeLabel> = probes
+        .iter()
+        .zip(&prepared.costs)
+        .map(|(p, cost)| p.label(cost))
+        .collect();
+    let mut pricer = super::Pricer::new(assumer, prepared.costs);
     pricer.open();
     stream::start_counting(&mut counters, &aggregator)
         .context("opening the window: the probes' kernel configs cannot be written")?;
@@ -219,11 +229,6 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         panic!("PROBETOP_TEST_PANIC_AFTER_ATTACH is set");
     }
 
-    let mut labels: Vec<ProbeLabel> = probes
-        .iter()
-        .zip(aggregator.probes())
-        .map(|(p, measured)| p.label(&measured.cost))
-        .collect();
     crate::present::names::distinguish(&mut labels);
     let (snapshot_tx, snapshots) = watch::channel(Snapshot::default());
     let (commands, command_rx) = mpsc::channel(16);
@@ -337,6 +342,10 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         })
     });
     let server = listener.map(|listener| serve(listener, &source));
+    let otlp = match &args.otlp {
+        Some(url) => Some(push_otlp(url, args.interval, &source)?),
+        None => None,
+    };
     Ok(Running {
         target: plan.target,
         pin,
@@ -353,6 +362,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         budget_hint,
         follow,
         server,
+        otlp,
         maps_watch,
         moves,
         cgroup_poller,
@@ -364,7 +374,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
 }
 
 /// Whether the calibration's work curve holds the ring handler's clock.
-fn work_curve_has_clock(prepared: &crate::price::costs::Prepared) -> bool {
+fn work_curve_has_clock(prepared: &super::Prepared) -> bool {
     prepared.costs.iter().any(|cost| {
         cost.work_curve
             .as_ref()
@@ -376,8 +386,8 @@ fn work_curve_has_clock(prepared: &crate::price::costs::Prepared) -> bool {
 /// can price their in-kernel hits (`--clock-seconds`): only where the estimate may read
 /// it (`--assume clock` or `auto`; no `--args`; a calibration whose work curve
 /// holds the clock).
-fn clock_phase(args: &RunArgs, prepared: &crate::price::costs::Prepared) -> Option<Duration> {
-    use crate::price::assume::AssumeChoice;
+fn clock_phase(args: &RunArgs, prepared: &super::Prepared) -> Option<Duration> {
+    use super::AssumeChoice;
     (args.mode == Mode::Kernel
         && matches!(args.assume, AssumeChoice::Clock | AssumeChoice::Auto)
         && args.args == 0
@@ -395,7 +405,7 @@ fn attach_probes(
     base_config: ProbeConfig,
     clock_phase: bool,
     mut probes: Vec<Probe>,
-    mut prepared: crate::price::costs::Prepared,
+    mut prepared: super::Prepared,
     mut skipped: Vec<export::SkippedPoint>,
 ) -> anyhow::Result<Attached> {
     let target = &plan.target;
@@ -589,20 +599,56 @@ struct CgroupWatch {
     removed: oneshot::Receiver<()>,
 }
 
-/// `--listen`: serves what was measured so far, as Prometheus text.
+/// `--listen`: serves what was measured so far, as Prometheus text or protobuf.
 fn serve(listener: tokio::net::TcpListener, source: &Arc<ReportSource>) -> JoinHandle<()> {
     match listener.local_addr() {
         Ok(addr) => say!("probetop: serving metrics on http://{addr}/metrics"),
         Err(e) => say!("probetop: serving metrics (address unknown: {e})"),
     }
     let source = source.clone();
-    tokio::spawn(listen::serve(listener, move || {
+    tokio::spawn(listen::serve(listener, move |format| {
         let source = source.clone();
         async move {
             let report = source.report(false).await?;
-            Some(export::prometheus::render_prometheus(&report))
+            Some(match format {
+                listen::Format::Text => export::prometheus::render_prometheus(&report).into_bytes(),
+                listen::Format::Protobuf => export::promproto::render_protobuf(&report),
+            })
         }
     }))
+}
+
+/// `--otlp`: a report every `interval` seconds, offered to the push thread (which never
+/// holds this task up).
+fn push_otlp(
+    url: &str,
+    interval: f64,
+    source: &Arc<ReportSource>,
+) -> anyhow::Result<(Arc<crate::present::otlp::Pusher>, JoinHandle<()>)> {
+    let pusher = Arc::new(
+        crate::present::otlp::Pusher::start(url.to_string())
+            .with_context(|| format!("--otlp {url}: cannot start the push thread"))?,
+    );
+    say!("probetop: pushing metrics to {url} every {interval} s");
+    let source = source.clone();
+    let task = tokio::spawn({
+        let pusher = pusher.clone();
+        async move {
+            let mut tick = tokio::time::interval(Duration::from_secs_f64(interval));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut resource = None;
+            loop {
+                tick.tick().await;
+                let Some(report) = source.report(false).await else {
+                    return;
+                };
+                let resource =
+                    resource.get_or_insert_with(|| crate::present::otlp::resource(&report));
+                pusher.offer(&report, resource);
+            }
+        }
+    });
+    Ok((pusher, task))
 }
 
 /// Refuses, before anything is attached, a run whose probes need more memory than the

@@ -3,7 +3,7 @@
 //! wrappers (anonymous and executable memory: [`mem`]). Every file of /proc probetop
 //! reads is named here too, with one parser of each format: per-process files, sysctls,
 //! kallsyms ([`procfs`]) and the memory map ([`maps`]), and the cgroup v2 member lists
-//! ([`cgroup`]), and tracefs, mounted when absent ([`tracefs`]). A leaf: it uses nothing of the
+//! ([`cgroup`]), tracefs, mounted when absent ([`tracefs`]), and the kernel log ([`kmsg`]). A leaf: it uses nothing of the
 //! crate. BPF maps and programs go through aya; the few `bpf(2)` commands aya 0.14 does
 //! not have are [`bpf`]'s. The lines probetop writes to stderr go through [`stderr`],
 //! which holds them while the TUI has the terminal.
@@ -13,6 +13,7 @@ pub(crate) mod cgroup;
 pub(crate) mod clock;
 pub(crate) mod cpu;
 pub(crate) mod files;
+pub(crate) mod kmsg;
 pub(crate) mod limits;
 pub(crate) mod maps;
 pub(crate) mod mem;

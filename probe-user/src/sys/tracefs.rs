@@ -63,3 +63,116 @@ pub(crate) fn event_enabled(root: &str, group: &str, name: &str) -> Option<bool>
     .ok()?;
     Some(text.trim() != "0")
 }
+
+/// A uprobe event of probetop's own in `uprobe_events`, enabled in a tracefs instance of
+/// its own (so ftrace writes its hits into that instance's buffer, never into the
+/// machine's main trace a user may be reading); disabled and removed, with the
+/// instance, when dropped. The calibration prices other tools' tracefs events with it.
+pub(crate) struct OwnUprobeEvent {
+    root: &'static str,
+    group: String,
+}
+
+/// The event's one name inside its group.
+const OWN_EVENT: &str = "hit";
+/// Groups (and instances) of probetop's own events: the prefix, then the pid.
+const OWN_GROUP_PREFIX: &str = "probetop_cal_";
+
+impl OwnUprobeEvent {
+    /// Defines `p:probetop_cal_PID/hit PATH:0xOFFSET` (no arguments: the cheapest record
+    /// ftrace writes) and enables it in the instance `probetop_cal_PID`. Events of
+    /// probetop processes that no longer run (a calibration killed mid-way) go first.
+    pub(crate) fn add(path: &Path, file_offset: u64) -> io::Result<Self> {
+        let root = match find_or_mount()? {
+            Tracefs::Found(root) | Tracefs::MountedNow(root) => root,
+        };
+        remove_stale_own_events(root);
+        let group = format!("{OWN_GROUP_PREFIX}{}", std::process::id());
+        let event = Self { root, group };
+        append(
+            &Path::new(root).join("uprobe_events"),
+            &format!(
+                "p:{}/{OWN_EVENT} {}:{file_offset:#x}\n",
+                event.group,
+                path.display()
+            ),
+        )?;
+        std::fs::create_dir(event.instance())?;
+        std::fs::write(event.enable_file(), "1")?;
+        Ok(event)
+    }
+
+    fn instance(&self) -> std::path::PathBuf {
+        Path::new(self.root).join("instances").join(&self.group)
+    }
+
+    fn enable_file(&self) -> std::path::PathBuf {
+        self.instance()
+            .join("events")
+            .join(&self.group)
+            .join(OWN_EVENT)
+            .join("enable")
+    }
+}
+
+impl Drop for OwnUprobeEvent {
+    fn drop(&mut self) {
+        remove_own_event(self.root, &self.group);
+    }
+}
+
+/// Disables and removes the event `group/hit` and its instance (each step may find
+/// nothing left to do).
+fn remove_own_event(root: &str, group: &str) {
+    let instance = Path::new(root).join("instances").join(group);
+    let _ = std::fs::write(
+        instance
+            .join("events")
+            .join(group)
+            .join(OWN_EVENT)
+            .join("enable"),
+        "0",
+    );
+    let _ = std::fs::remove_dir(&instance);
+    let _ = append(
+        &Path::new(root).join("uprobe_events"),
+        &format!("-:{group}/{OWN_EVENT}\n"),
+    );
+}
+
+/// Removes probetop's own events whose process is gone.
+fn remove_stale_own_events(root: &str) {
+    let Ok(events) = uprobe_events(root) else {
+        return;
+    };
+    for line in events.lines() {
+        let Some(group) = line
+            .split_whitespace()
+            .next()
+            .and_then(|head| head.split_once(':'))
+            .and_then(|(_, name)| name.split_once('/'))
+            .map(|(group, _)| group)
+        else {
+            continue;
+        };
+        let Some(pid) = group
+            .strip_prefix(OWN_GROUP_PREFIX)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            remove_own_event(root, group);
+        }
+    }
+}
+
+/// Appends one line to a tracefs control file (a truncating write would clear every
+/// other tool's definitions).
+fn append(path: &Path, line: &str) -> io::Result<()> {
+    use std::io::Write as _;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)?
+        .write_all(line.as_bytes())
+}

@@ -363,3 +363,189 @@ fn every_format_carries_the_cost_and_the_headline() {
     }
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// Calls of each spin function in the latency fixture's measured pass.
+const LATENCY_CALLS: u64 = 200;
+
+/// Starts the `c/latency` fixture with `LATENCY_CALLS` calls of each spin function, and
+/// little recursion; `--hold` keeps it alive after its `done` line.
+fn latency_fixture(hold: bool) -> Running {
+    let mut command = Command::new(fixture("c/latency"));
+    command.args(["--calls", &LATENCY_CALLS.to_string()]);
+    command.args(["--threads", "1", "--depth", "0", "--rounds", "1"]);
+    if hold {
+        command.arg("--hold");
+    }
+    let running = Running::spawn(command);
+    running.out().wait_for("ready pid=");
+    running
+}
+
+/// What Java's HdrHistogram (`tests/java/HlogCheck.java`) reads in an `.hlog`: per tag,
+/// the `TAG` line (`TAG t intervals=N count=N max=N`).
+fn java_hlog_tags(hlog: &Path) -> Vec<String> {
+    let java_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/java");
+    let lib = java_dir.join("target/lib");
+    output_ok(
+        Command::new("mvn")
+            .arg("-q")
+            .arg("-f")
+            .arg(java_dir.join("pom.xml"))
+            .arg("dependency:copy-dependencies")
+            .arg(format!("-DoutputDirectory={}", lib.display())),
+        "mvn dependency:copy-dependencies (Maven 3)",
+    );
+    let out = output_ok(
+        Command::new("java")
+            .arg("-Duser.timezone=UTC")
+            .arg("-cp")
+            .arg(format!("{}/*", lib.display()))
+            .arg(java_dir.join("HlogCheck.java"))
+            .arg(hlog),
+        "java HlogCheck.java (JDK 11+)",
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with("TAG "))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A `latency:` pair in every export, each read by its own reader (the csv crate,
+/// promtool, Java's HdrHistogram for the `.hlog`, the `.hgrm` text, the HTML page): a
+/// latency row whose calls are the fixture's calls, exactly, beside the probes' rows,
+/// with the same percentiles as the JSON's.
+#[test]
+#[ignore = "needs root, the fixtures, promtool, Java and Maven"]
+fn every_format_carries_a_latency_row_with_every_call() {
+    let _turn = turn(module_path!());
+    let mut target = latency_fixture(false);
+    let base = export_path("latency-every-format");
+    let path = |ext: &str| base.with_extension(ext);
+    // Priced by this machine's calibration, so the corrected columns and the share are
+    // there too.
+    let cache = calibrated_cache("latency-exports");
+    let mut cmd = probetop();
+    cmd.env("XDG_CACHE_HOME", &cache)
+        .args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["-e", "latency:spin_20us"]);
+    for ext in ["json", "csv", "prom", "html", "hlog", "hgrm"] {
+        cmd.arg("--export").arg(path(ext));
+    }
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached 2 probes");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("done ");
+    assert!(target.wait().success());
+    let status = probetop.wait();
+    assert!(status.success(), "{:?}", probetop.err().rest());
+
+    // JSON: the row every other format is held against.
+    let json = read_export(&path("json"));
+    let entries = json["probes"].as_array().expect("probes");
+    let row = entries
+        .iter()
+        .find(|p| p["kind"] == "latency")
+        .unwrap_or_else(|| panic!("no latency row: {json}"));
+    assert_eq!(row["calls"], LATENCY_CALLS, "{row}");
+    assert_eq!(row["corrected"], true, "priced: {row}");
+    let measured = &row["latency_ns"];
+    let corrected = &row["latency_corrected_ns"];
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("{v}"));
+
+    // CSV: one row per JSON entry, the latency row last.
+    let mut reader = csv::Reader::from_path(path("csv")).expect("csv");
+    let header = reader.headers().expect("header").clone();
+    let col = |name: &str| header.iter().position(|h| h == name).expect(name);
+    let rows: Vec<csv::StringRecord> = reader.records().map(|r| r.expect("row")).collect();
+    assert_eq!(rows.len(), entries.len());
+    let last = rows.last().expect("rows");
+    assert_eq!(&last[col("kind")], "latency");
+    assert_eq!(&last[col("name")], "spin_20us");
+    assert_eq!(last[col("calls")].parse::<u64>().ok(), Some(LATENCY_CALLS));
+    for (csv_col, value) in [
+        ("p50", &measured["p50"]),
+        ("p999", &measured["p999"]),
+        ("max", &measured["max"]),
+        ("corrected_p50", &corrected["p50"]),
+        ("corrected_p99", &corrected["p99"]),
+    ] {
+        assert_eq!(
+            last[col(csv_col)].parse::<u64>().ok(),
+            Some(n(value)),
+            "{csv_col}"
+        );
+    }
+    let share: f64 = last[col("overhead_share")].parse().expect("overhead_share");
+    assert!((share - row["overhead_share"].as_f64().expect("share")).abs() <= share * 1e-12);
+    assert_eq!(&last[col("end_path")], "uretprobe");
+
+    // .prom: promtool accepts it; the histogram counts every call.
+    let prom = std::fs::read_to_string(path("prom")).expect("prom");
+    let checked = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(path("prom")).expect("prom"))
+        .output()
+        .expect("run promtool (Debian package prometheus)");
+    assert!(
+        checked.status.success(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    for family in [
+        "probetop_latency_seconds",
+        "probetop_latency_corrected_seconds",
+    ] {
+        let count = prom
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("{family}_count{{")) && l.contains("name=\"spin_20us\"")
+            })
+            .unwrap_or_else(|| panic!("no {family}_count in\n{prom}"));
+        assert!(count.ends_with(&format!(" {LATENCY_CALLS}")), "{count}");
+    }
+
+    // .hlog, read by Java's HdrHistogram: a tag for each latency histogram, every call.
+    let tags = java_hlog_tags(&path("hlog"));
+    for (tag, summary) in [
+        ("latency.spin_20us", measured),
+        ("latency.spin_20us.corrected", corrected),
+    ] {
+        let line = format!(
+            "TAG {tag} intervals=1 count={LATENCY_CALLS} max={}",
+            n(&summary["max"])
+        );
+        assert!(tags.contains(&line), "{line} in {tags:?}");
+    }
+
+    // .hgrm: a file per latency histogram, its total count every call.
+    for tag in ["latency.spin_20us", "latency.spin_20us.corrected"] {
+        let file = base.with_file_name(format!(
+            "{}.{tag}.hgrm",
+            base.file_name().expect("name").to_string_lossy()
+        ));
+        let text =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        assert!(
+            text.contains(&format!("Total count    = {LATENCY_CALLS:>12}]")),
+            "{text}"
+        );
+        let _ = std::fs::remove_file(file);
+    }
+
+    // HTML: the latency table and its plot.
+    let html = std::fs::read_to_string(path("html")).expect("html");
+    let at = html.find("<h2>Latency</h2>").expect("latency section");
+    assert!(
+        html[at..].contains(&format!(
+            "<td rowspan=\"2\" class=\"n\">{LATENCY_CALLS}</td>"
+        )),
+        "calls in the latency table"
+    );
+    assert!(html[at..].contains("Latency by percentile, spin_20us"));
+    for ext in ["json", "csv", "prom", "html", "hlog"] {
+        let _ = std::fs::remove_file(path(ext));
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+}

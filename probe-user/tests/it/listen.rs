@@ -1,7 +1,8 @@
 //! Fleet mode: `--listen` serves the live measurements in the Prometheus text format.
 //! Checked with promtool (Debian `prometheus`: `promtool check metrics`) and scraped by a
-//! real Prometheus server on loopback, whose stored values must equal probetop's own.
-//! Everything stays on 127.0.0.1.
+//! real Prometheus server on loopback, whose stored values must equal probetop's own;
+//! with native histograms on, it scrapes the protobuf exposition and must find the HDR
+//! histograms' counts and p99. Everything stays on 127.0.0.1.
 
 use std::{
     collections::BTreeMap,
@@ -248,7 +249,14 @@ struct Prometheus {
 
 impl Prometheus {
     fn start(scrape: SocketAddr) -> Self {
-        let dir = std::env::temp_dir().join(format!("probetop-prometheus-{}", std::process::id()));
+        Self::start_with(scrape, "classic", &[])
+    }
+
+    /// A server of its own (`name` tells its temp dir from the others'), with `extra`
+    /// flags.
+    fn start_with(scrape: SocketAddr, name: &str, extra: &[&str]) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("probetop-prometheus-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).expect("temp dir");
         let config = dir.join("prometheus.yml");
@@ -271,7 +279,8 @@ impl Prometheus {
                 "--storage.tsdb.path={}",
                 dir.join("data").display()
             ))
-            .arg(format!("--web.listen-address={addr}"));
+            .arg(format!("--web.listen-address={addr}"))
+            .args(extra);
         let running = Running::spawn(command);
         let prometheus = Self { running, addr, dir };
         let deadline = Instant::now() + PATIENCE;
@@ -289,11 +298,15 @@ impl Prometheus {
 
     /// `probetop_probe_hits_total` per probe id, as Prometheus stored it last.
     fn hits_by_id(&self) -> BTreeMap<String, u64> {
-        let (status, head, body) = http(
-            self.addr,
-            "GET",
-            "/api/v1/query?query=probetop_probe_hits_total",
-        );
+        self.query_by_id("probetop_probe_hits_total")
+            .into_iter()
+            .map(|(id, v)| (id, v as u64))
+            .collect()
+    }
+
+    /// The instant vector of a PromQL `query` (URL-safe as written), by label `id`.
+    fn query_by_id(&self, query: &str) -> BTreeMap<String, f64> {
+        let (status, head, body) = http(self.addr, "GET", &format!("/api/v1/query?query={query}"));
         assert_eq!(status, 200, "{head}\n{body}");
         let reply: serde_json::Value = serde_json::from_str(&body).expect("query JSON");
         assert_eq!(reply["status"], "success", "{body}");
@@ -309,7 +322,7 @@ impl Prometheus {
                 let value = sample["value"][1]
                     .as_str()
                     .and_then(|v| v.parse::<f64>().ok())
-                    .expect("a value") as u64;
+                    .expect("a value");
                 (id, value)
             })
             .collect()
@@ -430,4 +443,172 @@ fn five_hundred_scrapes_at_once_are_each_answered() {
     eprintln!("{ok} scrapes answered, {busy} told to retry");
     // Still serving afterwards.
     assert_eq!(http(addr, "GET", "/metrics").0, 200);
+}
+
+/// A `latency:` pair is served as a histogram family per function: after the fixture's
+/// known calls, `probetop_latency_seconds_count` is exactly those calls, and promtool
+/// accepts the exposition.
+#[test]
+#[ignore = "needs root, the fixtures and promtool (Debian prometheus)"]
+fn a_latency_pair_is_served_as_a_histogram_of_every_call() {
+    let _turn = turn(module_path!());
+    const CALLS: u64 = 200;
+    let mut command = Command::new(fixture("c/latency"));
+    command.args(["--calls", &CALLS.to_string()]);
+    command.args(["--threads", "1", "--depth", "0", "--rounds", "1", "--hold"]);
+    let target = Running::spawn(command);
+    target.out().wait_for("ready pid=");
+    let mut probetop = probetop();
+    probetop
+        .args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["--listen", "127.0.0.1:0", "-e", "latency:spin_2us"]);
+    let probetop = Running::spawn(probetop);
+    let mut addr: Option<SocketAddr> = None;
+    let mut attached = false;
+    while addr.is_none() || !attached {
+        let line = probetop
+            .err()
+            .next()
+            .expect("probetop says it serves and attached");
+        if let Some(rest) = line.split("http://").nth(1) {
+            addr = rest.strip_suffix("/metrics").and_then(|a| a.parse().ok());
+        }
+        attached |= line.contains("attached 2 probes");
+    }
+    let addr = addr.expect("address");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("done ");
+    let labels = r#"latency="latency:spin_2us",name="spin_2us""#;
+    let count_line = format!("probetop_latency_seconds_count{{{labels}");
+    // The last records reach probetop within a poll or two after `done`.
+    let deadline = Instant::now() + PATIENCE;
+    let metrics = loop {
+        let body = http(addr, "GET", "/metrics").2;
+        let served = body
+            .lines()
+            .find(|l| l.starts_with(&count_line))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<u64>().ok());
+        if served == Some(CALLS) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline && served.is_none_or(|s| s < CALLS),
+            "{count_line} served {served:?}, the fixture made {CALLS} calls:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for line in [
+        format!("probetop_latency_seconds_bucket{{{labels},object="),
+        format!("probetop_latency_corrected_seconds_count{{{labels},object="),
+        "# TYPE probetop_latency_seconds histogram".to_string(),
+    ] {
+        assert!(metrics.contains(&line), "{line} missing:\n{metrics}");
+    }
+    let corrected = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!(
+                "probetop_latency_corrected_seconds_count{{{labels}"
+            ))
+        })
+        .expect("corrected count");
+    assert!(corrected.ends_with(&format!(" {CALLS}")), "{corrected}");
+    promtool_check(&metrics);
+}
+
+/// Issue 36: a Prometheus with native histograms scrapes the protobuf exposition; its
+/// `histogram_count` of each probe's handler histogram equals the hits probetop's JSON
+/// export counted, and its `histogram_quantile(0.99, ..)` lies within one native bucket
+/// (plus the HDR histogram's own resolution) of the export's p99.
+#[test]
+#[ignore = "needs root, the fixtures and prometheus (Debian prometheus)"]
+fn prometheus_native_histograms_match_the_hdr_ones() {
+    let _turn = turn(module_path!());
+    let target = forever_workload();
+    let json = export_path("listen-native.json");
+    let (mut probetop, addr) =
+        probetop_listening(target.pid(), &["--export", &json.display().to_string()]);
+    let prometheus =
+        Prometheus::start_with(addr, "native", &["--enable-feature=native-histograms"]);
+    let count = "histogram_count(probetop_handler_duration_seconds)";
+    let deadline = Instant::now() + PATIENCE;
+    while prometheus
+        .query_by_id(count)
+        .values()
+        .filter(|&&c| c > 0.0)
+        .count()
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "prometheus stored no native histogram: {:?}",
+            prometheus.query_by_id("probetop_handler_duration_seconds_count")
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    // Freeze the target, wait for the served counts to stop, then for Prometheus to
+    // have scraped them.
+    target.signal(libc::SIGSTOP);
+    let served_counts = |addr| -> BTreeMap<String, f64> {
+        http(addr, "GET", "/metrics")
+            .2
+            .lines()
+            .filter(|l| l.starts_with("probetop_handler_duration_seconds_count{"))
+            .map(|l| {
+                let id = l.split("id=\"").nth(1).and_then(|r| r.split('"').next());
+                let value = l.rsplit(' ').next().and_then(|v| v.parse().ok());
+                (id.expect("id").to_string(), value.expect("value"))
+            })
+            .collect()
+    };
+    let deadline = Instant::now() + PATIENCE;
+    let served = loop {
+        let before = served_counts(addr);
+        std::thread::sleep(Duration::from_millis(1200));
+        let after = served_counts(addr);
+        if before == after {
+            break after;
+        }
+        assert!(Instant::now() < deadline, "counts kept moving");
+    };
+    let deadline = Instant::now() + PATIENCE;
+    while prometheus.query_by_id(count) != served {
+        assert!(
+            Instant::now() < deadline,
+            "prometheus has {:?}, probetop serves {served:?}",
+            prometheus.query_by_id(count)
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let p99s = prometheus.query_by_id("histogram_quantile(0.99,probetop_handler_duration_seconds)");
+
+    probetop.signal(libc::SIGINT);
+    assert!(probetop.wait().success());
+    target.signal(libc::SIGCONT);
+    let report: serde_json::Value = read_export(&json);
+    let probes = report["probes"].as_array().expect("probes");
+    assert_eq!(probes.len(), 2);
+    for probe in probes {
+        let id = probe["id"].to_string();
+        let handler = &probe["handler_ns"];
+        let hits = handler["count"].as_u64().expect("count");
+        assert!(hits > 0, "probe {id}");
+        // Every hit's record arrived (2000 calls/s cannot fill the ring), so the
+        // histogram holds every hit.
+        assert_eq!(probe["dropped"].as_u64(), Some(0), "probe {id}");
+        assert_eq!(probe["hits"].as_u64(), Some(hits), "probe {id}");
+        assert_eq!(served[&id], hits as f64, "probe {id}: served count");
+        let p99 = handler["p99"].as_u64().expect("p99") as f64 / 1e9;
+        let got = p99s[&id];
+        // Schema 8: a bucket is 2^(1/256) wide; the HDR p99 is its bucket's highest
+        // value, at most 1/1024 above the values in it.
+        let bucket = p99 * (2f64.powf(1.0 / 256.0) - 1.0);
+        let hdr = p99 / 1024.0;
+        assert!(
+            (got - p99).abs() <= bucket + hdr,
+            "probe {id}: Prometheus' p99 {got} s, probetop's {p99} s (bucket {bucket} s)"
+        );
+    }
+    let _ = std::fs::remove_file(&json);
 }

@@ -32,6 +32,7 @@ mod lost_terminal;
 mod memory;
 mod mysql;
 mod others;
+mod otlp;
 mod overload;
 mod postgres;
 mod probe_points;

@@ -300,11 +300,17 @@ fn ensure_calibrated(probetop: &Path) -> Result<()> {
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .map(|dir| dir.join("probetop"));
+    // A calibration without the tracefs event's row (older than it) leaves the tracefs
+    // row unpriced: calibrate again.
     let calibrated = cache
         .and_then(|dir| fs::read_dir(dir).ok())
         .is_some_and(|mut entries| {
             entries.any(|e| {
-                e.is_ok_and(|e| e.file_name().to_string_lossy().starts_with("calibration-"))
+                e.is_ok_and(|e| {
+                    e.file_name().to_string_lossy().starts_with("calibration-")
+                        && fs::read_to_string(e.path())
+                            .is_ok_and(|text| text.contains("\"tracefs_event_ns\""))
+                })
             })
         });
     if !calibrated {

@@ -4,7 +4,7 @@
 //! CR or LF, quotes doubled. The columns are a stable interface (add at the end, never
 //! rename or reorder):
 //!
-//! `id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner,whole_cost_ns,cpu_share,cost_method,run_cpu_share,run_target_own_cpu_share,run_per_hit_ns,run_cost_method`
+//! `id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner,whole_cost_ns,cpu_share,cost_method,run_cpu_share,run_target_own_cpu_share,run_per_hit_ns,run_cost_method,calls,corrected_min,corrected_mean,corrected_p50,corrected_p90,corrected_p99,corrected_p999,corrected_max,overhead_share,end_path,open,unwound,unmatched`
 //!
 //! Handler times are nanoseconds, from the probe's whole-run histogram (3 significant
 //! digits); `mean` has up to 3 decimals, the rest are integers. `address` and `file_offset`
@@ -22,13 +22,23 @@
 //! probes together as a share of one CPU, the target's own CPU, the cost per hit over
 //! every probe, and how it was obtained (per-probe costs do not add up exactly to the
 //! set's: read `run_cpu_share`).
+//!
+//! A `latency:` pair is a row of its own after the probes' (as in the JSON's `probes`),
+//! of `kind` `latency`: `id`, `address`, `file_offset`, `dropped` and the probe-only
+//! columns empty; `hits` and `calls` its calls paired; `count` to `max` every call's
+//! latency as measured, ns (from the start probe's clock read to the end probe's), and
+//! `corrected_min` to `corrected_max` the same less the probes' cost inside the call;
+//! `whole_cost_ns` both probes' whole cost per call, `overhead_share` that over the
+//! corrected mean latency; `end_path` how the returns were probed (`uretprobe`,
+//! `ret-uprobes`, `usdt`); `open`, `unwound`, `unmatched` the calls not paired, as in
+//! the JSON. These columns are empty on a probe's row.
 
 use std::fmt::Write as _;
 
 use super::{ExportError, Report};
 use crate::aggregate::HandlerSummary;
 
-pub(crate) const HEADER: [&str; 27] = [
+pub(crate) const HEADER: [&str; 40] = [
     "id",
     "spec",
     "kind",
@@ -56,7 +66,23 @@ pub(crate) const HEADER: [&str; 27] = [
     "run_target_own_cpu_share",
     "run_per_hit_ns",
     "run_cost_method",
+    "calls",
+    "corrected_min",
+    "corrected_mean",
+    "corrected_p50",
+    "corrected_p90",
+    "corrected_p99",
+    "corrected_p999",
+    "corrected_max",
+    "overhead_share",
+    "end_path",
+    "open",
+    "unwound",
+    "unmatched",
 ];
+
+/// The `calls` to `unmatched` columns, empty on a probe's row.
+const LATENCY_ONLY: usize = 13;
 
 /// `TOOL PID` of another tool's probe; empty for probetop's own.
 fn owner(p: &super::ProbeReport) -> String {
@@ -117,7 +143,73 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 float(headline.target_own),
                 headline.per_hit_ns.map_or_else(String::new, mean),
                 headline.method.as_str().to_string(),
-            ],
+            ]
+            .into_iter()
+            .chain(std::iter::repeat_n(String::new(), LATENCY_ONLY)),
+        );
+    }
+    for row in &report.latency {
+        let m = row.latency_ns;
+        let c = row.latency_corrected_ns;
+        // No call ended: no time (empty), as for a probe without hits.
+        let times = |s: HandlerSummary| -> [String; 7] {
+            if s.count == 0 {
+                Default::default()
+            } else {
+                [
+                    s.min.to_string(),
+                    mean(s.mean),
+                    s.p50.to_string(),
+                    s.p90.to_string(),
+                    s.p99.to_string(),
+                    s.p999.to_string(),
+                    s.max.to_string(),
+                ]
+            }
+        };
+        let [min, avg, p50, p90, p99, p999, max] = times(m);
+        let priced = row.whole_cost_ns.is_some();
+        write_record(
+            &mut out,
+            [
+                String::new(),
+                row.spec.clone(),
+                crate::spec::LATENCY.to_string(),
+                row.name.clone(),
+                row.object.clone(),
+                String::new(),
+                String::new(),
+                row.calls.to_string(),
+                String::new(),
+                m.count.to_string(),
+                min,
+                avg,
+                p50,
+                p90,
+                p99,
+                p999,
+                max,
+                String::new(),
+                String::new(),
+                String::new(),
+                row.whole_cost_ns.map_or_else(String::new, mean),
+                String::new(),
+                if priced { "estimate" } else { "none" }.to_string(),
+                float(headline.cpu_share),
+                float(headline.target_own),
+                headline.per_hit_ns.map_or_else(String::new, mean),
+                headline.method.as_str().to_string(),
+                row.calls.to_string(),
+            ]
+            .into_iter()
+            .chain(times(c))
+            .chain([
+                float(row.overhead_share),
+                row.path.as_str().to_string(),
+                row.open.to_string(),
+                row.unwound.to_string(),
+                row.unmatched.to_string(),
+            ]),
         );
     }
     Ok(out.into_bytes())
@@ -165,10 +257,46 @@ mod tests {
         assert_eq!(
             text,
             "id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner,\
-             whole_cost_ns,cpu_share,cost_method,run_cpu_share,run_target_own_cpu_share,run_per_hit_ns,run_cost_method\r\n\
-             0,uprobe:work_unit,uprobe,work_unit,/usr/bin/fixture,0x1139,0x1139,5,0,5,100,1200.4,300,5003,5003,5003,5003,0,/usr/bin/fixture,,,,none,,,,none\r\n\
-             1,uretprobe:leaf_ret,uretprobe,leaf_ret,/usr/bin/fixture,0x113a,0x113a,12,2,10,1000,1000,1000,1000,1000,1000,1000,0,/usr/bin/fixture,,,,none,,,,none\r\n"
+             whole_cost_ns,cpu_share,cost_method,run_cpu_share,run_target_own_cpu_share,run_per_hit_ns,run_cost_method,\
+             calls,corrected_min,corrected_mean,corrected_p50,corrected_p90,corrected_p99,corrected_p999,corrected_max,\
+             overhead_share,end_path,open,unwound,unmatched\r\n\
+             0,uprobe:work_unit,uprobe,work_unit,/usr/bin/fixture,0x1139,0x1139,5,0,5,100,1200.4,300,5003,5003,5003,5003,0,/usr/bin/fixture,,,,none,,,,none,,,,,,,,,,,,,\r\n\
+             1,uretprobe:leaf_ret,uretprobe,leaf_ret,/usr/bin/fixture,0x113a,0x113a,12,2,10,1000,1000,1000,1000,1000,1000,1000,0,/usr/bin/fixture,,,,none,,,,none,,,,,,,,,,,,,\r\n"
         );
+    }
+
+    #[test]
+    fn a_latency_row_follows_the_probes() {
+        let report = super::super::testing::latency_report();
+        let rows = parse(&render(&report).expect("renders"));
+        let col = |name: &str| HEADER.iter().position(|h| *h == name).expect("column");
+        assert_eq!(rows.len(), 1 + report.probes.len() + 1);
+        let row = &rows[rows.len() - 1];
+        let l = &report.latency[0];
+        assert_eq!(row.len(), HEADER.len());
+        assert_eq!(
+            [&row[col("id")], &row[col("spec")], &row[col("kind")]],
+            ["", "latency:work_unit", "latency"]
+        );
+        assert_eq!(row[col("calls")], l.calls.to_string());
+        assert_eq!(row[col("hits")], l.calls.to_string());
+        assert_eq!(row[col("count")], l.calls.to_string());
+        for (name, value) in [
+            ("p50", l.latency_ns.p50),
+            ("max", l.latency_ns.max),
+            ("corrected_p50", l.latency_corrected_ns.p50),
+            ("corrected_p999", l.latency_corrected_ns.p999),
+            ("corrected_max", l.latency_corrected_ns.max),
+        ] {
+            assert_eq!(row[col(name)], value.to_string(), "{name}");
+        }
+        assert_eq!(row[col("whole_cost_ns")], "300");
+        let share: f64 = row[col("overhead_share")].parse().expect("share");
+        assert_eq!(Some(share), l.overhead_share);
+        assert_eq!(row[col("end_path")], "uretprobe");
+        assert_eq!(row[col("cost_method")], "estimate");
+        // A probe's row leaves the latency columns empty.
+        assert!(rows[1][col("calls")..].iter().all(String::is_empty));
     }
 
     #[test]
@@ -237,7 +365,7 @@ mod tests {
         let mut report = sample_report();
         report.probes[0].cost.whole_cost_ns = Some(2000.0);
         report.probes[0].cost.cpu_share = Some(0.03);
-        report.probes[0].cost.method = Some(crate::price::estimate::Method::Calibration);
+        report.probes[0].cost.method = Some(crate::present::Method::Calibration);
         report.target_cpu = Some(0.2);
         let rows = parse(&render(&report).expect("renders"));
         let col = |name: &str| HEADER.iter().position(|h| *h == name).expect("column");

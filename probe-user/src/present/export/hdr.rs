@@ -9,6 +9,7 @@
 use hdrhistogram::Histogram;
 
 use super::ProbeReport;
+use crate::aggregate::LatencyRow;
 
 /// Formats `x` as Java's `String.format(Locale.US, "%.{prec}f", x)` does.
 ///
@@ -219,6 +220,40 @@ pub(super) fn probe_tags(probes: &[ProbeReport]) -> Vec<String> {
         })
         .collect()
 }
+
+/// A tag per latency row, in `rows` order, as [`probe_tags`] makes them (a log tag and a
+/// file-name part): `latency.` and the function (or `START,END`) with every other
+/// character replaced by `_` (`latency.spin_2us`). The probes of a pair are tagged
+/// `latency_...` (their spec with `:` replaced), so the two never meet. Rows whose
+/// tags would collide (one function in two objects) get `~<row>` appended. The
+/// corrected histogram's tag is this one with `.corrected` appended.
+pub(super) fn latency_tags(rows: &[LatencyRow]) -> Vec<String> {
+    let slugs: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            let name: String = row
+                .name
+                .chars()
+                .map(|c| if is_tag_char(c) { c } else { '_' })
+                .collect();
+            format!("latency.{name}")
+        })
+        .collect();
+    slugs
+        .iter()
+        .enumerate()
+        .map(|(index, slug)| {
+            if slugs.iter().filter(|s| *s == slug).count() > 1 {
+                format!("{slug}~{index}")
+            } else {
+                slug.clone()
+            }
+        })
+        .collect()
+}
+
+/// The suffix of a latency row's corrected histogram's tag.
+pub(super) const CORRECTED_TAG: &str = ".corrected";
 
 /// `s` on one line, for `#` comments in line-oriented formats: control characters
 /// (a path may hold a newline) would end the comment early.

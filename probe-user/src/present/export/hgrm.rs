@@ -13,14 +13,18 @@
 //! [`probe_tags`] (the spec made file-name-safe, e.g. `run.uprobe_work_unit.hgrm`), even
 //! for a single probe, so the names are predictable. Units are not written: the format
 //! has no place for them and the plotter asks for them; they are always nanoseconds.
+//!
+//! A `latency:` pair adds two files, its calls' latency as measured and as corrected
+//! (less the probes' cost), tagged as in the `.hlog` ([`latency_tags`]):
+//! `run.latency.FUNC.hgrm` and `run.latency.FUNC.corrected.hgrm`.
 
 use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
 
 use super::hdr::{
-    java_fixed, java_fixed_width, java_mean, java_std_deviation, one_line, percentile_rows,
-    probe_tags, sub_bucket_count,
+    CORRECTED_TAG, java_fixed, java_fixed_width, java_mean, java_std_deviation, latency_tags,
+    one_line, percentile_rows, probe_tags, sub_bucket_count,
 };
 use super::{ExportError, ProbeReport, Report};
 use crate::aggregate::full_range;
@@ -30,10 +34,10 @@ const TICKS_PER_HALF_DISTANCE: u32 = 5;
 /// Values are written in the histogram's unit, nanoseconds.
 const VALUE_SCALING_RATIO: f64 = 1.0;
 
-/// One `(tag, file contents)` per probe, in report order.
+/// One `(tag, file contents)` per probe, in report order, then two per latency row.
 pub(crate) fn render(report: &Report) -> Result<Vec<(String, Vec<u8>)>, ExportError> {
     let tags = probe_tags(&report.probes);
-    Ok(report
+    let mut files: Vec<(String, Vec<u8>)> = report
         .probes
         .iter()
         .zip(tags)
@@ -41,7 +45,25 @@ pub(crate) fn render(report: &Report) -> Result<Vec<(String, Vec<u8>)>, ExportEr
             let bytes = render_probe(probe).into_bytes();
             (tag, bytes)
         })
-        .collect())
+        .collect();
+    for (row, tag) in report.latency.iter().zip(latency_tags(&report.latency)) {
+        let head = format!(
+            "#probetop latency {}: {} in {}, spec {}, {} calls",
+            tag,
+            one_line(&row.name),
+            one_line(&row.object),
+            one_line(&row.spec),
+            row.calls
+        );
+        let measured = format!("{head}, as measured\n{}", distribution(&row.latency_hist));
+        let corrected = format!(
+            "{head}, less the probes' cost\n{}",
+            distribution(&row.corrected_hist)
+        );
+        files.push((tag.clone(), measured.into_bytes()));
+        files.push((format!("{tag}{CORRECTED_TAG}"), corrected.into_bytes()));
+    }
+    Ok(files)
 }
 
 /// A probe's file: the naming comment, then its distribution.
@@ -138,6 +160,29 @@ mod tests {
             ));
         }
         (rows, footer)
+    }
+
+    #[test]
+    fn a_latency_pair_is_two_files_of_its_calls() {
+        let report = super::super::testing::latency_report();
+        let files = render(&report).expect("renders");
+        let tags: Vec<&str> = files.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(
+            tags,
+            [
+                "uprobe_work_unit",
+                "uretprobe_leaf_ret",
+                "latency.work_unit",
+                "latency.work_unit.corrected"
+            ]
+        );
+        let l = &report.latency[0];
+        for ((_, bytes), hist) in files[2..].iter().zip([&l.latency_hist, &l.corrected_hist]) {
+            let text = String::from_utf8(bytes.clone()).expect("utf8");
+            assert!(text.starts_with("#probetop latency latency.work_unit: work_unit"));
+            assert!(text.ends_with(&distribution(hist)), "{text}");
+            assert!(text.contains("Total count    =         1001]"), "{text}");
+        }
     }
 
     #[test]

@@ -24,16 +24,21 @@
 //! - Intervals are ordered by start time, probes in report order within one start time.
 //!   A probe with no intervals gets its whole-run histogram as a single interval, so every
 //!   probe appears in the log.
+//! - A `latency:` pair adds two tags (see [`latency_tags`]): `latency.FUNC`, every call's
+//!   latency as measured, and `latency.FUNC.corrected`, less the probes' cost; one
+//!   interval each, the whole run (calls are paired over the run, not per interval),
+//!   with a `#latency` comment naming the function, its spec and its calls.
 //! - Numbers use Java's `%.3f` rounding ([`java_fixed`]); the `StartTime` date is in UTC
 //!   where Java would use the JVM's time zone (readers ignore it).
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use base64::Engine as _;
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
 
-use super::hdr::{java_fixed, one_line, probe_tags};
+use super::hdr::{CORRECTED_TAG, java_fixed, latency_tags, one_line, probe_tags};
 use super::{ExportError, Report, UtcTime};
 use crate::aggregate::full_range;
 
@@ -65,6 +70,18 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             one_line(&probe.spec)
         );
     }
+    let latency = latency_tags(&report.latency);
+    for (row, tag) in report.latency.iter().zip(&latency) {
+        let _ = writeln!(
+            out,
+            "#latency {tag}: {} in {}, spec {}, {} calls, {} ends; {tag}{CORRECTED_TAG}: less the probes' cost",
+            one_line(&row.name),
+            one_line(&row.object),
+            one_line(&row.spec),
+            row.calls,
+            row.path.as_str()
+        );
+    }
     let _ = writeln!(out, "#[Histogram log format version {LOG_FORMAT_VERSION}]");
     let start_s = java_fixed(report.started_unix_ms as f64 / 1000.0, 3);
     let _ = writeln!(
@@ -77,20 +94,47 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"\n",
     );
 
-    // (start, length, histogram, tag), stably sorted by start.
-    let mut lines: Vec<(f64, f64, &Histogram<u64>, &str)> = Vec::new();
+    // (start, length, histogram, tag), stably sorted by start. A probe's histogram is
+    // written with probetop's full handler bounds (see histogram::new_ns_histogram), a
+    // latency's as it is (1 ns to an hour, already fixed).
+    let mut lines: Vec<(f64, f64, Cow<'_, Histogram<u64>>, &str)> = Vec::new();
     for (probe, tag) in report.probes.iter().zip(&tags) {
         if probe.intervals.is_empty() {
-            lines.push((0.0, report.duration_s, &probe.handler_ns, tag));
+            lines.push((
+                0.0,
+                report.duration_s,
+                Cow::Owned(full_range(&probe.handler_ns)),
+                tag,
+            ));
         }
         for interval in &probe.intervals {
             lines.push((
                 interval.start_s,
                 interval.length_s,
-                &interval.handler_ns,
+                Cow::Owned(full_range(&interval.handler_ns)),
                 tag,
             ));
         }
+    }
+    // A latency pair's calls are kept for the whole run, not per interval: one interval
+    // each, the measured and the corrected.
+    let corrected: Vec<String> = latency
+        .iter()
+        .map(|tag| format!("{tag}{CORRECTED_TAG}"))
+        .collect();
+    for ((row, tag), corrected_tag) in report.latency.iter().zip(&latency).zip(&corrected) {
+        lines.push((
+            0.0,
+            report.duration_s,
+            Cow::Borrowed(&row.latency_hist),
+            tag,
+        ));
+        lines.push((
+            0.0,
+            report.duration_s,
+            Cow::Borrowed(&row.corrected_hist),
+            corrected_tag,
+        ));
     }
     lines.sort_by(|a, b| a.0.total_cmp(&b.0));
 
@@ -98,10 +142,8 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let mut encoded = Vec::new();
     for (start, length, hist, tag) in lines {
         encoded.clear();
-        // With probetop's full bounds in the header, whatever size the live histogram grew
-        // to (see histogram::new_ns_histogram).
         serializer
-            .serialize(&full_range(hist), &mut encoded)
+            .serialize(hist.as_ref(), &mut encoded)
             .map_err(|e| ExportError::Encode {
                 format: "hlog",
                 reason: format!("histogram of {tag}: {e}"),
@@ -206,6 +248,35 @@ mod tests {
             lines[legend + 1].starts_with("Tag=uprobe_work_unit,0.000,1.000,0.005,HISTF"),
             "{}",
             lines[legend + 1]
+        );
+    }
+
+    #[test]
+    fn a_latency_pair_is_two_tags_with_every_call() {
+        let report = super::super::testing::latency_report();
+        let text = String::from_utf8(render(&report).expect("renders")).expect("utf8");
+        assert!(
+            text.contains("#latency latency.work_unit: work_unit in /usr/bin/fixture, spec latency:work_unit, 1001 calls"),
+            "{text}"
+        );
+        let back = read_back(text.as_bytes());
+        let l = &report.latency[0];
+        for (tag, hist) in [
+            ("latency.work_unit", &l.latency_hist),
+            ("latency.work_unit.corrected", &l.corrected_hist),
+        ] {
+            let got: Vec<_> = back.intervals.iter().filter(|i| i.0 == tag).collect();
+            assert_eq!(got.len(), 1, "{tag}");
+            assert_eq!(got[0].4.len(), 1001, "{tag}");
+            assert_eq!(counts(&got[0].4), counts(hist), "{tag}");
+        }
+        // The 2 ms call as measured; corrected, less the 240 ns inside it.
+        assert_eq!(
+            back.intervals
+                .iter()
+                .find(|i| i.0 == "latency.work_unit")
+                .map(|i| i.4.max()),
+            Some(l.latency_hist.max())
         );
     }
 
@@ -345,5 +416,26 @@ mod tests {
             java.rewritten.lines().count() > 4,
             "Java wrote no intervals"
         );
+
+        // A latency pair's two tags, every call in each.
+        let report = super::super::testing::latency_report();
+        let ours = render(&report).expect("renders");
+        let java = super::super::testing::java_check(&ours);
+        let l = &report.latency[0];
+        for (tag, hist) in [
+            ("latency.work_unit", &l.latency_hist),
+            ("latency.work_unit.corrected", &l.corrected_hist),
+        ] {
+            let line = format!(
+                "TAG {tag} intervals=1 count={} max={}",
+                hist.len(),
+                hist.max()
+            );
+            assert!(
+                java.stdout.lines().any(|l| l == line),
+                "{line} in\n{}",
+                java.stdout
+            );
+        }
     }
 }

@@ -3,7 +3,9 @@
 //! The HTML page is one self-contained file: inline CSS, inline SVG, no script, no
 //! external fonts or images. It holds the run (target, start, duration), a summary table
 //! (one row per probe: hits, drops, handler time percentiles), a plot of every probe's
-//! percentile distribution together, and one plot per probe.
+//! percentile distribution together, and one plot per probe. `latency:` pairs add a
+//! table (calls, latency percentiles measured and corrected, the probes' cost per call
+//! and its share) and a plot per pair, its measured and corrected latency together.
 //!
 //! The plots are HdrHistogram's percentile plot: x is the percentile on the usual
 //! `1/(1-p)` log axis (0%, 90%, 99%, ... 99.999%, so each tail decade gets equal room),
@@ -42,6 +44,9 @@ svg{max-width:100%;height:auto}footer{margin-top:2em;font-size:.85em;color:#666}
 ";
 
 /// One curve of a percentile plot.
+/// The y axis of the probes' plots.
+const HANDLER_AXIS: &str = "handler time";
+
 struct Series<'a> {
     label: String,
     hist: &'a Histogram<u64>,
@@ -126,6 +131,7 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         out.push_str(&plot(
             &series,
             "Handler time by percentile, all probes",
+            HANDLER_AXIS,
             false,
         ));
     }
@@ -147,10 +153,12 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         out.push_str(&plot(
             std::slice::from_ref(s),
             &format!("Handler time by percentile, {}", s.label),
+            HANDLER_AXIS,
             false,
         ));
         let _ = writeln!(out, "</section>");
     }
+    latency_section(&mut out, report);
     let _ = writeln!(
         out,
         "<footer>Written by probetop {}. Handler time is per hit, in HDR histograms of \
@@ -181,13 +189,124 @@ pub(crate) fn render_svg(report: &Report) -> Result<Vec<u8>, ExportError> {
         UtcTime::from_unix_ms(report.started_unix_ms).iso()
     );
     let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    out.push_str(&plot(&series, &title, true));
+    out.push_str(&plot(&series, &title, HANDLER_AXIS, true));
     Ok(out.into_bytes())
 }
 
 /// The spec and the id: one spec can expand to several probes.
 fn series_label(p: &ProbeReport) -> String {
     format!("{} (#{})", p.spec, p.id)
+}
+
+/// The `latency:` pairs: a table (calls, latency measured and corrected, the probes'
+/// cost per call and its share) and one plot per pair, measured and corrected together.
+fn latency_section(out: &mut String, report: &Report) {
+    if report.latency.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "<h2>Latency</h2>");
+    let _ = writeln!(
+        out,
+        "<p class=\"muted\">Each call from its start probe's clock read to its end probe's. \
+         Corrected: less the probes' own cost inside the call. Overhead: both probes' whole \
+         cost per call over the corrected mean latency.</p>"
+    );
+    let _ = writeln!(
+        out,
+        "<table>\n<thead><tr><th>Function</th><th>Object</th><th class=\"n\">Calls</th>\
+         <th class=\"n\">Calls/s</th><th></th><th class=\"n\">p50</th><th class=\"n\">p90</th>\
+         <th class=\"n\">p99</th><th class=\"n\">p99.9</th><th class=\"n\">Max</th>\
+         <th class=\"n\" title=\"both probes' whole cost per call\">Cost/call</th>\
+         <th class=\"n\">Overhead</th></tr></thead>\n<tbody>"
+    );
+    for row in &report.latency {
+        let calls_per_second = if row.calls_per_second > 0.0 {
+            row.calls_per_second
+        } else if report.duration_s > 0.0 {
+            row.calls as f64 / report.duration_s
+        } else {
+            0.0
+        };
+        let times = |s: &HandlerSummary| -> String {
+            [s.p50, s.p90, s.p99, s.p999, s.max]
+                .iter()
+                .map(|&ns| {
+                    if s.count == 0 {
+                        "<td class=\"n muted\">&ndash;</td>".to_string()
+                    } else {
+                        format!(
+                            "<td class=\"n\" title=\"{ns} ns\">{}</td>",
+                            human_ns(ns as f64)
+                        )
+                    }
+                })
+                .collect()
+        };
+        let cost = row.whole_cost_ns.map_or_else(
+            || "<td rowspan=\"2\" class=\"n muted\">&ndash;</td>".to_string(),
+            |ns| {
+                format!(
+                    "<td rowspan=\"2\" class=\"n\" title=\"{ns:.0} ns\">{}</td>",
+                    human_ns(ns)
+                )
+            },
+        );
+        let share = row.overhead_share.map_or_else(
+            || "<td rowspan=\"2\" class=\"n muted\">&ndash;</td>".to_string(),
+            |s| format!("<td rowspan=\"2\" class=\"n\">{:.2}%</td>", s * 100.0),
+        );
+        let _ = writeln!(
+            out,
+            "<tr><td rowspan=\"2\"><code>{}</code><br><span class=\"muted\">{}, {} ends</span></td>\
+             <td rowspan=\"2\" class=\"obj\"><code>{}</code></td><td rowspan=\"2\" class=\"n\">{}</td>\
+             <td rowspan=\"2\" class=\"n\">{:.1}</td><td>measured</td>{}\
+             {cost}{share}</tr>\n\
+             <tr><td>corrected</td>{}</tr>",
+            esc(&row.name),
+            esc(&row.spec),
+            row.path.as_str(),
+            esc(&row.object),
+            row.calls,
+            calls_per_second,
+            times(&row.latency_ns),
+            times(&row.latency_corrected_ns),
+        );
+    }
+    let _ = writeln!(out, "</tbody>\n</table>");
+    for row in &report.latency {
+        let label = format!("{} ({})", row.name, row.spec);
+        let series = [
+            Series {
+                label: format!("{label}, measured"),
+                hist: &row.latency_hist,
+                color: PALETTE[0],
+            },
+            Series {
+                label: format!("{label}, corrected"),
+                hist: &row.corrected_hist,
+                color: PALETTE[1],
+            },
+        ];
+        let _ = writeln!(out, "<section>\n<h3>latency {}</h3>", esc(&label));
+        let _ = writeln!(
+            out,
+            "<p class=\"muted\"><code>{}</code> in <code class=\"obj\">{}</code>: {} calls, \
+             {} open, {} unwound, {} unmatched</p>",
+            esc(&row.name),
+            esc(&row.object),
+            row.calls,
+            row.open,
+            row.unwound,
+            row.unmatched
+        );
+        out.push_str(&plot(
+            &series,
+            &format!("Latency by percentile, {label}"),
+            "latency",
+            false,
+        ));
+        let _ = writeln!(out, "</section>");
+    }
 }
 
 fn summary_table(out: &mut String, report: &Report) {
@@ -272,7 +391,7 @@ fn x_decades(level: f64) -> f64 {
 
 /// The percentile plot of `series` as an `<svg>` element; `standalone` adds the XML
 /// namespace declaration and a white background for use outside a page.
-fn plot(series: &[Series], title: &str, standalone: bool) -> String {
+fn plot(series: &[Series], title: &str, y_label: &str, standalone: bool) -> String {
     let mut out = String::new();
     let plot_w = WIDTH - LEFT - RIGHT;
     let plot_h = HEIGHT - TOP - BOTTOM;
@@ -393,8 +512,9 @@ fn plot(series: &[Series], title: &str, standalone: bool) -> String {
     );
     let _ = writeln!(
         out,
-        "<text transform=\"translate(16 {:.1}) rotate(-90)\" text-anchor=\"middle\" fill=\"#444\">handler time</text>",
-        TOP + plot_h / 2.0
+        "<text transform=\"translate(16 {:.1}) rotate(-90)\" text-anchor=\"middle\" fill=\"#444\">{}</text>",
+        TOP + plot_h / 2.0,
+        esc(y_label)
     );
 
     // Curves.
@@ -516,6 +636,24 @@ mod tests {
 
     fn text(bytes: Vec<u8>) -> String {
         String::from_utf8(bytes).expect("utf8")
+    }
+
+    #[test]
+    fn a_latency_pair_has_a_row_and_a_plot() {
+        let report = super::super::testing::latency_report();
+        let html = String::from_utf8(render(&report).expect("renders")).expect("utf8");
+        let at = html.find("<h2>Latency</h2>").expect("latency section");
+        let section = &html[at..];
+        assert!(
+            section.contains("<td rowspan=\"2\" class=\"n\">1001</td>"),
+            "{section}"
+        );
+        assert!(section.contains("<td>corrected</td>"));
+        assert!(section.contains("Latency by percentile, work_unit (latency:work_unit)"));
+        assert!(section.contains("work_unit (latency:work_unit), corrected"));
+        // Both curves drawn, and the axis says what it is.
+        assert!(section.matches("<polyline").count() >= 2, "{section}");
+        assert!(section.contains(">latency</text>"));
     }
 
     #[test]

@@ -169,7 +169,9 @@ pub struct JsonOwner<'a> {
     pub program_ns: Option<f64>,
     /// `bpf-stats` (the kernel's run statistics over the window, `--bpf-stats`),
     /// `assumed-counting-program` (as dear as probetop's counting program, from the
-    /// calibration) or `not-priced` (a tracefs event: ftrace's write per hit).
+    /// calibration), `calibrated-tracefs-event` (a tracefs event: ftrace's record per
+    /// hit, as the calibration's own event measured it) or `not-priced` (a tracefs event
+    /// and a calibration without that row).
     pub program_method: Option<Cow<'static, str>>,
     /// How probetop counted its hits: `counting-probe-on-the-same-site` (a probe of
     /// its own on the same site, filtered to the target, whose program only counts;
@@ -571,7 +573,7 @@ impl<'a> JsonReport<'a> {
 }
 
 /// probetop's own probe's part of a breakpoint it shares with other tools' probes.
-fn shared_site(cost: &crate::price::report::ProbeCostReport) -> Option<JsonSharedSite<'_>> {
+fn shared_site(cost: &crate::present::ProbeCostReport) -> Option<JsonSharedSite<'_>> {
     let (split, owners) = cost.shared.as_ref()?;
     let own = JsonSharedPart {
         own: true,
@@ -596,7 +598,7 @@ fn shared_site(cost: &crate::price::report::ProbeCostReport) -> Option<JsonShare
     Some(JsonSharedSite {
         total_ns: split.total_ns,
         trap_ns: split.trap_ns,
-        split: crate::price::estimate::SHARED_SPLIT.into(),
+        split: crate::present::SHARED_SPLIT.into(),
         owners: std::iter::once(own).chain(others).collect(),
     })
 }
@@ -831,7 +833,7 @@ mod tests {
 
     /// `report` with its second probe another tool's (bpftrace's), as probetop counts it.
     fn with_other(mut report: Report) -> Report {
-        use crate::price::estimate::{OtherPrice, ProgramMethod};
+        use crate::present::{OtherPrice, ProgramMethod};
         report.probes[1].other = Some(crate::attach::others::OtherSite {
             owner: crate::attach::others::Owner {
                 pid: Some(77),

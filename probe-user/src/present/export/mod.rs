@@ -32,7 +32,9 @@ pub(crate) mod hgrm;
 pub(crate) mod hlog;
 pub(crate) mod html;
 pub mod json;
+pub(crate) mod native;
 pub(crate) mod prometheus;
+pub(crate) mod promproto;
 
 pub(crate) use file::{check, write, write_file};
 
@@ -76,7 +78,7 @@ pub struct ProbeReport {
     /// Handler time of every received hit, ns (nothing allocated for a probe without).
     pub handler_ns: crate::aggregate::LiveHistogram,
     /// Cost class, whole cost per hit, CPU share, measured dispatch.
-    pub cost: crate::price::report::ProbeCostReport,
+    pub cost: crate::present::ProbeCostReport,
     /// Handler time per interval, oldest first (for interval logs and time series).
     pub intervals: Vec<Interval>,
     /// Another tool's probe, which probetop only counted; `None`: probetop's own.
@@ -101,7 +103,7 @@ pub struct Report {
     pub duration_s: f64,
     pub probes: Vec<ProbeReport>,
     /// What all probes cost the target, and other BPF programs on its probes.
-    pub cost: crate::price::report::RunCostReport,
+    pub cost: crate::present::RunCostReport,
     /// Every exec of the target probetop followed (`--follow-exec`), oldest first.
     pub execs: Vec<ExecReport>,
     /// How the probes were attached: `uprobe_multi` links or `perf_event`s.
@@ -164,7 +166,8 @@ impl Report {
     /// split in proportion to the estimates (all of it for a single probe), and
     /// `whole_cost_method` says `in-situ`; the estimate per hit stays beside it.
     pub fn apply_in_situ(&mut self, summary: crate::insitu::InSituSummary) {
-        use crate::{insitu::Verdict, price::estimate::Method};
+        use crate::insitu::Verdict;
+        use crate::present::Method;
         let hits: u64 = self.probes.iter().map(|p| p.hits).sum();
         let estimated: Option<f64> = self
             .probes
@@ -449,6 +452,49 @@ pub(crate) mod testing {
             latency: Vec::new(),
             keyed: Vec::new(),
         }
+    }
+
+    /// The sample report with a latency pair on `work_unit` (probes 0 and 1 as its
+    /// halves): 1000 calls of 10 to 19.99 us and one of 2 ms, priced 100 + 200 ns a
+    /// call, paired by the aggregator itself.
+    pub(crate) fn latency_report() -> Report {
+        use crate::aggregate::{DEFAULT_MAX_KEYS, EndPath, Latency, LatencyPrices, PairSetup};
+        let mut pairs = Latency::new(
+            vec![PairSetup {
+                spec: "latency:work_unit".into(),
+                name: "work_unit".into(),
+                object: "/usr/bin/fixture".into(),
+                path: EndPath::Uretprobe,
+                starts: vec![0],
+                ends: vec![1],
+                key: None,
+            }],
+            DEFAULT_MAX_KEYS,
+        );
+        pairs.set_prices(
+            0,
+            Some(LatencyPrices {
+                whole_start: 100.0,
+                whole_end: 200.0,
+                handler_start: 40.0,
+                handler_end: 60.0,
+            }),
+        );
+        let mut clock = 1_000_000_u64;
+        for call in 0..1001_u64 {
+            let took = if call == 1000 {
+                2_000_000
+            } else {
+                10_000 + call * 10
+            };
+            // A uretprobe sees the stack pointer 8 above the entry's.
+            pairs.record(0, 7, clock, 0x7ff0, None);
+            pairs.record(1, 7, clock + took, 0x7ff8, None);
+            clock += took + 500;
+        }
+        let mut report = sample_report();
+        report.latency = pairs.rows(report.duration_s);
+        report
     }
 
     /// A harder report: wide value ranges (1 ns to 59 s), counts in the millions, ties

@@ -16,6 +16,21 @@
 //!   `estimate` or `in-situ`): what a hit costs the target in all, and the share of one
 //!   CPU the probe's hits cost it; none for a probe without hits or price.
 //!
+//! Per `latency:` pair, labelled `{latency="<spec>",name="<function>",object="<path>",end_path="<how>"}`
+//! (`end_path`: `uretprobe`, `ret-uprobes` or `usdt`; `name` is `START,END` for a USDT
+//! pair; one spec can match several functions):
+//!
+//! - `probetop_latency_seconds` (histogram): every paired call's latency as measured,
+//!   from the start probe's clock read to the end probe's, in the handler histogram's
+//!   1-2-5 buckets (100 ns to 10 s); `_count` is the calls paired.
+//! - `probetop_latency_corrected_seconds` (histogram): the same less the probes' own
+//!   cost inside each call (the JSON's `latency_corrected_ns`).
+//! - `probetop_latency_probe_cost_seconds` (gauge): both probes' whole cost per call;
+//!   `probetop_latency_overhead_ratio` (gauge): that over the corrected mean latency.
+//!   None before the probes are priced or a call ended.
+//! - `probetop_latency_unpaired_total` (counter, label `why`: `unwound`, `unmatched`,
+//!   `overflowed`) and `probetop_latency_open_calls` (gauge): calls not paired.
+//!
 //! The run's headline, labelled `method`: `probetop_cost_cpu_share` (every probe
 //! together, share of one CPU), `probetop_cost_per_hit_seconds`,
 //! `probetop_cost_on_target_ratio` (against the target's own CPU), and
@@ -34,6 +49,7 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 
 use super::{ProbeReport, Report};
+use crate::aggregate::LatencyRow;
 
 /// Summary quantiles.
 const QUANTILES: [f64; 5] = [0.5, 0.9, 0.99, 0.999, 1.0];
@@ -155,6 +171,7 @@ pub(crate) fn render_prometheus(report: &Report) -> String {
             h.len()
         );
     }
+    latency_families(&mut out, &report.latency);
     cost_families(&mut out, report);
     if let Some(in_situ) = &report.cost.in_situ {
         in_situ_families(&mut out, in_situ);
@@ -163,6 +180,137 @@ pub(crate) fn render_prometheus(report: &Report) -> String {
         budget_families(&mut out, budget);
     }
     out
+}
+
+/// One of a latency row's histograms.
+type LatencyHistogram = fn(&LatencyRow) -> &Histogram<u64>;
+
+/// The `latency:` pairs' families (see the module's doc); none without pairs.
+fn latency_families(out: &mut String, rows: &[LatencyRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    let bounds = bucket_bounds_ns();
+    let histograms: [(&str, &str, LatencyHistogram); 2] = [
+        (
+            "probetop_latency_seconds",
+            "Latency per paired call as measured, from the start probe's clock read to the end probe's.",
+            |r| &r.latency_hist,
+        ),
+        (
+            "probetop_latency_corrected_seconds",
+            "Latency per paired call less the probes' own cost inside the call.",
+            |r| &r.corrected_hist,
+        ),
+    ];
+    for (name, help, hist_of) in histograms {
+        family(out, name, "histogram", help);
+        for row in rows {
+            let h = hist_of(row);
+            for &bound in &bounds {
+                let _ = writeln!(
+                    out,
+                    "{name}_bucket{} {}",
+                    latency_labels(row, Some(("le", go_float(seconds(bound))))),
+                    count_at_or_below(h, bound)
+                );
+            }
+            let _ = writeln!(
+                out,
+                "{name}_bucket{} {}",
+                latency_labels(row, Some(("le", "+Inf".into()))),
+                h.len()
+            );
+            let _ = writeln!(
+                out,
+                "{name}_sum{} {}",
+                latency_labels(row, None),
+                go_float(sum_seconds(h))
+            );
+            let _ = writeln!(out, "{name}_count{} {}", latency_labels(row, None), h.len());
+        }
+    }
+    family(
+        out,
+        "probetop_latency_probe_cost_seconds",
+        "gauge",
+        "What both probes of a latency pair cost the target per call, in all.",
+    );
+    for row in rows {
+        if let Some(ns) = row.whole_cost_ns {
+            let _ = writeln!(
+                out,
+                "probetop_latency_probe_cost_seconds{} {}",
+                latency_labels(row, None),
+                go_float(ns / 1e9)
+            );
+        }
+    }
+    family(
+        out,
+        "probetop_latency_overhead_ratio",
+        "gauge",
+        "The probes' whole cost per call over the corrected mean latency.",
+    );
+    for row in rows {
+        if let Some(share) = row.overhead_share {
+            let _ = writeln!(
+                out,
+                "probetop_latency_overhead_ratio{} {}",
+                latency_labels(row, None),
+                go_float(share)
+            );
+        }
+    }
+    family(
+        out,
+        "probetop_latency_unpaired_total",
+        "counter",
+        "Calls not paired: unwound (an exception or a longjmp), unmatched (an end without a start), overflowed (too deep).",
+    );
+    for row in rows {
+        for (why, n) in [
+            ("unwound", row.unwound),
+            ("unmatched", row.unmatched),
+            ("overflowed", row.overflowed),
+        ] {
+            let _ = writeln!(
+                out,
+                "probetop_latency_unpaired_total{} {n}",
+                latency_labels(row, Some(("why", why.into())))
+            );
+        }
+    }
+    family(
+        out,
+        "probetop_latency_open_calls",
+        "gauge",
+        "Calls started and not ended yet.",
+    );
+    for row in rows {
+        let _ = writeln!(
+            out,
+            "probetop_latency_open_calls{} {}",
+            latency_labels(row, None),
+            row.open
+        );
+    }
+}
+
+/// `{latency="..",name="..",object="..",end_path=".."}` plus an optional extra label.
+fn latency_labels(row: &LatencyRow, extra: Option<(&str, String)>) -> String {
+    let mut s = format!(
+        "{{latency=\"{}\",name=\"{}\",object=\"{}\",end_path=\"{}\"",
+        escape_label(&row.spec),
+        escape_label(&row.name),
+        escape_label(&row.object),
+        row.path.as_str()
+    );
+    if let Some((name, value)) = extra {
+        let _ = write!(s, ",{name}=\"{}\"", escape_label(&value));
+    }
+    s.push('}');
+    s
 }
 
 /// One number of a probe, for a family of per-probe lines.
@@ -617,7 +765,7 @@ mod tests {
         let mut report = sample_report();
         report.probes[0].cost.whole_cost_ns = Some(2000.0);
         report.probes[0].cost.cpu_share = Some(0.03);
-        report.probes[0].cost.method = Some(crate::price::estimate::Method::Calibration);
+        report.probes[0].cost.method = Some(crate::present::Method::Calibration);
         report.target_cpu = Some(0.2);
         let text = render_prometheus(&report);
         assert!(!text.contains("NaN"), "{text}");
@@ -821,6 +969,52 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_latency_pair_is_a_histogram_family_of_its_calls() {
+        let report = super::super::testing::latency_report();
+        let text = render_prometheus(&report);
+        let l = &report.latency[0];
+        let labels = "latency=\"latency:work_unit\",name=\"work_unit\",object=\"/usr/bin/fixture\",end_path=\"uretprobe\"";
+        let value = |line: &str| -> String {
+            text.lines()
+                .find(|l| l.starts_with(line))
+                .and_then(|l| l.rsplit(' ').next())
+                .unwrap_or_else(|| panic!("no {line} in\n{text}"))
+                .to_string()
+        };
+        assert!(text.contains("# TYPE probetop_latency_seconds histogram"));
+        for family in [
+            "probetop_latency_seconds",
+            "probetop_latency_corrected_seconds",
+        ] {
+            assert_eq!(value(&format!("{family}_count{{{labels}}} ")), "1001");
+            assert_eq!(
+                value(&format!("{family}_bucket{{{labels},le=\"+Inf\"}} ")),
+                "1001"
+            );
+            // 1000 calls of 10-20 us, one of 2 ms.
+            assert_eq!(
+                value(&format!("{family}_bucket{{{labels},le=\"0.001\"}} ")),
+                "1000"
+            );
+        }
+        let sum: f64 = value(&format!("probetop_latency_seconds_sum{{{labels}}} "))
+            .parse()
+            .expect("sum");
+        let exact = l.latency_hist.mean() * 1001.0 / 1e9;
+        assert!((sum - exact).abs() <= exact * 1e-3, "{sum} {exact}");
+        assert_eq!(
+            value(&format!("probetop_latency_probe_cost_seconds{{{labels}}} ")),
+            "3e-07"
+        );
+        assert_eq!(
+            value(&format!(
+                "probetop_latency_unpaired_total{{{labels},why=\"unwound\"}} "
+            )),
+            "0"
+        );
+    }
+
     /// `promtool check metrics` (Prometheus' own parser and linter) accepts the output.
     /// promtool is in Debian's `prometheus` package.
     #[test]
@@ -828,7 +1022,24 @@ mod tests {
     fn promtool_accepts_it() {
         use std::io::Write as _;
         use std::process::{Command, Stdio};
-        let text = render_prometheus(&rich_report());
+        let mut text = render_prometheus(&rich_report());
+        // With a latency pair's families too (a run has one or the other here, so the
+        // sample reports' families are not repeated).
+        let latency = render_prometheus(&super::super::testing::latency_report());
+        let families: Vec<&str> = latency
+            .lines()
+            .filter(|l| {
+                let name = l
+                    .trim_start_matches("# HELP ")
+                    .trim_start_matches("# TYPE ");
+                name.starts_with("probetop_latency_")
+            })
+            .collect();
+        assert!(families.len() > 40, "{latency}");
+        for line in families {
+            text.push_str(line);
+            text.push('\n');
+        }
         let mut child = Command::new("promtool")
             .args(["check", "metrics"])
             .stdin(Stdio::piped())

@@ -8,8 +8,8 @@ use ratatui::layout::{Constraint, Flex, Layout, Margin, Rect};
 
 use super::columns::{self, Numbers, SortColumn, View};
 use super::theme::Theme;
-use crate::aggregate::Snapshot;
 use crate::present::ProbeLabel;
+use crate::present::Snapshot;
 
 /// Who is being probed, for the status line.
 #[derive(Debug, Clone, PartialEq, Eq)]

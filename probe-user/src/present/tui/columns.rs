@@ -3,7 +3,8 @@
 //! a width. The UI's state (`app`) sorts and hit-tests by them, the table (`table`) draws
 //! them.
 
-use crate::aggregate::{HandlerSummary, ProbeSnapshot};
+use crate::aggregate::HandlerSummary;
+use crate::present::ProbeSnapshot;
 use crate::present::format;
 
 /// Cumulative numbers since attach (or reset), or those of the last closed interval.
@@ -26,7 +27,7 @@ pub(crate) struct Numbers {
     /// The median gap before a hit, us, when hits are priced by it.
     pub gap_median_us: Option<f64>,
     /// What placed its hits on the calibration's curves.
-    pub reading: Option<crate::price::estimate::GapReading>,
+    pub reading: Option<crate::present::GapReading>,
 }
 
 impl Numbers {

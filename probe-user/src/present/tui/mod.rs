@@ -42,7 +42,7 @@ pub(crate) use app::{App, Effect, TargetLine, UiEvent, UiRequest};
 use columns::{SortColumn, View};
 pub(crate) use theme::Theme;
 
-use crate::aggregate::Snapshot;
+use crate::present::Snapshot;
 use crate::sys;
 
 /// Redraws at most this often.

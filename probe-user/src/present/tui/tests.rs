@@ -10,9 +10,10 @@ use ratatui::{Terminal, backend::TestBackend, style::Color};
 use super::*;
 use crate::aggregate::{
     CapturedArgs, FocusDetail, HandlerSummary, HistoryPoint, IntervalSummary, OwnUsage,
-    PercentileCurve, ProbeSnapshot,
+    PercentileCurve,
 };
 use crate::present::ProbeLabel;
+use crate::present::ProbeSnapshot;
 use crate::spec::ProbeKind;
 
 fn labels() -> Vec<ProbeLabel> {
@@ -208,8 +209,8 @@ fn screen_whole_cost_and_cpu_share() {
         probe.cpu_share = cost.map(|ns| ns * probe.per_second / 1e9);
     }
     // Priced with the cold loop's rows (--assume): the status line says so.
-    snap.assumption = Some(crate::price::assume::Decision {
-        assumes: crate::price::assume::Assumption::Cold,
+    snap.assumption = Some(crate::present::Decision {
+        assumes: crate::present::Assumption::Cold,
         why: "auto: 31 MiB of code mapped, more than 8 MiB".into(),
     });
     app.update(snap);
@@ -227,10 +228,10 @@ fn clock_pricing_shows_in_the_status_line_and_the_detail_pane() {
         probe.whole_cost_ns = Some(2_166.0);
         probe.cpu_share = Some(2_166.0 * probe.per_second / 1e9);
         probe.gap_median_us = Some(371.0);
-        probe.reading = Some(crate::price::estimate::GapReading::HandlerClock);
+        probe.reading = Some(crate::present::GapReading::HandlerClock);
     }
-    snap.assumption = Some(crate::price::assume::Decision {
-        assumes: crate::price::assume::Assumption::Clock,
+    snap.assumption = Some(crate::present::Decision {
+        assumes: crate::present::Assumption::Clock,
         why: "auto: each hit priced by its handler's clock".into(),
     });
     app.update(snap);

@@ -24,6 +24,9 @@ pub(super) enum Site {
     /// `workload_xol`, a register move the kernel must single-step out of line.
     #[value(skip)]
     SingleStep,
+    /// Entry and return of work_unit as one latency pair (part `latency`).
+    #[value(skip)]
+    Latency,
 }
 
 impl Site {
@@ -33,6 +36,7 @@ impl Site {
             Site::Uretprobe => "uretprobe",
             Site::Usdt => "USDT",
             Site::SingleStep => "uprobe, single-stepped",
+            Site::Latency => "latency pair",
         }
     }
 
@@ -43,6 +47,7 @@ impl Site {
             Site::Uretprobe => format!("uretprobe:{exe}:work_unit"),
             Site::Usdt => format!("usdt:{exe}:workload:unit"),
             Site::SingleStep => format!("uprobe:{exe}:workload_xol"),
+            Site::Latency => format!("uprobe:{exe}:work_unit"),
         }
     }
 
@@ -52,6 +57,7 @@ impl Site {
             Site::Uretprobe => "uretprobe:work_unit",
             Site::Usdt => "usdt:workload:unit",
             Site::SingleStep => "uprobe:workload_xol",
+            Site::Latency => "latency:work_unit",
         }
     }
 }
@@ -81,6 +87,9 @@ pub(super) enum Tool {
     /// bpftrace's `count()` with `probetop --pid PID` (no spec) counting its probe: the
     /// counting probe on the same site on top of the tool's (part `counting`).
     CountCounted,
+    /// bpftrace's latency idiom, `@start[tid] = nsecs` at the entry and
+    /// `hist(nsecs - @start[tid])` at the return (part `latency`).
+    BpftracePair,
 }
 
 impl Tool {
@@ -96,6 +105,7 @@ impl Tool {
             Tool::CompareRing => "compared ring",
             Tool::CompareKernel => "compared kernel",
             Tool::CountCounted => "bpftrace count(), probetop counting it",
+            Tool::BpftracePair => "bpftrace @start[tid] / hist()",
         }
     }
 
@@ -111,6 +121,7 @@ impl Tool {
             Tool::CompareRing => "compared_ring",
             Tool::CompareKernel => "compared_kernel",
             Tool::CountCounted => "bpftrace_count_probetop_counting",
+            Tool::BpftracePair => "bpftrace_start_hist",
         }
     }
 
@@ -137,6 +148,13 @@ impl Tool {
             Tool::EmptyPidFilter => format!("{probe} /pid == {pid}/ {{ }}"),
             Tool::Count | Tool::CountCounted => format!("{probe} {{ @ = count(); }}"),
             Tool::Hist => format!("{probe} {{ $t = nsecs; @ = hist(nsecs - $t); }}"),
+            Tool::BpftracePair => {
+                let exit = probe.replacen("uprobe:", "uretprobe:", 1);
+                format!(
+                    "{probe} {{ @start[tid] = nsecs; }} \
+                     {exit} {{ @h = hist(nsecs - @start[tid]); delete(@start[tid]); }}"
+                )
+            }
             _ => String::new(),
         }
     }
@@ -517,11 +535,18 @@ impl Bench {
             let mut cmd = Command::new("bpftrace");
             cmd.args(["-e", &program]);
             let tool = Proc::spawn("bpftrace", &mut cmd)?;
-            tool.wait_for("Attaching 1 probe", PATIENCE)?;
+            let probes = if case.tool == Tool::BpftracePair {
+                2
+            } else {
+                1
+            };
+            tool.wait_for(&format!("Attaching {probes} probe"), PATIENCE)?;
             // bpftrace prints that line before attaching and nothing after. It holds one
             // perf event per CPU for its output buffers, opened first, then one per probe.
-            wait_until(PATIENCE, || perf_event_fds(tool.pid()) > self.cpus)
-                .context("waiting for bpftrace to attach its probe")?;
+            wait_until(PATIENCE, || {
+                perf_event_fds(tool.pid()) >= self.cpus + probes
+            })
+            .context("waiting for bpftrace to attach its probes")?;
             Ok(tool)
         }
     }

@@ -16,6 +16,9 @@
 //!    USDT, USDT, uprobe, single-stepped uprobe, uretprobe), with empty programs.
 //! 6. **scale**: attach and detach of 10 to 5000 probes, probetop on uprobe_multi and on
 //!    perf events against bpftrace (bench/scale.rs).
+//! 7. **latency**: what a latency pair costs per call, probetop's `latency:FUNC` in ring
+//!    and kernel modes against bpftrace's `@start[tid]` / `hist(nsecs - @start[tid])`
+//!    on the same function (bench/latency.rs).
 //!
 //! A full run writes the generated block of docs/performance.md and docs/performance.json;
 //! `--quick` (a smoke run), `--only` and `--out` write under the target directory instead,
@@ -41,6 +44,7 @@ use crate::util::stats::*;
 mod attach;
 mod calibration;
 mod cost;
+mod latency;
 mod memory;
 mod process;
 mod report;
@@ -50,6 +54,7 @@ mod throughput;
 use attach::*;
 use calibration::*;
 use cost::*;
+use latency::*;
 use memory::*;
 use process::*;
 use report::*;
@@ -102,6 +107,9 @@ pub(crate) enum Part {
     /// What `probetop --pid PID` (no spec) adds per hit counting another tool's probe:
     /// bpftrace `count()` alone against the same with probetop counting it.
     Counting,
+    /// What a `latency:` pair costs per call against bpftrace's `@start[tid]` /
+    /// `hist(nsecs - @start[tid])` on the same function.
+    Latency,
 }
 
 /// How long and how often things are measured.
@@ -194,6 +202,7 @@ pub(crate) fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
             Part::Memory,
             Part::Calibration,
             Part::Scale,
+            Part::Latency,
         ]
     } else {
         let mut parts = args.only.clone();
@@ -203,7 +212,7 @@ pub(crate) fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
     };
     // Only a complete run with the default settings replaces the committed results.
     // (`counting` is run on its own: its result is stated in performance.md's text.)
-    let complete = parts.len() == 6
+    let complete = parts.len() == 7
         && !settings.quick
         && args.rounds.is_none()
         && args.seconds.is_none()
@@ -257,6 +266,7 @@ pub(crate) fn run(ctx: &Ctx, args: &BenchArgs) -> Result<()> {
             }
             Part::Scale => results.scale = Some(bench.scale()?),
             Part::Counting => results.counting = Some(bench.counting()?),
+            Part::Latency => results.latency = Some(bench.latency()?),
         }
         eprintln!("bench: {part:?} took {:.0} s", t.elapsed().as_secs_f64());
     }
@@ -289,7 +299,12 @@ fn check_tools(parts: &[Part]) -> Result<()> {
     let needs_bpftrace = parts.iter().any(|p| {
         matches!(
             p,
-            Part::Cost | Part::Attach | Part::Calibration | Part::Scale | Part::Counting
+            Part::Cost
+                | Part::Attach
+                | Part::Calibration
+                | Part::Scale
+                | Part::Counting
+                | Part::Latency
         )
     });
     if needs_bpftrace {

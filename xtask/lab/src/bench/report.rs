@@ -19,6 +19,7 @@ pub(super) struct Results {
     pub(super) calibration: Option<Calibration>,
     pub(super) scale: Option<ScaleResults>,
     pub(super) counting: Option<CostResults>,
+    pub(super) latency: Option<CostResults>,
 }
 
 pub(super) struct Machine {
@@ -112,6 +113,9 @@ pub(super) fn render_markdown(run: &RunInfo, results: &Results) -> String {
     }
     if let Some(c) = &results.counting {
         render_counting(&mut md, c);
+    }
+    if let Some(l) = &results.latency {
+        render_latency(&mut md, l);
     }
     md
 }
