@@ -14,6 +14,8 @@ mod threads;
 
 pub(crate) use interval_log::IntervalLog;
 pub(crate) use keys::{HitKeys, KeyedHits};
+#[cfg(test)]
+pub(crate) use latency::RowKey;
 pub(crate) use latency::{
     DEFAULT_MAX_KEYS, EndPath, Latency, LatencyRow, PairSetup, Prices as LatencyPrices,
 };

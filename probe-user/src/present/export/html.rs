@@ -262,7 +262,7 @@ fn latency_section(out: &mut String, report: &Report) {
              <td rowspan=\"2\" class=\"n\">{:.1}</td><td>measured</td>{}\
              {cost}{share}</tr>\n\
              <tr><td>corrected</td>{}</tr>",
-            esc(&row.name),
+            esc(&row.display_name()),
             esc(&row.spec),
             row.path.as_str(),
             esc(&row.object),
@@ -274,7 +274,7 @@ fn latency_section(out: &mut String, report: &Report) {
     }
     let _ = writeln!(out, "</tbody>\n</table>");
     for row in &report.latency {
-        let label = format!("{} ({})", row.name, row.spec);
+        let label = format!("{} ({})", row.display_name(), row.spec);
         let series = [
             Series {
                 label: format!("{label}, measured"),
@@ -292,7 +292,7 @@ fn latency_section(out: &mut String, report: &Report) {
             out,
             "<p class=\"muted\"><code>{}</code> in <code class=\"obj\">{}</code>: {} calls, \
              {} open, {} unwound, {} unmatched</p>",
-            esc(&row.name),
+            esc(&row.display_name()),
             esc(&row.object),
             row.calls,
             row.open,
