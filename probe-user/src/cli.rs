@@ -26,6 +26,7 @@ pub(crate) const USAGE: &str = concat!(
     "         SPEC: uprobe:FUNC, uretprobe:FUNC, usdt:PROVIDER:NAME; --pid PID alone: other tools' probes on it\n",
     "       probetop list [--pid PID | FILE] [PATTERN]                   what a process or file can be probed at\n",
     "       probetop calibrate                                           measure what a hit costs here (20-40 s)\n",
+    "       probetop diff A.json B.json [--fail-above PCT]               compare two runs' exports\n",
     "example: probetop --pid $(pidof mariadbd) --preset mysql\n",
     "probetop --help lists every option; probetop man prints the manual",
 );
@@ -37,6 +38,10 @@ pub(crate) enum Command {
     /// Measure what a probe hit costs on this machine, per cost class, and cache it
     /// for whole-cost estimates (20-40 s on up to one CPU; once per kernel and CPU).
     Calibrate(CalibrateArgs),
+    /// Compare two runs' exports (.json or .hlog) probe by probe: rates, p50 to p99.9
+    /// and cost per hit, with a test on the distributions and on the counts; exits 1
+    /// with --fail-above on a regression, 2 on bad input.
+    Diff(DiffArgs),
     /// The calibration's workload (run by `calibrate` itself).
     #[command(name = "__calibrate-workload", hide = true)]
     CalibrateWorkload,
@@ -111,6 +116,38 @@ pub(crate) struct CalibrateArgs {
 }
 
 #[derive(Debug, Args)]
+pub(crate) struct DiffArgs {
+    /// The run before: a .json or .hlog export of probetop's.
+    pub a: PathBuf,
+    /// The run after, compared against A.
+    pub b: PathBuf,
+
+    /// Exit 1 when a probe's --metric rose by more than PCT percent with its
+    /// distribution significantly different (for CI; 0 to 10^6). Without it, rows are
+    /// flagged above 10% and the exit status is 0.
+    #[arg(long, value_name = "PCT", value_parser = real(0.0, 1e6, "percent"))]
+    pub fail_above: Option<f64>,
+
+    /// What a regression is measured on: the p50, p90, p99 or p99.9 of the handler
+    /// time (a probe) or of the latency (a latency pair), or the whole cost per hit.
+    #[arg(long, value_enum, default_value_t = crate::present::export::diff::Metric::P50)]
+    pub metric: crate::present::export::diff::Metric,
+
+    /// Significance level over all rows, split evenly between them (Bonferroni; above 0,
+    /// at most 0.5).
+    #[arg(long, value_name = "P", default_value_t = 0.001, value_parser = real(1e-12, 0.5, "(a probability)"))]
+    pub alpha: f64,
+
+    /// Print the comparison as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Also write an HTML page with each probe's two distributions overlaid.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
 pub(crate) struct ListArgs {
     /// List what process PID has mapped (its executable first).
     #[arg(short, long, value_name = "PID", value_parser = pid())]
@@ -123,6 +160,11 @@ pub(crate) struct ListArgs {
     /// Print JSON for scripts.
     #[arg(long)]
     pub json: bool,
+
+    /// Ask no debuginfod server (DEBUGINFOD_URLS) for the debug file of a stripped
+    /// object.
+    #[arg(long)]
+    pub offline: bool,
 }
 
 #[derive(Debug, Args)]
@@ -199,7 +241,7 @@ pub(crate) struct RunArgs {
     pub listen: Option<std::net::SocketAddr>,
 
     /// Push the live measurements to an OpenTelemetry Collector over OTLP/HTTP
-    /// (protobuf) every --interval, and the final ones at exit: http://HOST:PORT (4318
+    /// (protobuf) every --interval, and the final ones at exit: http://HOST:PORT or https:// (4318
     /// is OTLP/HTTP's port; /v1/metrics is appended unless the URL ends with it).
     #[arg(long, value_name = "URL", value_parser = otlp_url)]
     pub otlp: Option<String>,
@@ -246,6 +288,11 @@ pub(crate) struct RunArgs {
     /// default: its call writes below %rsp, over the function's red zone).
     #[arg(long)]
     pub force: bool,
+
+    /// Ask no debuginfod server (DEBUGINFOD_URLS) for the debug file of a stripped
+    /// object: names come only from the files on this host.
+    #[arg(long)]
+    pub offline: bool,
 
     /// Ring buffer size in MiB (a power of two, 1 to 2048).
     #[arg(long, value_name = "MIB", default_value_t = 8, value_parser = power_of_two(1, 2048, "MiB"))]
@@ -438,7 +485,8 @@ fn seconds(
 /// `--otlp`'s URL, with `/v1/metrics`.
 fn otlp_url(text: &str) -> Result<String, String> {
     crate::present::otlp::metrics_url(text.trim()).ok_or_else(|| {
-        "give an http:// URL of an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318".into()
+        "give an http:// or https:// URL of an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318"
+            .into()
     })
 }
 

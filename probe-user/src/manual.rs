@@ -161,10 +161,21 @@ a TUI without colours.
 .B XDG_CACHE_HOME
 where
 .B probetop calibrate
-caches its measurements (probetop/ in it; default ~/.cache/probetop).
+caches its measurements (probetop/ in it; default ~/.cache/probetop), and where debug
+files from debuginfod are kept (probetop/debuginfod/).
+.TP
+.B DEBUGINFOD_URLS
+debuginfod servers (space-separated) asked by build id for the debug file of a stripped
+object that has none on this host, unless
+.B \-\-offline
+is given (DEBUGINFOD_MAXTIME seconds and DEBUGINFOD_MAXSIZE bytes cap a download).
 .SH EXIT STATUS
 0 on success, 2 for a mistake in the command line, 1 for any other error; each error is
 one line on standard error.
+.B probetop diff
+exits 1 only for a regression above
+.BR \-\-fail\-above ,
+and 2 for any error.
 "#;
 
 #[cfg(test)]

@@ -41,6 +41,10 @@ pub fn main() -> ExitCode {
             }
         };
     }
+    // Nor does comparing two files.
+    if let Some(cli::Command::Diff(args)) = &cli.command {
+        return session::diff(args);
+    }
     // The generated documentation needs no runtime either.
     let generated = match &cli.command {
         Some(cli::Command::Completions { shell }) => Some(crate::manual::completions(
@@ -80,6 +84,7 @@ pub fn main() -> ExitCode {
         Some(cli::Command::Calibrate(args)) => session::calibrate(args),
         Some(
             cli::Command::CalibrateWorkload
+            | cli::Command::Diff(_)
             | cli::Command::Completions { .. }
             | cli::Command::Man { .. },
         ) => Ok(()),

@@ -38,6 +38,7 @@ pub const APT_PACKAGES: &[&str] = &[
     "mariadb-server",          // a live mysqld to probe (tests/it/mysql.rs, cargo xtask mysql-*)
     "sysbench",                // its load
     "postgresql-15", // a live PostgreSQL and pgbench (tests/it/postgres.rs, cargo xtask postgres-report)
+    "debuginfod", // elfutils' server: serves a stripped fixture's debug file (tests/it/debuginfod.rs)
 ];
 
 pub const ROOT_REQUIRED: &str = "integration tests attach real probes: run as root";

@@ -552,7 +552,8 @@ pub struct LatencyRow {
     /// `whole_cost_ns` / the corrected mean latency.
     pub overhead_share: Option<f64>,
     /// Every call's latency as measured, and as corrected, ns (1 ns to an hour, 3
-    /// significant digits): what the exports write beside the probes' handler times.
+    /// significant digits): what the exports write beside the probes' handler times
+    /// (the JSON's `latency_ns_hdr`, whose distribution `probetop diff` tests).
     pub latency_hist: Histogram<u64>,
     pub corrected_hist: Histogram<u64>,
 }

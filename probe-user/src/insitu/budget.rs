@@ -10,6 +10,12 @@
 //! each instant of a period is attached with the same probability: a period's hits over
 //! its attached fraction is an unbiased count of its calls ([`Scaler`]).
 //!
+//! Each attached part costs the target a toggle besides its hits: attaching and detaching
+//! rewrite the probed pages in every process mapping them (page copies, TLB shootdowns,
+//! the mmap lock). That is priced ([`toggle_cost_ns`]) into the ledger and the duty, and
+//! the periods are made as long as the window allows, so a duty is reached with the
+//! fewest toggles (docs/user-guide.md, "What a toggle costs").
+//!
 //! This module is pure arithmetic; `session::budget` attaches and detaches.
 
 use std::collections::VecDeque;
@@ -20,6 +26,18 @@ use crate::stats::XorShift;
 /// What the estimate of a hit's cost may be short of the truth by (docs/cost.md: within
 /// 25% in every cell measured), added to it before it is held against the budget.
 pub(crate) const ESTIMATE_MARGIN: f64 = 0.25;
+/// What one toggle (attach and detach) of a set costs the target, ns, and what each probe
+/// in it adds: bounds from in situ's `churn_cpu_ms` on the flood fixture (the target's CPU
+/// across each change beyond its detached rate: -41..+47 us for one probe, hit or not,
+/// and -41 us for 43 probes on libc's pages, 2026-11-27), rounded up (docs/user-guide.md,
+/// "What a toggle costs").
+const TOGGLE_NS: f64 = 50_000.0;
+const TOGGLE_PROBE_NS: f64 = 2_000.0;
+
+/// What `toggles` toggles of `probes` probes in all cost the target, ns.
+fn toggle_cost_ns(toggles: f64, probes: f64) -> f64 {
+    toggles * TOGGLE_NS + probes * TOGGLE_PROBE_NS
+}
 /// The shortest attached part of a period: an attach takes 1-10 ms (longer on a busy
 /// machine), which must stay small beside it.
 const ON_MIN_S: f64 = 0.04;
@@ -121,6 +139,11 @@ pub(crate) struct Observed {
     pub estimated_ns: f64,
     /// The target's CPU over the period, ns (probes included).
     pub target_cpu_ns: f64,
+    /// Toggles (attach, then detach) of the set in the period.
+    pub toggles: f64,
+    /// Probes attached and detached again in the period (one toggle of a set of 1,000
+    /// probes is 1,000).
+    pub toggled: f64,
 }
 
 /// Where the cost while attached came from.
@@ -173,6 +196,8 @@ pub(crate) struct Controller {
     rng: XorShift,
     /// How much later than planned attached parts ended lately, s (a moving mean).
     overrun_s: f64,
+    /// Probes in the set toggled each period (the last toggle's).
+    set_size: f64,
 }
 
 impl Controller {
@@ -198,6 +223,7 @@ impl Controller {
             floor: None,
             rng: XorShift::new(seed | 1),
             overrun_s: 0.0,
+            set_size: 0.0,
         }
     }
 
@@ -215,11 +241,23 @@ impl Controller {
         self.floor
     }
 
-    /// The next period: its length drawn within 30% of what the duty needs, its
-    /// attached part at a random offset.
+    /// The longest period the window allows (a quarter of it): the fewest toggles for a
+    /// duty, while a window's spending can still be corrected within it.
+    fn period_max(&self) -> f64 {
+        (self.window_s / PERIODS_PER_WINDOW).max(PERIOD_MIN_S)
+    }
+
+    /// What one toggle of the set costs the target, ns.
+    fn toggle_ns(&self) -> f64 {
+        toggle_cost_ns(1.0, self.set_size)
+    }
+
+    /// The next period: its length drawn within 30% of the longest the window allows,
+    /// its attached part at a random offset. Each period toggles the set once, so the
+    /// longest periods reach a duty with the fewest toggles; the jitter and the random
+    /// offset keep a periodic load from aliasing.
     pub(crate) fn plan(&mut self) -> Plan {
-        let period_max = (self.window_s / PERIODS_PER_WINDOW).max(PERIOD_MIN_S);
-        let base = (ON_MIN_S / self.duty).clamp(PERIOD_MIN_S, period_max);
+        let base = self.period_max();
         let jitter = 0.7 + 0.6 * self.uniform();
         let period_s = base * jitter;
         if self.duty >= 1.0 {
@@ -266,6 +304,11 @@ impl Controller {
         (on > 0.0 && cost > 0.0).then(|| cost / (on * 1e9))
     }
 
+    /// What toggling costs per second at the planned periods (their mean length).
+    fn toggle_rate(&self) -> f64 {
+        self.toggle_ns() / (self.period_max() * 1e9)
+    }
+
     /// The allowed probe CPU per second: for a share, of the target's CPU without them.
     fn allowed_rate(&self) -> Option<f64> {
         match self.budget {
@@ -290,10 +333,15 @@ impl Controller {
         while self.recent.len() > RECENT {
             self.recent.pop_front();
         }
+        if o.toggles > 0.0 {
+            self.set_size = o.toggled / o.toggles;
+        }
+        // The toggles are priced at their measured bound: their low is none.
+        let toggles_ns = toggle_cost_ns(o.toggles, o.toggled);
         let spent = Bounds {
-            mean: o.estimated_ns,
+            mean: o.estimated_ns + toggles_ns,
             low: o.estimated_ns * (1.0 - ESTIMATE_MARGIN),
-            high: with_margin,
+            high: with_margin + toggles_ns,
         };
         for (total, part) in [
             (&mut self.window_spent, spent),
@@ -336,7 +384,8 @@ impl Controller {
             // Nothing costs yet: open up, at most doubling per period.
             return (self.duty * 2.0).min(1.0);
         };
-        let steady = allowed / rate_on;
+        // What is left once the toggles of the planned periods are paid for.
+        let steady = (allowed - self.toggle_rate()).max(0.0) / rate_on;
         // The floor: what the minimum duty costs, over the allowance.
         self.floor = (steady < self.min_duty).then(|| self.cost_at(self.min_duty, rate_on));
         // What the current window may still spend over its remaining time.
@@ -350,14 +399,14 @@ impl Controller {
         wanted.min(self.duty * 2.0).clamp(self.min_duty, 1.0)
     }
 
-    /// What duty `duty` costs in the budget's unit at `rate_on`.
+    /// What duty `duty` costs in the budget's unit at `rate_on`, toggles included.
     fn cost_at(&self, duty: f64, rate_on: f64) -> f64 {
+        let cost = duty * rate_on + self.toggle_rate();
         match self.budget {
-            Budget::Rate(_) => duty * rate_on,
+            Budget::Rate(_) => cost,
             Budget::Share(_) => {
                 let seconds: f64 = self.recent.iter().map(|r| r.2).sum();
                 let base: f64 = self.recent.iter().map(|r| r.3).sum::<f64>() / (seconds * 1e9);
-                let cost = duty * rate_on;
                 if base + cost > 0.0 {
                     cost / (base + cost)
                 } else {
@@ -619,6 +668,8 @@ mod tests {
                 on_s: plan.on_s,
                 estimated_ns: on_ns * 0.5,
                 target_cpu_ns: plan.period_s * 1e9,
+                toggles: 1.0,
+                toggled: 1.0,
             });
         }
         let s = c.summary(&[]);
@@ -644,11 +695,56 @@ mod tests {
                 on_s: plan.on_s,
                 estimated_ns: plan.on_s * 1e9,
                 target_cpu_ns: plan.period_s * 1e9,
+                toggles: 1.0,
+                toggled: 1.0,
             });
         }
         assert_eq!(c.duty(), c.min_duty());
         let line = c.summary(&[]).floor_line().expect("a floor");
         assert!(line.contains("cannot be met"), "{line}");
+    }
+
+    #[test]
+    fn toggles_are_priced_and_periods_are_as_long_as_the_window_allows() {
+        // A target busy on one CPU, probes that cost 1% of it while attached, a set of
+        // 20,000 probes: toggled every 2.5 s they cost 1.6% of the CPU on their own,
+        // over a 1% budget.
+        let mut c = Controller::new(Budget::Share(0.01), 10.0, 5);
+        for _ in 0..20 {
+            let plan = c.plan();
+            assert!(
+                (0.7 * 2.5..=1.3 * 2.5 + 1e-9).contains(&plan.period_s),
+                "{plan:?}"
+            );
+            c.observe(Observed {
+                period_s: plan.period_s,
+                on_s: plan.on_s,
+                estimated_ns: plan.on_s * 1e9 * 0.01,
+                target_cpu_ns: plan.period_s * 1e9,
+                toggles: 1.0,
+                toggled: 20_000.0,
+            });
+        }
+        assert_eq!(c.duty(), c.min_duty());
+        let s = c.summary(&[]);
+        // The ledger holds the toggles: one of 20,000 probes a period of ~2.5 s.
+        let used = s.used.expect("used");
+        assert!(used.mean > toggle_cost_ns(1.0, 20_000.0) / 3.25e9, "{s:?}");
+        assert!(s.floor_line().is_some(), "{s:?}");
+        // One probe toggled costs nothing the budget notices: the duty opens up.
+        let mut c = Controller::new(Budget::Share(0.01), 10.0, 5);
+        for _ in 0..20 {
+            let plan = c.plan();
+            c.observe(Observed {
+                period_s: plan.period_s,
+                on_s: plan.on_s,
+                estimated_ns: plan.on_s * 1e9 * 0.01,
+                target_cpu_ns: plan.period_s * 1e9,
+                toggles: 1.0,
+                toggled: 1.0,
+            });
+        }
+        assert!(c.duty() > 0.5, "{}", c.duty());
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub(crate) fn render_text(listing: &Listing) -> String {
             SymbolSource::BuildId(p) | SymbolSource::DebugLink(p) => {
                 one_line(&p.display().to_string()).into_owned()
             }
+            SymbolSource::Debuginfod(p) => {
+                format!("debuginfod, {}", one_line(&p.display().to_string()))
+            }
             SymbolSource::MiniDebugInfo => ".gnu_debugdata".to_string(),
         };
         // Names and paths come from the files listed: each on its line (a crafted
@@ -135,7 +138,11 @@ fn stripped_note(out: &mut String, stripped: &Stripped) {
             .iter()
             .map(|p| one_line(&p.display().to_string()).into_owned())
             .collect();
-        format!("no debug file at {}", paths.join(", "))
+        format!(
+            "no debug file at {}; {}",
+            paths.join(", "),
+            one_line(&stripped.debuginfod)
+        )
     };
     let _ = writeln!(
         out,

@@ -5,6 +5,7 @@
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 
+use super::debuginfod::Debuginfod;
 use super::elf::{ElfImage, ElfSymbol};
 
 /// Cap on MiniDebugInfo's decompressed size: a hostile file must not make us allocate
@@ -17,7 +18,7 @@ const MAX_DEBUGDATA_COMPRESSED: usize = 64 << 20;
 const XZ_MEM_LIMIT_KIB: u32 = 128 * 1024;
 /// Cap on the size of a separate debug file read (real ones are at most a few GiB;
 /// more is a mistake or an attack).
-const MAX_DEBUG_FILE_BYTES: u64 = 4 << 30;
+pub(crate) const MAX_DEBUG_FILE_BYTES: u64 = 4 << 30;
 
 /// Where separate debug info comes from.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -33,6 +34,8 @@ pub enum SymbolSource {
     DebugLink(PathBuf),
     /// `.gnu_debugdata` inside the object.
     MiniDebugInfo,
+    /// A debug file from a debuginfod server, where it is cached.
+    Debuginfod(PathBuf),
 }
 
 /// Where to look for separate debug files.
@@ -166,6 +169,24 @@ fn by_debuglink(
         });
     }
     None
+}
+
+/// The debug file of `image` from a debuginfod server (or its cache), when it has a
+/// build id and a server has the file. Asked last: only where nothing local names the
+/// functions.
+pub(crate) fn from_debuginfod(
+    image: &ElfImage,
+    object_path: &Path,
+    debuginfod: &Debuginfod,
+) -> Option<ExtraSymbols> {
+    let id = image.build_id.as_deref()?;
+    let (path, debug) = debuginfod.find(id, object_path, |data| {
+        parse_compatible(data, image).filter(|debug| debug.build_id.as_deref() == Some(id))
+    })?;
+    Some(ExtraSymbols {
+        source: SymbolSource::Debuginfod(path),
+        symbols: debug.symbols,
+    })
 }
 
 fn mini_debuginfo(image: &ElfImage) -> Option<ExtraSymbols> {

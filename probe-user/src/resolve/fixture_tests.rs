@@ -208,6 +208,7 @@ fn opts() -> ResolveOptions {
     ResolveOptions {
         max_probes: DEFAULT_MAX_PROBES,
         debug: DebugSearch { roots: Vec::new() },
+        debuginfod: Default::default(),
         force: false,
     }
 }

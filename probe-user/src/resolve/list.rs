@@ -140,6 +140,8 @@ pub(crate) struct Stripped {
     pub some_usdt: Vec<String>,
     /// Every path a separate debug file was looked for at (none found).
     pub debug_looked_in: Vec<PathBuf>,
+    /// The debuginfod servers asked (none had it), or why none was.
+    pub debuginfod: String,
 }
 
 /// How many names a [`Stripped`] note offers.
@@ -156,11 +158,14 @@ pub(crate) struct Listing {
 
 /// Lists the probe points of `source` whose name matches `pattern` (a glob over every
 /// spelling: mangled, demangled, without parameters; `provider:name` or `name` for USDT).
+#[cfg(test)]
 pub(crate) fn list(source: &ListSource, pattern: Option<&str>) -> Result<Listing, ResolveError> {
     list_with(source, pattern, &ResolveOptions::default())
 }
 
-/// [`list`] with explicit options (debug info search paths).
+/// The points of `source` whose name matches `pattern` (a glob over every spelling:
+/// mangled, demangled, without parameters; `provider:name` or `name` for USDT), with
+/// explicit options (where debug files are looked for, the debuginfod servers).
 pub(crate) fn list_with(
     source: &ListSource,
     pattern: Option<&str>,
@@ -235,6 +240,7 @@ fn list_object(obj: &Loaded, pid: Option<u32>, glob: Option<&Glob>, listing: &mu
             usdt: usdt.len(),
             some_usdt: usdt.into_iter().take(SUGGESTED).collect(),
             debug_looked_in: obj.debug_looked_in(),
+            debuginfod: obj.debuginfod_said(),
         }
     });
     listing.objects.push(ListedObject {

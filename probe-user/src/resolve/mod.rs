@@ -4,13 +4,14 @@
 //! - `resolve` / `resolve_with` (the tests'): a spec in a running process; [`Resolver`]:
 //!   many specs in one process, each object read once.
 //! - `resolve_file` (the tests'): a spec in a file on disk (no process; no load bias).
-//! - [`list`](list::list): every probe-able point of a process or file (`probetop list`).
+//! - [`list_with`](list::list_with): every probe-able point of a process or file (`probetop list`).
 //!
 //! Objects: a spec's OBJECT is an absolute path or a library name (`libc`), found in the
 //! target's maps, then in the dynamic linker's cache. Without OBJECT, uprobes go to the
 //! main executable and USDT specs look in every mapped object.
 
 pub mod debuginfo;
+pub(crate) mod debuginfod;
 pub mod elf;
 pub mod glob;
 pub(crate) mod ifunc;
@@ -47,6 +48,7 @@ use crate::spec::{ProbeKind, ProbeSpec};
 use crate::target::Target;
 
 use self::debuginfo::DebugSearch;
+use self::debuginfod::Debuginfod;
 use self::functions::resolve_functions;
 use self::scope::{Loaded, ObjectRef, Scope};
 use self::usdt_points::resolve_usdt;
@@ -63,6 +65,8 @@ pub(crate) struct ResolveOptions {
     pub max_probes: usize,
     /// Where separate debug info is looked for.
     pub debug: DebugSearch,
+    /// The debuginfod servers asked for a debug file nothing local has (off by default).
+    pub debuginfod: Debuginfod,
     /// `--force`: attach sites refused only for what they may do to the target's red
     /// zone (a 5-byte nop past a function's entry on a kernel that optimizes it), with
     /// a warning.
@@ -74,6 +78,7 @@ impl Default for ResolveOptions {
         Self {
             max_probes: DEFAULT_MAX_PROBES,
             debug: DebugSearch::default(),
+            debuginfod: Debuginfod::default(),
             force: false,
         }
     }

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use super::debuginfo::{self, DebugSearch, SymbolSource};
+use super::debuginfod::Debuginfod;
 use super::elf::{self, ElfImage};
 use super::symbols::SymbolTable;
 use super::usdt::{self, UsdtNoteError, UsdtProbe};
@@ -263,6 +264,7 @@ pub(crate) struct Loaded {
     pub image: ElfImage,
     pub load_bias: Option<u64>,
     debug: DebugSearch,
+    debuginfod: Debuginfod,
     symbols: OnceCell<(SymbolTable, SymbolSource)>,
     usdt: OnceCell<Vec<Result<UsdtProbe, UsdtNoteError>>>,
 }
@@ -280,6 +282,7 @@ impl Loaded {
             image,
             load_bias,
             debug: opts.debug.clone(),
+            debuginfod: opts.debuginfod.clone(),
             symbols: OnceCell::new(),
             usdt: OnceCell::new(),
         })
@@ -293,7 +296,11 @@ impl Loaded {
                     SymbolSource::Symtab,
                 );
             }
-            match debuginfo::find_extra_symbols(&self.image, &self.r.origin, &self.debug) {
+            let extra = debuginfo::find_extra_symbols(&self.image, &self.r.origin, &self.debug)
+                .or_else(|| {
+                    debuginfo::from_debuginfod(&self.image, &self.r.display, &self.debuginfod)
+                });
+            match extra {
                 Some(extra) => (
                     // The object's own .dynsym plus the debug file's .symtab; offsets
                     // always from the object's own segments.
@@ -315,6 +322,11 @@ impl Loaded {
     /// stripped object).
     pub(crate) fn debug_looked_in(&self) -> Vec<PathBuf> {
         debuginfo::looked_in(&self.image, &self.r.origin, &self.debug)
+    }
+
+    /// Which debuginfod servers were asked for its debug file, or why none was.
+    pub(crate) fn debuginfod_said(&self) -> String {
+        self.debuginfod.said()
     }
 
     /// The function table (from the richest symbol source found).

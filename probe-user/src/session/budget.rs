@@ -33,6 +33,9 @@ struct Ended {
     on_s: f64,
     attach_s: f64,
     target_cpu_ns: f64,
+    /// Attaches of the set in it (each to be detached: a toggle), and the probes.
+    toggles: f64,
+    toggled: f64,
 }
 
 pub(super) struct Driver {
@@ -52,6 +55,9 @@ pub(super) struct Driver {
     on_s: f64,
     /// Seconds the attach calls of the current period took.
     attach_s: f64,
+    /// Attaches of the set in the current period, and the probes attached.
+    toggles: f64,
+    toggled: f64,
     next: Instant,
     /// The probes detached by the driver.
     suspended: Vec<u32>,
@@ -117,6 +123,8 @@ impl Driver {
             on_since: Some(now),
             on_s: 0.0,
             attach_s: 0.0,
+            toggles: 0.0,
+            toggled: 0.0,
             next: now,
             suspended: Vec::new(),
             ended: None,
@@ -240,6 +248,8 @@ impl Driver {
             .push_window(Window::between(false, &self.window_reading, &end));
         let before = Instant::now();
         let ids = std::mem::take(&mut self.suspended);
+        self.toggles += 1.0;
+        self.toggled += ids.len() as f64;
         if let Err(e) = attachment.reattach_set(&ids) {
             // Said once; the probes that came back count on.
             self.act(format!("cannot attach the probes again: {e}"));
@@ -259,6 +269,8 @@ impl Driver {
         let target_cpu_ns = reading.cpu_ns.saturating_sub(self.period_reading.cpu_ns) as f64;
         let on_s = std::mem::take(&mut self.on_s);
         let attach_s = std::mem::take(&mut self.attach_s);
+        let toggles = std::mem::take(&mut self.toggles);
+        let toggled = std::mem::take(&mut self.toggled);
         // A period whose hits were not read yet joins this one.
         self.ended = Some(match self.ended.take() {
             Some(e) => Ended {
@@ -266,12 +278,16 @@ impl Driver {
                 on_s: e.on_s + on_s,
                 attach_s: e.attach_s + attach_s,
                 target_cpu_ns: e.target_cpu_ns + target_cpu_ns,
+                toggles: e.toggles + toggles,
+                toggled: e.toggled + toggled,
             },
             None => Ended {
                 period_s,
                 on_s,
                 attach_s,
                 target_cpu_ns,
+                toggles,
+                toggled,
             },
         });
         self.period_reading = reading;
@@ -306,6 +322,8 @@ impl Driver {
             on_s: ended.on_s,
             estimated_ns,
             target_cpu_ns: ended.target_cpu_ns,
+            toggles: ended.toggles,
+            toggled: ended.toggled,
         });
         if !had_floor && let Some(line) = self.controller.summary(&[]).floor_line() {
             self.act(line);

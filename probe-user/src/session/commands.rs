@@ -125,7 +125,7 @@ fn busy_host() -> Option<String> {
 
 /// `probetop list`: every probe point of a process or file that matches a pattern.
 pub(crate) fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
-    use crate::resolve::list::{ListSource, list};
+    use crate::resolve::list::{ListSource, list_with};
     let mut operands = args.operands.into_iter();
     let source = match args.pid {
         Some(pid) => {
@@ -143,7 +143,11 @@ pub(crate) fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
             "unexpected {extra:?}: list takes [--pid PID | PATH] [PATTERN]"
         )));
     }
-    let listing = list(&source, pattern.as_deref())?;
+    let options = crate::resolve::ResolveOptions {
+        debuginfod: crate::resolve::debuginfod::Debuginfod::from_env(args.offline),
+        ..Default::default()
+    };
+    let listing = list_with(&source, pattern.as_deref(), &options)?;
     if args.json {
         crate::error_line::write_stdout(&format!("{}\n", present::list::render_json(&listing)?))?;
     } else {
@@ -151,3 +155,59 @@ pub(crate) fn list(args: crate::cli::ListArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `probetop diff A B`: the comparison on stdout (a table, or JSON), the HTML page if
+/// asked; exit 1 with `--fail-above` on a regression above it, 2 on bad input.
+pub(crate) fn diff(args: &crate::cli::DiffArgs) -> std::process::ExitCode {
+    use std::process::ExitCode;
+
+    use crate::present::export::diff::{self, DiffOptions};
+    let options = DiffOptions {
+        metric: args.metric,
+        threshold_pct: args.fail_above.unwrap_or(DEFAULT_FLAG_PCT),
+        alpha: args.alpha,
+    };
+    let (result, hists) = match diff::diff(&args.a, &args.b, options) {
+        Ok(found) => found,
+        Err(error) => {
+            crate::sys::say(&format!("probetop diff: {error}"));
+            return ExitCode::from(2);
+        }
+    };
+    let written = (|| -> anyhow::Result<()> {
+        if let Some(path) = &args.html {
+            crate::present::export::write_file(
+                path,
+                diff::render_html(&result, &hists).as_bytes(),
+                false,
+            )?;
+        }
+        let text = if args.json {
+            diff::render_json(&result)?
+        } else {
+            diff::render_text(&result)
+        };
+        crate::error_line::write_stdout(&text)?;
+        Ok(())
+    })();
+    match written {
+        Ok(()) => {}
+        Err(error) if crate::error_line::is_broken_pipe(&error) => {}
+        Err(error) => {
+            crate::sys::say(&format!(
+                "probetop diff: {}",
+                crate::error_line::error_line(&error)
+            ));
+            // Not 1: that says "regression" to a CI job.
+            return ExitCode::from(2);
+        }
+    }
+    if args.fail_above.is_some() && result.regressions > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Without `--fail-above`, `probetop diff` flags moves above this many percent.
+const DEFAULT_FLAG_PCT: f64 = 10.0;

@@ -30,6 +30,7 @@ pub(super) fn find(plan: &Plan, args: &RunArgs) -> anyhow::Result<Found> {
     let resolve_options = ResolveOptions {
         max_probes: args.max_probes,
         force: args.force,
+        debuginfod: crate::resolve::debuginfod::Debuginfod::from_env(args.offline),
         ..Default::default()
     };
     let pin = target

@@ -33,7 +33,7 @@ mod start;
 mod stop;
 mod traced;
 
-pub(crate) use commands::{calibrate, list};
+pub(crate) use commands::{calibrate, diff, list};
 
 use crate::cli::RunArgs;
 // What the phases use of the price stage: the costs prepared before the run, the

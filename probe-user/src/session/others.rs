@@ -302,6 +302,8 @@ pub(super) struct Watch {
     refused: Vec<OtherSite>,
     pending: Option<tokio::task::JoinHandle<Found>>,
     poll: tokio::time::Interval,
+    /// The run's resolve options: its debuginfod servers, and what they were asked.
+    options: ResolveOptions,
 }
 
 impl Watch {
@@ -311,6 +313,7 @@ impl Watch {
         filter_pid: u32,
         base_config: ProbeConfig,
         rows: &[Probe],
+        options: ResolveOptions,
     ) -> Self {
         let mut poll = tokio::time::interval(REDISCOVER);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -327,6 +330,7 @@ impl Watch {
             refused: Vec::new(),
             pending: None,
             poll,
+            options,
         }
     }
 }
@@ -350,9 +354,10 @@ pub(super) async fn next_look(watch: &mut Option<Watch>) -> Found {
         watch.poll.tick().await;
         let target = watch.target.clone();
         let pin = watch.pin.clone();
+        let options = watch.options.clone();
         // Walks every process's descriptors and reads objects: off the session's loop.
         watch.pending = Some(tokio::task::spawn_blocking(move || {
-            let resolver = Resolver::new(&target, ResolveOptions::default());
+            let resolver = Resolver::new(&target, options);
             find(&target, &pin, &resolver)
         }));
     }

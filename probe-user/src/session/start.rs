@@ -263,6 +263,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
             plan.filter_pid,
             base_config,
             &probes,
+            resolve_options.clone(),
         )
     });
     let source = Arc::new(ReportSource {

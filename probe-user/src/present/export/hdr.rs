@@ -260,6 +260,32 @@ pub(super) const CORRECTED_TAG: &str = ".corrected";
 /// (a path may hold a newline) would end the comment early.
 pub(super) use crate::sys::stderr::one_line;
 
+/// `hist` in HdrHistogram's V2 + DEFLATE encoding, base64 (an `.hlog` line's last
+/// column), over probetop's full bounds; `None` when empty or not encodable.
+pub(crate) fn encode(hist: &Histogram<u64>) -> Option<String> {
+    use base64::Engine as _;
+    use hdrhistogram::serialization::{Serializer as _, V2DeflateSerializer};
+    if hist.is_empty() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    V2DeflateSerializer::new()
+        .serialize(&crate::aggregate::full_range(hist), &mut bytes)
+        .ok()?;
+    Some(base64::engine::general_purpose::STANDARD.encode(&bytes))
+}
+
+/// A histogram [`encode`] (or any HdrHistogram writer's base64 V2 encoding) wrote.
+pub(crate) fn decode(text: &str) -> Result<Histogram<u64>, String> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| format!("not base64: {e}"))?;
+    hdrhistogram::serialization::Deserializer::new()
+        .deserialize(&mut bytes.as_slice())
+        .map_err(|e| format!("not an HdrHistogram: {e:?}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testing::sample_report;

@@ -193,6 +193,48 @@ pub(crate) fn render_svg(report: &Report) -> Result<Vec<u8>, ExportError> {
     Ok(out.into_bytes())
 }
 
+/// One plot of an overlay page: its title, y axis, and curves (label, histogram).
+pub(crate) struct Overlay<'a> {
+    pub title: String,
+    pub y_label: &'static str,
+    pub curves: Vec<(String, &'a Histogram<u64>)>,
+}
+
+/// A self-contained page (`probetop diff --html`): `heading`, then `intro_html` (HTML the
+/// caller escaped), then the plots, curves of one plot overlaid in the palette's order.
+pub(crate) fn overlay_page(heading: &str, intro_html: &str, plots: &[Overlay]) -> String {
+    let mut out = String::new();
+    let _ = write!(
+        out,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>{}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n<h1>{}</h1>\n{intro_html}",
+        esc(heading),
+        esc(heading)
+    );
+    for overlay in plots {
+        let series: Vec<Series> = overlay
+            .curves
+            .iter()
+            .enumerate()
+            .map(|(i, (label, hist))| Series {
+                label: label.clone(),
+                hist,
+                color: PALETTE[i % PALETTE.len()],
+            })
+            .collect();
+        let _ = writeln!(out, "<section>\n<h3>{}</h3>", esc(&overlay.title));
+        out.push_str(&plot(&series, &overlay.title, overlay.y_label, false));
+        let _ = writeln!(out, "</section>");
+    }
+    let _ = writeln!(
+        out,
+        "<footer>Written by probetop {}.</footer>\n</body>\n</html>",
+        env!("CARGO_PKG_VERSION")
+    );
+    out
+}
+
 /// The spec and the id: one spec can expand to several probes.
 fn series_label(p: &ProbeReport) -> String {
     format!("{} (#{})", p.spec, p.id)
@@ -612,7 +654,7 @@ pub(crate) fn human_ns(ns: f64) -> String {
 }
 
 /// Escapes text for HTML and XML content and attribute values.
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

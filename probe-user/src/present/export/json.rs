@@ -71,6 +71,11 @@ pub struct JsonProbe<'a> {
     pub dropped: u64,
     #[serde(default)]
     pub handler_ns: HandlerSummary,
+    /// The handler times whole: an HdrHistogram in its V2 + DEFLATE encoding, base64
+    /// (as a `.hlog` line carries it), which `probetop diff` tests distributions on;
+    /// absent in exports from before it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler_ns_hdr: Option<String>,
     /// Argument values of the last hit that captured any (`--args`); null where a read
     /// faulted.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -476,6 +481,9 @@ pub struct JsonLatency<'a> {
     pub overflowed: u64,
     /// From the start probe's clock read to the end probe's, per call.
     pub latency_ns: HandlerSummary,
+    /// The measured latencies whole, encoded as `handler_ns_hdr` is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_ns_hdr: Option<String>,
     /// The same less the probes' cost inside the call: one whole hit of the start
     /// probe, and every probed hit nested in the call.
     pub latency_corrected_ns: HandlerSummary,
@@ -689,6 +697,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     hits_counted: scaled(p.id).map(|s| s.counted),
                     dropped: p.dropped,
                     handler_ns: HandlerSummary::of(&p.handler_ns),
+                    handler_ns_hdr: super::hdr::encode(&p.handler_ns),
                     last_args: p.last_args.as_deref().map(Cow::Borrowed),
                     threads: p
                         .threads
@@ -760,6 +769,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     unmatched: l.unmatched,
                     overflowed: l.overflowed,
                     latency_ns: l.latency_ns,
+                    latency_ns_hdr: super::hdr::encode(&l.latency_hist),
                     latency_corrected_ns: l.latency_corrected_ns,
                     corrected: l.corrected_applied,
                     whole_cost_ns: l.whole_cost_ns,

@@ -26,6 +26,7 @@ use crate::spec::ProbeKind;
 use crate::target::Target;
 
 pub(crate) mod csv;
+pub(crate) mod diff;
 mod file;
 mod hdr;
 pub(crate) mod hgrm;
