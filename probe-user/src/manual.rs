@@ -219,7 +219,12 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["probetop.1", "probetop-list.1", "probetop-calibrate.1"]
+            [
+                "probetop.1",
+                "probetop-list.1",
+                "probetop-calibrate.1",
+                "probetop-diff.1"
+            ]
         );
         let main = std::fs::read_to_string(&written[0]).expect("probetop.1");
         assert!(main.starts_with(".ie"), "not roff: {}", &main[..40]);
