@@ -391,6 +391,9 @@ fn fetch_arg(ctx: Ctx, spec: &ArgSpec) -> Option<u64> {
     } else {
         (raw << shift) >> shift
     };
+    if spec.deref != 0 {
+        return read_user(value.wrapping_add(u64::from(spec.deref - 1)));
+    }
     Some(value)
 }
 

@@ -256,6 +256,20 @@ pub(crate) struct RunArgs {
     ))]
     pub args: usize,
 
+    /// Split the rows of the -e and -f specs by an argument's value, one row per
+    /// value: argN or argN:FORMAT, FORMAT an integer type (i8..i64, u8..u64; default the
+    /// USDT note's, or 64 bits for a function's register), str (the argument points at
+    /// a string: its first 32 bytes) or a name table (mysql-command). A spec's own
+    /// suffix ` key=argN[:FORMAT]` does the same for that spec alone.
+    #[arg(long, value_name = "argN[:FORMAT]", value_parser = key_spec)]
+    pub key: Option<crate::spec::KeySpec>,
+
+    /// Distinct keys of a keyed row at most; the calls or hits of any further value
+    /// are counted in one row, `other` (1 to 100000).
+    #[arg(long, value_name = "N", default_value_t = crate::aggregate::DEFAULT_MAX_KEYS,
+        value_parser = whole::<usize>(1, 100_000, "distinct keys of a row"))]
+    pub max_keys: usize,
+
     /// Refuse a spec that matches more probe points than this, and specs that match
     /// more than this in all (identical points counted once; 1 to 1000000).
     #[arg(long, value_name = "N", default_value_t = crate::resolve::DEFAULT_MAX_PROBES,
@@ -419,6 +433,11 @@ where
         _ if why.starts_with("give ") => Err(format!("{why} (from {min} to {max})")),
         _ => Err(format!("{why}: give a whole number from {min} to {max}")),
     }
+}
+
+/// `--key argN[:FORMAT]`.
+fn key_spec(text: &str) -> Result<crate::spec::KeySpec, String> {
+    crate::spec::KeySpec::parse(text.trim())
 }
 
 /// A power of two in `min..=max` `unit`s.

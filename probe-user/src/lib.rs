@@ -87,7 +87,7 @@ pub mod inner {
         };
     }
     pub mod spec {
-        pub use crate::spec::{ProbeKind, ProbeSpec};
+        pub use crate::spec::{ProbeKind, ProbeSpec, is_latency, parse_latency};
     }
     pub mod sys {
         pub mod files {

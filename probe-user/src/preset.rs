@@ -50,12 +50,20 @@ mod tests {
     use super::*;
     use crate::spec::{ProbeKind, ProbeSpec};
 
-    /// Lines that are specs, as `-f` reads them.
+    /// Lines that are specs, as `-f` reads them; a latency spec is its two halves.
     fn specs(text: &str) -> Vec<ProbeSpec> {
         text.lines()
             .map(|l| l.split('#').next().unwrap_or("").trim())
             .filter(|l| !l.is_empty())
-            .map(|l| ProbeSpec::parse(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+            .flat_map(|l| {
+                if crate::spec::is_latency(l) {
+                    crate::spec::parse_latency(l)
+                        .unwrap_or_else(|e| panic!("{l}: {e}"))
+                        .to_vec()
+                } else {
+                    vec![ProbeSpec::parse(l).unwrap_or_else(|e| panic!("{l}: {e}"))]
+                }
+            })
             .collect()
     }
 
@@ -73,15 +81,25 @@ mod tests {
             .into_iter()
             .map(|s| (s.kind, s.text))
             .collect();
+        let latency = "latency:dispatch_command key=arg0:mysql-command";
         let want = [
             (ProbeKind::Uprobe, "uprobe:do_command"),
-            (ProbeKind::Uprobe, "uprobe:dispatch_command"),
+            (ProbeKind::Uprobe, latency),
+            (ProbeKind::Uretprobe, latency),
             (ProbeKind::Uprobe, "uprobe:mysql_parse"),
             (ProbeKind::Uprobe, "uprobe:Prepared_statement::execute_loop"),
             (ProbeKind::Uprobe, "uprobe:mysql_execute_command"),
         ]
         .map(|(k, n)| (k, n.to_string()));
         assert_eq!(got, want);
+        // dispatch_command's latency, split by command, named.
+        let keyed = specs(text("mysql").expect("mysql preset"))
+            .into_iter()
+            .find(|s| s.pair.is_some())
+            .and_then(|s| s.key)
+            .expect("a keyed pair");
+        assert_eq!(keyed.render(&[3]), "COM_QUERY");
+        assert_eq!(keyed.render(&[23]), "COM_STMT_EXECUTE");
     }
 
     #[test]
@@ -91,13 +109,19 @@ mod tests {
             .map(|s| (s.kind, s.text))
             .collect();
         let usdt = |name: &str| (ProbeKind::Usdt, format!("usdt:postgresql:{name}"));
+        let pair = |start: &str, end: &str| {
+            let text = format!("latency:postgresql:{start},{end}");
+            [(ProbeKind::Usdt, text.clone()), (ProbeKind::Usdt, text)]
+        };
+        let [query_start, query_done] = pair("query__start", "query__done");
+        let [tx_start, tx_commit] = pair("transaction__start", "transaction__commit");
         let want = vec![
-            usdt("query__start"),
-            usdt("query__done"),
+            query_start,
+            query_done,
             usdt("query__execute__start"),
             usdt("query__execute__done"),
-            usdt("transaction__start"),
-            usdt("transaction__commit"),
+            tx_start,
+            tx_commit,
             usdt("transaction__abort"),
             usdt("lock__wait__start"),
             usdt("lock__wait__done"),
@@ -109,11 +133,16 @@ mod tests {
     /// A uretprobe is refused where an exception can unwind through its function (a
     /// C++ server's, nearly always), and a preset is for builds it cannot check: a
     /// preset measures returns at `ret` instructions (`FUNC+ret`), which no
-    /// exception or `longjmp` can turn into a crash.
+    /// exception or `longjmp` can turn into a crash. A latency spec's return half is
+    /// checked on the build it meets (`session::probe::latency_end`): at the ret
+    /// instructions wherever an exception can unwind through the function.
     #[test]
     fn presets_measure_returns_at_ret_instructions() {
         for name in names() {
             for spec in specs(text(name).expect("listed presets exist")) {
+                if spec.pair.is_some() {
+                    continue;
+                }
                 assert_ne!(spec.kind, ProbeKind::Uretprobe, "{name}: {}", spec.text);
             }
         }

@@ -12,6 +12,10 @@
 
 use std::fmt;
 
+mod key;
+
+pub(crate) use key::{KeyFormat, KeySpec, split_key};
+
 /// What fires the probe.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
@@ -61,6 +65,8 @@ pub struct ProbeSpec {
     pub at_returns: bool,
     /// One half of a `latency:` spec, whose hits are paired with the other half's.
     pub pair: Option<PairRole>,
+    /// ` key=argN[:FORMAT]`: the row is split by this argument's value.
+    pub key: Option<KeySpec>,
 }
 
 /// Which half of a `latency:` spec a probe is.
@@ -76,7 +82,10 @@ pub enum PairRole {
 /// each a [`ProbeSpec`] whose `pair` says which half it is and whose `text` is the
 /// latency spec's. A function's end is a uretprobe here; the session makes it a
 /// `+ret` probe where a uretprobe is unsafe.
-pub(crate) fn parse_latency(text: &str) -> Result<[ProbeSpec; 2], SpecError> {
+pub fn parse_latency(full: &str) -> Result<[ProbeSpec; 2], SpecError> {
+    let (text, key) = key::split_key(full);
+    let key = parse_key(full, key)?;
+    let full_trimmed = full.trim();
     let trimmed = text.trim();
     let lead = text.len() - text.trim_start().len();
     let rest = trimmed
@@ -92,8 +101,9 @@ pub(crate) fn parse_latency(text: &str) -> Result<[ProbeSpec; 2], SpecError> {
         len: e.len,
     };
     let with_role = |mut spec: ProbeSpec, role| {
-        spec.text = trimmed.to_string();
+        spec.text = full_trimmed.to_string();
         spec.pair = Some(role);
+        spec.key = key;
         spec
     };
     let (head, last) = match rest.rfind(':') {
@@ -139,7 +149,7 @@ pub(crate) fn parse_latency(text: &str) -> Result<[ProbeSpec; 2], SpecError> {
 pub(crate) const LATENCY: &str = "latency";
 
 /// Whether `text` is a `latency:` spec.
-pub(crate) fn is_latency(text: &str) -> bool {
+pub fn is_latency(text: &str) -> bool {
     text.trim_start()
         .strip_prefix(LATENCY)
         .is_some_and(|r| r.starts_with(':'))
@@ -273,8 +283,19 @@ fn parse_offset(text: &str) -> Result<u64, &'static str> {
     u64::from_str_radix(digits, radix).map_err(|_| "the offset does not fit in 64 bits")
 }
 
+/// The key of a spec's ` key=` suffix, parsed; an error points at it in `full`.
+fn parse_key(full: &str, key: Option<(&str, usize)>) -> Result<Option<KeySpec>, SpecError> {
+    key.map(|(key, at)| {
+        KeySpec::parse(key).map_err(|reason| SpecError::new(full, reason, at, key.len().max(1)))
+    })
+    .transpose()
+}
+
 impl ProbeSpec {
-    pub fn parse(text: &str) -> Result<Self, SpecError> {
+    pub fn parse(full: &str) -> Result<Self, SpecError> {
+        let (text, key) = key::split_key(full);
+        let key = parse_key(full, key)?;
+        let full_trimmed = full.trim();
         let trimmed = text.trim();
         let offset = text.len() - text.trim_start().len();
         let Some((kind_str, rest)) = trimmed.split_once(':') else {
@@ -413,7 +434,7 @@ impl ProbeSpec {
             ));
         }
         Ok(ProbeSpec {
-            text: trimmed.to_string(),
+            text: full_trimmed.to_string(),
             kind,
             object,
             provider,
@@ -421,6 +442,7 @@ impl ProbeSpec {
             offset: func_offset,
             at_returns,
             pair: None,
+            key,
         })
     }
 

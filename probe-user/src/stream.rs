@@ -571,9 +571,10 @@ fn switch_hot_probes(
     time_every: u64,
 ) {
     let mut switched = Vec::new();
-    // A latency pair's probes keep streaming: their records are paired.
+    // A latency pair's probes keep streaming: their records are paired; a keyed
+    // probe's too: each record is counted under its key.
     let paired: Vec<bool> = (0..aggregator.probes().len())
-        .map(|id| aggregator.latency.pairs_probe(id as u32))
+        .map(|id| aggregator.streams_every_hit(id as u32))
         .collect();
     for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
         let rate = probe.rate.per_second();
@@ -624,8 +625,9 @@ fn end_clock_phase(
 ) -> bool {
     let (mut switched, mut stayed, mut streaming) = (Vec::new(), 0, 0);
     for (id, probe) in aggregator.probes().iter().enumerate() {
-        // A latency pair's probes keep streaming: their records are paired.
-        if probe.mode != DeliveryMode::Ring || aggregator.latency.pairs_probe(id as u32) {
+        // A latency pair's probes keep streaming: their records are paired (and a
+        // keyed probe's, counted under their keys).
+        if probe.mode != DeliveryMode::Ring || aggregator.streams_every_hit(id as u32) {
             continue;
         }
         if !over && probe.received < CLOCK_PHASE_HITS {

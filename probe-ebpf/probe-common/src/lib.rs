@@ -134,7 +134,9 @@ pub struct ArgSpec {
     pub bitshift: u32,
     /// Non-zero: sign-extend from the argument's size.
     pub signed: u32,
-    pub _pad: u32,
+    /// Non-zero: the value is a pointer, and the slot holds the 8 bytes at
+    /// `value + deref - 1` instead (a string key's bytes, 8 to a slot).
+    pub deref: u32,
 }
 
 /// The arguments to capture for one probe, indexed by probe id in the `ARGS` map.

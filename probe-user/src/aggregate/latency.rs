@@ -30,7 +30,7 @@ use std::collections::HashMap;
 use hdrhistogram::Histogram;
 
 use super::summary::HandlerSummary;
-use crate::spec::PairRole;
+use crate::spec::{KeySpec, PairRole};
 
 /// How a pair's end is probed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +64,8 @@ pub(crate) struct PairSetup {
     pub path: EndPath,
     pub starts: Vec<u32>,
     pub ends: Vec<u32>,
+    /// The key the starts capture (after the stack pointer), if the spec has one.
+    pub key: Option<KeySpec>,
 }
 
 /// Open calls per thread at most, per pair: deeper recursion counts as `overflowed`.
@@ -95,12 +97,13 @@ struct Frame {
     sp: u64,
     /// Probe hits (of this pair) inside the call so far.
     nested_hits: u64,
+    /// The call's key, an index into [`PairState::keys`] (keyed pairs).
+    key: Option<usize>,
 }
 
+/// The calls of one key (or of the whole pair).
 #[derive(Debug, Clone)]
-struct PairState {
-    setup: PairSetup,
-    stacks: HashMap<u32, Vec<Frame>>,
+struct Calls {
     measured: Histogram<u64>,
     /// Calls with no probed hit nested inside, as measured: corrected by the last
     /// price when the rows are read (a constant shift), so the early hits' prices (a
@@ -110,8 +113,74 @@ struct PairState {
     corrected_nested: Histogram<u64>,
     calls: u64,
     unwound: u64,
-    unmatched: u64,
     overflowed: u64,
+}
+
+impl Calls {
+    fn new() -> Self {
+        Self {
+            measured: histogram(),
+            flat: histogram(),
+            corrected_nested: histogram(),
+            calls: 0,
+            unwound: 0,
+            overflowed: 0,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.measured.reset();
+        self.flat.reset();
+        self.corrected_nested.reset();
+        self.calls = 0;
+        self.unwound = 0;
+        self.overflowed = 0;
+    }
+
+    fn ended(&mut self, measured: u64, nested_hits: u64, inside: f64) {
+        self.calls += 1;
+        self.measured.saturating_record(measured.max(1));
+        if nested_hits == 0 {
+            self.flat.saturating_record(measured.max(1));
+        } else {
+            let corrected = (measured as f64 - inside).max(1.0).round() as u64;
+            self.corrected_nested.saturating_record(corrected);
+        }
+    }
+
+    /// Every call corrected: the flat ones by the last price, the nested ones as
+    /// corrected when they ended.
+    fn corrected(&self, prices: Option<Prices>) -> Histogram<u64> {
+        let mut out = self.corrected_nested.clone();
+        let inside = prices.map_or(0.0, |p| p.inside());
+        for value in self.flat.iter_recorded() {
+            let at = value.value_iterated_to() as f64;
+            let corrected = (at - inside).max(1.0).round() as u64;
+            let _ = out.record_n(corrected, value.count_at_value());
+        }
+        out
+    }
+}
+
+/// What a keyed pair's key is: a value seen, or `other` past `--max-keys` values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KeyName {
+    Value(String),
+    Other,
+}
+
+#[derive(Debug, Clone)]
+struct PairState {
+    setup: PairSetup,
+    stacks: HashMap<u32, Vec<Frame>>,
+    /// Every call of the pair.
+    all: Calls,
+    /// Keyed pairs: the calls of each key, in the order first seen; `Other` at most
+    /// once, holding the calls of every value past `max_keys`.
+    keys: Vec<(KeyName, Calls)>,
+    key_index: HashMap<String, usize>,
+    max_keys: usize,
+    unmatched: u64,
     /// The probes' prices, as last read.
     prices: Option<Prices>,
 }
@@ -124,30 +193,51 @@ fn histogram() -> Histogram<u64> {
 }
 
 impl PairState {
-    fn new(setup: PairSetup) -> Self {
+    fn new(setup: PairSetup, max_keys: usize) -> Self {
         Self {
             setup,
             stacks: HashMap::new(),
-            measured: histogram(),
-            flat: histogram(),
-            corrected_nested: histogram(),
-            calls: 0,
-            unwound: 0,
+            all: Calls::new(),
+            keys: Vec::new(),
+            key_index: HashMap::new(),
+            max_keys,
             unmatched: 0,
-            overflowed: 0,
             prices: None,
         }
     }
 
+    /// Keys seen stay, emptied: their rows keep their places.
     fn reset(&mut self) {
         self.stacks.clear();
-        self.measured.reset();
-        self.flat.reset();
-        self.corrected_nested.reset();
-        self.calls = 0;
-        self.unwound = 0;
+        self.all.reset();
+        for (_, calls) in &mut self.keys {
+            calls.reset();
+        }
         self.unmatched = 0;
-        self.overflowed = 0;
+    }
+
+    /// The index of key `value` in `keys`, adding it (or `other`, past `max_keys`).
+    fn key_at(&mut self, value: String) -> usize {
+        if let Some(&at) = self.key_index.get(&value) {
+            return at;
+        }
+        let distinct = self.key_index.len();
+        if distinct < self.max_keys {
+            self.keys
+                .push((KeyName::Value(value.clone()), Calls::new()));
+            self.key_index.insert(value, self.keys.len() - 1);
+            return self.keys.len() - 1;
+        }
+        if let Some(at) = self.keys.iter().position(|(k, _)| *k == KeyName::Other) {
+            return at;
+        }
+        self.keys.push((KeyName::Other, Calls::new()));
+        self.keys.len() - 1
+    }
+
+    /// The calls of a frame's key, if keyed.
+    fn keyed(&mut self, key: Option<usize>) -> Option<&mut Calls> {
+        key.and_then(|at| self.keys.get_mut(at)).map(|(_, c)| c)
     }
 
     fn checks_frames(&self) -> bool {
@@ -155,35 +245,56 @@ impl PairState {
     }
 
     /// Pops the frames an unwind left behind: those whose pointer is below `sp` (or at
-    /// it, `inclusive`); each is counted, and its hits go to the frame below.
-    fn pop_unwound(stack: &mut Vec<Frame>, sp: u64, inclusive: bool, unwound: &mut u64) {
+    /// it, `inclusive`); each is counted, and its hits go to the frame below. Returns
+    /// the keys of the frames popped.
+    fn pop_unwound(stack: &mut Vec<Frame>, sp: u64, inclusive: bool) -> Vec<Option<usize>> {
+        let mut popped = Vec::new();
         while let Some(top) = stack.last().copied() {
             let gone = if inclusive { top.sp <= sp } else { top.sp < sp };
             if !gone {
                 break;
             }
             stack.pop();
-            *unwound += 1;
+            popped.push(top.key);
             if let Some(parent) = stack.last_mut() {
                 parent.nested_hits += 1 + top.nested_hits;
             }
         }
+        popped
     }
 
-    fn start(&mut self, tid: u32, ktime_ns: u64, sp: u64) {
+    fn count_unwound(&mut self, keys: Vec<Option<usize>>) {
+        for key in keys {
+            self.all.unwound += 1;
+            if let Some(calls) = self.keyed(key) {
+                calls.unwound += 1;
+            }
+        }
+    }
+
+    fn start(&mut self, tid: u32, ktime_ns: u64, sp: u64, key: Option<String>) {
         let checks = self.checks_frames();
         let stack = self.stacks.entry(tid).or_default();
-        if checks {
-            Self::pop_unwound(stack, sp, true, &mut self.unwound);
-        }
-        if stack.len() >= MAX_DEPTH {
-            self.overflowed += 1;
+        let popped = if checks {
+            Self::pop_unwound(stack, sp, true)
+        } else {
+            Vec::new()
+        };
+        let deep = stack.len() >= MAX_DEPTH;
+        self.count_unwound(popped);
+        let key = key.map(|k| self.key_at(k));
+        if deep {
+            self.all.overflowed += 1;
+            if let Some(calls) = self.keyed(key) {
+                calls.overflowed += 1;
+            }
             return;
         }
-        stack.push(Frame {
+        self.stacks.entry(tid).or_default().push(Frame {
             start_ns: ktime_ns,
             sp,
             nested_hits: 0,
+            key,
         });
     }
 
@@ -197,55 +308,83 @@ impl PairState {
             self.unmatched += 1;
             return;
         };
-        if checks {
-            Self::pop_unwound(stack, frame_sp, false, &mut self.unwound);
-        }
+        let popped = if checks {
+            Self::pop_unwound(stack, frame_sp, false)
+        } else {
+            Vec::new()
+        };
         let matches = stack
             .last()
             .is_some_and(|top| !checks || top.sp == frame_sp);
-        if !matches {
-            // A call begun before the window opened, or deeper than MAX_DEPTH.
-            self.unmatched += 1;
-            return;
-        }
-        let Some(frame) = stack.pop() else {
-            return;
-        };
-        if let Some(parent) = stack.last_mut() {
+        let frame = if matches { stack.pop() } else { None };
+        if let (Some(frame), Some(parent)) = (frame, stack.last_mut()) {
             parent.nested_hits += 2 + frame.nested_hits;
         }
         if stack.is_empty() {
             self.stacks.remove(&tid);
         }
+        self.count_unwound(popped);
+        let Some(frame) = frame else {
+            // A call begun before the window opened, or deeper than MAX_DEPTH.
+            self.unmatched += 1;
+            return;
+        };
         let measured = ktime_ns.saturating_sub(frame.start_ns);
         let inside = self.prices.map_or(0.0, |p| {
             p.inside() + frame.nested_hits as f64 * (p.whole_start + p.whole_end) / 2.0
         });
-        self.calls += 1;
-        self.measured.saturating_record(measured.max(1));
-        if frame.nested_hits == 0 {
-            self.flat.saturating_record(measured.max(1));
-        } else {
-            let corrected = (measured as f64 - inside).max(1.0).round() as u64;
-            self.corrected_nested.saturating_record(corrected);
+        self.all.ended(measured, frame.nested_hits, inside);
+        if let Some(calls) = self.keyed(frame.key) {
+            calls.ended(measured, frame.nested_hits, inside);
         }
     }
 
-    /// Every call corrected: the flat ones by the last price, the nested ones as
-    /// corrected when they ended.
-    fn corrected(&self) -> Histogram<u64> {
-        let mut out = self.corrected_nested.clone();
-        let inside = self.prices.map_or(0.0, |p| p.inside());
-        for value in self.flat.iter_recorded() {
-            let at = value.value_iterated_to() as f64;
-            let corrected = (at - inside).max(1.0).round() as u64;
-            let _ = out.record_n(corrected, value.count_at_value());
-        }
-        out
+    /// Calls open, of key `key` (`None`: all of them).
+    fn open(&self, key: Option<usize>) -> u64 {
+        self.stacks
+            .values()
+            .flatten()
+            .filter(|f| key.is_none() || f.key == key)
+            .count() as u64
     }
 
-    fn open(&self) -> u64 {
-        self.stacks.values().map(|s| s.len() as u64).sum()
+    /// The row of `calls`, of key `key` (an index into `keys`).
+    fn row(&self, calls: &Calls, key: Option<usize>, elapsed_s: f64) -> LatencyRow {
+        let corrected_hist = calls.corrected(self.prices);
+        let corrected = HandlerSummary::of(&corrected_hist);
+        let whole_cost_ns = self.prices.map(|p| p.whole_start + p.whole_end);
+        LatencyRow {
+            spec: self.setup.spec.clone(),
+            name: self.setup.name.clone(),
+            key: key.and_then(|at| self.keys.get(at)).map(|(k, _)| match k {
+                KeyName::Value(v) => RowKey::Value(v.clone()),
+                KeyName::Other => RowKey::Other,
+            }),
+            object: self.setup.object.clone(),
+            path: self.setup.path,
+            starts: self.setup.starts.clone(),
+            ends: self.setup.ends.clone(),
+            calls: calls.calls,
+            calls_per_second: if elapsed_s > 0.0 {
+                calls.calls as f64 / elapsed_s
+            } else {
+                0.0
+            },
+            open: self.open(key),
+            unwound: calls.unwound,
+            // An end without its start has no key: the pair's row counts it.
+            unmatched: if key.is_none() { self.unmatched } else { 0 },
+            overflowed: calls.overflowed,
+            latency_ns: HandlerSummary::of(&calls.measured),
+            corrected_applied: self.prices.is_some(),
+            latency_corrected_ns: corrected,
+            whole_cost_ns,
+            overhead_share: whole_cost_ns
+                .filter(|_| corrected.count > 0 && corrected.mean > 0.0)
+                .map(|w| w / corrected.mean),
+            latency_hist: calls.measured.clone(),
+            corrected_hist,
+        }
     }
 }
 
@@ -257,8 +396,12 @@ pub(crate) struct Latency {
     roles: HashMap<u32, (usize, PairRole)>,
 }
 
+/// Distinct keys of a keyed row at most by default (`--max-keys`).
+pub(crate) const DEFAULT_MAX_KEYS: usize = 64;
+
 impl Latency {
-    pub(crate) fn new(setups: Vec<PairSetup>) -> Self {
+    /// The pairs, keyed ones with at most `max_keys` keys each.
+    pub(crate) fn new(setups: Vec<PairSetup>, max_keys: usize) -> Self {
         let mut roles = HashMap::new();
         for (index, setup) in setups.iter().enumerate() {
             for &id in &setup.starts {
@@ -269,7 +412,10 @@ impl Latency {
             }
         }
         Self {
-            pairs: setups.into_iter().map(PairState::new).collect(),
+            pairs: setups
+                .into_iter()
+                .map(|s| PairState::new(s, max_keys))
+                .collect(),
             roles,
         }
     }
@@ -301,14 +447,27 @@ impl Latency {
     }
 
     /// One counted record of probe `id` on thread `tid`, with the stack pointer
-    /// captured.
-    pub(crate) fn record(&mut self, id: u32, tid: u32, ktime_ns: u64, sp: u64) {
+    /// captured, then a start's key slots (`None`: faulted).
+    pub(crate) fn record(
+        &mut self,
+        id: u32,
+        tid: u32,
+        ktime_ns: u64,
+        sp: u64,
+        key_slots: Option<&[u64]>,
+    ) {
         let Some(&(index, role)) = self.roles.get(&id) else {
             return;
         };
         let pair = &mut self.pairs[index];
         match role {
-            PairRole::Start => pair.start(tid, ktime_ns, sp),
+            PairRole::Start => {
+                let key = pair.setup.key.map(|key| match key_slots {
+                    Some(slots) => key.render(slots),
+                    None => UNREADABLE.to_string(),
+                });
+                pair.start(tid, ktime_ns, sp, key)
+            }
             PairRole::End => pair.end(tid, ktime_ns, sp),
         }
     }
@@ -319,43 +478,45 @@ impl Latency {
         }
     }
 
-    /// Every pair's row; `elapsed_s` the window's length so far.
+    /// Every pair's row, then a keyed pair's row per key (most calls first, `other`
+    /// last); `elapsed_s` the window's length so far.
     pub(crate) fn rows(&self, elapsed_s: f64) -> Vec<LatencyRow> {
-        self.pairs
-            .iter()
-            .map(|p| {
-                let corrected_hist = p.corrected();
-                let corrected = HandlerSummary::of(&corrected_hist);
-                let whole_cost_ns = p.prices.map(|p| p.whole_start + p.whole_end);
-                LatencyRow {
-                    spec: p.setup.spec.clone(),
-                    name: p.setup.name.clone(),
-                    object: p.setup.object.clone(),
-                    path: p.setup.path,
-                    starts: p.setup.starts.clone(),
-                    ends: p.setup.ends.clone(),
-                    calls: p.calls,
-                    calls_per_second: if elapsed_s > 0.0 {
-                        p.calls as f64 / elapsed_s
-                    } else {
-                        0.0
-                    },
-                    open: p.open(),
-                    unwound: p.unwound,
-                    unmatched: p.unmatched,
-                    overflowed: p.overflowed,
-                    latency_ns: HandlerSummary::of(&p.measured),
-                    corrected_applied: p.prices.is_some(),
-                    latency_corrected_ns: corrected,
-                    whole_cost_ns,
-                    overhead_share: whole_cost_ns
-                        .filter(|_| corrected.count > 0 && corrected.mean > 0.0)
-                        .map(|w| w / corrected.mean),
-                    latency_hist: p.measured.clone(),
-                    corrected_hist,
-                }
-            })
-            .collect()
+        let mut rows = Vec::new();
+        for pair in &self.pairs {
+            rows.push(pair.row(&pair.all, None, elapsed_s));
+            let mut keyed: Vec<usize> = (0..pair.keys.len()).collect();
+            keyed.sort_by_key(|&at| {
+                let (name, calls) = &pair.keys[at];
+                (*name == KeyName::Other, std::cmp::Reverse(calls.calls), at)
+            });
+            rows.extend(
+                keyed
+                    .into_iter()
+                    .map(|at| pair.row(&pair.keys[at].1, Some(at), elapsed_s)),
+            );
+        }
+        rows
+    }
+}
+
+/// The key of a start whose key argument could not be read.
+const UNREADABLE: &str = "?";
+
+/// A keyed row's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowKey {
+    /// The argument's value, as shown.
+    Value(String),
+    /// Every value past `--max-keys`.
+    Other,
+}
+
+impl RowKey {
+    pub fn as_str(&self) -> &str {
+        match self {
+            RowKey::Value(v) => v,
+            RowKey::Other => "other",
+        }
     }
 }
 
@@ -364,6 +525,8 @@ impl Latency {
 pub struct LatencyRow {
     pub spec: String,
     pub name: String,
+    /// A keyed pair's row of one key; `None`: the pair's every call.
+    pub key: Option<RowKey>,
     pub object: String,
     pub path: EndPath,
     /// The probe ids of its halves.
@@ -395,33 +558,47 @@ pub struct LatencyRow {
     pub corrected_hist: Histogram<u64>,
 }
 
+impl LatencyRow {
+    /// The row's name as shown: `dispatch_command`, `dispatch_command[COM_QUERY]`.
+    pub fn display_name(&self) -> String {
+        match &self.key {
+            Some(key) => format!("{}[{}]", self.name, key.as_str()),
+            None => self.name.clone(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn pairs(path: EndPath) -> Latency {
-        Latency::new(vec![PairSetup {
-            spec: "latency:f".into(),
-            name: "f".into(),
-            object: "/x".into(),
-            path,
-            starts: vec![0],
-            ends: vec![1],
-        }])
+        Latency::new(
+            vec![PairSetup {
+                spec: "latency:f".into(),
+                name: "f".into(),
+                object: "/x".into(),
+                path,
+                starts: vec![0],
+                ends: vec![1],
+                key: None,
+            }],
+            DEFAULT_MAX_KEYS,
+        )
     }
 
     #[test]
     fn recursion_and_threads_pair_with_their_own_ends() {
         let mut l = pairs(EndPath::RetUprobes);
         // Thread 1 recurses twice; thread 2 interleaves one call.
-        l.record(0, 1, 100, 1000);
-        l.record(0, 2, 105, 5000);
-        l.record(0, 1, 110, 900);
-        l.record(0, 1, 120, 800);
-        l.record(1, 1, 130, 800);
-        l.record(1, 2, 140, 5000);
-        l.record(1, 1, 150, 900);
-        l.record(1, 1, 200, 1000);
+        l.record(0, 1, 100, 1000, None);
+        l.record(0, 2, 105, 5000, None);
+        l.record(0, 1, 110, 900, None);
+        l.record(0, 1, 120, 800, None);
+        l.record(1, 1, 130, 800, None);
+        l.record(1, 2, 140, 5000, None);
+        l.record(1, 1, 150, 900, None);
+        l.record(1, 1, 200, 1000, None);
         let row = &l.rows(1.0)[0];
         assert_eq!(
             (row.calls, row.open, row.unwound, row.unmatched),
@@ -434,13 +611,13 @@ mod tests {
     fn an_unwound_frame_is_counted_so_not_left_open() {
         let mut l = pairs(EndPath::Uretprobe);
         // A call whose frame an exception unwound, then the next call at the same depth.
-        l.record(0, 1, 100, 1000);
-        l.record(0, 1, 200, 1000);
-        l.record(1, 1, 250, 1008);
+        l.record(0, 1, 100, 1000, None);
+        l.record(0, 1, 200, 1000, None);
+        l.record(1, 1, 250, 1008, None);
         // Unwound deeper: the caller's return pops the inner frame first.
-        l.record(0, 1, 300, 1000);
-        l.record(0, 1, 310, 900);
-        l.record(1, 1, 400, 1008);
+        l.record(0, 1, 300, 1000, None);
+        l.record(0, 1, 310, 900, None);
+        l.record(1, 1, 400, 1008, None);
         let row = &l.rows(1.0)[0];
         assert_eq!((row.calls, row.unwound, row.open), (2, 2, 0));
         assert_eq!(row.latency_ns.max, 100);
@@ -458,10 +635,10 @@ mod tests {
                 handler_end: 10.0,
             }),
         );
-        l.record(0, 1, 0, 1000);
-        l.record(0, 1, 100, 900);
-        l.record(1, 1, 200, 900);
-        l.record(1, 1, 1000, 1000);
+        l.record(0, 1, 0, 1000, None);
+        l.record(0, 1, 100, 900, None);
+        l.record(1, 1, 200, 900, None);
+        l.record(1, 1, 1000, 1000, None);
         let row = &l.rows(1.0)[0];
         // Inside: 4 + 6 / 2 + 20 / 2 = 17. Inner: 100 - 17; outer: 1000 - 17 - 2 x 20.
         assert_eq!(
@@ -474,13 +651,52 @@ mod tests {
     #[test]
     fn usdt_pairs_are_last_in_first_out_and_an_early_end_is_unmatched() {
         let mut l = pairs(EndPath::Usdt);
-        l.record(1, 1, 50, 0);
-        l.record(0, 1, 100, 10);
-        l.record(0, 1, 150, 20);
-        l.record(1, 1, 160, 30);
-        l.record(1, 1, 300, 40);
-        l.record(0, 1, 400, 10);
+        l.record(1, 1, 50, 0, None);
+        l.record(0, 1, 100, 10, None);
+        l.record(0, 1, 150, 20, None);
+        l.record(1, 1, 160, 30, None);
+        l.record(1, 1, 300, 40, None);
+        l.record(0, 1, 400, 10, None);
         let row = &l.rows(1.0)[0];
         assert_eq!((row.calls, row.unmatched, row.open), (2, 1, 1));
+    }
+
+    #[test]
+    fn keyed_calls_split_by_key_and_past_the_most_go_to_other() {
+        let mut l = Latency::new(
+            vec![PairSetup {
+                spec: "latency:f key=arg0".into(),
+                name: "f".into(),
+                object: "/x".into(),
+                path: EndPath::RetUprobes,
+                starts: vec![0],
+                ends: vec![1],
+                key: Some(KeySpec::parse("arg0").expect("key")),
+            }],
+            2,
+        );
+        // Keys 7 (3 calls), 5 (1), then 9 and 11 past the two kept: other (2).
+        for (t, key) in [7u64, 5, 7, 9, 7, 11].into_iter().enumerate() {
+            let t = 100 * t as u64;
+            l.record(0, 1, t, 1000, Some(&[key]));
+            l.record(1, 1, t + 10 + key, 1000, None);
+        }
+        l.record(0, 1, 900, 1000, Some(&[5]));
+        let rows = l.rows(1.0);
+        let got: Vec<(String, u64, u64)> = rows
+            .iter()
+            .map(|r| (r.display_name(), r.calls, r.open))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("f".to_string(), 6, 1),
+                ("f[7]".to_string(), 3, 0),
+                ("f[5]".to_string(), 1, 1),
+                ("f[other]".to_string(), 2, 0),
+            ]
+        );
+        assert_eq!(rows[1].latency_ns.max, 17);
+        assert_eq!((rows[3].latency_ns.min, rows[3].latency_ns.max), (19, 21));
     }
 }

@@ -4,6 +4,7 @@
 //! [`ProbeAggregate::summary`] and the histograms themselves.
 
 mod interval_log;
+mod keys;
 mod latency;
 mod probe;
 mod rate;
@@ -12,7 +13,12 @@ mod summary;
 mod threads;
 
 pub(crate) use interval_log::IntervalLog;
-pub(crate) use latency::{EndPath, Latency, LatencyRow, PairSetup, Prices as LatencyPrices};
+pub(crate) use keys::{HitKeys, KeyedHits};
+#[cfg(test)]
+pub(crate) use latency::RowKey;
+pub(crate) use latency::{
+    DEFAULT_MAX_KEYS, EndPath, Latency, LatencyRow, PairSetup, Prices as LatencyPrices,
+};
 pub(crate) use probe::{CapturedArgs, HISTORY_SPAN, Measured, ProbeAggregate};
 #[cfg(test)]
 use rate::RateWindow;
@@ -110,6 +116,14 @@ impl Aggregator {
                     self.pair(event);
                 }
                 if counted && let Some(probe) = self.probes.get_mut(event.hit.probe_id as usize) {
+                    if let Some(keys) = &mut probe.keys {
+                        keys.record(
+                            &event.args,
+                            (event.count as usize).min(MAX_ARGS),
+                            event.faulted,
+                            event.hit.handler_ns,
+                        );
+                    }
                     probe.last_args = Some(CapturedArgs {
                         count: event.count.min(MAX_ARGS as u32) as u8,
                         faulted: event.faulted,
@@ -198,8 +212,20 @@ impl Aggregator {
     fn pair(&mut self, event: &probe_common::HitArgsEvent) {
         let hit = &event.hit;
         if event.count >= 1 && event.faulted & 1 == 0 {
+            // A start's key slots follow the stack pointer. A string's slot past a
+            // fault reads as its end (the string may end before a page it did not need);
+            // the first slot faulted: the key is unreadable.
+            let count = (event.count as usize).min(MAX_ARGS);
+            let mut slots = event.args;
+            for (i, slot) in slots.iter_mut().enumerate() {
+                if event.faulted & (1 << i) != 0 {
+                    *slot = 0;
+                }
+            }
+            let readable = count > 1 && event.faulted & 2 == 0;
+            let key = readable.then(|| &slots[1..count]);
             self.latency
-                .record(hit.probe_id, hit.tid, hit.ktime_ns, event.args[0]);
+                .record(hit.probe_id, hit.tid, hit.ktime_ns, event.args[0], key);
         }
     }
 
@@ -246,6 +272,8 @@ pub(crate) struct Measurements {
     pub target_cpu: Option<f64>,
     /// The `latency:` pairs' rows.
     pub latency: Vec<LatencyRow>,
+    /// Keyed probes' rows: (probe id, one key's hits).
+    pub keyed: Vec<(u32, KeyedHits)>,
 }
 
 impl Aggregator {
@@ -292,7 +320,27 @@ impl Aggregator {
             } else {
                 self.window_end_ns.saturating_sub(self.window_start_ns) as f64 / 1e9
             }),
+            keyed: self.keyed_rows(),
         }
+    }
+
+    /// Every keyed probe's rows, by probe id.
+    pub(crate) fn keyed_rows(&self) -> Vec<(u32, KeyedHits)> {
+        self.probes
+            .iter()
+            .enumerate()
+            .filter_map(|(id, p)| Some((id as u32, p.keys.as_ref()?.rows())))
+            .flat_map(|(id, rows)| rows.into_iter().map(move |r| (id, r)))
+            .collect()
+    }
+
+    /// Whether probe `id` must stream every hit: half of a latency pair, or keyed.
+    pub(crate) fn streams_every_hit(&self, id: u32) -> bool {
+        self.latency.pairs_probe(id)
+            || self
+                .probes
+                .get(id as usize)
+                .is_some_and(|p| p.keys.is_some())
     }
 }
 

@@ -67,6 +67,8 @@ pub(crate) struct ProbeAggregate {
     /// The probe as its row names it (`usdt:fixture:tick`), for notices about it; empty
     /// when unknown.
     pub name: String,
+    /// A keyed probe's hits per key.
+    pub keys: Option<super::keys::HitKeys>,
 }
 
 /// What was measured of one probe's hits beyond its handler time, as plain data: the
@@ -136,6 +138,7 @@ impl Default for ProbeAggregate {
             last_interval_curve: PercentileCurve::default(),
             history: VecDeque::new(),
             name: String::new(),
+            keys: None,
         }
     }
 }
@@ -296,6 +299,9 @@ impl ProbeAggregate {
         self.last_interval_curve = PercentileCurve::default();
         self.history.clear();
         self.threads.clear();
+        if let Some(keys) = &mut self.keys {
+            keys.reset();
+        }
     }
 
     /// Closes a live interval that lasted `length`: its numbers become `last_interval`

@@ -8,7 +8,7 @@ use probe_common::{ArgSpec, ArgsConfig, MAX_ARGS, arg_kind};
 
 use crate::resolve::ProbePoint;
 use crate::resolve::usdt_args::{ArgLocation, Reg, RegRef, UsdtArg, UsdtArgError};
-use crate::spec::ProbeKind;
+use crate::spec::{KeyFormat, KeySpec, ProbeKind};
 
 /// Integer argument registers of the System V x86-64 ABI, in order.
 const SYSV_ARGS: [Reg; 6] = [Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::Rcx, Reg::R8, Reg::R9];
@@ -21,6 +21,10 @@ pub enum ArgsError {
     Unsupported { index: usize, form: String },
     #[error("argument {index} is %rip-relative, but the object's load address is unknown")]
     NoLoadBias { index: usize },
+    #[error("it has no argument {index} to key by ({has} argument{} in registers or notes)", if *.has == 1 { "" } else { "s" })]
+    NoSuchArg { index: usize, has: usize },
+    #[error("a key and --args take more than 12 argument slots: ask for fewer --args")]
+    TooManySlots,
 }
 
 /// The recipes to capture up to `count` argument values of `point`.
@@ -70,6 +74,40 @@ pub(crate) fn stack_pointer() -> ArgsConfig {
     config.args[0] = register(RegRef::full(Reg::Rsp), 8, false);
     config.count = 1;
     config
+}
+
+/// Appends the slots of `key` (of `point`) to `config`: the argument's value, or for a
+/// string the first bytes it points at, 8 to a slot. Returns the first slot's index.
+pub(crate) fn append_key(
+    config: &mut ArgsConfig,
+    point: &ProbePoint,
+    key: &KeySpec,
+) -> Result<usize, ArgsError> {
+    let index = usize::from(key.arg);
+    let all = args_config(point, index + 1)?;
+    if (all.count as usize) <= index {
+        return Err(ArgsError::NoSuchArg {
+            index,
+            has: all.count as usize,
+        });
+    }
+    let spec = all.args[index];
+    let at = config.count as usize;
+    let slots = key.slots();
+    if at + slots > MAX_ARGS {
+        return Err(ArgsError::TooManySlots);
+    }
+    for slot in 0..slots {
+        config.args[at + slot] = match key.format {
+            KeyFormat::Str => ArgSpec {
+                deref: 1 + 8 * slot as u32,
+                ..spec
+            },
+            _ => spec,
+        };
+    }
+    config.count += slots as u32;
+    Ok(at)
 }
 
 fn register(reg: RegRef, size: u8, signed: bool) -> ArgSpec {

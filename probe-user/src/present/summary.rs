@@ -45,6 +45,30 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
             row.extend(format::handler_cells(&probe.handler));
         }
         rows.push(row);
+        // A keyed probe's hits per key, under it: `name[key]`.
+        for (_, keyed) in snapshot.keyed.iter().filter(|(k, _)| *k == id as u32) {
+            let part = keyed.hits as f64 / probe.hits.max(1) as f64;
+            let mut row = vec![
+                keyed_name(&label.full_name(), keyed.key.as_str()),
+                cost.and_then(|c| c.whole_cost_ns)
+                    .map_or_else(|| "-".into(), format::ns_f),
+                cost.and_then(|c| c.cpu_share)
+                    .map_or_else(|| "-".into(), |s| headline::share_text(s * part)),
+                keyed.hits.to_string(),
+                format::count(if seconds > 0.0 {
+                    keyed.hits as f64 / seconds
+                } else {
+                    0.0
+                }),
+                "-".into(),
+            ];
+            if keyed.handler_ns.count == 0 {
+                row.extend(std::iter::repeat_n("-".to_string(), 7));
+            } else {
+                row.extend(format::handler_cells(&keyed.handler_ns));
+            }
+            rows.push(row);
+        }
     }
     let widths: Vec<usize> = (0..headers.len())
         .map(|col| {
@@ -103,6 +127,15 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
     out
 }
 
+/// A keyed row's name: the key after the probe's name, before its marks
+/// (`uprobe:f[3] [sstep]`).
+fn keyed_name(full: &str, key: &str) -> String {
+    match full.find(" [") {
+        Some(at) => format!("{}[{key}]{}", &full[..at], &full[at..]),
+        None => format!("{full}[{key}]"),
+    }
+}
+
 /// Renders one row per latency pair: calls, the rate over `seconds`, the latency as
 /// measured and as corrected for the probes' own cost, the probes' whole cost per call
 /// and its share of the corrected mean, then the calls not paired.
@@ -135,7 +168,7 @@ pub(crate) fn latency_table(rows: &[crate::aggregate::LatencyRow], seconds: f64)
         let has = m.count > 0;
         let cell = |v: u64| if has { format::ns(v) } else { "-".into() };
         table.push(vec![
-            format!("{} ({})", row.name, row.object),
+            format!("{} ({})", row.display_name(), row.object),
             row.calls.to_string(),
             format::count(rate),
             cell(m.p50),
@@ -161,7 +194,11 @@ pub(crate) fn latency_table(rows: &[crate::aggregate::LatencyRow], seconds: f64)
             let _ = writeln!(
                 out,
                 "{}: {} open at the end, {} unwound (an exception or longjmp), {} ended before the window, {} too deep to track",
-                row.name, row.open, row.unwound, row.unmatched, row.overflowed
+                row.display_name(),
+                row.open,
+                row.unwound,
+                row.unmatched,
+                row.overflowed
             );
         }
     }
@@ -277,6 +314,7 @@ mod tests {
         let row = crate::aggregate::LatencyRow {
             spec: "latency:spin".into(),
             name: "spin".into(),
+            key: None,
             object: "/bin/w".into(),
             path: crate::aggregate::EndPath::RetUprobes,
             starts: vec![0],

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::aggregate::{
-    Aggregator, CapturedArgs, FocusDetail, HandlerSummary, IntervalSummary, LatencyRow, OwnUsage,
+    Aggregator, CapturedArgs, FocusDetail, HandlerSummary, IntervalSummary, KeyedHits, LatencyRow,
+    OwnUsage,
 };
 use crate::delivery::DeliveryMode;
 use crate::price::assume::Decision;
@@ -62,6 +63,8 @@ pub(crate) struct Snapshot {
     pub target_cpu: Option<f64>,
     /// The `latency:` pairs' rows.
     pub latency: Vec<LatencyRow>,
+    /// Keyed probes' rows: (probe id, one key's hits).
+    pub keyed: Vec<(u32, KeyedHits)>,
 }
 
 impl Snapshot {
@@ -106,6 +109,7 @@ pub(super) fn unpriced(aggregator: &Aggregator, elapsed: Duration) -> Snapshot {
         assumption: None,
         target_cpu: None,
         latency: aggregator.latency.rows(elapsed.as_secs_f64()),
+        keyed: aggregator.keyed_rows(),
     }
 }
 

@@ -1085,6 +1085,7 @@ fn cpp_demangled_names_overloads_and_globs() {
         offset: None,
         at_returns: false,
         pair: None,
+        key: None,
     };
     assert_eq!(
         resolve_file(&path, &with_params, &opts()).expect("full"),

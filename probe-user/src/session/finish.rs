@@ -196,6 +196,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     report.attach_path = Some(attach_path);
     report.target_cpu = measured.target_cpu;
     report.latency = measured.latency.clone();
+    report.keyed = measured.keyed.clone();
     if let Some(summary) = in_situ_summary {
         report.apply_in_situ(summary);
     }

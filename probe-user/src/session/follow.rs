@@ -70,6 +70,8 @@ pub(super) struct Setup {
     pub force: bool,
     /// `--args`.
     pub args: usize,
+    /// `--max-keys`.
+    pub max_keys: usize,
     pub base_config: ProbeConfig,
     pub target: Target,
     /// Ids of the probes attached to the first program (the session holds its
@@ -85,6 +87,7 @@ pub(super) struct Follow {
     resolve_options: ResolveOptions,
     force: bool,
     args: usize,
+    max_keys: usize,
     base_config: ProbeConfig,
     /// The target as last resolved: its executable is the program probed now.
     current: Target,
@@ -110,6 +113,7 @@ impl Follow {
             resolve_options: setup.resolve_options,
             force: setup.force,
             args: setup.args,
+            max_keys: setup.max_keys,
             base_config: setup.base_config,
             current: setup.target,
             generation: 0,
@@ -404,6 +408,9 @@ async fn attach(
             probe.mode = crate::delivery::DeliveryMode::of_config(config);
             probe.name = ProbeLabel::new(point.point.kind, &point.point.name, "").display;
             // Kernel dispatch is not measured for these (it stopped at the exec).
+            probe.keys = point
+                .key_slot(follow.args)
+                .map(|(key, at)| crate::aggregate::HitKeys::new(key, at, follow.max_keys));
             let mut cost = cost.clone();
             cost.captures_args = config.args.count > 0;
             (probe, *config, cost)

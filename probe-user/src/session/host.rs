@@ -608,6 +608,7 @@ impl Engine {
             shared_with: None,
             shared_sites: Vec::new(),
             pair: None,
+            key: None,
         };
         let config = counting_config(ProbeConfig {
             mode: DeliveryMode::Sample.raw(),

@@ -11,7 +11,7 @@ use crate::UsageError;
 use crate::attach::{self, AttachRequest};
 use crate::present::ProbeLabel;
 use crate::resolve::{self, ProbePoint};
-use crate::spec::{PairRole, ProbeKind, ProbeSpec};
+use crate::spec::{KeySpec, PairRole, ProbeKind, ProbeSpec};
 use crate::target::{PinnedExe, Target};
 use probe_common::ProbeConfig;
 
@@ -38,6 +38,8 @@ pub(super) struct Probe {
     pub shared_sites: Vec<crate::attach::others::OtherSite>,
     /// One half of a `latency:` spec.
     pub pair: Option<PairRole>,
+    /// The argument its row (or its pair's) is split by.
+    pub key: Option<KeySpec>,
 }
 
 impl Probe {
@@ -63,6 +65,7 @@ impl Probe {
             shared_with: None,
             shared_sites: Vec::new(),
             pair: spec.pair,
+            key: spec.key,
         }
     }
 
@@ -87,6 +90,7 @@ impl Probe {
             shared_with: None,
             shared_sites: Vec::new(),
             pair: None,
+            key: None,
         }
     }
 
@@ -170,7 +174,17 @@ impl Probe {
             return counting_config(base);
         }
         if self.pair.is_some() {
-            return latency_config(base);
+            let mut config = latency_config(base);
+            if self.pair == Some(PairRole::Start)
+                && let Some(key) = &self.key
+                && let Err(e) = attach::args::append_key(&mut config.args, &self.point, key)
+            {
+                say(format!(
+                    "{}: calls of {} not keyed by {key}: {e}",
+                    self.spec, self.point.name
+                ));
+            }
+            return config;
         }
         let mut config = base;
         if args > 0 {
@@ -195,7 +209,36 @@ impl Probe {
                 )),
             }
         }
+        if let Some(key) = &self.key {
+            // Every hit streamed, so that every one is counted under its key.
+            config.mode = if base.mode == probe_common::mode::CLOSED {
+                base.mode
+            } else {
+                crate::delivery::DeliveryMode::Ring.raw()
+            };
+            if let Err(e) = attach::args::append_key(&mut config.args, &self.point, key) {
+                say(format!(
+                    "{}: hits of {} not keyed by {key}: {e}",
+                    self.spec, self.point.name
+                ));
+            }
+        }
         config
+    }
+
+    /// A keyed probe's key and where its slots start in its records (after the
+    /// `--args` values [`Probe::config`] captures); `None` when it cannot be keyed.
+    pub(super) fn key_slot(&self, args: usize) -> Option<(KeySpec, usize)> {
+        let key = self
+            .key
+            .filter(|_| self.pair.is_none() && self.other.is_none())?;
+        let mut config = if args > 0 {
+            attach::args::args_config(&self.point, args).unwrap_or_default()
+        } else {
+            Default::default()
+        };
+        let at = attach::args::append_key(&mut config, &self.point, &key).ok()?;
+        Some((key, at))
     }
 }
 
@@ -244,12 +287,9 @@ pub(super) fn latency_pairs(probes: &[Probe]) -> Vec<crate::aggregate::PairSetup
         };
         let usdt = probe.point.kind == ProbeKind::Usdt;
         let name = if usdt {
-            probe
-                .spec
-                .rsplit(':')
-                .next()
-                .unwrap_or(&probe.spec)
-                .to_string()
+            // The spec's `START,END`, without its key suffix.
+            let spec = crate::spec::split_key(&probe.spec).0;
+            spec.rsplit(':').next().unwrap_or(spec).to_string()
         } else {
             // The returns' row is named `FUNC+ret`; the pair is the function's.
             let name = &probe.point.name;
@@ -268,6 +308,7 @@ pub(super) fn latency_pairs(probes: &[Probe]) -> Vec<crate::aggregate::PairSetup
                 path: EndPath::Usdt,
                 starts: Vec::new(),
                 ends: Vec::new(),
+                key: probe.key,
             });
             setups.len() - 1
         });

@@ -110,6 +110,7 @@ impl ReportSource {
         report.target_cpu = measurements.measurements.target_cpu;
         report.cost.assumption = measurements.assumption;
         report.latency = measurements.measurements.latency;
+        report.keyed = measurements.measurements.keyed;
         Some(report)
     }
 }
@@ -200,6 +201,7 @@ fn empty_report(target: &Target, started_unix_ms: u64, duration_s: f64) -> Repor
         target_cpu: None,
         budget: None,
         latency: Vec::new(),
+        keyed: Vec::new(),
     }
 }
 
@@ -305,6 +307,7 @@ pub(super) fn build_report(
         target_cpu: None,
         budget: None,
         latency: Vec::new(),
+        keyed: Vec::new(),
     }
 }
 

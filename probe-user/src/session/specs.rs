@@ -24,9 +24,12 @@ pub(super) fn collect(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
     if let Some(file) = &args.spec_file {
         texts.extend(spec_lines(&read_spec_file(file)?));
     }
+    let mut preset_lines = 0;
     for name in &args.presets {
         let text = preset::text(name).map_err(|e| UsageError(format!("--preset: {e}")))?;
+        let before = texts.len();
         texts.extend(spec_lines(text));
+        preset_lines += texts.len() - before;
     }
     // With one process and no spec, the run watches the probes other tools put on it.
     let one_process = args.pids.len() == 1 && !args.follow_forks && args.cgroup.is_none();
@@ -47,14 +50,23 @@ pub(super) fn collect(args: &RunArgs) -> anyhow::Result<Vec<ProbeSpec>> {
         )));
     }
     let bad = |e| anyhow::Error::from(UsageError(format!("bad probe spec: {e}")));
+    // --key keys the specs of -e and -f that have no key of their own, not presets'.
+    // (Presets' lines come last.)
+    let own = texts.len() - preset_lines;
     let mut specs = Vec::with_capacity(texts.len());
-    for text in &texts {
+    for (at, text) in texts.iter().enumerate() {
         // A latency spec is two probes, paired when their hits are aggregated.
-        if spec::is_latency(text) {
-            specs.extend(spec::parse_latency(text).map_err(bad)?);
+        let mut parsed = if spec::is_latency(text) {
+            spec::parse_latency(text).map_err(bad)?.to_vec()
         } else {
-            specs.push(ProbeSpec::parse(text).map_err(bad)?);
+            vec![ProbeSpec::parse(text).map_err(bad)?]
+        };
+        if at < own {
+            for spec in &mut parsed {
+                spec.key = spec.key.or(args.key);
+            }
         }
+        specs.extend(parsed);
     }
     Ok(specs)
 }

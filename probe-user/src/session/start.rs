@@ -156,12 +156,17 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
             DeliveryMode::of_config(&initial_config)
         };
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
-        // A latency pair's probes stream every hit (`Probe::config`).
+        // A latency pair's probes stream every hit (`Probe::config`), as do keyed ones.
         if probe.pair.is_some() {
             row.mode = DeliveryMode::Ring;
         }
+        if let Some((key, at)) = probe.key_slot(args.args) {
+            row.mode = DeliveryMode::Ring;
+            row.keys = Some(crate::aggregate::HitKeys::new(key, at, args.max_keys));
+        }
     }
-    aggregator.latency = crate::aggregate::Latency::new(super::probe::latency_pairs(&probes));
+    aggregator.latency =
+        crate::aggregate::Latency::new(super::probe::latency_pairs(&probes), args.max_keys);
     let mut assumer = super::Assumer::new(args.assume, pid);
     assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     // The clock is read on streamed hits: ring and auto modes, or kernel mode's phase.
@@ -175,7 +180,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     aggregator.count_processes = plan.several;
     let dispatch_running = dispatch.is_some();
     for (cost, probe) in prepared.costs.iter_mut().zip(&probes) {
-        cost.captures_args = args.args > 0 || probe.pair.is_some();
+        cost.captures_args = args.args > 0 || probe.pair.is_some() || probe.key.is_some();
     }
     for (cost, probe) in prepared.costs.iter_mut().zip(&probes) {
         if let Some(site) = &probe.other {
@@ -330,6 +335,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
             resolve_options,
             force: args.force,
             args: args.args,
+            max_keys: args.max_keys,
             base_config,
             target: plan.target.clone(),
             live,

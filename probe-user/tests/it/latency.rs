@@ -165,3 +165,96 @@ fn an_exception_through_a_probed_function_ends_as_unwound() {
         assert_eq!(u(&row[key]), 0, "{key}: {row}");
     }
 }
+
+/// Keyed rows (` key=argN`, `--key`): the fixture calls keyed(K, "request-kind-K") K x
+/// KEYED times for K = 1..5, in runs of one kind, between the USDT pair req__start (K,
+/// the name) and req__done. With `--max-keys 3` the first three kinds seen get rows of
+/// their own and kinds 4 and 5 are counted in `other`, exactly: a function's latency
+/// keyed by an integer argument, a USDT pair's by a string argument (14 bytes, two
+/// slots), and a function's hits keyed by `--key`.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn keyed_rows_count_each_key_and_the_rest_as_other() {
+    let _turn = turn(module_path!());
+    const KEYED: u64 = 7;
+    let mut target = started(
+        &fixture("c/latency"),
+        &[
+            "--calls",
+            "5",
+            "--threads",
+            "1",
+            "--rounds",
+            "1",
+            "--keyed",
+            &KEYED.to_string(),
+        ],
+    );
+    let json = export_path("latency-keyed.json");
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
+        .arg(&json)
+        .args(["--max-keys", "3", "--key", "arg0"])
+        .args(["-e", "latency:keyed key=arg0:i32"])
+        .args(["-e", "latency:latency:req__start,req__done key=arg1:str"])
+        .args(["-e", "uprobe:keyed_leaf"]);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached 5 probes");
+    target.signal(libc::SIGUSR1);
+    let done = target.out().wait_for("done ");
+    assert_eq!(field(&done, "keyed_per") as u64, KEYED);
+    assert!(target.wait().success());
+    let status = probetop.wait();
+    assert!(status.success(), "{:?}", probetop.err().rest());
+    let summary = probetop.out().rest().join("\n");
+    let report = read_export(&json);
+    let entries = report["probes"].as_array().expect("probes");
+
+    // (key, count) of the rows of `kind` named `name`, in the export's order: the
+    // whole first (no key), then most first, `other` last.
+    let rows = |kind: &str, name: &str, count: &str| -> Vec<(String, u64)> {
+        entries
+            .iter()
+            .filter(|p| p["kind"] == kind && p["name"] == name)
+            .map(|p| (p["key"].as_str().unwrap_or("").to_string(), u(&p[count])))
+            .collect()
+    };
+    let want = |names: [&str; 3]| -> Vec<(String, u64)> {
+        vec![
+            (String::new(), 15 * KEYED),
+            (names[2].to_string(), 3 * KEYED),
+            (names[1].to_string(), 2 * KEYED),
+            (names[0].to_string(), KEYED),
+            ("other".to_string(), (4 + 5) * KEYED),
+        ]
+    };
+    assert_eq!(
+        rows("latency", "keyed", "calls"),
+        want(["1", "2", "3"]),
+        "{report}"
+    );
+    let named = ["request-kind-1", "request-kind-2", "request-kind-3"];
+    assert_eq!(
+        rows("latency", "req__start,req__done", "calls"),
+        want(named),
+        "{report}"
+    );
+    assert_eq!(
+        rows("uprobe", "keyed_leaf", "hits"),
+        want(["1", "2", "3"]),
+        "{report}"
+    );
+    for row in entries.iter().filter(|p| p["kind"] == "latency") {
+        for key in ["open", "unwound", "unmatched", "overflowed"] {
+            assert_eq!(u(&row[key]), 0, "{key}: {row}");
+        }
+    }
+    // The summary names each keyed row after its function.
+    for name in [
+        "keyed[3]",
+        "req__start,req__done[request-kind-2]",
+        "keyed[other]",
+    ] {
+        assert!(summary.contains(name), "{name} not in {summary}");
+    }
+}

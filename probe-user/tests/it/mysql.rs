@@ -4,13 +4,15 @@
 //!
 //! Also: no entry probe of the preset sits on an instruction the kernel single-steps
 //! (or refuses) in Debian's mariadbd; `uretprobe:dispatch_command` is refused there (an
-//! exception can unwind through it), and `dispatch_command+ret` beside the preset counts
-//! every return.
+//! exception can unwind through it), and the preset's dispatch_command latency, measured
+//! at its ret instructions, pairs every command and splits them by command (COM_QUERY,
+//! COM_STMT_EXECUTE, ...) as sysbench sent them.
 //!
 //! Needs Debian's mariadb-server and sysbench (`cargo xtask setup` installs both). The
 //! server is private to the test: its own datadir in a temporary directory, a unix
 //! socket, no network, stopped when the test ends.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -189,10 +191,13 @@ fn counts_every_command_of_a_live_mariadbd() {
     let json = export_path("mysql.json");
     let mut cmd = probetop();
     cmd.args(["--pid", &server.pid().to_string()])
-        .args(["--preset", "mysql", "-e", "uprobe:dispatch_command+ret"])
+        .args(["--preset", "mysql"])
         .args(["--no-tui", "--export"])
         .arg(&json);
     let mut probetop = Running::spawn(cmd);
+    // The preset's dispatch_command latency: its returns at the ret instructions.
+    let path = probetop.err().wait_for("returns measured");
+    assert!(path.contains("ret instructions"), "{path}");
     probetop.err().wait_for("attached 6 probes");
     let (held_programs, held_links) = bpf_ids_of(probetop.pid());
     // One link per probe on the perf-event path; one per binary, program and kind
@@ -212,15 +217,18 @@ fn counts_every_command_of_a_live_mariadbd() {
     let stderr = probetop.err().rest();
     assert!(status.success(), "probetop failed: {stderr:?}");
     let report: serde_json::Value = read_export(&json);
+    let entries = report["probes"].as_array().expect("probes");
+    let by_id = |id: &serde_json::Value| -> u64 {
+        let probe = &report["probes"][id.as_u64().expect("probe id") as usize];
+        assert_eq!(probe["dropped"], 0, "{probe}");
+        probe["hits"].as_u64().expect("hits")
+    };
     let hits = |spec: &str| -> u64 {
-        let probe = report["probes"]
-            .as_array()
-            .expect("probes")
+        let probe = entries
             .iter()
             .find(|p| p["spec"] == spec)
             .unwrap_or_else(|| panic!("no {spec} in {report}"));
-        assert_eq!(probe["dropped"], 0, "{probe}");
-        probe["hits"].as_u64().expect("hits")
+        by_id(&probe["id"])
     };
 
     let commands = prepared
@@ -228,9 +236,42 @@ fn counts_every_command_of_a_live_mariadbd() {
         + text
         + THREADS * TEXT_EXTRA_PER_CONNECTION;
     let summary = format!("{prepared} prepared + {text} text statements; {report}");
-    assert_eq!(hits("uprobe:dispatch_command"), commands, "{summary}");
-    // Every command returns through dispatch_command's ret: none left by an exception.
-    assert_eq!(hits("uprobe:dispatch_command+ret"), commands, "{summary}");
+    // dispatch_command's latency: every command, paired; its entry and its returns
+    // (at the ret instructions) hit once per command, none left by an exception.
+    let latency: Vec<&serde_json::Value> = entries
+        .iter()
+        .filter(|p| {
+            p["kind"] == "latency"
+                && p["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("dispatch_command("))
+        })
+        .collect();
+    let whole = latency
+        .iter()
+        .find(|r| r.get("key").is_none())
+        .unwrap_or_else(|| panic!("no dispatch_command latency in {summary}"));
+    assert_eq!(whole["end_path"], "ret-uprobes", "{whole}");
+    assert_eq!(whole["calls"], commands, "{summary}");
+    for field in ["open", "unwound", "unmatched", "overflowed"] {
+        assert_eq!(whole[field], 0, "{field}: {whole}");
+    }
+    assert_eq!(by_id(&whole["start_probes"][0]), commands, "{summary}");
+    assert_eq!(by_id(&whole["end_probes"][0]), commands, "{summary}");
+    // Split by command, named: what sysbench sent of each.
+    let keyed: BTreeMap<&str, u64> = latency
+        .iter()
+        .filter_map(|r| Some((r.get("key")?.as_str()?, r["calls"].as_u64()?)))
+        .collect();
+    let statements = THREADS * (2 + 5 * TABLES);
+    let want = BTreeMap::from([
+        ("COM_QUERY", text),
+        ("COM_STMT_EXECUTE", prepared),
+        ("COM_STMT_PREPARE", statements),
+        ("COM_STMT_CLOSE", statements),
+        ("COM_QUIT", 2 * THREADS),
+    ]);
+    assert_eq!(keyed, want, "{summary}");
     assert_eq!(hits("uprobe:do_command"), commands, "{summary}");
     assert_eq!(
         hits("uprobe:Prepared_statement::execute_loop"),
@@ -283,8 +324,16 @@ fn the_presets_entries_are_emulated_in_debians_mariadbd() {
         if text.is_empty() {
             continue;
         }
-        let spec = probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse");
-        // A `ret`, which the kernel single-steps, would be a second trap per command.
+        // A latency spec: its entry is checked; its returns, at the ret instructions
+        // (a uretprobe is refused on this C++ server), are the one single-stepped site.
+        let spec = if probe_user::inner::spec::is_latency(text) {
+            rets += 1;
+            let [start, _] =
+                probe_user::inner::spec::parse_latency(text).expect("preset specs parse");
+            start
+        } else {
+            probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse")
+        };
         if spec.at_returns {
             rets += 1;
             continue;
@@ -302,7 +351,7 @@ fn the_presets_entries_are_emulated_in_debians_mariadbd() {
         );
         checked += 1;
     }
-    assert_eq!((checked, rets), (5, 0));
+    assert_eq!((checked, rets), (5, 1));
 }
 
 /// probetop on `pid` with the specs of `spec_file`, on uprobe_multi links: the probes
@@ -424,7 +473,14 @@ fn the_preset_reads_at_80x24_on_a_live_mariadbd() {
         .map(|line| line.split('#').next().unwrap_or("").trim())
         .filter(|text| !text.is_empty())
         .map(|text| {
-            let spec = probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse");
+            // A latency spec's rows are its entry's and its returns' (`FUNC+ret`).
+            let spec = if probe_user::inner::spec::is_latency(text) {
+                let [start, _] =
+                    probe_user::inner::spec::parse_latency(text).expect("preset specs parse");
+                start
+            } else {
+                probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse")
+            };
             spec.name.trim_end_matches("+ret").to_string()
         })
         .collect();

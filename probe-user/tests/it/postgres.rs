@@ -216,6 +216,29 @@ fn hits(report: &serde_json::Value, spec: &str) -> (u64, BTreeMap<u32, u64>) {
     (total, pids)
 }
 
+/// The preset's latency specs.
+const QUERY: &str = "latency:postgresql:query__start,query__done";
+const TRANSACTION: &str = "latency:postgresql:transaction__start,transaction__commit";
+
+/// The hits of one half (USDT probe `name`) of the preset's latency spec `spec`.
+fn half(report: &serde_json::Value, spec: &str, name: &str) -> (u64, BTreeMap<u32, u64>) {
+    let mut only = report.clone();
+    if let Some(probes) = only["probes"].as_array_mut() {
+        probes.retain(|p| p["kind"] == "usdt" && p["name"] == format!("postgresql:{name}"));
+    }
+    hits(&only, spec)
+}
+
+/// The latency row (every call, no key) of the pair `name` (`START,END`).
+fn latency<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .find(|p| p["kind"] == "latency" && p["name"] == name && p.get("key").is_none())
+        .unwrap_or_else(|| panic!("no latency row {name} in {report}"))
+}
+
 #[test]
 #[ignore = "needs root and PostgreSQL (cargo xtask setup)"]
 fn counts_every_backend_through_the_postmaster() {
@@ -278,12 +301,12 @@ fn counts_every_backend_through_the_postmaster() {
     // The first backend: every statement starts; the failing one never finishes, is a
     // transaction that aborts, and is refused in planning, before any portal runs. A backend
     // runs one transaction of its own as it starts (reading the catalogs).
-    let q = hits(&report, "usdt:postgresql:query__start");
-    let done = hits(&report, "usdt:postgresql:query__done");
+    let q = half(&report, QUERY, "query__start");
+    let done = half(&report, QUERY, "query__done");
     let run = hits(&report, "usdt:postgresql:query__execute__start");
     let ran = hits(&report, "usdt:postgresql:query__execute__done");
-    let begun = hits(&report, "usdt:postgresql:transaction__start");
-    let committed = hits(&report, "usdt:postgresql:transaction__commit");
+    let begun = half(&report, TRANSACTION, "transaction__start");
+    let committed = half(&report, TRANSACTION, "transaction__commit");
     let aborted = hits(&report, "usdt:postgresql:transaction__abort");
     let waits = hits(&report, "usdt:postgresql:lock__wait__start");
     let waited = hits(&report, "usdt:postgresql:lock__wait__done");
@@ -316,6 +339,20 @@ fn counts_every_backend_through_the_postmaster() {
     assert_eq!(q.1.len(), 3, "{summary}");
     assert!(!q.1.contains_key(&cluster.pid()), "{summary}");
 
+    // The preset's latency pairs: every query that finished, paired on its backend;
+    // the failed one (no query__done) open at the end. Every committed transaction
+    // paired; the aborted one open.
+    let queries = latency(&report, "query__start,query__done");
+    assert_eq!(queries["calls"], done.0, "{summary}");
+    assert_eq!(queries["calls"], n + 3 + 1, "{summary}");
+    assert_eq!(queries["open"], 1, "{queries}");
+    assert_eq!(queries["unmatched"], 0, "{queries}");
+    assert!(queries["latency_ns"]["p50"].as_u64() > Some(0), "{queries}");
+    let transactions = latency(&report, "transaction__start,transaction__commit");
+    assert_eq!(transactions["calls"], committed.0, "{summary}");
+    assert_eq!(transactions["open"], aborted.0, "{transactions}");
+    assert_eq!(transactions["unmatched"], 0, "{transactions}");
+
     // The cluster is unharmed and answers.
     assert_eq!(cluster.psql("SELECT count(*) FROM t").as_deref(), Ok("0"));
 }
@@ -336,21 +373,30 @@ fn the_preset_has_no_single_stepped_site_in_debians_postgres() {
         if text.is_empty() {
             continue;
         }
-        let spec = probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse");
-        let listing = list_json([postgres.as_str(), spec.name.as_str()]);
-        let points = listing["points"].as_array().expect("points");
-        // query__execute__* are two sites each in this build, the others one.
-        assert!(!points.is_empty(), "{text}: not in {postgres}");
-        for p in points {
-            let class = p["cost_class"].as_str().expect("cost_class");
-            assert!(
-                class.starts_with("emulated") || class == "optimized",
-                "{text}: {} is `{}`, {class}",
-                p["name"],
-                p["instruction"]
-            );
+        // A latency spec is two USDT probes, each checked.
+        let specs = if probe_user::inner::spec::is_latency(text) {
+            probe_user::inner::spec::parse_latency(text)
+                .expect("preset specs parse")
+                .to_vec()
+        } else {
+            vec![probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse")]
+        };
+        for spec in specs {
+            let listing = list_json([postgres.as_str(), spec.name.as_str()]);
+            let points = listing["points"].as_array().expect("points");
+            // query__execute__* are two sites each in this build, the others one.
+            assert!(!points.is_empty(), "{text}: not in {postgres}");
+            for p in points {
+                let class = p["cost_class"].as_str().expect("cost_class");
+                assert!(
+                    class.starts_with("emulated") || class == "optimized",
+                    "{text}: {} is `{}`, {class}",
+                    p["name"],
+                    p["instruction"]
+                );
+            }
+            checked += 1;
         }
-        checked += 1;
     }
     assert_eq!(checked, 10);
 }

@@ -298,13 +298,24 @@ pub(crate) fn mysql_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
 
 /// Each spec of the preset as `probetop list` resolves it in mariadbd, with the first
 /// instruction at its address.
+/// The specs of a preset file that probe one point each, as written: every line but
+/// comments, blank lines and `latency:` pairs. A pair (`latency:FUNC`, `latency:START,END`,
+/// maybe keyed) is two probes whose hits are counted under their halves' own rows, and
+/// neither bpftrace's `KIND:PATH:NAME` nor `probetop list` takes its text; the reports
+/// leave it out.
+pub(crate) fn point_specs(preset: &str) -> Vec<String> {
+    preset
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty() && !l.starts_with("latency:"))
+        .map(str::to_string)
+        .collect()
+}
+
 fn resolve_preset(probetop: &Path, preset: &str) -> Result<Vec<PresetProbe>> {
     let mut probes = Vec::new();
-    for line in preset.lines() {
-        let spec = line.split('#').next().unwrap_or("").trim();
-        if spec.is_empty() {
-            continue;
-        }
+    for spec in point_specs(preset) {
+        let spec = spec.as_str();
         let (kind, name) = spec
             .split_once(':')
             .with_context(|| format!("preset line {spec:?} is not KIND:NAME"))?;
@@ -548,6 +559,18 @@ pub(crate) fn show_spread(s: Option<Spread>, digits: usize) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn point_specs_leave_out_comments_and_latency_pairs() {
+        let preset = "# a comment\n\nuprobe:do_command\n\
+                      latency:dispatch_command key=arg0:mysql-command\n\
+                      usdt:postgresql:query__done  # trailing\n\
+                      latency:postgresql:query__start,query__done\n";
+        assert_eq!(
+            point_specs(preset),
+            ["uprobe:do_command", "usdt:postgresql:query__done"]
+        );
+    }
+
     use super::*;
 
     fn this_thread_id() -> String {

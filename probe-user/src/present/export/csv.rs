@@ -175,7 +175,7 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 String::new(),
                 row.spec.clone(),
                 crate::spec::LATENCY.to_string(),
-                row.name.clone(),
+                row.display_name(),
                 row.object.clone(),
                 String::new(),
                 String::new(),

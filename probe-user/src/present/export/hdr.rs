@@ -222,7 +222,8 @@ pub(super) fn probe_tags(probes: &[ProbeReport]) -> Vec<String> {
 }
 
 /// A tag per latency row, in `rows` order, as [`probe_tags`] makes them (a log tag and a
-/// file-name part): `latency.` and the function (or `START,END`) with every other
+/// file-name part): `latency.` and the function (or `START,END`, and a keyed row's
+/// `[KEY]`) with every other
 /// character replaced by `_` (`latency.spin_2us`). The probes of a pair are tagged
 /// `latency_...` (their spec with `:` replaced), so the two never meet. Rows whose
 /// tags would collide (one function in two objects) get `~<row>` appended. The
@@ -232,7 +233,7 @@ pub(super) fn latency_tags(rows: &[LatencyRow]) -> Vec<String> {
         .iter()
         .map(|row| {
             let name: String = row
-                .name
+                .display_name()
                 .chars()
                 .map(|c| if is_tag_char(c) { c } else { '_' })
                 .collect();

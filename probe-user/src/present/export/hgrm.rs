@@ -50,7 +50,7 @@ pub(crate) fn render(report: &Report) -> Result<Vec<(String, Vec<u8>)>, ExportEr
         let head = format!(
             "#probetop latency {}: {} in {}, spec {}, {} calls",
             tag,
-            one_line(&row.name),
+            one_line(&row.display_name()),
             one_line(&row.object),
             one_line(&row.spec),
             row.calls

@@ -75,7 +75,7 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         let _ = writeln!(
             out,
             "#latency {tag}: {} in {}, spec {}, {} calls, {} ends; {tag}{CORRECTED_TAG}: less the probes' cost",
-            one_line(&row.name),
+            one_line(&row.display_name()),
             one_line(&row.object),
             one_line(&row.spec),
             row.calls,

@@ -304,7 +304,7 @@ fn latency_section(out: &mut String, report: &Report) {
              <td rowspan=\"2\" class=\"n\">{:.1}</td><td>measured</td>{}\
              {cost}{share}</tr>\n\
              <tr><td>corrected</td>{}</tr>",
-            esc(&row.name),
+            esc(&row.display_name()),
             esc(&row.spec),
             row.path.as_str(),
             esc(&row.object),
@@ -316,7 +316,7 @@ fn latency_section(out: &mut String, report: &Report) {
     }
     let _ = writeln!(out, "</tbody>\n</table>");
     for row in &report.latency {
-        let label = format!("{} ({})", row.name, row.spec);
+        let label = format!("{} ({})", row.display_name(), row.spec);
         let series = [
             Series {
                 label: format!("{label}, measured"),
@@ -334,7 +334,7 @@ fn latency_section(out: &mut String, report: &Report) {
             out,
             "<p class=\"muted\"><code>{}</code> in <code class=\"obj\">{}</code>: {} calls, \
              {} open, {} unwound, {} unmatched</p>",
-            esc(&row.name),
+            esc(&row.display_name()),
             esc(&row.object),
             row.calls,
             row.open,

@@ -28,6 +28,11 @@ pub struct JsonProbe<'a> {
     pub kind: ProbeKind,
     #[serde(default)]
     pub name: Cow<'a, str>,
+    /// A keyed probe's row of one key (` key=argN`): its hits, handler times and share
+    /// of the CPU are that key's; `other` holds every key past `--max-keys`. The
+    /// probe's own row (without `key`) counts every hit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<Cow<'a, str>>,
     /// What `name` resolved to when that is another name: the preferred alias
     /// (`__libc_calloc` for `calloc`) or an IFUNC's implementation (`__strlen_avx2`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -454,6 +459,10 @@ pub struct JsonLatency<'a> {
     pub kind: Cow<'static, str>,
     pub spec: Cow<'a, str>,
     pub name: Cow<'a, str>,
+    /// A keyed pair's row of one key (` key=argN`); `other` holds every key past
+    /// `--max-keys`. The pair's own row (without `key`) counts every call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<Cow<'a, str>>,
     pub object: Cow<'a, str>,
     /// How the returns were probed: `uretprobe`, `ret-uprobes` (uprobes on the
     /// function's `ret` instructions) or `usdt`.
@@ -562,9 +571,12 @@ pub struct JsonReport<'a> {
 }
 
 impl<'a> JsonReport<'a> {
-    /// The probes of `probes`, without the latency pairs' rows.
+    /// The probes of `probes`, without the latency pairs' rows and keyed rows.
     pub fn probe_rows(&self) -> impl Iterator<Item = &JsonProbe<'a>> {
-        self.probes.iter().filter_map(JsonEntry::probe)
+        self.probes
+            .iter()
+            .filter_map(JsonEntry::probe)
+            .filter(|p| p.key.is_none())
     }
 }
 
@@ -599,6 +611,31 @@ fn shared_site(cost: &crate::present::ProbeCostReport) -> Option<JsonSharedSite<
     })
 }
 
+/// A keyed probe's row of one key: the probe's entry with that key's hits, handler
+/// times and CPU share (the same cost per hit); per-thread counts stay on the probe's.
+fn keyed_row<'a>(whole: &JsonProbe<'a>, keyed: &'a crate::aggregate::KeyedHits) -> JsonProbe<'a> {
+    let part = if whole.hits > 0 {
+        keyed.hits as f64 / whole.hits as f64
+    } else {
+        0.0
+    };
+    JsonProbe {
+        key: Some(Cow::Borrowed(keyed.key.as_str())),
+        hits: keyed.hits,
+        hits_interval: None,
+        hits_counted: None,
+        dropped: 0,
+        handler_ns: keyed.handler_ns,
+        last_args: None,
+        threads: Default::default(),
+        pids: Default::default(),
+        threads_dropped: Default::default(),
+        threads_hits: 0,
+        cpu_share: whole.cpu_share.map(|s| s * part),
+        ..whole.clone()
+    }
+}
+
 pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let scaled = |id: u32| {
         report
@@ -621,12 +658,13 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
         probes: report
             .probes
             .iter()
-            .map(|p| {
-                JsonEntry::Probe(Box::new(JsonProbe {
+            .flat_map(|p| {
+                let whole = JsonProbe {
                     id: p.id,
                     spec: Cow::Borrowed(&p.spec),
                     kind: p.kind,
                     name: Cow::Borrowed(&p.name),
+                    key: None,
                     resolved: p.resolved.as_deref().map(Cow::Borrowed),
                     object: Cow::Borrowed(&p.object),
                     address: p.address,
@@ -699,13 +737,21 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     shared_site: shared_site(&p.cost),
                     gaps: p.cost.gaps,
                     streamed_clock_ns: p.cost.streamed_clock,
-                }))
+                };
+                let keyed: Vec<JsonEntry> = report
+                    .keyed
+                    .iter()
+                    .filter(|(id, _)| *id == p.id)
+                    .map(|(_, k)| JsonEntry::Probe(Box::new(keyed_row(&whole, k))))
+                    .collect();
+                std::iter::once(JsonEntry::Probe(Box::new(whole))).chain(keyed)
             })
             .chain(report.latency.iter().map(|l| {
                 JsonEntry::Latency(Box::new(JsonLatency {
                     kind: "latency".into(),
                     spec: Cow::Borrowed(&l.spec),
                     name: Cow::Borrowed(&l.name),
+                    key: l.key.as_ref().map(|k| Cow::Borrowed(k.as_str())),
                     object: Cow::Borrowed(&l.object),
                     end_path: l.path.as_str().into(),
                     start_probes: Cow::Borrowed(&l.starts),

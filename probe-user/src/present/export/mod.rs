@@ -121,6 +121,8 @@ pub struct Report {
     pub budget: Option<crate::insitu::budget::BudgetSummary>,
     /// The `latency:` pairs' rows.
     pub latency: Vec<crate::aggregate::LatencyRow>,
+    /// Keyed probes' rows: (probe id, one key's hits).
+    pub keyed: Vec<(u32, crate::aggregate::KeyedHits)>,
 }
 
 /// A probed object whose path names another file now (replaced on disk). Loaded when
@@ -449,6 +451,7 @@ pub(crate) mod testing {
             target_cpu: None,
             budget: None,
             latency: Vec::new(),
+            keyed: Vec::new(),
         }
     }
 
@@ -456,15 +459,19 @@ pub(crate) mod testing {
     /// halves): 1000 calls of 10 to 19.99 us and one of 2 ms, priced 100 + 200 ns a
     /// call, paired by the aggregator itself.
     pub(crate) fn latency_report() -> Report {
-        use crate::aggregate::{EndPath, Latency, LatencyPrices, PairSetup};
-        let mut pairs = Latency::new(vec![PairSetup {
-            spec: "latency:work_unit".into(),
-            name: "work_unit".into(),
-            object: "/usr/bin/fixture".into(),
-            path: EndPath::Uretprobe,
-            starts: vec![0],
-            ends: vec![1],
-        }]);
+        use crate::aggregate::{DEFAULT_MAX_KEYS, EndPath, Latency, LatencyPrices, PairSetup};
+        let mut pairs = Latency::new(
+            vec![PairSetup {
+                spec: "latency:work_unit".into(),
+                name: "work_unit".into(),
+                object: "/usr/bin/fixture".into(),
+                path: EndPath::Uretprobe,
+                starts: vec![0],
+                ends: vec![1],
+                key: None,
+            }],
+            DEFAULT_MAX_KEYS,
+        );
         pairs.set_prices(
             0,
             Some(LatencyPrices {
@@ -482,8 +489,8 @@ pub(crate) mod testing {
                 10_000 + call * 10
             };
             // A uretprobe sees the stack pointer 8 above the entry's.
-            pairs.record(0, 7, clock, 0x7ff0);
-            pairs.record(1, 7, clock + took, 0x7ff8);
+            pairs.record(0, 7, clock, 0x7ff0, None);
+            pairs.record(1, 7, clock + took, 0x7ff8, None);
             clock += took + 500;
         }
         let mut report = sample_report();
@@ -664,6 +671,7 @@ pub(crate) mod testing {
             target_cpu: None,
             budget: None,
             latency: Vec::new(),
+            keyed: Vec::new(),
         }
     }
 

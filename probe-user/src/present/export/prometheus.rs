@@ -297,7 +297,8 @@ fn latency_families(out: &mut String, rows: &[LatencyRow]) {
     }
 }
 
-/// `{latency="..",name="..",object="..",end_path=".."}` plus an optional extra label.
+/// `{latency="..",name="..",object="..",end_path=".."}`, `key=".."` on a keyed row, plus
+/// an optional extra label.
 fn latency_labels(row: &LatencyRow, extra: Option<(&str, String)>) -> String {
     let mut s = format!(
         "{{latency=\"{}\",name=\"{}\",object=\"{}\",end_path=\"{}\"",
@@ -306,6 +307,10 @@ fn latency_labels(row: &LatencyRow, extra: Option<(&str, String)>) -> String {
         escape_label(&row.object),
         row.path.as_str()
     );
+    // A keyed pair's row of one key: the pair's labels and `key`.
+    if let Some(key) = &row.key {
+        let _ = write!(s, ",key=\"{}\"", escape_label(key.as_str()));
+    }
     if let Some((name, value)) = extra {
         let _ = write!(s, ",{name}=\"{}\"", escape_label(&value));
     }
@@ -967,6 +972,31 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_keyed_pairs_row_of_one_key_has_the_pairs_labels_and_its_key() {
+        let mut report = super::super::testing::latency_report();
+        let mut keyed = report.latency[0].clone();
+        keyed.key = Some(crate::aggregate::RowKey::Value("COM_QUERY".into()));
+        keyed.latency_hist.reset();
+        keyed.latency_hist.saturating_record(5_000);
+        report.latency.push(keyed);
+        let text = render_prometheus(&report);
+        let labels = "latency=\"latency:work_unit\",name=\"work_unit\",object=\"/usr/bin/fixture\",end_path=\"uretprobe\"";
+        let counts: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("probetop_latency_seconds_count{"))
+            .collect();
+        assert_eq!(
+            counts,
+            [
+                format!("probetop_latency_seconds_count{{{labels}}} 1001"),
+                format!("probetop_latency_seconds_count{{{labels},key=\"COM_QUERY\"}} 1"),
+            ]
+        );
+        let tags = super::super::hdr::latency_tags(&report.latency);
+        assert_eq!(tags, ["latency.work_unit", "latency.work_unit_COM_QUERY_"]);
     }
 
     #[test]

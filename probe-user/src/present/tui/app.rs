@@ -671,6 +671,7 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         assumption,
         target_cpu,
         latency,
+        keyed,
     } = new;
     elapsed.as_secs() != old.elapsed.as_secs()
         || *notice != old.notice
@@ -683,5 +684,6 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         || *own != old.own
         || *target_cpu != old.target_cpu
         || *latency != old.latency
+        || *keyed != old.keyed
         || assumption.as_ref().map(|d| d.assumes) != old.assumption.as_ref().map(|d| d.assumes)
 }

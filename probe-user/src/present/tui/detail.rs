@@ -53,15 +53,42 @@ pub(super) fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usi
         };
         lines.push(Line::from(ellipsize(&text, inner.width as usize)));
     }
-    // Half of a latency pair: the pair's latency and the probes' share of it.
-    if let Some(row) = app
+    // Half of a latency pair: the pair's latency and the probes' share of it, then a
+    // keyed pair's calls per key.
+    let pair: Vec<&crate::aggregate::LatencyRow> = app
         .snapshot
         .latency
         .iter()
-        .find(|r| r.starts.contains(&(id as u32)) || r.ends.contains(&(id as u32)))
-    {
+        .filter(|r| r.starts.contains(&(id as u32)) || r.ends.contains(&(id as u32)))
+        .collect();
+    if let Some(row) = pair.iter().find(|r| r.key.is_none()) {
         lines.push(Line::from(ellipsize(
             &latency_line(row),
+            inner.width as usize,
+        )));
+    }
+    let keyed: Vec<String> = pair
+        .iter()
+        .filter(|r| r.key.is_some())
+        .map(|r| {
+            format!(
+                "{} {} calls p50 {}",
+                r.display_name(),
+                r.calls,
+                format::ns(r.latency_ns.p50)
+            )
+        })
+        .chain(
+            app.snapshot
+                .keyed
+                .iter()
+                .filter(|(k, _)| *k == id as u32)
+                .map(|(_, k)| format!("[{}] {} hits", k.key.as_str(), k.hits)),
+        )
+        .collect();
+    if !keyed.is_empty() {
+        lines.push(Line::from(ellipsize(
+            &format!("keys: {}", keyed.join(" · ")),
             inner.width as usize,
         )));
     }

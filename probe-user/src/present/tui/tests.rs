@@ -129,6 +129,7 @@ fn snapshot() -> Snapshot {
         assumption: None,
         target_cpu: Some(0.9),
         latency: Vec::new(),
+        keyed: Vec::new(),
     }
 }
 

@@ -144,7 +144,7 @@ struct Report {
     probetop: PathBuf,
     cluster: Cluster,
     pgbench: Pgbench,
-    /// The preset's specs, as written.
+    /// The preset's specs of one point each, as written (not its `latency:` pairs).
     specs: Vec<String>,
     bpftrace_file: PathBuf,
     bpftrace_script: String,
@@ -173,12 +173,7 @@ pub(crate) fn postgres_report(ctx: &Ctx, options: ReportOptions) -> Result<()> {
     );
     let preset = fs::read_to_string(ctx.root.join("presets/postgres.txt"))
         .context("reading presets/postgres.txt")?;
-    let specs: Vec<String> = preset
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
+    let specs = crate::mysql_report::point_specs(&preset);
     let work = ctx.target_dir().join("postgres-report-work");
     if work.exists() {
         fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
