@@ -391,6 +391,12 @@ fn read_run(path: &Path) -> Result<Run, DiffError> {
     })
 }
 
+/// A keyed row's `[KEY]`, as the summary names it, so each key of a run meets the same
+/// key of the other; nothing for a row of every call.
+fn keyed(key: Option<&str>) -> String {
+    key.map(|k| format!("[{k}]")).unwrap_or_default()
+}
+
 /// The object's file name: the key holds across directories, hosts and pids.
 fn file_name(object: &str) -> &str {
     object.rsplit('/').next().unwrap_or(object)
@@ -433,7 +439,13 @@ fn json_rows(report: &JsonReport) -> Result<Vec<(String, Row)>, String> {
                     (false, Some(o)) => format!(" by {}", o.tool),
                     _ => String::new(),
                 };
-                let key = format!("{}:{}@{}{owner}", p.kind, p.name, file_name(&p.object));
+                let key = format!(
+                    "{}:{}{}@{}{owner}",
+                    p.kind,
+                    p.name,
+                    keyed(p.key.as_deref()),
+                    file_name(&p.object)
+                );
                 rows.push((
                     key,
                     Row {
@@ -453,7 +465,12 @@ fn json_rows(report: &JsonReport) -> Result<Vec<(String, Row)>, String> {
             }
             JsonEntry::Latency(l) => {
                 let hist = decode(&l.latency_ns_hdr, &l.name)?;
-                let key = format!("latency:{}@{}", l.name, file_name(&l.object));
+                let key = format!(
+                    "latency:{}{}@{}",
+                    l.name,
+                    keyed(l.key.as_deref()),
+                    file_name(&l.object)
+                );
                 rows.push((
                     key,
                     Row {
