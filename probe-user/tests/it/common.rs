@@ -263,6 +263,16 @@ pub(crate) fn calibrated_cache(name: &str) -> PathBuf {
     dir
 }
 
+/// A copy of the C workload fixture at `dir/name`: its own inode, so a uprobe on it is
+/// armed only in the processes running it, and no other test's probe (nor one the
+/// kernel still keeps on the shared file) meets a third-party tool's there.
+pub(crate) fn workload_copy(dir: &std::path::Path, name: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).expect("dir");
+    let path = dir.join(name);
+    std::fs::copy(fixture("c/workload"), &path).expect("copy the fixture");
+    path
+}
+
 /// Copies this machine's cached calibrations, if any, into the cache of a probetop run
 /// with `XDG_CACHE_HOME=cache_home`; how many.
 pub(crate) fn copy_calibration(cache_home: &std::path::Path) -> usize {

@@ -3,7 +3,7 @@
 //! process A, a tracefs `uprobe_events` probe the other in process B, and process C
 //! runs a third copy nobody probes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::common::*;
 
@@ -14,15 +14,6 @@ fn alone() -> std::sync::MutexGuard<'static, ()> {
     ALONE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A copy of the C fixture at `dir/name` (its own inode: a uprobe on it is armed only
-/// in the processes running it).
-fn copy(dir: &Path, name: &str) -> PathBuf {
-    std::fs::create_dir_all(dir).expect("dir");
-    let path = dir.join(name);
-    std::fs::copy(fixture("c/workload"), &path).expect("copy the fixture");
-    path
 }
 
 /// A uprobe event written to tracefs and enabled for ftrace, removed when dropped.
@@ -91,9 +82,9 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
     let _alone = alone();
     let dir = export_path("host-copies");
     let (file_a, file_b, file_c) = (
-        copy(&dir, "host-a"),
-        copy(&dir, "host-b"),
-        copy(&dir, "host-c"),
+        workload_copy(&dir, "host-a"),
+        workload_copy(&dir, "host-b"),
+        workload_copy(&dir, "host-c"),
     );
     let (calls_a, calls_b, calls_c) = (3000u64, 4000u64, 500u64);
     let mut a = started(&file_a, &["--wait-signal", "--calls", &calls_a.to_string()]);
@@ -207,7 +198,7 @@ fn enter_opens_a_process_as_pid_would_and_esc_comes_back() {
     let _turn = turn(module_path!());
     let _alone = alone();
     let dir = export_path("host-tui");
-    let file = copy(&dir, "host-tui");
+    let file = workload_copy(&dir, "host-tui");
     let target = started(&file, &["--wait-signal"]);
     let pid = target.pid();
     let bpftrace = bpftrace_armed(

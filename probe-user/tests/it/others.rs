@@ -692,9 +692,10 @@ fn bcc_funccount_probe_is_found_and_owned_by_bcc() {
     let _turn = turn(module_path!());
     let _alone = alone();
     let calls = CALLS.to_string();
-    let mut target = workload(&["--wait-signal", "--calls", &calls]);
+    let exe = workload_copy(&export_path("bcc-funccount"), "workload");
+    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
     let pid = target.pid().to_string();
-    let probe = format!("{}:work_unit", fixture("c/workload").display());
+    let probe = format!("{}:work_unit", exe.display());
     let mut funccount = bcc(
         "funccount-bpfcc",
         &["-p", &pid, &probe],
@@ -746,9 +747,10 @@ fn bcc_funclatency_entry_and_return_are_found_and_owned_by_bcc() {
     let _turn = turn(module_path!());
     let _alone = alone();
     let calls = CALLS.to_string();
-    let mut target = workload(&["--wait-signal", "--calls", &calls]);
+    let exe = workload_copy(&export_path("bcc-funclatency"), "workload");
+    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
     let pid = target.pid().to_string();
-    let probe = format!("{}:work_unit", fixture("c/workload").display());
+    let probe = format!("{}:work_unit", exe.display());
     let mut funclatency = bcc(
         "funclatency-bpfcc",
         &["-p", &pid, &probe],
