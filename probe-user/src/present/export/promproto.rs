@@ -24,13 +24,13 @@ pub(crate) const CONTENT_TYPE: &str =
 const NATIVE_FAMILY: &str = "probetop_handler_duration_seconds";
 /// The `latency:` pairs' histogram families, one metric per row of the report's
 /// `latency` in its order, with the row's histogram each.
-const LATENCY_FAMILIES: [(
-    &str,
-    fn(&crate::aggregate::LatencyRow) -> &hdrhistogram::Histogram<u64>,
-); 2] = [
+const LATENCY_FAMILIES: [(&str, LatencyHistogram); 2] = [
     ("probetop_latency_seconds", |r| &r.latency_hist),
     ("probetop_latency_corrected_seconds", |r| &r.corrected_hist),
 ];
+
+/// One of a latency row's histograms.
+type LatencyHistogram = fn(&crate::aggregate::LatencyRow) -> &hdrhistogram::Histogram<u64>;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, prost::Enumeration)]
 #[repr(i32)]
