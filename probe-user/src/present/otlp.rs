@@ -47,12 +47,9 @@ const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 const EXIT_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The URL pushed to: `URL` as given when it names `/v1/metrics`, else with it appended
-/// (as `OTEL_EXPORTER_OTLP_ENDPOINT` is read). `None` for anything but `http://` or
-/// `https://`.
+/// (as `OTEL_EXPORTER_OTLP_ENDPOINT` is read). `None` for anything but `http://`.
 pub(crate) fn metrics_url(given: &str) -> Option<String> {
-    let rest = given
-        .strip_prefix("http://")
-        .or_else(|| given.strip_prefix("https://"))?;
+    let rest = given.strip_prefix("http://")?;
     if rest.is_empty() || rest.starts_with('/') {
         return None;
     }
@@ -474,11 +471,7 @@ mod tests {
             metrics_url("http://c:4318/v1/metrics").as_deref(),
             Some("http://c:4318/v1/metrics")
         );
-        assert_eq!(
-            metrics_url("https://c:4318").as_deref(),
-            Some("https://c:4318/v1/metrics")
-        );
-        assert_eq!(metrics_url("ftp://c:4318"), None);
+        assert_eq!(metrics_url("https://c:4318"), None);
         assert_eq!(metrics_url("c:4318"), None);
         assert_eq!(metrics_url("http://"), None);
     }

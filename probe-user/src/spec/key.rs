@@ -202,9 +202,14 @@ pub(crate) const KEY_WORD: &str = "key=";
 /// and its byte offset in `text`).
 pub(crate) fn split_key(text: &str) -> (&str, Option<(&str, usize)>) {
     let trimmed = text.trim_end();
-    match trimmed.rfind(char::is_whitespace) {
-        Some(at) if trimmed[at + 1..].starts_with(KEY_WORD) => {
-            let key_at = at + 1 + KEY_WORD.len();
+    // The space before `key=` may be any whitespace, some of it more than one byte.
+    match trimmed
+        .char_indices()
+        .rev()
+        .find(|(_, c)| c.is_whitespace())
+    {
+        Some((at, space)) if trimmed[at + space.len_utf8()..].starts_with(KEY_WORD) => {
+            let key_at = at + space.len_utf8() + KEY_WORD.len();
             (trimmed[..at].trim_end(), Some((&trimmed[key_at..], key_at)))
         }
         _ => (text, None),
@@ -214,6 +219,13 @@ pub(crate) fn split_key(text: &str) -> (&str, Option<(&str, usize)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_multi_byte_space_before_the_key_splits_on_its_boundary() {
+        // Found by the probe_spec fuzz target: U+0085 is whitespace of two bytes.
+        assert_eq!(split_key("u:\u{85}key=arg0"), ("u:", Some(("arg0", 8))));
+        assert_eq!(split_key("u\u{85}x"), ("u\u{85}x", None));
+    }
 
     #[test]
     fn keys_parse_and_render() {
