@@ -12,7 +12,7 @@ use std::{
 mod server;
 mod tmux;
 pub(crate) use server::{server_dir, stop_server, stop_with_test, wait_until_answering};
-pub(crate) use tmux::{Tmux, shell_quote};
+pub(crate) use tmux::{Tmux, assert_headline, shell_quote};
 
 /// Generous bound for anything that should take a second: CI machines are slow and busy.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(60);

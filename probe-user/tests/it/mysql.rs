@@ -521,19 +521,7 @@ fn the_preset_reads_at_80x24_on_a_live_mariadbd() {
     });
     let (queries, screen) = load;
     assert!(queries > 0);
-    let status = screen.lines().next().unwrap_or_default();
-    assert!(
-        status.starts_with(" cost "),
-        "the headline leads:\n{screen}"
-    );
-    if calibrated {
-        assert!(
-            status.contains("% cpu") && status.contains("/hit") && status.contains(" est"),
-            "the whole cost of every probe, per hit, estimated:\n{screen}"
-        );
-    } else {
-        assert!(status.contains("probetop calibrate"), "{screen}");
-    }
+    assert_headline(&screen, calibrated);
     let rows = tui_rows(&screen);
     for name in &names {
         let whole = rows

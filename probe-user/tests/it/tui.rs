@@ -728,19 +728,7 @@ fn the_headline_and_every_function_name_fit_80x24() {
             && timed == 4
             && (!calibrated || s.lines().next().is_some_and(|l| l.contains("/hit")))
     });
-    let status = screen.lines().next().unwrap_or_default();
-    assert!(
-        status.starts_with(" cost "),
-        "the headline leads:\n{screen}"
-    );
-    if calibrated {
-        assert!(
-            status.contains("% cpu") && status.contains("/hit") && status.contains(" est"),
-            "the whole cost of every probe, per hit, estimated:\n{screen}"
-        );
-    } else {
-        assert!(status.contains("probetop calibrate"), "{screen}");
-    }
+    assert_headline(&screen, calibrated);
     let rows: Vec<&str> = screen
         .lines()
         .skip(3)

@@ -158,3 +158,21 @@ impl Drop for Tmux {
 pub(crate) fn shell_quote(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
+
+/// The TUI's status line leads with the headline: with this machine's calibration, what
+/// every probe costs as a CPU share and per hit, estimated; without one, how to get it.
+pub(crate) fn assert_headline(screen: &str, calibrated: bool) {
+    let status = screen.lines().next().unwrap_or_default();
+    assert!(
+        status.starts_with(" cost "),
+        "the headline leads:\n{screen}"
+    );
+    if calibrated {
+        assert!(
+            status.contains("% cpu") && status.contains("/hit") && status.contains(" est"),
+            "the whole cost of every probe, per hit, estimated:\n{screen}"
+        );
+    } else {
+        assert!(status.contains("probetop calibrate"), "{screen}");
+    }
+}
