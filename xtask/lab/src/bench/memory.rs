@@ -37,7 +37,16 @@ impl Bench {
         // Functions of libc that have one probe point each, a name that is no glob, and a
         // first instruction the kernel will put a uprobe on: it refuses a lock prefix
         // (pthread_spin_lock) and VEX/EVEX encodings (the *_avx2 string functions), and
-        // probetop then attaches nothing. Each refusal caught later costs a whole run.
+        // probetop then attaches nothing; no IFUNC probetop cannot place; and no point
+        // another name shares (an IFUNC listed at the implementation it calls, which has
+        // a name of its own: a run merges the two into one probe). Each refusal caught
+        // later costs a whole run.
+        let mut at_offset: BTreeMap<(&Path, u64), usize> = BTreeMap::new();
+        for point in &listing.points {
+            *at_offset
+                .entry((point.object.as_path(), point.file_offset))
+                .or_default() += 1;
+        }
         let mut counts: BTreeMap<String, (usize, bool)> = BTreeMap::new();
         let mut images: BTreeMap<String, Vec<u8>> = BTreeMap::new();
         for point in &listing.points {
@@ -52,7 +61,14 @@ impl Bench {
             let first = usize::try_from(point.file_offset)
                 .ok()
                 .and_then(|o| images.get(&object)?.get(o).copied());
-            let probeable = first.is_some_and(|b| !matches!(b, 0xf0 | 0xc4 | 0xc5 | 0x62));
+            // An IFUNC whose choice the listing could not read is refused by a run (its
+            // symbol is the resolver, which runs once at load); a point the listing
+            // classes refused is skipped by it.
+            let placed = point.ifunc.as_ref().is_none_or(|i| i.at_resolver.is_none())
+                && point.cost_class != Some(CostClass::Refused)
+                && at_offset.get(&(point.object.as_path(), point.file_offset)) == Some(&1);
+            let probeable =
+                placed && first.is_some_and(|b| !matches!(b, 0xf0 | 0xc4 | 0xc5 | 0x62));
             let entry = counts.entry(point.name.clone()).or_insert((0, true));
             entry.0 += 1;
             entry.1 &= probeable;
