@@ -684,54 +684,53 @@ pub(crate) enum Shed {
     /// These probes (ids, dearest per hit first) go to in-kernel aggregation: the same
     /// counts and histograms for less per hit.
     ToKernel(Vec<usize>),
-    /// This probe leaves the duty cycle: detached for the rest of the run.
-    Detach(usize),
+    /// These probes (dearest per hit first) leave the duty cycle: detached for the rest
+    /// of the run.
+    Detach(Vec<usize>),
 }
 
-/// A probe is detached when one of its hits costs this many times the others' mean
+/// Probes are detached when each of their hits costs this many times the others' mean
 /// hit (a single-stepped site costs ~12 emulated ones, docs/cost.md)...
 const SHED_RATIO: f64 = 3.0;
-/// ...and it holds at least this share of what the set cost: without it the others get
-/// a third more duty at least.
+/// ...and together they hold at least this share of what the set cost: without them the
+/// others get a third more duty at least.
 const SHED_SHARE: f64 = 0.25;
 
 /// While the budget binds, what costs the most per useful hit goes first: every
-/// streaming probe to in-kernel aggregation (nothing counted is lost), then the probe
-/// whose hits are far dearer than the others' and hold much of the cost is detached,
-/// one a period, so the rest are attached longer. Every hit is worth as much as any
-/// other (each is a count), so a hit's use is the same everywhere and its price
-/// decides. The last probe with hits is never detached: duty cycling does the rest.
+/// streaming probe to in-kernel aggregation (nothing counted is lost), then the probes
+/// whose hits are far dearer than the others' and together hold much of the cost are
+/// detached (a glob's single-stepped sites among its emulated ones), so the rest are
+/// attached longer. Every hit is worth as much as any other (each is a count), so a
+/// hit's use is the same everywhere and its price decides. Probes with hits are never
+/// all detached: duty cycling does the rest.
 pub(crate) fn shed(probes: &[Load]) -> Option<Shed> {
-    let cost = |p: &Load| p.per_hit_ns * p.hits;
-    let active: Vec<usize> = (0..probes.len())
+    let mut active: Vec<usize> = (0..probes.len())
         .filter(|&i| probes[i].cycled && probes[i].hits > 0.0 && probes[i].per_hit_ns > 0.0)
         .collect();
-    let mut movable: Vec<usize> = active
+    active.sort_by(|&a, &b| probes[b].per_hit_ns.total_cmp(&probes[a].per_hit_ns));
+    let movable: Vec<usize> = active
         .iter()
         .copied()
         .filter(|&i| probes[i].movable)
         .collect();
     if !movable.is_empty() {
-        movable.sort_by(|&a, &b| probes[b].per_hit_ns.total_cmp(&probes[a].per_hit_ns));
         return Some(Shed::ToKernel(movable));
     }
-    if active.len() < 2 {
-        return None;
+    // The dearest k per hit against the rest: the largest k whose cheapest hit costs
+    // SHED_RATIO times the rest's mean hit (suffix sums of cost and hits).
+    let cost = |i: usize| probes[i].per_hit_ns * probes[i].hits;
+    let n = active.len();
+    let mut rest_cost = vec![0.0; n + 1];
+    let mut rest_hits = vec![0.0; n + 1];
+    for k in (0..n).rev() {
+        rest_cost[k] = rest_cost[k + 1] + cost(active[k]);
+        rest_hits[k] = rest_hits[k + 1] + probes[active[k]].hits;
     }
-    let dearest = active
-        .iter()
-        .copied()
-        .max_by(|&a, &b| probes[a].per_hit_ns.total_cmp(&probes[b].per_hit_ns))?;
-    let total: f64 = active.iter().map(|&i| cost(&probes[i])).sum();
-    let others = active.iter().filter(|&&i| i != dearest);
-    let (others_cost, others_hits) = others.fold((0.0, 0.0), |(c, h), &i| {
-        (c + cost(&probes[i]), h + probes[i].hits)
-    });
-    let p = &probes[dearest];
-    (others_hits > 0.0
-        && p.per_hit_ns >= SHED_RATIO * others_cost / others_hits
-        && cost(p) >= SHED_SHARE * total)
-        .then_some(Shed::Detach(dearest))
+    let dear = (1..n)
+        .filter(|&k| probes[active[k - 1]].per_hit_ns >= SHED_RATIO * rest_cost[k] / rest_hits[k])
+        .max()?;
+    let total = rest_cost[0];
+    (total - rest_cost[dear] >= SHED_SHARE * total).then(|| Shed::Detach(active[..dear].to_vec()))
 }
 
 /// What `--budget` did over the run, for the status line, stderr and exports.
@@ -1050,13 +1049,21 @@ mod tests {
         let mut probes = vec![load(800.0, 5_000.0, true), load(9_000.0, 1_000.0, true)];
         assert_eq!(shed(&probes), Some(Shed::ToKernel(vec![1, 0])));
         probes.iter_mut().for_each(|p| p.movable = false);
-        assert_eq!(shed(&probes), Some(Shed::Detach(1)));
+        assert_eq!(shed(&probes), Some(Shed::Detach(vec![1])));
         // Once it is out, the last probe stays.
         probes[1].cycled = false;
         assert_eq!(shed(&probes), None);
         // Dear per hit but a small share of the cost: detaching it gains little.
         let probes = [load(800.0, 100_000.0, false), load(9_000.0, 100.0, false)];
         assert_eq!(shed(&probes), None);
+        // A glob: 40 emulated sites and 10 single-stepped ones holding half the cost go
+        // together, dearest first.
+        let mut probes: Vec<Load> = (0..40)
+            .map(|i| load(900.0 + i as f64, 100.0, false))
+            .collect();
+        probes.extend((0..10).map(|i| load(9_000.0 + i as f64, 40.0, false)));
+        let expected: Vec<usize> = (40..50).rev().collect();
+        assert_eq!(shed(&probes), Some(Shed::Detach(expected)));
         // Every probe as dear per hit as the others (a glob of like functions): none.
         let probes: Vec<Load> = (0..50)
             .map(|i| load(1_000.0 + i as f64, 10.0, false))

@@ -84,8 +84,8 @@ pub(super) struct Driver {
 enum Move {
     /// To in-kernel aggregation: (probe id, its cost per hit, ns).
     ToKernel(Vec<(u32, f64)>),
-    /// Detached: probe id, its cost per hit (ns), its share of the set's cost.
-    Detached(u32, f64, f64),
+    /// Detached: (probe id, its cost per hit (ns), its share of the set's cost).
+    Detached(Vec<(u32, f64, f64)>),
 }
 
 /// Each probe's whole cost per hit, ns. A probe without an estimate is priced at the
@@ -397,27 +397,33 @@ impl Driver {
                 self.asked_kernel.extend(ids.iter().map(|&(id, _)| id));
                 self.moves.push(Move::ToKernel(ids));
             }
-            Some(Shed::Detach(i)) => {
-                let id = i as u32;
+            Some(Shed::Detach(dear)) => {
                 let total: f64 = loads
                     .iter()
                     .filter(|l| l.cycled)
                     .map(|l| l.per_hit_ns * l.hits)
                     .sum();
-                let share = if total > 0.0 {
-                    loads[i].per_hit_ns * loads[i].hits / total
-                } else {
-                    0.0
-                };
-                self.shed.push(id);
-                self.suspended.retain(|&s| s != id);
-                if attachment.is_attached(id) {
-                    attachment.detach(id);
+                let mut shed_share = 0.0;
+                let mut moved = Vec::new();
+                for i in dear {
+                    let id = i as u32;
+                    let share = if total > 0.0 {
+                        loads[i].per_hit_ns * loads[i].hits / total
+                    } else {
+                        0.0
+                    };
+                    shed_share += share;
+                    self.shed.push(id);
+                    self.suspended.retain(|&s| s != id);
+                    if attachment.is_attached(id) {
+                        attachment.detach(id);
+                    }
+                    moved.push((id, prices[i], share));
                 }
-                // What the periods read cost without it; in situ measured the old set.
-                self.controller.set_changed(1.0 - share);
+                // What the periods read cost without them; in situ measured the old set.
+                self.controller.set_changed(1.0 - shed_share);
                 self.insitu = InSitu::new(WorkMeter::None);
-                self.moves.push(Move::Detached(id, prices[i], share));
+                self.moves.push(Move::Detached(moved));
             }
             None => {}
         }
@@ -447,14 +453,25 @@ impl Driver {
                     }
                     to_kernel.extend(ids.iter().map(|&(id, _)| id));
                 }
-                Move::Detached(id, ns, share) => {
-                    self.act(format!(
-                        "budget: {} detached for the rest of the run: {:.0} ns a hit, {:.0}% of what the probes cost; its hits are scaled over the time it was attached",
-                        name(id),
-                        ns,
-                        share * 100.0
-                    ));
-                    detached.push(id);
+                Move::Detached(probes) => {
+                    const NAMED: usize = 5;
+                    for &(id, ns, share) in probes.iter().take(NAMED) {
+                        self.act(format!(
+                            "budget: {} detached for the rest of the run: {:.0} ns a hit, {:.0}% of what the probes cost; its hits are scaled over the time it was attached",
+                            name(id),
+                            ns,
+                            share * 100.0
+                        ));
+                    }
+                    if probes.len() > NAMED {
+                        let rest = &probes[NAMED..];
+                        self.act(format!(
+                            "budget: {} more probes detached for the rest of the run, {:.0}% of what the probes cost",
+                            rest.len(),
+                            rest.iter().map(|p| p.2).sum::<f64>() * 100.0
+                        ));
+                    }
+                    detached.extend(probes.iter().map(|p| p.0));
                 }
             }
         }
