@@ -162,6 +162,9 @@ pub(crate) enum CollectorCommand {
         probes: Vec<(ProbeAggregate, ProbeConfig, ProbeCost)>,
         reply: oneshot::Sender<Result<(), String>>,
     },
+    /// `--budget`'s shedding: these probes, where they stream every hit for no need
+    /// of their own, go to in-kernel aggregation (as `--mode auto` moves hot ones).
+    ToKernel { probes: Vec<u32> },
     /// Drain what is queued, then return the aggregator.
     Stop,
 }
@@ -359,6 +362,12 @@ pub(crate) async fn collect(
                     };
                     // The session waits for this before attaching them.
                     let _ = reply.send(result);
+                }
+                Some(CollectorCommand::ToKernel { probes }) => {
+                    // Past the cut a mode written would make a stopped probe count again.
+                    if !counters_frozen {
+                        move_to_kernel(&mut counters, &mut aggregator, &probes, options.auto_time_every);
+                    }
                 }
                 Some(CollectorCommand::Stop) | None => break,
             },
@@ -603,6 +612,38 @@ fn switch_hot_probes(
     for (name, rate) in switched {
         aggregator.notices.push(format!(
             "{name} fires {rate:.0} hits/s, above {limit:.0}: aggregating it in the kernel from now on"
+        ));
+    }
+}
+
+/// Moves the ring buffer probes `ids` to in-kernel aggregation, as
+/// [`switch_hot_probes`] does (a latency pair's and a keyed probe's keep streaming).
+fn move_to_kernel(
+    counters: &mut KernelCounters,
+    aggregator: &mut Aggregator,
+    ids: &[u32],
+    time_every: u64,
+) {
+    let mut moved = false;
+    for &id in ids {
+        if aggregator.streams_every_hit(id) {
+            continue;
+        }
+        if let Some(probe) = aggregator.probes_mut().get_mut(id as usize)
+            && probe.mode == DeliveryMode::Ring
+            && counters.set_mode(id, DeliveryMode::KernelHistogram).is_ok()
+        {
+            probe.mode = DeliveryMode::KernelHistogram;
+            probe.keep_streamed_clock();
+            moved = true;
+        }
+    }
+    if moved
+        && time_every > 1
+        && let Err(e) = counters.set_time_every(time_every)
+    {
+        aggregator.notices.push(format!(
+            "cannot time one hit in {time_every} from now on ({e}): every hit stays timed"
         ));
     }
 }

@@ -198,6 +198,9 @@ pub(crate) struct Controller {
     overrun_s: f64,
     /// Probes in the set toggled each period (the last toggle's).
     set_size: f64,
+    /// The duty the allowance pays for at steady state, as last computed: under 1 the
+    /// budget binds and shedding may act.
+    steady: Option<f64>,
 }
 
 impl Controller {
@@ -224,7 +227,25 @@ impl Controller {
             rng: XorShift::new(seed | 1),
             overrun_s: 0.0,
             set_size: 0.0,
+            steady: None,
         }
+    }
+
+    /// Whether the budget binds: with every probe attached all the time, the probes
+    /// would cost more than the allowance.
+    pub(crate) fn binds(&self) -> bool {
+        self.steady.is_some_and(|d| d < 1.0)
+    }
+
+    /// After shedding: the periods read so far cost `keep` of what they did with the set
+    /// as it is now; in situ's rate measured the old set and is dropped until it has a
+    /// signal again.
+    pub(crate) fn set_changed(&mut self, keep: f64) {
+        let keep = keep.clamp(0.0, 1.0);
+        for period in &mut self.recent {
+            period.1 *= keep;
+        }
+        self.in_situ_rate = None;
     }
 
     #[cfg(test)]
@@ -386,6 +407,7 @@ impl Controller {
         };
         // What is left once the toggles of the planned periods are paid for.
         let steady = (allowed - self.toggle_rate()).max(0.0) / rate_on;
+        self.steady = Some(steady);
         // The floor: what the minimum duty costs, over the allowance.
         self.floor = (steady < self.min_duty).then(|| self.cost_at(self.min_duty, rate_on));
         // What the current window may still spend over its remaining time.
@@ -470,10 +492,48 @@ pub struct ScaledHits {
     pub high: f64,
 }
 
+/// One period's attached part, as the scaling needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub(crate) struct Part {
+    pub period_s: f64,
+    /// Seconds attached.
+    pub on_s: f64,
+    /// Seconds the attach calls took: hits in them were counted, but whether the probes
+    /// were armed yet is not known.
+    pub attach_s: f64,
+}
+
+impl Part {
+    fn join(self, other: Self) -> Self {
+        Self {
+            period_s: self.period_s + other.period_s,
+            on_s: self.on_s + other.on_s,
+            attach_s: self.attach_s + other.attach_s,
+        }
+    }
+
+    /// Whether the attached part is long enough for its hits over its fraction to say
+    /// what the period's calls were: at least [`MIN_PART_S`], and several times the
+    /// attach calls' length, whose hits it holds without their time.
+    fn scales(&self) -> bool {
+        self.on_s >= MIN_PART_S && self.on_s >= ATTACH_TIMES * self.attach_s
+    }
+}
+
+/// The shortest attached part scaled alone; shorter ones (cut short when a window's
+/// allowance ran out, or by the run's end) join the next period. Scaled alone, a part of
+/// 2 ms holding the hits of a 5 ms attach call read 1.8M calls for 200k.
+const MIN_PART_S: f64 = 0.02;
+/// An attached part is scaled alone only when this many times longer than its attach
+/// calls.
+const ATTACH_TIMES: f64 = 4.0;
+
 /// Per-probe running sums: a period's hits over its attached fraction estimates its
 /// calls; the sum over periods estimates the run's, its variance from the differences of
 /// successive periods (each period's error independent, the load allowed to drift) or,
-/// where larger, the counting noise of the hits themselves.
+/// where larger, the counting noise of the hits themselves. An attached part too short
+/// to scale is held and joins the next period's; one left at the run's end is counted
+/// at the rate of the run before it, its whole estimate added to the interval.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Scaler {
     read: Vec<u64>,
@@ -482,7 +542,15 @@ pub(crate) struct Scaler {
     diffs: Vec<f64>,
     /// What the attached parts' uncertain ends may move the sum by.
     bias: Vec<f64>,
+    /// The last period's calls per second.
     last: Vec<Option<f64>>,
+    /// Seconds of the periods each probe was scaled over (a shed probe's stop growing).
+    seconds: Vec<f64>,
+    /// A part too short to scale alone, and each probe's hits in it.
+    held: Option<Part>,
+    held_hits: Vec<f64>,
+    /// The probes out of the cycle at the last period's close.
+    out: Vec<bool>,
     pub periods: usize,
 }
 
@@ -495,26 +563,62 @@ impl Scaler {
             self.diffs.resize(n, 0.0);
             self.bias.resize(n, 0.0);
             self.last.resize(n, None);
+            self.seconds.resize(n, 0.0);
+            self.held_hits.resize(n, 0.0);
         }
     }
 
-    /// A period whose attached fraction was `fraction` ended, and `hits` (cumulative per
-    /// probe) hold every hit of it. `uncertain` is the part of its attached time that may
-    /// have been attached or not (the attach calls' length, over the time attached).
-    pub(crate) fn close_period(&mut self, fraction: f64, uncertain: f64, hits: &[u64]) {
+    /// A period ended, and `hits` (cumulative per probe) hold every hit of it. The
+    /// probes `out` were out of the duty cycle (shed) over it: their hits, if any,
+    /// are not scaled.
+    pub(crate) fn close_period(&mut self, part: Part, hits: &[u64], out: &[bool]) {
         self.grow(hits.len());
-        let inverse = 1.0 / fraction.clamp(1e-6, 1.0);
+        self.out = out.to_vec();
         for (i, &cumulative) in hits.iter().enumerate() {
             let h = cumulative.saturating_sub(self.read[i]) as f64;
             self.read[i] = cumulative.max(self.read[i]);
+            self.held_hits[i] += h;
+        }
+        // A part joined once is scaled once it is long enough: where every attach call
+        // is long beside its part (a large set), joining more would not help.
+        let joined = self.held.is_some();
+        let part = self.held.take().map_or(part, |held| held.join(part));
+        if !(part.scales() || joined && part.on_s >= MIN_PART_S) {
+            self.held = Some(part);
+            return;
+        }
+        let fraction = if part.period_s > 0.0 {
+            part.on_s / part.period_s
+        } else {
+            1.0
+        };
+        let uncertain = if part.on_s > 0.0 {
+            part.attach_s / part.on_s
+        } else {
+            0.0
+        };
+        let inverse = 1.0 / fraction.clamp(1e-6, 1.0);
+        for i in 0..self.read.len() {
+            let h = std::mem::take(&mut self.held_hits[i]);
+            if out.get(i).copied().unwrap_or(false) {
+                continue;
+            }
             let y = h * inverse;
             self.sum[i] += y;
-            self.bias[i] += y * uncertain.max(0.0);
+            self.bias[i] += y * uncertain;
             self.poisson[i] += h * inverse * inverse;
+            // Differences of rates, so a joined period (twice as long) is no outlier;
+            // its variance is its length's square times the rate's.
+            let rate = if part.period_s > 0.0 {
+                y / part.period_s
+            } else {
+                0.0
+            };
             if let Some(previous) = self.last[i] {
-                self.diffs[i] += (y - previous).powi(2) / 2.0;
+                self.diffs[i] += (rate - previous).powi(2) / 2.0 * part.period_s.powi(2);
             }
-            self.last[i] = Some(y);
+            self.last[i] = Some(rate);
+            self.seconds[i] += part.period_s;
         }
         self.periods += 1;
     }
@@ -526,16 +630,29 @@ impl Scaler {
             .iter()
             .enumerate()
             .map(|(i, &counted)| {
-                let sum = self.sum.get(i).copied().unwrap_or(0.0);
-                let spread = self
-                    .diffs
-                    .get(i)
-                    .copied()
-                    .unwrap_or(0.0)
-                    .max(self.poisson.get(i).copied().unwrap_or(0.0));
+                let at = |v: &Vec<f64>| v.get(i).copied().unwrap_or(0.0);
+                let mut sum = at(&self.sum);
+                let spread = at(&self.diffs).max(at(&self.poisson));
                 // With one period there is no difference to learn from: the interval is
                 // the counting noise, which says little; two or more are needed.
-                let half = Z95 * spread.sqrt() + self.bias.get(i).copied().unwrap_or(0.0);
+                let mut half = Z95 * spread.sqrt() + at(&self.bias);
+                // A part too short to scale, left at the end: its calls at the run's rate
+                // before it (or, with nothing before, its hits over an attached part of
+                // the least length scaled alone), the whole of that in the interval.
+                if let Some(held) = self.held
+                    && held.period_s > 0.0
+                    && !self.out.get(i).copied().unwrap_or(false)
+                {
+                    let seconds = at(&self.seconds);
+                    let y = if seconds > 0.0 {
+                        sum / seconds * held.period_s
+                    } else {
+                        let on = held.on_s.max(MIN_PART_S).min(held.period_s);
+                        at(&self.held_hits) * held.period_s / on
+                    };
+                    sum += y;
+                    half += y;
+                }
                 let scaled = sum.max(counted as f64);
                 ScaledHits {
                     counted,
@@ -546,6 +663,74 @@ impl Scaler {
             })
             .collect()
     }
+}
+
+/// One probe as shedding sees it, over the last period read.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Load {
+    /// The whole cost of one of its hits, ns (the estimate).
+    pub per_hit_ns: f64,
+    /// Its hits in the period.
+    pub hits: f64,
+    /// It streams its hits, and may count them in the kernel instead.
+    pub movable: bool,
+    /// It is in the duty cycle (not shed, not detached by the user).
+    pub cycled: bool,
+}
+
+/// What shedding does next.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Shed {
+    /// These probes (ids, dearest per hit first) go to in-kernel aggregation: the same
+    /// counts and histograms for less per hit.
+    ToKernel(Vec<usize>),
+    /// These probes (dearest per hit first) leave the duty cycle: detached for the rest
+    /// of the run.
+    Detach(Vec<usize>),
+}
+
+/// Probes are detached when each of their hits costs this many times the others' mean
+/// hit (a single-stepped site costs ~12 emulated ones, docs/cost.md)...
+const SHED_RATIO: f64 = 3.0;
+/// ...and together they hold at least this share of what the set cost: without them the
+/// others get a third more duty at least.
+const SHED_SHARE: f64 = 0.25;
+
+/// While the budget binds, what costs the most per useful hit goes first: every
+/// streaming probe to in-kernel aggregation (nothing counted is lost), then the probes
+/// whose hits are far dearer than the others' and together hold much of the cost are
+/// detached (a glob's single-stepped sites among its emulated ones), so the rest are
+/// attached longer. Every hit is worth as much as any other (each is a count), so a
+/// hit's use is the same everywhere and its price decides. Probes with hits are never
+/// all detached: duty cycling does the rest.
+pub(crate) fn shed(probes: &[Load]) -> Option<Shed> {
+    let mut active: Vec<usize> = (0..probes.len())
+        .filter(|&i| probes[i].cycled && probes[i].hits > 0.0 && probes[i].per_hit_ns > 0.0)
+        .collect();
+    active.sort_by(|&a, &b| probes[b].per_hit_ns.total_cmp(&probes[a].per_hit_ns));
+    let movable: Vec<usize> = active
+        .iter()
+        .copied()
+        .filter(|&i| probes[i].movable)
+        .collect();
+    if !movable.is_empty() {
+        return Some(Shed::ToKernel(movable));
+    }
+    // The dearest k per hit against the rest: the largest k whose cheapest hit costs
+    // SHED_RATIO times the rest's mean hit (suffix sums of cost and hits).
+    let cost = |i: usize| probes[i].per_hit_ns * probes[i].hits;
+    let n = active.len();
+    let mut rest_cost = vec![0.0; n + 1];
+    let mut rest_hits = vec![0.0; n + 1];
+    for k in (0..n).rev() {
+        rest_cost[k] = rest_cost[k + 1] + cost(active[k]);
+        rest_hits[k] = rest_hits[k + 1] + probes[active[k]].hits;
+    }
+    let dear = (1..n)
+        .filter(|&k| probes[active[k - 1]].per_hit_ns >= SHED_RATIO * rest_cost[k] / rest_hits[k])
+        .max()?;
+    let total = rest_cost[0];
+    (total - rest_cost[dear] >= SHED_SHARE * total).then(|| Shed::Detach(active[..dear].to_vec()))
 }
 
 /// What `--budget` did over the run, for the status line, stderr and exports.
@@ -582,6 +767,15 @@ impl BudgetSummary {
             self.budget,
             self.duty * 100.0
         )
+    }
+
+    /// The status line's narrowest form: `budget 1.0%: 0.8% d35%`.
+    pub fn status_short(&self) -> String {
+        let used = self
+            .last_window
+            .or(self.used.map(|u| u.mean))
+            .map_or_else(|| "-".into(), |u| self.budget.format(u));
+        format!("budget {}: {used} d{:.0}%", self.budget, self.duty * 100.0)
     }
 
     /// The end-of-run line.
@@ -769,11 +963,114 @@ mod tests {
         for _ in 0..periods {
             let jitter = rng.below(21) as u64; // +-10 hits of noise
             cumulative += 90 + jitter;
-            s.close_period(0.1, 0.0, &[cumulative]);
+            s.close_period(
+                Part {
+                    period_s: 1.0,
+                    on_s: 0.1,
+                    attach_s: 0.0,
+                },
+                &[cumulative],
+                &[],
+            );
         }
         let scaled = s.scaled(&[cumulative])[0];
         let truth = 1000.0 * periods as f64;
         assert!(scaled.low <= truth && truth <= scaled.high, "{scaled:?}");
         assert!(scaled.high - scaled.low < truth * 0.2, "{scaled:?}");
+    }
+
+    #[test]
+    fn a_part_cut_very_short_joins_the_next_and_the_count_stays_honest() {
+        // 40,000 calls/s, attached 10% of 1 s periods; one part cut to 2 ms after an
+        // attach call of 5 ms whose hits (200 of them) were counted without its time.
+        let part = |on_s: f64, attach_s: f64| Part {
+            period_s: 1.0,
+            on_s,
+            attach_s,
+        };
+        let mut s = Scaler::default();
+        let mut cumulative = 0u64;
+        for period in 0..20 {
+            if period == 7 {
+                cumulative += 80 + 200;
+                s.close_period(part(0.002, 0.005), &[cumulative], &[]);
+            } else {
+                cumulative += 4_000;
+                s.close_period(part(0.1, 0.001), &[cumulative], &[]);
+            }
+        }
+        let scaled = s.scaled(&[cumulative])[0];
+        let truth = 40_000.0 * 20.0;
+        // Alone it would have read 280 / 0.002 = 140,000 calls for that second.
+        assert!(scaled.scaled < truth * 1.05, "{scaled:?}");
+        assert!(scaled.low <= truth && truth <= scaled.high, "{scaled:?}");
+        assert!(scaled.high - scaled.low < truth * 0.2, "{scaled:?}");
+        // A short part at the very end is counted at the run's rate, its whole estimate
+        // in the interval.
+        s.close_period(part(0.001, 0.004), &[cumulative + 300], &[]);
+        let end = s.scaled(&[cumulative + 300])[0];
+        let truth = 40_000.0 * 21.0;
+        assert!(end.low <= truth && truth <= end.high, "{end:?}");
+        assert!(end.scaled < truth * 1.1, "{end:?}");
+    }
+
+    #[test]
+    fn a_shed_probe_is_scaled_over_the_periods_it_was_cycled() {
+        let part = Part {
+            period_s: 1.0,
+            on_s: 0.1,
+            attach_s: 0.0,
+        };
+        let mut s = Scaler::default();
+        let (mut a, mut b) = (0u64, 0u64);
+        for period in 0..10 {
+            a += 100;
+            // b is shed from period 4 on: detached, no hit.
+            if period < 4 {
+                b += 50;
+            }
+            s.close_period(part, &[a, b], &[false, period >= 4]);
+        }
+        let scaled = s.scaled(&[a, b]);
+        assert!((scaled[0].scaled - 10_000.0).abs() < 1.0, "{scaled:?}");
+        assert!((scaled[1].scaled - 2_000.0).abs() < 1.0, "{scaled:?}");
+    }
+
+    #[test]
+    fn shedding_moves_streaming_probes_first_then_detaches_the_dearest_per_hit() {
+        let load = |per_hit_ns, hits, movable| Load {
+            per_hit_ns,
+            hits,
+            movable,
+            cycled: true,
+        };
+        // A single-stepped site (9 us a hit, once a unit) beside an emulated one (0.8 us,
+        // five times a unit), both streaming: both go to the kernel, dearest first.
+        let mut probes = vec![load(800.0, 5_000.0, true), load(9_000.0, 1_000.0, true)];
+        assert_eq!(shed(&probes), Some(Shed::ToKernel(vec![1, 0])));
+        probes.iter_mut().for_each(|p| p.movable = false);
+        assert_eq!(shed(&probes), Some(Shed::Detach(vec![1])));
+        // Once it is out, the last probe stays.
+        probes[1].cycled = false;
+        assert_eq!(shed(&probes), None);
+        // Dear per hit but a small share of the cost: detaching it gains little.
+        let probes = [load(800.0, 100_000.0, false), load(9_000.0, 100.0, false)];
+        assert_eq!(shed(&probes), None);
+        // A glob: 40 emulated sites and 10 single-stepped ones holding half the cost go
+        // together, dearest first.
+        let mut probes: Vec<Load> = (0..40)
+            .map(|i| load(900.0 + i as f64, 100.0, false))
+            .collect();
+        probes.extend((0..10).map(|i| load(9_000.0 + i as f64, 40.0, false)));
+        let expected: Vec<usize> = (40..50).rev().collect();
+        assert_eq!(shed(&probes), Some(Shed::Detach(expected)));
+        // Every probe as dear per hit as the others (a glob of like functions): none.
+        let probes: Vec<Load> = (0..50)
+            .map(|i| load(1_000.0 + i as f64, 10.0, false))
+            .collect();
+        assert_eq!(shed(&probes), None);
+        // A probe without hits is neither moved nor detached.
+        let probes = [load(800.0, 0.0, true), load(9_000.0, 0.0, false)];
+        assert_eq!(shed(&probes), None);
     }
 }

@@ -11,7 +11,10 @@ use tokio::time::Instant;
 
 use super::Snapshot;
 use crate::attach::Attachment;
-use crate::insitu::budget::{Budget, BudgetSummary, Controller, Observed, Plan, Scaler};
+use crate::delivery::DeliveryMode;
+use crate::insitu::budget::{
+    Budget, BudgetSummary, Controller, Load, Observed, Part, Plan, Scaler, Shed, shed,
+};
 use crate::insitu::{InSitu, Members, MeterError, Reading, SetMeter, Verdict, Window, WorkMeter};
 
 /// While attached, how often the window's spending is looked at.
@@ -62,16 +65,32 @@ pub(super) struct Driver {
     /// The probes detached by the driver.
     suspended: Vec<u32>,
     ended: Option<Ended>,
-    /// Estimated probe CPU of every hit read so far, ns.
-    cost_read_ns: f64,
+    /// Each probe's hits as of the last read.
+    read_at: Vec<u64>,
+    /// Probes out of the duty cycle (shed): detached for the rest of the run.
+    shed: Vec<u32>,
+    /// Probes asked to go to in-kernel aggregation (once each).
+    asked_kernel: Vec<u32>,
+    /// Shedding's moves not yet said nor sent to the collector.
+    moves: Vec<Move>,
     actions: Vec<String>,
     /// Actions not yet said.
     unsaid: usize,
 }
 
-/// The estimated CPU of every hit counted so far: hits times each probe's whole cost.
-/// A probe without an estimate is priced at the dearest one's (none: at `FALLBACK_NS`).
-fn cost_of(snapshot: &Snapshot) -> (Vec<u64>, f64) {
+/// A shedding move, said and carried out by [`on_due`] (which has the rows' names and
+/// the collector).
+#[derive(Debug, Clone)]
+enum Move {
+    /// To in-kernel aggregation: (probe id, its cost per hit, ns).
+    ToKernel(Vec<(u32, f64)>),
+    /// Detached: (probe id, its cost per hit (ns), its share of the set's cost).
+    Detached(Vec<(u32, f64, f64)>),
+}
+
+/// Each probe's whole cost per hit, ns. A probe without an estimate is priced at the
+/// dearest one's (none: at `FALLBACK_NS`).
+fn per_hit(snapshot: &Snapshot) -> Vec<f64> {
     const FALLBACK_NS: f64 = 2_000.0;
     let dearest = snapshot
         .probes
@@ -79,21 +98,33 @@ fn cost_of(snapshot: &Snapshot) -> (Vec<u64>, f64) {
         .filter_map(|p| p.whole_cost_ns)
         .fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.max(c))))
         .unwrap_or(FALLBACK_NS);
-    let hits = snapshot.probes.iter().map(|p| p.hits).collect();
-    let cost = snapshot
+    snapshot
         .probes
         .iter()
-        .map(|p| p.hits as f64 * p.whole_cost_ns.unwrap_or(dearest))
-        .sum();
+        .map(|p| p.whole_cost_ns.unwrap_or(dearest))
+        .collect()
+}
+
+/// Each probe's hits since `read_at`, and their estimated CPU (ns): the hits since, each
+/// at its probe's cost per hit now (a probe's price moves as it is measured, and with its
+/// mode: the hits read before keep theirs).
+fn since(snapshot: &Snapshot, read_at: &[u64]) -> (Vec<f64>, f64) {
+    let prices = per_hit(snapshot);
+    let hits: Vec<f64> = snapshot
+        .probes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| p.hits.saturating_sub(read_at.get(i).copied().unwrap_or(0)) as f64)
+        .collect();
+    let cost = hits.iter().zip(&prices).map(|(h, c)| h * c).sum();
     (hits, cost)
 }
 
-/// The share of a period's attached time its attach calls took.
-fn uncertain(ended: &Ended) -> f64 {
-    if ended.on_s > 0.0 {
-        ended.attach_s / ended.on_s
-    } else {
-        0.0
+fn part(ended: &Ended) -> Part {
+    Part {
+        period_s: ended.period_s,
+        on_s: ended.on_s,
+        attach_s: ended.attach_s,
     }
 }
 
@@ -128,7 +159,10 @@ impl Driver {
             next: now,
             suspended: Vec::new(),
             ended: None,
-            cost_read_ns: 0.0,
+            read_at: Vec::new(),
+            shed: Vec::new(),
+            asked_kernel: Vec::new(),
+            moves: Vec::new(),
             actions: vec![format!(
                 "budget {budget}: every probe attached for a part of each period, hits scaled to the whole run"
             )],
@@ -169,7 +203,7 @@ impl Driver {
                 }
                 // Still attached (from the start, or a full-duty period): nothing to do.
                 if self.on_since.is_none() {
-                    self.read_hits(snapshot);
+                    self.read_hits(attachment, snapshot);
                     self.attach(attachment)?;
                 }
                 self.phase = Phase::On;
@@ -178,8 +212,8 @@ impl Driver {
             Phase::On => {
                 let on_end = self.on_end();
                 let full = self.plan.on_s >= self.plan.period_s;
-                let running = cost_of(snapshot).1 - self.cost_read_ns;
-                let spent_out = !full && self.controller.window_spent_out(running.max(0.0));
+                let running = since(snapshot, &self.read_at).1;
+                let spent_out = !full && self.controller.window_spent_out(running);
                 if now < on_end && !spent_out {
                     self.next = on_end.min(now + GUARD_EVERY);
                     return Ok(());
@@ -189,7 +223,7 @@ impl Driver {
                     self.on_s += self.on_since.map_or(0.0, |s| (now - s).as_secs_f64());
                     self.on_since = Some(now);
                     self.end_period()?;
-                    self.read_hits(snapshot);
+                    self.read_hits(attachment, snapshot);
                     self.begin_period(attachment, snapshot)?;
                     return Ok(());
                 }
@@ -237,6 +271,8 @@ impl Driver {
                 .push_window(Window::between(true, &self.window_reading, &end));
         }
         self.suspended = attachment.attached_ids();
+        // A shed probe the user attached again is back in the cycle.
+        self.shed.retain(|id| !self.suspended.contains(id));
         attachment.detach_set(&self.suspended);
         self.window_reading = self.meter.read()?;
         Ok(())
@@ -294,20 +330,17 @@ impl Driver {
         Ok(())
     }
 
-    /// The hits of the period that ended, into the scaling and the ledger.
-    fn read_hits(&mut self, snapshot: &Snapshot) {
-        let (hits, cost) = cost_of(snapshot);
+    /// The hits of the period that ended, into the scaling and the ledger; then, while
+    /// the budget binds, shedding's next move.
+    fn read_hits(&mut self, attachment: &mut Attachment, snapshot: &Snapshot) {
         let Some(ended) = self.ended.take() else {
             return;
         };
-        let fraction = if ended.period_s > 0.0 {
-            ended.on_s / ended.period_s
-        } else {
-            1.0
-        };
-        self.scaler.close_period(fraction, uncertain(&ended), &hits);
-        let estimated_ns = (cost - self.cost_read_ns).max(0.0);
-        self.cost_read_ns = cost;
+        let (hits, estimated_ns) = since(snapshot, &self.read_at);
+        let cumulative: Vec<u64> = snapshot.probes.iter().map(|p| p.hits).collect();
+        self.scaler
+            .close_period(part(&ended), &cumulative, &self.out(cumulative.len()));
+        self.read_at = cumulative;
         // In situ where it has a signal: its interval above zero.
         let summary = self.insitu.summary(0);
         let measured = (summary.verdict == Verdict::Measured)
@@ -325,9 +358,124 @@ impl Driver {
             toggles: ended.toggles,
             toggled: ended.toggled,
         });
+        if self.controller.binds() {
+            self.shed_next(attachment, snapshot, &hits);
+        }
         if !had_floor && let Some(line) = self.controller.summary(&[]).floor_line() {
             self.act(line);
         }
+    }
+
+    /// Whether each probe is out of the cycle.
+    fn out(&self, probes: usize) -> Vec<bool> {
+        (0..probes as u32)
+            .map(|id| self.shed.contains(&id))
+            .collect()
+    }
+
+    /// Shedding's next move (`insitu::budget::shed`), from the period's `hits`.
+    fn shed_next(&mut self, attachment: &mut Attachment, snapshot: &Snapshot, hits: &[f64]) {
+        let prices = per_hit(snapshot);
+        let loads: Vec<Load> = snapshot
+            .probes
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let id = i as u32;
+                Load {
+                    per_hit_ns: prices[i],
+                    hits: hits.get(i).copied().unwrap_or(0.0),
+                    movable: p.mode == DeliveryMode::Ring && !self.asked_kernel.contains(&id),
+                    cycled: !self.shed.contains(&id)
+                        && (self.suspended.contains(&id) || attachment.is_attached(id)),
+                }
+            })
+            .collect();
+        match shed(&loads) {
+            Some(Shed::ToKernel(ids)) => {
+                let ids: Vec<(u32, f64)> = ids.into_iter().map(|i| (i as u32, prices[i])).collect();
+                self.asked_kernel.extend(ids.iter().map(|&(id, _)| id));
+                self.moves.push(Move::ToKernel(ids));
+            }
+            Some(Shed::Detach(dear)) => {
+                let total: f64 = loads
+                    .iter()
+                    .filter(|l| l.cycled)
+                    .map(|l| l.per_hit_ns * l.hits)
+                    .sum();
+                let mut shed_share = 0.0;
+                let mut moved = Vec::new();
+                for i in dear {
+                    let id = i as u32;
+                    let share = if total > 0.0 {
+                        loads[i].per_hit_ns * loads[i].hits / total
+                    } else {
+                        0.0
+                    };
+                    shed_share += share;
+                    self.shed.push(id);
+                    self.suspended.retain(|&s| s != id);
+                    if attachment.is_attached(id) {
+                        attachment.detach(id);
+                    }
+                    moved.push((id, prices[i], share));
+                }
+                // What the periods read cost without them; in situ measured the old set.
+                self.controller.set_changed(1.0 - shed_share);
+                self.insitu = InSitu::new(WorkMeter::None);
+                self.moves.push(Move::Detached(moved));
+            }
+            None => {}
+        }
+    }
+
+    /// Shedding's moves not said yet, as lines to say (probes named by `name`); returns
+    /// the probes to move to in-kernel aggregation, and those detached.
+    fn take_moves(&mut self, name: impl Fn(u32) -> String) -> (Vec<u32>, Vec<u32>) {
+        let (mut to_kernel, mut detached) = (Vec::new(), Vec::new());
+        for m in std::mem::take(&mut self.moves) {
+            match m {
+                Move::ToKernel(ids) => {
+                    // Each said once; a glob of many in one line past the first few.
+                    const NAMED: usize = 5;
+                    for &(id, ns) in ids.iter().take(NAMED) {
+                        self.act(format!(
+                            "budget: {} ({:.0} ns a hit) counted in the kernel from now on: the same counts and histograms for less a hit",
+                            name(id),
+                            ns
+                        ));
+                    }
+                    if ids.len() > NAMED {
+                        self.act(format!(
+                            "budget: {} more probes counted in the kernel from now on",
+                            ids.len() - NAMED
+                        ));
+                    }
+                    to_kernel.extend(ids.iter().map(|&(id, _)| id));
+                }
+                Move::Detached(probes) => {
+                    const NAMED: usize = 5;
+                    for &(id, ns, share) in probes.iter().take(NAMED) {
+                        self.act(format!(
+                            "budget: {} detached for the rest of the run: {:.0} ns a hit, {:.0}% of what the probes cost; its hits are scaled over the time it was attached",
+                            name(id),
+                            ns,
+                            share * 100.0
+                        ));
+                    }
+                    if probes.len() > NAMED {
+                        let rest = &probes[NAMED..];
+                        self.act(format!(
+                            "budget: {} more probes detached for the rest of the run, {:.0}% of what the probes cost",
+                            rest.len(),
+                            rest.iter().map(|p| p.2).sum::<f64>() * 100.0
+                        ));
+                    }
+                    detached.extend(probes.iter().map(|p| p.0));
+                }
+            }
+        }
+        (to_kernel, detached)
     }
 
     fn act(&mut self, line: String) {
@@ -354,6 +502,7 @@ impl Driver {
         self.suspended.retain(|&id| id != probe_id);
         if attach {
             self.suspended.push(probe_id);
+            self.shed.retain(|&id| id != probe_id);
         }
         Some(attach)
     }
@@ -380,13 +529,8 @@ impl Driver {
     /// scaled to the whole run.
     pub(super) fn scaled(&mut self, counted: &[u64]) -> BudgetSummary {
         if let Some(ended) = self.ended.take() {
-            let fraction = if ended.period_s > 0.0 {
-                ended.on_s / ended.period_s
-            } else {
-                1.0
-            };
-            self.scaler
-                .close_period(fraction, uncertain(&ended), counted);
+            let out = self.out(counted.len());
+            self.scaler.close_period(part(&ended), counted, &out);
         }
         let mut summary = self.summary();
         summary.scaled = self.scaler.scaled(counted);
@@ -402,9 +546,13 @@ pub(super) async fn due(driver: &Option<Driver>) {
     }
 }
 
-/// What a step of the duty cycle has to tell: the status line, and actions not said yet.
+/// What a step of the duty cycle has to tell: the status line's part (long and short),
+/// and actions not said yet.
 pub(super) struct Told {
     pub status: String,
+    pub status_short: String,
+    /// Probes shedding detached for the rest of the run.
+    pub detached: Vec<u32>,
     pub actions: Vec<String>,
 }
 
@@ -420,12 +568,31 @@ pub(super) fn on_due(
     // A copy: the collector must not wait on a detach to publish.
     let snapshot = snapshots.borrow().clone();
     let stepped = active.step(attachment, &snapshot);
+    let mut detached = Vec::new();
+    if !active.moves.is_empty() {
+        let rows = source.rows();
+        let (to_kernel, shed) = active.take_moves(|id| {
+            rows.probes.get(id as usize).map_or_else(
+                || format!("probe {id}"),
+                |p| crate::present::ProbeLabel::new(p.point.kind, &p.point.name, "").display,
+            )
+        });
+        // The collector takes it at its next turn; if its queue is full the probes
+        // stream on, and the next period's prices say so.
+        if !to_kernel.is_empty() {
+            let _ = source
+                .commands
+                .try_send(crate::stream::CollectorCommand::ToKernel { probes: to_kernel });
+        }
+        detached = shed;
+    }
     *source
         .budget
         .write()
         .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(active.summary());
     if let Err(e) = stepped {
-        let ids = std::mem::take(&mut active.suspended);
+        let mut ids = std::mem::take(&mut active.suspended);
+        ids.append(&mut active.shed);
         let back = attachment.reattach_set(&ids);
         *driver = None;
         let mut line = format!(
@@ -437,12 +604,17 @@ pub(super) fn on_due(
         }
         return Some(Told {
             status: String::new(),
+            status_short: String::new(),
             actions: vec![line],
+            detached: Vec::new(),
         });
     }
+    let summary = active.summary();
     Some(Told {
-        status: active.summary().status(),
+        status: summary.status(),
+        status_short: summary.status_short(),
         actions: active.unsaid(),
+        detached,
     })
 }
 

@@ -212,14 +212,19 @@ async fn with_tui(run: &mut Running, args: &RunArgs) -> anyhow::Result<Driven> {
             }
             _ = budget::due(&run.budget) => {
                 if let Some(told) = budget::on_due(&mut run.budget, &mut run.attachment, &run.snapshots, &run.source) {
+                    for probe_id in told.detached {
+                        let _ = event_tx.try_send(UiEvent::Attached { probe_id, attached: false });
+                    }
                     for line in told.actions {
                         let _ = event_tx.try_send(UiEvent::Message(line.clone()));
                         hint_notes.push(line);
                     }
                     if !told.status.is_empty() {
-                        // The duty and what the probes use, in the footer (the status line leads
-                        // with the cost headline).
-                        let _ = event_tx.try_send(UiEvent::Message(told.status));
+                        // The duty and what the probes use, in the status line.
+                        let _ = event_tx.try_send(UiEvent::Budget {
+                            long: told.status,
+                            short: told.status_short,
+                        });
                     }
                 }
             }

@@ -21,11 +21,12 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-/// The flood's work: 2,000 units a second, each a loop and 20 calls of `flood_hit`
-/// (open loop: the probes slow no call out of the run). Unprobed a unit is tens of us;
-/// a hit costs ~0.6-1 us, so the probe alone would cost the flood a third or more of its
-/// CPU, while the least duty `--budget` uses (an attached part of 40 ms a period of a
-/// quarter window: 3.2% at a 5 s window) keeps it near 1.3%, under the 2% asked.
+/// The flood's work: 2,000 units a second, each a loop, 20 calls of `flood_hit` and one
+/// of `flood_tick` (open loop: the probes slow no call out of the run). Unprobed a unit
+/// is tens of us; a hit costs ~0.6-1 us, so the probe alone would cost the flood a third
+/// or more of its CPU, while the least duty `--budget` uses (an attached part of 40 ms a
+/// period of a quarter window: 3.2% at a 5 s window) keeps it near 1.3%, under the 2%
+/// asked.
 const FLOOD: &[&str] = &["--units", "10000", "--rate", "2000", "--calls", "20"];
 const UNITS: f64 = 10_000.0;
 /// Unprobed and budgeted runs, each this many times.
@@ -36,17 +37,39 @@ fn done_line(target: &Running) -> String {
     target.out().wait_for("done")
 }
 
-fn unprobed() -> f64 {
-    let mut target = started(&fixture("c/flood"), FLOOD);
+fn flood(args: &[&str]) -> Running {
+    started(&fixture("c/flood"), args)
+}
+
+/// The flood's CPU per unit inside its units (its pacing sleeps left out). The sleeps'
+/// wakeups cost the flood 13-15 us of CPU a unit on a 2-vCPU guest (2026-11-27, load 10:
+/// 32-37 us a unit in all against 19.0-19.8 us inside the units), and that part moves
+/// with whatever else the guest runs: with an idle probetop beside it, one run took 3.7
+/// us more a unit, another none; on an idle host the budgeted runs' whole CPU a unit came
+/// out 7% *under* the unprobed runs'. Timer programming and wakeups are VM exits whose
+/// cost depends on the other vCPU's state, not on the probes. Inside the units the same
+/// runs spread 1.7-3%; that is where the probes' traps land.
+fn per_unit(line: &str) -> f64 {
+    field(line, "work_ns_per_unit")
+}
+
+fn unprobed(args: &[&str]) -> f64 {
+    let mut target = flood(args);
     target.signal(libc::SIGUSR1);
     let line = done_line(&target);
     assert!(target.wait().success());
-    field(&line, "ns_per_unit")
+    per_unit(&line)
 }
 
-/// One budgeted run: the fixture's CPU per unit, its calls, and probetop's export.
-fn budgeted(cache: &std::path::Path, budget: &str) -> (f64, f64, serde_json::Value) {
-    let mut target = started(&fixture("c/flood"), FLOOD);
+/// One budgeted run of the flood with `args`, the probes `specs`: the fixture's `done`
+/// line and probetop's export.
+fn budgeted(
+    cache: &std::path::Path,
+    budget: &str,
+    args: &[&str],
+    specs: &[&str],
+) -> (String, serde_json::Value) {
+    let mut target = flood(args);
     let json = export_path("budget.json");
     let mut cmd = probetop();
     cmd.env("XDG_CACHE_HOME", cache)
@@ -56,8 +79,11 @@ fn budgeted(cache: &std::path::Path, budget: &str) -> (f64, f64, serde_json::Val
             "--no-tui",
             "--budget",
             budget,
+            "--budget-window",
+            "5",
         ])
-        .args(["--budget-window", "5", "-e", "uprobe:flood_hit", "--export"])
+        .args(specs.iter().flat_map(|s| ["-e", s]))
+        .arg("--export")
         .arg(&json);
     let mut probetop = Running::spawn(cmd);
     probetop.err().wait_for("attached");
@@ -68,7 +94,89 @@ fn budgeted(cache: &std::path::Path, budget: &str) -> (f64, f64, serde_json::Val
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     let report = read_export(&json);
     let _ = std::fs::remove_file(&json);
-    (field(&line, "ns_per_unit"), field(&line, "calls"), report)
+    (line, report)
+}
+
+/// Unprobed and budgeted runs of the flood, alternating in the order off-on, on-off, ...
+/// so that a load on the machine that comes and goes, or drifts, falls on both sides
+/// alike. Returns the flood's CPU per unit unprobed and budgeted (medians), the spread of
+/// the unprobed runs, and each budgeted run's `done` line and export.
+struct Compared {
+    off: f64,
+    on: f64,
+    /// How far the middle unprobed runs spread (max over min, less 1): the host's own
+    /// noise on this measure. The lowest and the highest are left out: one run that a
+    /// burst of load hit, or that ran while the host's CPU was faster, says nothing of
+    /// the probes.
+    spread: f64,
+    runs: Vec<(String, serde_json::Value)>,
+}
+
+fn compare(
+    name: &str,
+    args: &[&str],
+    mut on_run: impl FnMut() -> (String, serde_json::Value),
+) -> Compared {
+    let (mut off, mut on, mut runs) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..ROUNDS {
+        let budgeted_first = round % 2 == 1;
+        if budgeted_first {
+            let run = on_run();
+            on.push(per_unit(&run.0));
+            runs.push(run);
+        }
+        off.push(unprobed(args));
+        if !budgeted_first {
+            let run = on_run();
+            on.push(per_unit(&run.0));
+            runs.push(run);
+        }
+    }
+    eprintln!(
+        "{name}: flood CPU ns a unit (inside the units) unprobed {off:.0?}, budgeted {on:.0?}"
+    );
+    let mut sorted = off.clone();
+    sorted.sort_by(f64::total_cmp);
+    let middle = &sorted[1..sorted.len() - 1];
+    let spread = middle[middle.len() - 1] / middle[0] - 1.0;
+    let (off, on) = (median(off), median(on));
+    eprintln!(
+        "{name}: {off:.0} ns/unit unprobed, {on:.0} budgeted ({:+.2}%); the middle unprobed runs spread {:.1}%",
+        (on / off - 1.0) * 100.0,
+        spread * 100.0
+    );
+    Compared {
+        off,
+        on,
+        spread,
+        runs,
+    }
+}
+
+/// The bar: a budget of 2% adds at most 2.5% to the flood's CPU per unit of work,
+/// measured by the flood itself. It is judged where the middle unprobed runs agree within
+/// 3% (at load 13 on 2 CPUs they did, within 0.8-2.4%); where a burst of load spreads
+/// them more, duty cycling must still take most of the cost away: at most `loaded` (a
+/// quarter of the unbudgeted cost).
+fn assert_held(name: &str, c: &Compared, loaded: f64) {
+    let extra = c.on / c.off - 1.0;
+    let bound = if c.spread <= 0.03 {
+        0.025
+    } else {
+        eprintln!(
+            "{name}: the middle unprobed runs spread {:.1}%: the 2.5% bar is not judged on this host",
+            c.spread * 100.0
+        );
+        loaded
+    };
+    assert!(
+        extra <= bound,
+        "{name}: --budget 2% added {:.2}% to the flood's CPU per unit ({:.0} -> {:.0} ns), over {:.2}%",
+        extra * 100.0,
+        c.off,
+        c.on,
+        bound * 100.0,
+    );
 }
 
 #[test]
@@ -78,38 +186,12 @@ fn a_budget_holds_a_flood_under_it_and_its_scaled_hits_hold_the_calls() {
     let _alone = alone();
     let cache = std::env::temp_dir().join(format!("probetop-budget-{}", std::process::id()));
     calibrate_default(&cache);
-    // Unprobed and budgeted runs alternate, in the order off-on, on-off, ... so that a
-    // load on the machine that comes and goes, or drifts, falls on both sides alike; the
-    // medians leave out a run that a burst of load hit.
-    let (mut off, mut on, mut reports) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..ROUNDS {
-        let budgeted_first = round % 2 == 1;
-        if budgeted_first {
-            let (per_unit, calls, report) = budgeted(&cache, "2%");
-            on.push(per_unit);
-            reports.push((calls, report));
-        }
-        off.push(unprobed());
-        if !budgeted_first {
-            let (per_unit, calls, report) = budgeted(&cache, "2%");
-            on.push(per_unit);
-            reports.push((calls, report));
-        }
-    }
-    eprintln!("flood ns/unit unprobed {off:.0?}, under --budget 2% {on:.0?}");
-    // How far the unprobed runs alone spread: the host's own noise on this measure.
-    let spread = off.iter().copied().fold(f64::MIN, f64::max)
-        / off.iter().copied().fold(f64::MAX, f64::min)
-        - 1.0;
-    let (off, on) = (median(off), median(on));
-    let extra = on / off - 1.0;
-    eprintln!(
-        "flood: {off:.0} ns/unit unprobed, {on:.0} under --budget 2% ({:+.2}%); unprobed runs spread {:.1}%",
-        extra * 100.0,
-        spread * 100.0
-    );
+    let c = compare("flood", FLOOD, || {
+        budgeted(&cache, "2%", FLOOD, &["uprobe:flood_hit"])
+    });
     let mut unbudgeted_shares = Vec::new();
-    for (calls, report) in &reports {
+    for (line, report) in &c.runs {
+        let calls = field(line, "calls");
         let probe = probe(report, "flood_hit");
         let budget = &report["budget"];
         eprintln!("{budget}\n{probe}");
@@ -120,7 +202,7 @@ fn a_budget_holds_a_flood_under_it_and_its_scaled_hits_hold_the_calls() {
             .as_f64()
             .or_else(|| probe["whole_cost_ns"].as_f64())
             .expect("an estimate per hit");
-        let unbudgeted = per_hit * calls / (off * UNITS);
+        let unbudgeted = per_hit * calls / (c.off * UNITS);
         assert!(unbudgeted > 0.2, "{probe}");
         unbudgeted_shares.push(unbudgeted);
         assert_eq!(budget["asked"], 0.02, "{budget}");
@@ -139,34 +221,113 @@ fn a_budget_holds_a_flood_under_it_and_its_scaled_hits_hold_the_calls() {
         let hits = probe["hits"].as_f64().expect("hits");
         assert!(low <= hits && hits <= high, "{probe}");
         assert!(
-            low <= *calls && *calls <= high,
+            low <= calls && calls <= high,
             "{calls} calls outside {low}..{high}: {probe}"
         );
     }
-    // The bar: --budget 2% adds at most 2.5% to the flood's CPU per unit of
-    // work, measured by the flood itself, with the probe costing it a fifth or more of
-    // its CPU unbudgeted. It can be judged only where the unprobed runs agree to within
-    // a few percent: on a host loaded by other work they spread by 5-20% and a probetop
-    // duty cycling a copy of the flood moved the unprobed flood's CPU per unit by as
-    // much as its own budgeted runs (docs/user-guide.md, "What a toggle costs"). There
-    // duty cycling must still take most of the probe's cost away: at most a quarter.
-    let unbudgeted = median(unbudgeted_shares);
-    let bound = if spread <= 0.03 {
-        0.025
-    } else {
-        eprintln!(
-            "the unprobed runs spread {:.1}%: the 2.5% bar is not judged on this host",
-            spread * 100.0
+    // With the probe costing the flood a fifth or more of its CPU unbudgeted.
+    assert_held("flood", &c, median(unbudgeted_shares) / 4.0);
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// Shedding: a single-stepped probe (`flood_tick+1`, once a unit) beside an emulated one
+/// (`flood_hit`, five times a unit). Unbudgeted both would cost the flood a third of its
+/// CPU, the single-stepped one most of that. Under `--budget 2%` both go to in-kernel
+/// aggregation, then the dear one is detached, said once each (stderr and
+/// `budget.actions`), and the cheap one is duty cycled longer than the two together
+/// could be; the budget holds, and each probe's scaled hits hold its calls over the
+/// time it was cycled.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn shedding_detaches_the_dearest_probe_per_hit_and_the_budget_holds() {
+    const ARGS: &[&str] = &["--units", "10000", "--rate", "2000", "--calls", "5"];
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let cache = calibrated_cache("budget-shed");
+    let c = compare("shedding", ARGS, || {
+        budgeted(
+            &cache,
+            "2%",
+            ARGS,
+            &["uprobe:flood_tick+1", "uprobe:flood_hit"],
+        )
+    });
+    let mut unbudgeted_shares = Vec::new();
+    for (line, report) in &c.runs {
+        let calls = field(line, "calls");
+        let ticks = field(line, "ticks");
+        let dear = report["probes"]
+            .as_array()
+            .and_then(|p| {
+                p.iter().find(|p| {
+                    p["name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("flood_tick"))
+                })
+            })
+            .expect("the flood_tick probe");
+        let cheap = probe(report, "flood_hit");
+        let budget = &report["budget"];
+        eprintln!("{budget}\n{dear}\n{cheap}");
+        assert_eq!(dear["cost_class"], "single-stepped", "{dear}");
+        let name = dear["name"].as_str().expect("name");
+        let per_hit = |p: &serde_json::Value| {
+            p["cost"]["whole_cost_ns"]
+                .as_f64()
+                .or_else(|| p["whole_cost_ns"].as_f64())
+                .expect("an estimate per hit")
+        };
+        unbudgeted_shares.push((per_hit(dear) * ticks + per_hit(cheap) * calls) / (c.off * UNITS));
+        // The moves, each said once: both to the kernel, then the dear one detached.
+        let actions: Vec<&str> = budget["actions"]
+            .as_array()
+            .expect("actions")
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        let detached: Vec<&&str> = actions
+            .iter()
+            .filter(|a| a.contains("detached for the rest of the run"))
+            .collect();
+        assert_eq!(detached.len(), 1, "{actions:#?}");
+        assert!(detached[0].contains(name), "{actions:#?}");
+        for probe in [name, "flood_hit"] {
+            assert_eq!(
+                actions
+                    .iter()
+                    .filter(|a| a.contains("counted in the kernel")
+                        && a.contains(&format!("{probe} (")))
+                    .count(),
+                1,
+                "{probe}: {actions:#?}"
+            );
+        }
+        // The dear probe counted until it was shed: some of its calls, scaled over that
+        // time alone, so fewer than its calls over the run.
+        let dear_counted = dear["hits_counted"].as_f64().expect("hits_counted");
+        assert!(dear_counted > 0.0 && dear_counted < ticks * 0.5, "{dear}");
+        assert!(
+            dear["hits_interval"]["low"].as_f64().expect("low") <= ticks,
+            "{dear}"
         );
-        unbudgeted / 4.0
-    };
+        // The cheap one was cycled the whole run: its scaled hits hold its calls.
+        let counted = cheap["hits_counted"].as_f64().expect("hits_counted");
+        assert!(counted > 0.0 && counted < calls * 0.5, "{cheap}");
+        let (low, high) = (
+            cheap["hits_interval"]["low"].as_f64().expect("low"),
+            cheap["hits_interval"]["high"].as_f64().expect("high"),
+        );
+        assert!(
+            low <= calls && calls <= high,
+            "{calls} calls outside {low}..{high}: {cheap}"
+        );
+    }
+    let unbudgeted = median(unbudgeted_shares);
     assert!(
-        extra <= bound,
-        "--budget 2% added {:.2}% to the flood's CPU per unit ({off:.0} -> {on:.0} ns), over {:.2}%; unbudgeted {:.1}%",
-        extra * 100.0,
-        bound * 100.0,
-        unbudgeted * 100.0
+        unbudgeted > 0.2,
+        "unbudgeted the probes cost {unbudgeted:.2} of the flood"
     );
+    assert_held("shedding", &c, unbudgeted / 4.0);
     let _ = std::fs::remove_dir_all(&cache);
 }
 

@@ -759,3 +759,55 @@ fn the_headline_and_every_function_name_fit_80x24() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `--budget` in the TUI: its part of the status line, `budget 2.0%: using X% (duty Y%)`,
+/// in full after the headline at 80 columns and wider (the attached count gives way
+/// first), once a period was read.
+#[test]
+#[ignore = "needs root, the fixtures and tmux"]
+fn the_budget_says_its_use_and_duty_in_the_status_line_down_to_80_columns() {
+    let _turn = turn(module_path!());
+    let target = {
+        let mut command = Command::new(fixture("c/workload"));
+        command.args(["--forever", "--rate", "20000"]);
+        let running = Running::spawn(command);
+        running.out().wait_for("ready pid=");
+        running
+    };
+    let dir = temp_dir("budget");
+    let calibrated = Tmux::calibrated(&dir);
+    let command = format!(
+        "{} --pid {} --budget 2% --budget-window 1 -e uprobe:work_unit 2>{}",
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
+        target.pid(),
+        shell_quote(&dir.join("stderr.txt")),
+    );
+    let tmux = Tmux::start("budget", 80, 24, &dir, &command);
+    let budget_part = |screen: &str| -> Option<String> {
+        let status = screen.lines().next()?;
+        let at = status.find("budget 2.0%: using ")?;
+        let part = &status[at..];
+        let end = part.find(')')? + 1;
+        part[..end]
+            .contains("% (duty ")
+            .then(|| part[..end].to_string())
+    };
+    for width in [80u16, 120] {
+        tmux.resize(width, 24);
+        let screen = tmux.wait_for("the budget's part measured", |s| {
+            budget_part(s).is_some_and(|p| !p.contains("using -"))
+        });
+        // The headline leads (at 80 columns in its short form, without the cost a hit).
+        let status = screen.lines().next().unwrap_or_default();
+        assert!(status.starts_with(" cost "), "{width}: {screen}");
+        assert_eq!(
+            status.contains("probetop calibrate") || status.contains("(calibrate)"),
+            !calibrated,
+            "{width}: {screen}"
+        );
+    }
+    tmux.keys(&["q"]);
+    let screen = tmux.wait_for("probetop exited", |s| s.contains("probetop-exit="));
+    assert!(screen.contains("probetop-exit=0"), "{screen}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -44,6 +44,9 @@ pub(crate) enum UiEvent {
         probes_on: bool,
         detail: String,
     },
+    /// `--budget`'s part of the status line, long and short:
+    /// `budget 1.0%: using 0.8% (duty 35%)`.
+    Budget { long: String, short: String },
     /// The target exec'd and probetop followed (`--follow-exec`): the whole probe list
     /// (rows of the old program marked, the new program's appended), which are
     /// attached, who the target is now, and what happened.
@@ -106,6 +109,8 @@ pub(crate) struct App {
     pub in_situ: Option<InSituView>,
     /// Said in the footer before the key hints for the whole run (no calibration).
     pub note: Option<&'static str>,
+    /// `--budget`'s status part, long and short.
+    pub budget: Option<(String, String)>,
 }
 
 /// What the UI shows of the in-situ measurement (`--in-situ`).
@@ -225,6 +230,7 @@ impl App {
             message: None,
             size: (80, 24),
             in_situ: None,
+            budget: None,
             note: None,
         }
     }
@@ -360,6 +366,7 @@ impl App {
                     detail,
                 })
             }
+            UiEvent::Budget { long, short } => self.budget = Some((long, short)),
             UiEvent::Followed {
                 target,
                 labels,

@@ -21,6 +21,8 @@ struct Part {
     warn: bool,
     /// Keeps its long form until nothing else can be shortened or dropped.
     sticky: bool,
+    /// Keeps its long form after the sticky parts gave theirs up (`--budget`'s).
+    firm: bool,
 }
 
 pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
@@ -39,6 +41,7 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
         priority,
         warn,
         sticky: false,
+        firm: false,
     };
     // The headline leads: what every probe together costs the target, against its own
     // CPU, per hit, and how that was obtained. Measured on the target (`--in-situ`)
@@ -58,6 +61,7 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
                     priority: 0,
                     warn: false,
                     sticky: true,
+                    firm: false,
                 },
                 None => Part {
                     long: format!("{}, in situ measuring, {window}", live.status()),
@@ -69,6 +73,7 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
                     priority: 0,
                     warn: false,
                     sticky: true,
+                    firm: false,
                 },
             }
         }
@@ -78,6 +83,7 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
             priority: 0,
             warn: live.too_dear(),
             sticky: true,
+            firm: false,
         },
     };
     // Counts are padded to their abbreviated width (`format::count` turns 9999 into
@@ -91,10 +97,24 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
             1,
             false,
         )),
+        // `--budget` keeps its long form at every width down to 80 columns: under it
+        // the attached count (which the duty cycle does not move) gives way first.
+        app.budget.as_ref().map(|(long, short)| Part {
+            long: long.clone(),
+            short: short.clone(),
+            priority: 0,
+            warn: false,
+            sticky: true,
+            firm: true,
+        }),
         Some(part(
             format!("{attached}/{live_probes} probes attached"),
             format!("{attached}/{live_probes} attached"),
-            0,
+            if app.budget.is_some() && attached == live_probes {
+                1
+            } else {
+                0
+            },
             attached < live_probes,
         )),
         Some(part(
@@ -128,37 +148,41 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     let paused = app.paused.then_some("PAUSED");
     let budget = (area.width as usize).saturating_sub(paused.map_or(0, |p| p.len() + 2));
     // Long forms with every part, then short forms dropping parts until they fit; the
-    // headline keeps its long form until the last.
-    let levels = std::iter::once((true, true, 6))
-        .chain((0..=6).rev().map(|keep| (false, true, keep)))
-        .chain(std::iter::once((false, false, 0)));
-    let text_of = |p: &Part, long: bool, sticky_long: bool| -> usize {
-        if long || (p.sticky && sticky_long) {
+    // headline keeps its long form until the last but one, `--budget`'s until the last.
+    let levels = std::iter::once((true, 2, 6))
+        .chain((0..=6).rev().map(|keep| (false, 2, keep)))
+        .chain([(false, 1, 0), (false, 0, 0)]);
+    // How long a part stays long: 2 sticky and firm parts, 1 firm ones, 0 none.
+    let is_long = |p: &Part, long: bool, kept: u8| -> bool {
+        long || (p.sticky && kept >= 2) || (p.firm && kept >= 1)
+    };
+    let text_of = |p: &Part, long: bool, kept: u8| -> usize {
+        if is_long(p, long, kept) {
             p.long.chars().count()
         } else {
             p.short.chars().count()
         }
     };
-    let (long, sticky_long, keep) = levels
+    let (long, kept, keep) = levels
         .into_iter()
-        .find(|&(long, sticky_long, keep)| {
+        .find(|&(long, kept, keep)| {
             let separator = if long { 3 } else { 2 };
             // A leading space, the parts, a separator between each two.
             let width: usize = parts
                 .iter()
                 .filter(|p| p.priority <= keep)
-                .map(|p| separator + text_of(p, long, sticky_long))
+                .map(|p| separator + text_of(p, long, kept))
                 .sum();
             width + 1 - separator <= budget
         })
-        .unwrap_or((false, false, 0));
+        .unwrap_or((false, 0, 0));
     let separator = if long { " · " } else { "  " };
     let mut spans = vec![Span::raw(" ")];
     for (i, p) in parts.into_iter().filter(|p| p.priority <= keep).enumerate() {
         if i > 0 {
             spans.push(Span::raw(separator));
         }
-        let text = if long || (p.sticky && sticky_long) {
+        let text = if is_long(&p, long, kept) {
             p.long
         } else {
             p.short

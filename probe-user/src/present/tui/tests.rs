@@ -386,6 +386,42 @@ fn status_line_has_everything() {
 }
 
 #[test]
+fn the_budget_keeps_its_long_form_in_the_status_line_down_to_80_columns() {
+    let long = "budget 1.0%: using 0.8% (duty 35%)";
+    for width in [80, 81, 100, 120, 200] {
+        for priced in [false, true] {
+            let mut app = app(width, 24);
+            let mut snap = snapshot();
+            if priced {
+                // The widest headline: a CPU share, against the target's own, per hit.
+                for probe in &mut snap.probes {
+                    probe.whole_cost_ns = Some(12_935.0);
+                    probe.cpu_share = Some(12_935.0 * probe.per_second / 1e9);
+                }
+                snap.target_cpu = Some(0.93);
+            }
+            app.update(snap);
+            app.apply(UiEvent::Budget {
+                long: long.into(),
+                short: "budget 1.0%: 0.8% d35%".into(),
+            });
+            let screen = text(&app);
+            let status = screen.lines().next().expect("status line");
+            assert!(status.starts_with("\" cost "), "{width}: {status}");
+            assert!(status.contains(long), "{width}: {status}");
+        }
+    }
+    // Narrower, its short form.
+    let mut app = app(60, 24);
+    app.apply(UiEvent::Budget {
+        long: long.into(),
+        short: "budget 1.0%: 0.8% d35%".into(),
+    });
+    let screen = text(&app);
+    assert!(screen.contains("budget 1.0%: 0.8% d35%"), "{screen}");
+}
+
+#[test]
 fn columns_fit_80() {
     let screen = text(&app(80, 24));
     for title in ["COST/HIT", "%CPU", "HITS/S", "DROPS", "P50", "P99"] {
