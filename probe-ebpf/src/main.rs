@@ -229,7 +229,7 @@ fn pair_in_kernel(ctx: Ctx, config: &PairConfig, now: u64) -> bool {
     let counts = unsafe { &mut *counts };
     let checks = config.checks_frames != 0;
     if config.role == pair::START {
-        match PAIR_STACKS.get_ptr_mut(&key) {
+        match PAIR_STACKS.get_ptr_mut(key) {
             // SAFETY: a map value, live while the program runs (RCU); only this thread
             // writes its own stack.
             Some(stack) => pair_push(unsafe { &mut *stack }, counts, checks, sp, now),
@@ -246,12 +246,17 @@ fn pair_in_kernel(ctx: Ctx, config: &PairConfig, now: u64) -> bool {
                     sp,
                     nested: 0,
                 };
-                let _ = PAIR_STACKS.insert(&key, &*fresh, 0);
+                // By reference: a copy would not fit the BPF stack (512 bytes).
+                #[allow(
+                    clippy::needless_borrows_for_generic_args,
+                    reason = "a PairStack by value is copied onto the BPF stack"
+                )]
+                let _ = PAIR_STACKS.insert(key, &*fresh, 0);
             }
         }
         return true;
     }
-    let Some(stack) = PAIR_STACKS.get_ptr_mut(&key) else {
+    let Some(stack) = PAIR_STACKS.get_ptr_mut(key) else {
         return false;
     };
     // SAFETY: as above.
