@@ -9,7 +9,7 @@ Usage: python3 docs/scripts/latency-beside-funclatency.py mysql|postgres [SECOND
 Prints a markdown section: the commands, the date, the commit, the load, probetop's rows
 and funclatency's output as printed. Needs root, target/release/probetop, bpfcc-tools,
 mariadb-server and sysbench, postgresql-15 (`cargo xtask setup`)."""
-import datetime, json, os, pwd, shlex, subprocess, sys, tempfile, time
+import datetime, json, os, pwd, shlex, signal, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from private_mariadbd import PROBETOP, ROOT, start_server  # noqa: E402
@@ -60,11 +60,24 @@ def side_by_side(probetop_cmd, bcc_cmd, seconds, load):
     for line in tool.stderr:
         if "attached" in line:
             break
-    bcc = subprocess.Popen(bcc_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    time.sleep(3)  # BCC compiles its program first
+    # BCC compiles against kernel headers; this kernel ships none: Debian's 6.1 ones,
+    # the arch tree merged over the common one as symlinks (as the lab's others-report).
+    headers = tempfile.mkdtemp(prefix="probetop-bcc-headers-")
+    subprocess.run(["sh", "-c", f"cp -rs /usr/src/linux-headers-*-common/. {headers}/ && "
+                    f"cp -rsf --remove-destination /usr/src/linux-headers-*-amd64/. {headers}/"],
+                   check=True)
+    bcc = subprocess.Popen(bcc_cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**os.environ, "BCC_KERNEL_SOURCE": headers})
+    said = []
+    for line in bcc.stdout:  # compiled and attached once it says so
+        said.append(line)
+        if line.startswith("Tracing"):
+            break
     driver = load()
-    bcc_out = bcc.communicate()[0]
+    bcc_out = "".join(said) + bcc.communicate()[0]
     driver.wait()
+    # Both measured the whole load: probetop ends (and exports) once it is over.
+    tool.send_signal(signal.SIGINT)
     tool.wait()
     return bcc_out
 
@@ -75,7 +88,7 @@ def mysql(seconds):
         pid = server.pid
         out = tempfile.mktemp(prefix="probetop-mysql-", suffix=".json")
         probetop = [PROBETOP, "--pid", str(pid), "--preset", "mysql", "--no-tui",
-                    "--duration", str(seconds + 2), "--export", out]
+                    "--export", out]
         bcc = [FUNCLATENCY, "-p", str(pid), "-d", str(seconds), f"{MARIADBD}:{DISPATCH}"]
         bench = ["sysbench", "oltp_read_only", *common, "--threads=4", "--rate=400",
                  f"--time={seconds}", "run"]
@@ -114,8 +127,7 @@ def postgres(seconds):
         pid = server.pid
         out = tempfile.mktemp(prefix="probetop-pg-", suffix=".json")
         probetop = [PROBETOP, "--pid", str(pid), "-F", "--preset", "postgres",
-                    "-e", "latency:PortalRun", "--no-tui", "--duration", str(seconds + 2),
-                    "--export", out]
+                    "-e", "latency:PortalRun", "--no-tui", "--export", out]
         # Without -p: the backends are forked after it starts (-p takes one pid). Every
         # process of this binary on the host counts: the lines below say which ran.
         bcc = [FUNCLATENCY, "-d", str(seconds), f"{PG_BIN}/postgres:PortalRun"]
@@ -130,8 +142,8 @@ def postgres(seconds):
                                 capture_output=True, text=True).stdout.strip()
         print(rows(out) + "\n")
         print("funclatency-bpfcc (ns):\n\n```\n" + bcc_out.strip() + "\n```\n")
-        print(f"Postmasters of this binary on the host at the end: {others} "
-              "(funclatency counts all of their backends).\n")
+        print(f"Processes running this binary on the host at the end: {others} "
+              "(funclatency counts every one of them).\n")
     finally:
         server.terminate()
         server.wait()
