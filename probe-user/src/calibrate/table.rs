@@ -356,9 +356,32 @@ pub(crate) struct Calibration {
     /// caches: none, and other tools' tracefs events go unpriced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracefs_event_ns: Option<Summary>,
-    /// Why it was not measured, verbatim.
+    /// Why it (or its other shapes, [`Self::tracefs_shapes`]) was not measured, verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracefs_event_error: Option<String>,
+    /// The same event with fetched arguments, and enabled in two instances
+    /// (`calibrate::tracefs_phase`; older caches: none, and other tools' events are
+    /// priced as bare events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracefs_shapes: Option<TracefsShapes>,
+}
+
+/// A hit of the calibration's tracefs event in other shapes, each a whole cost per hit
+/// on the same `push %rbp` entry as [`Calibration::tracefs_event_ns`]: what each
+/// kind of fetched argument and each further trace instance add is the difference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TracefsShapes {
+    /// Arguments of the one kind in each event with arguments.
+    pub args: u32,
+    /// `args` register values (`a0=%di:u64 ...`), one instance.
+    pub registers_ns: Summary,
+    /// `args` 8-byte reads of the process's stack (`a0=+0(%sp):u64 ...`), one instance.
+    pub memory_ns: Summary,
+    /// `args` strings read from the stack (`a0=+0(%sp):string ...`: the return
+    /// address's bytes up to its first zero, 6 bytes or fewer), one instance.
+    pub strings_ns: Summary,
+    /// No arguments, enabled in two instances.
+    pub two_instances_ns: Summary,
 }
 
 /// What a hit costs in the cold loop: a server's case, where the code and data the
@@ -824,6 +847,7 @@ mod tests {
             work: None,
             tracefs_event_ns: None,
             tracefs_event_error: None,
+            tracefs_shapes: None,
         }
     }
 
