@@ -18,13 +18,14 @@ use aya_ebpf::{
         bpf_probe_read_kernel, bpf_probe_read_user, generated::bpf_get_attach_cookie,
     },
     macros::{map, uprobe, uretprobe},
-    maps::{Array, LruPerCpuHashMap, PerCpuArray, RingBuf},
+    maps::{Array, LruHashMap, LruPerCpuHashMap, PerCpuArray, RingBuf},
     programs::{ProbeContext, RetProbeContext},
 };
 use probe_common::{
     ArgSpec, BATCH_RECORDS, DEFAULT_RING_BYTES, DEFAULT_WAKEUP_RECORDS, FLUSH_AFTER_NS,
     FLUSH_PROBE_ID, GapHistogram, HitArgsEvent, HitBatch, HitEvent, KernelHistogram, MAX_ARGS,
-    ProbeConfig, arg_kind, gap, khist, mode, next_draw,
+    PairChunk, PairConfig, PairCounts, PairStack, ProbeConfig, arg_kind, gap, khist, mode,
+    next_draw, pair,
 };
 
 const BPF_RB_NO_WAKEUP: u64 = 1;
@@ -97,6 +98,28 @@ static LAST_HIT: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[map]
 static GAPS: PerCpuArray<GapHistogram> = PerCpuArray::with_max_entries(1, 0);
 
+/// Per (pair slot << 32 | thread id): the thread's open calls of a latency pair paired
+/// in the kernel. Kept when empty (no delete per call); an LRU, so the threads that
+/// stopped calling go first. Sized at load time (1 without pairs).
+#[map]
+static PAIR_STACKS: LruHashMap<u64, PairStack> =
+    LruHashMap::with_max_entries(pair::STACK_ENTRIES, 0);
+
+/// Per pair slot, per CPU: calls paired in the kernel, unwound, overflowed. Sized at
+/// load time.
+#[map]
+static PAIR_COUNTS: PerCpuArray<PairCounts> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU: the durations of the calls paired in the kernel, `pair::CHUNKS` values per
+/// histogram, two histograms per pair slot (`pair::chunk`). Sized at load time.
+#[map]
+static PAIR_HIST: PerCpuArray<PairChunk> = PerCpuArray::with_max_entries(1, 0);
+
+/// Per CPU: a new thread's first stack, written here and copied into `PAIR_STACKS`
+/// (too large for the BPF stack).
+#[map]
+static PAIR_NEW: PerCpuArray<PairStack> = PerCpuArray::with_max_entries(1, 0);
+
 /// Function entry, or a USDT site.
 #[uprobe]
 pub(crate) fn probetop_uprobe(ctx: ProbeContext) -> u32 {
@@ -159,6 +182,18 @@ fn on_hit(ctx: Ctx) -> u32 {
         }
     };
     match config.mode {
+        mode::KERNEL_HISTOGRAM if config.pair.role != pair::NONE => {
+            let now = record_start();
+            if pair_in_kernel(ctx, &config.pair, now) {
+                if count_hit(probe_id).is_some() && drawn {
+                    count_in_kernel(probe_id, start);
+                }
+            } else {
+                // An end whose start the kernel does not hold (begun before the window,
+                // or while the pair streamed): user space may hold it.
+                send_record(ctx, probe_id, config, now);
+            }
+        }
         mode::KERNEL_HISTOGRAM => {
             // The hit after a drawn one read the clock for its gap alone: one hit in
             // `--time-every` is timed, as asked.
@@ -178,6 +213,178 @@ fn on_hit(ctx: Ctx) -> u32 {
         _ => send_record(ctx, probe_id, config, record_start()),
     }
     0
+}
+
+/// Pairs a latency pair's hit in the kernel; false for an end the kernel holds no start
+/// of, which the caller streams instead.
+#[inline(always)]
+fn pair_in_kernel(ctx: Ctx, config: &PairConfig, now: u64) -> bool {
+    // SAFETY: ctx is this hit's pt_regs; a constant offset into it is a plain ctx read.
+    let sp = unsafe { (*(ctx as *const aya_ebpf::bindings::pt_regs)).rsp };
+    let key = (u64::from(config.slot) << 32) | u64::from(current_tid());
+    let Some(counts) = PAIR_COUNTS.get_ptr_mut(config.slot) else {
+        return true;
+    };
+    // SAFETY: the value is this CPU's own, and BPF programs do not migrate mid-run.
+    let counts = unsafe { &mut *counts };
+    let checks = config.checks_frames != 0;
+    if config.role == pair::START {
+        match PAIR_STACKS.get_ptr_mut(key) {
+            // SAFETY: a map value, live while the program runs (RCU); only this thread
+            // writes its own stack.
+            Some(stack) => pair_push(unsafe { &mut *stack }, counts, checks, sp, now),
+            None => {
+                let Some(fresh) = PAIR_NEW.get_ptr_mut(0) else {
+                    return true;
+                };
+                // SAFETY: this CPU's scratch value.
+                let fresh = unsafe { &mut *fresh };
+                fresh.depth = 1;
+                fresh.overflow = 0;
+                fresh.frames[0] = probe_common::PairFrame {
+                    start_ns: now,
+                    sp,
+                    nested: 0,
+                };
+                // By reference: a copy would not fit the BPF stack (512 bytes).
+                #[allow(
+                    clippy::needless_borrows_for_generic_args,
+                    reason = "a PairStack by value is copied onto the BPF stack"
+                )]
+                let _ = PAIR_STACKS.insert(key, &*fresh, 0);
+            }
+        }
+        return true;
+    }
+    let Some(stack) = PAIR_STACKS.get_ptr_mut(key) else {
+        return false;
+    };
+    // SAFETY: as above.
+    let stack = unsafe { &mut *stack };
+    let frame_sp = sp.wrapping_sub(u64::from(config.sp_back));
+    if checks {
+        // Frames below the returning one are gone without a return: unwound.
+        pop_unwound(stack, counts, frame_sp, false);
+    }
+    let depth = stack.depth as usize;
+    let Some(top) = stack
+        .frames
+        .get(core::hint::black_box(depth.wrapping_sub(1)))
+        .copied()
+    else {
+        // No tracked call left: an overflowed one's end, or one the kernel never saw.
+        if stack.overflow > 0 {
+            stack.overflow -= 1;
+            return true;
+        }
+        return false;
+    };
+    let deeper = if checks {
+        top.sp != frame_sp
+    } else {
+        stack.overflow > 0
+    };
+    if deeper {
+        // Deeper than every tracked frame: an overflowed call's end (last in, first
+        // out), or a call begun before the kernel held this pair.
+        if stack.overflow > 0 {
+            stack.overflow -= 1;
+            return true;
+        }
+        return false;
+    }
+    stack.depth = depth as u32 - 1;
+    if let Some(parent) = stack
+        .frames
+        .get_mut(core::hint::black_box(depth.wrapping_sub(2)))
+    {
+        parent.nested += 2 + top.nested;
+    }
+    counts.calls += 1;
+    let nested = top.nested != 0;
+    if nested {
+        counts.nested_calls += 1;
+        counts.nested_hits += top.nested;
+    }
+    pair_record(
+        config.slot,
+        u32::from(nested),
+        now.wrapping_sub(top.start_ns),
+    );
+    true
+}
+
+/// A start: frames at or below its stack pointer are gone (unwound), then it opens a
+/// frame, or counts as overflowed past `pair::DEPTH`.
+#[inline(always)]
+fn pair_push(stack: &mut PairStack, counts: &mut PairCounts, checks: bool, sp: u64, now: u64) {
+    if checks {
+        pop_unwound(stack, counts, sp, true);
+    }
+    let depth = stack.depth as usize;
+    match stack.frames.get_mut(core::hint::black_box(depth)) {
+        Some(frame) => {
+            *frame = probe_common::PairFrame {
+                start_ns: now,
+                sp,
+                nested: 0,
+            };
+            stack.depth = depth as u32 + 1;
+        }
+        None => {
+            stack.overflow += 1;
+            counts.overflowed += 1;
+        }
+    }
+}
+
+/// Pops the frames an unwind left: those whose stack pointer is below `sp` (or at it,
+/// `inclusive`), each counted as unwound, its hits given to the frame below. Calls
+/// overflowed past them were deeper still: gone too.
+#[inline(always)]
+fn pop_unwound(stack: &mut PairStack, counts: &mut PairCounts, sp: u64, inclusive: bool) {
+    let mut depth = stack.depth as usize;
+    let mut popped = false;
+    for _ in 0..pair::DEPTH {
+        let Some(top) = stack
+            .frames
+            .get(core::hint::black_box(depth.wrapping_sub(1)))
+            .copied()
+        else {
+            break;
+        };
+        let gone = if inclusive { top.sp <= sp } else { top.sp < sp };
+        if !gone {
+            break;
+        }
+        depth -= 1;
+        popped = true;
+        counts.unwound += 1;
+        if let Some(parent) = stack
+            .frames
+            .get_mut(core::hint::black_box(depth.wrapping_sub(1)))
+        {
+            parent.nested += 1 + top.nested;
+        }
+    }
+    if popped {
+        stack.depth = depth as u32;
+        stack.overflow = 0;
+    }
+}
+
+/// Counts a call of `ns` in histogram `which` of pair `slot`.
+#[inline(always)]
+fn pair_record(slot: u32, which: u32, ns: u64) {
+    let bucket = core::hint::black_box(pair::bucket(ns));
+    let Some(chunk) = PAIR_HIST.get_ptr_mut(pair::chunk(slot, which, bucket)) else {
+        return;
+    };
+    let at = core::hint::black_box(bucket as usize % pair::CHUNK);
+    // SAFETY: the value is this CPU's own, and BPF programs do not migrate mid-run.
+    if let Some(count) = unsafe { (*chunk).counts.get_mut(at) } {
+        *count += 1;
+    }
 }
 
 /// Counts a gap before a hit of `probe_id`.

@@ -160,6 +160,8 @@ pub(crate) enum CollectorCommand {
     /// says why they could not be added (then none was).
     AddProbes {
         probes: Vec<(ProbeAggregate, ProbeConfig, ProbeCost)>,
+        /// Their latency pairs, by the ids they get.
+        pairs: Vec<crate::aggregate::PairSetup>,
         reply: oneshot::Sender<Result<(), String>>,
     },
     /// `--budget`'s shedding: these probes, where they stream every hit for no need
@@ -353,13 +355,16 @@ pub(crate) async fn collect(
                         intervals: if with_intervals { intervals.clone() } else { IntervalLog::default() },
                     });
                 }
-                Some(CollectorCommand::AddProbes { probes, reply }) => {
+                Some(CollectorCommand::AddProbes { probes, pairs, reply }) => {
                     // Past the cut, new probes would count hits the window no longer holds.
                     let result = if counters_frozen {
                         Err("the run is ending".to_string())
                     } else {
                         add_probes(&mut counters, &mut aggregator, &mut pricer, probes)
                     };
+                    if result.is_ok() {
+                        aggregator.latency.add_pairs(pairs);
+                    }
                     // The session waits for this before attaching them.
                     let _ = reply.send(result);
                 }
@@ -466,6 +471,7 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
             probe.measured.gaps.update(gaps);
         }
     }
+    read_kernel_pairs(counters, aggregator);
     // A walk of the kernel's table: only once hits were dropped.
     if dropping {
         for (id, tid, total) in counters.thread_drops() {
@@ -474,6 +480,83 @@ fn read_kernel_counters(counters: &KernelCounters, aggregator: &mut Aggregator) 
             }
         }
     }
+}
+
+/// Reads the latency pairs the kernel pairs: their counts, their histograms when calls
+/// were added, and the calls open (a walk of the threads' stacks).
+fn read_kernel_pairs(counters: &KernelCounters, aggregator: &mut Aggregator) {
+    let in_kernel: Vec<(usize, u32)> = aggregator
+        .latency
+        .kernel_pairs()
+        .filter(|(_, _, ids)| {
+            ids.iter().any(|&id| {
+                aggregator
+                    .probes()
+                    .get(id as usize)
+                    .is_some_and(|p| p.mode == DeliveryMode::KernelHistogram)
+            })
+        })
+        .map(|(at, slot, _)| (at, slot))
+        .collect();
+    if in_kernel.is_empty() {
+        return;
+    }
+    let open = counters.pair_open();
+    for (at, slot) in in_kernel {
+        let Ok(counts) = counters.pair_counts(slot) else {
+            continue;
+        };
+        let histograms = (aggregator.latency.kernel_calls_seen(at) != Some(counts.calls))
+            .then(|| {
+                Some([
+                    counters.pair_histogram(slot, 0).ok()?,
+                    counters.pair_histogram(slot, 1).ok()?,
+                ])
+            })
+            .flatten();
+        let read = crate::aggregate::KernelPairRead {
+            counts,
+            histograms,
+            open: open.get(&slot).copied().unwrap_or(0),
+        };
+        aggregator.latency.apply_kernel(at, read);
+    }
+}
+
+/// Moves latency pair `pair` (an index of `aggregator.latency`, one the kernel can
+/// pair) to the kernel: its ends first, so that a call begun while streaming ends
+/// streamed (an end the kernel holds no start of is streamed), then its starts. Returns
+/// whether every half moved.
+pub(crate) fn pair_to_kernel(
+    counters: &mut KernelCounters,
+    aggregator: &mut Aggregator,
+    pair: usize,
+) -> bool {
+    if !aggregator
+        .latency
+        .kernel_pairs()
+        .any(|(at, _, _)| at == pair)
+    {
+        return false;
+    }
+    let Some((starts, ends)) = aggregator.latency.halves_of(pair) else {
+        return false;
+    };
+    let mut moved = true;
+    for id in ends.into_iter().chain(starts) {
+        if counters
+            .set_mode(id, DeliveryMode::KernelHistogram)
+            .is_err()
+        {
+            moved = false;
+            continue;
+        }
+        if let Some(probe) = aggregator.probes_mut().get_mut(id as usize) {
+            probe.mode = DeliveryMode::KernelHistogram;
+            probe.keep_streamed_clock();
+        }
+    }
+    moved
 }
 
 /// Opens the window in the kernel: every probe, attached outside it
@@ -599,6 +682,33 @@ fn switch_hot_probes(
             // clock`); its handler histogram goes on holding both, as said in the README.
             probe.keep_streamed_clock();
             switched.push((probe_name(id, probe), rate));
+        }
+    }
+    // A busy latency pair the kernel can pair moves whole.
+    let pairs: Vec<(usize, Vec<u32>)> = aggregator
+        .latency
+        .kernel_pairs()
+        .map(|(at, _, ids)| (at, ids))
+        .collect();
+    for (at, ids) in pairs {
+        let probes = aggregator.probes();
+        let halves: Vec<&ProbeAggregate> = ids
+            .iter()
+            .filter_map(|&id| probes.get(id as usize))
+            .collect();
+        let rate = halves
+            .iter()
+            .map(|p| p.rate.per_second())
+            .fold(0.0, f64::max);
+        if rate > limit
+            && halves.iter().all(|p| p.mode == DeliveryMode::Ring)
+            && pair_to_kernel(counters, aggregator, at)
+        {
+            let name = ids
+                .first()
+                .and_then(|&id| aggregator.probes().get(id as usize))
+                .map_or_else(String::new, |p| p.name.clone());
+            switched.push((format!("latency pair of {name}"), rate));
         }
     }
     if !switched.is_empty()

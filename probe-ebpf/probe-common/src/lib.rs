@@ -303,6 +303,163 @@ pub struct ProbeConfig {
     pub sample_every: u32,
     /// Arguments to capture with each record; `count` 0 captures none.
     pub args: ArgsConfig,
+    /// Half of a latency pair: how the kernel pairs it in KERNEL_HISTOGRAM mode.
+    pub pair: PairConfig,
+}
+
+/// A latency pair's half, as the kernel pairs it: in KERNEL_HISTOGRAM mode a probe with
+/// a `role` is paired in the kernel (per thread, a stack of [`pair::DEPTH`] open calls)
+/// and its calls' durations land in the pair's in-kernel histogram; in RING mode it
+/// streams every hit with the stack pointer and user space pairs them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairConfig {
+    /// [`pair::NONE`], [`pair::START`] or [`pair::END`].
+    pub role: u32,
+    /// The pair's index in the pair maps (`PAIR_COUNTS`, `PAIR_HIST`, `PAIR_STACKS`).
+    pub slot: u32,
+    /// Bytes the end's stack pointer lies above its start's: 8 at a uretprobe (the
+    /// return address popped), 0 at a `ret` instruction.
+    pub sp_back: u32,
+    /// Non-zero: frames are told apart by the stack pointer (functions); zero: last
+    /// in, first out (USDT pairs, which have no frame).
+    pub checks_frames: u32,
+}
+
+/// In-kernel latency pairs: the per-thread stack of open calls, the per-pair counts,
+/// and the duration histogram, whose buckets are the counts of an HDR histogram of 1 ns
+/// lowest value and 3 significant digits (what user space keeps), so a bucket read back
+/// at its lowest value is recorded in the same HDR bucket: nothing lost but the
+/// values past [`pair::MAX_EXP`].
+pub mod pair {
+    pub const NONE: u32 = 0;
+    pub const START: u32 = 1;
+    pub const END: u32 = 2;
+    /// Open calls of one pair kept per thread; deeper ones are counted as overflowed.
+    pub const DEPTH: usize = 16;
+    /// (pair, thread) stacks kept at once (an LRU: the least recently used go first).
+    pub const STACK_ENTRIES: u32 = 8192;
+    /// HDR's half sub-bucket count for 3 significant digits (2048 sub-buckets).
+    const HALF_BITS: u32 = 10;
+    /// Durations from 2^MAX_EXP ns (~550 s) on share the last bucket.
+    pub const MAX_EXP: u32 = 39;
+    /// Buckets per histogram: HDR's counts array up to 2^MAX_EXP.
+    pub const BUCKETS: u32 = (MAX_EXP - HALF_BITS + 1) << HALF_BITS;
+    /// Buckets per map value: a per-CPU value is at most 32 KiB.
+    pub const CHUNK: usize = 512;
+    /// Map values per histogram.
+    pub const CHUNKS: u32 = BUCKETS / CHUNK as u32;
+    /// Histograms per pair: calls with no probed hit nested inside, and the rest.
+    pub const HISTOGRAMS: u32 = 2;
+
+    /// HDR's counts index of `ns` (lowest trackable 1, 3 significant digits).
+    #[inline(always)]
+    pub fn bucket(ns: u64) -> u32 {
+        if ns >> MAX_EXP != 0 {
+            return BUCKETS - 1;
+        }
+        let bucket = 64 - HALF_BITS - 1 - (ns | ((2 << HALF_BITS) - 1)).leading_zeros();
+        let sub = (ns >> bucket) as u32;
+        ((bucket + 1) << HALF_BITS) + sub - (1 << HALF_BITS)
+    }
+
+    /// The lowest value of bucket `index`.
+    pub fn lowest(index: u32) -> u64 {
+        if index < (1 << HALF_BITS) {
+            return u64::from(index);
+        }
+        let bucket = (index >> HALF_BITS) - 1;
+        let sub = u64::from(index & ((1 << HALF_BITS) - 1)) + (1 << HALF_BITS);
+        sub << bucket
+    }
+
+    /// Map index of the chunk holding `bucket` of histogram `which` of pair `slot`.
+    #[inline(always)]
+    pub fn chunk(slot: u32, which: u32, bucket: u32) -> u32 {
+        (slot * HISTOGRAMS + which) * CHUNKS + bucket / CHUNK as u32
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn buckets_are_contiguous_and_their_lowest_values_land_in_them() {
+            let mut last = 0;
+            for index in 0..BUCKETS {
+                let low = lowest(index);
+                assert_eq!(bucket(low), index, "{index}");
+                if index > 0 {
+                    assert!(low > last);
+                    assert_eq!(bucket(low - 1), index - 1, "{index}");
+                }
+                last = low;
+            }
+            assert_eq!(bucket(u64::MAX), BUCKETS - 1);
+            assert_eq!(bucket(2047), 2047);
+            assert_eq!(lowest(bucket(2049)), 2048);
+            assert_eq!(BUCKETS % CHUNK as u32, 0);
+        }
+    }
+}
+
+/// One open call of a pair on a thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairFrame {
+    pub start_ns: u64,
+    /// The stack pointer at the start (frames of the same function told apart).
+    pub sp: u64,
+    /// Probe hits of the pair inside the call so far (nested or recursive calls).
+    pub nested: u64,
+}
+
+/// One thread's open calls of one pair, keyed `slot << 32 | tid`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairStack {
+    /// Frames in use, innermost last.
+    pub depth: u32,
+    /// Calls open beyond [`pair::DEPTH`], not timed.
+    pub overflow: u32,
+    pub frames: [PairFrame; pair::DEPTH],
+}
+
+/// One pair's counts on one CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PairCounts {
+    /// Calls paired: a start and its end.
+    pub calls: u64,
+    /// Calls whose frame an exception or longjmp unwound (no end seen).
+    pub unwound: u64,
+    /// Starts not tracked (more than [`pair::DEPTH`] open on a thread).
+    pub overflowed: u64,
+    /// Paired calls with probe hits nested inside, and those hits.
+    pub nested_calls: u64,
+    pub nested_hits: u64,
+}
+
+/// [`pair::CHUNK`] buckets of a pair's histogram, on one CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PairChunk {
+    pub counts: [u64; pair::CHUNK],
+}
+
+#[cfg(feature = "user")]
+mod pod_pair {
+    // SAFETY: each type is repr(C), made only of integers (and arrays of integer
+    // structs), with no padding bytes.
+    unsafe impl aya::Pod for super::PairConfig {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PairFrame {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PairStack {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PairCounts {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PairChunk {}
 }
 
 /// One probe's in-kernel histogram on one CPU: a count per [`khist`] bucket of its timed

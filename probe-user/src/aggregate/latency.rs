@@ -66,6 +66,9 @@ pub(crate) struct PairSetup {
     pub ends: Vec<u32>,
     /// The key the starts capture (after the stack pointer), if the spec has one.
     pub key: Option<KeySpec>,
+    /// Its slot in the kernel's pair maps, when the kernel can pair it
+    /// (`probe_common::pair`; `--mode kernel`, or moved there by auto mode).
+    pub slot: Option<u32>,
 }
 
 /// Open calls per thread at most, per pair: deeper recursion counts as `overflowed`.
@@ -111,6 +114,12 @@ struct Calls {
     flat: Histogram<u64>,
     /// Calls with nested hits, corrected by the price when they ended.
     corrected_nested: Histogram<u64>,
+    /// Calls with nested hits paired in the kernel, as measured, and their nested hits:
+    /// corrected when read by the mean hits nested in each (the kernel keeps no
+    /// per-call count).
+    kernel_nested: Histogram<u64>,
+    kernel_nested_calls: u64,
+    kernel_nested_hits: u64,
     calls: u64,
     unwound: u64,
     overflowed: u64,
@@ -122,6 +131,9 @@ impl Calls {
             measured: histogram(),
             flat: histogram(),
             corrected_nested: histogram(),
+            kernel_nested: histogram(),
+            kernel_nested_calls: 0,
+            kernel_nested_hits: 0,
             calls: 0,
             unwound: 0,
             overflowed: 0,
@@ -132,6 +144,9 @@ impl Calls {
         self.measured.reset();
         self.flat.reset();
         self.corrected_nested.reset();
+        self.kernel_nested.reset();
+        self.kernel_nested_calls = 0;
+        self.kernel_nested_hits = 0;
         self.calls = 0;
         self.unwound = 0;
         self.overflowed = 0;
@@ -158,7 +173,41 @@ impl Calls {
             let corrected = (at - inside).max(1.0).round() as u64;
             let _ = out.record_n(corrected, value.count_at_value());
         }
+        if self.kernel_nested_calls > 0 {
+            let mean_hits = self.kernel_nested_hits as f64 / self.kernel_nested_calls as f64;
+            let nested = prices.map_or(0.0, |p| {
+                p.inside() + mean_hits * (p.whole_start + p.whole_end) / 2.0
+            });
+            for value in self.kernel_nested.iter_recorded() {
+                let at = value.value_iterated_to() as f64;
+                let corrected = (at - nested).max(1.0).round() as u64;
+                let _ = out.record_n(corrected, value.count_at_value());
+            }
+        }
         out
+    }
+
+    /// Calls the kernel paired: `new[which]` counts per `probe_common::pair` bucket
+    /// (0: nothing nested, 1: with nested hits), each recorded at its bucket's lowest
+    /// value, which is its own HDR bucket; `nested` the new nested calls and hits.
+    fn add_kernel(&mut self, new: [&[u64]; 2], nested: (u64, u64)) {
+        for (which, counts) in new.into_iter().enumerate() {
+            for (index, &n) in counts.iter().enumerate() {
+                if n == 0 {
+                    continue;
+                }
+                let ns = probe_common::pair::lowest(index as u32).max(1);
+                self.calls += n;
+                let _ = self.measured.record_n(ns, n);
+                let _ = if which == 0 {
+                    self.flat.record_n(ns, n)
+                } else {
+                    self.kernel_nested.record_n(ns, n)
+                };
+            }
+        }
+        self.kernel_nested_calls += nested.0;
+        self.kernel_nested_hits += nested.1;
     }
 }
 
@@ -183,6 +232,27 @@ struct PairState {
     unmatched: u64,
     /// The probes' prices, as last read.
     prices: Option<Prices>,
+    /// What was read of the kernel's pairing so far (cumulative there).
+    kernel: KernelSeen,
+}
+
+/// The kernel's cumulative counts of a pair, as last read.
+#[derive(Debug, Clone, Default)]
+struct KernelSeen {
+    counts: probe_common::PairCounts,
+    histograms: [Vec<u64>; 2],
+    /// Calls open in the kernel at the last read.
+    open: u64,
+}
+
+/// One read of a pair's state in the kernel (cumulative counts).
+#[derive(Debug, Clone)]
+pub(crate) struct KernelPairRead {
+    pub counts: probe_common::PairCounts,
+    /// Per `probe_common::pair` bucket: calls with nothing nested, then the rest;
+    /// `None` when the calls did not change since the last read (not read again).
+    pub histograms: Option<[Vec<u64>; 2]>,
+    pub open: u64,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -203,6 +273,7 @@ impl PairState {
             max_keys,
             unmatched: 0,
             prices: None,
+            kernel: KernelSeen::default(),
         }
     }
 
@@ -339,13 +410,52 @@ impl PairState {
         }
     }
 
-    /// Calls open, of key `key` (`None`: all of them).
+    /// Calls open, of key `key` (`None`: all of them, the kernel's too).
     fn open(&self, key: Option<usize>) -> u64 {
-        self.stacks
+        let streamed = self
+            .stacks
             .values()
             .flatten()
             .filter(|f| key.is_none() || f.key == key)
-            .count() as u64
+            .count() as u64;
+        streamed + if key.is_none() { self.kernel.open } else { 0 }
+    }
+
+    /// Folds in a read of the kernel's pairing: what is new since the last one.
+    fn apply_kernel(&mut self, read: KernelPairRead) {
+        let seen = &mut self.kernel;
+        self.all.unwound += read.counts.unwound.saturating_sub(seen.counts.unwound);
+        self.all.overflowed += read
+            .counts
+            .overflowed
+            .saturating_sub(seen.counts.overflowed);
+        seen.open = read.open;
+        if let Some(histograms) = read.histograms {
+            let new: Vec<Vec<u64>> = histograms
+                .iter()
+                .zip(&seen.histograms)
+                .map(|(now, before)| {
+                    now.iter()
+                        .enumerate()
+                        .map(|(i, &n)| n.saturating_sub(before.get(i).copied().unwrap_or(0)))
+                        .collect()
+                })
+                .collect();
+            let nested = (
+                read.counts
+                    .nested_calls
+                    .saturating_sub(seen.counts.nested_calls),
+                read.counts
+                    .nested_hits
+                    .saturating_sub(seen.counts.nested_hits),
+            );
+            self.all.add_kernel([&new[0], &new[1]], nested);
+            seen.histograms = histograms;
+            seen.counts = read.counts;
+        } else {
+            seen.counts.unwound = read.counts.unwound;
+            seen.counts.overflowed = read.counts.overflowed;
+        }
     }
 
     /// The row of `calls`, of key `key` (an index into `keys`).
@@ -394,6 +504,8 @@ pub(crate) struct Latency {
     pairs: Vec<PairState>,
     /// Probe id to (pair, role).
     roles: HashMap<u32, (usize, PairRole)>,
+    /// Keys of a keyed pair at most (`--max-keys`).
+    max_keys: usize,
 }
 
 /// Distinct keys of a keyed row at most by default (`--max-keys`).
@@ -417,12 +529,61 @@ impl Latency {
                 .map(|s| PairState::new(s, max_keys))
                 .collect(),
             roles,
+            max_keys,
         }
     }
 
     /// Whether probe `id` is half of a pair (it must keep streaming every hit).
     pub(crate) fn pairs_probe(&self, id: u32) -> bool {
         self.roles.contains_key(&id)
+    }
+
+    /// The pairs the kernel can pair: (pair index, slot, the probe ids of both halves).
+    pub(crate) fn kernel_pairs(&self) -> impl Iterator<Item = (usize, u32, Vec<u32>)> + '_ {
+        self.pairs.iter().enumerate().filter_map(|(at, p)| {
+            let slot = p.setup.slot?;
+            let ids = p
+                .setup
+                .starts
+                .iter()
+                .chain(&p.setup.ends)
+                .copied()
+                .collect();
+            Some((at, slot, ids))
+        })
+    }
+
+    /// Pair `pair`'s start and end probe ids.
+    pub(crate) fn halves_of(&self, pair: usize) -> Option<(Vec<u32>, Vec<u32>)> {
+        let p = self.pairs.get(pair)?;
+        Some((p.setup.starts.clone(), p.setup.ends.clone()))
+    }
+
+    /// The kernel's calls of pair `pair` so far, as last read (to tell whether its
+    /// histograms need reading again).
+    pub(crate) fn kernel_calls_seen(&self, pair: usize) -> Option<u64> {
+        self.pairs.get(pair).map(|p| p.kernel.counts.calls)
+    }
+
+    /// Folds in a read of pair `pair`'s state in the kernel.
+    pub(crate) fn apply_kernel(&mut self, pair: usize, read: KernelPairRead) {
+        if let Some(state) = self.pairs.get_mut(pair) {
+            state.apply_kernel(read);
+        }
+    }
+
+    /// Adds pairs (of a program the target exec'd), their probe ids already final.
+    pub(crate) fn add_pairs(&mut self, setups: Vec<PairSetup>) {
+        for setup in setups {
+            let index = self.pairs.len();
+            for &id in &setup.starts {
+                self.roles.insert(id, (index, PairRole::Start));
+            }
+            for &id in &setup.ends {
+                self.roles.insert(id, (index, PairRole::End));
+            }
+            self.pairs.push(PairState::new(setup, self.max_keys));
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -582,6 +743,7 @@ mod tests {
                 starts: vec![0],
                 ends: vec![1],
                 key: None,
+                slot: None,
             }],
             DEFAULT_MAX_KEYS,
         )
@@ -649,6 +811,70 @@ mod tests {
     }
 
     #[test]
+    fn calls_paired_in_the_kernel_keep_their_hdr_values_and_are_read_once() {
+        use probe_common::pair;
+        let mut l = Latency::new(
+            vec![PairSetup {
+                slot: Some(0),
+                ..pairs(EndPath::Uretprobe).pairs[0].setup.clone()
+            }],
+            DEFAULT_MAX_KEYS,
+        );
+        l.set_prices(
+            0,
+            Some(Prices {
+                whole_start: 10.0,
+                whole_end: 30.0,
+                handler_start: 4.0,
+                handler_end: 10.0,
+            }),
+        );
+        let mut flat = vec![0u64; pair::BUCKETS as usize];
+        let mut nested = vec![0u64; pair::BUCKETS as usize];
+        // 3 flat calls of 123,456 ns (a value HDR keeps exactly at 3 digits: the
+        // bucket's lowest), one nested call of 2,000,000 ns with 4 hits inside.
+        flat[pair::bucket(123_456) as usize] = 3;
+        nested[pair::bucket(2_000_000) as usize] = 1;
+        let counts = probe_common::PairCounts {
+            calls: 4,
+            unwound: 2,
+            overflowed: 1,
+            nested_calls: 1,
+            nested_hits: 4,
+        };
+        let read = |histograms| KernelPairRead {
+            counts,
+            histograms,
+            open: 5,
+        };
+        l.apply_kernel(0, read(Some([flat.clone(), nested.clone()])));
+        // Read again unchanged: nothing counts twice.
+        l.apply_kernel(0, read(None));
+        l.apply_kernel(0, read(Some([flat, nested])));
+        let row = &l.rows(1.0)[0];
+        assert_eq!(
+            (row.calls, row.unwound, row.overflowed, row.open),
+            (4, 2, 1, 5)
+        );
+        // Within HDR's own precision (3 digits) of the kernel's values.
+        let near = |got: u64, want: u64| got.abs_diff(want) <= want / 500;
+        let (measured, corrected) = (row.latency_ns, row.latency_corrected_ns);
+        assert!(
+            near(measured.min, 123_456) && near(measured.p50, 123_456),
+            "{measured:?}"
+        );
+        assert!(near(measured.max, 2_000_000), "{measured:?}");
+        // Flat: less the inside part (17); nested: 17 and 4 hits of 20 more.
+        assert!(near(corrected.min, 123_456 - 17), "{corrected:?}");
+        let nested_low = pair::lowest(pair::bucket(2_000_000));
+        let corrected_max = row.latency_corrected_ns.max;
+        assert!(
+            corrected_max.abs_diff(nested_low - 97) <= nested_low / 1000,
+            "{corrected_max}"
+        );
+    }
+
+    #[test]
     fn usdt_pairs_are_last_in_first_out_and_an_early_end_is_unmatched() {
         let mut l = pairs(EndPath::Usdt);
         l.record(1, 1, 50, 0, None);
@@ -672,6 +898,7 @@ mod tests {
                 starts: vec![0],
                 ends: vec![1],
                 key: Some(KeySpec::parse("arg0").expect("key")),
+                slot: None,
             }],
             2,
         );

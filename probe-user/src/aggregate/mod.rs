@@ -17,7 +17,8 @@ pub(crate) use keys::{HitKeys, KeyedHits};
 #[cfg(test)]
 pub(crate) use latency::RowKey;
 pub(crate) use latency::{
-    DEFAULT_MAX_KEYS, EndPath, Latency, LatencyRow, PairSetup, Prices as LatencyPrices,
+    DEFAULT_MAX_KEYS, EndPath, KernelPairRead, Latency, LatencyRow, PairSetup,
+    Prices as LatencyPrices,
 };
 pub(crate) use probe::{CapturedArgs, HISTORY_SPAN, Measured, ProbeAggregate};
 #[cfg(test)]

@@ -3,9 +3,9 @@
 
 use aya::{
     Ebpf,
-    maps::{Array, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{Array, HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
 };
-use probe_common::{KernelHistogram, ProbeConfig, khist};
+use probe_common::{KernelHistogram, PairChunk, PairCounts, PairStack, ProbeConfig, khist, pair};
 
 use super::{AttachError, Attachment, dispatch};
 
@@ -39,6 +39,9 @@ impl Attachment {
             histogram: take(&mut self.ebpf, "KERNEL_HISTOGRAM", PerCpuArray::try_from)?,
             gaps: take(&mut self.ebpf, "GAPS", PerCpuArray::try_from)?,
             config: take(&mut self.ebpf, "CONFIG", Array::try_from)?,
+            pair_counts: take(&mut self.ebpf, "PAIR_COUNTS", PerCpuArray::try_from)?,
+            pair_hist: take(&mut self.ebpf, "PAIR_HIST", PerCpuArray::try_from)?,
+            pair_stacks: take(&mut self.ebpf, "PAIR_STACKS", HashMap::try_from)?,
             timing: self.timing_handle()?,
             dispatch: None,
         })
@@ -82,6 +85,11 @@ pub struct KernelCounters {
     histogram: PerCpuArray<MapData, KernelHistogram>,
     gaps: PerCpuArray<MapData, probe_common::GapHistogram>,
     config: Array<MapData, ProbeConfig>,
+    /// Latency pairs paired in the kernel: counts and histograms per slot, and each
+    /// thread's open calls.
+    pair_counts: PerCpuArray<MapData, PairCounts>,
+    pair_hist: PerCpuArray<MapData, PairChunk>,
+    pair_stacks: HashMap<MapData, u64, PairStack>,
     /// One hit in how many is timed (`probe_common::untimed_below`), for all probes.
     timing: Array<MapData, u64>,
     /// Kernel dispatch measurement, when it runs (`dispatch`).
@@ -135,6 +143,51 @@ impl KernelCounters {
             }
         }
         Ok(totals)
+    }
+
+    /// Pair `slot`'s counts in the kernel, over all CPUs (cumulative).
+    pub fn pair_counts(&self, slot: u32) -> Result<PairCounts, aya::maps::MapError> {
+        let mut total = PairCounts::default();
+        for c in self.pair_counts.get(&slot, 0)?.iter() {
+            total.calls += c.calls;
+            total.unwound += c.unwound;
+            total.overflowed += c.overflowed;
+            total.nested_calls += c.nested_calls;
+            total.nested_hits += c.nested_hits;
+        }
+        Ok(total)
+    }
+
+    /// Histogram `which` (0: calls with nothing nested, 1: the rest) of pair `slot`:
+    /// counts per `probe_common::pair` bucket over all CPUs (cumulative).
+    pub fn pair_histogram(&self, slot: u32, which: u32) -> Result<Vec<u64>, aya::maps::MapError> {
+        let mut totals = vec![0u64; pair::BUCKETS as usize];
+        for (at, part) in totals.chunks_mut(pair::CHUNK).enumerate() {
+            let index = pair::chunk(slot, which, (at * pair::CHUNK) as u32);
+            for chunk in self.pair_histogram_chunk(index)?.iter() {
+                for (total, count) in part.iter_mut().zip(chunk.counts) {
+                    *total += count;
+                }
+            }
+        }
+        Ok(totals)
+    }
+
+    fn pair_histogram_chunk(
+        &self,
+        index: u32,
+    ) -> Result<aya::maps::PerCpuValues<PairChunk>, aya::maps::MapError> {
+        self.pair_hist.get(&index, 0)
+    }
+
+    /// Calls open in the kernel per pair slot: every thread's stack, summed.
+    pub fn pair_open(&self) -> std::collections::HashMap<u32, u64> {
+        let mut open = std::collections::HashMap::new();
+        for (key, stack) in self.pair_stacks.iter().filter_map(Result::ok) {
+            let calls = u64::from(stack.depth.min(pair::DEPTH as u32)) + u64::from(stack.overflow);
+            *open.entry((key >> 32) as u32).or_insert(0) += calls;
+        }
+        open
     }
 
     /// Writes the config of a probe about to be attached

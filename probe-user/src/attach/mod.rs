@@ -129,6 +129,21 @@ impl Attachment {
                 },
             )
             .map_max_entries("GAPS", gap_capacity(capacity, cpus))
+            .map_max_entries("PAIR_COUNTS", options.pair_slots.max(1))
+            .map_max_entries(
+                "PAIR_HIST",
+                options.pair_slots.max(1)
+                    * probe_common::pair::HISTOGRAMS
+                    * probe_common::pair::CHUNKS,
+            )
+            .map_max_entries(
+                "PAIR_STACKS",
+                if options.pair_slots > 0 {
+                    probe_common::pair::STACK_ENTRIES
+                } else {
+                    1
+                },
+            )
             .override_global("WAKEUP_RECORDS", &wakeup_records, true);
         dispatch.apply(&mut loader);
         let offsets = match options.filter_processes {
@@ -433,7 +448,17 @@ pub(crate) fn kernel_memory_bytes(options: &LoadOptions) -> u64 {
     } else {
         0
     };
-    u64::from(options.ring_bytes) + slots * (config + counters + histograms + gaps)
+    // Latency pairs the kernel pairs: two histograms each per CPU, and the threads'
+    // stacks (an LRU hash, allocated whole).
+    let pairs = if options.pair_slots > 0 {
+        let histograms = u64::from(probe_common::pair::BUCKETS) * 8 * 2 * cpus;
+        u64::from(options.pair_slots) * histograms
+            + u64::from(probe_common::pair::STACK_ENTRIES)
+                * size(std::mem::size_of::<probe_common::PairStack>() + 64)
+    } else {
+        0
+    };
+    u64::from(options.ring_bytes) + slots * (config + counters + histograms + gaps) + pairs
 }
 
 /// Kernel memory the gap histograms may take (per probe, per CPU); beyond it there are

@@ -32,6 +32,10 @@ pub struct LoadOptions {
     /// per CPU of kernel memory (1000 probes on 64 CPUs: 300 MiB), so runs that never
     /// aggregate in the kernel (ring and sample modes) leave them minimal.
     pub kernel_histograms: bool,
+    /// Latency pairs the kernel can pair itself (`probe_common::pair`): sizes the pair
+    /// maps, 0 leaving them minimal. Each takes two histograms of
+    /// `probe_common::pair::BUCKETS` counters per CPU (480 KiB a CPU).
+    pub pair_slots: u32,
     /// Time the handler of one hit in this many (at random, per CPU); 1 times every hit.
     /// Only for runs whose probes all aggregate in the kernel: streamed records of
     /// untimed hits would carry no handler time.
@@ -54,6 +58,7 @@ impl Default for LoadOptions {
             spare_counters: 0,
             dispatch_tgid: None,
             kernel_histograms: true,
+            pair_slots: 0,
             time_every: 1,
             attach_path: None,
             filter_processes: false,

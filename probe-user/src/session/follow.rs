@@ -79,6 +79,17 @@ pub(super) struct Setup {
     pub live: Vec<u32>,
     /// Whether kernel dispatch time is measured.
     pub dispatch_running: bool,
+    /// The kernel's pair slots: the first free one, how many there are, and whether
+    /// pairs are paired in the kernel from the start (`--mode kernel`).
+    pub pair_slots: PairSlots,
+}
+
+/// Slots in the kernel's pair maps for the pairs of later programs.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct PairSlots {
+    pub next: u32,
+    pub capacity: u32,
+    pub in_kernel: bool,
 }
 
 /// The state of following the target across execs.
@@ -99,6 +110,7 @@ pub(super) struct Follow {
     /// attached again through it (`space`); those of older programs are retired.
     pin: Option<PinnedExe>,
     dispatch_running: bool,
+    pair_slots: PairSlots,
     /// Resolving the specs in a new program, off the session's loop.
     pending: Option<tokio::task::JoinHandle<Outcome>>,
     poll: tokio::time::Interval,
@@ -120,6 +132,7 @@ impl Follow {
             live: setup.live,
             pin: None,
             dispatch_running: setup.dispatch_running,
+            pair_slots: setup.pair_slots,
             pending: None,
             poll,
         }
@@ -347,7 +360,7 @@ async fn attach(
     let Resolved {
         target,
         pin,
-        probes,
+        mut probes,
         costs,
         unmatched,
         notices,
@@ -388,6 +401,16 @@ async fn attach(
         return Some(StopReason::TargetExeced);
     }
 
+    // The latency pairs of this program, numbered as the ids its probes get.
+    let slots = follow.pair_slots;
+    let next_slot =
+        super::probe::assign_pair_slots(&mut probes, slots.next, slots.capacity, slots.in_kernel);
+    let mut pairs = super::probe::latency_pairs(&probes);
+    for pair in &mut pairs {
+        for id in pair.starts.iter_mut().chain(pair.ends.iter_mut()) {
+            *id += first as u32;
+        }
+    }
     // The rows and their configs go in before any probe can be hit, so no hit finds
     // an unknown id or another probe's config.
     let mut notes = Vec::new();
@@ -419,6 +442,7 @@ async fn attach(
     let (reply, added) = oneshot::channel();
     let add = CollectorCommand::AddProbes {
         probes: rows,
+        pairs,
         reply,
     };
     // Fails only if the collector is gone: the run is ending anyway.
@@ -435,6 +459,7 @@ async fn attach(
         }
         Err(_) => return None,
     }
+    follow.pair_slots.next = next_slot;
     // From here on this is the program probed: its next exec is the one to notice.
     // (Had the run stopped above, the end would say which program the probes were on.)
     follow.current = target;
@@ -527,9 +552,23 @@ impl Job {
         }
         let mut probes = Vec::new();
         let mut unmatched = Vec::new();
+        let mut notices = Vec::new();
         // One resolver for every spec: each object is read once.
         let resolver = resolve::Resolver::new(&target, self.options.clone());
         for spec in &self.specs {
+            // A latency pair's end as at the start: by uretprobe where that is safe in
+            // this program, else at the ret instructions.
+            let (spec, path_line) = match super::probe::latency_end(&resolver, spec) {
+                Ok(end) => end,
+                Err(e) => {
+                    unmatched.push(format!("{}: {e}", spec.text));
+                    continue;
+                }
+            };
+            if let Some(line) = path_line {
+                notices.push(line);
+            }
+            let spec = &spec;
             match resolver.resolve(spec) {
                 Ok(points) => {
                     let found: Vec<Probe> = points
@@ -544,7 +583,7 @@ impl Job {
                 Err(e) => unmatched.push(format!("{}: {e}", spec.text)),
             }
         }
-        let notices = resolver.take_notices();
+        notices.extend(resolver.take_notices());
         // As at the start: identical points are attached once.
         super::points::merge_duplicates(&mut probes);
         // Said at the start already, for the same specs.

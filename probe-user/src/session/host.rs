@@ -611,6 +611,8 @@ impl Engine {
             shared_sites: Vec::new(),
             pair: None,
             key: None,
+            pair_slot: None,
+            pair_in_kernel: false,
         };
         let config = counting_config(ProbeConfig {
             mode: DeliveryMode::Sample.raw(),

@@ -491,6 +491,7 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
     let (reply, added) = oneshot::channel();
     let command = CollectorCommand::AddProbes {
         probes: rows,
+        pairs: Vec::new(),
         reply,
     };
     // Fails only if the collector is gone: the run is ending anyway.

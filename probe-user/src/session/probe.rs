@@ -42,6 +42,11 @@ pub(super) struct Probe {
     pub pair: Option<PairRole>,
     /// The argument its row (or its pair's) is split by.
     pub key: Option<KeySpec>,
+    /// A pair's slot in the kernel's pair maps, when the kernel can pair it (an
+    /// unkeyed pair in a run with room for pairs): [`assign_pair_slots`].
+    pub pair_slot: Option<u32>,
+    /// The pair is paired in the kernel from the start (`--mode kernel`).
+    pub pair_in_kernel: bool,
 }
 
 impl Probe {
@@ -68,6 +73,8 @@ impl Probe {
             shared_sites: Vec::new(),
             pair: spec.pair,
             key: spec.key,
+            pair_slot: None,
+            pair_in_kernel: false,
         }
     }
 
@@ -93,6 +100,8 @@ impl Probe {
             shared_sites: Vec::new(),
             pair: None,
             key: None,
+            pair_slot: None,
+            pair_in_kernel: false,
         }
     }
 
@@ -176,7 +185,8 @@ impl Probe {
             return counting_config(base);
         }
         if self.pair.is_some() {
-            let mut config = latency_config(base);
+            let mut config = latency_config(base, self.pair_in_kernel);
+            config.pair = self.pair_config();
             if self.pair == Some(PairRole::Start)
                 && let Some(key) = &self.key
                 && let Err(e) = attach::args::append_key(&mut config.args, &self.point, key)
@@ -228,6 +238,26 @@ impl Probe {
         config
     }
 
+    /// How the kernel pairs this half, when it can (a slot assigned).
+    fn pair_config(&self) -> probe_common::PairConfig {
+        let (Some(role), Some(slot)) = (self.pair, self.pair_slot) else {
+            return Default::default();
+        };
+        probe_common::PairConfig {
+            role: match role {
+                PairRole::Start => probe_common::pair::START,
+                PairRole::End => probe_common::pair::END,
+            },
+            slot,
+            sp_back: if self.point.kind == ProbeKind::Uretprobe {
+                8
+            } else {
+                0
+            },
+            checks_frames: u32::from(self.point.kind != ProbeKind::Usdt),
+        }
+    }
+
     /// A keyed probe's key and where its slots start in its records (after the
     /// `--args` values [`Probe::config`] captures); `None` when it cannot be keyed.
     pub(super) fn key_slot(&self, args: usize) -> Option<(KeySpec, usize)> {
@@ -263,18 +293,73 @@ pub(super) fn counting_config(base: ProbeConfig) -> ProbeConfig {
 /// of one thread then reach user space in the order it made them (a record with
 /// arguments is written to the ring at once, not staged per CPU), and the pointer tells
 /// a frame an exception or longjmp unwound from one still running
-/// (`aggregate::latency`). Kept closed when `base` is.
-fn latency_config(base: ProbeConfig) -> ProbeConfig {
+/// (`aggregate::latency`); or, `in_kernel`, the kernel pairs them. Kept closed when
+/// `base` is.
+fn latency_config(base: ProbeConfig, in_kernel: bool) -> ProbeConfig {
+    use crate::delivery::DeliveryMode;
     let mut config = ProbeConfig {
         mode: if base.mode == probe_common::mode::CLOSED {
             base.mode
+        } else if in_kernel {
+            DeliveryMode::KernelHistogram.raw()
         } else {
-            crate::delivery::DeliveryMode::Ring.raw()
+            DeliveryMode::Ring.raw()
         },
         ..base
     };
     config.args = attach::args::stack_pointer();
     config
+}
+
+/// Gives each unkeyed latency pair among `probes` a slot in the kernel's pair maps,
+/// from `first` on and below `capacity` (pairs past it stream, paired in user space),
+/// paired in the kernel from the start when `in_kernel`. Returns the next free slot.
+pub(super) fn assign_pair_slots(
+    probes: &mut [Probe],
+    first: u32,
+    capacity: u32,
+    in_kernel: bool,
+) -> u32 {
+    let mut slots = std::collections::HashMap::new();
+    let mut next = first;
+    for probe in probes.iter_mut() {
+        if probe.pair.is_none() || probe.key.is_some() {
+            continue;
+        }
+        let slot = *slots.entry(pair_identity(probe)).or_insert_with(|| {
+            next += 1;
+            next - 1
+        });
+        if slot < capacity {
+            probe.pair_slot = Some(slot);
+            probe.pair_in_kernel = in_kernel;
+        }
+    }
+    next
+}
+
+/// The unkeyed pairs among `probes`: what [`assign_pair_slots`] would number.
+pub(super) fn count_pairs(probes: &[Probe]) -> u32 {
+    probes
+        .iter()
+        .filter(|p| p.pair.is_some() && p.key.is_none())
+        .map(pair_identity)
+        .collect::<std::collections::HashSet<_>>()
+        .len() as u32
+}
+
+/// Which pair a half belongs to: its spec, file, and function (or `START,END`).
+fn pair_identity(probe: &Probe) -> (String, PathBuf, String) {
+    let name = if probe.point.kind == ProbeKind::Usdt {
+        // The spec's `START,END`, without its key suffix.
+        let spec = crate::spec::split_key(&probe.spec).0;
+        spec.rsplit(':').next().unwrap_or(spec).to_string()
+    } else {
+        // The returns' row is named `FUNC+ret`; the pair is the function's.
+        let name = &probe.point.name;
+        name.strip_suffix("+ret").unwrap_or(name).to_string()
+    };
+    (probe.spec.clone(), probe.point.attach_path.clone(), name)
 }
 
 /// The latency pairs among `probes` (indexed by probe id): a function's entry with its
@@ -287,21 +372,8 @@ pub(super) fn latency_pairs(probes: &[Probe]) -> Vec<crate::aggregate::PairSetup
         let Some(role) = probe.pair else {
             continue;
         };
-        let usdt = probe.point.kind == ProbeKind::Usdt;
-        let name = if usdt {
-            // The spec's `START,END`, without its key suffix.
-            let spec = crate::spec::split_key(&probe.spec).0;
-            spec.rsplit(':').next().unwrap_or(spec).to_string()
-        } else {
-            // The returns' row is named `FUNC+ret`; the pair is the function's.
-            let name = &probe.point.name;
-            name.strip_suffix("+ret").unwrap_or(name).to_string()
-        };
-        let key = (
-            probe.spec.clone(),
-            probe.point.attach_path.clone(),
-            name.clone(),
-        );
+        let key = pair_identity(probe);
+        let name = key.2.clone();
         let at = *index.entry(key).or_insert_with(|| {
             setups.push(PairSetup {
                 spec: probe.spec.clone(),
@@ -311,6 +383,7 @@ pub(super) fn latency_pairs(probes: &[Probe]) -> Vec<crate::aggregate::PairSetup
                 starts: Vec::new(),
                 ends: Vec::new(),
                 key: probe.key,
+                slot: probe.pair_slot,
             });
             setups.len() - 1
         });

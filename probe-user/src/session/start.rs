@@ -85,6 +85,8 @@ struct Attached {
     cgroup_poller: Option<JoinHandle<()>>,
     /// The files the probes' paths named when they were attached.
     files: std::collections::HashMap<std::path::PathBuf, crate::sys::maps::FileId>,
+    /// The kernel's pair slots, and those left for a later exec's pairs.
+    pair_slots: follow::PairSlots,
 }
 
 pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::Result<Running> {
@@ -143,6 +145,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         shutdown,
         cgroup_poller,
         files: probed_files,
+        pair_slots,
     } = attached;
     let pid = plan.target.pid;
     let ring = attachment.take_ring()?;
@@ -156,9 +159,14 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
             DeliveryMode::of_config(&initial_config)
         };
         row.name = ProbeLabel::new(probe.point.kind, &probe.point.name, "").display;
-        // A latency pair's probes stream every hit (`Probe::config`), as do keyed ones.
+        // A latency pair's probes stream every hit (`Probe::config`), as do keyed ones,
+        // unless the kernel pairs them.
         if probe.pair.is_some() {
-            row.mode = DeliveryMode::Ring;
+            row.mode = if probe.pair_in_kernel {
+                DeliveryMode::KernelHistogram
+            } else {
+                DeliveryMode::Ring
+            };
         }
         if let Some((key, at)) = probe.key_slot(args.args) {
             row.mode = DeliveryMode::Ring;
@@ -340,6 +348,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
             target: plan.target.clone(),
             live,
             dispatch_running,
+            pair_slots,
         })
     });
     let server = listener.map(|listener| serve(listener, &source));
@@ -432,6 +441,21 @@ fn attach_probes(
     if kernel_histograms {
         say_kernel_histogram_memory(probes.len() + spare_probes as usize);
     }
+    // Unkeyed latency pairs the kernel can pair: from the start in kernel mode, once
+    // busy in auto mode; a later exec's pairs get the spare slots.
+    let pairs = if kernel_histograms {
+        super::probe::count_pairs(&probes)
+    } else {
+        0
+    };
+    let pair_slots = if args.follow_exec { pairs * 2 } else { pairs };
+    let next_slot =
+        super::probe::assign_pair_slots(&mut probes, 0, pair_slots, args.mode == Mode::Kernel);
+    let pair_slots = follow::PairSlots {
+        next: next_slot,
+        capacity: pair_slots,
+        in_kernel: args.mode == Mode::Kernel,
+    };
     let load_options = LoadOptions {
         ring_bytes: plan.ring_bytes,
         probe_count: probes.len() as u32,
@@ -440,6 +464,7 @@ fn attach_probes(
         dispatch_tgid: dispatch_wanted.then_some(target.pid),
         // Only the kernel and auto modes ever aggregate in the kernel.
         kernel_histograms,
+        pair_slots: pair_slots.capacity,
         // Auto mode and the clock phase stream every hit, timed, until they switch a
         // probe.
         time_every: if args.mode == Mode::Auto || clock_phase {
@@ -551,6 +576,7 @@ fn attach_probes(
         shutdown,
         cgroup_poller,
         files,
+        pair_slots,
     })
 }
 

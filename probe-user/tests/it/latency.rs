@@ -34,6 +34,19 @@ fn u(value: &serde_json::Value) -> u64 {
 #[ignore = "needs root and the fixtures"]
 fn corrected_latency_is_the_unprobed_time_and_every_call_pairs() {
     let _turn = turn(module_path!());
+    corrected_and_paired("ring");
+}
+
+/// The same, paired in the kernel (`--mode kernel`): per thread a stack of open calls,
+/// the durations in an in-kernel histogram with HDR's buckets, no record per call.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn paired_in_the_kernel_the_calls_and_their_latency_are_the_same() {
+    let _turn = turn(module_path!());
+    corrected_and_paired("kernel");
+}
+
+fn corrected_and_paired(mode: &str) {
     let mut command = std::process::Command::new(fixture("c/latency"));
     command.args([
         "--calls",
@@ -52,14 +65,19 @@ fn corrected_latency_is_the_unprobed_time_and_every_call_pairs() {
         truth.push((name, field(&line, "p50_ns")));
     }
     target.out().wait_for("ready pid=");
-    let json = export_path("latency-fixture.json");
+    let json = export_path(&format!("latency-fixture-{mode}.json"));
     // The correction prices the probes by this machine's calibration.
     let cache = std::env::temp_dir().join(format!("probetop-latency-{}", std::process::id()));
     calibrate_default(&cache);
     let mut cmd = probetop();
     // Hot: the spins run a tight loop on a few cache lines between the probes' hits, so
     // nothing evicts what a hit uses (auto would price them cold: a hit every 2-200 us).
-    cmd.env("XDG_CACHE_HOME", &cache).args(["--assume", "hot"]);
+    cmd.env("XDG_CACHE_HOME", &cache)
+        .args(["--assume", "hot", "--mode", mode]);
+    if mode == "kernel" {
+        // Every handler timed: 300 calls a function, each priced from its own hits.
+        cmd.args(["--time-every", "1"]);
+    }
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
         .arg(&json)
         .args(["-e", "latency:spin_*", "-e", "latency:recurse"])
@@ -107,12 +125,27 @@ fn corrected_latency_is_the_unprobed_time_and_every_call_pairs() {
     for key in ["open", "unwound", "unmatched", "overflowed"] {
         assert_eq!(u(&recursion[key]), 0, "recurse {key}: {recursion}");
     }
-    // Both halves saw every call, from every thread.
     let entry = u(&recursion["start_probes"][0]) as usize;
-    let threads = report["probes"][entry]["threads"]
-        .as_object()
-        .expect("threads");
-    assert_eq!(threads.len() as u64, THREADS, "{threads:?}");
+    let exit = u(&recursion["end_probes"][0]) as usize;
+    for id in [entry, exit] {
+        assert_eq!(
+            u(&report["probes"][id]["hits"]),
+            recurse_calls,
+            "{recursion}"
+        );
+        assert_eq!(
+            report["probes"][id]["mode"], mode,
+            "{}",
+            report["probes"][id]
+        );
+    }
+    if mode == "ring" {
+        // Both halves saw every call, from every thread.
+        let threads = report["probes"][entry]["threads"]
+            .as_object()
+            .expect("threads");
+        assert_eq!(threads.len() as u64, THREADS, "{threads:?}");
+    }
 
     let usdt = latency_row(&report, "op__start,op__done");
     assert_eq!(usdt["end_path"], "usdt");
@@ -129,14 +162,27 @@ fn corrected_latency_is_the_unprobed_time_and_every_call_pairs() {
 #[ignore = "needs root and the fixtures"]
 fn an_exception_through_a_probed_function_ends_as_unwound() {
     let _turn = turn(module_path!());
+    unwound("ring");
+}
+
+/// The same, paired in the kernel.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn paired_in_the_kernel_an_unwound_call_ends_as_unwound() {
+    let _turn = turn(module_path!());
+    unwound("kernel");
+}
+
+fn unwound(mode: &str) {
     // 1001 calls, every 10th throwing: the last call returns, so each thrown call's
     // start is met by a later call's entry.
     let mut target = started(
         &fixture("cpp/cxxthrow"),
         &["--wait-signal", "--count", "1001", "--every", "10"],
     );
-    let json = export_path("latency-unwound.json");
+    let json = export_path(&format!("latency-unwound-{mode}.json"));
     let mut cmd = probetop();
+    cmd.args(["--mode", mode]);
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
         .arg(&json)
         .args(["-e", "latency:middle"]);
@@ -256,5 +302,121 @@ fn keyed_rows_count_each_key_and_the_rest_as_other() {
         "keyed[other]",
     ] {
         assert!(summary.contains(name), "{name} not in {summary}");
+    }
+}
+
+/// `--follow-exec`: the pair is resolved again in the program the target exec'd and
+/// pairs its calls there, a row per program, every call of each (execer, then the
+/// workload fixture in the same pid); streamed, and paired in the kernel.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_pair_follows_an_exec_into_another_program() {
+    let _turn = turn(module_path!());
+    for mode in ["ring", "kernel"] {
+        pair_follows_an_exec(mode);
+    }
+}
+
+fn pair_follows_an_exec(mode: &str) {
+    const BEFORE: u64 = 2_000;
+    const AFTER: u64 = 5_000;
+    let workload = fixture("c/workload");
+    let target = started(
+        &fixture("c/execer"),
+        &[
+            "--calls",
+            &BEFORE.to_string(),
+            "--exec",
+            &workload.display().to_string(),
+            "--wait-signal",
+            "--calls",
+            &AFTER.to_string(),
+        ],
+    );
+    let json = export_path(&format!("latency-exec-{mode}.json"));
+    let mut cmd = probetop();
+    cmd.args([
+        "--pid",
+        &target.pid().to_string(),
+        "--no-tui",
+        "--follow-exec",
+    ])
+    .args(["--mode", mode, "--export"])
+    .arg(&json)
+    .args(["-e", "latency:work_unit"]);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached 2 probes");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("exec");
+    target.out().wait_for("ready pid=");
+    probetop.err().wait_for("exec 1: attached");
+    target.signal(libc::SIGUSR1);
+    let done = target.out().wait_for("done calls=");
+    assert_eq!(field(&done, "calls") as u64, AFTER);
+    let status = probetop.wait();
+    let stderr = probetop.err().rest().join("\n");
+    assert!(status.success(), "{stderr}");
+    let report = read_export(&json);
+    let mut rows: Vec<(u64, u64)> = report["probes"]
+        .as_array()
+        .expect("probes")
+        .iter()
+        .filter(|p| p["kind"] == "latency" && p["name"] == "work_unit")
+        .map(|row| {
+            for key in ["open", "unwound", "unmatched", "overflowed"] {
+                assert_eq!(u(&row[key]), 0, "{mode} {key}: {row}");
+            }
+            let start = u(&row["start_probes"][0]) as usize;
+            let probe = &report["probes"][start];
+            assert_eq!(probe["mode"], mode, "{probe}");
+            (u(&probe["generation"]), u(&row["calls"]))
+        })
+        .collect();
+    rows.sort_unstable();
+    assert_eq!(rows, [(0, BEFORE), (1, AFTER)], "{mode}: {stderr}");
+}
+
+/// `--follow-forks`: the calls of every process of the forker fixture's tree (13
+/// processes, threads of each paired apart) pair, each exactly once; streamed, and
+/// paired in the kernel.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_pair_follows_forks() {
+    let _turn = turn(module_path!());
+    const FORK_CALLS: u64 = 1_000;
+    for mode in ["ring", "kernel"] {
+        let target = started(
+            &fixture("c/forker"),
+            &[
+                "--early",
+                "2",
+                "--late",
+                "2",
+                "--grand",
+                "2",
+                "--calls",
+                &FORK_CALLS.to_string(),
+            ],
+        );
+        let json = export_path(&format!("latency-forks-{mode}.json"));
+        let mut cmd = probetop();
+        cmd.args(["--pid", &target.pid().to_string(), "-F", "--no-tui"])
+            .args(["--mode", mode, "--export"])
+            .arg(&json)
+            .args(["-e", "latency:work_unit"]);
+        let mut probetop = Running::spawn(cmd);
+        probetop.err().wait_for("attached");
+        target.signal(libc::SIGUSR1);
+        target.out().wait_for("done");
+        let status = probetop.wait();
+        let stderr = probetop.err().rest().join("\n");
+        assert!(status.success(), "{stderr}");
+        let report = read_export(&json);
+        let row = latency_row(&report, "work_unit");
+        // 1 parent + 4 workers + 8 of theirs.
+        assert_eq!(u(&row["calls"]), FORK_CALLS * 13, "{mode}: {row}");
+        for key in ["open", "unwound", "unmatched", "overflowed"] {
+            assert_eq!(u(&row[key]), 0, "{mode} {key}: {row}");
+        }
     }
 }

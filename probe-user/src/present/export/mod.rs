@@ -469,6 +469,7 @@ pub(crate) mod testing {
                 starts: vec![0],
                 ends: vec![1],
                 key: None,
+                slot: None,
             }],
             DEFAULT_MAX_KEYS,
         );
