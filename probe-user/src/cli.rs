@@ -241,7 +241,7 @@ pub(crate) struct RunArgs {
     pub listen: Option<std::net::SocketAddr>,
 
     /// Push the live measurements to an OpenTelemetry Collector over OTLP/HTTP
-    /// (protobuf) every --interval, and the final ones at exit: http://HOST:PORT (4318
+    /// (protobuf) every --interval, and the final ones at exit: http://HOST:PORT or https:// (4318
     /// is OTLP/HTTP's port; /v1/metrics is appended unless the URL ends with it).
     #[arg(long, value_name = "URL", value_parser = otlp_url)]
     pub otlp: Option<String>,
@@ -485,7 +485,8 @@ fn seconds(
 /// `--otlp`'s URL, with `/v1/metrics`.
 fn otlp_url(text: &str) -> Result<String, String> {
     crate::present::otlp::metrics_url(text.trim()).ok_or_else(|| {
-        "give an http:// URL of an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318".into()
+        "give an http:// or https:// URL of an OTLP/HTTP endpoint, e.g. http://127.0.0.1:4318"
+            .into()
     })
 }
 

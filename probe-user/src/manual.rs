@@ -169,6 +169,11 @@ debuginfod servers (space-separated) asked by build id for the debug file of a s
 object that has none on this host, unless
 .B \-\-offline
 is given (DEBUGINFOD_MAXTIME seconds and DEBUGINFOD_MAXSIZE bytes cap a download).
+.TP
+.B SSL_CERT_FILE\fR, \fBSSL_CERT_DIR
+the CAs https servers (debuginfod,
+.BR \-\-otlp )
+are checked against, instead of this host's CA bundle.
 .SH EXIT STATUS
 0 on success, 2 for a mistake in the command line, 1 for any other error; each error is
 one line on standard error.

@@ -22,6 +22,9 @@ use crate::{Ctx, Fixture, ROOT_REQUIRED, echo, is_root, run, show};
 /// The target the file is built for: musl links statically, so the file needs no libc
 /// of the host's (nor a glibc as new as the build machine's).
 pub(crate) const TARGET: &str = "x86_64-unknown-linux-musl";
+/// The C compiler cc-rs builds ring's C with for [`TARGET`], and the variable naming it.
+const MUSL_CC_VAR: &str = "CC_x86_64_unknown_linux_musl";
+const MUSL_CC: &str = "musl-gcc";
 /// The tarball's platform tag.
 const PLATFORM: &str = "x86_64-linux-musl";
 /// Completion scripts: shell, file name in the tarball's completions/.
@@ -50,16 +53,22 @@ pub(crate) struct Dist {
 
 pub(crate) fn dist(ctx: &Ctx) -> Result<Dist> {
     add_target(ctx)?;
-    run(ctx.cargo().args([
-        "build",
-        "--release",
-        "--target",
-        TARGET,
-        "--package",
-        "probe-user",
-        "--bin",
-        "probetop",
-    ]))?;
+    // https is rustls on ring, whose C and assembly are built for musl by Debian's
+    // musl-gcc (musl-tools), installed here on first use as `setup` does.
+    crate::install_apt(ctx, &["musl-tools"])?;
+    run(ctx
+        .cargo()
+        .args([
+            "build",
+            "--release",
+            "--target",
+            TARGET,
+            "--package",
+            "probe-user",
+            "--bin",
+            "probetop",
+        ])
+        .env(MUSL_CC_VAR, MUSL_CC))?;
     let built = ctx.target_dir().join(TARGET).join("release/probetop");
     ensure_static(&built)?;
     let version = version_of(ctx, &built)?;

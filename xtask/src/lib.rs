@@ -39,6 +39,8 @@ pub const APT_PACKAGES: &[&str] = &[
     "sysbench",                // its load
     "postgresql-15", // a live PostgreSQL and pgbench (tests/it/postgres.rs, cargo xtask postgres-report)
     "debuginfod", // elfutils' server: serves a stripped fixture's debug file (tests/it/debuginfod.rs)
+    "musl-tools", // musl-gcc: ring's C for the static musl build (`cargo xtask dist`)
+    "openssl",    // the https tests' CA and certificates (tests/it/common/tls.rs)
 ];
 
 pub const ROOT_REQUIRED: &str = "integration tests attach real probes: run as root";

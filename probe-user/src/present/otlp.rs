@@ -32,7 +32,7 @@ use opentelemetry_proto::tonic::{
     resource::v1::Resource,
 };
 
-use crate::present::export::{ProbeReport, Report, native};
+use crate::present::export::{OtlpPushes, ProbeReport, Report, native};
 
 /// Requests waiting to be pushed; beyond it the oldest is dropped (each carries the
 /// totals, so the newest is the one worth sending).
@@ -47,9 +47,12 @@ const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 const EXIT_DEADLINE: Duration = Duration::from_secs(5);
 
 /// The URL pushed to: `URL` as given when it names `/v1/metrics`, else with it appended
-/// (as `OTEL_EXPORTER_OTLP_ENDPOINT` is read). `None` for anything but `http://`.
+/// (as `OTEL_EXPORTER_OTLP_ENDPOINT` is read). `None` for anything but `http://` or
+/// `https://`.
 pub(crate) fn metrics_url(given: &str) -> Option<String> {
-    let rest = given.strip_prefix("http://")?;
+    let rest = given
+        .strip_prefix("http://")
+        .or_else(|| given.strip_prefix("https://"))?;
     if rest.is_empty() || rest.starts_with('/') {
         return None;
     }
@@ -60,14 +63,16 @@ pub(crate) fn metrics_url(given: &str) -> Option<String> {
     }
 }
 
-/// What the push thread did, for the line at exit.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Counts {
-    pub sent: u64,
+/// What the push thread did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Counts {
+    sent: u64,
     /// Requests that failed every try.
-    pub failed: u64,
+    failed: u64,
     /// Requests dropped from a full queue, or left unsent at exit.
-    pub dropped: u64,
+    dropped: u64,
+    /// Why the last request that failed did.
+    last_error: Option<String>,
 }
 
 struct Shared {
@@ -122,9 +127,26 @@ impl Pusher {
         self.shared.ready.notify_one();
     }
 
+    /// What the pushes came to so far.
+    pub(crate) fn so_far(&self) -> OtlpPushes {
+        let counts = lock(&self.shared.queue).counts.clone();
+        self.pushes(counts)
+    }
+
+    fn pushes(&self, counts: Counts) -> OtlpPushes {
+        OtlpPushes {
+            endpoint: self.url.clone(),
+            pushed: counts.sent,
+            failed: counts.failed,
+            dropped: counts.dropped,
+            last_error: counts.last_error,
+        }
+    }
+
     /// Pushes `report` last, waits up to [`EXIT_DEADLINE`] for the queue to empty, and
-    /// returns the line to say at exit: what was lost, if anything.
-    pub(crate) fn finish(mut self, report: &Report, resource: &[KeyValue]) -> Option<String> {
+    /// returns what the pushes came to (the exports' `otlp`; [`lost_line`] says it at
+    /// exit when any was lost).
+    pub(crate) fn finish(mut self, report: &Report, resource: &[KeyValue]) -> OtlpPushes {
         self.offer(report, resource);
         lock(&self.shared.queue).closed = true;
         self.shared.ready.notify_one();
@@ -141,14 +163,28 @@ impl Pusher {
         let left = queue.requests.len() as u64;
         queue.requests.clear();
         queue.counts.dropped += left;
-        let counts = queue.counts;
-        (counts.failed > 0 || counts.dropped > 0).then(|| {
-            format!(
-                "--otlp {}: {} pushes sent, {} failed, {} dropped",
-                self.url, counts.sent, counts.failed, counts.dropped
-            )
-        })
+        let counts = queue.counts.clone();
+        drop(queue);
+        self.pushes(counts)
     }
+}
+
+/// The line to say at exit when a push was lost.
+pub(crate) fn lost_line(pushes: &OtlpPushes) -> Option<String> {
+    (pushes.failed > 0 || pushes.dropped > 0).then(|| {
+        format!(
+            "--otlp {}: {} pushes sent, {} failed, {} dropped{}",
+            pushes.endpoint,
+            pushes.pushed,
+            pushes.failed,
+            pushes.dropped,
+            pushes
+                .last_error
+                .as_ref()
+                .map(|e| format!(" (the last: {e})"))
+                .unwrap_or_default()
+        )
+    })
 }
 
 fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
@@ -159,11 +195,13 @@ fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
 }
 
 fn push_loop(url: &str, shared: &Shared) {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(REQUEST_DEADLINE))
-        .http_status_as_error(false)
-        .build()
-        .into();
+    let agent = crate::sys::http::agent(
+        url,
+        crate::sys::http::Timeouts {
+            connect: None,
+            total: REQUEST_DEADLINE,
+        },
+    );
     let mut said = false;
     loop {
         let body = {
@@ -191,7 +229,15 @@ fn push_loop(url: &str, shared: &Shared) {
                 }
                 std::thread::sleep(FIRST_BACKOFF * 2u32.pow(attempt - 1));
             }
-            match post(&agent, url, &body) {
+            let agent = match &agent {
+                Ok(agent) => agent,
+                // No try can do better: https without roots to check it against.
+                Err(why) => {
+                    last_error.clone_from(why);
+                    break;
+                }
+            };
+            match post(agent, url, &body) {
                 Ok(()) => {
                     sent = true;
                     break;
@@ -210,6 +256,7 @@ fn push_loop(url: &str, shared: &Shared) {
                     "probetop: --otlp {url}: cannot push ({last_error}); retrying every --interval, the count of lost pushes comes at exit"
                 ));
             }
+            queue.counts.last_error = Some(last_error);
         }
     }
 }
@@ -221,7 +268,7 @@ fn post(agent: &ureq::Agent, url: &str, body: &[u8]) -> Result<(), String> {
         .post(url)
         .header("Content-Type", "application/x-protobuf")
         .send(body)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| crate::sys::http::describe(&e))?;
     let status = response.status();
     if status.is_success() {
         Ok(())
@@ -471,7 +518,11 @@ mod tests {
             metrics_url("http://c:4318/v1/metrics").as_deref(),
             Some("http://c:4318/v1/metrics")
         );
-        assert_eq!(metrics_url("https://c:4318"), None);
+        assert_eq!(
+            metrics_url("https://c:4318").as_deref(),
+            Some("https://c:4318/v1/metrics")
+        );
+        assert_eq!(metrics_url("ftp://c:4318"), None);
         assert_eq!(metrics_url("c:4318"), None);
         assert_eq!(metrics_url("http://"), None);
     }
@@ -538,8 +589,16 @@ mod tests {
         for _ in 0..10 {
             pusher.offer(&report, &resource);
         }
-        let line = pusher.finish(&report, &resource).expect("a line");
+        let pushes = pusher.finish(&report, &resource);
+        assert_eq!(pushes.pushed, 0, "{pushes:?}");
+        assert!(pushes.failed > 0, "{pushes:?}");
+        assert!(pushes.dropped > 0, "a full queue drops: {pushes:?}");
+        assert!(
+            pushes.last_error.as_deref().is_some_and(|e| !e.is_empty()),
+            "{pushes:?}"
+        );
+        let line = lost_line(&pushes).expect("a line");
         assert!(line.contains("0 pushes sent"), "{line}");
-        assert!(!line.contains(" 0 dropped"), "a full queue drops: {line}");
+        assert!(line.contains("(the last: "), "{line}");
     }
 }

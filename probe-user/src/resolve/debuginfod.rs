@@ -63,8 +63,12 @@ enum FetchError {
     Status(u16),
     #[error("{0}")]
     Timeout(String),
+    /// What the request met, as [`crate::sys::http::describe`] says it.
     #[error("{0}")]
-    Http(#[from] ureq::Error),
+    Http(String),
+    /// No request could be made (https without a root to check it against).
+    #[error("{0}")]
+    Setup(String),
     #[error("larger than {0} bytes (DEBUGINFOD_MAXSIZE)")]
     TooLarge(u64),
     #[error("{0}")]
@@ -210,13 +214,14 @@ impl Debuginfod {
 
 /// One GET of `url`, its body capped at `limits.max_bytes`.
 fn fetch(url: &str, limits: Limits) -> Result<Vec<u8>, FetchError> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_connect(Some(limits.connect))
-        .timeout_global(Some(limits.total))
-        .http_status_as_error(false)
-        .user_agent(concat!("probetop/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .into();
+    let agent = crate::sys::http::agent(
+        url,
+        crate::sys::http::Timeouts {
+            connect: Some(limits.connect),
+            total: limits.total,
+        },
+    )
+    .map_err(FetchError::Setup)?;
     let timed_out = |e: ureq::Error| match e {
         ureq::Error::Timeout(ureq::Timeout::Connect | ureq::Timeout::Resolve) => {
             FetchError::Timeout(format!(
@@ -228,7 +233,7 @@ fn fetch(url: &str, limits: Limits) -> Result<Vec<u8>, FetchError> {
             "not whole within {} s (DEBUGINFOD_MAXTIME)",
             limits.total.as_secs()
         )),
-        e => FetchError::Http(e),
+        e => FetchError::Http(crate::sys::http::describe(&e)),
     };
     let response = agent.get(url).call().map_err(timed_out)?;
     let status = response.status().as_u16();

@@ -221,12 +221,20 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             .and_then(|()| out.flush());
     }
     say!("probetop: {}", present::headline::reconciled(&report));
+    // The pushes so far go into the exports; the final one's count is written again
+    // into the JSON exports once it is answered, so that a second signal during its wait
+    // (up to 5 s) loses nothing measured.
+    report.otlp = otlp.as_ref().map(present::otlp::Pusher::so_far);
     let mut failed = Vec::new();
+    let mut written_json = Vec::new();
     for path in &args.exports {
         match export::write(&report, path, args.force) {
             Ok(written) => {
                 for file in written {
                     say!("probetop: wrote {}", file.display());
+                }
+                if export::is_json(path) {
+                    written_json.push(path);
                 }
             }
             Err(e) => failed.push(e.to_string()),
@@ -235,8 +243,17 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     // The final numbers, the exports' own, go to the collector last.
     if let Some(pusher) = otlp {
         let resource = present::otlp::resource(&report);
-        if let Some(line) = pusher.finish(&report, &resource) {
+        let pushes = pusher.finish(&report, &resource);
+        if let Some(line) = present::otlp::lost_line(&pushes) {
             say!("probetop: {line}");
+        }
+        if report.otlp.as_ref() != Some(&pushes) {
+            report.otlp = Some(pushes);
+            for path in written_json {
+                if let Err(e) = export::write(&report, path, args.force) {
+                    failed.push(e.to_string());
+                }
+            }
         }
     }
     if let Some(line) = traced::warning_at_exit(&target) {

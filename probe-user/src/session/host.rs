@@ -16,7 +16,7 @@
 //! is detached at that look.
 
 use std::{
-    collections::HashMap,
+    collections::{HashMap, HashSet},
     future::Future,
     path::PathBuf,
     time::{Duration, Instant},
@@ -62,10 +62,19 @@ pub(super) async fn run(args: RunArgs) -> anyhow::Result<()> {
     let stop = shutdown(args.duration.map(Duration::from_secs_f64))?;
     let started = Instant::now();
     let started_ms = unix_now_ms();
-    let first = tokio::task::spawn_blocking(look)
-        .await
-        .context("looking for probes")?;
-    if first.is_empty() {
+    // Names of stripped objects' sites through debuginfod too, unless --offline; the
+    // servers are asked once per build id a run.
+    let options = ResolveOptions {
+        debuginfod: crate::resolve::debuginfod::Debuginfod::from_env(args.offline),
+        ..Default::default()
+    };
+    let first = tokio::task::spawn_blocking({
+        let options = options.clone();
+        move || look_and_name(&HashSet::new(), &options)
+    })
+    .await
+    .context("looking for probes")?;
+    if first.seen.is_empty() {
         say!(
             "probetop: no process has a uprobe, uretprobe or USDT probe armed in it from any tool (BPF, uprobe_multi, tracefs){}",
             if args.no_tui {
@@ -78,7 +87,7 @@ pub(super) async fn run(args: RunArgs) -> anyhow::Result<()> {
             return finish(&args, &[], started, started_ms);
         }
     }
-    let mut engine = Engine::load()?;
+    let mut engine = Engine::load(options)?;
     engine.on_look(first);
     let (rows_tx, rows) = watch::channel(engine.rows(false));
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -312,6 +321,53 @@ fn look() -> Vec<Seen> {
     seen
 }
 
+/// A look, with the points of the sites it found that no look before had named.
+struct Looked {
+    seen: Vec<Seen>,
+    /// Each new site's point; `None`: it could not be named (no process maps its file
+    /// any more), and is not counted.
+    points: Vec<(SiteKey, Option<crate::resolve::ProbePoint>)>,
+}
+
+/// [`look`], then the sites not in `known` named (one resolve per site, in the first
+/// process found mapping it). Blocking, off the session's loop: it reads objects, and may
+/// ask debuginfod servers for a stripped one's debug file.
+fn look_and_name(known: &HashSet<SiteKey>, options: &ResolveOptions) -> Looked {
+    let seen = look();
+    let mut by_pid: Vec<(u32, Vec<&ArmedSite>)> = Vec::new();
+    let mut taken: HashSet<SiteKey> = HashSet::new();
+    for one in &seen {
+        let new: Vec<&ArmedSite> = one
+            .sites
+            .iter()
+            .filter(|armed| !known.contains(&armed.key) && taken.insert(armed.key))
+            .collect();
+        if !new.is_empty() {
+            by_pid.push((one.pid, new));
+        }
+    }
+    let mut points = Vec::new();
+    for (pid, sites) in by_pid {
+        let target = Target::open(pid).ok();
+        let resolver = target.as_ref().map(|t| Resolver::new(t, options.clone()));
+        for armed in sites {
+            let Some(site) = armed.owners.first() else {
+                continue;
+            };
+            let point = resolver
+                .as_ref()
+                .and_then(|r| r.point_at(&site.file, site.offset, site.returns))
+                .map(|mut point| {
+                    // Attached by the file, with each process's filter.
+                    point.attach_path = site.file.clone();
+                    point
+                });
+            points.push((armed.key, point));
+        }
+    }
+    Looked { seen, points }
+}
+
 /// A site as named and priced once, for every process that maps its file.
 #[derive(Debug, Clone)]
 struct Named {
@@ -369,10 +425,12 @@ struct Engine {
     cooling: Vec<u32>,
     ticks_per_s: f64,
     last_tick: Instant,
+    /// How sites are named: the run's debuginfod servers, and what they were asked.
+    options: ResolveOptions,
 }
 
 impl Engine {
-    fn load() -> anyhow::Result<Self> {
+    fn load(options: ResolveOptions) -> anyhow::Result<Self> {
         let mut attachment = Attachment::load(LoadOptions {
             // Counters never stream a record: the smallest ring.
             ring_bytes: 1 << 16,
@@ -392,6 +450,7 @@ impl Engine {
             cooling: Vec::new(),
             ticks_per_s: crate::sys::clock::clock_ticks_per_second().unwrap_or(100) as f64,
             last_tick: Instant::now(),
+            options,
         })
     }
 
@@ -409,12 +468,16 @@ impl Engine {
         let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await;
-        let mut pending: Option<tokio::task::JoinHandle<Vec<Seen>>> = None;
+        let mut pending: Option<tokio::task::JoinHandle<Looked>> = None;
         loop {
             tokio::select! {
                 _ = &mut stop => break,
                 _ = looks.tick(), if pending.is_none() => {
-                    pending = Some(tokio::task::spawn_blocking(look));
+                    let known: HashSet<SiteKey> = self.named.keys().copied().collect();
+                    let options = self.options.clone();
+                    pending = Some(tokio::task::spawn_blocking(move || {
+                        look_and_name(&known, &options)
+                    }));
                 }
                 found = async {
                     match pending.as_mut() {
@@ -449,7 +512,11 @@ impl Engine {
     }
 
     /// Counters for the sites and processes that appeared, detached for those gone.
-    fn on_look(&mut self, found: Vec<Seen>) {
+    fn on_look(&mut self, looked: Looked) {
+        let Looked {
+            seen: found,
+            points,
+        } = looked;
         self.free.append(&mut self.cooling);
         self.read();
         let now = Instant::now();
@@ -474,7 +541,7 @@ impl Engine {
             std::thread::spawn(move || drop(links));
             self.cooling.extend(retire);
         }
-        self.name_new_sites(&found);
+        self.price_new_sites(points);
         let mut lines = Vec::new();
         for seen in found {
             let index = match self
@@ -523,41 +590,15 @@ impl Engine {
         }
     }
 
-    /// Names and prices the sites no process had before (one resolve per file and
-    /// site, in the first process found mapping it; one calibration read per look).
-    fn name_new_sites(&mut self, found: &[Seen]) {
+    /// Prices the sites no look named before (one calibration read per look); those
+    /// not named are kept as such, not tried again.
+    fn price_new_sites(&mut self, points: Vec<(SiteKey, Option<crate::resolve::ProbePoint>)>) {
         let mut new: Vec<(SiteKey, crate::resolve::ProbePoint)> = Vec::new();
-        let mut by_pid: HashMap<u32, Vec<&ArmedSite>> = HashMap::new();
-        for seen in found {
-            for armed in &seen.sites {
-                if !self.named.contains_key(&armed.key)
-                    && !by_pid.values().flatten().any(|a| a.key == armed.key)
-                {
-                    by_pid.entry(seen.pid).or_default().push(armed);
-                }
-            }
-        }
-        for (pid, sites) in by_pid {
-            let target = Target::open(pid).ok();
-            let resolver = target
-                .as_ref()
-                .map(|t| Resolver::new(t, ResolveOptions::default()));
-            for armed in sites {
-                let Some(site) = armed.owners.first() else {
-                    continue;
-                };
-                let point = resolver
-                    .as_ref()
-                    .and_then(|r| r.point_at(&site.file, site.offset, site.returns));
-                match point {
-                    Some(mut point) => {
-                        // Attached by the file, with each process's filter.
-                        point.attach_path = site.file.clone();
-                        new.push((armed.key, point));
-                    }
-                    None => {
-                        self.named.insert(armed.key, None);
-                    }
+        for (key, point) in points {
+            match point {
+                Some(point) => new.push((key, point)),
+                None => {
+                    self.named.insert(key, None);
                 }
             }
         }

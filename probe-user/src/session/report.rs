@@ -202,6 +202,7 @@ fn empty_report(target: &Target, started_unix_ms: u64, duration_s: f64) -> Repor
         budget: None,
         latency: Vec::new(),
         keyed: Vec::new(),
+        otlp: None,
     }
 }
 
@@ -308,6 +309,7 @@ pub(super) fn build_report(
         budget: None,
         latency: Vec::new(),
         keyed: Vec::new(),
+        otlp: None,
     }
 }
 

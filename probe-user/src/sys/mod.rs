@@ -6,13 +6,15 @@
 //! ([`cgroup`]), tracefs, mounted when absent ([`tracefs`]), and the kernel log ([`kmsg`]). A leaf: it uses nothing of the
 //! crate. BPF maps and programs go through aya; the few `bpf(2)` commands aya 0.14 does
 //! not have are [`bpf`]'s. The lines probetop writes to stderr go through [`stderr`],
-//! which holds them while the TUI has the terminal.
+//! which holds them while the TUI has the terminal. The one HTTP client (debuginfod,
+//! `--otlp`) and the roots its https trusts are [`http`]'s.
 
 pub(crate) mod bpf;
 pub(crate) mod cgroup;
 pub(crate) mod clock;
 pub(crate) mod cpu;
 pub(crate) mod files;
+pub(crate) mod http;
 pub(crate) mod kmsg;
 pub(crate) mod limits;
 pub(crate) mod maps;

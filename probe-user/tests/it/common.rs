@@ -10,8 +10,10 @@ use std::{
 };
 
 mod server;
+mod tls;
 mod tmux;
 pub(crate) use server::{server_dir, stop_server, stop_with_test, wait_until_answering};
+pub(crate) use tls::{HttpsFiles, TestCa};
 pub(crate) use tmux::{Tmux, assert_headline, shell_quote};
 
 /// Generous bound for anything that should take a second: CI machines are slow and busy.

@@ -1,23 +1,26 @@
 //! Debug files from a debuginfod server: elfutils' own `debuginfod` (Debian's package,
 //! `cargo xtask setup`) on loopback serves a fixture's debug file, split off and its copy
 //! stripped; `probetop list` and a run attaching by name find the functions through it.
+//! Over https, a python3 file server with a certificate of the test's own CA serves the
+//! same file by build id (elfutils' server speaks plain http). `--all` names another
+//! tool's probe on a stripped object through debuginfod too (host.rs).
 
 use std::io::{Read as _, Write as _};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 
 use crate::common::{
-    Running, fixture, output_ok, probetop, read_export, server_dir, started, stop_with_test, turn,
-    wait_until_answering,
+    HttpsFiles, Running, TestCa, fixture, output_ok, probetop, read_export, server_dir, started,
+    stop_with_test, turn, wait_until_answering,
 };
 
 /// Calls the fixture makes while probed.
 const CALLS: &str = "20000";
 
 /// `debuginfod -F` serving the files under a directory, on a free loopback port.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    url: String,
+    pub url: String,
     /// What it should serve, and its log.
     build_id: String,
     log: std::path::PathBuf,
@@ -55,9 +58,32 @@ fn build_id(path: &Path) -> String {
         .expect("the fixture has a build id")
 }
 
+/// A stripped copy of the workload fixture at `stripped`, its debug file (split off the
+/// fixture) at `debug`; their build id.
+pub(crate) fn stripped_copy(stripped: &Path, debug: &Path) -> String {
+    output_ok(
+        Command::new("objcopy")
+            .arg("--only-keep-debug")
+            .arg(fixture("c/workload"))
+            .arg(debug),
+        "objcopy --only-keep-debug",
+    );
+    output_ok(
+        Command::new("strip")
+            .arg("--strip-all")
+            .arg("-o")
+            .arg(stripped)
+            .arg(fixture("c/workload")),
+        "strip",
+    );
+    let id = build_id(stripped);
+    assert_eq!(build_id(debug), id, "the debug file keeps the build id");
+    id
+}
+
 /// Starts debuginfod on the files in `serve`, returned once it serves `build_id`'s
 /// debug file (its first scan is done).
-fn serve(dir: &Path, serve: &Path, build_id: String) -> Server {
+pub(crate) fn serve(dir: &Path, serve: &Path, build_id: String) -> Server {
     // A port free now; debuginfod failing to bind it shows in its log below.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -109,12 +135,19 @@ fn serve(dir: &Path, serve: &Path, build_id: String) -> Server {
 }
 
 /// probetop asking `server` (unless given `--offline`), with the cache under `cache`.
-fn asking(server: &Server, cache: &Path) -> Command {
+pub(crate) fn asking(server: &Server, cache: &Path) -> Command {
+    asking_url(&server.url, cache)
+}
+
+/// probetop asking the debuginfod server at `url`, with the cache under `cache`.
+fn asking_url(url: &str, cache: &Path) -> Command {
     let mut cmd = probetop();
-    // A proxy the machine sets is not for loopback.
-    cmd.env("DEBUGINFOD_URLS", &server.url)
+    // A proxy the machine sets is not for loopback; the roots are the host's.
+    cmd.env("DEBUGINFOD_URLS", url)
         .env("XDG_CACHE_HOME", cache)
-        .env("NO_PROXY", "127.0.0.1");
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR");
     cmd
 }
 
@@ -131,23 +164,7 @@ fn a_stripped_binary_is_named_through_debuginfod() {
     std::fs::create_dir_all(&served).expect("served dir");
     let stripped = dir.join("workload-stripped");
     let debug = served.join("workload.debug");
-    output_ok(
-        Command::new("objcopy")
-            .arg("--only-keep-debug")
-            .arg(fixture("c/workload"))
-            .arg(&debug),
-        "objcopy --only-keep-debug",
-    );
-    output_ok(
-        Command::new("strip")
-            .arg("--strip-all")
-            .arg("-o")
-            .arg(&stripped)
-            .arg(fixture("c/workload")),
-        "strip",
-    );
-    let id = build_id(&stripped);
-    assert_eq!(build_id(&debug), id, "the debug file keeps the build id");
+    let id = stripped_copy(&stripped, &debug);
     let server = serve(&dir, &served, id.clone());
 
     // Offline: the functions are not named; the note says no server was asked.
@@ -188,13 +205,7 @@ fn a_stripped_binary_is_named_through_debuginfod() {
         cached.to_str().expect("utf-8 path"),
         "{listing}"
     );
-    let names: Vec<&str> = listing["points"]
-        .as_array()
-        .expect("points")
-        .iter()
-        .filter_map(|p| p["name"].as_str())
-        .collect();
-    assert_eq!(names, ["work_unit"], "{listing}");
+    assert_eq!(names(&listing), ["work_unit"], "{listing}");
     assert_eq!(
         std::fs::read(&cached).expect("cached"),
         std::fs::read(&debug).expect("served file"),
@@ -265,6 +276,86 @@ fn a_stripped_binary_is_named_through_debuginfod() {
     assert!(
         said.contains("\"work_unit\" not found") && said.contains("stripped"),
         "{said}"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The names of `list --json`'s points.
+fn names(listing: &serde_json::Value) -> Vec<&str> {
+    listing["points"]
+        .as_array()
+        .expect("points")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect()
+}
+
+/// A debuginfod server over https, with a certificate of a CA made for the test: trusted
+/// through `SSL_CERT_FILE`, `list` names the stripped copy's functions through it and
+/// caches the file; untrusted (the host's roots only), the certificate is refused in one
+/// line saying what to do, nothing is named and nothing cached.
+#[test]
+#[ignore = "needs the fixtures, openssl and python3"]
+fn a_stripped_binary_is_named_through_an_https_server() {
+    let _turn = turn(module_path!());
+    let dir = server_dir("debuginfod-https");
+    let stripped = dir.join("workload-stripped");
+    let debug = dir.join("workload.debug");
+    let id = stripped_copy(&stripped, &debug);
+    // The debuginfod layout: GET /buildid/HEX/debuginfo.
+    let files = dir.join("files");
+    let served = files.join(format!("buildid/{id}/debuginfo"));
+    std::fs::create_dir_all(served.parent().expect("a parent")).expect("served dir");
+    std::fs::copy(&debug, &served).expect("copy the debug file");
+    let ca = TestCa::new(&dir.join("tls"));
+    let server = HttpsFiles::serve(&files, &ca, &dir.join("https.log"));
+
+    // Not trusted: one line says why and what to do; the object stays unnamed.
+    let untrusted = dir.join("cache-untrusted");
+    let refused = output_ok(
+        asking_url(&server.url, &untrusted)
+            .args(["list", "--json"])
+            .arg(&stripped)
+            .arg("work_*"),
+        "probetop list (untrusted)",
+    );
+    let said = String::from_utf8_lossy(&refused.stderr);
+    let lines: Vec<&str> = said.lines().filter(|l| l.contains(&server.url)).collect();
+    assert_eq!(lines.len(), 1, "{said}");
+    assert!(
+        lines[0].contains("TLS: the server's certificate is signed by no CA this host trusts")
+            && lines[0].contains("SSL_CERT_FILE"),
+        "{said}"
+    );
+    let listing: serde_json::Value = serde_json::from_slice(&refused.stdout).expect("JSON");
+    assert!(names(&listing).is_empty(), "{listing}");
+    assert!(!untrusted.join(format!("probetop/debuginfod/{id}")).exists());
+
+    // Trusted through SSL_CERT_FILE: named, the file said and cached whole.
+    let cache = dir.join("cache");
+    let listed = output_ok(
+        asking_url(&server.url, &cache)
+            .env("SSL_CERT_FILE", &ca.ca)
+            .args(["list", "--json"])
+            .arg(&stripped)
+            .arg("work_*"),
+        "probetop list (trusted)",
+    );
+    let listing: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("JSON");
+    assert_eq!(names(&listing), ["work_unit"], "{listing}");
+    assert_eq!(
+        listing["objects"][0]["symbols"]["kind"], "debuginfod",
+        "{listing}"
+    );
+    let said = String::from_utf8_lossy(&listed.stderr);
+    assert!(
+        said.contains(&format!("from debuginfod {}", server.url)),
+        "{said}"
+    );
+    assert_eq!(
+        std::fs::read(cache.join(format!("probetop/debuginfod/{id}/debuginfo"))).expect("cached"),
+        std::fs::read(&debug).expect("served file"),
     );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

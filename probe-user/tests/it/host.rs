@@ -175,6 +175,72 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `--all` names another tool's probe on a stripped object through debuginfod, as a run
+/// with `--pid` does (elfutils' server, as in debuginfod.rs), and counts every hit; with
+/// `--offline` no server is asked: the site is named by its file offset, and counted all
+/// the same.
+#[test]
+#[ignore = "needs root, the fixtures, tracefs and debuginfod"]
+fn all_names_a_stripped_site_through_debuginfod_unless_offline() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let dir = server_dir("host-debuginfod");
+    let served = dir.join("served");
+    std::fs::create_dir_all(&served).expect("served dir");
+    let stripped = dir.join("host-stripped");
+    let id = crate::debuginfod::stripped_copy(&stripped, &served.join("workload.debug"));
+    let server = crate::debuginfod::serve(&dir, &served, id);
+    // strip keeps the loaded segments where they were.
+    let offset = offset_of(&fixture("c/workload"), "work_unit");
+    let calls = 2000u64;
+    for offline in [false, true] {
+        let mut target = started(&stripped, &["--wait-signal", "--calls", &calls.to_string()]);
+        let event = TracefsProbe::add(&stripped, offset, &format!("stripped_{}", target.pid()));
+        let json = dir.join(format!("all-offline-{offline}.json"));
+        let mut cmd = crate::debuginfod::asking(&server, &dir.join(format!("cache-{offline}")));
+        cmd.args(["--all", "--no-tui", "--duration", "120", "--export"])
+            .arg(&json);
+        if offline {
+            cmd.arg("--offline");
+        }
+        let mut probetop = Running::spawn(cmd);
+        if !offline {
+            let said = probetop.err().wait_for(&format!(
+                "symbols of {} from debuginfod {}",
+                stripped.display(),
+                server.url
+            ));
+            assert!(said.contains("/probetop/debuginfod/"), "{said}");
+        }
+        probetop
+            .err()
+            .wait_for(&format!("counting pid {} ", target.pid()));
+        target.signal(libc::SIGUSR1);
+        let done = target.out().wait_for("done calls=");
+        assert_eq!(field(&done, "calls") as u64, calls, "{done}");
+        assert!(target.wait().success());
+        probetop.signal(libc::SIGINT);
+        assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+        drop(event);
+        let stderr = probetop.err().rest().join("\n");
+        let report = read_export(&json);
+        let row = row_of(&report, target.pid()).unwrap_or_else(|| panic!("listed: {report:#}"));
+        assert_eq!(row["hits"], calls, "offline {offline}: {row}\n{stderr}");
+        let name = if offline {
+            format!("{offset:#x}")
+        } else {
+            "work_unit".to_string()
+        };
+        assert_eq!(
+            row["sites"][0]["name"],
+            name.as_str(),
+            "offline {offline}: {row}"
+        );
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 #[ignore = "needs root"]
 fn all_with_a_pid_or_a_spec_is_one_line_and_exit_2() {

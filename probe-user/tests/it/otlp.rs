@@ -1,7 +1,10 @@
 //! `--otlp`: a real OpenTelemetry Collector (v0.165.0 modules: the OTLP receiver and the
 //! debug exporter, built by `cargo xtask setup` from xtask/otelcol) on loopback receives
 //! probetop's pushes; the last it logged must equal the run's JSON export: hits, drops,
-//! and each handler histogram's count, which its exponential buckets add up to.
+//! and each handler histogram's count, which its exponential buckets add up to; the
+//! export's `otlp` counts the pushes it logged. Over https its receiver has a certificate
+//! of a CA made for the test: trusted through `SSL_CERT_FILE` the pushes land, untrusted
+//! each is refused, said once, and counted failed with the reason.
 
 use std::{
     collections::BTreeMap,
@@ -37,10 +40,10 @@ struct Collector {
 }
 
 impl Collector {
-    fn start() -> Self {
-        let dir = std::env::temp_dir().join(format!("probetop-otelcol-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("temp dir");
+    /// Plain http, or https with `tls`'s server certificate.
+    fn start(tls: Option<&TestCa>) -> Self {
+        // Its own directory: the tests of this module run at once.
+        let dir = server_dir("otelcol");
         // A free loopback port: taken from the kernel, then handed to the Collector.
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -50,10 +53,15 @@ impl Collector {
         std::fs::write(
             &config,
             format!(
-                "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n\
+                "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n{tls}\
                  exporters:\n  debug:\n    verbosity: detailed\n\
                  service:\n  telemetry:\n    metrics:\n      level: none\n\
-                 \x20 pipelines:\n    metrics:\n      receivers: [otlp]\n      exporters: [debug]\n"
+                 \x20 pipelines:\n    metrics:\n      receivers: [otlp]\n      exporters: [debug]\n",
+                tls = tls.map_or_else(String::new, |ca| format!(
+                    "        tls:\n          cert_file: {}\n          key_file: {}\n",
+                    ca.cert.display(),
+                    ca.key.display()
+                )),
             ),
         )
         .expect("config");
@@ -85,6 +93,14 @@ impl Collector {
 
     fn text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The requests it logged: one resource each, the line after each batch's `Metrics`.
+    fn requests(&self) -> u64 {
+        self.text()
+            .lines()
+            .filter(|l| l.ends_with("\tResourceMetrics #0"))
+            .count() as u64
     }
 }
 
@@ -135,27 +151,39 @@ fn last_points(log: &str) -> BTreeMap<(String, u64), Point> {
     points
 }
 
-#[test]
-#[ignore = "needs root, the fixtures and the Collector (`cargo xtask setup`)"]
-fn a_collector_receives_what_the_export_says() {
-    let _turn = turn(module_path!());
-    let collector = Collector::start();
+/// The workload fixture, calling at 2000/s until killed.
+fn target() -> Running {
     let mut command = Command::new(fixture("c/workload"));
     command.args(["--forever", "--rate", "2000"]);
     let target = Running::spawn(command);
     target.out().wait_for("ready pid=");
-    let json = export_path("otlp.json");
+    target
+}
+
+/// probetop on `target` for `seconds`, pushing to `url` every 0.5 s; its JSON export.
+fn pushing(target: &Running, url: &str, seconds: &str, json: &std::path::Path) -> Command {
     let mut command = probetop();
     command
-        .args(["--pid", &target.pid().to_string(), "--no-tui", "-d", "3"])
+        .args([
+            "--pid",
+            &target.pid().to_string(),
+            "--no-tui",
+            "-d",
+            seconds,
+        ])
         .args(["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"])
-        .args(["--otlp", &format!("http://127.0.0.1:{}", collector.port)])
-        .args(["--interval", "0.5", "-o", &json.display().to_string()]);
-    let mut probetop = Running::spawn(command);
-    assert!(probetop.wait().success());
-    let report = read_export(&json);
+        .args(["--otlp", url])
+        .args(["--interval", "0.5", "-o", &json.display().to_string()])
+        .env("NO_PROXY", "127.0.0.1")
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR");
+    command
+}
 
-    // The final push is answered once the Collector has logged it.
+/// What the Collector logged last equals the export: hits, drops, and each histogram's
+/// count and buckets; its resource names the target; the export's `otlp` counts every
+/// request it logged, none failed.
+fn assert_received(collector: &Collector, url: &str, report: &serde_json::Value, target: &Running) {
     let points = last_points(&collector.text());
     let probes = report["probes"].as_array().expect("probes");
     assert_eq!(probes.len(), 2);
@@ -186,5 +214,82 @@ fn a_collector_receives_what_the_export_says() {
         "resource attributes"
     );
     assert!(text.contains("-> service.name: Str(probetop)"));
+    let otlp = &report["otlp"];
+    assert_eq!(otlp["endpoint"], format!("{url}/v1/metrics"), "{otlp}");
+    assert!(
+        collector.requests() >= 2,
+        "an interval push and the final one"
+    );
+    assert_eq!(otlp["pushed"], collector.requests(), "{otlp}");
+    assert_eq!(otlp["failed"], 0, "{otlp}");
+    assert_eq!(otlp["last_error"], serde_json::Value::Null, "{otlp}");
+}
+
+#[test]
+#[ignore = "needs root, the fixtures and the Collector (`cargo xtask setup`)"]
+fn a_collector_receives_what_the_export_says() {
+    let _turn = turn(module_path!());
+    let collector = Collector::start(None);
+    let target = target();
+    let json = export_path("otlp.json");
+    let url = format!("http://127.0.0.1:{}", collector.port);
+    let mut probetop = Running::spawn(pushing(&target, &url, "3", &json));
+    assert!(probetop.wait().success());
+    // The final push is answered once the Collector has logged it.
+    let report = read_export(&json);
+    assert_received(&collector, &url, &report, &target);
     let _ = std::fs::remove_file(&json);
+}
+
+#[test]
+#[ignore = "needs root, the fixtures, openssl and the Collector (`cargo xtask setup`)"]
+fn https_pushes_land_where_the_ca_is_trusted_and_are_counted_failed_where_not() {
+    let _turn = turn(module_path!());
+    let dir = server_dir("otlp-tls");
+    let ca = TestCa::new(&dir);
+    let collector = Collector::start(Some(&ca));
+    let target = target();
+    let url = format!("https://127.0.0.1:{}", collector.port);
+
+    // Trusted through SSL_CERT_FILE: every push lands.
+    let json = dir.join("trusted.json");
+    let mut command = pushing(&target, &url, "2", &json);
+    command.env("SSL_CERT_FILE", &ca.ca);
+    let mut probetop = Running::spawn(command);
+    assert!(probetop.wait().success());
+    let report = read_export(&json);
+    assert_received(&collector, &url, &report, &target);
+    let landed = collector.requests();
+
+    // The host's roots only: refused, said once, counted failed in the exit line and the
+    // JSON, with the reason; nothing more reached the Collector.
+    let json = dir.join("untrusted.json");
+    let mut probetop = Running::spawn(pushing(&target, &url, "1", &json));
+    assert!(probetop.wait().success());
+    let said = probetop.err().rest();
+    let refused: Vec<&String> = said.iter().filter(|l| l.contains("cannot push")).collect();
+    assert_eq!(refused.len(), 1, "{said:?}");
+    assert!(
+        refused[0].contains("TLS: the server's certificate is signed by no CA this host trusts")
+            && refused[0].contains("SSL_CERT_FILE"),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .any(|l| l.contains("0 pushes sent") && l.contains(" failed")),
+        "the exit line: {said:?}"
+    );
+    let report = read_export(&json);
+    let otlp = &report["otlp"];
+    assert_eq!(otlp["pushed"], 0, "{otlp}");
+    assert!(otlp["failed"].as_u64().is_some_and(|n| n >= 1), "{otlp}");
+    assert!(
+        otlp["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("signed by no CA this host trusts")),
+        "{otlp}"
+    );
+    assert_eq!(collector.requests(), landed, "an untrusted push landed");
+    drop(collector);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -575,6 +575,10 @@ pub struct JsonReport<'a> {
     /// `--budget`: written, not read back (the lab does not read it).
     #[serde(skip_serializing_if = "Option::is_none", skip_deserializing)]
     pub budget: Option<JsonBudget<'a>>,
+    /// `--otlp`: the endpoint, and the pushes it took (the final one included), failed
+    /// or dropped, with the last failure's reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub otlp: Option<Cow<'a, super::OtlpPushes>>,
 }
 
 impl<'a> JsonReport<'a> {
@@ -836,6 +840,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
             unit: summary.budget.unit(),
             summary,
         }),
+        otlp: report.otlp.as_ref().map(Cow::Borrowed),
     };
     let mut out = serde_json::to_vec_pretty(&doc).map_err(|e| ExportError::Encode {
         format: "json",

@@ -123,6 +123,23 @@ pub struct Report {
     pub latency: Vec<crate::aggregate::LatencyRow>,
     /// Keyed probes' rows: (probe id, one key's hits).
     pub keyed: Vec<(u32, crate::aggregate::KeyedHits)>,
+    /// What `--otlp`'s pushes came to, the final one included.
+    pub otlp: Option<OtlpPushes>,
+}
+
+/// `--otlp`: where the measurements were pushed, and how many pushes landed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct OtlpPushes {
+    /// The URL posted to (`.../v1/metrics`).
+    pub endpoint: String,
+    /// Requests the endpoint accepted (a 2xx).
+    pub pushed: u64,
+    /// Requests that failed every try.
+    pub failed: u64,
+    /// Requests dropped unsent: from a full queue, or still queued at exit.
+    pub dropped: u64,
+    /// Why the last request that failed did.
+    pub last_error: Option<String>,
 }
 
 /// A probed object whose path names another file now (replaced on disk). Loaded when
@@ -261,6 +278,12 @@ pub enum ExportError {
 pub(crate) struct ExportFile {
     pub path: PathBuf,
     pub bytes: Vec<u8>,
+}
+
+/// Whether `path` is a JSON export (the one format that carries `--otlp`'s counts).
+pub(crate) fn is_json(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
 }
 
 /// Renders `report` in the format named by `path`'s extension.
@@ -452,6 +475,7 @@ pub(crate) mod testing {
             budget: None,
             latency: Vec::new(),
             keyed: Vec::new(),
+            otlp: None,
         }
     }
 
@@ -673,6 +697,7 @@ pub(crate) mod testing {
             budget: None,
             latency: Vec::new(),
             keyed: Vec::new(),
+            otlp: None,
         }
     }
 
