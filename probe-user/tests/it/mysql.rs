@@ -475,6 +475,10 @@ fn auto_mode_keeps_every_command_of_a_server_run_flat_out() {
     let mut cmd = probetop();
     cmd.args(["--pid", &server.pid().to_string()])
         .args(["--preset", "mysql", "--mode", "auto"])
+        // A 16 KiB ring buffer: whether the default 8 MiB one overflows depends on how
+        // much CPU this host leaves the reader (half the records on an idle 2-CPU host
+        // once, none on another run); this one overflows on any.
+        .args(["--ring-kib", "16"])
         .args(["--no-tui", "--export"])
         .arg(&json);
     let mut probetop = Running::spawn(cmd);
@@ -519,10 +523,7 @@ fn auto_mode_keeps_every_command_of_a_server_run_flat_out() {
         "{prepared} statements, {dropped} records dropped, {} probes moved",
         moves.len()
     );
-    if dropped == 0 {
-        assert!(moves.is_empty(), "moved with nothing dropped: {summary}");
-        return;
-    }
+    assert!(dropped > 0, "a 16 KiB ring buffer kept up: {summary}");
     // Drops moved the busiest probes, each under the limit alone.
     assert!(
         !moves.is_empty(),
@@ -540,6 +541,7 @@ fn auto_mode_keeps_every_command_of_a_server_run_flat_out() {
         .map(|m| m["run_dropped"].as_u64().expect("run_dropped"))
         .max()
         .unwrap_or(0);
+    eprintln!("{} dropped after the last move", dropped - last);
     // After the moves nothing dropped, or what still drops is the pair, said so.
     assert!(
         dropped == last
