@@ -139,9 +139,20 @@ impl Site {
     /// How the report attached `kind`, for the table.
     fn shown(&self, kind: Kind) -> String {
         match self.command(kind, 0) {
-            Some((cmd, _, _)) => show(&cmd)
-                .replace(" -p 0 ", " -p PID ")
-                .replace(&self.exe.display().to_string(), "MARIADBD"),
+            Some((cmd, _, _)) => {
+                // Paths under the checkout as the reader runs them, from its root.
+                let here = std::env::current_dir()
+                    .map(|d| format!("{}/", d.display()))
+                    .unwrap_or_default();
+                let shown = show(&cmd)
+                    .replace(" -p 0 ", " -p PID ")
+                    .replace(&self.exe.display().to_string(), "MARIADBD");
+                if here.is_empty() {
+                    shown
+                } else {
+                    shown.replace(&here, "")
+                }
+            }
             None => format!(
                 "echo 'p:{TRACEFS_EVENT} MARIADBD:{:#x}' >> uprobe_events; echo 1 > events/{TRACEFS_EVENT}/enable",
                 self.file_offset
