@@ -363,7 +363,7 @@ pub struct Calibration {
     /// (`calibrate::tracefs_phase`; older caches: none, and other tools' events are
     /// priced as bare events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tracefs_shapes: Option<TracefsShapes>,
+    pub(crate) tracefs_shapes: Option<TracefsShapes>,
 }
 
 /// A hit of the calibration's tracefs event in other shapes, each a whole cost per hit
