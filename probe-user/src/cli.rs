@@ -307,7 +307,8 @@ pub(crate) struct RunArgs {
     /// How hits reach probetop: `ring` streams every hit; `sample` streams one hit in
     /// --sample-every and counts all in the kernel; `kernel` aggregates in the kernel
     /// (cheapest per hit, histogram within 3.2%, no per-hit records); `auto` streams
-    /// until a probe exceeds --auto-above hits/s, then aggregates it in the kernel.
+    /// until the probes streaming pass --auto-above hits/s together or the ring buffer
+    /// drops records, then aggregates the busiest in the kernel until the rest fit.
     /// `kernel` times one hit in --time-every.
     #[arg(long, value_enum, default_value_t = Mode::Ring)]
     pub mode: Mode,
@@ -341,8 +342,8 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "SECS", default_value_t = 3.0, value_parser = seconds(0.0, 3600.0))]
     pub clock_seconds: f64,
 
-    /// With --mode auto: the hits/s above which a probe is aggregated in the kernel (1
-    /// to 10^9).
+    /// With --mode auto: the hits/s every streaming probe together may send through the
+    /// ring buffer; above it the busiest are aggregated in the kernel (1 to 10^9).
     #[arg(long, value_name = "HITS_PER_S", default_value_t = 200_000.0, value_parser = real(1.0, 1e9, "hits/s"))]
     pub auto_above: f64,
 

@@ -6,6 +6,7 @@
 //! over a watch channel and hands back the whole [`Aggregator`] when stopped.
 
 use std::{
+    collections::HashMap,
     io,
     time::{Duration, Instant},
 };
@@ -17,7 +18,7 @@ use tokio::{
     sync::{mpsc, oneshot, watch},
 };
 
-use crate::aggregate::{Aggregator, IntervalLog, OwnUsage, ProbeAggregate};
+use crate::aggregate::{Aggregator, AutoMove, IntervalLog, MoveReason, OwnUsage, ProbeAggregate};
 use crate::attach::dispatch::Dispatch;
 use crate::attach::{KernelCounters, StagedFlush};
 use crate::delivery::DeliveryMode;
@@ -40,8 +41,9 @@ const OWN_USAGE_INTERVAL: Duration = Duration::from_secs(1);
 /// How the collector treats hot probes and intervals.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct CollectorOptions {
-    /// Switch a ring buffer probe to in-kernel aggregation once its rate exceeds this
-    /// many hits per second.
+    /// `--mode auto`: move ring buffer probes, busiest first, to in-kernel aggregation
+    /// once the run streams more than this many hits per second in all, or the ring
+    /// buffer drops records.
     pub auto_kernel_above: Option<f64>,
     /// With `auto_kernel_above`: once a probe is switched, time the handler of one hit in
     /// this many (`--time-every`), as the kernel mode does; until then every hit is timed.
@@ -227,6 +229,9 @@ pub(crate) async fn collect(
     let mut interval_start = Duration::ZERO;
     let mut own_meter = OwnUsageMeter::default();
     let mut own = OwnUsage::default();
+    let mut auto = options
+        .auto_kernel_above
+        .map(|limit| AutoMode::new(limit, options.auto_time_every));
     let snapshot = |aggregator: &Aggregator,
                     pricer: &Pricer,
                     elapsed: Duration,
@@ -253,6 +258,11 @@ pub(crate) async fn collect(
             _ = read_counters.tick(), if !counters_frozen => {
                 read_kernel_counters(&counters, &mut aggregator);
                 pricer.pool_gaps(&aggregator);
+                // After the cut a move would make a stopped probe count again: the arm
+                // runs only before it.
+                if let Some(auto) = auto.as_mut() {
+                    auto.judge(&mut stream, &mut counters, &mut aggregator);
+                }
             }
             _ = read_own_usage.tick() => {
                 own = own_meter.measure();
@@ -262,10 +272,6 @@ pub(crate) async fn collect(
                 let now = Instant::now();
                 aggregator.tick(now - last_tick);
                 last_tick = now;
-                // After the cut a switch would make a stopped probe count again.
-                if !counters_frozen && let Some(limit) = options.auto_kernel_above {
-                    switch_hot_probes(&mut counters, &mut aggregator, limit, options.auto_time_every);
-                }
                 if !counters_frozen
                     && let Some(end) = clock_phase_ends
                     && end_clock_phase(&mut stream, &mut counters, &mut aggregator, options.auto_time_every, now >= end)
@@ -277,6 +283,7 @@ pub(crate) async fn collect(
                     pricer.pool_gaps(&aggregator);
                 }
                 pricer.price_latency(&mut aggregator);
+                say_new_notices(&mut aggregator);
                 snapshots.send_replace(snapshot(&aggregator, &pricer, started.elapsed(), own, *focus.borrow()));
             }
             // A new selection gets its details at once rather than at the next tick.
@@ -342,6 +349,9 @@ pub(crate) async fn collect(
                         ));
                     }
                     intervals = IntervalLog::default();
+                    if let Some(auto) = auto.as_mut() {
+                        auto.restart();
+                    }
                     started = Instant::now();
                     interval_start = Duration::ZERO;
                     interval_timer.reset();
@@ -652,82 +662,264 @@ fn baseline_probes(
     }
 }
 
-/// Moves ring buffer probes hotter than `limit` hits/s to in-kernel aggregation, which
-/// costs the target less per hit and user space nothing per hit. From the first switch
-/// on, one hit in `time_every` is timed, as in the kernel mode: a probe still streaming
-/// reads the clock of an untimed hit after its config lookup, a few ns later.
-fn switch_hot_probes(
-    counters: &mut KernelCounters,
-    aggregator: &mut Aggregator,
+/// `--mode auto`: the run's hits weighed whole, since the ring buffer and its one
+/// reader carry every streaming probe's records together. A probe moves into the kernel
+/// when the run streams more than `--auto-above` hits a second in all, or when the ring
+/// dropped records; the busiest go first, until the rest fit. Counts stay exact across
+/// a move (the hits streamed and dropped before it, counted in the kernel after it), and
+/// the probe's histogram goes on from the streamed hits with the in-kernel ones.
+#[derive(Debug)]
+struct AutoMode {
+    /// `--auto-above`: hits per second the run may stream in all.
     limit: f64,
+    /// `--time-every`, from the first move on.
     time_every: u64,
-) {
-    let mut switched = Vec::new();
-    // A latency pair's probes keep streaming: their records are paired; a keyed
-    // probe's too: each record is counted under its key.
-    let paired: Vec<bool> = (0..aggregator.probes().len())
-        .map(|id| aggregator.streams_every_hit(id as u32))
+    /// At the last judgement: when, and the run's records received and dropped by then.
+    last: (Instant, u64, u64),
+    /// Each probe's hits offered to the ring (received and dropped) at the last
+    /// judgement, by probe id: its rate since, which the drops read at this judgement
+    /// are in (the rate window closes them into its ticks later).
+    offered: Vec<u64>,
+    /// Drops went on with nothing left to move: said once.
+    said_stuck: bool,
+}
+
+/// One probe still streaming, as auto mode weighs it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Streaming {
+    id: usize,
+    per_second: f64,
+    /// A latency pair's half or a keyed probe streams every hit: user space pairs or
+    /// keys each record.
+    movable: bool,
+}
+
+/// The shortest span auto mode judges rates over.
+const MIN_JUDGED: Duration = Duration::from_millis(200);
+
+/// With drops seen, the streaming probes may go on offering the ring this share of what
+/// its reader took meanwhile: what it took while dropping is its most, and the reader
+/// shares the machine with the target.
+const KEPT_SHARE: f64 = 0.5;
+
+/// The probes to move, busiest first: until what still streams is at most `limit`
+/// hits/s, and, when records were dropped while the reader took `kept` a second, at
+/// most [`KEPT_SHARE`] of that.
+fn choose_moves(streaming: &[Streaming], limit: f64, kept: Option<f64>) -> Vec<usize> {
+    let target = kept.map_or(limit, |kept| limit.min(kept * KEPT_SHARE));
+    let mut left: f64 = streaming.iter().map(|s| s.per_second).sum();
+    let mut movable: Vec<&Streaming> = streaming
+        .iter()
+        .filter(|s| s.movable && s.per_second > 0.0)
         .collect();
-    for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
-        let rate = probe.rate.per_second();
-        if probe.mode == DeliveryMode::Ring
-            && !paired[id]
-            && rate > limit
-            && counters
+    movable.sort_by(|a, b| b.per_second.total_cmp(&a.per_second));
+    let mut chosen = Vec::new();
+    for probe in movable {
+        if left <= target {
+            break;
+        }
+        left -= probe.per_second;
+        chosen.push(probe.id);
+    }
+    chosen
+}
+
+impl AutoMode {
+    fn new(limit: f64, time_every: u64) -> Self {
+        Self {
+            limit,
+            time_every,
+            last: (Instant::now(), 0, 0),
+            offered: Vec::new(),
+            said_stuck: false,
+        }
+    }
+
+    /// The window starts over (a reset): so do the run's received and dropped records.
+    fn restart(&mut self) {
+        self.last = (Instant::now(), 0, 0);
+        self.offered.clear();
+    }
+
+    /// Judges the run after a read of the kernel's counters (the drops), and moves what
+    /// [`choose_moves`] picks; each move is said once, as a notice.
+    fn judge(
+        &mut self,
+        stream: &mut HitStream,
+        counters: &mut KernelCounters,
+        aggregator: &mut Aggregator,
+    ) {
+        let now = Instant::now();
+        let (received, dropped) = (aggregator.received(), aggregator.dropped());
+        let (then, received_then, dropped_then) = self.last;
+        let seconds = (now - then).as_secs_f64();
+        // Rates over less than a few ticks say little (the first read, at the start).
+        if seconds < MIN_JUDGED.as_secs_f64() {
+            return;
+        }
+        self.last = (now, received, dropped);
+        let new_drops = dropped.saturating_sub(dropped_then);
+        // What the reader took while the ring dropped.
+        let kept = (new_drops > 0 && seconds > 0.0)
+            .then(|| received.saturating_sub(received_then) as f64 / seconds);
+        let offered: Vec<u64> = aggregator
+            .probes()
+            .iter()
+            .map(|p| p.received + p.dropped)
+            .collect();
+        let since = |id: usize| {
+            let before = self.offered.get(id).copied().unwrap_or(0);
+            if seconds > 0.0 {
+                offered.get(id).map_or(0, |n| n.saturating_sub(before)) as f64 / seconds
+            } else {
+                0.0
+            }
+        };
+        // A latency pair the kernel can pair moves whole (both halves, ends first).
+        let mut pair_of: HashMap<usize, usize> = HashMap::new();
+        for (at, _, ids) in aggregator.latency.kernel_pairs() {
+            for id in ids {
+                pair_of.insert(id as usize, at);
+            }
+        }
+        let streaming: Vec<Streaming> = aggregator
+            .probes()
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.mode == DeliveryMode::Ring)
+            .map(|(id, _)| Streaming {
+                id,
+                per_second: since(id),
+                movable: !aggregator.streams_every_hit(id as u32) || pair_of.contains_key(&id),
+            })
+            .collect();
+        self.offered = offered;
+        let run_per_second: f64 = streaming.iter().map(|s| s.per_second).sum();
+        let chosen = choose_moves(&streaming, self.limit, kept);
+        if chosen.is_empty() {
+            if new_drops > 0 && !self.said_stuck {
+                self.say_stuck(aggregator, &streaming, new_drops);
+            }
+            return;
+        }
+        let reason = if kept.is_some() {
+            MoveReason::Dropped
+        } else {
+            MoveReason::AboveLimit
+        };
+        let after =
+            Duration::from_nanos(ktime_now_ns().saturating_sub(aggregator.window_start_ns()));
+        let mut moved = Vec::new();
+        for id in chosen {
+            if let Some(&pair) = pair_of.get(&id) {
+                let halves = aggregator
+                    .latency
+                    .halves_of(pair)
+                    .map(|(starts, ends)| starts.into_iter().chain(ends).collect::<Vec<u32>>())
+                    .unwrap_or_default();
+                if halves.iter().any(|&half| moved.contains(&(half as usize))) {
+                    continue;
+                }
+                if pair_to_kernel(counters, aggregator, pair) {
+                    moved.extend(halves.into_iter().map(|half| half as usize));
+                }
+                continue;
+            }
+            if counters
                 .set_mode(id as u32, DeliveryMode::KernelHistogram)
-                .is_ok()
-        {
+                .is_err()
+            {
+                continue;
+            }
+            let Some(probe) = aggregator.probes_mut().get_mut(id) else {
+                continue;
+            };
             probe.mode = DeliveryMode::KernelHistogram;
             // The ring handler's clock so far prices its in-kernel hits (`--assume
-            // clock`); its handler histogram goes on holding both, as said in the README.
+            // clock`); its handler histogram goes on holding both, as the user guide says.
             probe.keep_streamed_clock();
-            switched.push((probe_name(id, probe), rate));
+            moved.push(id);
         }
-    }
-    // A busy latency pair the kernel can pair moves whole.
-    let pairs: Vec<(usize, Vec<u32>)> = aggregator
-        .latency
-        .kernel_pairs()
-        .map(|(at, _, ids)| (at, ids))
-        .collect();
-    for (at, ids) in pairs {
-        let probes = aggregator.probes();
-        let halves: Vec<&ProbeAggregate> = ids
-            .iter()
-            .filter_map(|&id| probes.get(id as usize))
-            .collect();
-        let rate = halves
-            .iter()
-            .map(|p| p.rate.per_second())
-            .fold(0.0, f64::max);
-        if rate > limit
-            && halves.iter().all(|p| p.mode == DeliveryMode::Ring)
-            && pair_to_kernel(counters, aggregator, at)
+        if moved.is_empty() {
+            return;
+        }
+        // What the moved probes staged on each CPU reaches the ring (or is counted
+        // dropped) now: the run's drops from here on came after the move.
+        stream.drain_all(|record| aggregator.record_any(&record));
+        read_drops(counters, aggregator);
+        let run_dropped = aggregator.dropped();
+        if self.time_every > 1
+            && let Err(e) = counters.set_time_every(self.time_every)
         {
-            let name = ids
-                .first()
-                .and_then(|&id| aggregator.probes().get(id as usize))
-                .map_or_else(String::new, |p| p.name.clone());
-            switched.push((format!("latency pair of {name}"), rate));
+            aggregator.notices.push(format!(
+                "cannot time one hit in {} from now on ({e}): every hit stays timed",
+                self.time_every
+            ));
+        }
+        let limit = self.limit;
+        for id in moved {
+            let Some(probe) = aggregator.probes_mut().get_mut(id) else {
+                continue;
+            };
+            let per_second = streaming
+                .iter()
+                .find(|s| s.id == id)
+                .map_or(0.0, |s| s.per_second);
+            probe.moved = Some(AutoMove {
+                after,
+                reason,
+                per_second,
+                run_per_second,
+                run_dropped,
+            });
+            let name = probe_name(id, probe);
+            let why = match (reason, kept) {
+                (MoveReason::Dropped, Some(kept)) => format!(
+                    "{name} fires {per_second:.0} hits/s; the ring buffer dropped {new_drops} records in {seconds:.1} s, its reader taking {kept:.0}/s of the {run_per_second:.0} hits/s streamed"
+                ),
+                _ if per_second > limit => {
+                    format!("{name} fires {per_second:.0} hits/s, above {limit:.0}")
+                }
+                _ => format!(
+                    "{name} fires {per_second:.0} hits/s; the run streams {run_per_second:.0} hits/s in all, above {limit:.0}"
+                ),
+            };
+            aggregator
+                .notices
+                .push(format!("{why}: aggregating it in the kernel from now on"));
         }
     }
-    if !switched.is_empty()
-        && time_every > 1
-        && let Err(e) = counters.set_time_every(time_every)
-    {
+
+    /// Records dropped with nothing left to move: the probes streaming every hit carry
+    /// the run. Said once.
+    fn say_stuck(&mut self, aggregator: &mut Aggregator, streaming: &[Streaming], new_drops: u64) {
+        let stuck: Vec<String> = streaming
+            .iter()
+            .filter(|s| !s.movable && s.per_second > 0.0)
+            .filter_map(|s| Some(probe_name(s.id, aggregator.probes().get(s.id)?)))
+            .collect();
+        if stuck.is_empty() {
+            return;
+        }
+        self.said_stuck = true;
         aggregator.notices.push(format!(
-            "cannot time one hit in {time_every} from now on ({e}): every hit stays timed"
-        ));
-    }
-    for (name, rate) in switched {
-        aggregator.notices.push(format!(
-            "{name} fires {rate:.0} hits/s, above {limit:.0}: aggregating it in the kernel from now on"
+            "the ring buffer dropped {new_drops} records, and what still streams cannot move into the kernel: {} stream every hit (a latency pair's halves pair their records, a keyed probe keys them, in user space); their hits stay counted exactly, their latency and key rows miss the dropped calls",
+            stuck.join(", ")
         ));
     }
 }
 
+/// Reads every probe's drops from the kernel (a failed read keeps the last count).
+fn read_drops(counters: &KernelCounters, aggregator: &mut Aggregator) {
+    for (id, probe) in aggregator.probes_mut().iter_mut().enumerate() {
+        if let Ok(dropped) = counters.drops(id as u32) {
+            probe.set_dropped_total(dropped);
+        }
+    }
+}
+
 /// Moves the ring buffer probes `ids` to in-kernel aggregation, as
-/// [`switch_hot_probes`] does (a latency pair's and a keyed probe's keep streaming).
+/// auto mode does (a latency pair's and a keyed probe's keep streaming).
 fn move_to_kernel(
     counters: &mut KernelCounters,
     aggregator: &mut Aggregator,
@@ -756,6 +948,14 @@ fn move_to_kernel(
             "cannot time one hit in {time_every} from now on ({e}): every hit stays timed"
         ));
     }
+}
+
+/// Says the notices not said yet (auto mode's moves, as they happen), once each.
+fn say_new_notices(aggregator: &mut Aggregator) {
+    for notice in aggregator.notices.iter().skip(aggregator.notices_said) {
+        crate::sys::say(&format!("probetop: {notice}"));
+    }
+    aggregator.notices_said = aggregator.notices.len();
 }
 
 /// Clocked hits after which a probe leaves the clock phase before it ends: a hot probe
@@ -899,5 +1099,44 @@ mod tests {
         assert!(first.rss_bytes.is_some_and(|b| b > 0));
         assert_eq!(first.cpu_share, None, "no rate from one reading");
         assert!(meter.measure().cpu_share.is_some());
+    }
+
+    fn streaming(rates: &[(f64, bool)]) -> Vec<Streaming> {
+        rates
+            .iter()
+            .enumerate()
+            .map(|(id, &(per_second, movable))| Streaming {
+                id,
+                per_second,
+                movable,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_run_is_weighed_whole_not_each_probe() {
+        // Each of three under the limit, together above it: the busiest go until the
+        // rest fit.
+        let run = streaming(&[(60_000.0, true), (90_000.0, true), (80_000.0, true)]);
+        assert_eq!(choose_moves(&run, 100_000.0, None), [1, 2]);
+        // Under the limit and nothing dropped: nothing moves.
+        assert!(choose_moves(&run, 300_000.0, None).is_empty());
+        // One probe above the limit alone moves, as it always did.
+        let one = streaming(&[(250_000.0, true), (10.0, true)]);
+        assert_eq!(choose_moves(&one, 200_000.0, None), [0]);
+    }
+
+    #[test]
+    fn drops_move_the_busiest_until_half_of_what_the_reader_took_is_left() {
+        // 100k hits/s streamed, the reader took 60k/s while dropping: what stays must be
+        // at most 30k/s, so the 50k and the 30k probes move (20k is left).
+        let run = streaming(&[(30_000.0, true), (50_000.0, true), (20_000.0, true)]);
+        assert_eq!(choose_moves(&run, 200_000.0, Some(60_000.0)), [1, 0]);
+        // A latency pair's half cannot move: the others go, even all of them.
+        let pair = streaming(&[(40_000.0, false), (10_000.0, true), (5_000.0, true)]);
+        assert_eq!(choose_moves(&pair, 200_000.0, Some(20_000.0)), [1, 2]);
+        // A probe not hit is no load: it stays.
+        let idle = streaming(&[(0.0, true), (10_000.0, true)]);
+        assert_eq!(choose_moves(&idle, 200_000.0, Some(1_000.0)), [1]);
     }
 }

@@ -20,7 +20,9 @@ pub(crate) use latency::{
     DEFAULT_MAX_KEYS, EndPath, KernelPairRead, Latency, LatencyRow, PairSetup,
     Prices as LatencyPrices,
 };
-pub(crate) use probe::{CapturedArgs, HISTORY_SPAN, Measured, ProbeAggregate};
+pub(crate) use probe::{
+    AutoMove, CapturedArgs, HISTORY_SPAN, Measured, MoveReason, ProbeAggregate,
+};
 #[cfg(test)]
 use rate::RateWindow;
 pub(crate) use snapshot::{FocusDetail, HistoryPoint, IntervalSummary, OwnUsage};
@@ -59,6 +61,9 @@ pub(crate) struct Aggregator {
     pub outside_window: u64,
     /// Things the user should know about the run (mode switches), oldest first.
     pub notices: Vec<String>,
+    /// How many of `notices` were said on stderr as they came (the collector says them
+    /// at its next snapshot; the run's end says the rest).
+    pub notices_said: usize,
     /// Kernel dispatches in the target that matched none of the probes (another
     /// tool's uprobes), when dispatch is measured.
     pub other_dispatch: Option<crate::attach::dispatch_time::SlotTotal>,
@@ -85,6 +90,7 @@ impl Aggregator {
             unknown_records: 0,
             outside_window: 0,
             notices: Vec::new(),
+            notices_said: 0,
             other_dispatch: None,
             dispatch_unmeasured: None,
             dispatch_hooks: None,
@@ -193,6 +199,11 @@ impl Aggregator {
         self.probes.iter().map(|p| p.received).sum()
     }
 
+    /// Total records dropped over all probes (the kernel's counts at their last read).
+    pub(crate) fn dropped(&self) -> u64 {
+        self.probes.iter().map(|p| p.dropped).sum()
+    }
+
     /// CLOCK_MONOTONIC ns at which the measurement window opened (or was last reset).
     pub(crate) fn window_start_ns(&self) -> u64 {
         self.window_start_ns
@@ -260,6 +271,8 @@ pub(crate) struct ProbeMeasurements {
     pub timed_share: f64,
     /// Dispatch, gaps and streamed clock: what prices a hit beyond its handler.
     pub measured: Measured,
+    /// `--mode auto` moved it into the kernel.
+    pub moved: Option<AutoMove>,
 }
 
 /// Everything a report needs, measured so far.
@@ -311,6 +324,7 @@ impl Aggregator {
                     handler_ns: p.handler_ns.clone(),
                     timed_share: p.timed_share(),
                     measured: p.measured.clone(),
+                    moved: p.moved,
                 })
                 .collect(),
             target_cpu: None,

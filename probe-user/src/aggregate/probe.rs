@@ -69,6 +69,42 @@ pub(crate) struct ProbeAggregate {
     pub name: String,
     /// A keyed probe's hits per key.
     pub keys: Option<super::keys::HitKeys>,
+    /// `--mode auto` moved it into the kernel: when, why, and the run's drops then.
+    pub moved: Option<AutoMove>,
+}
+
+/// Why `--mode auto` moved a probe into the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MoveReason {
+    /// The ring buffer dropped records: the reader could not keep up with the run.
+    Dropped,
+    /// The run's records per second passed `--auto-above`.
+    AboveLimit,
+}
+
+impl MoveReason {
+    /// The word exports use.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            MoveReason::Dropped => "records-dropped",
+            MoveReason::AboveLimit => "above-auto-above",
+        }
+    }
+}
+
+/// A probe `--mode auto` moved from the ring buffer into in-kernel aggregation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct AutoMove {
+    /// Since the window opened (zero when a reset came after the move).
+    pub after: Duration,
+    pub reason: MoveReason,
+    /// The probe's hits per second then.
+    pub per_second: f64,
+    /// Hits per second of every probe still streaming then (this one included).
+    pub run_per_second: f64,
+    /// Records every probe had dropped when it moved, the records staged on every CPU
+    /// flushed first: what the run drops after it came later.
+    pub run_dropped: u64,
 }
 
 /// What was measured of one probe's hits beyond its handler time, as plain data: the
@@ -139,6 +175,7 @@ impl Default for ProbeAggregate {
             history: VecDeque::new(),
             name: String::new(),
             keys: None,
+            moved: None,
         }
     }
 }
@@ -259,8 +296,15 @@ impl ProbeAggregate {
     }
 
     /// Takes the kernel's cumulative drop count; drops before the last reset do not count.
+    /// A dropped hit is a hit: the rate holds it (in SAMPLE mode it follows the kernel's
+    /// count of every hit instead), so a run dropping half its records is not priced at
+    /// half its rate, and auto mode weighs what the ring was offered.
     pub(crate) fn set_dropped_total(&mut self, total: u64) {
-        self.dropped = total.saturating_sub(self.dropped_base);
+        let dropped = total.saturating_sub(self.dropped_base);
+        if self.mode != DeliveryMode::Sample {
+            self.rate.add(dropped.saturating_sub(self.dropped));
+        }
+        self.dropped = dropped;
     }
 
     /// Takes the kernel's cumulative count of `tid`'s dropped hits.
@@ -301,6 +345,11 @@ impl ProbeAggregate {
         self.threads.clear();
         if let Some(keys) = &mut self.keys {
             keys.reset();
+        }
+        // In the kernel from the new window's start: nothing of it was dropped before.
+        if let Some(moved) = &mut self.moved {
+            moved.after = Duration::ZERO;
+            moved.run_dropped = 0;
         }
     }
 

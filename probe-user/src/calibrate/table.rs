@@ -363,14 +363,14 @@ pub struct Calibration {
     /// (`calibrate::tracefs_phase`; older caches: none, and other tools' events are
     /// priced as bare events).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tracefs_shapes: Option<TracefsShapes>,
+    pub(crate) tracefs_shapes: Option<TracefsShapes>,
 }
 
 /// A hit of the calibration's tracefs event in other shapes, each a whole cost per hit
 /// on the same `push %rbp` entry as [`Calibration::tracefs_event_ns`]: what each
 /// kind of fetched argument and each further trace instance add is the difference.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TracefsShapes {
+pub(crate) struct TracefsShapes {
     /// Arguments of the one kind in each event with arguments.
     pub args: u32,
     /// `args` register values (`a0=%di:u64 ...`), one instance.

@@ -47,6 +47,17 @@ impl Method {
     }
 }
 
+/// Why the headline has no price per hit: said where the number would be, never a blank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unpriced {
+    /// No calibration for this machine: nothing is priced.
+    NoCalibration,
+    /// Calibrated, but no probe's site is in it (its cost class is unknown or refused).
+    UncalibratedSites,
+    /// Priced, but no probe was hit (over the last second, live; in the run, at its end).
+    NoHits,
+}
+
 /// The run's headline numbers.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(crate) struct Headline {
@@ -57,6 +68,18 @@ pub(crate) struct Headline {
     /// What a hit costs the target, ns, over every probe weighted by its hits.
     pub per_hit_ns: Option<f64>,
     pub method: Method,
+    /// Why `per_hit_ns` is `None`, when it is.
+    pub unpriced: Option<Unpriced>,
+}
+
+/// Why a headline of `cpu_share` and `per_hit_ns` has no price per hit.
+fn unpriced(cpu_share: Option<f64>, per_hit_ns: Option<f64>, calibrated: bool) -> Option<Unpriced> {
+    match (cpu_share, per_hit_ns) {
+        (_, Some(_)) => None,
+        (None, None) if calibrated => Some(Unpriced::UncalibratedSites),
+        (None, None) => Some(Unpriced::NoCalibration),
+        (Some(_), None) => Some(Unpriced::NoHits),
+    }
 }
 
 /// The target's own CPU below which the probes' cost is not set against it: a ratio
@@ -79,14 +102,16 @@ impl Headline {
                 rate += p.per_second;
             }
         }
+        let per_hit_ns = (rate > 0.0).then(|| cost / rate);
         Self {
             cpu_share,
             target_own: own_cpu(snapshot.target_cpu, cpu_share),
-            per_hit_ns: (rate > 0.0).then(|| cost / rate),
+            per_hit_ns,
             method: match cpu_share {
                 Some(_) => Method::Estimate(snapshot.assumption.as_ref().map(|d| d.assumes)),
                 None => Method::Unpriced,
             },
+            unpriced: unpriced(cpu_share, per_hit_ns, snapshot.calibrated),
         }
     }
 
@@ -101,6 +126,7 @@ impl Headline {
                 low: share.low,
                 high: share.high,
             },
+            unpriced: None,
         })
     }
 
@@ -125,14 +151,18 @@ impl Headline {
                 hits += p.hits;
             }
         }
+        let per_hit_ns = (hits > 0).then(|| cost / hits as f64);
+        // A site the calibration prices has a cost class it knows.
+        let calibrated = report.probes.iter().any(|p| p.cost.whole_cost_ns.is_some());
         Self {
             cpu_share,
             target_own: own_cpu(report.target_cpu, cpu_share),
-            per_hit_ns: (hits > 0).then(|| cost / hits as f64),
+            per_hit_ns,
             method: match cpu_share {
                 Some(_) => Method::Estimate(report.cost.assumption.as_ref().map(|d| d.assumes)),
                 None => Method::Unpriced,
             },
+            unpriced: unpriced(cpu_share, per_hit_ns, calibrated),
         }
     }
 
@@ -151,6 +181,9 @@ impl Headline {
     /// 2.72us a hit, estimated (hot caches)`.
     pub(crate) fn sentence(&self) -> String {
         let Some(share) = self.cpu_share else {
+            if self.unpriced == Some(Unpriced::UncalibratedSites) {
+                return "probe cost unknown: the calibration prices none of the probed sites (their cost class is unknown or refused)".into();
+            }
             return "probe cost unknown: no calibration for this machine yet (run `probetop calibrate` once)".into();
         };
         let mut text = format!("+{} of one CPU", share_text(share));
@@ -163,6 +196,8 @@ impl Headline {
         }
         if let Some(per_hit) = self.per_hit_ns {
             text.push_str(&format!(", {} a hit", format::ns_f(per_hit)));
+        } else if self.unpriced == Some(Unpriced::NoHits) {
+            text.push_str(", no hits to price");
         }
         text.push_str(&format!(", {}", self.how()));
         text
@@ -189,6 +224,9 @@ impl Headline {
     /// grows by one character must not push the status line into another layout.
     pub(crate) fn status(&self) -> String {
         let Some(share) = self.cpu_share else {
+            if self.unpriced == Some(Unpriced::UncalibratedSites) {
+                return "cost ? (no probed site is calibrated)".into();
+            }
             return "cost ? (run probetop calibrate)".into();
         };
         // Each group padded to its widest form.
@@ -197,12 +235,7 @@ impl Headline {
             let against = format!(" (+{} on target's {})", ratio_text(ratio), share_text(own));
             text.push_str(&format!("{against:<26}"));
         }
-        if let Some(per_hit) = self.per_hit_ns {
-            text.push_str(&format!(
-                "{:<11}",
-                format!(" {}/hit", format::ns_f(per_hit))
-            ));
-        }
+        text.push_str(&format!("{:<11}", self.per_hit_status()));
         text.push_str(match self.method {
             Method::Unpriced => "",
             Method::Estimate(_) => " est",
@@ -211,9 +244,24 @@ impl Headline {
         text
     }
 
-    /// The shortest form, for the narrowest status line: `cost +3.2% cpu est`.
+    /// The price per hit as the status line shows it (` 2.72us/hit`), or why there is
+    /// none; empty where the headline has no number at all.
+    fn per_hit_status(&self) -> String {
+        match (self.per_hit_ns, self.unpriced) {
+            (Some(per_hit), _) => format!(" {}/hit", format::ns_f(per_hit)),
+            (None, Some(Unpriced::NoHits)) => " (no hits)".into(),
+            _ => String::new(),
+        }
+    }
+
+    /// The shortest form, for the narrowest status line: `cost +3.2% cpu 2.72us/hit est`.
+    /// The price per hit stays (a status line crowded by drops once lost it, which
+    /// read as no price).
     pub(crate) fn status_short(&self) -> String {
         let Some(share) = self.cpu_share else {
+            if self.unpriced == Some(Unpriced::UncalibratedSites) {
+                return "cost ? (uncalibrated sites)".into();
+            }
             return "cost ? (calibrate)".into();
         };
         let how = match self.method {
@@ -221,12 +269,13 @@ impl Headline {
             _ => "est",
         };
         let share = format!("{:<15}", format!("cost +{} cpu", share_text(share)));
+        let per_hit = format!("{:<11}", self.per_hit_status());
         match self.on_target() {
             Some(ratio) => format!(
-                "{share}{:<12}{how}",
+                "{share}{:<12}{per_hit} {how}",
                 format!(" +{} target", ratio_text(ratio))
             ),
-            None => format!("{share} {how}"),
+            None => format!("{share}{per_hit} {how}"),
         }
     }
 
@@ -502,6 +551,41 @@ mod tests {
             unpriced_without_hits(cost, 0, true).whole_cost_ns,
             Some(900.0)
         );
+    }
+
+    #[test]
+    fn a_headline_without_a_price_per_hit_says_why() {
+        // Priced, and hit: the short form keeps the price per hit too (at 80 columns a
+        // status line with drops on it took the short form, which had none).
+        let h = Headline::live(&snapshot(&[(10_000.0, Some(2000.0))], Some(0.5)));
+        assert!(
+            h.status_short().contains("2.00us/hit"),
+            "{}",
+            h.status_short()
+        );
+        assert_eq!(h.unpriced, None);
+        // Priced, not hit in the last second: said, not left blank.
+        let mut idle = snapshot(&[(0.0, Some(2000.0))], Some(0.5));
+        idle.calibrated = true;
+        let h = Headline::live(&idle);
+        assert_eq!(h.unpriced, Some(Unpriced::NoHits));
+        for text in [h.status(), h.status_short(), h.sentence()] {
+            assert!(text.contains("no hits"), "{text}");
+        }
+        // No calibration, or one that prices none of the sites.
+        let mut bare = snapshot(&[(1000.0, None)], Some(0.5));
+        let h = Headline::live(&bare);
+        assert_eq!(h.unpriced, Some(Unpriced::NoCalibration));
+        assert!(
+            h.status().contains("run probetop calibrate"),
+            "{}",
+            h.status()
+        );
+        bare.calibrated = true;
+        let h = Headline::live(&bare);
+        assert_eq!(h.unpriced, Some(Unpriced::UncalibratedSites));
+        assert!(h.status().contains("no probed site is calibrated"));
+        assert!(h.sentence().contains("prices none of the probed sites"));
     }
 
     #[test]

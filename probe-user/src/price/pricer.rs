@@ -119,6 +119,7 @@ impl Pricer {
             _ => {}
         }
         snapshot.assumption = Some(decision);
+        snapshot.calibrated = self.costs.iter().any(|c| c.basis.is_some());
         snapshot.target_cpu = self
             .assumer
             .target_cores_live()

@@ -46,7 +46,8 @@ pub(crate) struct Snapshot {
     /// The latest notice, if any.
     pub notice: Option<String>,
     pub probes: Vec<ProbeSnapshot>,
-    /// Records received per second over the last second, all probes.
+    /// Hits per second over the last second, all probes (records received, and those
+    /// dropped, as the kernel's counts of them are read).
     pub events_per_second: f64,
     pub received: u64,
     pub dropped: u64,
@@ -65,6 +66,9 @@ pub(crate) struct Snapshot {
     pub latency: Vec<LatencyRow>,
     /// Keyed probes' rows: (probe id, one key's hits).
     pub keyed: Vec<(u32, KeyedHits)>,
+    /// Whether the calibration prices any probe's site (the headline says why it has no
+    /// price otherwise).
+    pub calibrated: bool,
 }
 
 impl Snapshot {
@@ -110,6 +114,7 @@ pub(super) fn unpriced(aggregator: &Aggregator, elapsed: Duration) -> Snapshot {
         target_cpu: None,
         latency: aggregator.latency.rows(elapsed.as_secs_f64()),
         keyed: aggregator.keyed_rows(),
+        calibrated: false,
     }
 }
 
@@ -141,7 +146,8 @@ mod tests {
         assert_eq!(snap.received, 3);
         assert_eq!(snap.dropped, 4);
         assert_eq!(snap.probes[1].hits, 6);
-        assert!((snap.events_per_second - 3.0).abs() < 1e-9);
+        // A dropped hit is a hit: the rate holds it.
+        assert!((snap.events_per_second - 7.0).abs() < 1e-9);
         assert_eq!(snap.probes[1].handler.max, 30);
     }
 }

@@ -88,8 +88,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     for note in &driven.notes {
         say!("probetop: {note}");
     }
-    // What happened during the run (auto mode's switches) comes before how it ended.
-    for notice in &aggregator.notices {
+    // What happened during the run (auto mode's moves) comes before how it ended; the
+    // collector said most as they came.
+    for notice in aggregator.notices.iter().skip(aggregator.notices_said) {
         say!("probetop: {notice}");
     }
     // The program probed last: the first one, unless execs were followed.

@@ -298,6 +298,7 @@ pub(super) fn build_report(
                     })
                     .collect(),
                 other: probe.other.clone(),
+                moved: measured.moved,
             })
             .collect(),
         cost: Default::default(),

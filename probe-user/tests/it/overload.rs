@@ -106,3 +106,95 @@ fn in_kernel_aggregation_keeps_up() {
     let _turn = turn(module_path!());
     flood("kernel", &[]);
 }
+
+/// `--mode auto` weighs the run whole: three probes on every call of the workload, each
+/// under `--auto-above` (10^9 hits/s, more than any probe can fire), overrun a 4 KiB ring
+/// buffer together. Auto mode moves them into the kernel, busiest first, as drops show,
+/// says each move once, and the calls made after the moves drop nothing. Every call is
+/// counted, exactly, by every probe.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn auto_mode_moves_probes_that_overrun_the_ring_together() {
+    let _turn = turn(module_path!());
+    const SPECS: [&str; 3] = ["uprobe:work_unit", "uprobe:leaf_ret", "usdt:workload:unit"];
+    // A private copy: no other test's probe on this file counts its calls.
+    let dir = std::env::temp_dir().join(format!("probetop-auto-{}", std::process::id()));
+    let copy = workload_copy(&dir, "workload");
+    let target = started(&copy, &["--wait-signal", "--forever", "--batch", "100000"]);
+    let json = export_path("auto-overrun.json");
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
+        .arg(&json)
+        .args(["--mode", "auto", "--auto-above", "1e9", "--ring-kib", "4"]);
+    for spec in SPECS {
+        cmd.args(["-e", spec]);
+    }
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached 3 probes");
+    target.signal(libc::SIGUSR1);
+    // Each move is said as it happens: wait until every probe is in the kernel.
+    let mut moved: Vec<String> = Vec::new();
+    while moved.len() < SPECS.len() {
+        let line = probetop.err().wait_for("aggregating it in the kernel");
+        let spec = SPECS
+            .iter()
+            .find(|s| line.contains(&format!("{s} fires")))
+            .unwrap_or_else(|| panic!("a move naming no probe: {line}"));
+        assert!(line.contains("dropped"), "moved for its drops: {line}");
+        assert!(!moved.contains(&spec.to_string()), "said twice: {line}");
+        moved.push(spec.to_string());
+    }
+    // Calls after every move: two more batches of the workload.
+    target.out().skip_buffered();
+    for _ in 0..2 {
+        target.out().wait_for("batch calls=");
+    }
+    target.signal(libc::SIGTERM);
+    let done = target.out().wait_for("done total=");
+    let calls = field(&done, "total") as u64;
+    let status = probetop.wait();
+    let stderr = probetop.err().rest();
+    assert!(status.success(), "{stderr:?}");
+    assert!(
+        !stderr
+            .iter()
+            .any(|l| l.contains("aggregating it in the kernel")),
+        "a move said again at the end: {stderr:#?}"
+    );
+    let report = read_export(&json);
+    let rows: Vec<&serde_json::Value> = SPECS
+        .iter()
+        .map(|spec| {
+            report["probes"]
+                .as_array()
+                .expect("probes")
+                .iter()
+                .find(|p| p["spec"] == *spec)
+                .unwrap_or_else(|| panic!("no {spec} in {report}"))
+        })
+        .collect();
+    let dropped: u64 = rows
+        .iter()
+        .map(|p| p["dropped"].as_u64().expect("dropped"))
+        .sum();
+    assert!(dropped > 0, "a 4 KiB ring buffer must overflow: {report}");
+    let mut last_move_dropped = 0;
+    for (spec, p) in SPECS.iter().zip(&rows) {
+        // Exact: streamed, dropped, then counted in the kernel.
+        assert_eq!(p["hits"], calls, "{spec}: {p}");
+        assert_eq!(p["mode"], "kernel", "{spec}: {p}");
+        let moved = &p["moved_in_kernel"];
+        assert_eq!(moved["reason"], "records-dropped", "{spec}: {p}");
+        // Each under the limit: the run's sum made the move.
+        let rate = moved["hits_per_second"].as_f64().expect("rate");
+        assert!(rate > 0.0 && rate < 1e9, "{spec}: {p}");
+        last_move_dropped =
+            last_move_dropped.max(moved["run_dropped"].as_u64().expect("run_dropped"));
+        // The histogram goes on: the streamed hits and the kernel's timed ones.
+        let timed = p["handler_ns"]["count"].as_u64().expect("count");
+        assert!(timed > 0 && timed <= calls, "{spec}: {p}");
+    }
+    // The drops stopped with the moves: none after the last.
+    assert_eq!(dropped, last_move_dropped, "{report}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

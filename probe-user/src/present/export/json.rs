@@ -149,6 +149,27 @@ pub struct JsonProbe<'a> {
     /// target runs each hit, which `streamed-clock` pricing reads.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub streamed_clock_ns: Option<HandlerSummary>,
+    /// `--mode auto` moved it from the ring buffer into the kernel while the run measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_in_kernel: Option<JsonMove>,
+}
+
+/// When and why `--mode auto` moved a probe into the kernel.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonMove {
+    /// Seconds after the window opened (0 when a reset came after the move).
+    pub after_s: f64,
+    /// `records-dropped` (the ring buffer dropped records) or `above-auto-above` (the
+    /// run streamed more hits a second in all than `--auto-above`).
+    pub reason: Cow<'static, str>,
+    /// The probe's hits per second then.
+    pub hits_per_second: f64,
+    /// Hits per second of every probe streaming then, this one included.
+    pub run_hits_per_second: f64,
+    /// Records every probe had dropped when it moved (its staged records flushed
+    /// first): the run's `dropped` less this came after the move.
+    pub run_dropped: u64,
 }
 
 /// Exports from before other tools' probes were counted hold only probetop's own.
@@ -750,6 +771,13 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     shared_site: shared_site(&p.cost),
                     gaps: p.cost.gaps,
                     streamed_clock_ns: p.cost.streamed_clock,
+                    moved_in_kernel: p.moved.map(|m| JsonMove {
+                        after_s: m.after.as_secs_f64(),
+                        reason: m.reason.as_str().into(),
+                        hits_per_second: m.per_second,
+                        run_hits_per_second: m.run_per_second,
+                        run_dropped: m.run_dropped,
+                    }),
                 };
                 let keyed: Vec<JsonEntry> = report
                     .keyed

@@ -84,6 +84,8 @@ pub struct ProbeReport {
     pub intervals: Vec<Interval>,
     /// Another tool's probe, which probetop only counted; `None`: probetop's own.
     pub other: Option<crate::attach::others::OtherSite>,
+    /// `--mode auto` moved it into the kernel.
+    pub(crate) moved: Option<crate::aggregate::AutoMove>,
 }
 
 /// One interval's histogram.
@@ -422,6 +424,7 @@ pub(crate) mod testing {
         b.record_n(1000, 10).expect("in range");
         let probe = |id: u32, kind, name: &str, hist: Histogram<u64>, dropped| ProbeReport {
             mode: crate::delivery::DeliveryMode::Ring,
+            moved: None,
             last_args: None,
             threads: Vec::new(),
             processes: Vec::new(),
@@ -552,6 +555,7 @@ pub(crate) mod testing {
             }
             probes.push(ProbeReport {
                 mode: crate::delivery::DeliveryMode::Ring,
+                moved: None,
                 last_args: None,
                 threads: Vec::new(),
                 processes: Vec::new(),

@@ -679,6 +679,7 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         target_cpu,
         latency,
         keyed,
+        calibrated,
     } = new;
     elapsed.as_secs() != old.elapsed.as_secs()
         || *notice != old.notice
@@ -692,5 +693,6 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         || *target_cpu != old.target_cpu
         || *latency != old.latency
         || *keyed != old.keyed
+        || *calibrated != old.calibrated
         || assumption.as_ref().map(|d| d.assumes) != old.assumption.as_ref().map(|d| d.assumes)
 }

@@ -130,6 +130,7 @@ fn snapshot() -> Snapshot {
         target_cpu: Some(0.9),
         latency: Vec::new(),
         keyed: Vec::new(),
+        calibrated: false,
     }
 }
 
