@@ -47,7 +47,7 @@ pub(crate) struct UsageError(pub(crate) String);
 #[error("{0}")]
 pub struct MissingInput(pub String);
 
-/// What the integration tests and the fuzz targets reach inside probetop, at the paths
+/// What the integration tests, the fuzz targets and the lab reach inside probetop, at the paths
 /// they have inside the crate: not an API (nothing here is promised to stay), kept to
 /// what they use, so that everything else is crate-private and the compiler sees what
 /// is dead.
@@ -64,12 +64,18 @@ pub mod inner {
         }
     }
     pub mod calibrate {
+        /// The calibration's schema, which the lab reads `calibrate --json` with.
         pub mod table {
-            pub use crate::calibrate::table::Machine;
+            pub use crate::calibrate::table::{Calibration, Case, Machine};
         }
     }
     pub mod delivery {
         pub use crate::delivery::DeliveryMode;
+    }
+    pub mod insn {
+        pub mod classes {
+            pub use crate::insn::classes::CostClass;
+        }
     }
     /// The export's schema, which the benchmark lab reads runs back with.
     pub mod present {
@@ -85,6 +91,10 @@ pub mod inner {
         pub use crate::resolve::{
             debuginfo, elf, glob, suggest, symbols, unwind, usdt, usdt_args, usdt_probe_point,
         };
+        /// `probetop list --json`'s schema, which the lab reads listings with.
+        pub mod list {
+            pub use crate::resolve::list::{ListedKind, Listing};
+        }
     }
     pub mod spec {
         pub use crate::spec::{ProbeKind, ProbeSpec, is_latency, parse_latency};

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// Summary of one set of repeated measurements.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Summary {
+pub struct Summary {
     pub n: usize,
     pub median: f64,
     /// First and third quartiles (the IQR is `q3 - q1`).

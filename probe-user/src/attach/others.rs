@@ -53,9 +53,30 @@ pub struct OtherSite {
     pub prog_id: Option<u32>,
     /// A tracefs event's `group/name`.
     pub event: Option<String>,
+    /// A tracefs event's fetched arguments and the trace instances it is enabled in:
+    /// what ftrace does on each hit beyond the bare record.
+    pub shape: Option<EventShape>,
     /// probetop counts its hits (false: the kernel refused a counter on the site, so
     /// the row's hits are not counted).
     pub counted: bool,
+}
+
+/// What a tracefs uprobe event makes ftrace do on each hit, beyond a bare record in
+/// one buffer: its fetched arguments, by what fetching each reads, and the trace
+/// instances whose buffers each get the record (the arguments are fetched once a hit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct EventShape {
+    /// Its fetched arguments.
+    pub args: u32,
+    /// Values read from registers or the kernel (`%di`, `$retval`, `\IMM`, `$comm`).
+    pub registers: u32,
+    /// Reads of the process's memory for non-string values (`+8(%sp)`, `@0x1000`,
+    /// `$stack2`, each dereference of a nested `+0(+8(%di))`; an array's every element).
+    pub memory_reads: u32,
+    /// Strings read from the process's memory (`+0(%si):string`, `:ustring`).
+    pub strings: u32,
+    /// The trace instances it is enabled in (the top one counts), at least 1.
+    pub instances: u32,
 }
 
 impl OtherSite {
@@ -124,6 +145,7 @@ fn sites_of(
                 ref_ctr_offset,
                 prog_id: Some(program.prog_id),
                 event: None,
+                shape: None,
                 counted: true,
             };
             if !sites.contains(&site) {
@@ -141,7 +163,7 @@ fn sites_of(
                 && s.returns == event.returns
                 && same_file(&s.file, &event.file)
         });
-        if backs_bpf && !event.enabled {
+        if backs_bpf && event.shape.instances == 0 {
             continue;
         }
         let tool = if event.group.starts_with("probe_") {
@@ -161,6 +183,10 @@ fn sites_of(
             ref_ctr_offset: event.ref_ctr_offset,
             prog_id: None,
             event: Some(format!("{}/{}", event.group, event.name)),
+            shape: Some(EventShape {
+                instances: event.shape.instances.max(1),
+                ..event.shape
+            }),
             counted: true,
         });
         only.push(None);
@@ -355,7 +381,9 @@ struct TracefsEvent {
     file: PathBuf,
     offset: u64,
     ref_ctr_offset: u64,
-    enabled: bool,
+    /// Its arguments as read from the definition; `instances` the trace instances it is
+    /// enabled in (0: none, used by perf or BPF alone).
+    shape: EventShape,
 }
 
 /// The uprobe events tracefs defines, with whether ftrace has each enabled.
@@ -370,7 +398,7 @@ fn tracefs_events() -> Vec<TracefsEvent> {
     text.lines()
         .filter_map(parse_uprobe_event)
         .map(|mut event| {
-            event.enabled = tracefs::event_enabled(root, &event.group, &event.name) == Some(true);
+            event.shape.instances = tracefs::enabled_instances(root, &event.group, &event.name);
             event
         })
         .collect()
@@ -404,8 +432,44 @@ fn parse_uprobe_event(line: &str) -> Option<TracefsEvent> {
             Some(text) => hex(text)?,
             None => 0,
         },
-        enabled: false,
+        shape: words.fold(EventShape::default(), |mut shape, arg| {
+            add_fetch_arg(&mut shape, arg);
+            shape
+        }),
     })
+}
+
+/// Counts one fetch argument of a uprobe event's definition (`NAME=FETCH[:TYPE]`, as
+/// tracefs lists it) into `shape`: a string type reads a string where its last
+/// dereference points; each other dereference (`+OFF(...)`), absolute address (`@`) or
+/// stack slot (`$stack`) reads the process's memory once per element; anything else
+/// is a register or a value the kernel has at hand.
+fn add_fetch_arg(shape: &mut EventShape, arg: &str) {
+    let fetch = arg.split_once('=').map_or(arg, |(_, fetch)| fetch);
+    // The type follows the last ':' outside the fetch's parentheses and brackets.
+    let (value, kind) = match fetch.rfind(':') {
+        Some(at) if !fetch[at..].contains(')') => (&fetch[..at], &fetch[at + 1..]),
+        _ => (fetch, ""),
+    };
+    let elements = kind
+        .split_once('[')
+        .and_then(|(_, n)| n.trim_end_matches(']').parse::<u32>().ok())
+        .unwrap_or(1)
+        .max(1);
+    let derefs = value.matches('(').count() as u32;
+    let reads = derefs
+        + u32::from(value.contains('@'))
+        + u32::from(value.starts_with("$stack") && value.len() > "$stack".len());
+    shape.args += 1;
+    if (kind == "string" || kind == "ustring") && reads > 0 {
+        shape.strings += 1;
+        // The last dereference is the string's read itself.
+        shape.memory_reads += reads.saturating_sub(1);
+    } else if reads > 0 {
+        shape.memory_reads += reads * elements;
+    } else {
+        shape.registers += elements;
+    }
 }
 
 #[cfg(test)]
@@ -469,8 +533,46 @@ mod tests {
         assert!(event.returns);
         assert_eq!(event.offset, 0x4d0);
         assert_eq!(event.ref_ctr_offset, 0x4010);
+        assert_eq!(
+            event.shape,
+            EventShape {
+                args: 1,
+                registers: 1,
+                ..Default::default()
+            }
+        );
         assert_eq!(parse_uprobe_event("x:bad/line /a:0x1"), None);
         assert_eq!(parse_uprobe_event(""), None);
+    }
+
+    #[test]
+    fn fetched_arguments_are_counted_by_what_they_read() {
+        // As tracefs lists them (the issue's example, and each fetch form of a uprobe).
+        let shape = |args: &str| {
+            parse_uprobe_event(&format!("p:g/e /bin/x:0x0000000000001189 {args}"))
+                .expect("parses")
+                .shape
+        };
+        let issue = shape("arg1=%di:u64 s=+0(%si):string");
+        assert_eq!(
+            (
+                issue.args,
+                issue.registers,
+                issue.memory_reads,
+                issue.strings
+            ),
+            (2, 1, 0, 1)
+        );
+        let forms = shape(
+            "a=%ax:x32 b=+8(%sp):u64 c=+0(+16(%di)):s32 d=@0x4010:u8 e=$stack2 f=$stack g=$comm h=\\7 i=+0(%si):u8[4] j=+0(+8(%di)):ustring",
+        );
+        assert_eq!(forms.args, 10);
+        // a, f, g, h
+        assert_eq!(forms.registers, 4);
+        // b 1, c 2, d 1, e 1, i 4 elements, j's pointer 1
+        assert_eq!(forms.memory_reads, 10);
+        assert_eq!(forms.strings, 1);
+        assert_eq!(shape("").args, 0);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub(crate) const MIN_SAMPLES: u64 = 20;
 
 /// One point of the gap curve.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub(crate) struct GapPoint {
+pub struct GapPoint {
     /// The sleep asked for between two calls, us (0: none, the hot loop).
     pub sleep_us: f64,
     /// The time from one hit to the next, measured: wall time per iteration, ns.
@@ -46,7 +46,7 @@ pub(crate) struct GapPoint {
 
 /// The gap curve of a calibration, by gap ascending.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct GapCurve {
+pub struct GapCurve {
     pub points: Vec<GapPoint>,
     /// The in-kernel points' `--time-every`.
     pub time_every: u64,

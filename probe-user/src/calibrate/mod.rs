@@ -249,14 +249,23 @@ pub(crate) fn run(
     } else {
         (Vec::new(), Some("not requested".to_string()))
     };
-    let (tracefs_event_ns, tracefs_event_error) = if options.hot {
-        phases.next("a hit of a tracefs uprobe event (ftrace's record, no BPF)");
+    let (tracefs_event_ns, tracefs_shapes, tracefs_event_error) = if options.hot {
+        phases.next(
+            "a hit of a tracefs uprobe event (ftrace's record, no BPF), with arguments and in two instances",
+        );
         match tracefs_phase::measure(&mut child, &offsets, &options)? {
-            Ok(summary) => (Some(summary), None),
-            Err(why) => (None, Some(why)),
+            Ok(tracefs_phase::Measured {
+                bare,
+                shapes: Ok(shapes),
+            }) => (Some(bare), Some(shapes), None),
+            Ok(tracefs_phase::Measured {
+                bare,
+                shapes: Err(why),
+            }) => (Some(bare), None, Some(why)),
+            Err(why) => (None, None, Some(why)),
         }
     } else {
-        (None, None)
+        (None, None, None)
     };
     // The child's clock is read while it lives (it exits when `child` drops).
     let child_ns = child_clock.and_then(|c| c.read_ns().ok());
@@ -374,6 +383,7 @@ pub(crate) fn run(
         work: phase_one.work.clone(),
         tracefs_event_ns,
         tracefs_event_error,
+        tracefs_shapes,
     };
     Ok((calibration, spent))
 }

@@ -16,7 +16,7 @@ pub(crate) const FORMAT: u32 = 4;
 /// `data_bytes` of data and a run through `code_bytes` of code, as a server runs its
 /// own code between two hits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ColdOptions {
+pub struct ColdOptions {
     pub data_bytes: u64,
     pub code_bytes: u64,
     /// Iterations per measured run (one hit each).
@@ -100,7 +100,7 @@ pub(crate) const SAME_CLASS: f64 = 0.35;
 /// One measured case of phase one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(crate) enum Case {
+pub enum Case {
     /// A loop calling a function that holds an unattached USDT site: ns per call.
     UsdtUnattached,
     /// A USDT site (a nop) with a probe running an empty program.
@@ -223,7 +223,7 @@ impl Case {
 /// One case of phase two: probetop's ring handler with dispatch measurement on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(crate) enum DispatchCase {
+pub enum DispatchCase {
     /// A USDT site: emulated nop.
     Usdt,
     /// `push %rbp`: emulated push.
@@ -266,7 +266,7 @@ impl DispatchCase {
 
 /// One row of phase one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Row {
+pub struct Row {
     pub case: Case,
     pub label: String,
     /// ns per hit (per call for the unattached row), summarised.
@@ -278,7 +278,7 @@ pub(crate) struct Row {
 /// How the rows of what probetop's handler adds were measured.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(crate) enum HandlerMethod {
+pub enum HandlerMethod {
     /// The kernel's run time per run of probetop's program minus the empty program's
     /// (BPF statistics): a few ns of spread. It leaves out what happens after the
     /// program returns (a ring-buffer wakeup, one per many records).
@@ -301,7 +301,7 @@ impl HandlerMethod {
 
 /// One row of phase two.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct DispatchRow {
+pub struct DispatchRow {
     pub case: DispatchCase,
     pub label: String,
     /// Whole cost per hit with probetop's ring handler and dispatch measurement on.
@@ -314,7 +314,7 @@ pub(crate) struct DispatchRow {
 
 /// Everything `probetop calibrate` measured; cached as JSON.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Calibration {
+pub struct Calibration {
     pub format: u32,
     pub kernel_release: String,
     pub cpu_model: String,
@@ -331,7 +331,7 @@ pub(crate) struct Calibration {
     /// How the handler rows were measured (older caches: thread CPU time).
     #[serde(default)]
     pub handler_method: HandlerMethod,
-    /// With [`HandlerMethod::ProgramTime`], the handler rows as the thread's CPU time
+    /// With `HandlerMethod::ProgramTime`, the handler rows as the thread's CPU time
     /// saw them: the cross-check.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub handler_cpu_rows: Vec<Row>,
@@ -356,16 +356,39 @@ pub(crate) struct Calibration {
     /// caches: none, and other tools' tracefs events go unpriced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracefs_event_ns: Option<Summary>,
-    /// Why it was not measured, verbatim.
+    /// Why it (or its other shapes, [`Self::tracefs_shapes`]) was not measured, verbatim.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracefs_event_error: Option<String>,
+    /// The same event with fetched arguments, and enabled in two instances
+    /// (`calibrate::tracefs_phase`; older caches: none, and other tools' events are
+    /// priced as bare events).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracefs_shapes: Option<TracefsShapes>,
+}
+
+/// A hit of the calibration's tracefs event in other shapes, each a whole cost per hit
+/// on the same `push %rbp` entry as [`Calibration::tracefs_event_ns`]: what each
+/// kind of fetched argument and each further trace instance add is the difference.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TracefsShapes {
+    /// Arguments of the one kind in each event with arguments.
+    pub args: u32,
+    /// `args` register values (`a0=%di:u64 ...`), one instance.
+    pub registers_ns: Summary,
+    /// `args` 8-byte reads of the process's stack (`a0=+0(%sp):u64 ...`), one instance.
+    pub memory_ns: Summary,
+    /// `args` strings read from the stack (`a0=+0(%sp):string ...`: the return
+    /// address's bytes up to its first zero, 6 bytes or fewer), one instance.
+    pub strings_ns: Summary,
+    /// No arguments, enabled in two instances.
+    pub two_instances_ns: Summary,
 }
 
 /// What a hit costs in the cold loop: a server's case, where the code and data the
 /// process runs between two hits evict the kernel's uprobe path, the BPF program and
 /// its maps from the caches and the TLB.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct ColdCalibration {
+pub struct ColdCalibration {
     /// The loop that was run.
     pub options: ColdOptions,
     /// The last-level cache read from sysfs, when it was.
@@ -399,7 +422,7 @@ pub(crate) struct ColdCalibration {
 /// How the cold rows of what probetop's handler adds were measured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
-pub(crate) enum ColdHandlerMethod {
+pub enum ColdHandlerMethod {
     /// The programs' run time (BPF statistics) in the cold loop, probetop's minus the
     /// empty program's, as the hot handler rows.
     ProgramTime,
@@ -824,6 +847,7 @@ mod tests {
             work: None,
             tracefs_event_ns: None,
             tracefs_event_error: None,
+            tracefs_shapes: None,
         }
     }
 

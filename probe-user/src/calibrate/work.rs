@@ -19,7 +19,7 @@ use crate::stats::Summary;
 
 /// One point of the work curve.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub(crate) struct WorkPoint {
+pub struct WorkPoint {
     /// The footprint walked between two calls.
     pub data_bytes: u64,
     pub code_bytes: u64,
@@ -40,7 +40,7 @@ pub(crate) struct WorkPoint {
 
 /// The work curve of a calibration, by work ascending.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct WorkCurve {
+pub struct WorkCurve {
     pub points: Vec<WorkPoint>,
     /// Walks larger than the cold loop's, out to the last-level cache and past it, each
     /// hit priced by the call alone (the walk's spread swamps the whole iteration): read

@@ -36,10 +36,10 @@
 use std::{fs::File, io, os::unix::fs::FileExt as _, path::Path, sync::OnceLock};
 
 use iced_x86::{Decoder, DecoderOptions, Formatter as _, GasFormatter};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// What the kernel does with a probed instruction on every hit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CostClass {
     /// A nop: the kernel skips it.

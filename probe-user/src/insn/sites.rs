@@ -167,8 +167,8 @@ pub(crate) fn check_offset(code: &[u8], size: u64, offset: u64) -> Result<(), Of
 }
 
 /// A later instruction of a function whose entry is single-stepped.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub(crate) struct LaterSite {
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LaterSite {
     /// Bytes from the entry.
     pub offset: u64,
     pub class: CostClass,

@@ -96,9 +96,24 @@ pub(crate) fn result_lines(cal: &Calibration) -> Vec<String> {
         second.push(format!("an optimized 5-byte nop {} us", us(nop5)));
     }
     if let Some(event) = &cal.tracefs_event_ns {
+        // Per argument and instance in ns: a tenth of a microsecond or less each.
+        let more = basis(cal, CostClass::EmulatedPush, ProbeKind::Uprobe, false).tracefs_more;
+        let parts: Vec<String> = [
+            (more.register_ns, "a register argument"),
+            (more.string_ns, "a string argument"),
+            (more.instance_ns, "an instance more"),
+        ]
+        .iter()
+        .filter_map(|(ns, what)| Some(format!("+{:.0} ns {what}", (*ns)?)))
+        .collect();
         second.push(format!(
-            "a tracefs uprobe event (`perf probe`, no BPF) {} us",
-            us(event.median)
+            "a tracefs uprobe event (`perf probe`, no BPF) {} us{}",
+            us(event.median),
+            if parts.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", parts.join(", "))
+            }
         ));
     }
     let mut third = "probetop prices every probe's hits with these on this kernel and CPU (the COST and %CPU columns)".to_string();

@@ -348,4 +348,35 @@ mod tests {
         assert_eq!(later["instruction"], "jbe 0x30");
         assert_eq!(later["spec"], "uprobe:mysqld_stmt_execute");
     }
+
+    /// What the lab reads `list --json` with is what wrote it: every field comes back,
+    /// the optional ones absent from the text included.
+    #[test]
+    fn a_listing_round_trips_as_json() {
+        let mut listing = sample();
+        listing.points[0].aliases = vec!["_ZN2ns1fEi_alias".into()];
+        listing.objects.push(ListedObject {
+            path: PathBuf::from("/lib/libx.so"),
+            symbols: SymbolSource::BuildId(PathBuf::from("/usr/lib/debug/.build-id/ab/cd.debug")),
+            load_bias: None,
+            stripped: Some(Stripped {
+                functions: 2,
+                some_functions: vec!["a".into(), "b".into()],
+                usdt: 0,
+                some_usdt: vec![],
+                debug_looked_in: vec![PathBuf::from("/usr/lib/debug/.build-id/ab/cd.debug")],
+                debuginfod: "DEBUGINFOD_URLS is not set".into(),
+            }),
+        });
+        let text = render_json(&listing).expect("encode");
+        let back: Listing = serde_json::from_str(&text).expect("decode");
+        assert_eq!(back, listing);
+        // A listing from before a field was added reads with it absent.
+        let old: Listing = serde_json::from_str(
+            r#"{"objects": [], "points": [{"kind": "uprobe", "object": "/bin/app", "name": "f", "address": 16, "file_offset": 16}]}"#,
+        )
+        .expect("decode an old listing");
+        assert_eq!(old.points[0].cost_class, None);
+        assert!(old.points[0].aliases.is_empty() && old.warnings.is_empty());
+    }
 }

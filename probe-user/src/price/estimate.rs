@@ -28,6 +28,7 @@ use std::sync::Arc;
 use super::assume::Assumption;
 use crate::aggregate::Measured;
 use crate::attach::dispatch_time::DispatchMeasure;
+use crate::attach::others::EventShape;
 use crate::calibrate::gap::{GapCounts, GapCurve};
 use crate::calibrate::table::{Calibration, Case, DispatchCase};
 use crate::calibrate::work::WorkCurve;
@@ -54,6 +55,40 @@ pub(crate) struct CostBasis {
     /// What a tracefs uprobe event (no arguments, enabled) adds to the empty-program
     /// hit of the same class: ftrace's record less the empty BPF program.
     pub tracefs_extra_ns: Option<f64>,
+    /// What the same event's arguments and further instances add.
+    pub tracefs_more: TracefsMore,
+}
+
+/// What a tracefs uprobe event adds per hit beyond the bare one, ns: each fetched
+/// argument by what it reads, each trace instance beyond the first (the calibration's
+/// shaped events less its bare one, `calibrate::tracefs_phase`; older caches: none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub(crate) struct TracefsMore {
+    pub register_ns: Option<f64>,
+    pub memory_read_ns: Option<f64>,
+    pub string_ns: Option<f64>,
+    pub instance_ns: Option<f64>,
+}
+
+impl CostBasis {
+    /// What a tracefs event of `shape` adds to the empty-program hit: the bare event's
+    /// record, plus each argument and each instance beyond the first; parts the
+    /// calibration did not measure (an older cache) add nothing. `None` without the
+    /// bare event's row.
+    pub(crate) fn tracefs_event_ns(&self, shape: Option<&EventShape>) -> Option<f64> {
+        let bare = self.tracefs_extra_ns?;
+        let Some(shape) = shape else {
+            return Some(bare);
+        };
+        let more = &self.tracefs_more;
+        let part = |n: u32, ns: Option<f64>| f64::from(n) * ns.unwrap_or(0.0);
+        Some(
+            bare + part(shape.registers, more.register_ns)
+                + part(shape.memory_reads, more.memory_read_ns)
+                + part(shape.strings, more.string_ns)
+                + part(shape.instances.saturating_sub(1), more.instance_ns),
+        )
+    }
 }
 
 /// How an estimate was made.
@@ -206,6 +241,23 @@ pub(crate) fn basis(
             .map(|s| s.median)
             .zip(median(Case::UprobeEmulated))
             .map(|(event, empty)| (event - empty).max(0.0)),
+        tracefs_more: tracefs_more(cal),
+    }
+}
+
+/// [`TracefsMore`] from the calibration's tracefs events.
+fn tracefs_more(cal: &Calibration) -> TracefsMore {
+    let (Some(bare), Some(shapes)) = (cal.tracefs_event_ns, cal.tracefs_shapes.as_ref()) else {
+        return TracefsMore::default();
+    };
+    let per_arg = |shaped: crate::stats::Summary| {
+        Some(((shaped.median - bare.median) / f64::from(shapes.args.max(1))).max(0.0))
+    };
+    TracefsMore {
+        register_ns: per_arg(shapes.registers_ns),
+        memory_read_ns: per_arg(shapes.memory_ns),
+        string_ns: per_arg(shapes.strings_ns),
+        instance_ns: Some((shapes.two_instances_ns.median - bare.median).max(0.0)),
     }
 }
 
@@ -257,6 +309,7 @@ pub(crate) fn cold_basis(
             .map(|(u, extra)| u.max(0.0) + extra),
         residual_ns: hot.residual_ns,
         tracefs_extra_ns: hot.tracefs_extra_ns,
+        tracefs_more: hot.tracefs_more,
     })
 }
 
@@ -785,6 +838,7 @@ mod tests {
             work: None,
             tracefs_event_ns: None,
             tracefs_event_error: None,
+            tracefs_shapes: None,
         }
     }
 
@@ -1261,5 +1315,48 @@ mod tests {
             None
         );
         assert!((cpu_share(1000.0, 10_000.0) - 0.01).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_tracefs_event_is_priced_by_its_arguments_and_instances() {
+        let basis = CostBasis {
+            tracefs_extra_ns: Some(200.0),
+            tracefs_more: TracefsMore {
+                register_ns: Some(10.0),
+                memory_read_ns: Some(30.0),
+                string_ns: Some(50.0),
+                instance_ns: Some(150.0),
+            },
+            ..Default::default()
+        };
+        // The issue's `arg1=%di:u64 s=+0(%si):string`, in two instances.
+        let shape = EventShape {
+            args: 2,
+            registers: 1,
+            memory_reads: 0,
+            strings: 1,
+            instances: 2,
+        };
+        assert_eq!(
+            basis.tracefs_event_ns(Some(&shape)),
+            Some(200.0 + 10.0 + 50.0 + 150.0)
+        );
+        let nested = EventShape {
+            memory_reads: 2,
+            instances: 1,
+            ..shape
+        };
+        assert_eq!(
+            basis.tracefs_event_ns(Some(&nested)),
+            Some(200.0 + 10.0 + 2.0 * 30.0 + 50.0)
+        );
+        assert_eq!(basis.tracefs_event_ns(None), Some(200.0));
+        // A calibration without the shaped events: the bare event's price.
+        let older = CostBasis {
+            tracefs_extra_ns: Some(200.0),
+            ..Default::default()
+        };
+        assert_eq!(older.tracefs_event_ns(Some(&shape)), Some(200.0));
+        assert_eq!(CostBasis::default().tracefs_event_ns(Some(&shape)), None);
     }
 }

@@ -21,7 +21,7 @@ const XZ_MEM_LIMIT_KIB: u32 = 128 * 1024;
 pub(crate) const MAX_DEBUG_FILE_BYTES: u64 = 4 << 30;
 
 /// Where separate debug info comes from.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", content = "path", rename_all = "snake_case")]
 pub enum SymbolSource {
     /// The object's own `.symtab`.

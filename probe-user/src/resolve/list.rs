@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::debuginfo::SymbolSource;
 use super::glob::Glob;
@@ -23,9 +23,9 @@ pub(crate) enum ListSource {
 }
 
 /// Kind of a listed point.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum ListedKind {
+pub enum ListedKind {
     /// A function (probe-able with uprobe and uretprobe).
     Uprobe,
     Usdt,
@@ -42,48 +42,48 @@ impl ListedKind {
 }
 
 /// One probe-able point.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct ListedPoint {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedPoint {
     pub kind: ListedKind,
     pub object: PathBuf,
     /// Demangled symbol, or `provider:name`.
     pub name: String,
     /// The symbol as stored (mangled); absent for USDT.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symbol: Option<String>,
     /// Other symbols at the same address (raw).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub aliases: Vec<String>,
     pub address: u64,
     pub file_offset: u64,
     /// Function size from the symbol table.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub semaphore_address: Option<u64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub semaphore_offset: Option<u64>,
     /// USDT argument string as stored.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<String>,
     /// What the kernel does with the instruction at this point on every hit
     /// (`insn::classes`); absent if the file could not be read there.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost_class: Option<CostClass>,
     /// That instruction, AT&T syntax.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instruction: Option<String>,
     /// For a function whose entry is single-stepped: a later instruction the kernel
     /// emulates and every call reaches once, if a linear decode can vouch for one.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub later_site: Option<ListedLaterSite>,
     /// For an IFUNC (`strlen`): where a probe on it goes, as a run puts it.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ifunc: Option<ListedIfunc>,
     /// Why probetop will not attach a probe here (a USDT note off an instruction
     /// boundary or on another instruction than a nop, or on a 5-byte nop past its
     /// function's entry that the kernel would rewrite into a call writing below %rsp).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refused: Option<String>,
 }
 
@@ -91,21 +91,21 @@ pub(crate) struct ListedPoint {
 /// (the point's address, offset, size, class and later site are that one's: a run
 /// attaches there, or skips it where the kernel refuses it); in a file, or where the
 /// choice cannot be read, the resolver itself, which runs once at load.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct ListedIfunc {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedIfunc {
     /// The symbol's own address: the resolver.
     pub resolver_address: u64,
     /// The implementation the process calls, by name (or address).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub implementation: Option<String>,
     /// Why the point is the resolver.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_resolver: Option<String>,
 }
 
 /// A later probe site offered for a single-stepped entry.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct ListedLaterSite {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedLaterSite {
     #[serde(flatten)]
     pub site: LaterSite,
     /// The spec of the function at its entry (`uprobe:f`, `uprobe:/lib/x.so:f`): the
@@ -116,22 +116,22 @@ pub(crate) struct ListedLaterSite {
 impl ListedLaterSite {}
 
 /// One object looked at.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct ListedObject {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListedObject {
     pub path: PathBuf,
     /// Where function symbols came from.
     pub symbols: SymbolSource,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub load_bias: Option<u64>,
     /// The main object, stripped with no debug file found: what it still offers.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stripped: Option<Stripped>,
 }
 
 /// What a stripped object (no `.symtab`, no debug file) still offers to probe, and
 /// where its debug file was looked for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Stripped {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Stripped {
     /// The functions its `.dynsym` names (exported ones), and the first few of them.
     pub functions: usize,
     pub some_functions: Vec<String>,
@@ -139,8 +139,10 @@ pub(crate) struct Stripped {
     pub usdt: usize,
     pub some_usdt: Vec<String>,
     /// Every path a separate debug file was looked for at (none found).
+    #[serde(default)]
     pub debug_looked_in: Vec<PathBuf>,
     /// The debuginfod servers asked (none had it), or why none was.
+    #[serde(default)]
     pub debuginfod: String,
 }
 
@@ -148,11 +150,12 @@ pub(crate) struct Stripped {
 const SUGGESTED: usize = 5;
 
 /// The result of `list`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct Listing {
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Listing {
     pub objects: Vec<ListedObject>,
     pub points: Vec<ListedPoint>,
     /// Objects that could not be read, malformed notes, and the like.
+    #[serde(default)]
     pub warnings: Vec<String>,
 }
 

@@ -9,7 +9,9 @@
 //! exact and per process. One counter per site, however many tools probe it: the
 //! kernel traps once per hit, and the site's price is that trap plus every owner's
 //! program. A site is counted only where it is armed in the process (its byte there
-//! differs from the file's), so no counter ever adds a trap; sites and processes are
+//! differs from the file's), so no counter ever adds a trap (where the owner holds the
+//! site with a stray semaphore offset, BCC 0.26's, the counter joins it as `--pid`'s
+//! does: `super::others::held_semaphore_to_join`); sites and processes are
 //! looked for again every second, and a counter whose owner's probe (or process) went
 //! is detached at that look.
 
@@ -579,7 +581,7 @@ impl Engine {
     }
 
     /// Attaches the counter of `armed` in process `index`; the line to say.
-    fn count(&mut self, index: usize, armed: ArmedSite, named: Named) -> Option<String> {
+    fn count(&mut self, index: usize, mut armed: ArmedSite, named: Named) -> Option<String> {
         let process = &self.processes[index];
         let pid = process.pid;
         let id = match self.free.pop() {
@@ -598,7 +600,7 @@ impl Engine {
             }
         };
         let site = armed.owners.first()?.clone();
-        let probe = Probe {
+        let mut probe = Probe {
             spec: format!("{}:{}", named.kind, named.name),
             point: named.point.clone(),
             generation: 0,
@@ -615,15 +617,36 @@ impl Engine {
             ..Default::default()
         });
         let base = self.counters.hits(id).unwrap_or(0);
-        let outcome = self
-            .counters
-            .set_config(id, config)
-            .map_err(|e| e.to_string())
-            .and_then(|()| {
-                self.attachment
-                    .attach_configured(&probe.request(id, config, pid))
-                    .map_err(|e| e.to_string())
-            });
+        let mut joined = None;
+        let outcome = match self.counters.set_config(id, config) {
+            Err(e) => Err(e.to_string()),
+            Ok(()) => {
+                let first = self
+                    .attachment
+                    .attach_configured(&probe.request(id, config, pid));
+                match first {
+                    Ok(()) => Ok(()),
+                    // The owner holds the site with a stray semaphore offset (BCC 0.26):
+                    // joined with it where that writes nothing into this process, as
+                    // `--pid` does.
+                    Err(e) => match super::others::held_semaphore_to_join(&mut probe, &e, pid) {
+                        Some(held) => {
+                            let again = self
+                                .attachment
+                                .attach_configured(&probe.request(id, config, pid));
+                            joined = again.is_ok().then_some(held);
+                            again.map_err(|e| e.to_string())
+                        }
+                        None => Err(e.to_string()),
+                    },
+                }
+            }
+        };
+        if let (Some(first), Some(site)) = (armed.owners.first_mut(), &probe.other)
+            && joined.is_some()
+        {
+            first.ref_ctr_offset = site.ref_ctr_offset;
+        }
         let owners_text = processes::owners_text(&owners_of(&armed.owners));
         let process = &mut self.processes[index];
         if let Err(e) = outcome {
@@ -635,8 +658,13 @@ impl Engine {
             ));
         }
         let price_ns = price(&named.cost, &armed.owners);
+        let joined = joined.map_or(String::new(), |held| {
+            format!(
+                " with the semaphore offset {held:#x} it registered (the kernel keeps one per site; nothing is written into the process there)"
+            )
+        });
         let line = format!(
-            "counting pid {pid} ({}): {owners_text}'s {}:{} ({}+{:#x})",
+            "counting pid {pid} ({}): {owners_text}'s {}:{} ({}+{:#x}){joined}",
             process.comm, named.kind, named.name, named.object, armed.key.offset
         );
         // A site that came back keeps its row and its hits.

@@ -170,40 +170,77 @@ fn counting_line(probe: &Probe, own: &[Probe]) -> String {
     }
 }
 
-/// The semaphore offset to count another tool's probe with, after the kernel refused
-/// `probe`'s counter there with EINVAL (it keeps one semaphore offset per site and the
-/// owner registered another): the offset the kernel holds, read from its log, when
-/// joining with it writes nothing into `pid` (a stray offset outside any writable
-/// mapping: Debian's BCC 0.26 passes its stack's garbage, 0x6, in the ELF header). The
-/// owner's probe stays as it was: same site, same semaphore, one more consumer. Sets it
-/// on `probe`; `None` when there is nothing safe to join with.
+/// The semaphore offset to attach `probe` with, after the kernel refused it with EINVAL
+/// (it keeps one semaphore offset per site, and another tool registered another): the
+/// offset the kernel holds, read from its log, when joining with it writes nothing into
+/// `pid` (a stray offset outside any writable mapping: Debian's BCC 0.26 passes its
+/// stack's garbage, 0x6, in the ELF header). The owner's probe stays as it was: same
+/// site, same semaphore, one more consumer. For another tool's probe (probetop's counter)
+/// that registered none as far as probetop saw, and for probetop's own probe without a
+/// semaphore of its own (a uprobe on a function BCC probes too); sets it on `probe`.
+/// `None` when there is nothing safe to join with.
 pub(super) fn held_semaphore_to_join(
     probe: &mut Probe,
     error: &crate::attach::AttachError,
     pid: u32,
 ) -> Option<u64> {
-    let site = probe.other.as_mut()?;
-    if !error.site_held() || site.ref_ctr_offset != 0 {
+    if !error.site_held() {
         return None;
     }
-    let held = others::held_semaphore(&site.file, site.offset)?;
-    if held == 0 || !others::semaphore_writes_nothing(pid, &site.file, held) {
-        return None;
+    let safe_held = |file: &Path, offset: u64| {
+        let held = others::held_semaphore(file, offset)?;
+        (held != 0 && others::semaphore_writes_nothing(pid, file, held)).then_some(held)
+    };
+    let own_semaphore = probe.semaphore_offset();
+    match probe.other.as_mut() {
+        Some(site) if site.ref_ctr_offset == 0 => {
+            let held = safe_held(&site.file, site.offset)?;
+            site.ref_ctr_offset = held;
+            Some(held)
+        }
+        Some(_) => None,
+        // A USDT probe's own semaphore must be raised for its site to fire: not given up.
+        None if own_semaphore.is_none() => {
+            let held = safe_held(&probe.point.attach_path, probe.point.file_offset)?;
+            probe.shared_semaphore = Some(held);
+            Some(held)
+        }
+        None => None,
     }
-    site.ref_ctr_offset = held;
-    Some(held)
 }
 
-/// The line said when probetop's counter joined another tool's site with its semaphore.
+/// Undoes [`held_semaphore_to_join`] when the attach with the held offset failed too,
+/// so the row says what was refused.
+pub(super) fn unjoin(probe: &mut Probe) {
+    match probe.other.as_mut() {
+        Some(site) => site.ref_ctr_offset = 0,
+        None => probe.shared_semaphore = None,
+    }
+}
+
+/// The line said when a probe joined another tool's site with its semaphore: probetop's
+/// counter of that tool's probe, or a probe of probetop's own on the same breakpoint.
 pub(super) fn joined_line(probe: &Probe, held: u64) -> String {
-    format!(
-        "counting {}'s {}:{} ({}+{:#x}) with the semaphore offset {held:#x} it registered (the kernel keeps one per site; nothing is written into the target there)",
-        probe.owner_tag().unwrap_or_default(),
-        probe.point.kind,
-        probe.point.name,
-        probe.point.object.display(),
-        probe.point.file_offset
-    )
+    let how = format!(
+        "the semaphore offset {held:#x} it registered (the kernel keeps one per site; nothing is written into the target there)"
+    );
+    match probe.owner_tag() {
+        Some(owner) => format!(
+            "counting {owner}'s {}:{} ({}+{:#x}) with {how}",
+            probe.point.kind,
+            probe.point.name,
+            probe.point.object.display(),
+            probe.point.file_offset
+        ),
+        None => format!(
+            "{} ({}) attached on {}'s site ({}+{:#x}) with {how}",
+            probe.spec,
+            probe.point.name,
+            probe.shared_with.as_deref().unwrap_or("another tool"),
+            probe.point.object.display(),
+            probe.point.file_offset
+        ),
+    }
 }
 
 fn plural(n: usize) -> &'static str {
@@ -220,14 +257,18 @@ fn same_site(a: &OtherSite, b: &OtherSite) -> bool {
 
 /// The price of another tool's probe before its program was measured: a BPF program
 /// as dear as probetop's counting one (the calibration's); a tracefs event's ftrace
-/// record as the calibration's own event's (not priced without that row).
+/// work as the calibration's own events' (its record, each fetched argument by kind,
+/// each further instance; not priced without the bare event's row).
 pub(super) fn assumed_price(cost: &ProbeCost, site: &OtherSite) -> OtherPrice {
     match site.prog_id {
         Some(_) => OtherPrice {
             program_ns: cost.counting_ns(),
             program_method: ProgramMethod::AssumedCounting,
         },
-        None => match cost.basis.and_then(|b| b.tracefs_extra_ns) {
+        None => match cost
+            .basis
+            .and_then(|b| b.tracefs_event_ns(site.shape.as_ref()))
+        {
             Some(ns) => OtherPrice {
                 program_ns: Some(ns),
                 program_method: ProgramMethod::CalibratedTracefs,
@@ -491,9 +532,9 @@ async fn add(watch: &mut Watch, links: &mut Links<'_, '_>, probes: Vec<Probe>) {
             if let Some(Ok(())) = retried.into_iter().next() {
                 *outcome = Ok(());
                 joined[offset] = Some(joined_line(probe, held));
-            } else if let Some(site) = &mut probe.other {
+            } else {
                 // Not joined after all: the row says what was refused.
-                site.ref_ctr_offset = 0;
+                unjoin(probe);
             }
         }
     }

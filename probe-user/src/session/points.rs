@@ -337,10 +337,11 @@ pub(super) fn go_on_without_refused(
     run.attachment.attach_all(&requests)
 }
 
-/// Another tool's probe whose counter the kernel refused (EINVAL: the owner holds the
-/// site with another semaphore offset) attached again with the owner's offset where
-/// that writes nothing into the target (`others::held_semaphore_to_join`); whether it
-/// is attached now.
+/// A probe the kernel refused with EINVAL (another tool holds the site with another
+/// semaphore offset: probetop's counter of that tool's probe, or a probe of its own on
+/// the same breakpoint) attached again with the owner's offset where that writes
+/// nothing into the target (`others::held_semaphore_to_join`); whether it is attached
+/// now.
 fn joined_held_semaphore(
     run: &mut Attached<'_>,
     id: usize,
@@ -361,9 +362,7 @@ fn joined_held_semaphore(
         say!("probetop: {}", super::others::joined_line(probe, held));
         return true;
     }
-    if let Some(site) = &mut run.probes[id].other {
-        site.ref_ctr_offset = 0;
-    }
+    super::others::unjoin(&mut run.probes[id]);
     false
 }
 

@@ -27,7 +27,9 @@ pub(super) struct Probe {
     pub exe: PathBuf,
     /// The semaphore of a USDT probe of this run on the same site, carried by a
     /// uprobe there: the kernel keeps one semaphore offset per site and refuses a
-    /// second probe on it without the same one (`points::share_site_semaphores`).
+    /// second probe on it without the same one (`points::share_site_semaphores`); or
+    /// the stray one another tool holds the site with, joined where that writes nothing
+    /// into the target (`others::held_semaphore_to_join`).
     pub shared_semaphore: Option<u64>,
     /// Another tool's probe on this site, which this one only counts.
     pub other: Option<crate::attach::others::OtherSite>,

@@ -50,24 +50,25 @@ pub(crate) fn uprobe_events(root: &str) -> io::Result<String> {
     std::fs::read_to_string(Path::new(root).join("uprobe_events"))
 }
 
-/// Whether the event `group/name` is enabled for ftrace (its `enable` file reads 1);
-/// `None` when it cannot be read.
-pub(crate) fn event_enabled(root: &str, group: &str, name: &str) -> Option<bool> {
-    let text = std::fs::read_to_string(
-        Path::new(root)
-            .join("events")
-            .join(group)
-            .join(name)
-            .join("enable"),
-    )
-    .ok()?;
-    Some(text.trim() != "0")
+/// How many trace instances have the event `group/name` enabled for ftrace: the top
+/// one (`events/GROUP/NAME/enable` reads 1) and each of `instances/*/`. ftrace writes a
+/// hit's record into the buffer of each.
+pub(crate) fn enabled_instances(root: &str, group: &str, name: &str) -> u32 {
+    let enabled = |dir: &Path| {
+        std::fs::read_to_string(dir.join("events").join(group).join(name).join("enable"))
+            .is_ok_and(|text| text.trim() != "0")
+    };
+    let top = u32::from(enabled(Path::new(root)));
+    let others = std::fs::read_dir(Path::new(root).join("instances"))
+        .map(|dir| dir.flatten().filter(|entry| enabled(&entry.path())).count() as u32)
+        .unwrap_or(0);
+    top + others
 }
 
-/// A uprobe event of probetop's own in `uprobe_events`, enabled in a tracefs instance of
-/// its own (so ftrace writes its hits into that instance's buffer, never into the
-/// machine's main trace a user may be reading); disabled and removed, with the
-/// instance, when dropped. The calibration prices other tools' tracefs events with it.
+/// A uprobe event of probetop's own in `uprobe_events`, enabled in tracefs instances of
+/// its own (so ftrace writes its hits into their buffers, never into the machine's
+/// main trace a user may be reading); disabled and removed, with the instances, when
+/// dropped. The calibration prices other tools' tracefs events with it.
 pub(crate) struct OwnUprobeEvent {
     root: &'static str,
     group: String,
@@ -79,10 +80,16 @@ const OWN_EVENT: &str = "hit";
 const OWN_GROUP_PREFIX: &str = "probetop_cal_";
 
 impl OwnUprobeEvent {
-    /// Defines `p:probetop_cal_PID/hit PATH:0xOFFSET` (no arguments: the cheapest record
-    /// ftrace writes) and enables it in the instance `probetop_cal_PID`. Events of
-    /// probetop processes that no longer run (a calibration killed mid-way) go first.
-    pub(crate) fn add(path: &Path, file_offset: u64) -> io::Result<Self> {
+    /// Defines `p:probetop_cal_PID/hit PATH:0xOFFSET ARGS` (`args` empty: the cheapest
+    /// record ftrace writes) and enables it in `instances` instances of its own,
+    /// `probetop_cal_PID` and `probetop_cal_PID_N`. Events of probetop processes that no
+    /// longer run (a calibration killed mid-way) go first.
+    pub(crate) fn add(
+        path: &Path,
+        file_offset: u64,
+        args: &str,
+        instances: usize,
+    ) -> io::Result<Self> {
         let root = match find_or_mount()? {
             Tracefs::Found(root) | Tracefs::MountedNow(root) => root,
         };
@@ -92,26 +99,17 @@ impl OwnUprobeEvent {
         append(
             &Path::new(root).join("uprobe_events"),
             &format!(
-                "p:{}/{OWN_EVENT} {}:{file_offset:#x}\n",
+                "p:{}/{OWN_EVENT} {}:{file_offset:#x} {args}\n",
                 event.group,
                 path.display()
             ),
         )?;
-        std::fs::create_dir(event.instance())?;
-        std::fs::write(event.enable_file(), "1")?;
+        for n in 1..=instances {
+            let instance = own_instance(root, &event.group, n);
+            std::fs::create_dir(&instance)?;
+            std::fs::write(enable_file(&instance, &event.group), "1")?;
+        }
         Ok(event)
-    }
-
-    fn instance(&self) -> std::path::PathBuf {
-        Path::new(self.root).join("instances").join(&self.group)
-    }
-
-    fn enable_file(&self) -> std::path::PathBuf {
-        self.instance()
-            .join("events")
-            .join(&self.group)
-            .join(OWN_EVENT)
-            .join("enable")
     }
 }
 
@@ -121,19 +119,47 @@ impl Drop for OwnUprobeEvent {
     }
 }
 
-/// Disables and removes the event `group/hit` and its instance (each step may find
-/// nothing left to do).
+/// The `n`th instance (from 1) of probetop's own group `group`.
+fn own_instance(root: &str, group: &str, n: usize) -> std::path::PathBuf {
+    let name = if n == 1 {
+        group.to_string()
+    } else {
+        format!("{group}_{n}")
+    };
+    Path::new(root).join("instances").join(name)
+}
+
+fn enable_file(instance: &Path, group: &str) -> std::path::PathBuf {
+    instance
+        .join("events")
+        .join(group)
+        .join(OWN_EVENT)
+        .join("enable")
+}
+
+/// Disables and removes the event `group/hit` and its instances (each step may find
+/// nothing left to do; the kernel keeps an event enabled anywhere).
 fn remove_own_event(root: &str, group: &str) {
-    let instance = Path::new(root).join("instances").join(group);
-    let _ = std::fs::write(
-        instance
-            .join("events")
-            .join(group)
-            .join(OWN_EVENT)
-            .join("enable"),
-        "0",
-    );
-    let _ = std::fs::remove_dir(&instance);
+    let extra = format!("{group}_");
+    let instances: Vec<std::path::PathBuf> = std::fs::read_dir(Path::new(root).join("instances"))
+        .map(|dir| {
+            dir.flatten()
+                .filter(|entry| {
+                    let name = entry.file_name();
+                    let name = name.to_string_lossy();
+                    name == group
+                        || name
+                            .strip_prefix(&extra)
+                            .is_some_and(|n| n.parse::<usize>().is_ok())
+                })
+                .map(|entry| entry.path())
+                .collect()
+        })
+        .unwrap_or_default();
+    for instance in &instances {
+        let _ = std::fs::write(enable_file(instance, group), "0");
+        let _ = std::fs::remove_dir(instance);
+    }
     let _ = append(
         &Path::new(root).join("uprobe_events"),
         &format!("-:{group}/{OWN_EVENT}\n"),

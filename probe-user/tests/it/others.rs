@@ -1,8 +1,10 @@
 //! `probetop --pid PID` without a spec watches the probes other tools put on the
 //! process: bpftrace's BPF program on a uprobe perf event, and a tracefs uprobe event
 //! (no BPF). Each is a row with its owner, counted exactly by probetop's own counting
-//! probe on the same site, and only in the target. BCC's tools are found and owned;
-//! Debian's BCC 0.26 leaves its sites uncountable (see [`refused`]).
+//! probe on the same site, and only in the target. BCC's tools are found, owned and
+//! counted: Debian's BCC 0.26 registers a stray semaphore offset, which probetop's
+//! probes join where that writes nothing into the target (see [`refused`]), with
+//! `--pid`, `--all` and probetop's own `-e` probes alike.
 
 use crate::common::*;
 
@@ -90,10 +92,25 @@ struct TracefsProbe {
     root: &'static str,
     group: &'static str,
     name: String,
+    /// The trace instances it is enabled in, made for it (none: the top one).
+    instances: Vec<std::path::PathBuf>,
 }
 
 impl TracefsProbe {
+    /// Without arguments, enabled in the top trace instance.
     fn add(file: &std::path::Path, offset: u64, name: String) -> Self {
+        Self::shaped(file, offset, name, "", 0)
+    }
+
+    /// With the fetched arguments `args`, enabled in `instances` trace instances of its
+    /// own (0: the top one).
+    fn shaped(
+        file: &std::path::Path,
+        offset: u64,
+        name: String,
+        args: &str,
+        instances: usize,
+    ) -> Self {
         let root = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
             .into_iter()
             .find(|r| std::path::Path::new(r).join("uprobe_events").exists())
@@ -101,19 +118,38 @@ impl TracefsProbe {
         let group = "probetop_test";
         append(
             &format!("{root}/uprobe_events"),
-            &format!("p:{group}/{name} {}:{offset:#x}\n", file.display()),
+            &format!("p:{group}/{name} {}:{offset:#x} {args}\n", file.display()),
         );
-        std::fs::write(format!("{root}/events/{group}/{name}/enable"), "1").expect("enable");
-        Self { root, group, name }
+        let mut probe = Self {
+            root,
+            group,
+            name,
+            instances: Vec::new(),
+        };
+        if instances == 0 {
+            std::fs::write(probe.enable(std::path::Path::new(root)), "1").expect("enable");
+        }
+        for n in 0..instances {
+            let instance = std::path::Path::new(root).join(format!("instances/{}_{n}", probe.name));
+            std::fs::create_dir(&instance).expect("a trace instance");
+            probe.instances.push(instance.clone());
+            std::fs::write(probe.enable(&instance), "1").expect("enable in the instance");
+        }
+        probe
+    }
+
+    fn enable(&self, instance: &std::path::Path) -> std::path::PathBuf {
+        instance.join(format!("events/{}/{}/enable", self.group, self.name))
     }
 }
 
 impl Drop for TracefsProbe {
     fn drop(&mut self) {
-        let _ = std::fs::write(
-            format!("{}/events/{}/{}/enable", self.root, self.group, self.name),
-            "0",
-        );
+        let _ = std::fs::write(self.enable(std::path::Path::new(self.root)), "0");
+        for instance in &self.instances {
+            let _ = std::fs::write(self.enable(instance), "0");
+            let _ = std::fs::remove_dir(instance);
+        }
         append(
             &format!("{}/uprobe_events", self.root),
             &format!("-:{}/{}\n", self.group, self.name),
@@ -342,6 +378,46 @@ fn tracefs_whole_cost_is_within_a_quarter_of_the_truth() {
             .as_u64()
             .expect("work_unit's file offset");
         TracefsProbe::add(copy, offset, format!("work_unit_truth_{pid}"))
+    });
+}
+
+/// A tracefs event with two fetched arguments (a register, a read of the stack),
+/// enabled in two trace instances: ftrace fetches once and writes a record into each
+/// buffer, and probetop prices both from the calibration's shaped events. Its hits are
+/// exact, and its whole cost per hit within 25% of the truth measured outside.
+#[test]
+#[ignore = "needs root, the fixtures and tracefs"]
+fn tracefs_event_with_arguments_in_two_instances_is_counted_and_priced() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    const ARGS: &str = "i=%di:s64 ra=+0(%sp):x64";
+    let shaped = |copy: &std::path::Path, name: String| {
+        let listing = list_json([copy.as_os_str(), "work_unit".as_ref()]);
+        let offset = listing["points"][0]["file_offset"]
+            .as_u64()
+            .expect("work_unit's file offset");
+        TracefsProbe::shaped(copy, offset, name, ARGS, 2)
+    };
+    let calls = CALLS.to_string();
+    let copy = workload_copy(&export_path("others-tracefs-shaped"), "workload");
+    let mut target = started(&copy, &["--wait-signal", "--calls", &calls]);
+    let event = shaped(&copy, format!("work_unit_shaped_{}", target.pid()));
+    let json = export_path("others-tracefs-shaped.json");
+    let mut probetop = watch(target.pid(), &json);
+    let report = count_calls(&mut target, &mut probetop, &json);
+    let stderr = probetop.err().rest().join("\n");
+    drop(event);
+    let rows = others(&report);
+    assert_eq!(rows.len(), 1, "{rows:#?}\n{stderr}");
+    let row = rows[0];
+    assert_eq!(row["owner"]["via"], "tracefs", "{row}");
+    assert_eq!(row["owner"]["fetch_args"], 2, "{row}");
+    assert_eq!(row["owner"]["instances"], 2, "{row}");
+    assert_eq!(row["hits"], CALLS, "{row}\n{stderr}");
+    let _ = std::fs::remove_file(&json);
+
+    whole_cost_within_a_quarter_of_the_truth("tracefs", |pid, copy| {
+        shaped(copy, format!("work_unit_truth_{pid}"))
     });
 }
 
@@ -870,4 +946,146 @@ fn a_shared_trap_is_split_and_the_marginal_cost_is_the_truth() {
     drop(bpftrace);
     let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `probetop --all` counts BCC's probes as `--pid` does: funclatency's uprobe and
+/// uretprobe on a private copy, each counter joined to BCC's site with the stray
+/// semaphore offset BCC registered (the kernel refuses any other there), every call
+/// counted in the process, and nothing written into it.
+#[test]
+#[ignore = "needs root, the fixtures, BCC and linux-headers-amd64"]
+fn all_counts_bcc_funclatency_exactly() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let calls = CALLS.to_string();
+    let dir = export_path("bcc-all");
+    let exe = workload_copy(&dir, "bcc-all");
+    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
+    let pid = target.pid();
+    let probe = format!("{}:work_unit", exe.display());
+    let mut funclatency = bcc(
+        "funclatency-bpfcc",
+        &["-p", &pid.to_string(), &probe],
+        "Tracing 1 functions",
+    );
+    let json = dir.join("all.json");
+    let mut probetop = Running::spawn({
+        let mut cmd = probetop();
+        cmd.args(["--all", "--no-tui", "--duration", "120", "--export"])
+            .arg(&json);
+        cmd
+    });
+    // Both of BCC's probes counted before any call is made.
+    let said: Vec<String> = (0..2)
+        .map(|_| probetop.err().wait_for(&format!("counting pid {pid} ")))
+        .collect();
+    for line in &said {
+        assert!(
+            line.contains(&format!("bcc {}'s", funclatency.pid()))
+                && line.contains("with the semaphore offset 0x"),
+            "{said:#?}"
+        );
+    }
+    let (in_process, on_disk) = elf_header_in(pid, &exe);
+    assert_eq!(in_process, on_disk, "{said:#?}");
+    target.signal(libc::SIGUSR1);
+    let done = target.out().wait_for("done calls=");
+    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
+    assert!(target.wait().success());
+    probetop.signal(libc::SIGINT);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let stderr = probetop.err().rest().join("\n");
+    drop(stopped(&mut funclatency, libc::SIGINT));
+    let report = read_export(&json);
+    let row = report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("the target listed: {report:#}\n{stderr}"));
+    assert_eq!(row["hits"], 2 * CALLS, "{row}\n{stderr}");
+    let mut kinds: Vec<&str> = row["sites"]
+        .as_array()
+        .expect("sites")
+        .iter()
+        .map(|site| {
+            assert_eq!(site["name"], "work_unit", "{site}");
+            assert_eq!(site["hits"], CALLS, "{site}\n{stderr}");
+            assert_eq!(site["owners"][0]["tool"], "bcc", "{site}");
+            assert_eq!(site["owners"][0]["pid"], funclatency.pid(), "{site}");
+            site["kind"].as_str().expect("kind")
+        })
+        .collect();
+    kinds.sort_unstable();
+    assert_eq!(kinds, ["uprobe", "uretprobe"], "{row}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// probetop's own `-e uprobe:work_unit` on the function BCC's trace probes: the kernel
+/// refuses it without BCC's stray semaphore offset, so it attaches with that offset
+/// (nothing is written into the target), counts every call, and is said to share the
+/// trap with BCC.
+#[test]
+#[ignore = "needs root, the fixtures, BCC and linux-headers-amd64"]
+fn own_probe_on_a_bcc_site_joins_it_and_counts_exactly() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let calls = CALLS.to_string();
+    let exe = workload_copy(&export_path("bcc-own"), "workload");
+    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
+    let pid = target.pid();
+    let spec = format!("p:{}:work_unit", exe.display());
+    let mut trace = bcc("trace-bpfcc", &["-p", &pid.to_string(), &spec], "PID");
+    let json = export_path("others-bcc-own.json");
+    let mut probetop = Running::spawn({
+        let mut cmd = probetop();
+        cmd.args(["--pid", &pid.to_string(), "--no-tui", "--duration", "120"])
+            .args(["-e", "uprobe:work_unit", "--export"])
+            .arg(&json);
+        cmd
+    });
+    let mut said = Vec::new();
+    while let Some(line) = probetop.err().next() {
+        let last = line.contains("probetop: attached");
+        said.push(line);
+        if last {
+            break;
+        }
+    }
+    let said = said.join("\n");
+    assert!(
+        said.contains(&format!(
+            "uprobe:work_unit shares its breakpoint with bcc {}'s uprobe probe",
+            trace.pid()
+        )),
+        "{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "uprobe:work_unit (work_unit) attached on bcc {}'s site",
+            trace.pid()
+        )) && said.contains("with the semaphore offset 0x"),
+        "{said}"
+    );
+    let (in_process, on_disk) = elf_header_in(pid, &exe);
+    assert_eq!(in_process, on_disk, "{said}");
+    target.signal(libc::SIGUSR1);
+    let done = target.out().wait_for("done calls=");
+    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
+    assert!(target.wait().success());
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let theirs = stopped(&mut trace, libc::SIGTERM);
+    assert!(
+        theirs.iter().any(|l| l.contains("work_unit")),
+        "BCC's trace saw the calls: {theirs:#?}"
+    );
+    let report = read_export(&json);
+    let _ = std::fs::remove_file(&json);
+    assert!(
+        others(&report).is_empty(),
+        "no counter on a shared site: {report:#}"
+    );
+    let own = probe(&report, "work_unit");
+    assert_eq!(own["own"], true, "{own}");
+    assert_eq!(own["hits"], CALLS, "{own}\n{said}");
 }

@@ -326,18 +326,14 @@ fn resolve_preset(probetop: &Path, preset: &str) -> Result<Vec<PresetProbe>> {
         cmd.args(["list", "--json", MARIADBD, name]);
         echo(&cmd);
         let out = output_ok(&mut cmd)?;
-        let listing: Value =
-            serde_json::from_slice(&out.stdout).context("reading probetop list --json")?;
-        let points = listing["points"]
-            .as_array()
-            .context("no points in listing")?;
-        let [point] = points.as_slice() else {
+        let listing = crate::util::listing::listing(&out.stdout)?;
+        let [point] = listing.points.as_slice() else {
             bail!(
                 "{spec}: {} points in {MARIADBD}, the report expects one",
-                points.len()
+                listing.points.len()
             );
         };
-        let address = point["address"].as_u64().context("point without address")?;
+        let address = point.address;
         let first_insn = if at_returns {
             "ret".to_string()
         } else {
@@ -346,8 +342,8 @@ fn resolve_preset(probetop: &Path, preset: &str) -> Result<Vec<PresetProbe>> {
         probes.push(PresetProbe {
             spec: spec.to_string(),
             kind: kind.to_string(),
-            name: point["name"].as_str().unwrap_or(name).to_string(),
-            symbol: point["symbol"].as_str().unwrap_or(name).to_string(),
+            name: point.name.clone(),
+            symbol: point.symbol.as_deref().unwrap_or(name).to_string(),
             address,
             emulated: kind == "uretprobe" || (!at_returns && emulated(&first_insn)),
             first_insn,

@@ -16,7 +16,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use serde_json::Value;
+use probe_user::inner::present::export::json::{JsonEntry, JsonProbe};
+use probe_user::inner::spec::ProbeKind;
 
 use crate::mysql::{Mariadb, ServerOptions, Sysbench};
 use crate::mysql_report::utc_now;
@@ -139,9 +140,20 @@ impl Site {
     /// How the report attached `kind`, for the table.
     fn shown(&self, kind: Kind) -> String {
         match self.command(kind, 0) {
-            Some((cmd, _, _)) => show(&cmd)
-                .replace(" -p 0 ", " -p PID ")
-                .replace(&self.exe.display().to_string(), "MARIADBD"),
+            Some((cmd, _, _)) => {
+                // Paths under the checkout as the reader runs them, from its root.
+                let here = std::env::current_dir()
+                    .map(|d| format!("{}/", d.display()))
+                    .unwrap_or_default();
+                let shown = show(&cmd)
+                    .replace(" -p 0 ", " -p PID ")
+                    .replace(&self.exe.display().to_string(), "MARIADBD");
+                if here.is_empty() {
+                    shown
+                } else {
+                    shown.replace(&here, "")
+                }
+            }
             None => format!(
                 "echo 'p:{TRACEFS_EVENT} MARIADBD:{:#x}' >> uprobe_events; echo 1 > events/{TRACEFS_EVENT}/enable",
                 self.file_offset
@@ -328,10 +340,11 @@ fn site_of(probetop: &Path, server: &Mariadb, work: &Path, function: &str) -> Re
             .arg(server.exe())
             .arg(function),
     )?;
-    let listing: Value = serde_json::from_slice(&out.stdout).context("probetop list --json")?;
-    let point = &listing["points"][0];
-    let (Some(symbol), Some(file_offset)) =
-        (point["symbol"].as_str(), point["file_offset"].as_u64())
+    let listing = crate::util::listing::listing(&out.stdout)?;
+    let Some((symbol, file_offset)) = listing
+        .points
+        .first()
+        .and_then(|p| Some((p.symbol.as_deref()?, p.file_offset)))
     else {
         bail!("{function} not found in {}", server.exe().display());
     };
@@ -460,17 +473,13 @@ fn measure_tool(
         holder.detach(kind);
         thread::sleep(Duration::from_secs(1));
         let after = cpu_share(pid, block)?;
-        let report: Value = serde_json::from_str(
-            &fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?,
-        )?;
-        let rows: Vec<&Value> = report["probes"]
-            .as_array()
-            .map(|p| {
-                p.iter()
-                    .filter(|p| p["own"] == false && p["owner"]["tool"] == kind.owner())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let report = crate::util::export::read(&json)?;
+        let rows: Vec<&JsonProbe> = report
+            .probes
+            .iter()
+            .filter_map(JsonEntry::probe)
+            .filter(|p| !p.own && p.owner.as_ref().is_some_and(|o| o.tool == kind.owner()))
+            .collect();
         ensure!(
             !rows.is_empty(),
             "probetop found no {} probe on mariadbd ({})",
@@ -478,36 +487,35 @@ fn measure_tool(
             json.display()
         );
         // One call is one entry hit (funclatency's return rides on the same call).
-        let seconds = report["duration_s"].as_f64().unwrap_or(0.0);
+        let seconds = report.duration_s;
         let entry_hits = rows
             .iter()
-            .filter(|r| r["kind"] == "uprobe")
-            .filter_map(|r| r["hits"].as_u64())
+            .filter(|r| r.kind == ProbeKind::Uprobe)
+            .map(|r| r.hits)
             .max()
             .unwrap_or(0);
         if seconds > 0.0 && entry_hits > 0 {
             rates.push(entry_hits as f64 / seconds);
         }
-        let sum = |field: &dyn Fn(&Value) -> Option<f64>| -> Option<f64> {
+        let sum = |field: &dyn Fn(&JsonProbe) -> Option<f64>| -> Option<f64> {
             rows.iter().map(|r| field(r)).sum::<Option<f64>>()
         };
-        if let Some(ns) = sum(&|r| r["whole_cost_ns"].as_f64()) {
+        fn program_method<'a>(r: &'a JsonProbe) -> Option<&'a str> {
+            r.owner.as_ref()?.program_method.as_deref()
+        }
+        if let Some(ns) = sum(&|r| r.whole_cost_ns) {
             row.probetop_ns.push(ns);
         }
-        if let Some(ns) = sum(&|r| r["owner"]["program_ns"].as_f64())
-            && rows
-                .iter()
-                .all(|r| r["owner"]["program_method"] == "bpf-stats")
+        if let Some(ns) = sum(&|r| r.owner.as_ref().and_then(|o| o.program_ns))
+            && rows.iter().all(|r| program_method(r) == Some("bpf-stats"))
         {
             row.program_ns.push(ns);
         }
-        row.program_method = rows[0]["owner"]["program_method"]
-            .as_str()
-            .unwrap_or("")
-            .to_string();
-        row.hits_method = rows[0]["owner"]["hits_method"]
-            .as_str()
-            .unwrap_or("")
+        row.program_method = program_method(rows[0]).unwrap_or("").to_string();
+        row.hits_method = rows[0]
+            .owner
+            .as_ref()
+            .map_or("", |o| &o.hits_method)
             .to_string();
         // Against the detached blocks on either side.
         row.truth_ns.push(attached - (before + after) / 2.0);

@@ -314,6 +314,7 @@ mod tests {
             ref_ctr_offset: 0,
             prog_id: Some(9),
             event: None,
+            shape: None,
             counted: true,
         });
         let rows = parse(&render(&report).expect("renders"));

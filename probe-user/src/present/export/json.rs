@@ -170,6 +170,13 @@ pub struct JsonOwner<'a> {
     pub prog_id: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event: Option<Cow<'a, str>>,
+    /// A tracefs event's fetched arguments, and the trace instances it is enabled in:
+    /// ftrace fetches the arguments once a hit and writes a record into each instance's
+    /// buffer, and `program_ns` prices both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fetch_args: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instances: Option<u32>,
     /// The owner's program per run, ns, in `whole_cost_ns`; null when not priced.
     pub program_ns: Option<f64>,
     /// `bpf-stats` (the kernel's run statistics over the window, `--bpf-stats`),
@@ -680,6 +687,8 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                         via: site.via().into(),
                         prog_id: site.prog_id,
                         event: site.event.as_deref().map(Cow::Borrowed),
+                        fetch_args: site.shape.map(|s| s.args),
+                        instances: site.shape.map(|s| s.instances),
                         program_ns: p.cost.other.and_then(|o| o.program_ns),
                         program_method: p.cost.other.map(|o| o.program_method.as_str().into()),
                         hits_method: if site.counted {
@@ -856,6 +865,7 @@ mod tests {
             ref_ctr_offset: 0,
             prog_id: Some(9),
             event: None,
+            shape: None,
             counted: true,
         });
         report.probes[1].cost.other = Some(OtherPrice {

@@ -65,23 +65,17 @@ impl Bench {
         // named set is given to each tool the way its users would write it; the globs are
         // the same text for both.
         let listing =
-            command_json(
+            command_listing(
                 self.probetop()
                     .args(["list", "--pid", &pid.to_string(), "--json"]),
             )?;
         let mut mangled = Vec::new();
         for name in NAMED {
-            let symbol = listing["points"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|p| {
-                    p["object"].as_str() == Some(&db.exe().display().to_string())
-                        && p["name"]
-                            .as_str()
-                            .is_some_and(|n| n.split('(').next() == Some(name))
-                })
-                .and_then(|p| p["symbol"].as_str())
+            let symbol = listing
+                .points
+                .iter()
+                .find(|p| p.object == db.exe() && p.name.split('(').next() == Some(name))
+                .and_then(|p| p.symbol.as_deref())
                 .with_context(|| format!("{name} is not in mariadbd's symbols"))?;
             mangled.push(symbol.to_string());
         }
@@ -108,9 +102,10 @@ impl Bench {
         ];
         let mut results = AttachResults {
             binary_mib: fs::metadata(db.exe()).map_or(0.0, |m| m.len() as f64 / (1 << 20) as f64),
-            symbols: listing["objects"][0]["symbols"]["kind"]
-                .as_str()
-                .unwrap_or("?")
+            symbols: listing
+                .objects
+                .first()
+                .map_or("?", |o| symbols_kind(&o.symbols))
                 .to_string(),
             ..Default::default()
         };

@@ -4,9 +4,10 @@ use std::fmt::Write as _;
 use std::process::Stdio;
 
 use anyhow::{Context as _, Result};
-use serde_json::Value;
 
 use super::*;
+/// `probetop calibrate --json`'s types (this module's `Calibration` is the bench's part).
+use crate::util::listing as calibrate;
 
 // ---------------------------------------------------------------------------------------
 // 5. Calibration
@@ -16,7 +17,7 @@ use super::*;
 #[derive(Debug, Clone, Default)]
 pub(super) struct Calibration {
     /// `probetop calibrate --json`, when it ran.
-    pub(super) probetop: Option<Value>,
+    pub(super) probetop: Option<calibrate::Calibration>,
     /// Why it did not.
     pub(super) probetop_error: Option<String>,
     pub(super) cross_check: CalibrationTable,
@@ -25,7 +26,7 @@ pub(super) struct Calibration {
 #[derive(Debug, Clone, Default)]
 pub(super) struct CalibrationTable {
     /// (mechanism, `probetop calibrate`'s case of it, ns per hit by round).
-    pub(super) rows: Vec<(&'static str, &'static str, Vec<f64>)>,
+    pub(super) rows: Vec<(&'static str, Option<calibrate::Case>, Vec<f64>)>,
     pub(super) warnings: Vec<String>,
 }
 
@@ -41,7 +42,7 @@ impl Bench {
             .output()
             .context("running probetop calibrate")?;
         if out.status.success() {
-            match serde_json::from_slice::<Value>(&out.stdout) {
+            match serde_json::from_slice::<calibrate::Calibration>(&out.stdout) {
                 Ok(v) => calibration.probetop = Some(v),
                 Err(e) => calibration.probetop_error = Some(format!("unreadable JSON: {e}")),
             }
@@ -54,7 +55,7 @@ impl Bench {
         // calibrate's row (the whole call of a function holding the site), so no ratio.
         table.rows.push((
             "USDT compiled in, not attached: added per call",
-            "",
+            None,
             self.unattached_usdt(rounds)?,
         ));
         // The empty-program cases of the cost part, or measured here without it.
@@ -84,22 +85,22 @@ impl Bench {
         table.warnings.extend(xol.warnings.iter().cloned());
         table.rows.push((
             "USDT (nop), empty program",
-            "usdt-hit",
+            Some(calibrate::Case::UsdtHit),
             empties.per_hit(Site::Usdt, Tool::Empty),
         ));
         table.rows.push((
             "uprobe on push %rbp (emulated), empty program",
-            "uprobe-emulated",
+            Some(calibrate::Case::UprobeEmulated),
             empties.per_hit(Site::Uprobe, Tool::Empty),
         ));
         table.rows.push((
             "uprobe on mov (single-stepped), empty program",
-            "uprobe-single-stepped",
+            Some(calibrate::Case::UprobeSingleStepped),
             xol.per_hit(Site::SingleStep, Tool::Empty),
         ));
         table.rows.push((
             "uretprobe, empty program",
-            "uretprobe",
+            Some(calibrate::Case::Uretprobe),
             empties.per_hit(Site::Uretprobe, Tool::Empty),
         ));
         Ok(calibration)
@@ -139,8 +140,7 @@ pub(super) fn render_calibration(md: &mut String, c: &Calibration) {
     let rows = c
         .probetop
         .as_ref()
-        .and_then(|v| v["rows"].as_array())
-        .cloned()
+        .map(|v| v.rows.as_slice())
         .unwrap_or_default();
     if rows.is_empty() {
         let _ = writeln!(
@@ -154,44 +154,37 @@ pub(super) fn render_calibration(md: &mut String, c: &Calibration) {
             "`probetop calibrate`: what the probe mechanisms cost the traced thread per hit \
              (its own workload, empty programs), median, IQR and 95% bootstrap interval of \
              the median over {} repetitions.\n",
-            c.probetop
-                .as_ref()
-                .and_then(|v| v["reps"].as_u64())
-                .unwrap_or(0)
+            c.probetop.as_ref().map_or(0, |v| v.reps)
         );
         let _ = writeln!(
             md,
             "| mechanism | median ns | IQR | 95% CI |\n|---|---|---|---|"
         );
-        for row in &rows {
-            let ns = &row["ns"];
-            let f = |k: &str| ns[k].as_f64().unwrap_or(f64::NAN);
-            let decimals = if f("median") < 10.0 { 2 } else { 0 };
+        for row in rows {
+            let ns = &row.ns;
+            let decimals = if ns.median < 10.0 { 2 } else { 0 };
             let _ = writeln!(
                 md,
                 "| {} | {:.*} | {:.*}-{:.*} | {:.*}-{:.*} |",
-                row["label"].as_str().unwrap_or("?"),
+                row.label,
                 decimals,
-                f("median"),
+                ns.median,
                 decimals,
-                f("q1"),
+                ns.q1,
                 decimals,
-                f("q3"),
+                ns.q3,
                 decimals,
-                f("ci_low"),
+                ns.ci_low,
                 decimals,
-                f("ci_high"),
+                ns.ci_high,
             );
         }
         md.push('\n');
     }
-    let calibrated = |case: &str| {
-        if case.is_empty() {
-            return None;
-        }
+    let calibrated = |case: Option<calibrate::Case>| {
         rows.iter()
-            .find(|r| r["case"] == case)
-            .and_then(|r| r["ns"]["median"].as_f64())
+            .find(|r| Some(r.case) == case)
+            .map(|r| r.ns.median)
     };
     let _ = writeln!(
         md,
@@ -205,7 +198,7 @@ pub(super) fn render_calibration(md: &mut String, c: &Calibration) {
     for (name, case, values) in &c.cross_check.rows {
         let measured = spread(values);
         let decimals = if measured.median < 10.0 { 2 } else { 0 };
-        let (cal, ratio) = match calibrated(case) {
+        let (cal, ratio) = match calibrated(*case) {
             Some(cal) if cal > 0.0 && measured.n > 0 => (
                 format!("{cal:.*}", decimals),
                 format!("{:.2}", measured.median / cal),
@@ -221,4 +214,59 @@ pub(super) fn render_calibration(md: &mut String, c: &Calibration) {
     }
     md.push('\n');
     warnings(md, &c.cross_check.warnings);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `calibrate --json` read through probetop's own types: its rows in the table, and
+    /// the cross-check divided by the row of the same case.
+    #[test]
+    fn the_calibration_table_reads_calibrate_json() {
+        let summary = |median: f64| {
+            serde_json::json!({"n": 5, "median": median, "q1": median - 1.0,
+                "q3": median + 1.0, "ci_low": median - 2.0, "ci_high": median + 2.0})
+        };
+        let text = serde_json::json!({
+            "format": 4, "kernel_release": "6.18", "cpu_model": "x", "cpus": 2,
+            "created_unix_s": 0, "reps": 5, "calls": 1000, "optimizes_nop5": false,
+            "rows": [
+                {"case": "usdt-hit", "label": "USDT hit", "ns": summary(800.0), "samples": []},
+                {"case": "uretprobe", "label": "uretprobe", "ns": summary(1500.0), "samples": []},
+            ],
+            "handler_ring_ns": null, "handler_kernel_ns": null,
+            "dispatch": [], "dispatch_error": null,
+        });
+        let c = Calibration {
+            probetop: Some(serde_json::from_value(text).expect("a calibration")),
+            probetop_error: None,
+            cross_check: CalibrationTable {
+                rows: vec![
+                    (
+                        "USDT (nop), empty program",
+                        Some(calibrate::Case::UsdtHit),
+                        vec![880.0],
+                    ),
+                    ("not in calibrate", None, vec![3.0]),
+                ],
+                warnings: Vec::new(),
+            },
+        };
+        let mut md = String::new();
+        render_calibration(&mut md, &c);
+        assert!(md.contains("over 5 repetitions"), "{md}");
+        assert!(
+            md.contains("| USDT hit | 800 | 799-801 | 798-802 |\n"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| uretprobe | 1500 | 1499-1501 | 1498-1502 |\n"),
+            "{md}"
+        );
+        assert!(md.contains("| USDT (nop), empty program | 880 "), "{md}");
+        assert!(md.contains("| 800 | 1.10 |\n"), "{md}");
+        assert!(md.contains("| not in calibrate | 3.00 "), "{md}");
+        assert!(md.contains("| - | - |\n"), "{md}");
+    }
 }

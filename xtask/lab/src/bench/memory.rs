@@ -28,7 +28,7 @@ pub(super) struct MemoryRun {
 impl Bench {
     pub(super) fn memory(&self) -> Result<Vec<MemoryRun>> {
         let target = Workload::start(&self.workload, 10_000, Some(1000.0))?;
-        let listing = command_json(self.probetop().args([
+        let listing = command_listing(self.probetop().args([
             "list",
             "--pid",
             &target.pid().to_string(),
@@ -37,28 +37,39 @@ impl Bench {
         // Functions of libc that have one probe point each, a name that is no glob, and a
         // first instruction the kernel will put a uprobe on: it refuses a lock prefix
         // (pthread_spin_lock) and VEX/EVEX encodings (the *_avx2 string functions), and
-        // probetop then attaches nothing. Each refusal caught later costs a whole run.
+        // probetop then attaches nothing; no IFUNC probetop cannot place; and no point
+        // another name shares (an IFUNC listed at the implementation it calls, which has
+        // a name of its own: a run merges the two into one probe). Each refusal caught
+        // later costs a whole run.
+        let mut at_offset: BTreeMap<(&Path, u64), usize> = BTreeMap::new();
+        for point in &listing.points {
+            *at_offset
+                .entry((point.object.as_path(), point.file_offset))
+                .or_default() += 1;
+        }
         let mut counts: BTreeMap<String, (usize, bool)> = BTreeMap::new();
         let mut images: BTreeMap<String, Vec<u8>> = BTreeMap::new();
-        for point in listing["points"].as_array().into_iter().flatten() {
-            let Some(object) = point["object"].as_str().filter(|o| o.contains("/libc.so")) else {
-                continue;
-            };
-            if point["kind"] != "uprobe" {
+        for point in &listing.points {
+            let object = point.object.display().to_string();
+            if !object.contains("/libc.so") || point.kind != ListedKind::Uprobe {
                 continue;
             }
-            let Some(name) = point["name"].as_str() else {
-                continue;
-            };
-            if !images.contains_key(object) {
-                let bytes = fs::read(object).with_context(|| format!("reading {object}"))?;
-                images.insert(object.to_string(), bytes);
+            if !images.contains_key(&object) {
+                let bytes = fs::read(&object).with_context(|| format!("reading {object}"))?;
+                images.insert(object.clone(), bytes);
             }
-            let first = point["file_offset"]
-                .as_u64()
-                .and_then(|o| images.get(object)?.get(usize::try_from(o).ok()?).copied());
-            let probeable = first.is_some_and(|b| !matches!(b, 0xf0 | 0xc4 | 0xc5 | 0x62));
-            let entry = counts.entry(name.to_string()).or_insert((0, true));
+            let first = usize::try_from(point.file_offset)
+                .ok()
+                .and_then(|o| images.get(&object)?.get(o).copied());
+            // An IFUNC whose choice the listing could not read is refused by a run (its
+            // symbol is the resolver, which runs once at load); a point the listing
+            // classes refused is skipped by it.
+            let placed = point.ifunc.as_ref().is_none_or(|i| i.at_resolver.is_none())
+                && point.cost_class != Some(CostClass::Refused)
+                && at_offset.get(&(point.object.as_path(), point.file_offset)) == Some(&1);
+            let probeable =
+                placed && first.is_some_and(|b| !matches!(b, 0xf0 | 0xc4 | 0xc5 | 0x62));
+            let entry = counts.entry(point.name.clone()).or_insert((0, true));
             entry.0 += 1;
             entry.1 &= probeable;
         }

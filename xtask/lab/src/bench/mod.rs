@@ -38,6 +38,7 @@ use serde_json::Value;
 
 use super::mysql::{MARIADBD, Mariadb, ServerOptions};
 use super::{Ctx, build, fixtures, is_root, show};
+use crate::util::listing::{CostClass, ListedKind, Listing, symbols_kind};
 use crate::util::proc::*;
 use crate::util::stats::*;
 

@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 use std::{fs, thread};
 
 use anyhow::{Context as _, Result, bail, ensure};
-use serde_json::Value;
 
 use super::*;
 
@@ -324,8 +323,8 @@ pub(super) fn field(line: &str, key: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Runs a command that prints JSON.
-pub(super) fn command_json(cmd: &mut Command) -> Result<Value> {
+/// Runs `probetop list ... --json`.
+pub(super) fn command_listing(cmd: &mut Command) -> Result<Listing> {
     let out = cmd
         .stdin(Stdio::null())
         .output()
@@ -336,7 +335,7 @@ pub(super) fn command_json(cmd: &mut Command) -> Result<Value> {
         show(cmd),
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout)
+    crate::util::listing::listing(&out.stdout)
         .with_context(|| format!("parsing the output of {}", show(cmd)))
 }
 

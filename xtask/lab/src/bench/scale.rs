@@ -152,14 +152,14 @@ impl Bench {
         // (bpftrace 0.17 matches mangled names only, so it has no equivalent here).
         let mut n = 0;
         for glob in ISSUE_GLOBS {
-            let listing = command_json(
+            let listing = command_listing(
                 Command::new(&self.probetop)
                     .arg("list")
                     .arg(&exe)
                     .arg(glob)
                     .arg("--json"),
             )?;
-            n += listing["points"].as_array().map_or(0, Vec::len);
+            n += listing.points.len();
         }
         sets.push(ProbeSet {
             label: ISSUE_GLOBS.join(" + "),
@@ -366,14 +366,12 @@ impl Bench {
 /// Mangled names of mariadbd's functions that both tools take verbatim (plain
 /// identifiers), by address.
 fn probe_symbols(probetop: &Path, exe: &Path) -> Result<Vec<String>> {
-    let listing = command_json(Command::new(probetop).arg("list").arg(exe).arg("--json"))?;
-    let exe = exe.display().to_string();
-    let mut points: Vec<(u64, String)> = listing["points"]
-        .as_array()
+    let listing = command_listing(Command::new(probetop).arg("list").arg(exe).arg("--json"))?;
+    let mut points: Vec<(u64, String)> = listing
+        .points
         .into_iter()
-        .flatten()
-        .filter(|p| p["kind"] == "uprobe" && p["object"].as_str() == Some(&exe))
-        .filter_map(|p| Some((p["address"].as_u64()?, p["symbol"].as_str()?.to_string())))
+        .filter(|p| p.kind == ListedKind::Uprobe && p.object == exe)
+        .filter_map(|p| Some((p.address, p.symbol?)))
         .filter(|(_, s)| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
         .collect();
     points.sort();
@@ -385,25 +383,23 @@ fn probe_symbols(probetop: &Path, exe: &Path) -> Result<Vec<String>> {
 /// one `uprobe:OBJECT:*` line per mapped object; N counts the distinct entry points
 /// `probetop list` does not mark refused, as probetop attaches them.
 fn every_function(probetop: &Path, pid: u32, work: &Path) -> Result<ProbeSet> {
-    let listing = command_json(
+    let listing = command_listing(
         Command::new(probetop)
             .args(["list", "--pid", &pid.to_string()])
             .arg("--json"),
     )?;
     let mut objects: Vec<String> = Vec::new();
     let mut points = std::collections::HashSet::new();
-    for p in listing["points"].as_array().into_iter().flatten() {
-        let (Some(object), Some(offset)) = (p["object"].as_str(), p["file_offset"].as_u64()) else {
-            continue;
-        };
-        if p["kind"] != "uprobe" {
+    for p in &listing.points {
+        if p.kind != ListedKind::Uprobe {
             continue;
         }
-        if !objects.iter().any(|o| o == object) {
-            objects.push(object.to_string());
+        let object = p.object.display().to_string();
+        if !objects.contains(&object) {
+            objects.push(object.clone());
         }
-        if p["cost_class"] != "refused" {
-            points.insert((object.to_string(), offset));
+        if p.cost_class != Some(CostClass::Refused) {
+            points.insert((object, p.file_offset));
         }
     }
     let spec_file = work.join("scale-every-function.specs");

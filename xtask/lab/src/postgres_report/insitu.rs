@@ -3,10 +3,34 @@
 //! backends, the background processes) summed in each window, its cost per hit measured
 //! on the cluster, beside the estimate and the cost measured from outside.
 
+use probe_user::inner::present::export::json::JsonInSitu;
+
 use super::*;
 
+/// The in-situ run: its load, and what probetop's export said of it.
+pub(super) struct InSituRun {
+    pub(super) seconds: u32,
+    pub(super) tps: f64,
+    pub(super) hits: u64,
+    /// probetop's in-situ summary and its estimate per hit, as exported.
+    pub(super) in_situ: Option<JsonInSitu>,
+    pub(super) estimated_per_hit_ns: Option<f64>,
+}
+
+impl InSituRun {
+    pub(super) fn to_json(&self) -> Value {
+        json!({
+            "seconds": self.seconds,
+            "tps": self.tps,
+            "hits": self.hits,
+            "in_situ": self.in_situ,
+            "estimated_per_hit_ns": self.estimated_per_hit_ns,
+        })
+    }
+}
+
 impl Report {
-    pub(super) fn in_situ_run(&mut self) -> Result<Value> {
+    pub(super) fn in_situ_run(&mut self) -> Result<InSituRun> {
         let seconds = self.options.in_situ_seconds;
         let json_path = self.work.join("in-situ.json");
         println!("postgres-report: --in-situ through the postmaster (-F), {seconds} s");
@@ -41,14 +65,13 @@ impl Report {
         )?;
         self.cluster
             .settle(self.baseline_children, Duration::from_secs(10))?;
-        let hits = crate::util::export::total_hits(&export);
-        Ok(json!({
-            "seconds": seconds,
-            "tps": load.tps,
-            "hits": hits,
-            "in_situ": export.cost.in_situ,
-            "estimated_per_hit_ns": export.cost.estimated_per_hit_ns,
-        }))
+        Ok(InSituRun {
+            seconds,
+            tps: load.tps,
+            hits: crate::util::export::total_hits(&export),
+            in_situ: export.cost.in_situ,
+            estimated_per_hit_ns: export.cost.estimated_per_hit_ns,
+        })
     }
 
     /// Returns once the load's connections are up.

@@ -152,7 +152,7 @@ struct Report {
     /// Children the postmaster has with no client connected.
     baseline_children: usize,
     runs: Vec<Run>,
-    in_situ: Option<Value>,
+    in_situ: Option<insitu::InSituRun>,
     commands: BTreeMap<&'static str, String>,
 }
 

@@ -1,5 +1,7 @@
 //! docs/postgres.md's generated section, and the raw runs beside it.
 
+use probe_user::inner::present::export::json::JsonInterval;
+
 use super::*;
 use crate::mysql_report::{fmt0, med, show_spread, spread, utc_now};
 
@@ -22,7 +24,8 @@ impl Report {
                 "scale": self.options.scale, "in_situ_seconds": self.options.in_situ_seconds,
             },
             "runs": self.runs.iter().map(Run::to_json).collect::<Vec<_>>(),
-            "in_situ": self.in_situ, "commands": self.commands,
+            "in_situ": self.in_situ.as_ref().map(insitu::InSituRun::to_json),
+            "commands": self.commands,
         });
         let raw_path = files.join("runs.json");
         fs::write(&raw_path, serde_json::to_string_pretty(&raw)? + "\n")
@@ -165,25 +168,30 @@ impl Report {
             show_spread(estimate, 0)
         );
         match &self.in_situ {
-            Some(v) => {
-                let is = &v["in_situ"];
-                let per_hit = &is["per_hit_ns"];
+            Some(
+                v @ insitu::InSituRun {
+                    in_situ: Some(is), ..
+                },
+            ) => {
+                let per_hit =
+                    |f: fn(&JsonInterval) -> f64| fmt0(is.per_hit_ns.as_ref().map_or(f64::NAN, f));
                 let _ = writeln!(
                     s,
                     "| probetop `--in-situ` through the postmaster ({} processes, {} s, {} hits, {:.0} TPS, {} pairs, {} dropped) | {} [{} to {}], verdict {}; its estimate {} |",
-                    is["processes"],
-                    v["seconds"],
-                    v["hits"],
-                    v["tps"].as_f64().unwrap_or(f64::NAN),
-                    is["pairs"],
-                    is["dropped_pairs"],
-                    fmt0(per_hit["mean"].as_f64().unwrap_or(f64::NAN)),
-                    fmt0(per_hit["low"].as_f64().unwrap_or(f64::NAN)),
-                    fmt0(per_hit["high"].as_f64().unwrap_or(f64::NAN)),
-                    is["verdict"].as_str().unwrap_or("-"),
-                    fmt0(v["estimated_per_hit_ns"].as_f64().unwrap_or(f64::NAN)),
+                    is.processes,
+                    v.seconds,
+                    v.hits,
+                    v.tps,
+                    is.pairs,
+                    is.dropped_pairs,
+                    per_hit(|i| i.mean),
+                    per_hit(|i| i.low),
+                    per_hit(|i| i.high),
+                    is.verdict,
+                    fmt0(v.estimated_per_hit_ns.unwrap_or(f64::NAN)),
                 );
             }
+            Some(_) => s.push_str("| probetop `--in-situ` | its export has no in-situ summary |\n"),
             None => s.push_str("| probetop `--in-situ` | not run |\n"),
         }
         s.push('\n');
