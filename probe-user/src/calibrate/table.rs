@@ -370,7 +370,7 @@ pub struct Calibration {
 /// on the same `push %rbp` entry as [`Calibration::tracefs_event_ns`]: what each
 /// kind of fetched argument and each further trace instance add is the difference.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct TracefsShapes {
+pub struct TracefsShapes {
     /// Arguments of the one kind in each event with arguments.
     pub args: u32,
     /// `args` register values (`a0=%di:u64 ...`), one instance.
