@@ -82,6 +82,8 @@ pub(crate) fn report(
         });
         let mut line = format!("  {}  {class}", label.full_name());
         match (report.whole_cost_ns, report.cpu_share) {
+            // No hit cost nothing: a price beside it would read as a cost.
+            _ if probe.hits == 0 => line.push_str(": no hits"),
             (Some(whole), Some(share)) => {
                 let _ = write!(
                     line,

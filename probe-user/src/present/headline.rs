@@ -279,38 +279,108 @@ impl Headline {
         }
     }
 
-    /// The live warning once the probes cost more than [`WARN_SHARE`]; `dearest` are
-    /// the probes costing most (name, share of one CPU), dearest first.
-    pub(crate) fn warning(&self, dearest: &[(String, f64)], budget_flag: bool) -> Option<String> {
+    /// What crossed the guard's line, in words: `3.0% of one CPU, +27% on its own CPU
+    /// (over 5%)`; `None` under it. The line crossed is the one marked: a share of one
+    /// CPU under 5% beside "over 5%" would read as a contradiction.
+    fn over_the_line(&self) -> Option<String> {
         if !self.too_dear() {
             return None;
         }
         let share = self.cpu_share?;
-        let against = match self.on_target() {
-            Some(ratio) => format!(" (+{} on the target's own CPU)", ratio_text(ratio)),
-            None => String::new(),
-        };
-        let names: Vec<String> = dearest
-            .iter()
-            .take(3)
-            .map(|(name, share)| format!("{name} {}", share_text(*share)))
-            .collect();
+        let line = format!(" (over {:.0}%)", WARN_SHARE * 100.0);
+        let mut text = format!("{} of one CPU", share_text(share));
+        if share > WARN_SHARE {
+            text.push_str(&line);
+        }
+        if let Some(ratio) = self.on_target() {
+            text.push_str(&format!(", +{} on its own CPU", ratio_text(ratio)));
+            if ratio > WARN_SHARE {
+                text.push_str(&line);
+            }
+        }
+        Some(text)
+    }
+
+    /// The live warning once the probes cost more than [`WARN_SHARE`]; `dearest` are
+    /// the probes costing most (name, share of one CPU), dearest first.
+    pub(crate) fn warning(&self, dearest: &[(String, f64)], budget_flag: bool) -> Option<String> {
+        let over = self.over_the_line()?;
+        let names = dearest_names(dearest, 3);
         let dearest = if names.is_empty() {
             String::new()
         } else {
-            format!("; dearest: {}", names.join(", "))
+            format!("; dearest: {names}")
         };
         let remedy = if budget_flag {
             "detach them (space), pass --budget, or --mode kernel (cheaper per hit)"
         } else {
             "detach them (space) or use --mode kernel (cheaper per hit)"
         };
-        Some(format!(
-            "probes cost the target {} of one CPU{against}, over {}{dearest}: {remedy}",
-            share_text(share),
-            share_text(WARN_SHARE)
-        ))
+        Some(format!("probes cost the target {over}{dearest}: {remedy}"))
     }
+
+    /// The warning in at most `width` characters, for the TUI's footer: the status line
+    /// above already has the numbers, so what goes first when space runs out is the
+    /// sentence, then the probes after the dearest, then the remedies; the dearest
+    /// probe's name stays.
+    pub(crate) fn warning_fit(
+        &self,
+        dearest: &[(String, f64)],
+        budget_flag: bool,
+        width: usize,
+    ) -> Option<String> {
+        let over = self.over_the_line()?;
+        let (remedy, brief) = if budget_flag {
+            (
+                "space detaches, or --budget, --mode kernel",
+                "--budget or --mode kernel",
+            )
+        } else {
+            ("space detaches, or --mode kernel", "--mode kernel")
+        };
+        let line = format!("over {:.0}%", WARN_SHARE * 100.0);
+        // Fewer names before the brief form: the sentence says which line was crossed.
+        let names = |k| {
+            let names = dearest_names(dearest, k);
+            if names.is_empty() {
+                String::new()
+            } else {
+                format!("dearest {names}; ")
+            }
+        };
+        let counts: Vec<usize> = (1..=dearest.len().min(3)).rev().collect();
+        let counts = if counts.is_empty() { vec![0] } else { counts };
+        let mut candidates: Vec<String> = counts
+            .iter()
+            .map(|&k| format!("! probes cost {over}; {}{remedy}", names(k)))
+            .collect();
+        candidates.extend(
+            counts
+                .iter()
+                .map(|&k| format!("! {line}: {}{brief}", names(k))),
+        );
+        if let Some((name, share)) = dearest.first() {
+            candidates.push(format!("! {line}: dearest {name} {}", share_text(*share)));
+        }
+        let fits = |c: &String| c.chars().count() <= width;
+        let shortest = candidates.last().cloned().unwrap_or_default();
+        Some(
+            candidates
+                .into_iter()
+                .find(fits)
+                .unwrap_or_else(|| shortest.chars().take(width).collect()),
+        )
+    }
+}
+
+/// The first `k` of `dearest` as `a 2.0%, b 0.3%`.
+fn dearest_names(dearest: &[(String, f64)], k: usize) -> String {
+    dearest
+        .iter()
+        .take(k)
+        .map(|(name, share)| format!("{name} {}", share_text(*share)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The run's one answer, reconciled, for the end of a run: the headline, and with
@@ -373,6 +443,26 @@ pub(crate) fn live_warning(labels: &[super::ProbeLabel], snapshot: &Snapshot) ->
         .map(|id| snapshot.probes.get(id).and_then(|p| p.cpu_share))
         .collect();
     live.warning(&dearest(&names, &shares), BUDGET_FLAG)
+}
+
+/// [`live_warning`] in at most `width` characters (the TUI's footer).
+pub(crate) fn live_warning_fit(
+    labels: &[super::ProbeLabel],
+    snapshot: &Snapshot,
+    width: usize,
+) -> Option<String> {
+    let live = Headline::live(snapshot);
+    if !live.too_dear() {
+        return None;
+    }
+    let names: Vec<String> = labels
+        .iter()
+        .map(|l| super::names::fit(&l.display, 28))
+        .collect();
+    let shares: Vec<Option<f64>> = (0..labels.len())
+        .map(|id| snapshot.probes.get(id).and_then(|p| p.cpu_share))
+        .collect();
+    live.warning_fit(&dearest(&names, &shares), BUDGET_FLAG, width)
 }
 
 /// Per-probe lines (share of one CPU, text) dearest first, ties and unpriced in their
@@ -615,5 +705,75 @@ mod tests {
         // --budget exists: the live warning offers it.
         let line = h.warning(&dear, BUDGET_FLAG).expect("8% is over 5%");
         assert!(line.contains("--budget"), "{line}");
+    }
+
+    /// The line crossed is the one marked: 3% of one CPU is under 5%, +27% on the
+    /// target's own 11% is over it.
+    #[test]
+    fn the_warning_marks_the_line_it_crossed() {
+        // 2,000 hits/s at 15 us: 3% of one CPU, on a target whose own CPU is 11%.
+        let h = Headline::live(&snapshot(&[(2_000.0, Some(15_000.0))], Some(0.14)));
+        let dear = vec![("dispatch_command+ret [sstep]".to_string(), 0.03)];
+        assert_eq!(
+            h.warning(&dear, true).expect("over 5% of its own CPU"),
+            "probes cost the target 3.0% of one CPU, +27% on its own CPU (over 5%); \
+             dearest: dispatch_command+ret [sstep] 3.0%: detach them (space), pass \
+             --budget, or --mode kernel (cheaper per hit)"
+        );
+        let both = Headline::live(&snapshot(&[(4_000.0, Some(20_000.0))], Some(0.4)));
+        let line = both.warning(&[], false).expect("8% is over 5%");
+        assert!(
+            line.starts_with(
+                "probes cost the target 8.0% of one CPU (over 5%), +25% on its own CPU (over 5%): "
+            ),
+            "{line}"
+        );
+    }
+
+    /// The footer's form fits the terminal: at 80 columns it still names the dearest
+    /// probe and the remedies; wider, the whole sentence and more probes.
+    #[test]
+    fn the_footer_warning_fits_and_keeps_the_dearest_name() {
+        let h = Headline::live(&snapshot(&[(2_000.0, Some(15_000.0))], Some(0.14)));
+        let dear = vec![
+            ("dispatch_command+ret [sstep]".to_string(), 0.020),
+            ("uprobe:dispatch_command(…)".to_string(), 0.003),
+            ("uprobe:do_command(…)".to_string(), 0.002),
+        ];
+        let at = |width| h.warning_fit(&dear, true, width).expect("too dear");
+        assert_eq!(
+            at(79),
+            "! over 5%: dearest dispatch_command+ret [sstep] 2.0%; --budget or --mode kernel"
+        );
+        assert_eq!(
+            at(159),
+            "! probes cost 3.0% of one CPU, +27% on its own CPU (over 5%); dearest \
+             dispatch_command+ret [sstep] 2.0%; space detaches, or --budget, --mode kernel"
+        );
+        assert_eq!(
+            at(240),
+            "! probes cost 3.0% of one CPU, +27% on its own CPU (over 5%); dearest \
+             dispatch_command+ret [sstep] 2.0%, uprobe:dispatch_command(…) 0.30%, \
+             uprobe:do_command(…) 0.20%; space detaches, or --budget, --mode kernel"
+        );
+        for width in [40, 60, 79, 100, 120, 159, 200] {
+            let text = at(width);
+            assert!(text.chars().count() <= width, "{width}: {text}");
+            assert!(text.contains("dispatch_command+ret"), "{width}: {text}");
+        }
+        assert_eq!(Headline::default().warning_fit(&dear, true, 80), None);
+    }
+
+    /// The narrowest status form keeps its words apart: `+21% target est`.
+    #[test]
+    fn the_short_status_keeps_its_words_apart() {
+        let h = Headline::live(&snapshot(&[(2_000.0, Some(11_000.0))], Some(0.127)));
+        assert_eq!(h.status_short(), "cost +2.2% cpu  +21% target est");
+        let wide = Headline::live(&snapshot(&[(90_000.0, Some(11_000.0))], Some(1.0)));
+        assert!(
+            wide.status_short().ends_with(" target est"),
+            "{}",
+            wide.status_short()
+        );
     }
 }

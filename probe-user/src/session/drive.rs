@@ -62,7 +62,10 @@ pub(super) async fn drive(run: &mut Running, args: &RunArgs) -> anyhow::Result<D
 }
 
 /// Looks once a second whether the probes cost the target more than the guard's
-/// share; says so once per crossing.
+/// share; says so once a run. A cost near the line, or one that `--in-situ`'s detached
+/// windows take to nothing each second, would otherwise cross it again and again and
+/// repeat the same line. Not under `--budget`, which holds the cost under its own
+/// ceiling: a set's attached part costs more than the line by design.
 struct Guard {
     tick: tokio::time::Interval,
     warned: bool,
@@ -78,12 +81,14 @@ impl Guard {
         }
     }
 
-    /// The warning, when the cost has just crossed the line.
+    /// The warning, the first time the cost crosses the line.
     fn check(&mut self, run: &Running) -> Option<String> {
-        let line = present::headline::live_warning(&run.labels, &run.snapshots.borrow());
-        let first = line.is_some() && !self.warned;
-        self.warned = line.is_some();
-        line.filter(|_| first)
+        if self.warned || run.budget.is_some() {
+            return None;
+        }
+        let line = present::headline::live_warning(&run.labels, &run.snapshots.borrow())?;
+        self.warned = true;
+        Some(line)
     }
 }
 

@@ -140,14 +140,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     pricer.price_latency(&mut aggregator);
     let priced = pricer.measurements(&aggregator);
     let measured = &priced.measurements;
-    if !measured.latency.is_empty() {
-        use std::io::Write as _;
-        let table = present::summary::latency_table(&measured.latency, duration.as_secs_f64());
-        let mut out = io::stdout().lock();
-        let _ = out
-            .write_all(sys::stderr::terminal_safe(&table).as_bytes())
-            .and_then(|()| out.flush());
-    }
+    // Printed after the summary table, which leads with the headline.
+    let latency_table = (!measured.latency.is_empty())
+        .then(|| present::summary::latency_table(&measured.latency, duration.as_secs_f64()));
     if let Some(line) = ended_in_clock_phase(args, &measured.probes) {
         say!("probetop: {line}");
     }
@@ -219,6 +214,10 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
                 ))
                 .as_bytes(),
             )
+            .and_then(|()| match &latency_table {
+                Some(table) => out.write_all(sys::stderr::terminal_safe(table).as_bytes()),
+                None => Ok(()),
+            })
             .and_then(|()| out.flush());
     }
     say!("probetop: {}", present::headline::reconciled(&report));

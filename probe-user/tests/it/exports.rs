@@ -353,11 +353,17 @@ fn every_format_carries_the_cost_and_the_headline() {
         stdout.contains("COST/HIT") && stdout.contains("%CPU"),
         "{stdout}"
     );
-    // stderr: the one answer at the end.
+    // stderr: the one answer at the end; the probe without hits has no price there.
     assert!(
         stderr.contains("the answer: the probes cost the target +"),
         "{stderr}"
     );
+    let main_line = stderr
+        .lines()
+        .find(|l| l.starts_with("  uprobe:main"))
+        .unwrap_or_else(|| panic!("no end line for uprobe:main: {stderr}"));
+    assert!(main_line.contains(": no hits"), "{main_line}");
+    assert!(!main_line.contains("ns/hit"), "{main_line}");
     for ext in ["json", "csv", "prom", "html"] {
         let _ = std::fs::remove_file(path(ext));
     }
@@ -439,6 +445,15 @@ fn every_format_carries_a_latency_row_with_every_call() {
     assert!(target.wait().success());
     let status = probetop.wait();
     assert!(status.success(), "{:?}", probetop.err().rest());
+    // stdout leads with the headline, the latency table after the probes' table.
+    let stdout = probetop.out().rest();
+    assert!(
+        stdout[0].starts_with("probes' cost to the target: +"),
+        "{stdout:?}"
+    );
+    let probes_at = stdout.iter().position(|l| l.starts_with("PROBE "));
+    let latency_at = stdout.iter().position(|l| l.starts_with("LATENCY "));
+    assert!(probes_at.is_some() && latency_at > probes_at, "{stdout:?}");
 
     // JSON: the row every other format is held against.
     let json = read_export(&path("json"));

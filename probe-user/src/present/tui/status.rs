@@ -30,6 +30,9 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     let snap = &app.snapshot;
     // Rows of a program the target exec'd away from are neither attached nor missing.
     let (attached, live_probes) = app.attached_count();
+    // In a detached window of --in-situ no probe is attached, and that is the plan.
+    let window_off = app.in_situ.as_ref().is_some_and(|view| !view.probes_on);
+    let attached = if window_off { 0 } else { attached };
     let cpu = snap
         .own
         .cpu_share
@@ -115,7 +118,7 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
             } else {
                 0
             },
-            attached < live_probes,
+            attached < live_probes && !window_off,
         )),
         Some(part(
             format!("{:>5} events/s", format::count(snap.events_per_second)),
@@ -236,11 +239,8 @@ pub(super) fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
         ])
     } else if let Some(message) = &app.message {
         Line::from(format!(" {message}"))
-    } else if let Some(warning) = cost_warning(app) {
-        Line::from(Span::styled(
-            super::table::ellipsize(&format!(" ! {warning}"), area.width as usize),
-            theme.warning(),
-        ))
+    } else if let Some(warning) = cost_warning(app, (area.width as usize).saturating_sub(1)) {
+        Line::from(Span::styled(format!(" {warning}"), theme.warning()))
     } else {
         let mut spans = Vec::new();
         let mut used = 0;
@@ -278,7 +278,11 @@ pub(super) fn render_footer(frame: &mut Frame, area: Rect, app: &App) {
 }
 
 /// The guard: once the probes cost the target more than 5% of a CPU or of its own CPU,
-/// the footer says so and names the dearest probes (keys stay in `?`).
-pub(super) fn cost_warning(app: &App) -> Option<String> {
-    headline::live_warning(&app.labels, &app.snapshot)
+/// the footer says so in `width` characters, naming the dearest probes (keys stay in `?`).
+/// Not under `--budget`: the budget holds the cost, and its status says what it uses.
+pub(super) fn cost_warning(app: &App, width: usize) -> Option<String> {
+    if app.budget.is_some() {
+        return None;
+    }
+    headline::live_warning_fit(&app.labels, &app.snapshot, width)
 }

@@ -721,6 +721,30 @@ fn many_probes_scroll_with_the_selection() {
     assert!(text(&app).contains("uprobe:f39"));
 }
 
+/// In a detached window of `--in-situ` no probe is attached, and the status line says
+/// so: `0/4 attached` beside `off`, back to `4/4` when the window turns on.
+#[test]
+fn an_in_situ_detached_window_shows_no_probe_attached() {
+    let mut app = app(80, 24);
+    let window = |probes_on| UiEvent::InSitu {
+        headline: None,
+        probes_on,
+        detail: String::new(),
+    };
+    app.apply(window(false));
+    let status = text(&app).lines().next().unwrap_or_default().to_string();
+    assert!(
+        status.contains(" off") && status.contains("0/4 attached"),
+        "{status}"
+    );
+    app.apply(window(true));
+    let status = text(&app).lines().next().unwrap_or_default().to_string();
+    assert!(
+        status.contains(" on") && status.contains("4/4 attached"),
+        "{status}"
+    );
+}
+
 #[test]
 fn session_events_update_the_state() {
     let mut app = app(80, 24);
