@@ -90,7 +90,7 @@ enum Task {
         #[arg(long)]
         no_per_probe: bool,
         /// Directory for mysqld.md and mysqld/ [default: docs, --quick:
-        /// <target>/mysql-report-quick].
+        /// TARGET_DIR/mysql-report-quick].
         #[arg(long)]
         out: Option<PathBuf>,
         #[arg(long, default_value_t = 4)]
@@ -130,7 +130,7 @@ enum Task {
         #[arg(long)]
         in_situ_seconds: Option<u32>,
         /// Directory for postgres.md and postgres/ [default: docs, --quick:
-        /// <target>/postgres-report-quick].
+        /// TARGET_DIR/postgres-report-quick].
         #[arg(long)]
         out: Option<PathBuf>,
     },
