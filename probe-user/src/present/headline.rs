@@ -768,10 +768,13 @@ mod tests {
     #[test]
     fn the_short_status_keeps_its_words_apart() {
         let h = Headline::live(&snapshot(&[(2_000.0, Some(11_000.0))], Some(0.127)));
-        assert_eq!(h.status_short(), "cost +2.2% cpu  +21% target est");
+        assert_eq!(
+            h.status_short(),
+            "cost +2.2% cpu  +21% target 11.0us/hit est"
+        );
         let wide = Headline::live(&snapshot(&[(90_000.0, Some(11_000.0))], Some(1.0)));
         assert!(
-            wide.status_short().ends_with(" target est"),
+            wide.status_short().contains(" target ") && wide.status_short().ends_with("/hit est"),
             "{}",
             wide.status_short()
         );
