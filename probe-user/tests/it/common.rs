@@ -117,12 +117,24 @@ pub(crate) struct Running {
 
 impl Running {
     pub(crate) fn spawn(mut command: Command) -> Self {
-        let mut child = command
+        command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+            .stderr(Stdio::piped());
+        // A fixture copied a moment ago can be "busy": another test's child, forked
+        // while the copy's descriptor was open for writing, holds it until its exec
+        // closes it. That lasts microseconds; try again for a while.
+        let mut tries = 0;
+        let mut child = loop {
+            match command.spawn() {
+                Ok(child) => break child,
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) => panic!("cannot start {command:?}: {e}"),
+            }
+        };
         let stdout = child.stdout.take().map(Lines::from_stdout);
         let stderr = child.stderr.take().map(Lines::from_stderr);
         Self {
