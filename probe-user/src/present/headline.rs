@@ -431,18 +431,8 @@ pub(crate) fn reconciled(report: &Report) -> String {
 /// The guard's line for `snapshot`, once the probes cost more than [`WARN_SHARE`]:
 /// the TUI's footer and, once per crossing, stderr.
 pub(crate) fn live_warning(labels: &[super::ProbeLabel], snapshot: &Snapshot) -> Option<String> {
-    let live = Headline::live(snapshot);
-    if !live.too_dear() {
-        return None;
-    }
-    let names: Vec<String> = labels
-        .iter()
-        .map(|l| super::names::fit(&l.display, 28))
-        .collect();
-    let shares: Vec<Option<f64>> = (0..labels.len())
-        .map(|id| snapshot.probes.get(id).and_then(|p| p.cpu_share))
-        .collect();
-    live.warning(&dearest(&names, &shares), BUDGET_FLAG)
+    let (live, dear) = over_the_guard(labels, snapshot)?;
+    live.warning(&dear, BUDGET_FLAG)
 }
 
 /// [`live_warning`] in at most `width` characters (the TUI's footer).
@@ -451,6 +441,16 @@ pub(crate) fn live_warning_fit(
     snapshot: &Snapshot,
     width: usize,
 ) -> Option<String> {
+    let (live, dear) = over_the_guard(labels, snapshot)?;
+    live.warning_fit(&dear, BUDGET_FLAG, width)
+}
+
+/// The live headline and the probes dearest first, once the probes cost more than
+/// [`WARN_SHARE`]; `None` under it.
+fn over_the_guard(
+    labels: &[super::ProbeLabel],
+    snapshot: &Snapshot,
+) -> Option<(Headline, Vec<(String, f64)>)> {
     let live = Headline::live(snapshot);
     if !live.too_dear() {
         return None;
@@ -462,7 +462,8 @@ pub(crate) fn live_warning_fit(
     let shares: Vec<Option<f64>> = (0..labels.len())
         .map(|id| snapshot.probes.get(id).and_then(|p| p.cpu_share))
         .collect();
-    live.warning_fit(&dearest(&names, &shares), BUDGET_FLAG, width)
+    let dear = dearest(&names, &shares);
+    Some((live, dear))
 }
 
 /// Per-probe lines (share of one CPU, text) dearest first, ties and unpriced in their
