@@ -281,9 +281,11 @@ pub(crate) struct Measurements {
     /// CLOCK_MONOTONIC ns at which the window opened (or was last reset).
     pub window_start_ns: u64,
     pub probes: Vec<ProbeMeasurements>,
-    /// The target's CPU since the window opened, probes included, share of one CPU;
-    /// `None` with several processes (the pricer reads it).
+    /// The target's CPU since the window opened, probes included, share of one CPU
+    /// (summed over the process set with several; the pricer reads it).
     pub target_cpu: Option<f64>,
+    /// The standard error of `target_cpu` over its one-second rates.
+    pub target_cpu_error: Option<f64>,
     /// The `latency:` pairs' rows.
     pub latency: Vec<LatencyRow>,
     /// Keyed probes' rows: (probe id, one key's hits).
@@ -328,6 +330,7 @@ impl Aggregator {
                 })
                 .collect(),
             target_cpu: None,
+            target_cpu_error: None,
             // Calls per second over the window when it is closed; else said by the
             // report from its duration.
             latency: self.latency.rows(if self.window_end_ns == u64::MAX {

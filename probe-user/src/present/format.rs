@@ -102,9 +102,74 @@ pub(crate) fn handler_cells(h: &crate::aggregate::HandlerSummary) -> [String; 7]
     ]
 }
 
+/// A latency pair's overhead: the probes' whole cost per call over the corrected mean
+/// call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Overhead {
+    /// Not priced yet, or no call ended.
+    Unknown,
+    Share(f64),
+    /// The probes cost as much as the call or more: the correction took the call to
+    /// (nearly) nothing, and a share over 100% (a 3 us `COM_STMT_CLOSE` under the mysql
+    /// preset's single-stepped returns read 1,000% and more) says no more than that.
+    MoreThanTheCall,
+}
+
+impl Overhead {
+    /// `row`'s, as every surface that shows it says it.
+    pub(crate) fn of(row: &crate::aggregate::LatencyRow) -> Self {
+        Self::from_parts(
+            row.whole_cost_ns,
+            row.overhead_share,
+            row.corrected_applied && row.latency_corrected_ns.count > 0,
+        )
+    }
+
+    /// From the probes' cost per call, its share of the corrected mean, and whether
+    /// calls were corrected.
+    fn from_parts(whole_ns: Option<f64>, share: Option<f64>, corrected: bool) -> Self {
+        match (whole_ns, share) {
+            (None, _) => Self::Unknown,
+            (Some(_), Some(share)) if share < 1.0 => Self::Share(share),
+            (Some(_), Some(_)) => Self::MoreThanTheCall,
+            // Priced, and every call corrected to nothing.
+            (Some(_), None) if corrected => Self::MoreThanTheCall,
+            (Some(_), None) => Self::Unknown,
+        }
+    }
+
+    /// In a table's cell: `4.2%`, `more than the call`, `-`.
+    pub(crate) fn cell(self) -> String {
+        match self {
+            Self::Unknown => "-".into(),
+            Self::Share(share) => percent(share),
+            Self::MoreThanTheCall => "more than the call".into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A probe pair dearer than the call it times is said in words, never as 1,240%.
+    #[test]
+    fn an_overhead_over_the_call_is_said_in_words() {
+        let row = |whole: Option<f64>, share: Option<f64>, corrected_calls: u64| {
+            Overhead::from_parts(whole, share, corrected_calls > 0)
+        };
+        assert_eq!(row(Some(300.0), Some(0.042), 10).cell(), "4.2%");
+        // COM_STMT_CLOSE: 3 us measured, 10.5 us of probes, corrected to 0.25 us.
+        let close = row(Some(10_500.0), Some(42.0), 10);
+        assert_eq!(close, Overhead::MoreThanTheCall);
+        assert_eq!(close.cell(), "more than the call");
+        assert_eq!(row(Some(1000.0), Some(1.0), 10), Overhead::MoreThanTheCall);
+        // Every call corrected to 0: no share, still more than the call.
+        assert_eq!(row(Some(10_500.0), None, 10), Overhead::MoreThanTheCall);
+        // Not priced, or no call ended: unknown.
+        assert_eq!(row(None, None, 10).cell(), "-");
+        assert_eq!(row(Some(10_500.0), None, 0).cell(), "-");
+    }
 
     #[test]
     fn nanoseconds() {

@@ -183,8 +183,7 @@ pub(crate) fn latency_table(rows: &[crate::aggregate::LatencyRow], seconds: f64)
                 "-".into()
             },
             row.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f),
-            row.overhead_share
-                .map_or_else(|| "-".into(), format::percent),
+            format::Overhead::of(row).cell(),
             row.path.as_str().to_string(),
         ]);
     }

@@ -268,17 +268,6 @@ impl Assumer {
             .then(|| c1.saturating_sub(c0) as f64 / per_second as f64 / seconds)
     }
 
-    /// The target's CPU over the last reading (probes included), as a share of one
-    /// CPU: what the headline sets the probes' cost against.
-    pub(crate) fn target_cores_live(&self) -> Option<f64> {
-        Self::cores(self.previous, self.last).or_else(|| Self::cores(self.first, self.last))
-    }
-
-    /// The target's CPU since the window opened (probes included), share of one CPU.
-    pub(crate) fn target_cores_run(&self) -> Option<f64> {
-        Self::cores(self.first, self.last)
-    }
-
     /// The decision for the last second: `hits_per_second` of every probe together.
     pub(crate) fn live(&self, hits_per_second: f64) -> Decision {
         decide(

@@ -13,7 +13,9 @@
 //! - [`pricer`]: the [`Pricer`] the collector owns, which prices each live snapshot
 //!   and the measurements the end-of-run report is made of;
 //! - [`snapshot`]: the [`Snapshot`] the UI is sent: every probe's numbers, priced;
-//! - [`report`]: a probe's and the run's cost over the whole run, for exports.
+//! - [`report`]: a probe's and the run's cost over the whole run, for exports;
+//! - [`target_cpu`]: the target's (or the process set's) CPU the headline sets the
+//!   probes' cost against.
 //!
 //! The instruction's class comes from `insn`; dispatch time as measured, and other
 //! tools' programs on the target's probes, from `attach`.
@@ -24,6 +26,7 @@ pub(crate) mod estimate;
 pub(crate) mod pricer;
 pub(crate) mod report;
 pub(crate) mod snapshot;
+pub(crate) mod target_cpu;
 
 // What other stages use: the costs prepared before a run and the Pricer that prices
 // it, then the priced results (the live snapshot, the run's report) and the words

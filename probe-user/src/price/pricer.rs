@@ -10,6 +10,7 @@ use crate::price::ProbeCost;
 use crate::price::Run;
 use crate::price::assume::{Assumer, Assumption, Decision};
 use crate::price::snapshot::{Snapshot, unpriced};
+use crate::price::target_cpu::TargetCpu;
 
 /// Prices what the aggregator measured, under the run's `--assume` choice.
 #[derive(Debug, Default)]
@@ -21,6 +22,8 @@ pub(crate) struct Pricer {
     costs: Vec<ProbeCost>,
     /// Every probe's gaps together, for a probe with too few of its own.
     pooled_gaps: GapCounts,
+    /// The target's (or the set's) CPU, which the headline sets the cost against.
+    target: TargetCpu,
 }
 
 impl Pricer {
@@ -29,7 +32,13 @@ impl Pricer {
             assumer,
             costs,
             pooled_gaps: GapCounts::default(),
+            target: TargetCpu::default(),
         }
+    }
+
+    /// Reads the CPU of `members` (the target, or the process set) for the headline.
+    pub(crate) fn meter_target(&mut self, members: crate::insitu::Members) {
+        self.target = TargetCpu::new(members);
     }
 
     /// What prices each probe, by probe id: other tools' programs are known at the end.
@@ -53,11 +62,13 @@ impl Pricer {
     /// The measurement window opened, or was reset: the run's decision starts over.
     pub(crate) fn open(&mut self) {
         self.assumer.open();
+        self.target.open();
     }
 
-    /// Reads the target for auto's decision (once a second).
+    /// Reads the target for auto's decision and the headline (once a second).
     pub(crate) fn observe(&mut self) {
         self.assumer.observe();
+        self.target.observe();
     }
 
     /// Pools every probe's gaps, for those with too few of their own.
@@ -103,6 +114,7 @@ impl Pricer {
                 .whole_cost_ns
                 .map(|ns| super::cpu_share(ns, row.per_second));
             row.reading = estimate.and_then(|e| e.reading);
+            row.priced = estimate.map(|e| (e.method, e.assumes));
         }
         match decision.assumes {
             // A calibration without cold rows prices every hit hot.
@@ -120,10 +132,9 @@ impl Pricer {
         }
         snapshot.assumption = Some(decision);
         snapshot.calibrated = self.costs.iter().any(|c| c.basis.is_some());
-        snapshot.target_cpu = self
-            .assumer
-            .target_cores_live()
-            .filter(|_| !aggregator.count_processes);
+        let target = self.target.live();
+        snapshot.target_cpu = target.map(|t| t.mean);
+        snapshot.target_cpu_error = target.map(|t| t.error);
         snapshot
     }
 
@@ -180,10 +191,9 @@ impl Pricer {
         let decision: Decision = self
             .assumer
             .run(aggregator.probes().iter().map(|p| p.hits()).sum());
-        measurements.target_cpu = self
-            .assumer
-            .target_cores_run()
-            .filter(|_| !aggregator.count_processes);
+        let target = self.target.run();
+        measurements.target_cpu = target.map(|t| t.mean);
+        measurements.target_cpu_error = target.map(|t| t.error);
         let costs = (0..measurements.probes.len())
             .map(|id| self.cost(id).clone())
             .collect();

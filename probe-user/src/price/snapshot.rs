@@ -8,8 +8,8 @@ use crate::aggregate::{
     OwnUsage,
 };
 use crate::delivery::DeliveryMode;
-use crate::price::assume::Decision;
-use crate::price::estimate::GapReading;
+use crate::price::assume::{Assumption, Decision};
+use crate::price::estimate::{GapReading, Method};
 
 /// What one probe looks like at a moment: the numbers the UI shows.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -36,6 +36,8 @@ pub(crate) struct ProbeSnapshot {
     pub gap_median_us: Option<f64>,
     /// What placed its hits on the calibration's curves, with them.
     pub reading: Option<GapReading>,
+    /// How its hits were priced, and with which calibration rows.
+    pub priced: Option<(Method, Assumption)>,
 }
 
 /// Every probe at a moment, plus totals; cheap to clone and send to the UI.
@@ -59,9 +61,12 @@ pub(crate) struct Snapshot {
     pub own: OwnUsage,
     /// Hot or cold, decided over the last second, and why.
     pub assumption: Option<Decision>,
-    /// The target's CPU over the last second, probes included, share of one CPU;
-    /// `None` with several processes or before two readings (the pricer reads it).
+    /// The target's CPU over the last few seconds, probes included, share of one CPU
+    /// (summed over the process set with several); `None` before two readings (the
+    /// pricer reads it).
     pub target_cpu: Option<f64>,
+    /// The standard error of `target_cpu` over its one-second rates.
+    pub target_cpu_error: Option<f64>,
     /// The `latency:` pairs' rows.
     pub latency: Vec<LatencyRow>,
     /// Keyed probes' rows: (probe id, one key's hits).
@@ -98,6 +103,7 @@ pub(super) fn unpriced(aggregator: &Aggregator, elapsed: Duration) -> Snapshot {
             interval: p.last_interval,
             gap_median_us: None,
             reading: None,
+            priced: None,
         })
         .collect();
     Snapshot {
@@ -112,6 +118,7 @@ pub(super) fn unpriced(aggregator: &Aggregator, elapsed: Duration) -> Snapshot {
         own: OwnUsage::default(),
         assumption: None,
         target_cpu: None,
+        target_cpu_error: None,
         latency: aggregator.latency.rows(elapsed.as_secs_f64()),
         keyed: aggregator.keyed_rows(),
         calibrated: false,

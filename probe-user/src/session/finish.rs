@@ -191,6 +191,7 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     report.cost = run_cost;
     report.attach_path = Some(attach_path);
     report.target_cpu = measured.target_cpu;
+    report.target_cpu_error = measured.target_cpu_error;
     report.latency = measured.latency.clone();
     report.keyed = measured.keyed.clone();
     if let Some(summary) = in_situ_summary {

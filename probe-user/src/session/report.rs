@@ -108,6 +108,7 @@ impl ReportSource {
             .clone();
         report.attach_path = Some(self.attach_path);
         report.target_cpu = measurements.measurements.target_cpu;
+        report.target_cpu_error = measurements.measurements.target_cpu_error;
         report.cost.assumption = measurements.assumption;
         report.latency = measurements.measurements.latency;
         report.keyed = measurements.measurements.keyed;
@@ -199,6 +200,7 @@ fn empty_report(target: &Target, started_unix_ms: u64, duration_s: f64) -> Repor
         skipped: Vec::new(),
         replaced: Vec::new(),
         target_cpu: None,
+        target_cpu_error: None,
         budget: None,
         latency: Vec::new(),
         keyed: Vec::new(),
@@ -307,6 +309,7 @@ pub(super) fn build_report(
         skipped: rows.skipped.clone(),
         replaced: rows.replaced.clone(),
         target_cpu: None,
+        target_cpu_error: None,
         budget: None,
         latency: Vec::new(),
         keyed: Vec::new(),

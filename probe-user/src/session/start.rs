@@ -213,6 +213,9 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         .map(|(p, cost)| p.label(cost))
         .collect();
     let mut pricer = super::Pricer::new(assumer, prepared.costs);
+    // The headline sets the cost against the CPU of every process probed: with `-F`
+    // a pre-fork server's children do the work.
+    pricer.meter_target(process_set(&plan, pid));
     pricer.open();
     stream::start_counting(&mut counters, &aggregator)
         .context("opening the window: the probes' kernel configs cannot be written")?;
@@ -381,6 +384,20 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         shutdown,
         attach_path,
     })
+}
+
+/// The processes probed: `pid`, or with several the roots, their forks (`-F`) and the
+/// cgroup's members.
+fn process_set(plan: &Plan, pid: u32) -> crate::insitu::Members {
+    crate::insitu::Members {
+        roots: if plan.several {
+            plan.roots.clone()
+        } else {
+            vec![pid]
+        },
+        follow_forks: plan.scope.follow_forks,
+        cgroup: plan.scope.cgroup.clone(),
+    }
 }
 
 /// Whether the calibration's work curve holds the ring handler's clock.

@@ -587,3 +587,74 @@ fn a_semaphore_raised_file_wide_is_said() {
         }
     }
 }
+
+/// utime + stime of `pid` in clock ticks (0 once gone).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let after = &stat[stat.rfind(')').map_or(0, |i| i + 1)..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // After the name: state is the first field, utime the 12th, stime the 13th.
+    fields
+        .get(11..13)
+        .map_or(0, |t| t.iter().filter_map(|v| v.parse::<u64>().ok()).sum())
+}
+
+/// `-F`: the headline sets the probes' cost against the CPU of the whole tree (it had no
+/// part against the target at all): a parent and two workers, each calling work_unit
+/// 20,000 times a second, read by /proc over the same run, where the parent alone is a
+/// third.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn the_headline_sets_the_cost_against_the_whole_tree() {
+    let _turn = turn(module_path!());
+    let target = started(
+        &fixture("c/forker"),
+        &["--early", "2", "--grand", "0", "--rate", "20000"],
+    );
+    target.signal(libc::SIGUSR1);
+    wait_for_tree(target.pid(), 3);
+    let tree = tree_of(target.pid());
+    let cache = export_path("forks-headline-cache");
+    copy_calibration(&cache);
+    let json = export_path("forks-headline.json");
+    let mut cmd = probetop();
+    cmd.env("XDG_CACHE_HOME", &cache)
+        .args(["--pid", &target.pid().to_string(), "-F", "--no-tui"])
+        .args(["--duration", "6", "-e", "uprobe:work_unit", "--export"])
+        .arg(&json);
+    let ticks = || tree.iter().map(|&pid| cpu_ticks(pid)).sum::<u64>();
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    let (start, before) = (std::time::Instant::now(), ticks());
+    let status = probetop.wait();
+    let (seconds, after) = (start.elapsed().as_secs_f64(), ticks());
+    let stderr = probetop.err().rest().join("\n");
+    assert!(status.success(), "{stderr}");
+    // SAFETY: sysconf reads a constant of the system.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let tree_cpu = (after - before) as f64 / hz / seconds;
+    let report = read_export(&json);
+    let headline = &report["headline"];
+    let measured = headline["target_cpu_share"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("the tree's CPU is read: {headline:#}\n{stderr}"));
+    let ratio = measured / tree_cpu;
+    assert!(
+        (0.7..=1.4).contains(&ratio),
+        "the headline's {measured:.4} of one CPU against the tree's {tree_cpu:.4} \
+         (/proc, {seconds:.1} s): {headline:#}"
+    );
+    // And the cost is set against it: against its own CPU or its whole (with this
+    // machine's calibration; without one there is no cost to set).
+    assert!(
+        headline["target_own_cpu_share"].is_f64() || headline["of_target_cpu"].is_f64(),
+        "{headline:#}"
+    );
+    if headline["cpu_share"].is_f64() {
+        assert!(
+            stderr.contains("the target's own") || stderr.contains("of the target's CPU"),
+            "the end line says it: {stderr}"
+        );
+    }
+    let _ = std::fs::remove_file(&json);
+}

@@ -1089,3 +1089,53 @@ fn own_probe_on_a_bcc_site_joins_it_and_counts_exactly() {
     assert_eq!(own["own"], true, "{own}");
     assert_eq!(own["hits"], CALLS, "{own}\n{said}");
 }
+
+/// With probetop's own probe and another tool's on the target, the headline's method
+/// says how each part was priced, as the rows were: the own row by the run's assumption
+/// (its `whole_cost_assumes`), the other tool's by the calibration's hot loop plus its
+/// program (it said "priced by how slow each hit ran" of both).
+#[test]
+#[ignore = "needs root, the fixtures and bpftrace"]
+fn the_headline_says_how_own_and_other_tools_probes_were_priced() {
+    let _turn = turn(module_path!());
+    let cache = calibrated_cache("others-headline");
+    let dir = export_path("others-private-headline");
+    let copy = workload_copy(&dir, "workload");
+    let target = started(&copy, &["--forever", "--batch", "5000", "--rate", "20000"]);
+    let pid = target.pid();
+    let bpftrace = bpftrace_on(pid, &format!("uprobe:{}:leaf_ret", copy.display()));
+    let json = export_path("others-headline.json");
+    let mut cmd = probetop();
+    cmd.env("XDG_CACHE_HOME", &cache)
+        .args(["--pid", &pid.to_string(), "--no-tui", "--duration", "3"])
+        .args(["-e", "uprobe:work_unit", "--export"])
+        .arg(&json);
+    output_ok(&mut cmd, "probetop beside bpftrace");
+    drop(bpftrace);
+    let report = read_export(&json);
+    let own = probe(&report, "work_unit");
+    let rows = others(&report);
+    assert_eq!(rows.len(), 1, "{report:#}");
+    assert_eq!(
+        rows[0]["whole_cost_method"], "calibrated-trap-and-owner-program",
+        "{report:#}"
+    );
+    let own_words = match own["whole_cost_assumes"].as_str() {
+        _ if own["whole_cost_method"] == "dispatch-and-calibration" => {
+            "by the kernel's measured dispatch"
+        }
+        Some("clock") => "by how slow each hit ran",
+        Some("hot") => "with caches warm between hits",
+        Some("cold") => "with caches cold between hits",
+        other => panic!("the own row's assumption: {other:?}: {own:#}"),
+    };
+    let text = report["headline"]["text"].as_str().expect("headline text");
+    assert!(
+        text.contains(&format!(
+            "estimated (own probes priced {own_words}; other tools' probes by the calibration's hot loop plus their programs)"
+        )),
+        "{text}\n{report:#}"
+    );
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -811,3 +811,86 @@ fn the_budget_says_its_use_and_duty_in_the_status_line_down_to_80_columns() {
     assert!(screen.contains("probetop-exit=0"), "{screen}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The status line's headline, reduced to its form: whether it sets the cost against
+/// the target's own CPU (`+18% on target's 17.9%`, short `+18% target`), against its
+/// whole (`90% of target's cpu`, short `90% of target`), and has a price per hit.
+fn headline_form(screen: &str) -> (bool, bool, bool) {
+    let status = screen.lines().next().unwrap_or_default();
+    (
+        status.contains("on target's") || status.contains("% target "),
+        status.contains("of target"),
+        status.contains("/hit"),
+    )
+}
+
+/// The demo (`cargo xtask demo`: the workload at 20,000 calls/s under four probes): the
+/// status line's headline keeps its form from one second to the next once the target's
+/// CPU is read (it flipped every second between `+930% on target's 0.49%` and no part
+/// against the target), and the end line never sets the cost against an own CPU
+/// smaller than the cost (it said `+2132% on the target's own 0.21%`).
+#[test]
+#[ignore = "needs root, the fixtures and tmux"]
+fn the_demo_headline_keeps_its_form_every_second() {
+    let _turn = turn(module_path!());
+    let target = {
+        let mut command = Command::new(fixture("c/workload"));
+        command.args(["--forever", "--rate", "20000"]);
+        let running = Running::spawn(command);
+        running.out().wait_for("ready pid=");
+        running
+    };
+    let dir = temp_dir("demo-headline");
+    let calibrated = Tmux::calibrated(&dir);
+    let command = format!(
+        "{} --pid {} -e uprobe:work_unit -e uretprobe:work_unit -e uprobe:leaf_ret -e uretprobe:leaf_ret 2>{}",
+        shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
+        target.pid(),
+        shell_quote(&dir.join("stderr.txt")),
+    );
+    let tmux = Tmux::start("demo-headline", 160, 30, &dir, &command);
+    tmux.wait_for("four probes counting", |s| {
+        s.contains("4/4 attached") && !s.contains(" 0 ev/s")
+    });
+    // The target's CPU is the mean over its last seconds: look once they were read.
+    std::thread::sleep(Duration::from_secs(5));
+    let first = tmux.screen();
+    let mut screens = vec![first.clone()];
+    for _ in 0..8 {
+        std::thread::sleep(Duration::from_secs(1));
+        screens.push(tmux.screen());
+    }
+    let forms: Vec<_> = screens.iter().map(|s| headline_form(s)).collect();
+    assert!(
+        forms.iter().all(|f| *f == forms[0]),
+        "the headline changed its form: {forms:?}\n{}",
+        screens
+            .iter()
+            .map(|s| s.lines().next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    if calibrated {
+        assert_headline(&first, true);
+        assert!(
+            forms[0].0 || forms[0].1,
+            "the cost against the target:\n{first}"
+        );
+    }
+    tmux.keys(&["q"]);
+    tmux.wait_for("probetop exited", |s| s.contains("probetop-exit="));
+    let stderr = std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default();
+    let answer = stderr
+        .lines()
+        .find(|l| l.contains("the answer: "))
+        .unwrap_or_else(|| panic!("no answer line: {stderr}"));
+    if let Some(at) = answer.find("% on the target's own") {
+        let ratio: f64 = answer[..at]
+            .rsplit('+')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("a ratio: {answer}"));
+        assert!(ratio <= 100.0, "{answer}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -293,10 +293,17 @@ fn latency_section(out: &mut String, report: &Report) {
                 )
             },
         );
-        let share = row.overhead_share.map_or_else(
-            || "<td rowspan=\"2\" class=\"n muted\">&ndash;</td>".to_string(),
-            |s| format!("<td rowspan=\"2\" class=\"n\">{:.2}%</td>", s * 100.0),
-        );
+        let share = match crate::present::format::Overhead::of(row) {
+            crate::present::format::Overhead::Unknown => {
+                "<td rowspan=\"2\" class=\"n muted\">&ndash;</td>".to_string()
+            }
+            crate::present::format::Overhead::Share(s) => {
+                format!("<td rowspan=\"2\" class=\"n\">{:.2}%</td>", s * 100.0)
+            }
+            crate::present::format::Overhead::MoreThanTheCall => {
+                "<td rowspan=\"2\" class=\"n\">probes cost more than the call</td>".to_string()
+            }
+        };
         let _ = writeln!(
             out,
             "<tr><td rowspan=\"2\"><code>{}</code><br><span class=\"muted\">{}, {} ends</span></td>\

@@ -448,6 +448,14 @@ pub struct JsonHeadline {
     pub target_own_cpu_share: Option<f64>,
     /// `cpu_share` over `target_own_cpu_share` (0.18: +18% on the target's own CPU).
     pub on_target: Option<f64>,
+    /// Where the target's own CPU is too small or too uncertain to divide by: the
+    /// probes' share of its whole CPU (0.9: the probes are 90% of what it ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub of_target_cpu: Option<f64>,
+    /// The target's whole CPU as measured (summed over the process set with several),
+    /// probes included, share of one CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target_cpu_share: Option<f64>,
     /// Whole cost of a hit, every probe's weighted by its hits, ns.
     pub per_hit_ns: Option<f64>,
     /// `estimate` (calibration), `in-situ` (measured on the target) or `none`.
@@ -472,6 +480,8 @@ impl From<&Report> for JsonHeadline {
             cpu_share: h.cpu_share,
             target_own_cpu_share: h.target_own,
             on_target: h.on_target(),
+            of_target_cpu: h.of_target,
+            target_cpu_share: h.target_cpu,
             per_hit_ns: h.per_hit_ns,
             method: Cow::Borrowed(h.method.as_str()),
             cpu_share_low: low,

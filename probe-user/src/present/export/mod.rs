@@ -116,9 +116,13 @@ pub struct Report {
     /// Objects replaced on disk while probed: loaded again by the target (their probes
     /// stayed on the old file), or not loaded yet (their probes moved to the new one).
     pub replaced: Vec<ReplacedObject>,
-    /// The target's CPU over the run, probes included, as a share of one CPU (`None`
-    /// with several processes): what the headline sets the probes' cost against.
+    /// The target's CPU over the run, probes included, as a share of one CPU (summed
+    /// over the process set with several): what the headline sets the probes' cost
+    /// against.
     pub target_cpu: Option<f64>,
+    /// The standard error of `target_cpu` over its one-second rates (`None`: unknown,
+    /// taken as exact).
+    pub target_cpu_error: Option<f64>,
     /// What `--budget` did; with it, each probe's `hits` is scaled to the whole run.
     pub budget: Option<crate::insitu::budget::BudgetSummary>,
     /// The `latency:` pairs' rows.
@@ -475,6 +479,7 @@ pub(crate) mod testing {
             skipped: Vec::new(),
             replaced: Vec::new(),
             target_cpu: None,
+            target_cpu_error: None,
             budget: None,
             latency: Vec::new(),
             keyed: Vec::new(),
@@ -698,6 +703,7 @@ pub(crate) mod testing {
             skipped: Vec::new(),
             replaced: Vec::new(),
             target_cpu: None,
+            target_cpu_error: None,
             budget: None,
             latency: Vec::new(),
             keyed: Vec::new(),

@@ -34,7 +34,9 @@
 //! The run's headline, labelled `method`: `probetop_cost_cpu_share` (every probe
 //! together, share of one CPU), `probetop_cost_per_hit_seconds`,
 //! `probetop_cost_on_target_ratio` (against the target's own CPU), and
-//! `probetop_target_own_cpu_share`.
+//! `probetop_target_own_cpu_share`; or, where the target's own CPU is too small or too
+//! uncertain to divide by, `probetop_cost_of_target_ratio` (the probes' share of its
+//! whole CPU).
 //!
 //! `name` and `id` go beyond `probe`, `kind`, `object` because one spec can expand to
 //! several probes (`uprobe:handle_*`), whose series would otherwise collide.
@@ -378,6 +380,11 @@ fn cost_families(out: &mut String, report: &Report) {
             "probetop_cost_on_target_ratio",
             "The probes' cost over the target's own CPU (0.18: the probes add 18% to what the target itself uses).",
             h.on_target(),
+        ),
+        (
+            "probetop_cost_of_target_ratio",
+            "Where the target's own CPU is too small or too uncertain to divide by: the probes' share of its whole CPU (0.9: 90% of what it ran).",
+            h.of_target,
         ),
     ];
     for (name, help, value) in run {

@@ -677,6 +677,7 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         own,
         assumption,
         target_cpu,
+        target_cpu_error,
         latency,
         keyed,
         calibrated,
@@ -691,6 +692,7 @@ fn differs_on_screen(old: &Snapshot, new: &Snapshot) -> bool {
         || *focus != old.focus
         || *own != old.own
         || *target_cpu != old.target_cpu
+        || *target_cpu_error != old.target_cpu_error
         || *latency != old.latency
         || *keyed != old.keyed
         || *calibrated != old.calibrated

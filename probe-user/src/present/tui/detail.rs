@@ -247,7 +247,7 @@ pub(super) fn latency_line(row: &crate::aggregate::LatencyRow) -> String {
         return format!("latency: no call ended yet ({} open)", row.open);
     }
     format!(
-        "latency {} calls · {}/s · p50 {} p90 {} p99 {} p99.9 {} max {} · corrected p50 {} · cost/call {} ({} of it) · returns {}{}",
+        "latency {} calls · {}/s · p50 {} p90 {} p99 {} p99.9 {} max {} · corrected p50 {} · cost/call {} ({}) · returns {}{}",
         row.calls,
         format::count(row.calls_per_second),
         format::ns(m.p50),
@@ -257,8 +257,10 @@ pub(super) fn latency_line(row: &crate::aggregate::LatencyRow) -> String {
         format::ns(m.max),
         format::ns(row.latency_corrected_ns.p50),
         row.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f),
-        row.overhead_share
-            .map_or_else(|| "-".into(), format::percent),
+        match format::Overhead::of(row) {
+            format::Overhead::MoreThanTheCall => "probes cost more than the call".into(),
+            overhead => format!("{} of it", overhead.cell()),
+        },
         row.path.as_str(),
         if row.unwound + row.open > 0 {
             format!(" · {} unwound, {} open", row.unwound, row.open)

@@ -128,6 +128,7 @@ fn snapshot() -> Snapshot {
         },
         assumption: None,
         target_cpu: Some(0.9),
+        target_cpu_error: None,
         latency: Vec::new(),
         keyed: Vec::new(),
         calibrated: false,
