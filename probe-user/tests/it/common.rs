@@ -98,6 +98,20 @@ impl Lines {
         panic!("no line containing {needle:?}; saw: {seen:#?}");
     }
 
+    /// The lines up to and with the first that contains `needle`; panics with what was
+    /// seen otherwise.
+    pub(crate) fn until(&self, needle: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Some(line) = self.next() {
+            let found = line.contains(needle);
+            seen.push(line);
+            if found {
+                return seen;
+            }
+        }
+        panic!("no line containing {needle:?}; saw: {seen:#?}");
+    }
+
     /// Everything left, until end of output.
     pub(crate) fn rest(&self) -> Vec<String> {
         let mut out = Vec::new();

@@ -551,17 +551,7 @@ fn a_semaphore_raised_file_wide_is_said() {
             spec,
         ]);
         let mut probetop = Running::spawn(cmd);
-        let stderr = {
-            let mut seen = Vec::new();
-            loop {
-                let line = probetop.err().next().expect("probetop's stderr");
-                let attached = line.contains("attached");
-                seen.push(line);
-                if attached {
-                    break seen;
-                }
-            }
-        };
+        let mut stderr = probetop.err().until("attached");
         if said {
             // What the line says: the other process's semaphore is up too.
             assert_eq!(
@@ -571,7 +561,6 @@ fn a_semaphore_raised_file_wide_is_said() {
         }
         probetop.signal(libc::SIGINT);
         let status = probetop.wait();
-        let mut stderr = stderr;
         stderr.extend(probetop.err().rest());
         assert!(status.success(), "{stderr:?}");
         let lines: Vec<&String> = stderr.iter().filter(|l| l.contains("semaphore")).collect();

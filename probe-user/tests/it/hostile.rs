@@ -17,7 +17,7 @@ fn run_on_workload(name: &str, args: &[&str]) -> (Vec<String>, serde_json::Value
         .arg(&json)
         .args(args);
     let mut probetop = Running::spawn(cmd);
-    let mut seen = until(probetop.err(), "attached");
+    let mut seen = probetop.err().until("attached");
     target.signal(libc::SIGUSR1);
     target.out().wait_for("done");
     assert!(target.wait().success());
@@ -25,19 +25,6 @@ fn run_on_workload(name: &str, args: &[&str]) -> (Vec<String>, serde_json::Value
     seen.extend(probetop.err().rest());
     assert!(status.success(), "probetop {args:?} failed: {seen:?}");
     (seen, read_export(&json))
-}
-
-/// Lines up to and with the first that contains `needle`.
-fn until(lines: &Lines, needle: &str) -> Vec<String> {
-    let mut seen = Vec::new();
-    while let Some(line) = lines.next() {
-        let found = line.contains(needle);
-        seen.push(line);
-        if found {
-            return seen;
-        }
-    }
-    panic!("no line containing {needle:?}; saw: {seen:#?}");
 }
 
 #[test]
@@ -385,7 +372,7 @@ fn list_marks_refused_exactly_what_a_run_skips() {
             cmd.env("PROBETOP_TEST_NO_SITE_FILTER", "1");
         }
         let mut probetop = Running::spawn(cmd);
-        let mut stderr = until(probetop.err(), "attached");
+        let mut stderr = probetop.err().until("attached");
         target.signal(libc::SIGUSR1);
         target.out().wait_for("done");
         assert!(target.wait().success());
@@ -441,7 +428,7 @@ fn refused_at_attach_via(path: &str) {
         .env("PROBETOP_TEST_NO_SITE_FILTER", "1")
         .env("PROBETOP_ATTACH_PATH", path);
     let mut probetop = Running::spawn(cmd);
-    let mut stderr = until(probetop.err(), "attached");
+    let mut stderr = probetop.err().until("attached");
     target.signal(libc::SIGUSR1);
     target.out().wait_for("done");
     assert!(target.wait().success());
@@ -525,7 +512,7 @@ fn counts_every_call_of(target: &mut Running, pid: u32, given: u32, calls: u64) 
     .arg("--export")
     .arg(&json);
     let mut probetop = Running::spawn(cmd);
-    let mut stderr = until(probetop.err(), "attached");
+    let mut stderr = probetop.err().until("attached");
     target.signal(libc::SIGUSR1);
     let done = target.out().wait_for("done");
     assert_eq!(field(&done, "calls") as u64, calls);
@@ -662,7 +649,7 @@ fn a_library_replaced_on_disk_and_loaded_again_is_said() {
         .arg("--export")
         .arg(&json);
     let mut probetop = Running::spawn(cmd);
-    let mut stderr = until(probetop.err(), "attached");
+    let mut stderr = probetop.err().until("attached");
     target.signal(libc::SIGUSR1);
     target.out().wait_for("first calls=");
     // As a package upgrade does: a new file, renamed over the old one's path.
@@ -671,7 +658,7 @@ fn a_library_replaced_on_disk_and_loaded_again_is_said() {
     std::fs::rename(&new, &lib).unwrap();
     target.signal(libc::SIGUSR1);
     target.out().wait_for("second calls=");
-    stderr.extend(until(probetop.err(), "loaded"));
+    stderr.extend(probetop.err().until("loaded"));
     target.signal(libc::SIGUSR1);
     assert!(target.wait().success());
     let status = probetop.wait();
@@ -727,7 +714,7 @@ fn a_library_replaced_before_it_is_loaded_is_probed_where_it_is_loaded() {
         .arg("--export")
         .arg(&json);
     let mut probetop = Running::spawn(cmd);
-    let mut stderr = until(probetop.err(), "attached");
+    let mut stderr = probetop.err().until("attached");
     assert!(
         stderr.iter().any(|l| l.contains("does not map")),
         "{stderr:?}"
@@ -738,7 +725,7 @@ fn a_library_replaced_before_it_is_loaded_is_probed_where_it_is_loaded() {
     // The target opens the new file now.
     target.signal(libc::SIGUSR1);
     target.out().wait_for("opened");
-    stderr.extend(until(probetop.err(), "replaced on disk"));
+    stderr.extend(probetop.err().until("replaced on disk"));
     // Its calls, then those after closing and opening the same file again.
     target.signal(libc::SIGUSR1);
     target.out().wait_for("first calls=");
@@ -799,7 +786,7 @@ fn drops_are_counted_per_thread() {
         .args(["-e", "uprobe:work_unit", "--ring-kib", "4", "--export"])
         .arg(&json);
     let mut probetop = Running::spawn(cmd);
-    let mut stderr = until(probetop.err(), "attached");
+    let mut stderr = probetop.err().until("attached");
     target.signal(libc::SIGUSR1);
     let mut per_thread = std::collections::BTreeMap::new();
     loop {

@@ -653,15 +653,8 @@ fn bcc(tool: &str, args: &[&str], attached: &str) -> Running {
 fn bcc_watched(target: &mut Running, holder: &Running, name: &str) -> (String, serde_json::Value) {
     let json = export_path(&format!("others-bcc-{}.json", holder.pid()));
     let mut probetop = watch(target.pid(), &json);
-    let mut said = Vec::new();
     // Up to probetop's "attached N probes" line, which follows its word on each probe.
-    while let Some(line) = probetop.err().next() {
-        let last = line.contains("probetop: attached");
-        said.push(line);
-        if last {
-            break;
-        }
-    }
+    let mut said = probetop.err().until("probetop: attached");
     // probetop's counter, joined to BCC's site with BCC's semaphore offset, wrote
     // nothing into the target.
     let exe = std::fs::read_link(format!("/proc/{}/exe", target.pid())).expect("exe");
@@ -1044,15 +1037,7 @@ fn own_probe_on_a_bcc_site_joins_it_and_counts_exactly() {
             .arg(&json);
         cmd
     });
-    let mut said = Vec::new();
-    while let Some(line) = probetop.err().next() {
-        let last = line.contains("probetop: attached");
-        said.push(line);
-        if last {
-            break;
-        }
-    }
-    let said = said.join("\n");
+    let said = probetop.err().until("probetop: attached").join("\n");
     assert!(
         said.contains(&format!(
             "uprobe:work_unit shares its breakpoint with bcc {}'s uprobe probe",

@@ -55,19 +55,6 @@ fn semaphore(pid: u32) -> u16 {
     u16::from_ne_bytes(value)
 }
 
-/// The lines of `lines` up to and with the first containing `needle`.
-fn lines_until(lines: &Lines, needle: &str) -> Vec<String> {
-    let mut seen = Vec::new();
-    while let Some(line) = lines.next() {
-        let done = line.contains(needle);
-        seen.push(line);
-        if done {
-            return seen;
-        }
-    }
-    panic!("no line containing {needle:?}; saw: {seen:#?}");
-}
-
 /// Both ways probetop attaches (uprobe_multi links where the kernel has them).
 fn attach_paths() -> Vec<&'static str> {
     let mut paths = vec!["perf_event"];
@@ -96,7 +83,7 @@ fn a_uprobe_on_a_usdt_site_shares_its_semaphore() {
             .args(["-e", "uprobe:probe_add"])
             .env("PROBETOP_ATTACH_PATH", path);
         let mut probetop = Running::spawn(cmd);
-        let stderr = lines_until(probetop.err(), "attached 3 probes").join("\n");
+        let stderr = probetop.err().until("attached 3 probes").join("\n");
         assert_eq!(semaphore(target.pid()), 1, "{path}: raised once");
         target.signal(libc::SIGUSR1);
         let status = probetop.wait();
@@ -136,7 +123,7 @@ fn attached_beside(
     }
     cmd.args(["-e", "uprobe:probe_add"]);
     let mut probetop = Running::spawn(cmd);
-    let stderr = lines_until(probetop.err(), "probetop: attached ").join("\n");
+    let stderr = probetop.err().until("probetop: attached ").join("\n");
     assert_eq!(semaphore(target.pid()), semaphore_held);
     target.signal(libc::SIGUSR1);
     let status = probetop.wait();
