@@ -346,6 +346,31 @@ pub(crate) fn probe<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_
         .unwrap_or_else(|| panic!("no probe named {name:?} in {report}"))
 }
 
+/// The semaphore of USDT probe `probe_name` in process `pid`: its value, read (never
+/// written) through /proc/PID/mem.
+pub(crate) fn semaphore(pid: u32, probe_name: &str) -> u16 {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let listing = list_json(["--pid", &pid.to_string(), probe_name]);
+    let point = &listing["points"][0];
+    let object = point["object"].as_str().expect("object");
+    let bias = listing["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .find(|o| o["path"] == object)
+        .and_then(|o| o["load_bias"].as_u64())
+        .expect("load bias");
+    let address = bias
+        + point["semaphore_address"]
+            .as_u64()
+            .expect("has a semaphore");
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
+    mem.seek(SeekFrom::Start(address)).expect("seek");
+    let mut value = [0u8; 2];
+    mem.read_exact(&mut value).expect("read semaphore");
+    u16::from_ne_bytes(value)
+}
+
 /// BPF program and link ids held open by process `pid` (from /proc/PID/fdinfo).
 pub(crate) fn bpf_ids_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
     let mut programs = Vec::new();

@@ -555,7 +555,7 @@ fn a_semaphore_raised_file_wide_is_said() {
         if said {
             // What the line says: the other process's semaphore is up too.
             assert_eq!(
-                crate::probe_points::semaphore(other.pid(), "fixture_sema:tick"),
+                semaphore(other.pid(), "fixture_sema:tick"),
                 1
             );
         }

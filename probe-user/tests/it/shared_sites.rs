@@ -34,27 +34,6 @@ fn private_probes(test: &str) -> std::path::PathBuf {
     copy
 }
 
-/// The `fixture_sema:tick` semaphore's value in `pid`, read through /proc/PID/mem.
-fn semaphore(pid: u32) -> u16 {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    let listing = list_json(["--pid", &pid.to_string(), "fixture_sema:tick"]);
-    let point = &listing["points"][0];
-    let object = point["object"].as_str().expect("object");
-    let bias = listing["objects"]
-        .as_array()
-        .expect("objects")
-        .iter()
-        .find(|o| o["path"] == object)
-        .and_then(|o| o["load_bias"].as_u64())
-        .expect("load bias");
-    let address = bias + point["semaphore_address"].as_u64().expect("semaphore");
-    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
-    mem.seek(SeekFrom::Start(address)).expect("seek");
-    let mut value = [0u8; 2];
-    mem.read_exact(&mut value).expect("read semaphore");
-    u16::from_ne_bytes(value)
-}
-
 /// Both ways probetop attaches (uprobe_multi links where the kernel has them).
 fn attach_paths() -> Vec<&'static str> {
     let mut paths = vec!["perf_event"];
@@ -84,7 +63,7 @@ fn a_uprobe_on_a_usdt_site_shares_its_semaphore() {
             .env("PROBETOP_ATTACH_PATH", path);
         let mut probetop = Running::spawn(cmd);
         let stderr = probetop.err().until("attached 3 probes").join("\n");
-        assert_eq!(semaphore(target.pid()), 1, "{path}: raised once");
+        assert_eq!(semaphore(target.pid(), "fixture_sema:tick"), 1, "{path}: raised once");
         target.signal(libc::SIGUSR1);
         let status = probetop.wait();
         assert!(status.success(), "{path}: {:?}", probetop.err().rest());
@@ -124,7 +103,7 @@ fn attached_beside(
     cmd.args(["-e", "uprobe:probe_add"]);
     let mut probetop = Running::spawn(cmd);
     let stderr = probetop.err().until("probetop: attached ").join("\n");
-    assert_eq!(semaphore(target.pid()), semaphore_held);
+    assert_eq!(semaphore(target.pid(), "fixture_sema:tick"), semaphore_held);
     target.signal(libc::SIGUSR1);
     let status = probetop.wait();
     let rest = probetop.err().rest().join("\n");
