@@ -441,10 +441,7 @@ fn coexists_with_bpftrace_on_the_same_function() {
     // A private copy: bpftrace 0.17 arms its uprobe in every process mapping the file,
     // and probetop counts other tools' probes on its targets, so on the shared fixture
     // this probe would be a row of the tests running beside this one.
-    let dir = export_path("coexists");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let exe = dir.join("workload");
-    std::fs::copy(fixture("c/workload"), &exe).expect("copy the fixture");
+    let exe = workload_copy(&export_path("coexists"), "workload");
     let target = started(&exe, &["--calls", &CALLS.to_string(), "--wait-signal"]);
     // bpftrace 0.17's -p does not scope uprobes to the pid: without the predicate it
     // also counts the workloads of the tests running beside this one.
@@ -484,9 +481,7 @@ fn coexists_with_bpftrace_on_the_same_function() {
 fn probes_a_target_whose_binary_was_deleted_or_replaced() {
     let _turn = turn(module_path!());
     let dir = std::env::temp_dir().join(format!("probetop-deleted-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let copy = dir.join("workload");
-    std::fs::copy(fixture("c/workload"), &copy).expect("copy fixture");
+    let copy = workload_copy(&dir, "workload");
     let target = started(&copy, &["--calls", &CALLS.to_string(), "--wait-signal"]);
     std::fs::remove_file(&copy).expect("delete the binary");
     // And something else now stands at its path.

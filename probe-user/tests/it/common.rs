@@ -295,9 +295,15 @@ pub(crate) fn calibrated_cache(name: &str) -> PathBuf {
 /// armed only in the processes running it, and no other test's probe (nor one the
 /// kernel still keeps on the shared file) meets a third-party tool's there.
 pub(crate) fn workload_copy(dir: &std::path::Path, name: &str) -> PathBuf {
+    fixture_copy("c/workload", dir, name)
+}
+
+/// A copy of fixture `relative` at `dir/name` (`dir` made if missing): a file of the
+/// test's own (see [`workload_copy`]).
+pub(crate) fn fixture_copy(relative: &str, dir: &std::path::Path, name: &str) -> PathBuf {
     std::fs::create_dir_all(dir).expect("dir");
     let path = dir.join(name);
-    std::fs::copy(fixture("c/workload"), &path).expect("copy the fixture");
+    std::fs::copy(fixture(relative), &path).expect("copy the fixture");
     path
 }
 

@@ -634,9 +634,7 @@ fn a_library_replaced_on_disk_and_loaded_again_is_said() {
     let _turn = turn(module_path!());
     let dir = std::env::temp_dir().join(format!("probetop-reload-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libreload.so");
-    std::fs::copy(fixture("c/libreload.so"), &lib).unwrap();
+    let lib = fixture_copy("c/libreload.so", &dir, "libreload.so");
     let calls = CALLS.to_string();
     let mut target = started(
         &fixture("c/reload"),
@@ -699,9 +697,7 @@ fn a_library_replaced_before_it_is_loaded_is_probed_where_it_is_loaded() {
     let _turn = turn(module_path!());
     let dir = std::env::temp_dir().join(format!("probetop-reload-late-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libreload.so");
-    std::fs::copy(fixture("c/libreload.so"), &lib).unwrap();
+    let lib = fixture_copy("c/libreload.so", &dir, "libreload.so");
     let calls = CALLS.to_string();
     let mut target = started(
         &fixture("c/reload"),

@@ -176,9 +176,7 @@ fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
     let _turn = turn(module_path!());
     let _alone = alone();
     let dir = export_path("others-private-perf");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let copy = dir.join("workload");
-    std::fs::copy(fixture("c/workload"), &copy).expect("copy the fixture");
+    let copy = workload_copy(&dir, "workload");
     let calls = CALLS.to_string();
     let mut target = started(&copy, &["--wait-signal", "--calls", &calls]);
     let pid = target.pid();

@@ -27,11 +27,7 @@ fn uprobe_on_the_usdt_site() -> String {
 /// row, so tests running beside each other (this module's, or bpftrace's elsewhere)
 /// must not share one.
 fn private_probes(test: &str) -> std::path::PathBuf {
-    let dir = export_path(&format!("shared-sites-{test}"));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let copy = dir.join("probes");
-    std::fs::copy(fixture("c/probes"), &copy).expect("copy the fixture");
-    copy
+    fixture_copy("c/probes", &export_path(&format!("shared-sites-{test}")), "probes")
 }
 
 /// Both ways probetop attaches (uprobe_multi links where the kernel has them).
