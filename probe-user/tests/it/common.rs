@@ -12,8 +12,10 @@ use std::{
 mod server;
 mod tls;
 mod tmux;
+pub(crate) mod tracefs;
 pub(crate) use server::{server_dir, stop_server, stop_with_test, wait_until_answering};
 pub(crate) use tls::{HttpsFiles, TestCa};
+pub(crate) use tracefs::TracefsProbe;
 pub(crate) use tmux::{Tmux, assert_headline, shell_quote};
 
 /// Generous bound for anything that should take a second: CI machines are slow and busy.
@@ -263,6 +265,14 @@ where
         "probetop list",
     );
     serde_json::from_slice(&out.stdout).expect("the listing is JSON")
+}
+
+/// `function`'s file offset in `file`, as `probetop list` gives it.
+pub(crate) fn file_offset(file: &std::path::Path, function: &str) -> u64 {
+    let listing = list_json([file.as_os_str(), function.as_ref()]);
+    listing["points"][0]["file_offset"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{function}'s file offset: {listing:#}"))
 }
 
 /// `probetop calibrate --json` (the default length, as users run it) with its cache

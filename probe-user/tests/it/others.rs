@@ -87,86 +87,6 @@ fn bpftrace_probe_is_a_row_with_its_owner_and_exact_hits() {
     let _ = std::fs::remove_file(&json);
 }
 
-/// A uprobe event written to tracefs, enabled for ftrace, removed when dropped.
-struct TracefsProbe {
-    root: &'static str,
-    group: &'static str,
-    name: String,
-    /// The trace instances it is enabled in, made for it (none: the top one).
-    instances: Vec<std::path::PathBuf>,
-}
-
-impl TracefsProbe {
-    /// Without arguments, enabled in the top trace instance.
-    fn add(file: &std::path::Path, offset: u64, name: String) -> Self {
-        Self::shaped(file, offset, name, "", 0)
-    }
-
-    /// With the fetched arguments `args`, enabled in `instances` trace instances of its
-    /// own (0: the top one).
-    fn shaped(
-        file: &std::path::Path,
-        offset: u64,
-        name: String,
-        args: &str,
-        instances: usize,
-    ) -> Self {
-        let root = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-            .into_iter()
-            .find(|r| std::path::Path::new(r).join("uprobe_events").exists())
-            .expect("tracefs mounted (probetop mounts it when absent; mount -t tracefs nodev /sys/kernel/tracing)");
-        let group = "probetop_test";
-        append(
-            &format!("{root}/uprobe_events"),
-            &format!("p:{group}/{name} {}:{offset:#x} {args}\n", file.display()),
-        );
-        let mut probe = Self {
-            root,
-            group,
-            name,
-            instances: Vec::new(),
-        };
-        if instances == 0 {
-            std::fs::write(probe.enable(std::path::Path::new(root)), "1").expect("enable");
-        }
-        for n in 0..instances {
-            let instance = std::path::Path::new(root).join(format!("instances/{}_{n}", probe.name));
-            std::fs::create_dir(&instance).expect("a trace instance");
-            probe.instances.push(instance.clone());
-            std::fs::write(probe.enable(&instance), "1").expect("enable in the instance");
-        }
-        probe
-    }
-
-    fn enable(&self, instance: &std::path::Path) -> std::path::PathBuf {
-        instance.join(format!("events/{}/{}/enable", self.group, self.name))
-    }
-}
-
-impl Drop for TracefsProbe {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.enable(std::path::Path::new(self.root)), "0");
-        for instance in &self.instances {
-            let _ = std::fs::write(self.enable(instance), "0");
-            let _ = std::fs::remove_dir(instance);
-        }
-        append(
-            &format!("{}/uprobe_events", self.root),
-            &format!("-:{}/{}\n", self.group, self.name),
-        );
-    }
-}
-
-fn append(path: &str, line: &str) {
-    use std::io::Write as _;
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .unwrap_or_else(|e| panic!("open {path}: {e}"));
-    file.write_all(line.as_bytes())
-        .unwrap_or_else(|e| panic!("write {line:?} to {path}: {e}"));
-}
-
 /// A tracefs event `perf probe` defined (Debian's linux-perf), enabled through tracefs:
 /// owned by `perf`, counted exactly. On a private copy of the fixture: perf's event is
 /// armed in every process mapping the file.
@@ -202,11 +122,11 @@ fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
         }
     }
     let defined = Defined(event.clone());
-    let root = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-        .into_iter()
-        .find(|r| std::path::Path::new(r).join("uprobe_events").exists())
-        .expect("tracefs mounted");
-    let enable = format!("{root}/events/{}/enable", event.replace(':', "/"));
+    let enable = format!(
+        "{}/events/{}/enable",
+        tracefs::root(),
+        event.replace(':', "/")
+    );
     std::fs::write(&enable, "1").expect("enable perf's event");
     let json = export_path("others-perf.json");
     let mut probetop = watch(pid, &json);
@@ -240,10 +160,7 @@ fn tracefs_probe_is_a_row_with_exact_hits() {
     let mut target = workload(&["--wait-signal", "--calls", &calls]);
     let pid = target.pid();
     let exe = fixture("c/workload");
-    let listing = list_json([exe.as_os_str(), "leaf_ret".as_ref()]);
-    let offset = listing["points"][0]["file_offset"]
-        .as_u64()
-        .expect("leaf_ret's file offset");
+    let offset = file_offset(&exe, "leaf_ret");
     let event = TracefsProbe::add(&exe, offset, format!("leaf_ret_{pid}"));
     let json = export_path("others-tracefs.json");
     let mut probetop = watch(pid, &json);
@@ -371,11 +288,11 @@ fn tracefs_whole_cost_is_within_a_quarter_of_the_truth() {
     let _turn = turn(module_path!());
     let _alone = alone();
     whole_cost_within_a_quarter_of_the_truth("tracefs", |pid, copy| {
-        let listing = list_json([copy.as_os_str(), "work_unit".as_ref()]);
-        let offset = listing["points"][0]["file_offset"]
-            .as_u64()
-            .expect("work_unit's file offset");
-        TracefsProbe::add(copy, offset, format!("work_unit_truth_{pid}"))
+        TracefsProbe::add(
+            copy,
+            file_offset(copy, "work_unit"),
+            format!("work_unit_truth_{pid}"),
+        )
     });
 }
 
@@ -390,11 +307,7 @@ fn tracefs_event_with_arguments_in_two_instances_is_counted_and_priced() {
     let _alone = alone();
     const ARGS: &str = "i=%di:s64 ra=+0(%sp):x64";
     let shaped = |copy: &std::path::Path, name: String| {
-        let listing = list_json([copy.as_os_str(), "work_unit".as_ref()]);
-        let offset = listing["points"][0]["file_offset"]
-            .as_u64()
-            .expect("work_unit's file offset");
-        TracefsProbe::shaped(copy, offset, name, ARGS, 2)
+        TracefsProbe::shaped(copy, file_offset(copy, "work_unit"), name, ARGS, 2)
     };
     let calls = CALLS.to_string();
     let copy = workload_copy(&export_path("others-tracefs-shaped"), "workload");
