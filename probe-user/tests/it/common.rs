@@ -568,6 +568,14 @@ pub(crate) fn field(line: &str, key: &str) -> f64 {
         .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
 }
 
+/// Waits for a fixture's `done calls=N` line and its exit: N must be `calls`, the exit a
+/// success.
+pub(crate) fn calls_done(target: &mut Running, calls: u64) {
+    let done = target.out().wait_for("done calls=");
+    assert_eq!(field(&done, "calls") as u64, calls, "{done}");
+    assert!(target.wait().success());
+}
+
 /// Offsets from `function`'s entry of each of its instructions, as objdump decodes
 /// `path` (binutils: an independent reading of the same bytes).
 pub(crate) fn instruction_offsets(path: &std::path::Path, function: &str) -> Vec<u64> {

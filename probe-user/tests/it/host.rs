@@ -53,9 +53,7 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
         target.signal(libc::SIGUSR1);
     }
     for (target, calls) in [(&mut a, calls_a), (&mut b, calls_b), (&mut c, calls_c)] {
-        let done = target.out().wait_for("done calls=");
-        assert_eq!(field(&done, "calls") as u64, calls, "{done}");
-        assert!(target.wait().success());
+        calls_done(target, calls);
     }
     probetop.signal(libc::SIGINT);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
@@ -155,9 +153,7 @@ fn all_names_a_stripped_site_through_debuginfod_unless_offline() {
             .err()
             .wait_for(&format!("counting pid {} ", target.pid()));
         target.signal(libc::SIGUSR1);
-        let done = target.out().wait_for("done calls=");
-        assert_eq!(field(&done, "calls") as u64, calls, "{done}");
-        assert!(target.wait().success());
+        calls_done(&mut target, calls);
         probetop.signal(libc::SIGINT);
         assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
         drop(event);

@@ -39,9 +39,7 @@ fn count_calls(
 ) -> serde_json::Value {
     probetop.err().wait_for("attached");
     target.signal(libc::SIGUSR1);
-    let done = target.out().wait_for("done calls=");
-    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
-    assert!(target.wait().success());
+    calls_done(target, CALLS);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     read_export(json)
 }
@@ -572,9 +570,7 @@ fn bcc_watched(target: &mut Running, holder: &Running, name: &str) -> (String, s
     let (in_process, on_disk) = elf_header_in(target.pid(), &exe);
     assert_eq!(in_process, on_disk, "{}", said.join("\n"));
     target.signal(libc::SIGUSR1);
-    let done = target.out().wait_for("done calls=");
-    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
-    assert!(target.wait().success());
+    calls_done(target, CALLS);
     assert!(probetop.wait().success());
     said.extend(probetop.err().rest());
     let said = said.join("\n");
@@ -893,9 +889,7 @@ fn all_counts_bcc_funclatency_exactly() {
     let (in_process, on_disk) = elf_header_in(pid, &exe);
     assert_eq!(in_process, on_disk, "{said:#?}");
     target.signal(libc::SIGUSR1);
-    let done = target.out().wait_for("done calls=");
-    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
-    assert!(target.wait().success());
+    calls_done(&mut target, CALLS);
     probetop.signal(libc::SIGINT);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     let stderr = probetop.err().rest().join("\n");
@@ -966,9 +960,7 @@ fn own_probe_on_a_bcc_site_joins_it_and_counts_exactly() {
     let (in_process, on_disk) = elf_header_in(pid, &exe);
     assert_eq!(in_process, on_disk, "{said}");
     target.signal(libc::SIGUSR1);
-    let done = target.out().wait_for("done calls=");
-    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
-    assert!(target.wait().success());
+    calls_done(&mut target, CALLS);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     let theirs = stopped(&mut trace, libc::SIGTERM);
     assert!(
