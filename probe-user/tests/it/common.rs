@@ -186,6 +186,18 @@ impl Running {
         assert_eq!(rc, 0, "kill({}, {signal})", self.pid());
     }
 
+    /// Waits for exit, which must be a success; the rest of its stderr.
+    pub(crate) fn ended_ok(&mut self) -> Vec<String> {
+        let status = self.wait();
+        let stderr = self.err().rest();
+        assert!(
+            status.success(),
+            "pid {} ended with {status}: {stderr:#?}",
+            self.pid()
+        );
+        stderr
+    }
+
     /// Waits for exit, at most `PATIENCE`.
     pub(crate) fn wait(&mut self) -> ExitStatus {
         let deadline = std::time::Instant::now() + PATIENCE;
@@ -213,6 +225,15 @@ impl Drop for Running {
 /// The foundation fixture, started and waiting for SIGUSR1 (`--wait-signal`).
 pub(crate) fn workload(args: &[&str]) -> Running {
     started(&fixture("c/workload"), args)
+}
+
+/// The forker fixture, started: `early` workers forked before SIGUSR1, `late` after it,
+/// `grand` children forked by each worker, then `args` (`--calls N`, `--hold`, ...).
+pub(crate) fn forker(early: u32, late: u32, grand: u32, args: &[&str]) -> Running {
+    let (early, late, grand) = (early.to_string(), late.to_string(), grand.to_string());
+    let mut all: Vec<&str> = vec!["--early", &early, "--late", &late, "--grand", &grand];
+    all.extend(args);
+    started(&fixture("c/forker"), &all)
 }
 
 /// Starts `program` with `args` and waits for its `ready pid=` line.
