@@ -19,6 +19,18 @@ fn measure_fixture(binary: &str, args: &[&str]) -> serde_json::Value {
     measure(target.pid(), args, || target.signal(libc::SIGUSR1))
 }
 
+/// The Python fixture `python/SCRIPT` under python3, started and waiting for SIGUSR1 to
+/// make its COUNT passes.
+fn python_fixture(script: &str) -> Running {
+    let mut command = std::process::Command::new("python3");
+    command
+        .arg(fixture(&format!("python/{script}")))
+        .args(["--wait-signal", "--count", &count_arg()]);
+    let target = Running::spawn(command);
+    target.out().wait_for("ready pid=");
+    target
+}
+
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn c_usdt_arguments_and_function_values_read_back() {
@@ -230,13 +242,7 @@ fn go_functions_and_refused_return_probes() {
 #[ignore = "needs root and the fixtures"]
 fn python_ctypes_library_usdt_with_semaphore() {
     let _turn = turn(module_path!());
-    let script = fixture("python/pyprobes.py");
-    let mut command = std::process::Command::new("python3");
-    command
-        .arg(&script)
-        .args(["--wait-signal", "--count", &count_arg()]);
-    let target = Running::spawn(command);
-    target.out().wait_for("ready pid=");
+    let target = python_fixture("pyprobes.py");
     let report = measure(
         target.pid(),
         &[
@@ -264,13 +270,7 @@ fn python_ctypes_library_usdt_with_semaphore() {
 #[ignore = "needs root and the fixtures"]
 fn python_extension_module_nop_nop5_usdt() {
     let _turn = turn(module_path!());
-    let script = fixture("python/pyusdtext.py");
-    let mut command = std::process::Command::new("python3");
-    command
-        .arg(&script)
-        .args(["--wait-signal", "--count", &count_arg()]);
-    let target = Running::spawn(command);
-    target.out().wait_for("ready pid=");
+    let target = python_fixture("pyusdtext.py");
     // Not a `libNAME`: the module is named by its path.
     let module = fixture("python/pyusdtext.abi3.so");
     let function = format!("uprobe:{}:pyusdtext_fire", module.display());
@@ -317,13 +317,7 @@ fn non_pie_and_stripped_binaries() {
 #[ignore = "needs root and the fixtures"]
 fn library_functions_by_library_name_from_a_spec_file() {
     let _turn = turn(module_path!());
-    let script = fixture("python/pyprobes.py");
-    let mut command = std::process::Command::new("python3");
-    command
-        .arg(&script)
-        .args(["--wait-signal", "--count", &count_arg()]);
-    let target = Running::spawn(command);
-    target.out().wait_for("ready pid=");
+    let target = python_fixture("pyprobes.py");
     let specs = export_path("specs.txt");
     std::fs::write(
         &specs,
