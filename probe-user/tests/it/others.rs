@@ -557,6 +557,25 @@ fn bcc(tool: &str, args: &[&str], attached: &str) -> Running {
     running
 }
 
+/// A copy of the fixture at `dir/name`, started to make CALLS calls on SIGUSR1, and
+/// BCC's `tool` (funccount or funclatency) on its `work_unit`: the copy, the fixture and
+/// the tool.
+fn bcc_on_work_unit(
+    tool: &str,
+    dir: &std::path::Path,
+    name: &str,
+) -> (std::path::PathBuf, Running, Running) {
+    let exe = workload_copy(dir, name);
+    let target = started(&exe, &["--wait-signal", "--calls", &CALLS.to_string()]);
+    let probe = format!("{}:work_unit", exe.display());
+    let holder = bcc(
+        tool,
+        &["-p", &target.pid().to_string(), &probe],
+        "Tracing 1 functions",
+    );
+    (exe, target, holder)
+}
+
 /// probetop on `target` while `holder` (a BCC tool) probes it, through the fixture's
 /// calls: what probetop said and its report.
 fn bcc_watched(target: &mut Running, holder: &Running, name: &str) -> (String, serde_json::Value) {
@@ -668,15 +687,8 @@ fn bcc_funccount_probe_is_found_and_owned_by_bcc() {
     let _turn = turn(module_path!());
     let _alone = alone();
     let calls = CALLS.to_string();
-    let exe = workload_copy(&export_path("bcc-funccount"), "workload");
-    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
-    let pid = target.pid().to_string();
-    let probe = format!("{}:work_unit", exe.display());
-    let mut funccount = bcc(
-        "funccount-bpfcc",
-        &["-p", &pid, &probe],
-        "Tracing 1 functions",
-    );
+    let (_, mut target, mut funccount) =
+        bcc_on_work_unit("funccount-bpfcc", &export_path("bcc-funccount"), "workload");
     let (said, report) = bcc_watched(&mut target, &funccount, "uprobe:work_unit");
     let theirs = stopped(&mut funccount, libc::SIGINT);
     // BCC ran, against the merged headers, and saw every call.
@@ -722,15 +734,10 @@ fn bcc_trace_usdt_with_a_semaphore_is_found_and_owned_by_bcc() {
 fn bcc_funclatency_entry_and_return_are_found_and_owned_by_bcc() {
     let _turn = turn(module_path!());
     let _alone = alone();
-    let calls = CALLS.to_string();
-    let exe = workload_copy(&export_path("bcc-funclatency"), "workload");
-    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
-    let pid = target.pid().to_string();
-    let probe = format!("{}:work_unit", exe.display());
-    let mut funclatency = bcc(
+    let (_, mut target, mut funclatency) = bcc_on_work_unit(
         "funclatency-bpfcc",
-        &["-p", &pid, &probe],
-        "Tracing 1 functions",
+        &export_path("bcc-funclatency"),
+        "workload",
     );
     let (said, report) = bcc_watched(&mut target, &funclatency, "uprobe:work_unit");
     assert!(
@@ -857,17 +864,9 @@ fn a_shared_trap_is_split_and_the_marginal_cost_is_the_truth() {
 fn all_counts_bcc_funclatency_exactly() {
     let _turn = turn(module_path!());
     let _alone = alone();
-    let calls = CALLS.to_string();
     let dir = export_path("bcc-all");
-    let exe = workload_copy(&dir, "bcc-all");
-    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
+    let (exe, mut target, mut funclatency) = bcc_on_work_unit("funclatency-bpfcc", &dir, "bcc-all");
     let pid = target.pid();
-    let probe = format!("{}:work_unit", exe.display());
-    let mut funclatency = bcc(
-        "funclatency-bpfcc",
-        &["-p", &pid.to_string(), &probe],
-        "Tracing 1 functions",
-    );
     let json = dir.join("all.json");
     let mut probetop = Running::spawn({
         let mut cmd = probetop();
