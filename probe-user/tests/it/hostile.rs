@@ -16,6 +16,14 @@ fn run_on_workload(name: &str, args: &[&str]) -> (Vec<String>, serde_json::Value
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
         .arg(&json)
         .args(args);
+    let seen = run_to_done(&mut target, cmd);
+    (seen, read_export(&json))
+}
+
+/// Runs probetop `cmd` on `target`, let go (SIGUSR1) once probes are attached, until the
+/// target is done; both must exit successfully. probetop's stderr.
+fn run_to_done(target: &mut Running, cmd: std::process::Command) -> Vec<String> {
+    let what = format!("{cmd:?}");
     let mut probetop = Running::spawn(cmd);
     let mut seen = probetop.err().until("attached");
     target.signal(libc::SIGUSR1);
@@ -23,8 +31,8 @@ fn run_on_workload(name: &str, args: &[&str]) -> (Vec<String>, serde_json::Value
     assert!(target.wait().success());
     let status = probetop.wait();
     seen.extend(probetop.err().rest());
-    assert!(status.success(), "probetop {args:?} failed: {seen:?}");
-    (seen, read_export(&json))
+    assert!(status.success(), "{what} failed: {seen:?}");
+    seen
 }
 
 #[test]
@@ -367,14 +375,7 @@ fn list_marks_refused_exactly_what_a_run_skips() {
         if !filter {
             cmd.env("PROBETOP_TEST_NO_SITE_FILTER", "1");
         }
-        let mut probetop = Running::spawn(cmd);
-        let mut stderr = probetop.err().until("attached");
-        target.signal(libc::SIGUSR1);
-        target.out().wait_for("done");
-        assert!(target.wait().success());
-        let status = probetop.wait();
-        stderr.extend(probetop.err().rest());
-        assert!(status.success(), "{stderr:?}");
+        let stderr = run_to_done(&mut target, cmd);
         let report = read_export(&json);
         let skipped: BTreeSet<String> = report["skipped"]
             .as_array()
@@ -423,14 +424,7 @@ fn refused_at_attach_via(path: &str) {
         .args(["-e", "uprobe:libc:pthread_spin*", "-e", "uprobe:work_unit"])
         .env("PROBETOP_TEST_NO_SITE_FILTER", "1")
         .env("PROBETOP_ATTACH_PATH", path);
-    let mut probetop = Running::spawn(cmd);
-    let mut stderr = probetop.err().until("attached");
-    target.signal(libc::SIGUSR1);
-    target.out().wait_for("done");
-    assert!(target.wait().success());
-    let status = probetop.wait();
-    stderr.extend(probetop.err().rest());
-    assert!(status.success(), "{stderr:?}");
+    let stderr = run_to_done(&mut target, cmd);
     assert!(
         stderr
             .iter()
