@@ -408,6 +408,15 @@ pub(crate) fn semaphore(pid: u32, probe_name: &str) -> u16 {
     u16::from_ne_bytes(value)
 }
 
+/// The row of `pid` in an `--all` JSON export's `processes`.
+pub(crate) fn row_of(report: &serde_json::Value, pid: u32) -> Option<&serde_json::Value> {
+    report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == pid)
+}
+
 /// BPF program and link ids held open by process `pid` (from /proc/PID/fdinfo).
 pub(crate) fn bpf_ids_of(pid: u32) -> (Vec<u32>, Vec<u32>) {
     let mut programs = Vec::new();

@@ -5,15 +5,6 @@
 
 use crate::common::*;
 
-/// The row of `pid` in the export's `processes`.
-fn row_of(report: &serde_json::Value, pid: u32) -> Option<&serde_json::Value> {
-    report["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["pid"] == pid)
-}
-
 #[test]
 #[ignore = "needs root, the fixtures, bpftrace and tracefs"]
 fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
