@@ -695,7 +695,7 @@ fn follows_an_exec_of_the_same_binary() {
     probetop.err().wait_for("exec 1: attached 1 probe");
     target.signal(libc::SIGUSR1);
     // The second execer execs `sleep 3`, where no spec matches; then the pid exits.
-    let stderr = probetop.ended_ok().join("\n");
+    probetop.ended_ok();
     let report: serde_json::Value = read_export(&json);
     let execer = canonical(&execer);
     assert_eq!(
@@ -887,7 +887,7 @@ fn exact_counts_via(path: Option<&str>) {
     }
     target.signal(libc::SIGUSR1);
     target.out().wait_for("done");
-    let stderr = probetop.ended_ok();
+    probetop.ended_ok();
     let report: serde_json::Value = read_export(&json);
     for name in [
         "probe_add",

@@ -11,7 +11,12 @@ fn run(args: &[&str]) -> Output {
 /// probetop on `target` with the spec `spec`, `args` after it, no TUI.
 fn run_on(target: &Running, spec: &str, args: &[&str]) -> Output {
     let pid = target.pid().to_string();
-    run(&[&["--pid", pid.as_str(), "-e", spec][..], args, &["--no-tui"][..]].concat())
+    run(&[
+        &["--pid", pid.as_str(), "-e", spec][..],
+        args,
+        &["--no-tui"][..],
+    ]
+    .concat())
 }
 
 fn stderr(out: &Output) -> String {

@@ -15,8 +15,8 @@ mod tmux;
 pub(crate) mod tracefs;
 pub(crate) use server::{server_dir, stop_server, stop_with_test, wait_until_answering};
 pub(crate) use tls::{HttpsFiles, TestCa};
-pub(crate) use tracefs::TracefsProbe;
 pub(crate) use tmux::{Tmux, assert_headline, shell_quote};
+pub(crate) use tracefs::TracefsProbe;
 
 /// Generous bound for anything that should take a second: CI machines are slow and busy.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(60);

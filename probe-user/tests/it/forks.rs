@@ -184,8 +184,7 @@ fn release_then_stop(processes: &[&Running], probetop: &mut Running) -> String {
         process.out().wait_for("done");
     }
     probetop.signal(libc::SIGINT);
-    let stderr = probetop.ended_ok().join("\n");
-    stderr
+    probetop.ended_ok().join("\n")
 }
 
 /// `--pid A --pid B`: both counted, each under its own pid; a third process of the same
@@ -486,10 +485,7 @@ fn a_semaphore_raised_file_wide_is_said() {
         let mut stderr = probetop.err().until("attached");
         if said {
             // What the line says: the other process's semaphore is up too.
-            assert_eq!(
-                semaphore(other.pid(), "fixture_sema:tick"),
-                1
-            );
+            assert_eq!(semaphore(other.pid(), "fixture_sema:tick"), 1);
         }
         probetop.signal(libc::SIGINT);
         let status = probetop.wait();

@@ -136,7 +136,7 @@ fn a_low_soft_file_limit_is_raised() {
     probetop.err().wait_for("attached");
     target.signal(libc::SIGUSR1);
     assert!(target.wait().success());
-    let stderr = probetop.ended_ok();
+    probetop.ended_ok();
     let report = read_export(&json);
     assert_eq!(report["probes"].as_array().expect("probes").len(), points);
     assert_eq!(
@@ -656,7 +656,10 @@ fn said_replaced<'a>(stderr: &'a [String], lib: &std::path::Path) -> &'a str {
 }
 
 /// The export's one replaced object, which must be `lib` with probe 0 on it.
-fn replaced_object<'a>(report: &'a serde_json::Value, lib: &std::path::Path) -> &'a serde_json::Value {
+fn replaced_object<'a>(
+    report: &'a serde_json::Value,
+    lib: &std::path::Path,
+) -> &'a serde_json::Value {
     let replaced = report["replaced_objects"]
         .as_array()
         .expect("replaced_objects");

@@ -391,7 +391,7 @@ fn a_pair_follows_forks() {
         probetop.err().wait_for("attached");
         target.signal(libc::SIGUSR1);
         target.out().wait_for("done");
-        let stderr = probetop.ended_ok().join("\n");
+        probetop.ended_ok();
         let report = read_export(&json);
         let row = latency_row(&report, "work_unit");
         // 1 parent + 4 workers + 8 of theirs.

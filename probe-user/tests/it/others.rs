@@ -894,7 +894,8 @@ fn all_counts_bcc_funclatency_exactly() {
     let stderr = probetop.err().rest().join("\n");
     drop(stopped(&mut funclatency, libc::SIGINT));
     let report = read_export(&json);
-    let row = row_of(&report, pid).unwrap_or_else(|| panic!("the target listed: {report:#}\n{stderr}"));
+    let row =
+        row_of(&report, pid).unwrap_or_else(|| panic!("the target listed: {report:#}\n{stderr}"));
     assert_eq!(row["hits"], 2 * CALLS, "{row}\n{stderr}");
     let mut kinds: Vec<&str> = row["sites"]
         .as_array()

@@ -23,9 +23,11 @@ fn measure_fixture(binary: &str, args: &[&str]) -> serde_json::Value {
 /// make its COUNT passes.
 fn python_fixture(script: &str) -> Running {
     let mut command = std::process::Command::new("python3");
-    command
-        .arg(fixture(&format!("python/{script}")))
-        .args(["--wait-signal", "--count", &count_arg()]);
+    command.arg(fixture(&format!("python/{script}"))).args([
+        "--wait-signal",
+        "--count",
+        &count_arg(),
+    ]);
     let target = Running::spawn(command);
     target.out().wait_for("ready pid=");
     target

@@ -27,7 +27,11 @@ fn uprobe_on_the_usdt_site() -> String {
 /// row, so tests running beside each other (this module's, or bpftrace's elsewhere)
 /// must not share one.
 fn private_probes(test: &str) -> std::path::PathBuf {
-    fixture_copy("c/probes", &export_path(&format!("shared-sites-{test}")), "probes")
+    fixture_copy(
+        "c/probes",
+        &export_path(&format!("shared-sites-{test}")),
+        "probes",
+    )
 }
 
 /// Both ways probetop attaches (uprobe_multi links where the kernel has them).
@@ -59,7 +63,11 @@ fn a_uprobe_on_a_usdt_site_shares_its_semaphore() {
             .env("PROBETOP_ATTACH_PATH", path);
         let mut probetop = Running::spawn(cmd);
         let stderr = probetop.err().until("attached 3 probes").join("\n");
-        assert_eq!(semaphore(target.pid(), "fixture_sema:tick"), 1, "{path}: raised once");
+        assert_eq!(
+            semaphore(target.pid(), "fixture_sema:tick"),
+            1,
+            "{path}: raised once"
+        );
         target.signal(libc::SIGUSR1);
         let status = probetop.wait();
         assert!(status.success(), "{path}: {:?}", probetop.err().rest());
