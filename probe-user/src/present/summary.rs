@@ -70,14 +70,7 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
             rows.push(row);
         }
     }
-    let widths: Vec<usize> = (0..headers.len())
-        .map(|col| {
-            rows.iter()
-                .map(|r| r[col].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
+    let widths = column_widths(&rows);
     let mut out = String::new();
     if let Some(report) = report {
         let _ = writeln!(
@@ -100,18 +93,7 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
             "handler (BPF program)"
         }
     );
-    for row in &rows {
-        for (col, cell) in row.iter().enumerate() {
-            let width = widths[col];
-            // The probe name reads left-aligned, numbers right-aligned.
-            let _ = if col == 0 {
-                write!(out, "{cell:<width$}")
-            } else {
-                write!(out, "  {cell:>width$}")
-            };
-        }
-        out.push('\n');
-    }
+    push_rows(&mut out, &rows, &widths);
     let (timed, counted) = snapshot
         .probes
         .iter()
@@ -211,16 +193,27 @@ pub(crate) fn latency_table(rows: &[crate::aggregate::LatencyRow], seconds: f64)
 
 /// Rows of cells, the first column left-aligned, the others right-aligned.
 fn render_rows(rows: &[Vec<String>]) -> String {
+    let mut out = String::new();
+    push_rows(&mut out, rows, &column_widths(rows));
+    out
+}
+
+/// Each column's width: its widest cell, in characters.
+fn column_widths(rows: &[Vec<String>]) -> Vec<usize> {
     let columns = rows.first().map_or(0, Vec::len);
-    let widths: Vec<usize> = (0..columns)
+    (0..columns)
         .map(|col| {
             rows.iter()
                 .map(|r| r[col].chars().count())
                 .max()
                 .unwrap_or(0)
         })
-        .collect();
-    let mut out = String::new();
+        .collect()
+}
+
+/// Appends `rows` to `out` in columns of `widths`, two spaces apart: the first column
+/// (a name) left-aligned, the others (numbers) right-aligned.
+fn push_rows(out: &mut String, rows: &[Vec<String>], widths: &[usize]) {
     for row in rows {
         for (col, cell) in row.iter().enumerate() {
             let width = widths[col];
@@ -232,7 +225,6 @@ fn render_rows(rows: &[Vec<String>]) -> String {
         }
         out.push('\n');
     }
-    out
 }
 
 #[cfg(test)]

@@ -65,9 +65,7 @@ fn exact_hits_in_mode_with(mode: &str, extra: &[&str]) {
     assert_eq!(field(&done, "calls") as u64, CALLS);
     assert!(target.wait().success());
     // The target's exit ends the run.
-    let status = probetop.wait();
-    let stderr = probetop.err().rest();
-    assert!(status.success(), "probetop failed: {stderr:?}");
+    let stderr = probetop.ended_ok();
     assert!(stderr.iter().any(|l| l.contains("exited")), "{stderr:?}");
 
     let report: serde_json::Value = read_export(&json);
@@ -310,7 +308,7 @@ fn a_cut_mid_flood_counts_the_same_hits_and_gaps() {
             .arg("--export")
             .arg(&json);
         let mut probetop = Running::spawn(cmd);
-        assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+        probetop.ended_ok();
         let report = read_export(&json);
         let probe = &report["probes"][0];
         let hits = probe["hits"].as_u64().expect("hits");
@@ -441,10 +439,7 @@ fn coexists_with_bpftrace_on_the_same_function() {
     // A private copy: bpftrace 0.17 arms its uprobe in every process mapping the file,
     // and probetop counts other tools' probes on its targets, so on the shared fixture
     // this probe would be a row of the tests running beside this one.
-    let dir = export_path("coexists");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let exe = dir.join("workload");
-    std::fs::copy(fixture("c/workload"), &exe).expect("copy the fixture");
+    let exe = workload_copy(&export_path("coexists"), "workload");
     let target = started(&exe, &["--calls", &CALLS.to_string(), "--wait-signal"]);
     // bpftrace 0.17's -p does not scope uprobes to the pid: without the predicate it
     // also counts the workloads of the tests running beside this one.
@@ -484,9 +479,7 @@ fn coexists_with_bpftrace_on_the_same_function() {
 fn probes_a_target_whose_binary_was_deleted_or_replaced() {
     let _turn = turn(module_path!());
     let dir = std::env::temp_dir().join(format!("probetop-deleted-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let copy = dir.join("workload");
-    std::fs::copy(fixture("c/workload"), &copy).expect("copy fixture");
+    let copy = workload_copy(&dir, "workload");
     let target = started(&copy, &["--calls", &CALLS.to_string(), "--wait-signal"]);
     std::fs::remove_file(&copy).expect("delete the binary");
     // And something else now stands at its path.
@@ -522,9 +515,7 @@ fn stops_and_keeps_measurements_when_the_target_execs() {
     probetop.err().wait_for("attached");
     target.signal(libc::SIGUSR1);
     target.out().wait_for("exec");
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    let stderr = probetop.ended_ok().join("\n");
     assert!(
         stderr.contains("exec'd") && stderr.contains("sleep"),
         "{stderr}"
@@ -637,9 +628,7 @@ fn follows_an_exec_into_another_program() {
     target.signal(libc::SIGUSR1);
     let done = target.out().wait_for("done calls=");
     assert_eq!(field(&done, "calls") as u64, AFTER);
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    let stderr = probetop.ended_ok().join("\n");
     assert!(stderr.contains("exited"), "{stderr}");
 
     let report: serde_json::Value = read_export(&json);
@@ -706,9 +695,7 @@ fn follows_an_exec_of_the_same_binary() {
     probetop.err().wait_for("exec 1: attached 1 probe");
     target.signal(libc::SIGUSR1);
     // The second execer execs `sleep 3`, where no spec matches; then the pid exits.
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    probetop.ended_ok();
     let report: serde_json::Value = read_export(&json);
     let execer = canonical(&execer);
     assert_eq!(
@@ -775,9 +762,7 @@ fn follows_execs_through_a_program_without_probes() {
     // The last sh reads its line and exits: so does probetop.
     target.send_line();
     assert!(target.wait().success());
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    let stderr = probetop.ended_ok().join("\n");
     assert!(stderr.contains("exited"), "{stderr}");
 
     let report: serde_json::Value = read_export(&json);
@@ -902,9 +887,7 @@ fn exact_counts_via(path: Option<&str>) {
     }
     target.signal(libc::SIGUSR1);
     target.out().wait_for("done");
-    let status = probetop.wait();
-    let stderr = probetop.err().rest();
-    assert!(status.success(), "probetop failed: {stderr:?}");
+    probetop.ended_ok();
     let report: serde_json::Value = read_export(&json);
     for name in [
         "probe_add",

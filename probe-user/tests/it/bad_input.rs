@@ -8,6 +8,17 @@ fn run(args: &[&str]) -> Output {
     probetop().args(args).output().expect("run probetop")
 }
 
+/// probetop on `target` with the spec `spec`, `args` after it, no TUI.
+fn run_on(target: &Running, spec: &str, args: &[&str]) -> Output {
+    let pid = target.pid().to_string();
+    run(&[
+        &["--pid", pid.as_str(), "-e", spec][..],
+        args,
+        &["--no-tui"][..],
+    ]
+    .concat())
+}
+
 fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -32,13 +43,7 @@ fn no_such_pid() {
 fn symbol_not_in_target() {
     let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
-    let out = run(&[
-        "--pid",
-        &target.pid().to_string(),
-        "-e",
-        "uprobe:no_such_function_here",
-        "--no-tui",
-    ]);
+    let out = run_on(&target, "uprobe:no_such_function_here", &[]);
     assert_clean_failure(&out, 1, "no_such_function_here");
     assert!(stderr(&out).contains("not found"), "{}", stderr(&out));
 }
@@ -148,15 +153,7 @@ fn more_arguments_than_a_hit_carries() {
 fn unknown_export_format() {
     let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
-    let out = run(&[
-        "--pid",
-        &target.pid().to_string(),
-        "-e",
-        "uprobe:work_unit",
-        "--export",
-        "/tmp/x.docx",
-        "--no-tui",
-    ]);
+    let out = run_on(&target, "uprobe:work_unit", &["--export", "/tmp/x.docx"]);
     assert_clean_failure(&out, 2, "unknown export format");
 }
 
@@ -224,13 +221,7 @@ fn kernel_threads_and_zombies_are_refused() {
 fn a_spec_matching_thousands_of_symbols_is_capped() {
     let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
-    let out = run(&[
-        "--pid",
-        &target.pid().to_string(),
-        "-e",
-        "uprobe:libc:*",
-        "--no-tui",
-    ]);
+    let out = run_on(&target, "uprobe:libc:*", &[]);
     assert_clean_failure(&out, 1, "--max-probes");
     assert!(stderr(&out).contains("matches"), "{}", stderr(&out));
 }
@@ -268,13 +259,7 @@ fn an_offset_off_an_instruction_boundary_is_refused() {
     assert!(third - second > 1, "{offsets:?}");
     let inside = second + 1;
     let target = workload(&["--calls", "1", "--wait-signal"]);
-    let out = run(&[
-        "--pid",
-        &target.pid().to_string(),
-        "-e",
-        &format!("uprobe:work_unit+{inside}"),
-        "--no-tui",
-    ]);
+    let out = run_on(&target, &format!("uprobe:work_unit+{inside}"), &[]);
     assert_clean_failure(
         &out,
         1,
@@ -286,13 +271,7 @@ fn an_offset_off_an_instruction_boundary_is_refused() {
     assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
     assert!(!stderr(&out).contains("attached"), "{}", stderr(&out));
     // Past the end of the function.
-    let out = run(&[
-        "--pid",
-        &target.pid().to_string(),
-        "-e",
-        "uprobe:work_unit+0x10000",
-        "--no-tui",
-    ]);
+    let out = run_on(&target, "uprobe:work_unit+0x10000", &[]);
     assert_clean_failure(&out, 1, "is outside work_unit");
 }
 
@@ -392,14 +371,13 @@ fn an_endless_spec_file_is_one_line() {
 fn a_huge_spec_is_not_echoed_whole() {
     let _turn = turn(module_path!());
     let target = workload(&["--calls", "1", "--wait-signal"]);
-    let pid = target.pid().to_string();
     let long = format!("uprobe:{}", "a".repeat(100_000));
-    let out = run(&["--pid", &pid, "-e", &long, "--no-tui"]);
+    let out = run_on(&target, &long, &[]);
     assert_clean_failure(&out, 2, "a probe spec of 100007 bytes (uprobe:aaaa");
     assert!(stderr(&out).len() < 300, "{} bytes", stderr(&out).len());
     // A bad character far into a long spec: shown around its caret.
     let bad = format!("uprobe:{} b", "a".repeat(5000));
-    let out = run(&["--pid", &pid, "-e", &bad, "--no-tui"]);
+    let out = run_on(&target, &bad, &[]);
     assert_clean_failure(&out, 2, "(5009 bytes)");
     assert!(stderr(&out).len() < 600, "{} bytes", stderr(&out).len());
     assert!(stderr(&out).contains('^'), "{}", stderr(&out));

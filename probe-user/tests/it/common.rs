@@ -12,9 +12,11 @@ use std::{
 mod server;
 mod tls;
 mod tmux;
+pub(crate) mod tracefs;
 pub(crate) use server::{server_dir, stop_server, stop_with_test, wait_until_answering};
 pub(crate) use tls::{HttpsFiles, TestCa};
 pub(crate) use tmux::{Tmux, assert_headline, shell_quote};
+pub(crate) use tracefs::TracefsProbe;
 
 /// Generous bound for anything that should take a second: CI machines are slow and busy.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
@@ -98,6 +100,20 @@ impl Lines {
         panic!("no line containing {needle:?}; saw: {seen:#?}");
     }
 
+    /// The lines up to and with the first that contains `needle`; panics with what was
+    /// seen otherwise.
+    pub(crate) fn until(&self, needle: &str) -> Vec<String> {
+        let mut seen = Vec::new();
+        while let Some(line) = self.next() {
+            let found = line.contains(needle);
+            seen.push(line);
+            if found {
+                return seen;
+            }
+        }
+        panic!("no line containing {needle:?}; saw: {seen:#?}");
+    }
+
     /// Everything left, until end of output.
     pub(crate) fn rest(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -170,6 +186,18 @@ impl Running {
         assert_eq!(rc, 0, "kill({}, {signal})", self.pid());
     }
 
+    /// Waits for exit, which must be a success; the rest of its stderr.
+    pub(crate) fn ended_ok(&mut self) -> Vec<String> {
+        let status = self.wait();
+        let stderr = self.err().rest();
+        assert!(
+            status.success(),
+            "pid {} ended with {status}: {stderr:#?}",
+            self.pid()
+        );
+        stderr
+    }
+
     /// Waits for exit, at most `PATIENCE`.
     pub(crate) fn wait(&mut self) -> ExitStatus {
         let deadline = std::time::Instant::now() + PATIENCE;
@@ -197,6 +225,15 @@ impl Drop for Running {
 /// The foundation fixture, started and waiting for SIGUSR1 (`--wait-signal`).
 pub(crate) fn workload(args: &[&str]) -> Running {
     started(&fixture("c/workload"), args)
+}
+
+/// The forker fixture, started: `early` workers forked before SIGUSR1, `late` after it,
+/// `grand` children forked by each worker, then `args` (`--calls N`, `--hold`, ...).
+pub(crate) fn forker(early: u32, late: u32, grand: u32, args: &[&str]) -> Running {
+    let (early, late, grand) = (early.to_string(), late.to_string(), grand.to_string());
+    let mut all: Vec<&str> = vec!["--early", &early, "--late", &late, "--grand", &grand];
+    all.extend(args);
+    started(&fixture("c/forker"), &all)
 }
 
 /// Starts `program` with `args` and waits for its `ready pid=` line.
@@ -251,6 +288,14 @@ where
     serde_json::from_slice(&out.stdout).expect("the listing is JSON")
 }
 
+/// `function`'s file offset in `file`, as `probetop list` gives it.
+pub(crate) fn file_offset(file: &std::path::Path, function: &str) -> u64 {
+    let listing = list_json([file.as_os_str(), function.as_ref()]);
+    listing["points"][0]["file_offset"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{function}'s file offset: {listing:#}"))
+}
+
 /// `probetop calibrate --json` (the default length, as users run it) with its cache
 /// under `cache` (XDG_CACHE_HOME), which must succeed: the calibration.
 pub(crate) fn calibrate_default(cache: &std::path::Path) -> serde_json::Value {
@@ -281,9 +326,15 @@ pub(crate) fn calibrated_cache(name: &str) -> PathBuf {
 /// armed only in the processes running it, and no other test's probe (nor one the
 /// kernel still keeps on the shared file) meets a third-party tool's there.
 pub(crate) fn workload_copy(dir: &std::path::Path, name: &str) -> PathBuf {
+    fixture_copy("c/workload", dir, name)
+}
+
+/// A copy of fixture `relative` at `dir/name` (`dir` made if missing): a file of the
+/// test's own (see [`workload_copy`]).
+pub(crate) fn fixture_copy(relative: &str, dir: &std::path::Path, name: &str) -> PathBuf {
     std::fs::create_dir_all(dir).expect("dir");
     let path = dir.join(name);
-    std::fs::copy(fixture("c/workload"), &path).expect("copy the fixture");
+    std::fs::copy(fixture(relative), &path).expect("copy the fixture");
     path
 }
 
@@ -330,6 +381,40 @@ pub(crate) fn probe<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_
         .iter()
         .find(|p| p["name"] == name)
         .unwrap_or_else(|| panic!("no probe named {name:?} in {report}"))
+}
+
+/// The semaphore of USDT probe `probe_name` in process `pid`: its value, read (never
+/// written) through /proc/PID/mem.
+pub(crate) fn semaphore(pid: u32, probe_name: &str) -> u16 {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    let listing = list_json(["--pid", &pid.to_string(), probe_name]);
+    let point = &listing["points"][0];
+    let object = point["object"].as_str().expect("object");
+    let bias = listing["objects"]
+        .as_array()
+        .expect("objects")
+        .iter()
+        .find(|o| o["path"] == object)
+        .and_then(|o| o["load_bias"].as_u64())
+        .expect("load bias");
+    let address = bias
+        + point["semaphore_address"]
+            .as_u64()
+            .expect("has a semaphore");
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
+    mem.seek(SeekFrom::Start(address)).expect("seek");
+    let mut value = [0u8; 2];
+    mem.read_exact(&mut value).expect("read semaphore");
+    u16::from_ne_bytes(value)
+}
+
+/// The row of `pid` in an `--all` JSON export's `processes`.
+pub(crate) fn row_of(report: &serde_json::Value, pid: u32) -> Option<&serde_json::Value> {
+    report["processes"]
+        .as_array()
+        .expect("processes")
+        .iter()
+        .find(|p| p["pid"] == pid)
 }
 
 /// BPF program and link ids held open by process `pid` (from /proc/PID/fdinfo).
@@ -511,6 +596,14 @@ pub(crate) fn field(line: &str, key: &str) -> f64 {
         .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+/// Waits for a fixture's `done calls=N` line and its exit: N must be `calls`, the exit a
+/// success.
+pub(crate) fn calls_done(target: &mut Running, calls: u64) {
+    let done = target.out().wait_for("done calls=");
+    assert_eq!(field(&done, "calls") as u64, calls, "{done}");
+    assert!(target.wait().success());
 }
 
 /// Offsets from `function`'s entry of each of its instructions, as objdump decodes

@@ -50,19 +50,7 @@ pub(crate) fn tree_of(root: u32) -> Vec<u32> {
 /// more: every one of the 13 processes counted, exactly, each under its own pid; no
 /// program or link left once probetop is gone. On both attach paths.
 fn follows_the_whole_tree(attach_path: &str) {
-    let target = started(
-        &fixture("c/forker"),
-        &[
-            "--early",
-            "2",
-            "--late",
-            "2",
-            "--grand",
-            "2",
-            "--calls",
-            &CALLS.to_string(),
-        ],
-    );
+    let target = forker(2, 2, 2, &["--calls", &CALLS.to_string()]);
     let json = export_path(&format!("forks-{attach_path}.json"));
     let mut cmd = probetop();
     cmd.args([
@@ -80,9 +68,7 @@ fn follows_the_whole_tree(attach_path: &str) {
     let (programs, links) = bpf_ids_of(probetop.pid());
     target.signal(libc::SIGUSR1);
     target.out().wait_for("done");
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    let stderr = probetop.ended_ok().join("\n");
     let report = read_export(&json);
     // 1 parent + 4 workers + 8 of theirs.
     assert_eq!(probe(&report, "work_unit")["hits"], CALLS * 13, "{stderr}");
@@ -122,20 +108,7 @@ fn follows_forks_on_perf_events() {
 #[ignore = "needs root and the fixtures"]
 fn without_follow_forks_the_parent_alone_counts_and_the_hint_says_so() {
     let _turn = turn(module_path!());
-    let target = started(
-        &fixture("c/forker"),
-        &[
-            "--early",
-            "1",
-            "--late",
-            "1",
-            "--grand",
-            "1",
-            "--hold",
-            "--calls",
-            &CALLS.to_string(),
-        ],
-    );
+    let target = forker(1, 1, 1, &["--hold", "--calls", &CALLS.to_string()]);
     let json = export_path("forks-hint.json");
     let mut cmd = probetop();
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
@@ -151,9 +124,7 @@ fn without_follow_forks_the_parent_alone_counts_and_the_hint_says_so() {
     // Said while running (after 5 s of silence), and not again at the end.
     let hint = probetop.err().wait_for("--follow-forks");
     probetop.signal(libc::SIGINT);
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    let stderr = probetop.ended_ok().join("\n");
     let report = read_export(&json);
     assert_eq!(probe(&report, "work_unit")["hits"], CALLS, "{stderr}");
     assert_eq!(probe(&report, "child_only")["hits"], 0, "{stderr}");
@@ -176,19 +147,12 @@ fn without_follow_forks_the_parent_alone_counts_and_the_hint_says_so() {
 #[ignore = "needs root and the fixtures"]
 fn the_hint_is_said_at_the_end_of_a_short_run() {
     let _turn = turn(module_path!());
-    let target = started(
-        &fixture("c/forker"),
-        &[
-            "--early", "1", "--late", "0", "--grand", "0", "--hold", "--calls", "1",
-        ],
-    );
+    let target = forker(1, 0, 0, &["--hold", "--calls", "1"]);
     let mut cmd = probetop();
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
         .args(["-e", "uprobe:child_only", "--duration", "0.5"]);
     let mut probetop = Running::spawn(cmd);
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    let stderr = probetop.ended_ok().join("\n");
     let hints: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains("--follow-forks"))
@@ -209,20 +173,7 @@ fn wait_for_tree(root: u32, count: usize) {
 /// Held forkers with no workers: each calls work_unit CALLS times, prints "done" and
 /// waits for SIGTERM.
 fn held_single() -> Running {
-    started(
-        &fixture("c/forker"),
-        &[
-            "--early",
-            "0",
-            "--late",
-            "0",
-            "--grand",
-            "0",
-            "--hold",
-            "--calls",
-            &CALLS.to_string(),
-        ],
-    )
+    forker(0, 0, 0, &["--hold", "--calls", &CALLS.to_string()])
 }
 
 /// Lets each held forker make its calls, then stops probetop with SIGINT: its stderr,
@@ -233,10 +184,7 @@ fn release_then_stop(processes: &[&Running], probetop: &mut Running) -> String {
         process.out().wait_for("done");
     }
     probetop.signal(libc::SIGINT);
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
-    stderr
+    probetop.ended_ok().join("\n")
 }
 
 /// `--pid A --pid B`: both counted, each under its own pid; a third process of the same
@@ -363,20 +311,7 @@ fn a_cgroup_and_everything_entering_it() {
         eprintln!("skipped: no cgroup v2 hierarchy to make a directory in");
         return;
     };
-    let inside = started(
-        &fixture("c/forker"),
-        &[
-            "--early",
-            "1",
-            "--late",
-            "1",
-            "--grand",
-            "1",
-            "--hold",
-            "--calls",
-            &CALLS.to_string(),
-        ],
-    );
+    let inside = forker(1, 1, 1, &["--hold", "--calls", &CALLS.to_string()]);
     let (late, outside) = (held_single(), held_single());
     cgroup.enter(inside.pid());
     let json = export_path("forks-cgroup.json");
@@ -399,9 +334,7 @@ fn a_cgroup_and_everything_entering_it() {
     }
     wait_for_tree(inside.pid(), 5);
     probetop.signal(libc::SIGINT);
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    let stderr = probetop.ended_ok().join("\n");
     let report = read_export(&json);
     let split = pids(&report, "work_unit");
     // Moving a process moves none of its children: the early worker and its child
@@ -473,9 +406,7 @@ fn a_process_leaving_the_cgroup_stops_counting_and_removing_it_ends_the_run() {
     drop(sub);
     std::fs::remove_dir(&cgroup.0).expect("remove the empty cgroup");
     // Ends the run by itself.
-    let status = probetop.wait();
-    let stderr = probetop.err().rest();
-    assert!(status.success(), "{stderr:?}");
+    let stderr = probetop.ended_ok();
     let removed: Vec<&String> = stderr
         .iter()
         .filter(|l| l.contains("was removed"))
@@ -551,27 +482,13 @@ fn a_semaphore_raised_file_wide_is_said() {
             spec,
         ]);
         let mut probetop = Running::spawn(cmd);
-        let stderr = {
-            let mut seen = Vec::new();
-            loop {
-                let line = probetop.err().next().expect("probetop's stderr");
-                let attached = line.contains("attached");
-                seen.push(line);
-                if attached {
-                    break seen;
-                }
-            }
-        };
+        let mut stderr = probetop.err().until("attached");
         if said {
             // What the line says: the other process's semaphore is up too.
-            assert_eq!(
-                crate::probe_points::semaphore(other.pid(), "fixture_sema:tick"),
-                1
-            );
+            assert_eq!(semaphore(other.pid(), "fixture_sema:tick"), 1);
         }
         probetop.signal(libc::SIGINT);
         let status = probetop.wait();
-        let mut stderr = stderr;
         stderr.extend(probetop.err().rest());
         assert!(status.success(), "{stderr:?}");
         let lines: Vec<&String> = stderr.iter().filter(|l| l.contains("semaphore")).collect();

@@ -3,77 +3,7 @@
 //! process A, a tracefs `uprobe_events` probe the other in process B, and process C
 //! runs a third copy nobody probes.
 
-use std::path::Path;
-
 use crate::common::*;
-
-/// Host-wide runs see each other's processes: one test of this module at a time.
-static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn alone() -> std::sync::MutexGuard<'static, ()> {
-    ALONE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// A uprobe event written to tracefs and enabled for ftrace, removed when dropped.
-struct TracefsProbe {
-    root: &'static str,
-    event: String,
-}
-
-impl TracefsProbe {
-    fn add(file: &Path, offset: u64, name: &str) -> Self {
-        let root = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-            .into_iter()
-            .find(|r| Path::new(r).join("uprobe_events").exists())
-            .expect("tracefs mounted (mount -t tracefs nodev /sys/kernel/tracing)");
-        let event = format!("probetop_host/{name}");
-        append(
-            &format!("{root}/uprobe_events"),
-            &format!("p:{event} {}:{offset:#x}\n", file.display()),
-        );
-        std::fs::write(format!("{root}/events/{event}/enable"), "1").expect("enable");
-        Self { root, event }
-    }
-}
-
-impl Drop for TracefsProbe {
-    fn drop(&mut self) {
-        let _ = std::fs::write(format!("{}/events/{}/enable", self.root, self.event), "0");
-        append(
-            &format!("{}/uprobe_events", self.root),
-            &format!("-:{}\n", self.event),
-        );
-    }
-}
-
-fn append(path: &str, line: &str) {
-    use std::io::Write as _;
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .unwrap_or_else(|e| panic!("open {path}: {e}"));
-    file.write_all(line.as_bytes())
-        .unwrap_or_else(|e| panic!("write {line:?} to {path}: {e}"));
-}
-
-/// `file`'s `function` file offset, as `probetop list` gives it.
-fn offset_of(file: &Path, function: &str) -> u64 {
-    let listing = list_json([file.as_os_str(), function.as_ref()]);
-    listing["points"][0]["file_offset"]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{function}'s file offset: {listing:#}"))
-}
-
-/// The row of `pid` in the export's `processes`.
-fn row_of(report: &serde_json::Value, pid: u32) -> Option<&serde_json::Value> {
-    report["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["pid"] == pid)
-}
 
 #[test]
 #[ignore = "needs root, the fixtures, bpftrace and tracefs"]
@@ -96,8 +26,8 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
     );
     let event = TracefsProbe::add(
         &file_b,
-        offset_of(&file_b, "leaf_ret"),
-        &format!("leaf_ret_{}", b.pid()),
+        file_offset(&file_b, "leaf_ret"),
+        format!("leaf_ret_{}", b.pid()),
     );
     // A probetop of the user's on D: D is listed, owned by it; that probetop's own
     // process (its uprobe flushing staged records) is not a probed process.
@@ -132,9 +62,7 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
         target.signal(libc::SIGUSR1);
     }
     for (target, calls) in [(&mut a, calls_a), (&mut b, calls_b), (&mut c, calls_c)] {
-        let done = target.out().wait_for("done calls=");
-        assert_eq!(field(&done, "calls") as u64, calls, "{done}");
-        assert!(target.wait().success());
+        calls_done(target, calls);
     }
     probetop.signal(libc::SIGINT);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
@@ -224,11 +152,11 @@ fn all_names_a_stripped_site_through_debuginfod_unless_offline() {
     let id = crate::debuginfod::stripped_copy(&stripped, &served.join("workload.debug"));
     let server = crate::debuginfod::serve(&dir, &served, id);
     // strip keeps the loaded segments where they were.
-    let offset = offset_of(&fixture("c/workload"), "work_unit");
+    let offset = file_offset(&fixture("c/workload"), "work_unit");
     let calls = 2000u64;
     for offline in [false, true] {
         let mut target = started(&stripped, &["--wait-signal", "--calls", &calls.to_string()]);
-        let event = TracefsProbe::add(&stripped, offset, &format!("stripped_{}", target.pid()));
+        let event = TracefsProbe::add(&stripped, offset, format!("stripped_{}", target.pid()));
         let json = dir.join(format!("all-offline-{offline}.json"));
         let mut cmd = crate::debuginfod::asking(&server, &dir.join(format!("cache-{offline}")));
         cmd.args(["--all", "--no-tui", "--duration", "120", "--export"])
@@ -249,9 +177,7 @@ fn all_names_a_stripped_site_through_debuginfod_unless_offline() {
             .err()
             .wait_for(&format!("counting pid {} ", target.pid()));
         target.signal(libc::SIGUSR1);
-        let done = target.out().wait_for("done calls=");
-        assert_eq!(field(&done, "calls") as u64, calls, "{done}");
-        assert!(target.wait().success());
+        calls_done(&mut target, calls);
         probetop.signal(libc::SIGINT);
         assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
         drop(event);

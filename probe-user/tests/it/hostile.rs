@@ -16,28 +16,23 @@ fn run_on_workload(name: &str, args: &[&str]) -> (Vec<String>, serde_json::Value
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
         .arg(&json)
         .args(args);
+    let seen = run_to_done(&mut target, cmd);
+    (seen, read_export(&json))
+}
+
+/// Runs probetop `cmd` on `target`, let go (SIGUSR1) once probes are attached, until the
+/// target is done; both must exit successfully. probetop's stderr.
+fn run_to_done(target: &mut Running, cmd: std::process::Command) -> Vec<String> {
+    let what = format!("{cmd:?}");
     let mut probetop = Running::spawn(cmd);
-    let mut seen = until(probetop.err(), "attached");
+    let mut seen = probetop.err().until("attached");
     target.signal(libc::SIGUSR1);
     target.out().wait_for("done");
     assert!(target.wait().success());
     let status = probetop.wait();
     seen.extend(probetop.err().rest());
-    assert!(status.success(), "probetop {args:?} failed: {seen:?}");
-    (seen, read_export(&json))
-}
-
-/// Lines up to and with the first that contains `needle`.
-fn until(lines: &Lines, needle: &str) -> Vec<String> {
-    let mut seen = Vec::new();
-    while let Some(line) = lines.next() {
-        let found = line.contains(needle);
-        seen.push(line);
-        if found {
-            return seen;
-        }
-    }
-    panic!("no line containing {needle:?}; saw: {seen:#?}");
+    assert!(status.success(), "{what} failed: {seen:?}");
+    seen
 }
 
 #[test]
@@ -141,9 +136,7 @@ fn a_low_soft_file_limit_is_raised() {
     probetop.err().wait_for("attached");
     target.signal(libc::SIGUSR1);
     assert!(target.wait().success());
-    let status = probetop.wait();
-    let stderr = probetop.err().rest();
-    assert!(status.success(), "{stderr:?}");
+    probetop.ended_ok();
     let report = read_export(&json);
     assert_eq!(report["probes"].as_array().expect("probes").len(), points);
     assert_eq!(
@@ -242,9 +235,7 @@ fn a_tracer_that_came_while_attached_is_named_on_the_way_out() {
     probetop.err().wait_for("attached");
     seize(target.pid());
     probetop.signal(libc::SIGINT);
-    let status = probetop.wait();
-    let stderr = probetop.err().rest();
-    assert!(status.success(), "{stderr:?}");
+    let stderr = probetop.ended_ok();
     let me = std::process::id();
     let warning = stderr
         .iter()
@@ -384,14 +375,7 @@ fn list_marks_refused_exactly_what_a_run_skips() {
         if !filter {
             cmd.env("PROBETOP_TEST_NO_SITE_FILTER", "1");
         }
-        let mut probetop = Running::spawn(cmd);
-        let mut stderr = until(probetop.err(), "attached");
-        target.signal(libc::SIGUSR1);
-        target.out().wait_for("done");
-        assert!(target.wait().success());
-        let status = probetop.wait();
-        stderr.extend(probetop.err().rest());
-        assert!(status.success(), "{stderr:?}");
+        let stderr = run_to_done(&mut target, cmd);
         let report = read_export(&json);
         let skipped: BTreeSet<String> = report["skipped"]
             .as_array()
@@ -440,14 +424,7 @@ fn refused_at_attach_via(path: &str) {
         .args(["-e", "uprobe:libc:pthread_spin*", "-e", "uprobe:work_unit"])
         .env("PROBETOP_TEST_NO_SITE_FILTER", "1")
         .env("PROBETOP_ATTACH_PATH", path);
-    let mut probetop = Running::spawn(cmd);
-    let mut stderr = until(probetop.err(), "attached");
-    target.signal(libc::SIGUSR1);
-    target.out().wait_for("done");
-    assert!(target.wait().success());
-    let status = probetop.wait();
-    stderr.extend(probetop.err().rest());
-    assert!(status.success(), "{stderr:?}");
+    let stderr = run_to_done(&mut target, cmd);
     assert!(
         stderr
             .iter()
@@ -525,7 +502,7 @@ fn counts_every_call_of(target: &mut Running, pid: u32, given: u32, calls: u64) 
     .arg("--export")
     .arg(&json);
     let mut probetop = Running::spawn(cmd);
-    let mut stderr = until(probetop.err(), "attached");
+    let mut stderr = probetop.err().until("attached");
     target.signal(libc::SIGUSR1);
     let done = target.out().wait_for("done");
     assert_eq!(field(&done, "calls") as u64, calls);
@@ -636,6 +613,62 @@ fn objects_the_target_does_not_map_are_said() {
     assert_eq!(probe(&report, "work_unit")["hits"], CALLS);
 }
 
+/// The reload fixture on a copy of its library in `dir` (made afresh), with `args`,
+/// and probetop counting the copy's `reload_unit` in it into `json`: the copy, the
+/// fixture, probetop.
+fn reload_probed(
+    dir: &std::path::Path,
+    args: &[&str],
+    json: &std::path::Path,
+) -> (std::path::PathBuf, Running, Running) {
+    let _ = std::fs::remove_dir_all(dir);
+    let lib = fixture_copy("c/libreload.so", dir, "libreload.so");
+    let calls = CALLS.to_string();
+    let mut fixture_args: Vec<&str> = vec![lib.to_str().unwrap(), "--calls", &calls];
+    fixture_args.extend(args);
+    let target = started(&fixture("c/reload"), &fixture_args);
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "-e"])
+        .arg(format!("uprobe:{}:reload_unit", lib.display()))
+        .arg("--export")
+        .arg(json);
+    let probetop = Running::spawn(cmd);
+    (lib, target, probetop)
+}
+
+/// Replaces `lib` on disk as a package upgrade does: a new file, renamed over the old
+/// one's path.
+fn replace_on_disk(lib: &std::path::Path) {
+    let dir = lib.parent().expect("the copy's dir");
+    let new = fixture_copy("c/libreload.so", dir, "libreload.so.new");
+    std::fs::rename(&new, lib).unwrap();
+}
+
+/// The one line of `stderr` saying `lib` was replaced on disk.
+fn said_replaced<'a>(stderr: &'a [String], lib: &std::path::Path) -> &'a str {
+    let said: Vec<&String> = stderr
+        .iter()
+        .filter(|l| l.contains("replaced on disk"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {stderr:?}");
+    assert!(said[0].contains(&lib.display().to_string()), "{said:?}");
+    said[0]
+}
+
+/// The export's one replaced object, which must be `lib` with probe 0 on it.
+fn replaced_object<'a>(
+    report: &'a serde_json::Value,
+    lib: &std::path::Path,
+) -> &'a serde_json::Value {
+    let replaced = report["replaced_objects"]
+        .as_array()
+        .expect("replaced_objects");
+    assert_eq!(replaced.len(), 1, "{report}");
+    assert_eq!(replaced[0]["object"], lib.display().to_string());
+    assert_eq!(replaced[0]["probes"], serde_json::json!([0]));
+    &replaced[0]
+}
+
 /// Issue 18 item 10, second half: a probed library replaced on disk (a new file renamed
 /// over its path) and opened again by the target is another inode, which the probes
 /// are not on. The calls before the replacement are counted exactly, and the
@@ -646,56 +679,26 @@ fn objects_the_target_does_not_map_are_said() {
 fn a_library_replaced_on_disk_and_loaded_again_is_said() {
     let _turn = turn(module_path!());
     let dir = std::env::temp_dir().join(format!("probetop-reload-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libreload.so");
-    std::fs::copy(fixture("c/libreload.so"), &lib).unwrap();
-    let calls = CALLS.to_string();
-    let mut target = started(
-        &fixture("c/reload"),
-        &[lib.to_str().unwrap(), "--calls", &calls],
-    );
     let json = export_path("reload.json");
-    let mut cmd = probetop();
-    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "-e"])
-        .arg(format!("uprobe:{}:reload_unit", lib.display()))
-        .arg("--export")
-        .arg(&json);
-    let mut probetop = Running::spawn(cmd);
-    let mut stderr = until(probetop.err(), "attached");
+    let (lib, mut target, mut probetop) = reload_probed(&dir, &[], &json);
+    let mut stderr = probetop.err().until("attached");
     target.signal(libc::SIGUSR1);
     target.out().wait_for("first calls=");
-    // As a package upgrade does: a new file, renamed over the old one's path.
-    let new = dir.join("libreload.so.new");
-    std::fs::copy(fixture("c/libreload.so"), &new).unwrap();
-    std::fs::rename(&new, &lib).unwrap();
+    replace_on_disk(&lib);
     target.signal(libc::SIGUSR1);
     target.out().wait_for("second calls=");
-    stderr.extend(until(probetop.err(), "loaded"));
+    stderr.extend(probetop.err().until("loaded"));
     target.signal(libc::SIGUSR1);
     assert!(target.wait().success());
     let status = probetop.wait();
     stderr.extend(probetop.err().rest());
     assert!(status.success(), "{stderr:?}");
-    let said: Vec<&String> = stderr
-        .iter()
-        .filter(|l| l.contains("replaced on disk"))
-        .collect();
-    assert_eq!(said.len(), 1, "said once: {stderr:?}");
-    assert!(
-        said[0].contains(&lib.display().to_string())
-            && said[0].contains("1 probe stays on the old file"),
-        "{said:?}"
-    );
+    let said = said_replaced(&stderr, &lib);
+    assert!(said.contains("1 probe stays on the old file"), "{said}");
     let report = read_export(&json);
     // The first library's calls, every one; none of the new file's.
     assert_eq!(probe(&report, "reload_unit")["hits"], CALLS, "{stderr:?}");
-    let replaced = report["replaced_objects"]
-        .as_array()
-        .expect("replaced_objects");
-    assert_eq!(replaced.len(), 1, "{report}");
-    assert_eq!(replaced[0]["object"], lib.display().to_string());
-    assert_eq!(replaced[0]["probes"], serde_json::json!([0]));
+    replaced_object(&report, &lib);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -711,34 +714,18 @@ fn a_library_replaced_on_disk_and_loaded_again_is_said() {
 fn a_library_replaced_before_it_is_loaded_is_probed_where_it_is_loaded() {
     let _turn = turn(module_path!());
     let dir = std::env::temp_dir().join(format!("probetop-reload-late-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let lib = dir.join("libreload.so");
-    std::fs::copy(fixture("c/libreload.so"), &lib).unwrap();
-    let calls = CALLS.to_string();
-    let mut target = started(
-        &fixture("c/reload"),
-        &[lib.to_str().unwrap(), "--calls", &calls, "--late"],
-    );
     let json = export_path("reload-late.json");
-    let mut cmd = probetop();
-    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "-e"])
-        .arg(format!("uprobe:{}:reload_unit", lib.display()))
-        .arg("--export")
-        .arg(&json);
-    let mut probetop = Running::spawn(cmd);
-    let mut stderr = until(probetop.err(), "attached");
+    let (lib, mut target, mut probetop) = reload_probed(&dir, &["--late"], &json);
+    let mut stderr = probetop.err().until("attached");
     assert!(
         stderr.iter().any(|l| l.contains("does not map")),
         "{stderr:?}"
     );
-    let new = dir.join("libreload.so.new");
-    std::fs::copy(fixture("c/libreload.so"), &new).unwrap();
-    std::fs::rename(&new, &lib).unwrap();
+    replace_on_disk(&lib);
     // The target opens the new file now.
     target.signal(libc::SIGUSR1);
     target.out().wait_for("opened");
-    stderr.extend(until(probetop.err(), "replaced on disk"));
+    stderr.extend(probetop.err().until("replaced on disk"));
     // Its calls, then those after closing and opening the same file again.
     target.signal(libc::SIGUSR1);
     target.out().wait_for("first calls=");
@@ -749,28 +736,16 @@ fn a_library_replaced_before_it_is_loaded_is_probed_where_it_is_loaded() {
     let status = probetop.wait();
     stderr.extend(probetop.err().rest());
     assert!(status.success(), "{stderr:?}");
-    let said: Vec<&String> = stderr
-        .iter()
-        .filter(|l| l.contains("replaced on disk"))
-        .collect();
-    assert_eq!(said.len(), 1, "said once: {stderr:?}");
-    assert!(
-        said[0].contains(&lib.display().to_string()) && said[0].contains("moved"),
-        "{said:?}"
-    );
+    let said = said_replaced(&stderr, &lib);
+    assert!(said.contains("moved"), "{said}");
     let report = read_export(&json);
     assert_eq!(
         probe(&report, "reload_unit")["hits"],
         CALLS * 2,
         "{stderr:?}"
     );
-    let replaced = report["replaced_objects"]
-        .as_array()
-        .expect("replaced_objects");
-    assert_eq!(replaced.len(), 1, "{report}");
-    assert_eq!(replaced[0]["object"], lib.display().to_string());
-    assert_eq!(replaced[0]["probes"], serde_json::json!([0]));
-    assert_eq!(replaced[0]["probes_moved"], true, "{report}");
+    let replaced = replaced_object(&report, &lib);
+    assert_eq!(replaced["probes_moved"], true, "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -799,7 +774,7 @@ fn drops_are_counted_per_thread() {
         .args(["-e", "uprobe:work_unit", "--ring-kib", "4", "--export"])
         .arg(&json);
     let mut probetop = Running::spawn(cmd);
-    let mut stderr = until(probetop.err(), "attached");
+    let mut stderr = probetop.err().until("attached");
     target.signal(libc::SIGUSR1);
     let mut per_thread = std::collections::BTreeMap::new();
     loop {

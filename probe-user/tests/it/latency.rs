@@ -88,8 +88,7 @@ fn corrected_and_paired(mode: &str) {
     target.signal(libc::SIGUSR1);
     let done = target.out().wait_for("done ");
     assert!(target.wait().success());
-    let status = probetop.wait();
-    assert!(status.success(), "{:?}", probetop.err().rest());
+    probetop.ended_ok();
     let report = read_export(&json);
 
     for (name, truth_ns) in truth {
@@ -198,8 +197,7 @@ fn unwound(mode: &str) {
         .iter()
         .find(|l| l.starts_with("done "))
         .expect("done line");
-    let status = probetop.wait();
-    assert!(status.success(), "{:?}", probetop.err().rest());
+    probetop.ended_ok();
     let report = read_export(&json);
     let row = latency_row(&report, "middle(long, long)");
     assert_eq!(row["end_path"], "ret-uprobes", "{row}");
@@ -250,8 +248,7 @@ fn keyed_rows_count_each_key_and_the_rest_as_other() {
     let done = target.out().wait_for("done ");
     assert_eq!(field(&done, "keyed_per") as u64, KEYED);
     assert!(target.wait().success());
-    let status = probetop.wait();
-    assert!(status.success(), "{:?}", probetop.err().rest());
+    probetop.ended_ok();
     let summary = probetop.out().rest().join("\n");
     let report = read_export(&json);
     let entries = report["probes"].as_array().expect("probes");
@@ -353,9 +350,7 @@ fn pair_follows_an_exec(mode: &str) {
     target.signal(libc::SIGUSR1);
     let done = target.out().wait_for("done calls=");
     assert_eq!(field(&done, "calls") as u64, AFTER);
-    let status = probetop.wait();
-    let stderr = probetop.err().rest().join("\n");
-    assert!(status.success(), "{stderr}");
+    let stderr = probetop.ended_ok().join("\n");
     let report = read_export(&json);
     let mut rows: Vec<(u64, u64)> = report["probes"]
         .as_array()
@@ -385,19 +380,7 @@ fn a_pair_follows_forks() {
     let _turn = turn(module_path!());
     const FORK_CALLS: u64 = 1_000;
     for mode in ["ring", "kernel"] {
-        let target = started(
-            &fixture("c/forker"),
-            &[
-                "--early",
-                "2",
-                "--late",
-                "2",
-                "--grand",
-                "2",
-                "--calls",
-                &FORK_CALLS.to_string(),
-            ],
-        );
+        let target = forker(2, 2, 2, &["--calls", &FORK_CALLS.to_string()]);
         let json = export_path(&format!("latency-forks-{mode}.json"));
         let mut cmd = probetop();
         cmd.args(["--pid", &target.pid().to_string(), "-F", "--no-tui"])
@@ -408,9 +391,7 @@ fn a_pair_follows_forks() {
         probetop.err().wait_for("attached");
         target.signal(libc::SIGUSR1);
         target.out().wait_for("done");
-        let status = probetop.wait();
-        let stderr = probetop.err().rest().join("\n");
-        assert!(status.success(), "{stderr}");
+        probetop.ended_ok();
         let report = read_export(&json);
         let row = latency_row(&report, "work_unit");
         // 1 parent + 4 workers + 8 of theirs.

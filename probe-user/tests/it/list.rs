@@ -109,9 +109,7 @@ fn a_closed_pipe_ends_every_printing_command_quietly() {
 fn a_stripped_object_is_explained() {
     let _turn = turn(module_path!());
     let dir = std::env::temp_dir().join(format!("probetop-list-stripped-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    let copy = dir.join("probes-stripped");
-    std::fs::copy(fixture("c/probes"), &copy).expect("copy the fixture");
+    let copy = fixture_copy("c/probes", &dir, "probes-stripped");
     output_ok(
         std::process::Command::new("strip")
             .arg("--strip-all")

@@ -39,9 +39,7 @@ fn count_calls(
 ) -> serde_json::Value {
     probetop.err().wait_for("attached");
     target.signal(libc::SIGUSR1);
-    let done = target.out().wait_for("done calls=");
-    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
-    assert!(target.wait().success());
+    calls_done(target, CALLS);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     read_export(json)
 }
@@ -87,86 +85,6 @@ fn bpftrace_probe_is_a_row_with_its_owner_and_exact_hits() {
     let _ = std::fs::remove_file(&json);
 }
 
-/// A uprobe event written to tracefs, enabled for ftrace, removed when dropped.
-struct TracefsProbe {
-    root: &'static str,
-    group: &'static str,
-    name: String,
-    /// The trace instances it is enabled in, made for it (none: the top one).
-    instances: Vec<std::path::PathBuf>,
-}
-
-impl TracefsProbe {
-    /// Without arguments, enabled in the top trace instance.
-    fn add(file: &std::path::Path, offset: u64, name: String) -> Self {
-        Self::shaped(file, offset, name, "", 0)
-    }
-
-    /// With the fetched arguments `args`, enabled in `instances` trace instances of its
-    /// own (0: the top one).
-    fn shaped(
-        file: &std::path::Path,
-        offset: u64,
-        name: String,
-        args: &str,
-        instances: usize,
-    ) -> Self {
-        let root = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-            .into_iter()
-            .find(|r| std::path::Path::new(r).join("uprobe_events").exists())
-            .expect("tracefs mounted (probetop mounts it when absent; mount -t tracefs nodev /sys/kernel/tracing)");
-        let group = "probetop_test";
-        append(
-            &format!("{root}/uprobe_events"),
-            &format!("p:{group}/{name} {}:{offset:#x} {args}\n", file.display()),
-        );
-        let mut probe = Self {
-            root,
-            group,
-            name,
-            instances: Vec::new(),
-        };
-        if instances == 0 {
-            std::fs::write(probe.enable(std::path::Path::new(root)), "1").expect("enable");
-        }
-        for n in 0..instances {
-            let instance = std::path::Path::new(root).join(format!("instances/{}_{n}", probe.name));
-            std::fs::create_dir(&instance).expect("a trace instance");
-            probe.instances.push(instance.clone());
-            std::fs::write(probe.enable(&instance), "1").expect("enable in the instance");
-        }
-        probe
-    }
-
-    fn enable(&self, instance: &std::path::Path) -> std::path::PathBuf {
-        instance.join(format!("events/{}/{}/enable", self.group, self.name))
-    }
-}
-
-impl Drop for TracefsProbe {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.enable(std::path::Path::new(self.root)), "0");
-        for instance in &self.instances {
-            let _ = std::fs::write(self.enable(instance), "0");
-            let _ = std::fs::remove_dir(instance);
-        }
-        append(
-            &format!("{}/uprobe_events", self.root),
-            &format!("-:{}/{}\n", self.group, self.name),
-        );
-    }
-}
-
-fn append(path: &str, line: &str) {
-    use std::io::Write as _;
-    let mut file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .unwrap_or_else(|e| panic!("open {path}: {e}"));
-    file.write_all(line.as_bytes())
-        .unwrap_or_else(|e| panic!("write {line:?} to {path}: {e}"));
-}
-
 /// A tracefs event `perf probe` defined (Debian's linux-perf), enabled through tracefs:
 /// owned by `perf`, counted exactly. On a private copy of the fixture: perf's event is
 /// armed in every process mapping the file.
@@ -176,9 +94,7 @@ fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
     let _turn = turn(module_path!());
     let _alone = alone();
     let dir = export_path("others-private-perf");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let copy = dir.join("workload");
-    std::fs::copy(fixture("c/workload"), &copy).expect("copy the fixture");
+    let copy = workload_copy(&dir, "workload");
     let calls = CALLS.to_string();
     let mut target = started(&copy, &["--wait-signal", "--calls", &calls]);
     let pid = target.pid();
@@ -204,11 +120,11 @@ fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
         }
     }
     let defined = Defined(event.clone());
-    let root = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
-        .into_iter()
-        .find(|r| std::path::Path::new(r).join("uprobe_events").exists())
-        .expect("tracefs mounted");
-    let enable = format!("{root}/events/{}/enable", event.replace(':', "/"));
+    let enable = format!(
+        "{}/events/{}/enable",
+        tracefs::root(),
+        event.replace(':', "/")
+    );
     std::fs::write(&enable, "1").expect("enable perf's event");
     let json = export_path("others-perf.json");
     let mut probetop = watch(pid, &json);
@@ -242,10 +158,7 @@ fn tracefs_probe_is_a_row_with_exact_hits() {
     let mut target = workload(&["--wait-signal", "--calls", &calls]);
     let pid = target.pid();
     let exe = fixture("c/workload");
-    let listing = list_json([exe.as_os_str(), "leaf_ret".as_ref()]);
-    let offset = listing["points"][0]["file_offset"]
-        .as_u64()
-        .expect("leaf_ret's file offset");
+    let offset = file_offset(&exe, "leaf_ret");
     let event = TracefsProbe::add(&exe, offset, format!("leaf_ret_{pid}"));
     let json = export_path("others-tracefs.json");
     let mut probetop = watch(pid, &json);
@@ -373,11 +286,11 @@ fn tracefs_whole_cost_is_within_a_quarter_of_the_truth() {
     let _turn = turn(module_path!());
     let _alone = alone();
     whole_cost_within_a_quarter_of_the_truth("tracefs", |pid, copy| {
-        let listing = list_json([copy.as_os_str(), "work_unit".as_ref()]);
-        let offset = listing["points"][0]["file_offset"]
-            .as_u64()
-            .expect("work_unit's file offset");
-        TracefsProbe::add(copy, offset, format!("work_unit_truth_{pid}"))
+        TracefsProbe::add(
+            copy,
+            file_offset(copy, "work_unit"),
+            format!("work_unit_truth_{pid}"),
+        )
     });
 }
 
@@ -392,11 +305,7 @@ fn tracefs_event_with_arguments_in_two_instances_is_counted_and_priced() {
     let _alone = alone();
     const ARGS: &str = "i=%di:s64 ra=+0(%sp):x64";
     let shaped = |copy: &std::path::Path, name: String| {
-        let listing = list_json([copy.as_os_str(), "work_unit".as_ref()]);
-        let offset = listing["points"][0]["file_offset"]
-            .as_u64()
-            .expect("work_unit's file offset");
-        TracefsProbe::shaped(copy, offset, name, ARGS, 2)
+        TracefsProbe::shaped(copy, file_offset(copy, "work_unit"), name, ARGS, 2)
     };
     let calls = CALLS.to_string();
     let copy = workload_copy(&export_path("others-tracefs-shaped"), "workload");
@@ -648,29 +557,39 @@ fn bcc(tool: &str, args: &[&str], attached: &str) -> Running {
     running
 }
 
+/// A copy of the fixture at `dir/name`, started to make CALLS calls on SIGUSR1, and
+/// BCC's `tool` (funccount or funclatency) on its `work_unit`: the copy, the fixture and
+/// the tool.
+fn bcc_on_work_unit(
+    tool: &str,
+    dir: &std::path::Path,
+    name: &str,
+) -> (std::path::PathBuf, Running, Running) {
+    let exe = workload_copy(dir, name);
+    let target = started(&exe, &["--wait-signal", "--calls", &CALLS.to_string()]);
+    let probe = format!("{}:work_unit", exe.display());
+    let holder = bcc(
+        tool,
+        &["-p", &target.pid().to_string(), &probe],
+        "Tracing 1 functions",
+    );
+    (exe, target, holder)
+}
+
 /// probetop on `target` while `holder` (a BCC tool) probes it, through the fixture's
 /// calls: what probetop said and its report.
 fn bcc_watched(target: &mut Running, holder: &Running, name: &str) -> (String, serde_json::Value) {
     let json = export_path(&format!("others-bcc-{}.json", holder.pid()));
     let mut probetop = watch(target.pid(), &json);
-    let mut said = Vec::new();
     // Up to probetop's "attached N probes" line, which follows its word on each probe.
-    while let Some(line) = probetop.err().next() {
-        let last = line.contains("probetop: attached");
-        said.push(line);
-        if last {
-            break;
-        }
-    }
+    let mut said = probetop.err().until("probetop: attached");
     // probetop's counter, joined to BCC's site with BCC's semaphore offset, wrote
     // nothing into the target.
     let exe = std::fs::read_link(format!("/proc/{}/exe", target.pid())).expect("exe");
     let (in_process, on_disk) = elf_header_in(target.pid(), &exe);
     assert_eq!(in_process, on_disk, "{}", said.join("\n"));
     target.signal(libc::SIGUSR1);
-    let done = target.out().wait_for("done calls=");
-    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
-    assert!(target.wait().success());
+    calls_done(target, CALLS);
     assert!(probetop.wait().success());
     said.extend(probetop.err().rest());
     let said = said.join("\n");
@@ -768,15 +687,8 @@ fn bcc_funccount_probe_is_found_and_owned_by_bcc() {
     let _turn = turn(module_path!());
     let _alone = alone();
     let calls = CALLS.to_string();
-    let exe = workload_copy(&export_path("bcc-funccount"), "workload");
-    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
-    let pid = target.pid().to_string();
-    let probe = format!("{}:work_unit", exe.display());
-    let mut funccount = bcc(
-        "funccount-bpfcc",
-        &["-p", &pid, &probe],
-        "Tracing 1 functions",
-    );
+    let (_, mut target, mut funccount) =
+        bcc_on_work_unit("funccount-bpfcc", &export_path("bcc-funccount"), "workload");
     let (said, report) = bcc_watched(&mut target, &funccount, "uprobe:work_unit");
     let theirs = stopped(&mut funccount, libc::SIGINT);
     // BCC ran, against the merged headers, and saw every call.
@@ -822,15 +734,10 @@ fn bcc_trace_usdt_with_a_semaphore_is_found_and_owned_by_bcc() {
 fn bcc_funclatency_entry_and_return_are_found_and_owned_by_bcc() {
     let _turn = turn(module_path!());
     let _alone = alone();
-    let calls = CALLS.to_string();
-    let exe = workload_copy(&export_path("bcc-funclatency"), "workload");
-    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
-    let pid = target.pid().to_string();
-    let probe = format!("{}:work_unit", exe.display());
-    let mut funclatency = bcc(
+    let (_, mut target, mut funclatency) = bcc_on_work_unit(
         "funclatency-bpfcc",
-        &["-p", &pid, &probe],
-        "Tracing 1 functions",
+        &export_path("bcc-funclatency"),
+        "workload",
     );
     let (said, report) = bcc_watched(&mut target, &funclatency, "uprobe:work_unit");
     assert!(
@@ -957,17 +864,9 @@ fn a_shared_trap_is_split_and_the_marginal_cost_is_the_truth() {
 fn all_counts_bcc_funclatency_exactly() {
     let _turn = turn(module_path!());
     let _alone = alone();
-    let calls = CALLS.to_string();
     let dir = export_path("bcc-all");
-    let exe = workload_copy(&dir, "bcc-all");
-    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
+    let (exe, mut target, mut funclatency) = bcc_on_work_unit("funclatency-bpfcc", &dir, "bcc-all");
     let pid = target.pid();
-    let probe = format!("{}:work_unit", exe.display());
-    let mut funclatency = bcc(
-        "funclatency-bpfcc",
-        &["-p", &pid.to_string(), &probe],
-        "Tracing 1 functions",
-    );
     let json = dir.join("all.json");
     let mut probetop = Running::spawn({
         let mut cmd = probetop();
@@ -989,20 +888,14 @@ fn all_counts_bcc_funclatency_exactly() {
     let (in_process, on_disk) = elf_header_in(pid, &exe);
     assert_eq!(in_process, on_disk, "{said:#?}");
     target.signal(libc::SIGUSR1);
-    let done = target.out().wait_for("done calls=");
-    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
-    assert!(target.wait().success());
+    calls_done(&mut target, CALLS);
     probetop.signal(libc::SIGINT);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     let stderr = probetop.err().rest().join("\n");
     drop(stopped(&mut funclatency, libc::SIGINT));
     let report = read_export(&json);
-    let row = report["processes"]
-        .as_array()
-        .expect("processes")
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("the target listed: {report:#}\n{stderr}"));
+    let row =
+        row_of(&report, pid).unwrap_or_else(|| panic!("the target listed: {report:#}\n{stderr}"));
     assert_eq!(row["hits"], 2 * CALLS, "{row}\n{stderr}");
     let mut kinds: Vec<&str> = row["sites"]
         .as_array()
@@ -1044,15 +937,7 @@ fn own_probe_on_a_bcc_site_joins_it_and_counts_exactly() {
             .arg(&json);
         cmd
     });
-    let mut said = Vec::new();
-    while let Some(line) = probetop.err().next() {
-        let last = line.contains("probetop: attached");
-        said.push(line);
-        if last {
-            break;
-        }
-    }
-    let said = said.join("\n");
+    let said = probetop.err().until("probetop: attached").join("\n");
     assert!(
         said.contains(&format!(
             "uprobe:work_unit shares its breakpoint with bcc {}'s uprobe probe",
@@ -1070,9 +955,7 @@ fn own_probe_on_a_bcc_site_joins_it_and_counts_exactly() {
     let (in_process, on_disk) = elf_header_in(pid, &exe);
     assert_eq!(in_process, on_disk, "{said}");
     target.signal(libc::SIGUSR1);
-    let done = target.out().wait_for("done calls=");
-    assert_eq!(field(&done, "calls") as u64, CALLS, "{done}");
-    assert!(target.wait().success());
+    calls_done(&mut target, CALLS);
     assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
     let theirs = stopped(&mut trace, libc::SIGTERM);
     assert!(

@@ -108,6 +108,33 @@ impl Cluster {
         cmd
     }
 
+    /// `statements` on a new connection (`psql -f -`), after `SELECT pg_backend_pid()`:
+    /// the backend's pid, and psql's output, whatever the statements did.
+    fn backend_runs(&self, statements: &str) -> (u32, std::process::Output) {
+        let mut client = self
+            .client()
+            .arg("-f")
+            .arg("-")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("psql");
+        client
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(format!("SELECT pg_backend_pid();\n{statements}").as_bytes())
+            .expect("write to psql");
+        let out = client.wait_with_output().expect("psql runs");
+        let backend = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no backend pid in {out:?}"));
+        (backend, out)
+    }
+
     /// One statement on a new connection: its output, or psql's error.
     fn psql(&self, sql: &str) -> Result<String, String> {
         let out = self
@@ -256,37 +283,16 @@ fn counts_every_backend_through_the_postmaster() {
 
     // A new connection: its backend is forked after probetop attached. It says its pid,
     // runs STATEMENTS statements and one that fails (division by zero).
-    let mut script = String::from("SELECT pg_backend_pid();\n");
+    let mut script = String::new();
     for i in 0..STATEMENTS {
         script.push_str(&format!("SELECT {i};\n"));
     }
     script.push_str("SELECT 1/0;\n");
-    let mut client = cluster
-        .client()
-        .arg("-f")
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("psql");
-    client
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(script.as_bytes())
-        .expect("write to psql");
-    let out = client.wait_with_output().expect("psql runs");
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (backend, out) = cluster.backend_runs(&script);
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("division by zero"),
         "{out:?}"
     );
-    let backend: u32 = text
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no backend pid in {text:?}"));
 
     // Two more connections: one holds a table lock, the other waits for it.
     one_lock_wait(&cluster);
@@ -426,38 +432,18 @@ fn a_uretprobe_survives_errors_that_longjmp_past_it() {
     probetop.err().wait_for("attached 2 probes");
 
     // Division by zero while the executor runs (not in planning: x is read from z).
-    let mut script = String::from("SELECT pg_backend_pid();\n");
+    let mut script = String::new();
     for i in 0..STATEMENTS {
         script.push_str(&format!("SELECT x + {i} FROM z;\n"));
         if i % (STATEMENTS / FAILING) == 0 {
             script.push_str("SELECT 1 / x FROM z;\n");
         }
     }
-    let mut client = cluster
-        .client()
-        .arg("-f")
-        .arg("-")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("psql");
-    client
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(script.as_bytes())
-        .expect("write to psql");
-    let out = client.wait_with_output().expect("psql runs");
+    let (backend, out) = cluster.backend_runs(&script);
     let errors = String::from_utf8_lossy(&out.stderr)
         .matches("division by zero")
         .count() as u64;
     assert_eq!(errors, FAILING, "{out:?}");
-    let backend: u32 = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no backend pid in {out:?}"));
 
     probetop.signal(libc::SIGINT);
     let status = probetop.wait();

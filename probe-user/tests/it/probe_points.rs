@@ -19,6 +19,20 @@ fn measure_fixture(binary: &str, args: &[&str]) -> serde_json::Value {
     measure(target.pid(), args, || target.signal(libc::SIGUSR1))
 }
 
+/// The Python fixture `python/SCRIPT` under python3, started and waiting for SIGUSR1 to
+/// make its COUNT passes.
+fn python_fixture(script: &str) -> Running {
+    let mut command = std::process::Command::new("python3");
+    command.arg(fixture(&format!("python/{script}"))).args([
+        "--wait-signal",
+        "--count",
+        &count_arg(),
+    ]);
+    let target = Running::spawn(command);
+    target.out().wait_for("ready pid=");
+    target
+}
+
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn c_usdt_arguments_and_function_values_read_back() {
@@ -99,30 +113,6 @@ fn twelve_usdt_arguments_read_back() {
     // DTRACE_PROBE12(fixture, dozen, i, i + 1, ..., i + 11)
     let expected: Vec<u64> = (last..last + 12).collect();
     assert_eq!(dozen["last_args"], serde_json::json!(expected));
-}
-
-/// The semaphore's value in the target, read (never written) through /proc/PID/mem.
-pub(crate) fn semaphore(pid: u32, probe_name: &str) -> u16 {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    let listing = list_json(["--pid", &pid.to_string(), probe_name]);
-    let point = &listing["points"][0];
-    let object = point["object"].as_str().expect("object");
-    let bias = listing["objects"]
-        .as_array()
-        .expect("objects")
-        .iter()
-        .find(|o| o["path"] == object)
-        .and_then(|o| o["load_bias"].as_u64())
-        .expect("load bias");
-    let address = bias
-        + point["semaphore_address"]
-            .as_u64()
-            .expect("has a semaphore");
-    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
-    mem.seek(SeekFrom::Start(address)).expect("seek");
-    let mut value = [0u8; 2];
-    mem.read_exact(&mut value).expect("read semaphore");
-    u16::from_ne_bytes(value)
 }
 
 /// The kernel raises the semaphore while probetop is attached and drops it on every
@@ -254,13 +244,7 @@ fn go_functions_and_refused_return_probes() {
 #[ignore = "needs root and the fixtures"]
 fn python_ctypes_library_usdt_with_semaphore() {
     let _turn = turn(module_path!());
-    let script = fixture("python/pyprobes.py");
-    let mut command = std::process::Command::new("python3");
-    command
-        .arg(&script)
-        .args(["--wait-signal", "--count", &count_arg()]);
-    let target = Running::spawn(command);
-    target.out().wait_for("ready pid=");
+    let target = python_fixture("pyprobes.py");
     let report = measure(
         target.pid(),
         &[
@@ -288,13 +272,7 @@ fn python_ctypes_library_usdt_with_semaphore() {
 #[ignore = "needs root and the fixtures"]
 fn python_extension_module_nop_nop5_usdt() {
     let _turn = turn(module_path!());
-    let script = fixture("python/pyusdtext.py");
-    let mut command = std::process::Command::new("python3");
-    command
-        .arg(&script)
-        .args(["--wait-signal", "--count", &count_arg()]);
-    let target = Running::spawn(command);
-    target.out().wait_for("ready pid=");
+    let target = python_fixture("pyusdtext.py");
     // Not a `libNAME`: the module is named by its path.
     let module = fixture("python/pyusdtext.abi3.so");
     let function = format!("uprobe:{}:pyusdtext_fire", module.display());
@@ -341,13 +319,7 @@ fn non_pie_and_stripped_binaries() {
 #[ignore = "needs root and the fixtures"]
 fn library_functions_by_library_name_from_a_spec_file() {
     let _turn = turn(module_path!());
-    let script = fixture("python/pyprobes.py");
-    let mut command = std::process::Command::new("python3");
-    command
-        .arg(&script)
-        .args(["--wait-signal", "--count", &count_arg()]);
-    let target = Running::spawn(command);
-    target.out().wait_for("ready pid=");
+    let target = python_fixture("pyprobes.py");
     let specs = export_path("specs.txt");
     std::fs::write(
         &specs,

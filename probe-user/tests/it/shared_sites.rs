@@ -27,45 +27,11 @@ fn uprobe_on_the_usdt_site() -> String {
 /// row, so tests running beside each other (this module's, or bpftrace's elsewhere)
 /// must not share one.
 fn private_probes(test: &str) -> std::path::PathBuf {
-    let dir = export_path(&format!("shared-sites-{test}"));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let copy = dir.join("probes");
-    std::fs::copy(fixture("c/probes"), &copy).expect("copy the fixture");
-    copy
-}
-
-/// The `fixture_sema:tick` semaphore's value in `pid`, read through /proc/PID/mem.
-fn semaphore(pid: u32) -> u16 {
-    use std::io::{Read as _, Seek as _, SeekFrom};
-    let listing = list_json(["--pid", &pid.to_string(), "fixture_sema:tick"]);
-    let point = &listing["points"][0];
-    let object = point["object"].as_str().expect("object");
-    let bias = listing["objects"]
-        .as_array()
-        .expect("objects")
-        .iter()
-        .find(|o| o["path"] == object)
-        .and_then(|o| o["load_bias"].as_u64())
-        .expect("load bias");
-    let address = bias + point["semaphore_address"].as_u64().expect("semaphore");
-    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).expect("open mem");
-    mem.seek(SeekFrom::Start(address)).expect("seek");
-    let mut value = [0u8; 2];
-    mem.read_exact(&mut value).expect("read semaphore");
-    u16::from_ne_bytes(value)
-}
-
-/// The lines of `lines` up to and with the first containing `needle`.
-fn lines_until(lines: &Lines, needle: &str) -> Vec<String> {
-    let mut seen = Vec::new();
-    while let Some(line) = lines.next() {
-        let done = line.contains(needle);
-        seen.push(line);
-        if done {
-            return seen;
-        }
-    }
-    panic!("no line containing {needle:?}; saw: {seen:#?}");
+    fixture_copy(
+        "c/probes",
+        &export_path(&format!("shared-sites-{test}")),
+        "probes",
+    )
 }
 
 /// Both ways probetop attaches (uprobe_multi links where the kernel has them).
@@ -96,8 +62,12 @@ fn a_uprobe_on_a_usdt_site_shares_its_semaphore() {
             .args(["-e", "uprobe:probe_add"])
             .env("PROBETOP_ATTACH_PATH", path);
         let mut probetop = Running::spawn(cmd);
-        let stderr = lines_until(probetop.err(), "attached 3 probes").join("\n");
-        assert_eq!(semaphore(target.pid()), 1, "{path}: raised once");
+        let stderr = probetop.err().until("attached 3 probes").join("\n");
+        assert_eq!(
+            semaphore(target.pid(), "fixture_sema:tick"),
+            1,
+            "{path}: raised once"
+        );
         target.signal(libc::SIGUSR1);
         let status = probetop.wait();
         assert!(status.success(), "{path}: {:?}", probetop.err().rest());
@@ -136,8 +106,8 @@ fn attached_beside(
     }
     cmd.args(["-e", "uprobe:probe_add"]);
     let mut probetop = Running::spawn(cmd);
-    let stderr = lines_until(probetop.err(), "probetop: attached ").join("\n");
-    assert_eq!(semaphore(target.pid()), semaphore_held);
+    let stderr = probetop.err().until("probetop: attached ").join("\n");
+    assert_eq!(semaphore(target.pid(), "fixture_sema:tick"), semaphore_held);
     target.signal(libc::SIGUSR1);
     let status = probetop.wait();
     let rest = probetop.err().rest().join("\n");

@@ -464,6 +464,23 @@ mod tests {
         out
     }
 
+    /// The native buckets' counts, from their deltas.
+    fn bucket_counts(histogram: &Histogram) -> Vec<i64> {
+        histogram
+            .positive_delta
+            .iter()
+            .scan(0i64, |count, d| {
+                *count += d;
+                Some(*count)
+            })
+            .collect()
+    }
+
+    /// How many values the native buckets hold.
+    fn native_total(histogram: &Histogram) -> u64 {
+        bucket_counts(histogram).iter().sum::<i64>() as u64
+    }
+
     fn label<'a>(metric: &'a Metric, name: &str) -> Option<&'a str> {
         metric
             .label
@@ -528,18 +545,9 @@ mod tests {
             assert_eq!(histogram.bucket.len(), 25, "classic buckets, +Inf left out");
             assert_eq!(histogram.schema, Some(8));
             assert!(!histogram.positive_span.is_empty());
-            // The native buckets hold every value.
-            let mut count = 0i64;
-            let total: i64 = histogram
-                .positive_delta
-                .iter()
-                .map(|d| {
-                    count += d;
-                    assert!(count > 0);
-                    count
-                })
-                .sum();
-            assert_eq!(total as u64, p.handler_ns.len());
+            // The native buckets hold every value, none of them empty.
+            assert!(bucket_counts(histogram).iter().all(|&n| n > 0));
+            assert_eq!(native_total(histogram), p.handler_ns.len());
         }
     }
 
@@ -559,17 +567,9 @@ mod tests {
                 assert_eq!(histogram.schema, Some(8), "{name}");
                 let expected = hist_of(row).len();
                 assert_eq!(histogram.sample_count, Some(expected), "{name}");
-                let mut count = 0i64;
-                let total: i64 = histogram
-                    .positive_delta
-                    .iter()
-                    .map(|d| {
-                        count += d;
-                        count
-                    })
-                    .sum();
                 assert_eq!(
-                    total as u64, expected,
+                    native_total(histogram),
+                    expected,
                     "{name}: the native buckets hold every call"
                 );
             }
