@@ -330,8 +330,8 @@ pub struct InSituSummary {
 }
 
 impl InSituSummary {
-    /// One line for the end of a run.
-    pub fn line(&self) -> String {
+    /// `in situ (6 windows on, 6 off, work = wakeups): `: what was measured over.
+    fn prefix(&self) -> String {
         let (fewest, most) = self.processes;
         let over = match (fewest, most) {
             (_, 0 | 1) => String::new(),
@@ -342,12 +342,17 @@ impl InSituSummary {
             0 => String::new(),
             n => format!(", {n} pairs dropped: a process exited"),
         };
-        let mut line = format!(
+        format!(
             "in situ ({} windows on, {} off{over}{dropped}, work = {}): ",
             self.windows_on,
             self.windows_off,
             self.work.as_str()
-        );
+        )
+    }
+
+    /// One line with every number, as the TUI's detail pane shows it.
+    pub fn line(&self) -> String {
+        let mut line = self.prefix();
         match (self.verdict, self.added_share, self.per_hit_ns) {
             (Verdict::Measured, Some(share), Some(per_hit)) => {
                 line.push_str(&format!(
@@ -383,17 +388,32 @@ impl InSituSummary {
                 moved.high * 100.0
             ));
         }
-        if let (Some(detach), Some(attach)) = (self.detach_ms, self.attach_ms) {
-            line.push_str(&format!(
-                "; each window change took {detach:.0} ms to detach, {attach:.0} ms to attach"
-            ));
-            if let Some(churn) = self.churn_cpu_ms {
-                line.push_str(&format!(
-                    ", costing the target {churn:.1} ms of CPU per cycle"
-                ));
-            }
+        if let Some(changes) = self.changes() {
+            line.push_str("; ");
+            line.push_str(&changes);
         }
         line
+    }
+
+    /// The end of a run's line: what the windows were and what changing them cost,
+    /// without the numbers the reconciled answer above it already gives.
+    pub(crate) fn details_line(&self) -> String {
+        let mut line = self.prefix();
+        line.push_str(&self.changes().unwrap_or_else(|| "no window changed".into()));
+        line
+    }
+
+    /// What each change of window took and cost the target.
+    fn changes(&self) -> Option<String> {
+        let (detach, attach) = (self.detach_ms?, self.attach_ms?);
+        let mut text =
+            format!("each window change took {detach:.0} ms to detach, {attach:.0} ms to attach");
+        if let Some(churn) = self.churn_cpu_ms {
+            text.push_str(&format!(
+                ", costing the target {churn:.1} ms of CPU per cycle"
+            ));
+        }
+        Some(text)
     }
 }
 

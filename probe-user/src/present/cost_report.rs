@@ -10,16 +10,25 @@ use crate::present::{EstimateBracket, ProbeCostReport, Run};
 
 use super::ProbeLabel;
 
+/// What an `--in-situ` run's end changes in the report: its reconciled answer's lines
+/// ([`super::answer::Answer::lines`]) lead instead of the estimate's total and the
+/// bracket, and per-probe rates and shares are over the time the probes were attached.
+pub(crate) struct InSituEnd<'a> {
+    pub answer: &'a [String],
+    pub attached_s: f64,
+}
+
 /// The end-of-run cost report, for stderr: the total CPU share, the run's estimate under
 /// each loop (`bracket`, from the price stage's run report), then one line per probe with its class,
 /// whole cost per hit, average rate and share over the run, and how the cost was
-/// estimated.
+/// estimated. With `--in-situ` the answer leads instead (`in_situ`).
 pub(crate) fn report(
     labels: &[ProbeLabel],
     aggregator: &Aggregator,
     priced: &Run,
     duration: std::time::Duration,
     bracket: &EstimateBracket,
+    in_situ: Option<InSituEnd<'_>>,
 ) -> String {
     let mut out = String::new();
     let measured = &priced.measurements.probes;
@@ -55,25 +64,32 @@ pub(crate) fn report(
         ),
         (None, _) => String::new(),
     };
-    match total {
-        Some(share) => {
+    match (total, &in_situ) {
+        (_, Some(end)) => {
+            for line in end.answer {
+                let _ = writeln!(out, "probetop: {line}");
+            }
+        }
+        (Some(share), None) => {
             let _ = writeln!(
                 out,
                 "probetop: these probes cost the target {} of a CPU over the run (hits/s x whole cost per hit, estimated{assumption})",
                 percent(share)
             );
         }
-        None => {
+        (None, None) => {
             let _ = writeln!(
                 out,
                 "probetop: no whole-cost estimate: run `probetop calibrate` on this machine to get one (a calibration holds for one kernel and CPU, and is made again when probetop measures more)"
             );
         }
     }
-    if let Some(line) = bracket_line(bracket) {
+    if let Some(line) = bracket_line(bracket).filter(|_| in_situ.is_none()) {
         let _ = writeln!(out, "{line}");
     }
-    let seconds = duration.as_secs_f64().max(f64::MIN_POSITIVE);
+    let run_s = duration.as_secs_f64().max(f64::MIN_POSITIVE);
+    // Hits come only while the probes are attached: rates and shares over that time.
+    let seconds = in_situ.as_ref().map_or(run_s, |end| end.attached_s);
     // One line per probe, dearest first; past the cap, one line for the rest.
     let mut lines: Vec<(Option<f64>, String)> = Vec::new();
     for ((label, probe), report) in labels.iter().zip(measured).zip(&reports) {
@@ -87,9 +103,14 @@ pub(crate) fn report(
             (Some(whole), Some(share)) => {
                 let _ = write!(
                     line,
-                    ": {whole:.0} ns/hit x {:.0}/s = {} of a CPU",
+                    ": {whole:.0} ns/hit x {:.0}/s = {} of a CPU{}",
                     probe.hits as f64 / seconds,
-                    percent(share)
+                    percent(share * run_s / seconds),
+                    if in_situ.is_some() {
+                        " while attached"
+                    } else {
+                        ""
+                    }
                 );
             }
             _ => line.push_str(": whole cost not estimated"),
@@ -115,7 +136,13 @@ pub(crate) fn report(
         if let Some(method) = report.method {
             let _ = write!(line, " [{}]", method.as_str());
         }
-        lines.push((report.cpu_share.filter(|_| probe.hits > 0), line));
+        lines.push((
+            report
+                .cpu_share
+                .filter(|_| probe.hits > 0)
+                .map(|share| share * run_s / seconds),
+            line,
+        ));
     }
     out.push_str(&super::headline::dearest_lines(lines, END_LINES));
     if let Some(other) = aggregator.other_dispatch.filter(|o| o.count > 0) {

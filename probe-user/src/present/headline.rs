@@ -566,51 +566,6 @@ fn dearest_names(dearest: &[(String, f64)], k: usize) -> String {
         .join(", ")
 }
 
-/// The run's one answer, reconciled, for the end of a run: the headline, and with
-/// `--in-situ` which number to trust and why, and what a moved work rate means.
-pub(crate) fn reconciled(report: &Report) -> String {
-    let headline = Headline::of_report(report);
-    let mut line = format!(
-        "the answer: the probes cost the target {}",
-        headline.sentence()
-    );
-    let Some(in_situ) = &report.cost.in_situ else {
-        return line;
-    };
-    let estimate = report.cost.estimated_per_hit_ns;
-    match (headline.method, in_situ.per_hit_ns) {
-        (Method::InSitu { .. }, Some(per_hit)) => {
-            line.push_str(&format!(
-                ". Trust this one: it was measured on the target itself, {} windows with the probes on against {} off, where the estimate is the calibration's loops",
-                in_situ.windows_on, in_situ.windows_off
-            ));
-            if let Some(est) = estimate {
-                let agrees = est >= per_hit.low && est <= per_hit.high;
-                line.push_str(&format!(
-                    " (estimate {} a hit, {} the measured {}..{})",
-                    format::ns_f(est),
-                    if agrees { "within" } else { "outside" },
-                    format::ns_f(per_hit.low),
-                    format::ns_f(per_hit.high)
-                ));
-            }
-        }
-        _ => line.push_str(&format!(
-            ". In situ gave no number yet ({}): this is the calibration's estimate; run longer for more windows",
-            in_situ.verdict.as_str()
-        )),
-    }
-    if let Some(moved) = in_situ.work_moved.filter(|m| m.high < 0.0 || m.low > 0.0) {
-        line.push_str(&format!(
-            ". \"Work moved {:+.1}%\": the target's {} a second {} while probed, as a load that waits on the target does when it slows; the cost above is counted per unit of that work, so it holds",
-            moved.mean * 100.0,
-            in_situ.work.as_str(),
-            if moved.mean < 0.0 { "fell" } else { "rose" }
-        ));
-    }
-    line
-}
-
 /// The guard's line for `snapshot`, once the probes cost more than [`WARN_SHARE`]:
 /// the TUI's footer and, once per crossing, stderr.
 pub(crate) fn live_warning(labels: &[super::ProbeLabel], snapshot: &Snapshot) -> Option<String> {

@@ -1,4 +1,5 @@
 //! Presentation: the live terminal UI, the end-of-run summary, and exports.
+pub(crate) mod answer;
 pub(crate) mod calibration;
 pub(crate) mod cost_report;
 pub(crate) mod export;

@@ -2,23 +2,33 @@
 
 use std::fmt::Write as _;
 
+use super::answer;
 use super::export::Report;
-use super::headline::{self, Headline};
+use super::headline;
 use super::{ProbeLabel, format};
 use crate::present::Snapshot;
 
-/// Renders the run's headline, then one row per probe: what a hit cost the target and
-/// the share of one CPU its hits took, hits, the average rate over the run, drops, then
-/// the BPF handler's own time percentiles (a part of the cost). The costs are the
+/// Renders the run's headline (with `--in-situ`, its reconciled answer), then one row
+/// per probe: what a hit cost the target and the share of one CPU its hits took, hits,
+/// the average rate over the run (under `--in-situ`, over the time attached), drops,
+/// then the BPF handler's own time percentiles (a part of the cost). The costs are the
 /// report's (in situ where measured); a probe without hits shows `-` where it has no
 /// number.
 pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&Report>) -> String {
-    let seconds = snapshot.elapsed.as_secs_f64();
+    let run_s = snapshot.elapsed.as_secs_f64();
+    let in_situ = report.and_then(|r| r.cost.in_situ.as_ref());
+    // Under --in-situ hits come only while the probes are attached: rates over that.
+    let seconds = in_situ.map_or(run_s, |s| answer::attached_seconds(s, run_s));
     let headers = [
         "PROBE", "COST/HIT", "%CPU", "HITS", "HITS/S", "DROPS", "MIN", "P50", "P90", "P99",
         "P99.9", "MAX", "MEAN",
     ];
     const HANDLER_FROM: usize = 6;
+    // A share over the run becomes one over the attached time, as in situ's own are.
+    let share = |c: &crate::present::ProbeCostReport| match c.method {
+        Some(crate::present::Method::InSitu) => c.cpu_share,
+        _ => c.cpu_share.map(|s| s * run_s / seconds),
+    };
     let mut rows: Vec<Vec<String>> = vec![headers.iter().map(|h| h.to_string()).collect()];
     for (id, (label, probe)) in labels.iter().zip(&snapshot.probes).enumerate() {
         let cost = report
@@ -29,7 +39,7 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
             label.full_name(),
             cost.and_then(|c| c.whole_cost_ns)
                 .map_or_else(|| "-".into(), format::ns_f),
-            cost.and_then(|c| c.cpu_share)
+            cost.and_then(share)
                 .map_or_else(|| "-".into(), headline::share_text),
             probe.hits.to_string(),
             format::count(if seconds > 0.0 {
@@ -52,7 +62,7 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
                 keyed_name(&label.full_name(), keyed.key.as_str()),
                 cost.and_then(|c| c.whole_cost_ns)
                     .map_or_else(|| "-".into(), format::ns_f),
-                cost.and_then(|c| c.cpu_share)
+                cost.and_then(share)
                     .map_or_else(|| "-".into(), |s| headline::share_text(s * part)),
                 keyed.hits.to_string(),
                 format::count(if seconds > 0.0 {
@@ -73,10 +83,11 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
     let widths = column_widths(&rows);
     let mut out = String::new();
     if let Some(report) = report {
+        // With --in-situ, the reconciled answer: which number, and why.
         let _ = writeln!(
             out,
             "probes' cost to the target: {}",
-            Headline::of_report(report).sentence()
+            answer::headline_text(report)
         );
     }
     // The handler's columns under their own heading, above them.
@@ -94,6 +105,9 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
         }
     );
     push_rows(&mut out, &rows, &widths);
+    if let Some(s) = in_situ.filter(|s| s.seconds_off > 0.0) {
+        let _ = writeln!(out, "{}", answer::rates_note(s, run_s));
+    }
     let (timed, counted) = snapshot
         .probes
         .iter()

@@ -150,34 +150,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         let hits: u64 = measured.probes.iter().map(|p| p.hits).sum();
         driver.summary(hits)
     });
-    // Priced once: the lines below and the exports show the same numbers.
+    // Priced once: the lines below and the exports show the same numbers. The report
+    // is made first: with --in-situ its reconciled answer leads the lines.
     let run_cost = super::run_report(&aggregator, &priced, duration, other_programs);
-    sys::stderr::say_text(&crate::present::cost_report::report(
-        &labels,
-        &aggregator,
-        &priced,
-        duration,
-        &run_cost.bracket,
-    ));
-    if let Some(summary) = &in_situ_summary {
-        say!("probetop: {}", summary.line());
-    }
-    if let Some(summary) = &budget_summary {
-        say!("probetop: {}", summary.line());
-    }
-    if let Some(line) = budget_hint.and_then(|mut hint| {
-        hint.line(
-            snapshot
-                .probes
-                .iter()
-                .filter_map(|p| p.whole_cost_ns.map(|ns| ns * p.hits as f64))
-                .sum(),
-        )
-    }) {
-        say!("probetop: {line}");
-    }
-    sys::stderr::say_text(&crate::attach::bpf_stats::render(&run_cost.other_programs));
-
     let rows = source.rows();
     let mut report = build_report(
         &target,
@@ -200,6 +175,44 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     if let Some(summary) = budget_summary {
         report.apply_budget(summary);
     }
+    let answer = present::answer::Answer::of(&report).map(|a| a.lines());
+    sys::stderr::say_text(&crate::present::cost_report::report(
+        &labels,
+        &aggregator,
+        &priced,
+        duration,
+        &report.cost.bracket,
+        report
+            .cost
+            .in_situ
+            .as_ref()
+            .zip(answer.as_deref())
+            .map(|(s, answer)| present::cost_report::InSituEnd {
+                answer,
+                attached_s: present::answer::attached_seconds(s, duration.as_secs_f64()),
+            }),
+    ));
+    if let Some(summary) = &report.cost.in_situ {
+        say!("probetop: {}", summary.details_line());
+    }
+    if let Some(summary) = &report.budget {
+        say!("probetop: {}", summary.line());
+    }
+    if let Some(line) = budget_hint.and_then(|mut hint| {
+        hint.line(
+            snapshot
+                .probes
+                .iter()
+                .filter_map(|p| p.whole_cost_ns.map(|ns| ns * p.hits as f64))
+                .sum(),
+        )
+    }) {
+        say!("probetop: {line}");
+    }
+    sys::stderr::say_text(&crate::attach::bpf_stats::render(
+        &report.cost.other_programs,
+    ));
+
     // The summary table leads with the report's headline (in situ where measured).
     // After SIGHUP stdout may be a terminal that is gone: print! would panic (and abort)
     // before the exports are written, so a failed write is ignored.
@@ -221,7 +234,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             })
             .and_then(|()| out.flush());
     }
-    say!("probetop: {}", present::headline::reconciled(&report));
+    if let Some(line) = present::answer::closing(&report) {
+        say!("probetop: {line}");
+    }
     // The pushes so far go into the exports; the final one's count is written again
     // into the JSON exports once it is answered, so that a second signal during its wait
     // (up to 5 s) loses nothing measured.

@@ -240,3 +240,159 @@ fn the_cost_warning_is_said_once_a_run_and_not_under_a_budget() {
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// `1234`, `50.0k`, `1.02M` as the summary table prints a rate.
+fn count(cell: &str) -> f64 {
+    let (number, scale) = match cell.chars().last() {
+        Some('k') => (&cell[..cell.len() - 1], 1e3),
+        Some('M') => (&cell[..cell.len() - 1], 1e6),
+        _ => (cell, 1.0),
+    };
+    number
+        .parse::<f64>()
+        .unwrap_or_else(|e| panic!("{cell}: {e}"))
+        * scale
+}
+
+/// The end of an `--in-situ` run leads with one answer: the number trusted, its
+/// interval and why, the estimate named beside in situ; then one line for the other
+/// number and one for the work, before the per-probe lines; no total over the run
+/// competing with it, none after the table. The stdout summary and the JSON carry the
+/// same answer, and the summary's HITS/S is over the time the probes were attached (in
+/// situ's own hits a second, not the half of it a rate over the whole run reads).
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn the_end_of_an_in_situ_run_leads_with_one_answer() {
+    let _turn = turn(module_path!());
+    let dir = std::env::temp_dir().join(format!("probetop-it-answer-{}", std::process::id()));
+    let cache = calibrated_cache("answer");
+    let copy = workload_copy(&dir, "answer-in-situ");
+    let target = started(&copy, &["--forever", "--rate", "50000"]);
+    let json = export_path("in-situ-answer.json");
+    let mut cmd = probetop();
+    cmd.env("XDG_CACHE_HOME", &cache)
+        .args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["--duration", "8", "--in-situ", "--in-situ-window", "0.5"])
+        .args(["--work", "none", "-e", "uprobe:work_unit", "--export"])
+        .arg(&json);
+    let out = output_ok(&mut cmd, "probetop --in-situ");
+    let stderr: Vec<String> = String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let stdout: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let report = read_export(&json);
+    let answer = &report["headline"]["answer"];
+    let text = answer["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{report}"));
+    // The headline's number is the answer's.
+    assert_eq!(answer["uses"], report["headline"]["method"], "{answer}");
+    let verdict = report["cost"]["in_situ"]["verdict"].as_str().unwrap_or("");
+    let why = answer["why"].as_str().unwrap_or("");
+    assert!(
+        report["cost"]["estimated_per_hit_ns"].as_f64().is_some(),
+        "{report}"
+    );
+
+    // One answer line, leading the end-of-run lines.
+    let answers: Vec<usize> = (0..stderr.len())
+        .filter(|&i| stderr[i].starts_with("probetop: the answer: "))
+        .collect();
+    assert_eq!(answers.len(), 1, "{stderr:#?}");
+    let at = answers[0];
+    assert_eq!(
+        stderr[at],
+        format!("probetop: the answer: the probes cost the target {text}")
+    );
+    if verdict == "measured" {
+        // In situ trusted, with its interval, and the estimate beside it.
+        assert!(
+            why.starts_with("in-situ-") && why.ends_with("-with-estimate"),
+            "{why}"
+        );
+        assert!(text.contains("measured in situ (95% CI "), "{text}");
+        assert!(
+            text.contains("a hit within ") || text.contains("the measured "),
+            "{text}"
+        );
+        assert!(text.contains("the estimate, "), "{text}");
+        assert!(
+            stderr[at + 1].starts_with("probetop:   the estimate: "),
+            "{stderr:#?}"
+        );
+    } else {
+        assert_eq!(why, "in-situ-without-signal", "{answer}");
+        assert!(text.contains("as in situ has no signal yet: "), "{text}");
+        assert!(
+            stderr[at + 1].starts_with("probetop:   in situ so far, not trusted: "),
+            "{stderr:#?}"
+        );
+    }
+    assert!(
+        stderr[at + 2].starts_with("probetop:   work not metered (--work none): "),
+        "{stderr:#?}"
+    );
+    assert!(
+        stderr[at + 3].starts_with("  uprobe:work_unit "),
+        "{stderr:#?}"
+    );
+    assert!(
+        stderr[at + 3].ends_with(" of a CPU while attached [calibration]")
+            || stderr[at + 3].contains(" of a CPU while attached;"),
+        "{}",
+        stderr[at + 3]
+    );
+    // Nothing before it competes: no estimate over the run, no bracket of loops; after
+    // it the windows, without the numbers again.
+    assert!(
+        !stderr.iter().any(|l| l.contains("of a CPU over the run")
+            || l.contains("per hit over every probe, by the calibration's loops")),
+        "{stderr:#?}"
+    );
+    let details = stderr
+        .iter()
+        .find(|l| l.starts_with("probetop: in situ ("))
+        .unwrap_or_else(|| panic!("{stderr:#?}"));
+    assert!(!details.contains("95% CI"), "{details}");
+
+    // The summary leads with the same answer; its rate is over the attached time.
+    assert_eq!(
+        stdout[0],
+        format!("probes' cost to the target: {text}"),
+        "{stdout:#?}"
+    );
+    let row: Vec<&str> = stdout
+        .iter()
+        .find(|l| l.starts_with("uprobe:work_unit "))
+        .unwrap_or_else(|| panic!("{stdout:#?}"))
+        .split_whitespace()
+        .collect();
+    let table_rate = count(row[4]);
+    let in_situ_rate = report["cost"]["in_situ"]["hits_per_second"]
+        .as_f64()
+        .expect("hits_per_second");
+    let hits = report["probes"][0]["hits"].as_f64().expect("hits");
+    let over_run = hits / report["duration_s"].as_f64().expect("duration_s");
+    assert!(
+        (0.8..=1.25).contains(&(table_rate / in_situ_rate)),
+        "HITS/S {table_rate} against in situ's {in_situ_rate} a second attached"
+    );
+    assert!(
+        table_rate > 1.3 * over_run,
+        "HITS/S {table_rate} reads as the rate over the whole run, {over_run}"
+    );
+    assert!(
+        stdout
+            .iter()
+            .any(|l| l.starts_with("HITS/S and %CPU over the ")),
+        "{stdout:#?}"
+    );
+    target.signal(libc::SIGTERM);
+    let _ = std::fs::remove_file(&json);
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&cache);
+}

@@ -69,12 +69,11 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     );
     let _ = writeln!(out, "<h1>probetop report</h1>");
     // The answer first: what every probe together cost the target.
-    let headline = crate::present::headline::Headline::of_report(report);
     let _ = writeln!(
         out,
         "<p class=\"headline\"><strong>What the probes cost {}:</strong> {}</p>",
         esc(&report.target.comm),
-        esc(&headline.sentence())
+        esc(&crate::present::answer::headline_text(report))
     );
     let total_hits: u64 = report.probes.iter().map(|p| p.hits).sum();
     let total_dropped: u64 = report.probes.iter().map(|p| p.dropped).sum();

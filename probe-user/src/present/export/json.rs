@@ -465,6 +465,29 @@ pub struct JsonHeadline {
     pub cpu_share_low: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpu_share_high: Option<f64>,
+    /// With `--in-situ`: the reconciled answer, which number it uses and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub answer: Option<JsonAnswer>,
+}
+
+/// The reconciled answer of an `--in-situ` run, as the end of the run says it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JsonAnswer {
+    /// `in-situ`, `estimate` or `none`: the number the headline uses.
+    pub uses: Cow<'static, str>,
+    /// Why: `in-situ-agrees-with-estimate`, `in-situ-disagrees-with-estimate` (in situ
+    /// trusted: the target's own CPU), `in-situ-without-estimate`,
+    /// `in-situ-without-signal` (the estimate) or `no-number`.
+    pub why: Cow<'static, str>,
+    /// The answer in words: the number, its interval and why.
+    pub text: String,
+    /// The other number, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub other: Option<String>,
+    /// What the target's work rate did while probed, and what it means for the answer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work: Option<String>,
 }
 
 impl From<&Report> for JsonHeadline {
@@ -486,6 +509,13 @@ impl From<&Report> for JsonHeadline {
             method: Cow::Borrowed(h.method.as_str()),
             cpu_share_low: low,
             cpu_share_high: high,
+            answer: crate::present::answer::Answer::of(report).map(|a| JsonAnswer {
+                uses: a.why.uses().into(),
+                why: a.why.as_str().into(),
+                text: a.text,
+                other: a.other,
+                work: a.work,
+            }),
         }
     }
 }

@@ -39,7 +39,7 @@ pub(super) fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usi
     let inner = block.inner(area);
     frame.render_widget(block, area);
 
-    let mut lines = vec![totals_line(app, id)];
+    let mut lines = vec![totals_line(app, id, inner.width as usize)];
     lines.extend(pricing_line(app, id));
     lines.push(percentiles_line(app, id, inner.width as usize));
     if let Some(owner) = &label.owner {
@@ -171,28 +171,34 @@ fn ellipsize_left(text: &str, width: usize) -> String {
     format!("…{tail}")
 }
 
-fn totals_line(app: &App, id: usize) -> Line<'static> {
+/// The probe's numbers in a line `width` wide; its state goes last, whole or in a short
+/// form or not at all, so that the pane's edge never cuts a word.
+fn totals_line(app: &App, id: usize, width: usize) -> Line<'static> {
     let theme = app.theme;
     let n = app.numbers(id);
     let probe = app.snapshot.probes.get(id);
+    // Each state long and short.
     let mode = match probe.map(|p| (p.mode, p.handler.count, p.hits)) {
-        Some((crate::delivery::DeliveryMode::Sample, _, _)) => "sampled".to_string(),
+        Some((crate::delivery::DeliveryMode::Sample, _, _)) => {
+            ("sampled".to_string(), "sampled".to_string())
+        }
         // --time-every: the histogram holds the timed hits, the counts every hit.
         Some((crate::delivery::DeliveryMode::KernelHistogram, timed, hits)) if timed < hits => {
-            format!(
-                "in-kernel histogram, {} of hits timed",
-                format::percent(timed as f64 / hits as f64)
+            let share = format::percent(timed as f64 / hits as f64);
+            (
+                format!("in-kernel histogram, {share} of hits timed"),
+                format!("in-kernel, {share} timed"),
             )
         }
         Some((crate::delivery::DeliveryMode::KernelHistogram, _, _)) => {
-            "in-kernel histogram".to_string()
+            ("in-kernel histogram".to_string(), "in-kernel".to_string())
         }
-        _ => "every hit streamed".to_string(),
+        _ => ("every hit streamed".to_string(), "streamed".to_string()),
     };
     let state = match app.before_exec(id) {
-        Some(exec) => format!("replaced by exec {exec}"),
+        Some(exec) => (format!("replaced by exec {exec}"), format!("exec {exec}")),
         None if app.is_attached(id) => mode,
-        None => "detached".to_string(),
+        None => ("detached".to_string(), "detached".to_string()),
     };
     let drops = Span::styled(
         format!("drops {}", n.dropped),
@@ -212,15 +218,20 @@ fn totals_line(app: &App, id: usize) -> Line<'static> {
         .filter(|_| n.hits > 0)
         .map_or_else(|| "-".into(), format::percent);
     // The cost first: a narrow pane cuts the end of the line.
-    Line::from(vec![
-        Span::raw(format!(
-            "cost/hit {cost} · {cpu} of a CPU · hits {} · {}/s · ",
-            n.hits,
-            format::count(n.per_second)
-        )),
-        drops,
-        Span::raw(format!(" · {state}")),
-    ])
+    let head = format!(
+        "cost/hit {cost} · {cpu} of a CPU · hits {} · {}/s · ",
+        n.hits,
+        format::count(n.per_second)
+    );
+    let used = head.chars().count() + drops.content.chars().count();
+    let (long, short) = state;
+    let state = [long, short]
+        .into_iter()
+        .map(|s| format!(" · {s}"))
+        .find(|s| used + s.chars().count() <= width);
+    let mut spans = vec![Span::raw(head), drops];
+    spans.extend(state.map(Span::raw));
+    Line::from(spans)
 }
 
 /// What priced the probe's hits when the time between them did: the typical time
@@ -232,10 +243,13 @@ fn pricing_line(app: &App, id: usize) -> Option<Line<'static>> {
         Some(reading) => format!("priced by {}", reading.short()),
         None => "priced".to_string(),
     };
-    text.push_str(&format!(
-        ": since the CPU's last hit p50 {}",
+    // The median in the first bucket, gaps under 1 us (back-to-back hits), is 0.
+    let median = if gap_us > 0.0 {
         format::ns_f(gap_us * 1e3)
-    ));
+    } else {
+        "under 1us".to_string()
+    };
+    text.push_str(&format!(": since the CPU's last hit p50 {median}"));
     Some(Line::from(text).style(app.theme.dim()))
 }
 

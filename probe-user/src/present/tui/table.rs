@@ -181,6 +181,10 @@ pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
     if let Some(notice) = &app.snapshot.notice {
         block = block.title_bottom(Line::from(format!(" {notice} ")).style(theme.dim()));
     }
+    // Hits come only while the probes are attached: the rates say so.
+    if app.in_situ.is_some() {
+        block = block.title_bottom(Line::from(IN_SITU_RATES).style(theme.dim()).right_aligned());
+    }
     let table = Table::new(table_rows, widths)
         .header(head)
         .flex(Flex::Start)
@@ -246,3 +250,7 @@ fn render_handler_heading(
     let at = Rect::new(end.right().saturating_sub(width), area.y, width, 1);
     frame.render_widget(Paragraph::new(Span::styled(text, app.theme.title())), at);
 }
+
+/// Under the table with `--in-situ`: its live rates count hits only while attached.
+pub(super) const IN_SITU_RATES: &str =
+    " --in-situ: HITS/S, %CPU count hits only while attached (0 when off) ";

@@ -1031,3 +1031,64 @@ fn the_filter_in_force_stays_in_the_footer_beside_the_note() {
         assert!(footer.contains("q quit"), "{width}: {footer:?}");
     }
 }
+
+/// At 80 columns the detail pane's words stay whole: the probe's state after its numbers
+/// takes its short form (`streamed`) where the long one (`every hit streamed`) would be
+/// cut at the border, and a median gap in the first bucket (under 1 us) reads so, not
+/// as `0.00ns`.
+#[test]
+fn the_detail_pane_keeps_its_words_whole_at_80_columns() {
+    let mut app = app(80, 24);
+    let mut snap = snapshot();
+    for (probe, cost) in snap
+        .probes
+        .iter_mut()
+        .zip([1_078.0, 1_620.0, 12_935.0, 900.0])
+    {
+        probe.whole_cost_ns = Some(cost);
+        probe.cpu_share = Some(cost * probe.per_second / 1e9);
+        probe.gap_median_us = Some(0.0);
+        probe.reading = Some(crate::present::GapReading::HandlerClock);
+    }
+    snap.assumption = Some(crate::present::Decision {
+        assumes: crate::present::Assumption::Clock,
+        why: "auto: each hit priced by its handler's clock".into(),
+    });
+    app.update(snap);
+    app.selected = Some(2);
+    let screen = text(&app);
+    let totals = screen
+        .lines()
+        .find(|l| l.contains("cost/hit 12.9us"))
+        .unwrap_or_else(|| panic!("no totals line: {screen}"));
+    assert!(totals.contains("drops 0 · streamed "), "{totals}");
+    assert!(!screen.contains("every hit str"), "{screen}");
+    assert!(
+        screen.contains("since the CPU's last hit p50 under 1us"),
+        "{screen}"
+    );
+    assert!(!screen.contains("0.00ns"), "{screen}");
+    // Wide enough, the long form.
+    let mut wide = app.clone();
+    wide.resize(120, 36);
+    assert!(
+        text(&wide).contains("drops 0 · every hit streamed "),
+        "{}",
+        text(&wide)
+    );
+}
+
+/// Under `--in-situ` the table says that its live rates count hits only while the
+/// probes are attached (they fall to 0 in a detached window); without it, nothing.
+#[test]
+fn in_situ_labels_the_live_rates() {
+    let mut app = app(80, 24);
+    assert!(!text(&app).contains("only while attached"));
+    app.apply(UiEvent::InSitu {
+        headline: None,
+        probes_on: false,
+        detail: String::new(),
+    });
+    let screen = text(&app);
+    assert!(screen.contains(table::IN_SITU_RATES.trim()), "{screen}");
+}
