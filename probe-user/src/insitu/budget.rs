@@ -332,7 +332,7 @@ impl Controller {
         if self.surveying {
             // At the period's start: the first one's part is the session's own attach,
             // and the next read comes most of a period after the part ends.
-            let period_s = base.min(SURVEY_PERIOD_S).max(PERIOD_MIN_S);
+            let period_s = base.clamp(PERIOD_MIN_S, SURVEY_PERIOD_S);
             return Plan {
                 period_s,
                 on_offset_s: 0.0,
