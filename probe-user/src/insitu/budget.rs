@@ -43,6 +43,17 @@ fn toggle_cost_ns(toggles: f64, probes: f64) -> f64 {
 const ON_MIN_S: f64 = 0.04;
 /// The shortest period: each change blocks the session loop for a grace period.
 const PERIOD_MIN_S: f64 = 0.25;
+/// The first periods survey the set before the duty is planned: an attached part this
+/// short at each period's start, so what the full set costs while attached is paid for
+/// the least time (on mariadbd with ~830 glob probes, before shedding, the floors said
+/// put it at 1.7-2.6 CPUs while attached, 2026-11-27: 40 ms of that is a whole 60 s
+/// window's 1%)...
+const SURVEY_ON_S: f64 = 0.01;
+/// ...in periods this long at most (the hits of a part are read at the next part's
+/// start, and the collector's counts lag by up to 500 ms)...
+const SURVEY_PERIOD_S: f64 = 1.0;
+/// ...until shedding has nothing left to move, or this many periods.
+const SURVEYS_MAX: usize = 4;
 /// Periods per budget window at least, so a window's spending can be corrected within it.
 const PERIODS_PER_WINDOW: f64 = 4.0;
 /// Periods whose cost makes the rate while attached.
@@ -144,6 +155,9 @@ pub(crate) struct Observed {
     /// Probes attached and detached again in the period (one toggle of a set of 1,000
     /// probes is 1,000).
     pub toggled: f64,
+    /// Seconds the attach and detach calls took: their hits are counted and paid for,
+    /// the points armed somewhere within each call (half of it attached, on average).
+    pub calls_s: f64,
 }
 
 /// Where the cost while attached came from.
@@ -201,6 +215,24 @@ pub(crate) struct Controller {
     /// The duty the allowance pays for at steady state, as last computed: under 1 the
     /// budget binds and shedding may act.
     steady: Option<f64>,
+    /// Surveying the set (short attached parts at the start of short periods), and the
+    /// periods surveyed so far.
+    surveying: bool,
+    surveys: usize,
+    /// The attach and detach calls' seconds a period (a moving mean).
+    calls_s: f64,
+    /// The first whole window's share or rate.
+    first_window: Option<f64>,
+    /// The floor last said (`floor_news`), and whether one was said.
+    floor_said: Option<f64>,
+    floor_lines: usize,
+    /// The chance a period is attached at all: under 1 when even an attached part of the
+    /// least length every period would spend more than the window has left, so that the
+    /// window holds (at random offsets in jittered periods: the count stays unbiased).
+    attach_chance: f64,
+    /// The chances accrued: a period is attached when they reach 1, so the window's
+    /// parts are spread over it rather than drawn in a run.
+    attach_credit: f64,
 }
 
 impl Controller {
@@ -228,6 +260,28 @@ impl Controller {
             overrun_s: 0.0,
             set_size: 0.0,
             steady: None,
+            surveying: true,
+            surveys: 0,
+            calls_s: 0.0,
+            first_window: None,
+            floor_said: None,
+            floor_lines: 0,
+            attach_chance: 1.0,
+            attach_credit: 0.0,
+        }
+    }
+
+    /// Whether the set is still surveyed: short attached parts, shedding acting at each
+    /// period read.
+    pub(crate) fn surveying(&self) -> bool {
+        self.surveying
+    }
+
+    /// A period was read while surveying; shedding `moved` probes (or not): the survey
+    /// ends once shedding has nothing left to move, or after [`SURVEYS_MAX`] periods.
+    pub(crate) fn surveyed(&mut self, moved: bool) {
+        if !moved || self.surveys >= SURVEYS_MAX {
+            self.surveying = false;
         }
     }
 
@@ -258,10 +312,6 @@ impl Controller {
         self.min_duty
     }
 
-    pub(crate) fn floor(&self) -> Option<f64> {
-        self.floor
-    }
-
     /// The longest period the window allows (a quarter of it): the fewest toggles for a
     /// duty, while a window's spending can still be corrected within it.
     fn period_max(&self) -> f64 {
@@ -279,6 +329,16 @@ impl Controller {
     /// offset keep a periodic load from aliasing.
     pub(crate) fn plan(&mut self) -> Plan {
         let base = self.period_max();
+        if self.surveying {
+            // At the period's start: the first one's part is the session's own attach,
+            // and the next read comes most of a period after the part ends.
+            let period_s = base.clamp(PERIOD_MIN_S, SURVEY_PERIOD_S);
+            return Plan {
+                period_s,
+                on_offset_s: 0.0,
+                on_s: SURVEY_ON_S.min(period_s),
+            };
+        }
         let jitter = 0.7 + 0.6 * self.uniform();
         let period_s = base * jitter;
         if self.duty >= 1.0 {
@@ -287,6 +347,20 @@ impl Controller {
                 on_offset_s: 0.0,
                 on_s: period_s,
             };
+        }
+        if self.attach_chance < 1.0 {
+            self.attach_credit += self.attach_chance;
+            if self.attach_credit < 1.0 {
+                // Detached the whole period: the window cannot pay for a part.
+                return Plan {
+                    period_s,
+                    on_offset_s: 0.0,
+                    on_s: 0.0,
+                };
+            }
+            self.attach_credit -= 1.0;
+        } else {
+            self.attach_credit = 0.0;
         }
         // The attached part ends when the session gets to it, later on a busy machine:
         // what it overran by lately is taken off what is planned.
@@ -330,6 +404,12 @@ impl Controller {
         self.toggle_ns() / (self.period_max() * 1e9)
     }
 
+    /// What each period costs whatever its duty, per second at the planned periods: the
+    /// toggle, and the hits while the attach and detach calls arm and disarm the points.
+    fn fixed_rate(&self, rate_on: f64) -> f64 {
+        self.toggle_rate() + rate_on * self.calls_s / 2.0 / self.period_max()
+    }
+
     /// The allowed probe CPU per second: for a share, of the target's CPU without them.
     fn allowed_rate(&self) -> Option<f64> {
         match self.budget {
@@ -349,8 +429,28 @@ impl Controller {
     /// Takes a period's cost into the ledger and sets the duty for the next.
     pub(crate) fn observe(&mut self, o: Observed) {
         let with_margin = o.estimated_ns * (1.0 + ESTIMATE_MARGIN);
-        self.recent
-            .push_back((o.on_s, with_margin, o.period_s, o.target_cpu_ns));
+        // The hits counted in the calls were made while the points were armed, half of
+        // each call on average: without that time a short part's rate reads too high.
+        // A period left detached says nothing of the rate while attached.
+        if o.on_s + o.calls_s > 0.0 {
+            self.recent.push_back((
+                o.on_s + o.calls_s / 2.0,
+                with_margin,
+                o.period_s,
+                o.target_cpu_ns,
+            ));
+        }
+        if self.surveying {
+            self.surveys += 1;
+        }
+        if o.toggles > 0.0 {
+            let calls = o.calls_s / o.toggles;
+            self.calls_s = if self.calls_s > 0.0 {
+                0.7 * self.calls_s + 0.3 * calls
+            } else {
+                calls
+            };
+        }
         while self.recent.len() > RECENT {
             self.recent.pop_front();
         }
@@ -383,6 +483,9 @@ impl Controller {
                 self.window_elapsed_s,
             );
             self.last_window = used;
+            if self.first_window.is_none() {
+                self.first_window = used;
+            }
             if let Some(u) = used {
                 self.worst_window = Some(self.worst_window.map_or(u, |w: f64| w.max(u)));
             }
@@ -406,24 +509,35 @@ impl Controller {
             return (self.duty * 2.0).min(1.0);
         };
         // What is left once the toggles of the planned periods are paid for.
-        let steady = (allowed - self.toggle_rate()).max(0.0) / rate_on;
+        let steady = (allowed - self.fixed_rate(rate_on)).max(0.0) / rate_on;
         self.steady = Some(steady);
         // The floor: what the minimum duty costs, over the allowance.
         self.floor = (steady < self.min_duty).then(|| self.cost_at(self.min_duty, rate_on));
         // What the current window may still spend over its remaining time.
         let remaining_s = self.window_s - self.window_elapsed_s;
-        let wanted = if self.window_elapsed_s > 0.0 && remaining_s > 0.0 {
+        // What the rest of the window may spend per second; each attached part also
+        // pays the period's fixed costs.
+        let left_rate = if self.window_elapsed_s > 0.0 && remaining_s > 0.0 {
             let left = allowed * self.window_s * 1e9 - self.window_spent.high;
-            (left / (rate_on * remaining_s * 1e9)).min(steady)
+            (left / (remaining_s * 1e9)).min(allowed)
         } else {
-            steady
+            allowed
+        };
+        let fixed = self.fixed_rate(rate_on);
+        let wanted = ((left_rate - fixed) / rate_on).min(steady);
+        // Under the least duty, periods are attached at random in the proportion the
+        // window can pay for, each a part of the least length with its fixed costs.
+        self.attach_chance = if wanted < self.min_duty {
+            (left_rate / (self.min_duty * rate_on + fixed)).clamp(0.0, 1.0)
+        } else {
+            1.0
         };
         wanted.min(self.duty * 2.0).clamp(self.min_duty, 1.0)
     }
 
     /// What duty `duty` costs in the budget's unit at `rate_on`, toggles included.
     fn cost_at(&self, duty: f64, rate_on: f64) -> f64 {
-        let cost = duty * rate_on + self.toggle_rate();
+        let cost = duty * rate_on + self.fixed_rate(rate_on);
         match self.budget {
             Budget::Rate(_) => cost,
             Budget::Share(_) => {
@@ -445,6 +559,17 @@ impl Controller {
         }
     }
 
+    /// Whether the current window can still pay for an attached part of the least
+    /// length with its fixed costs: else the part is skipped.
+    pub(crate) fn part_affordable(&self) -> bool {
+        let (Some(rate_on), Some(allowed)) = (self.rate_on(), self.allowed_rate()) else {
+            return true;
+        };
+        let part_ns =
+            (self.min_duty * rate_on + self.fixed_rate(rate_on)) * self.period_max() * 1e9;
+        self.window_spent.high + part_ns <= allowed * self.window_s * 1e9
+    }
+
     /// Whether the current window has spent its whole allowance (its top bound): the
     /// attached part then ends early.
     pub(crate) fn window_spent_out(&self, running_ns: f64) -> bool {
@@ -453,6 +578,43 @@ impl Controller {
         };
         self.window_spent.high + running_ns * (1.0 + ESTIMATE_MARGIN)
             > allowed * self.window_s * 1e9
+    }
+
+    /// A line to say when the floor changed: once when the budget is first found out of
+    /// reach, then when shedding (or the load) brought it within reach, or moved the
+    /// floor by half again: a line said before shedding acted is not left standing as if
+    /// still true. Nothing while surveying (shedding acts at each read then). A few
+    /// lines at most over a run.
+    pub(crate) fn floor_news(&mut self) -> Option<String> {
+        const LINES_MAX: usize = 4;
+        if self.surveying || self.floor_lines >= LINES_MAX {
+            return None;
+        }
+        let line = match (self.floor_said, self.floor) {
+            (None, Some(floor)) => {
+                self.floor_said = Some(floor);
+                self.summary(&[]).floor_line_now(self.floor_lines > 0)
+            }
+            (Some(_), None) => {
+                self.floor_said = None;
+                let cost = self.rate_on().map(|r| self.cost_at(self.min_duty, r))?;
+                Some(format!(
+                    "budget {} can be met now with the probes attached every period: attached {} of the time (the least) they cost {}",
+                    self.budget,
+                    duty_percent(self.min_duty),
+                    self.budget.format(cost)
+                ))
+            }
+            (Some(said), Some(floor)) if floor < said / 1.5 || floor > said * 1.5 => {
+                self.floor_said = Some(floor);
+                self.summary(&[]).floor_line_now(true)
+            }
+            _ => None,
+        };
+        if line.is_some() {
+            self.floor_lines += 1;
+        }
+        line
     }
 
     /// The run so far.
@@ -470,8 +632,10 @@ impl Controller {
                 _ => None,
             },
             last_window: self.last_window,
+            first_window: self.first_window,
             worst_window: self.worst_window,
-            duty: self.duty,
+            // The share of the time attached: the duty of the periods attached.
+            duty: self.duty * self.attach_chance,
             min_duty: self.min_duty,
             floor: self.floor,
             feedback: self.feedback,
@@ -742,6 +906,9 @@ pub struct BudgetSummary {
     /// The probes' cost over the run in the budget's unit: the estimate and its bounds.
     pub used: Option<Bounds>,
     pub last_window: Option<f64>,
+    /// The first whole window: shedding acts within it, so it is the dearest unless the
+    /// load grows.
+    pub first_window: Option<f64>,
     pub worst_window: Option<f64>,
     pub duty: f64,
     pub min_duty: f64,
@@ -819,20 +986,40 @@ impl BudgetSummary {
 
     /// The line said when the budget cannot be met.
     pub fn floor_line(&self) -> Option<String> {
+        self.floor_line_now(false)
+    }
+
+    /// The same, `now` after an earlier one.
+    fn floor_line_now(&self, now: bool) -> Option<String> {
         self.floor.map(|floor| {
             format!(
-                "budget {} cannot be met: with every probe attached {:.0}% of the time (the least) they cost {}; fewer probes, or a larger budget",
+                "budget {} {}cannot be met with the probes attached every period: attached {} of the time (the least) they cost {}; so they are attached in some periods only (fewer probes, or a larger budget, give more samples)",
                 self.budget,
-                self.min_duty * 100.0,
+                if now { "still " } else { "" },
+                duty_percent(self.min_duty),
                 self.budget.format(floor)
             )
         })
     }
 }
 
+/// A duty in percent: 0.27% as such, not 0%.
+fn duty_percent(duty: f64) -> String {
+    if duty < 0.1 {
+        format!("{:.2}%", duty * 100.0)
+    } else {
+        format!("{:.0}%", duty * 100.0)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A period's toggles: one if it was attached at all.
+    fn toggle(plan: &Plan) -> f64 {
+        if plan.on_s > 0.0 { 1.0 } else { 0.0 }
+    }
 
     #[test]
     fn budgets_parse_and_bad_ones_are_refused() {
@@ -862,9 +1049,11 @@ mod tests {
                 on_s: plan.on_s,
                 estimated_ns: on_ns * 0.5,
                 target_cpu_ns: plan.period_s * 1e9,
-                toggles: 1.0,
-                toggled: 1.0,
+                toggles: toggle(&plan),
+                toggled: toggle(&plan) * 1.0,
+                calls_s: 0.0,
             });
+            c.surveyed(false);
         }
         let s = c.summary(&[]);
         let used = s.used.expect("used");
@@ -889,9 +1078,11 @@ mod tests {
                 on_s: plan.on_s,
                 estimated_ns: plan.on_s * 1e9,
                 target_cpu_ns: plan.period_s * 1e9,
-                toggles: 1.0,
-                toggled: 1.0,
+                toggles: toggle(&plan),
+                toggled: toggle(&plan) * 1.0,
+                calls_s: 0.0,
             });
+            c.surveyed(false);
         }
         assert_eq!(c.duty(), c.min_duty());
         let line = c.summary(&[]).floor_line().expect("a floor");
@@ -904,26 +1095,41 @@ mod tests {
         // 20,000 probes: toggled every 2.5 s they cost 1.6% of the CPU on their own,
         // over a 1% budget.
         let mut c = Controller::new(Budget::Share(0.01), 10.0, 5);
+        c.surveyed(false);
+        let (mut attached, mut target_ns) = (0.0, 0.0);
         for _ in 0..20 {
-            let plan = c.plan();
+            let mut plan = c.plan();
             assert!(
                 (0.7 * 2.5..=1.3 * 2.5 + 1e-9).contains(&plan.period_s),
                 "{plan:?}"
             );
+            // As the session runs it: no part once the window cannot pay for one.
+            if !c.part_affordable() {
+                plan.on_s = 0.0;
+            }
+            attached += toggle(&plan);
+            target_ns += plan.period_s * 1e9;
             c.observe(Observed {
                 period_s: plan.period_s,
                 on_s: plan.on_s,
                 estimated_ns: plan.on_s * 1e9 * 0.01,
                 target_cpu_ns: plan.period_s * 1e9,
-                toggles: 1.0,
-                toggled: 20_000.0,
+                toggles: toggle(&plan),
+                toggled: toggle(&plan) * 20_000.0,
+                calls_s: 0.0,
             });
         }
         assert_eq!(c.duty(), c.min_duty());
         let s = c.summary(&[]);
-        // The ledger holds the toggles: one of 20,000 probes a period of ~2.5 s.
+        // The ledger holds the toggles: one of 20,000 probes each attached period; and
+        // so some periods are left detached to hold the budget.
         let used = s.used.expect("used");
-        assert!(used.mean > toggle_cost_ns(1.0, 20_000.0) / 3.25e9, "{s:?}");
+        assert!(
+            used.mean * target_ns >= attached * toggle_cost_ns(1.0, 20_000.0),
+            "{s:?}"
+        );
+        assert!(attached < 20.0, "{attached}");
+        assert!(s.worst_window.is_some_and(|w| w <= 0.01), "{s:?}");
         assert!(s.floor_line().is_some(), "{s:?}");
         // One probe toggled costs nothing the budget notices: the duty opens up.
         let mut c = Controller::new(Budget::Share(0.01), 10.0, 5);
@@ -934,11 +1140,145 @@ mod tests {
                 on_s: plan.on_s,
                 estimated_ns: plan.on_s * 1e9 * 0.01,
                 target_cpu_ns: plan.period_s * 1e9,
-                toggles: 1.0,
-                toggled: 1.0,
+                toggles: toggle(&plan),
+                toggled: toggle(&plan) * 1.0,
+                calls_s: 0.0,
             });
+            c.surveyed(false);
         }
         assert!(c.duty() > 0.5, "{}", c.duty());
+    }
+
+    /// A set dear while attached, as on mariadbd with ~830 glob probes: 1.5 CPUs while
+    /// attached before shedding, 0.1 after; the target uses 6.5% of a CPU; `--budget 1%`
+    /// over 60 s windows. Run as the session runs it: a period left detached when the
+    /// window cannot pay a part, shedding at each read while surveying.
+    #[test]
+    fn a_dear_set_is_surveyed_briefly_and_every_window_holds_from_the_first() {
+        const BASE: f64 = 0.065;
+        const CALLS_S: f64 = 0.01;
+        let mut c = Controller::new(Budget::Share(0.01), 60.0, 9);
+        let mut rate = 1.5;
+        let mut lines = Vec::new();
+        let first = c.plan();
+        assert_eq!(first.on_offset_s, 0.0, "{first:?}");
+        assert_eq!(first.on_s, SURVEY_ON_S, "{first:?}");
+        assert!(first.period_s <= SURVEY_PERIOD_S, "{first:?}");
+        let mut plan = first;
+        let mut attached_periods = 0;
+        for _ in 0..40 {
+            let on = plan.on_s > 0.0 && c.part_affordable();
+            let (on_s, calls_s) = if on { (plan.on_s, CALLS_S) } else { (0.0, 0.0) };
+            attached_periods += usize::from(on);
+            let estimated_ns = rate * (on_s + calls_s / 2.0) * 1e9;
+            c.observe(Observed {
+                period_s: plan.period_s,
+                on_s,
+                estimated_ns,
+                target_cpu_ns: BASE * plan.period_s * 1e9 + estimated_ns,
+                toggles: f64::from(u8::from(on)),
+                toggled: if on { 830.0 } else { 0.0 },
+                calls_s,
+            });
+            if c.surveying() {
+                // The first read sheds: the dearest detached, the rest in the kernel.
+                let moved = c.binds() && rate > 1.0;
+                if moved {
+                    c.set_changed(0.1 / rate);
+                    rate = 0.1;
+                }
+                c.surveyed(moved);
+            }
+            lines.extend(c.floor_news());
+            plan = c.plan();
+        }
+        let s = c.summary(&[]);
+        assert!(!c.surveying());
+        assert!(attached_periods > 10, "{attached_periods}: {s:?}");
+        let first = s.first_window.expect("a first window");
+        let worst = s.worst_window.expect("a worst window");
+        assert!(first <= 0.01 && worst <= 0.01, "{s:?}");
+        // Not far under it after the first: the duty is what the budget pays for.
+        assert!(s.last_window.is_some_and(|w| w > 0.005), "{s:?}");
+        // No floor said: the one before shedding was never true of the set surveyed.
+        assert!(lines.is_empty(), "{lines:#?}");
+        assert!(s.floor.is_none(), "{s:?}");
+    }
+
+    /// A floor said, then shedding after the survey brings the budget within reach: the
+    /// line is not left standing.
+    #[test]
+    fn a_floor_said_before_shedding_is_said_again_after_it() {
+        let mut c = Controller::new(Budget::Share(0.01), 60.0, 2);
+        c.surveyed(false);
+        let mut lines = Vec::new();
+        let mut rate = 1.5;
+        for period in 0..8 {
+            if period == 4 {
+                c.set_changed(0.05);
+                rate *= 0.05;
+            }
+            let plan = c.plan();
+            let on = plan.on_s > 0.0 && c.part_affordable();
+            let on_s = if on { plan.on_s } else { 0.0 };
+            let estimated_ns = rate * on_s * 1e9;
+            c.observe(Observed {
+                period_s: plan.period_s,
+                on_s,
+                estimated_ns,
+                target_cpu_ns: 0.065 * plan.period_s * 1e9 + estimated_ns,
+                toggles: f64::from(u8::from(on)),
+                toggled: if on { 830.0 } else { 0.0 },
+                calls_s: 0.0,
+            });
+            lines.extend(c.floor_news());
+        }
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        assert!(lines[0].contains("cannot be met"), "{lines:#?}");
+        assert!(lines[1].contains("can be met now"), "{lines:#?}");
+        assert!(c.summary(&[]).floor.is_none());
+    }
+
+    /// Under the least duty, some periods are left detached, spread over the window,
+    /// and the window holds.
+    #[test]
+    fn under_the_least_duty_periods_are_skipped_and_the_window_holds() {
+        // 0.75 CPUs while attached against a target on 10% of one, 1% over 60 s: a part
+        // of the least length (40 ms) costs half the window's allowance.
+        let mut c = Controller::new(Budget::Share(0.01), 60.0, 4);
+        let (mut attached, mut total) = (0, 0);
+        for _ in 0..40 {
+            let plan = c.plan();
+            let on = plan.on_s > 0.0 && c.part_affordable();
+            let on_s = if on { plan.on_s } else { 0.0 };
+            attached += usize::from(on);
+            total += 1;
+            let estimated_ns = 0.75 * on_s * 1e9;
+            c.observe(Observed {
+                period_s: plan.period_s,
+                on_s,
+                estimated_ns,
+                target_cpu_ns: 0.1 * plan.period_s * 1e9 + estimated_ns,
+                toggles: f64::from(u8::from(on)),
+                toggled: f64::from(u8::from(on)),
+                calls_s: 0.0,
+            });
+            if c.surveying() {
+                c.surveyed(false);
+            }
+        }
+        let s = c.summary(&[]);
+        assert!(
+            attached > 5 && attached < total * 3 / 4,
+            "{attached}/{total}"
+        );
+        assert!(s.worst_window.is_some_and(|w| w <= 0.01), "{s:?}");
+        assert!(s.duty < s.min_duty, "{s:?}");
+        assert!(
+            s.floor_line()
+                .is_some_and(|l| l.contains("some periods only")),
+            "{s:?}"
+        );
     }
 
     #[test]

@@ -19,6 +19,10 @@ use crate::insitu::{InSitu, Members, MeterError, Reading, SetMeter, Verdict, Win
 
 /// While attached, how often the window's spending is looked at.
 const GUARD_EVERY: Duration = Duration::from_millis(100);
+/// In situ feeds the duty once its attached windows hold this many seconds: over a few
+/// parts of 40 ms its interval's top read 1.7-2.2 CPUs on mariadbd (the target's CPU in
+/// 40 ms swings by more than the probes add); the estimate is used until then.
+const IN_SITU_MIN_ON_S: f64 = 1.0;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -35,6 +39,8 @@ struct Ended {
     period_s: f64,
     on_s: f64,
     attach_s: f64,
+    /// The attach and detach calls' seconds.
+    calls_s: f64,
     target_cpu_ns: f64,
     /// Attaches of the set in it (each to be detached: a toggle), and the probes.
     toggles: f64,
@@ -56,8 +62,17 @@ pub(super) struct Driver {
     on_since: Option<Instant>,
     /// Seconds attached in the current period so far.
     on_s: f64,
-    /// Seconds the attach calls of the current period took.
+    /// Seconds the attach calls of the current period took, and its attach and detach
+    /// calls together.
     attach_s: f64,
+    calls_s: f64,
+    /// Seconds attached in the in-situ windows since in situ last started over.
+    insitu_on_s: f64,
+    /// The first attached part (the session's own attach) has not ended yet: its length
+    /// says nothing of how late the loop ends a part.
+    first_part: bool,
+    /// The current period was left detached.
+    skipped: bool,
     /// Attaches of the set in the current period, and the probes attached.
     toggles: f64,
     toggled: f64,
@@ -129,11 +144,13 @@ fn part(ended: &Ended) -> Part {
 }
 
 impl Driver {
-    /// Starts with the probes attached, as they are when this is called.
+    /// Starts with the probes attached, as they are when this is called, and counted
+    /// since `counting_since`: the first period's attached part, from then.
     pub(super) fn start(
         members: Members,
         budget: Budget,
         window: Duration,
+        counting_since: Instant,
     ) -> Result<Self, MeterError> {
         let seed = u64::from(members.roots.first().copied().unwrap_or(0)) ^ 0x2545_f491_4f6c_dd1d;
         let mut meter = SetMeter::new(members, WorkMeter::None)?;
@@ -141,6 +158,7 @@ impl Driver {
         let mut controller = Controller::new(budget, window.as_secs_f64(), seed);
         let plan = controller.plan();
         let now = Instant::now();
+        let since = counting_since.min(now);
         let mut driver = Self {
             controller,
             scaler: Scaler::default(),
@@ -148,12 +166,16 @@ impl Driver {
             insitu: InSitu::new(WorkMeter::None),
             phase: Phase::On,
             plan,
-            period_start: now,
+            period_start: since,
             period_reading: reading,
             window_reading: reading,
-            on_since: Some(now),
+            on_since: Some(since),
             on_s: 0.0,
             attach_s: 0.0,
+            calls_s: 0.0,
+            insitu_on_s: 0.0,
+            first_part: true,
+            skipped: false,
             toggles: 0.0,
             toggled: 0.0,
             next: now,
@@ -192,6 +214,19 @@ impl Driver {
         let now = Instant::now();
         match self.phase {
             Phase::BeforeOn => {
+                // A period the window cannot pay a part for stays detached; its hits (the
+                // parts before it) are read at its end.
+                let skip = self.plan.on_s <= 0.0
+                    || (self.on_since.is_none() && !self.controller.part_affordable());
+                if skip {
+                    if self.on_since.is_some() {
+                        self.detach(attachment)?;
+                    }
+                    self.skipped = true;
+                    self.phase = Phase::AfterOn;
+                    self.next = self.at(self.plan.period_s);
+                    return Ok(());
+                }
                 let on_at = self.at(self.plan.on_offset_s);
                 if now < on_at {
                     if self.on_since.is_some() {
@@ -237,6 +272,9 @@ impl Driver {
                     return Ok(());
                 }
                 self.end_period()?;
+                if std::mem::take(&mut self.skipped) {
+                    self.read_hits(attachment, snapshot);
+                }
                 self.begin_period(attachment, snapshot)?;
             }
         }
@@ -265,15 +303,20 @@ impl Driver {
         let end = self.meter.read()?;
         if let Some(since) = self.on_since.take() {
             let attached_s = (Instant::now() - since).as_secs_f64();
-            self.controller.attached_for(self.plan.on_s, attached_s);
+            if !std::mem::take(&mut self.first_part) {
+                self.controller.attached_for(self.plan.on_s, attached_s);
+            }
             self.on_s += attached_s;
+            self.insitu_on_s += attached_s;
             self.insitu
                 .push_window(Window::between(true, &self.window_reading, &end));
         }
         self.suspended = attachment.attached_ids();
         // A shed probe the user attached again is back in the cycle.
         self.shed.retain(|id| !self.suspended.contains(id));
+        let before = Instant::now();
         attachment.detach_set(&self.suspended);
+        self.calls_s += (Instant::now() - before).as_secs_f64();
         self.window_reading = self.meter.read()?;
         Ok(())
     }
@@ -294,6 +337,7 @@ impl Driver {
         // length is the uncertainty of the attached part's start.
         let after = Instant::now();
         self.attach_s += (after - before).as_secs_f64();
+        self.calls_s += (after - before).as_secs_f64();
         self.on_since = Some(after);
         self.window_reading = self.meter.read()?;
         Ok(())
@@ -305,6 +349,7 @@ impl Driver {
         let target_cpu_ns = reading.cpu_ns.saturating_sub(self.period_reading.cpu_ns) as f64;
         let on_s = std::mem::take(&mut self.on_s);
         let attach_s = std::mem::take(&mut self.attach_s);
+        let calls_s = std::mem::take(&mut self.calls_s);
         let toggles = std::mem::take(&mut self.toggles);
         let toggled = std::mem::take(&mut self.toggled);
         // A period whose hits were not read yet joins this one.
@@ -313,6 +358,7 @@ impl Driver {
                 period_s: e.period_s + period_s,
                 on_s: e.on_s + on_s,
                 attach_s: e.attach_s + attach_s,
+                calls_s: e.calls_s + calls_s,
                 target_cpu_ns: e.target_cpu_ns + target_cpu_ns,
                 toggles: e.toggles + toggles,
                 toggled: e.toggled + toggled,
@@ -321,6 +367,7 @@ impl Driver {
                 period_s,
                 on_s,
                 attach_s,
+                calls_s,
                 target_cpu_ns,
                 toggles,
                 toggled,
@@ -341,15 +388,16 @@ impl Driver {
         self.scaler
             .close_period(part(&ended), &cumulative, &self.out(cumulative.len()));
         self.read_at = cumulative;
-        // In situ where it has a signal: its interval above zero.
+        // In situ where it has a signal: its interval above zero, over attached windows
+        // long enough to tell.
         let summary = self.insitu.summary(0);
-        let measured = (summary.verdict == Verdict::Measured)
+        let measured = (summary.verdict == Verdict::Measured
+            && self.insitu_on_s >= IN_SITU_MIN_ON_S)
             .then_some(summary.added_share)
             .flatten()
             .filter(|share| share.low > 0.0)
             .map(|share| share.high);
         self.controller.measured_in_situ(measured);
-        let had_floor = self.controller.floor().is_some();
         self.controller.observe(Observed {
             period_s: ended.period_s,
             on_s: ended.on_s,
@@ -357,11 +405,15 @@ impl Driver {
             target_cpu_ns: ended.target_cpu_ns,
             toggles: ended.toggles,
             toggled: ended.toggled,
+            calls_s: ended.calls_s,
         });
-        if self.controller.binds() {
-            self.shed_next(attachment, snapshot, &hits);
+        let surveying = self.controller.surveying();
+        let moved =
+            self.controller.binds() && self.shed_next(attachment, snapshot, &hits, surveying);
+        if surveying {
+            self.controller.surveyed(moved);
         }
-        if !had_floor && let Some(line) = self.controller.summary(&[]).floor_line() {
+        if let Some(line) = self.controller.floor_news() {
             self.act(line);
         }
     }
@@ -373,8 +425,29 @@ impl Driver {
             .collect()
     }
 
-    /// Shedding's next move (`insitu::budget::shed`), from the period's `hits`.
-    fn shed_next(&mut self, attachment: &mut Attachment, snapshot: &Snapshot, hits: &[f64]) {
+    /// Shedding's next move (`insitu::budget::shed`), from the period's `hits`; while
+    /// `surveying`, the move after it too (the dearest per hit are as dear streaming or
+    /// counted in the kernel), so one survey period pays for the full set. Returns
+    /// whether anything moved.
+    fn shed_next(
+        &mut self,
+        attachment: &mut Attachment,
+        snapshot: &Snapshot,
+        hits: &[f64],
+        surveying: bool,
+    ) -> bool {
+        let mut moved = false;
+        for _ in 0..if surveying { 2 } else { 1 } {
+            if !self.shed_one(attachment, snapshot, hits) {
+                break;
+            }
+            moved = true;
+        }
+        moved
+    }
+
+    /// One shedding move; whether there was one.
+    fn shed_one(&mut self, attachment: &mut Attachment, snapshot: &Snapshot, hits: &[f64]) -> bool {
         let prices = per_hit(snapshot);
         let loads: Vec<Load> = snapshot
             .probes
@@ -396,6 +469,7 @@ impl Driver {
                 let ids: Vec<(u32, f64)> = ids.into_iter().map(|i| (i as u32, prices[i])).collect();
                 self.asked_kernel.extend(ids.iter().map(|&(id, _)| id));
                 self.moves.push(Move::ToKernel(ids));
+                true
             }
             Some(Shed::Detach(dear)) => {
                 let total: f64 = loads
@@ -423,9 +497,11 @@ impl Driver {
                 // What the periods read cost without them; in situ measured the old set.
                 self.controller.set_changed(1.0 - shed_share);
                 self.insitu = InSitu::new(WorkMeter::None);
+                self.insitu_on_s = 0.0;
                 self.moves.push(Move::Detached(moved));
+                true
             }
-            None => {}
+            None => false,
         }
     }
 

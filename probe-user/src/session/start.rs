@@ -219,6 +219,8 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     pricer.open();
     stream::start_counting(&mut counters, &aggregator)
         .context("opening the window: the probes' kernel configs cannot be written")?;
+    // `--budget`'s first attached part: the hits count from here.
+    let counting_since = tokio::time::Instant::now();
     let attach_path = attachment.attach_path();
     say!(
         "probetop: attached {} probe{} to pid {} ({}) via {attach_path}",
@@ -335,6 +337,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
                 members,
                 asked,
                 Duration::from_secs_f64(args.budget_window),
+                counting_since,
             )?),
             None,
         ),

@@ -459,3 +459,62 @@ fn a_budget_over_several_pids_holds_the_set_and_scales_their_calls() {
     );
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// A set of many probes, one of them flooded (its cost while attached well over the
+/// budget even at the least duty): the first window holds by probetop's own account, as
+/// every window does. The set is surveyed with short attached parts and shed before
+/// the duty is planned, and periods the window cannot pay a part for stay detached.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn many_probes_hold_the_budget_from_the_first_window() {
+    const ARGS: &[&str] = &["--units", "24000", "--rate", "2000", "--calls", "40"];
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let cache = calibrated_cache("budget-many");
+    let mut target = flood(ARGS);
+    let json = export_path("budget-many.json");
+    let mut cmd = probetop();
+    cmd.env("XDG_CACHE_HOME", &cache)
+        .args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["--budget", "2%", "--budget-window", "4"])
+        .args(["-e", "uprobe:flood_hit"])
+        .args(MANY.iter().flat_map(|s| ["-e", s]))
+        .arg("--export")
+        .arg(&json);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    let line = done_line(&target);
+    assert!(target.wait().success());
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let report = read_export(&json);
+    let _ = std::fs::remove_file(&json);
+    let budget = &report["budget"];
+    let probes = report["probes"].as_array().expect("probes").len();
+    eprintln!("{probes} probes; {budget}");
+    assert!(probes >= 100, "{probes} probes: {budget}");
+    // Unbudgeted, the flooded probe alone would cost the flood more than the budget
+    // even attached at the least duty (40 ms a 1 s period).
+    let calls = field(&line, "calls");
+    let flooded = probe(&report, "flood_hit");
+    let per_hit = flooded["cost"]["whole_cost_ns"]
+        .as_f64()
+        .or_else(|| flooded["whole_cost_ns"].as_f64())
+        .expect("an estimate per hit");
+    let whole = field(&line, "ns_per_unit") * 24_000.0;
+    let unbudgeted = per_hit * calls / whole;
+    assert!(
+        unbudgeted * 0.04 > 0.02,
+        "unbudgeted {unbudgeted:.3}: not dear enough to test"
+    );
+    let asked = budget["asked"].as_f64().expect("asked");
+    let first = budget["first_window"].as_f64().expect("a first window");
+    let worst = budget["worst_window"].as_f64().expect("a worst window");
+    assert!(first > 0.0 && first <= asked, "{budget}");
+    assert!(worst <= asked, "{budget}");
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// Never hit by the flood: globs of libc's functions the flood does not call, for a set
+/// of over a hundred probes.
+const MANY: &[&str] = &["uprobe:libc:xdr*", "uprobe:libc:wcs*"];
