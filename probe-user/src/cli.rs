@@ -23,7 +23,7 @@ pub(crate) struct Cli {
 /// The usage printed when probetop is run with nothing to do.
 pub(crate) const USAGE: &str = concat!(
     "usage: probetop --pid PID [-e SPEC]... [--preset NAME] [OPTIONS]  watch what probes cost a process\n",
-    "         SPEC: uprobe:FUNC, uretprobe:FUNC, usdt:PROVIDER:NAME; --pid PID alone: other tools' probes on it\n",
+    "         SPEC: uprobe:FUNC, uretprobe:FUNC, usdt:PROVIDER:NAME, latency:FUNC; --pid PID alone: other tools' probes on it\n",
     "       probetop list [--pid PID | FILE] [PATTERN]                   what a process or file can be probed at\n",
     "       probetop calibrate                                           measure what a hit costs here (20-40 s)\n",
     "       probetop diff A.json B.json [--fail-above PCT]               compare two runs' exports\n",
@@ -191,9 +191,11 @@ pub(crate) struct RunArgs {
     pub cgroup: Option<PathBuf>,
 
     /// Probe to attach, repeatable: uprobe:FUNC, uretprobe:FUNC, usdt:\[PROVIDER:\]NAME,
-    /// with an optional OBJECT: before FUNC (a path or a library name like libc);
-    /// uprobe:FUNC+ret probes each ret instruction of FUNC, its returns without a
-    /// uretprobe (safe where exceptions unwind through FUNC; they are not counted).
+    /// latency:FUNC (each call's latency), with an optional OBJECT: before FUNC (a path
+    /// or a library name like libc); uprobe:FUNC+OFFSET or uprobe:0xADDR probes an
+    /// instruction inside FUNC; uprobe:FUNC+ret probes each ret instruction of FUNC, its
+    /// returns without a uretprobe (safe where exceptions unwind through FUNC; a return
+    /// an exception unwinds is not counted).
     #[arg(short = 'e', long = "probe", value_name = "SPEC")]
     pub probes: Vec<String>,
 

@@ -290,6 +290,9 @@ fn look() -> Vec<Seen> {
             let here: Vec<OtherSite> = owners
                 .iter()
                 .filter(|(_, only)| only.is_none_or(|p| p == pid))
+                // A probetop's probe in its own process is its machinery (the uprobe
+                // that flushes each CPU's staged records), not a probe on a workload.
+                .filter(|(site, _)| !(site.owner.tool == "probetop" && site.owner.pid == Some(pid)))
                 .map(|(site, _)| site.clone())
                 .collect();
             let Some(first) = here.first() else {

@@ -99,6 +99,24 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
         offset_of(&file_b, "leaf_ret"),
         &format!("leaf_ret_{}", b.pid()),
     );
+    // A probetop of the user's on D: D is listed, owned by it; that probetop's own
+    // process (its uprobe flushing staged records) is not a probed process.
+    let file_d = workload_copy(&dir, "host-d");
+    let mut d = started(&file_d, &["--wait-signal", "--calls", "1"]);
+    let mut theirs = Running::spawn({
+        let mut cmd = probetop();
+        cmd.args([
+            "--pid",
+            &d.pid().to_string(),
+            "--no-tui",
+            "--duration",
+            "120",
+        ])
+        .arg("-e")
+        .arg(format!("uprobe:{}:work_unit", file_d.display()));
+        cmd
+    });
+    theirs.err().wait_for("attached 1 probe");
     let json = dir.join("all.json");
     let mut probetop = Running::spawn({
         let mut cmd = probetop();
@@ -107,7 +125,7 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
         cmd
     });
     // Both counted before any call is made.
-    for pid in [a.pid(), b.pid()] {
+    for pid in [a.pid(), b.pid(), d.pid()] {
         probetop.err().wait_for(&format!("counting pid {pid} "));
     }
     for target in [&a, &b, &c] {
@@ -149,6 +167,21 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
         row_of(&report, c.pid()).is_none(),
         "C has no probe: {report:#}"
     );
+    let row_d = row_of(&report, d.pid()).unwrap_or_else(|| panic!("D listed: {report:#}"));
+    assert_eq!(row_d["owners"][0]["tool"], "probetop", "{row_d}");
+    assert_eq!(row_d["owners"][0]["pid"], theirs.pid(), "{row_d}");
+    assert!(
+        row_of(&report, theirs.pid()).is_none(),
+        "a probetop's own flush probe is no probed process: {report:#}"
+    );
+    assert!(
+        !stderr.contains(&format!("counting pid {} ", theirs.pid())),
+        "{stderr}"
+    );
+    theirs.signal(libc::SIGINT);
+    assert!(theirs.wait().success(), "{:?}", theirs.err().rest());
+    d.signal(libc::SIGUSR1);
+    assert!(d.wait().success());
     // No calibration here: hits are counted, not priced (`whole_cost_ns` null), and a
     // price would make the CPU share hits/s x cost.
     for row in [row_a, row_b] {
