@@ -35,7 +35,11 @@ fn row_key(line: &str) -> Option<String> {
     if line.contains("no probe") {
         return None;
     }
-    let mut cells = line.strip_prefix('│')?.split_whitespace();
+    // Empty rows of the frame hold only its borders.
+    let mut cells = line
+        .strip_prefix('│')?
+        .trim_end_matches('│')
+        .split_whitespace();
     let name = cells.next()?;
     Some(match cells.find(|c| matches!(*c, "u" | "ur" | "U")) {
         Some(kind) => format!("{name} {kind}"),
