@@ -92,7 +92,25 @@ pub(crate) fn report(
     let seconds = in_situ.as_ref().map_or(run_s, |end| end.attached_s);
     // One line per probe, dearest first; past the cap, one line for the rest.
     let mut lines: Vec<(Option<f64>, String)> = Vec::new();
-    for ((label, probe), report) in labels.iter().zip(measured).zip(&reports) {
+    // In the summary table's order (ties by name, no hits last); `dearest_lines` sorts
+    // by share alone and keeps that order among equals.
+    let keys: Vec<(Option<f64>, u64, String)> = labels
+        .iter()
+        .zip(measured)
+        .zip(&reports)
+        .map(|((label, probe), report)| {
+            (
+                report.cpu_share.filter(|_| probe.hits > 0),
+                probe.hits,
+                label.full_name(),
+            )
+        })
+        .collect();
+    let by_cost: Vec<usize> = super::summary::cost_order(&keys);
+    for ((label, probe), report) in by_cost
+        .iter()
+        .filter_map(|&at| Some(((labels.get(at)?, measured.get(at)?), reports.get(at)?)))
+    {
         let class = report.site.as_ref().map_or("unknown".to_string(), |s| {
             format!("{} ({})", s.class, s.instruction)
         });

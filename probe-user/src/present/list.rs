@@ -127,57 +127,74 @@ pub(crate) fn render_text(listing: &Listing) -> String {
     out
 }
 
-/// What a stripped object lacks, where its debug file was looked for, and what it still
-/// offers.
+/// What a stripped object lacks, where its debug file was looked for and what to do, in
+/// one line; then, when the pattern matched nothing in it, the closest specs it has.
 fn stripped_note(out: &mut String, stripped: &Stripped) {
-    let looked = if stripped.debug_looked_in.is_empty() {
-        "it names no debug file (no build id, no .gnu_debuglink)".to_string()
-    } else {
-        let paths: Vec<String> = stripped
+    let paths = |build_id: bool| {
+        let shown: Vec<String> = stripped
             .debug_looked_in
             .iter()
+            .filter(|p| p.components().any(|c| c.as_os_str() == ".build-id") == build_id)
             .map(|p| one_line(&p.display().to_string()).into_owned())
             .collect();
-        format!(
-            "no debug file at {}; {}",
-            paths.join(", "),
-            one_line(&stripped.debuginfod)
-        )
+        shown.join(", ")
     };
-    let _ = writeln!(
-        out,
-        "  stripped: no function symbols but the {} its .dynsym exports; {looked}",
-        stripped.functions
-    );
-    let mut offers: Vec<String> = stripped
-        .some_usdt
-        .iter()
-        .map(|n| format!("usdt:{}", one_line(n)))
-        .collect();
-    offers.extend(
-        stripped
-            .some_functions
-            .iter()
-            .map(|n| format!("uprobe:{}", one_line(n))),
-    );
-    let more = (stripped.usdt + stripped.functions).saturating_sub(offers.len());
-    let what = if offers.is_empty() {
-        "it has no USDT probes either: rebuild it unstripped, or probe by address (uprobe:0xADDR, from a symbol map)".to_string()
+    let by_build_id = if stripped.build_id {
+        format!("by build id (none at {})", paths(true))
     } else {
-        format!(
-            "or probe what it has: {}{}",
-            offers.join(", "),
-            if more > 0 {
-                format!(" and {more} more")
-            } else {
-                String::new()
-            }
-        )
+        "no build id".to_string()
+    };
+    let by_link = match &stripped.debuglink {
+        Some(file) => format!(
+            "by .gnu_debuglink {} (none at {})",
+            one_line(file),
+            paths(false)
+        ),
+        None => "no .gnu_debuglink".to_string(),
+    };
+    let mini = if stripped.mini_debuginfo {
+        "MiniDebugInfo naming no function"
+    } else {
+        "no MiniDebugInfo"
+    };
+    let counted = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
+    let functions = counted(stripped.functions, "function");
+    let usdt = counted(stripped.usdt, "USDT probe");
+    let offers = match (stripped.functions, stripped.usdt) {
+        (0, 0) => "nothing to probe".to_string(),
+        (_, 0) => format!("only the {functions} its .dynsym exports"),
+        (0, _) => format!("only its {usdt}"),
+        _ => format!("only the {functions} its .dynsym exports and its {usdt}"),
     };
     let _ = writeln!(
         out,
-        "  install its debug symbols (the distribution's -dbgsym or -debuginfo package) to list its functions, {what}"
+        "  stripped: no symbol table (.symtab) and no debug file: {by_build_id}, {by_link}, {mini}, {}; install its debug symbols (the -dbgsym or -debuginfo package) or set DEBUGINFOD_URLS to a server that has them; until then it offers {offers}",
+        one_line(&stripped.debuginfod)
     );
+    let Some(pattern) = &stripped.unmatched else {
+        return;
+    };
+    if stripped.functions + stripped.usdt == 0 {
+        return;
+    }
+    let pattern = one_line(pattern);
+    if stripped.suggested.is_empty() {
+        let _ = writeln!(
+            out,
+            "  \"{pattern}\" matches none of them, and none is close to it"
+        );
+    } else {
+        let suggested: Vec<String> = stripped
+            .suggested
+            .iter()
+            .map(|s| one_line(s).into_owned())
+            .collect();
+        let _ = writeln!(
+            out,
+            "  \"{pattern}\" matches none of them; closest: {}",
+            suggested.join(", ")
+        );
+    }
 }
 
 /// Renders a listing as pretty-printed JSON (addresses as numbers).
@@ -349,6 +366,62 @@ mod tests {
         assert_eq!(later["spec"], "uprobe:mysqld_stmt_execute");
     }
 
+    /// A stripped object is one line: what it lacks, where its debug file was looked
+    /// for (by build id, by debuglink, MiniDebugInfo, debuginfod), what to do; the
+    /// closest names follow only when the pattern matched nothing in it.
+    #[test]
+    fn a_stripped_object_is_one_line_and_suggests_only_when_nothing_matched() {
+        let stripped = Stripped {
+            functions: 3,
+            usdt: 2,
+            debug_looked_in: vec![
+                PathBuf::from("/usr/lib/debug/.build-id/ab/cdef.debug"),
+                PathBuf::from("/opt/app.debug"),
+                PathBuf::from("/opt/.debug/app.debug"),
+            ],
+            build_id: true,
+            debuglink: Some("app.debug".into()),
+            mini_debuginfo: false,
+            debuginfod: "no debuginfod server asked (DEBUGINFOD_URLS is empty)".into(),
+            unmatched: None,
+            suggested: Vec::new(),
+        };
+        let first = "  stripped: no symbol table (.symtab) and no debug file: by build id (none at /usr/lib/debug/.build-id/ab/cdef.debug), by .gnu_debuglink app.debug (none at /opt/app.debug, /opt/.debug/app.debug), no MiniDebugInfo, no debuginfod server asked (DEBUGINFOD_URLS is empty); install its debug symbols (the -dbgsym or -debuginfo package) or set DEBUGINFOD_URLS to a server that has them; until then it offers only the 3 functions its .dynsym exports and its 2 USDT probes\n";
+        let note = |s: &Stripped| {
+            let mut out = String::new();
+            stripped_note(&mut out, s);
+            out
+        };
+        assert_eq!(note(&stripped), first);
+        let unmatched = Stripped {
+            unmatched: Some("do_comand".into()),
+            suggested: vec!["uprobe:do_command".into(), "usdt:app:command__start".into()],
+            ..stripped.clone()
+        };
+        assert_eq!(
+            note(&unmatched),
+            format!(
+                "{first}  \"do_comand\" matches none of them; closest: uprobe:do_command, usdt:app:command__start\n"
+            )
+        );
+        let far = Stripped {
+            unmatched: Some("zzz".into()),
+            build_id: false,
+            debuglink: None,
+            debug_looked_in: Vec::new(),
+            ..stripped
+        };
+        let text = note(&far);
+        assert!(
+            text.starts_with("  stripped: no symbol table (.symtab) and no debug file: no build id, no .gnu_debuglink, no MiniDebugInfo, "),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("\n  \"zzz\" matches none of them, and none is close to it\n"),
+            "{text}"
+        );
+    }
+
     /// What the lab reads `list --json` with is what wrote it: every field comes back,
     /// the optional ones absent from the text included.
     #[test]
@@ -361,11 +434,14 @@ mod tests {
             load_bias: None,
             stripped: Some(Stripped {
                 functions: 2,
-                some_functions: vec!["a".into(), "b".into()],
                 usdt: 0,
-                some_usdt: vec![],
                 debug_looked_in: vec![PathBuf::from("/usr/lib/debug/.build-id/ab/cd.debug")],
+                build_id: true,
+                debuglink: Some("libx.so.debug".into()),
+                mini_debuginfo: false,
                 debuginfod: "DEBUGINFOD_URLS is not set".into(),
+                unmatched: Some("b*".into()),
+                suggested: vec!["uprobe:b".into()],
             }),
         });
         let text = render_json(&listing).expect("encode");

@@ -4,6 +4,7 @@
 //! when space runs out, then the kind's prefix; the name itself is cut last, at its end.
 
 use super::ProbeLabel;
+use crate::spec::ProbeKind;
 
 /// The parts of a label's display text: `kind:`, the name, its parameter list, and
 /// what follows (owner, shared, site class, site address).
@@ -85,17 +86,46 @@ fn split(display: &str) -> Parts<'_> {
 /// probe) or dropped; then the marks after the name cut; the name itself is cut at its
 /// end last.
 pub(crate) fn fit(display: &str, width: usize) -> String {
+    fit_parts(&split(display), width, true)
+}
+
+/// A table row's name: `display` without its kind (the table shows the kind once, in a
+/// column of its own or its title), fitted to `width` as [`fit`] fits it.
+pub(crate) fn fit_name(display: &str, width: usize) -> String {
+    fit_parts(&split(display), width, false)
+}
+
+/// `display` without its kind's prefix (`uprobe:`, `usdt:`): what a row shows.
+pub(crate) fn unprefixed(display: &str) -> &str {
+    &display[split(display).prefix.len()..]
+}
+
+/// A kind as `-e` also takes it, in two characters at most (bpftrace's short forms):
+/// `u` uprobe, `ur` uretprobe, `U` usdt.
+pub(crate) fn kind_mark(kind: ProbeKind) -> &'static str {
+    match kind {
+        ProbeKind::Uprobe => "u",
+        ProbeKind::Uretprobe => "ur",
+        ProbeKind::Usdt => "U",
+    }
+}
+
+fn fit_parts(p: &Parts<'_>, width: usize, prefixed: bool) -> String {
     let fits = |s: &String| s.chars().count() <= width;
-    let whole = display.to_string();
+    let (prefix, short_prefix) = if prefixed {
+        let short = match p.prefix {
+            "uretprobe:" => "ret:",
+            "usdt:" | "uprobe:" => "",
+            other => other,
+        };
+        (p.prefix, short)
+    } else {
+        ("", "")
+    };
+    let whole = format!("{prefix}{}{}{}", p.name, p.params, p.rest);
     if fits(&whole) {
         return whole;
     }
-    let p = split(display);
-    let short_prefix = match p.prefix {
-        "uretprobe:" => "ret:",
-        "usdt:" | "uprobe:" => "",
-        other => other,
-    };
     let params = if p.params.is_empty() { "" } else { "(…)" };
     // A USDT probe's name without its provider: entry and return differ at the end.
     let bare = if p.prefix == "usdt:" {
@@ -104,8 +134,8 @@ pub(crate) fn fit(display: &str, width: usize) -> String {
         p.name
     };
     let candidates = [
-        format!("{}{}{params}{}", p.prefix, p.name, p.rest),
-        format!("{}{}{}", p.prefix, p.name, p.rest),
+        format!("{prefix}{}{params}{}", p.name, p.rest),
+        format!("{prefix}{}{}", p.name, p.rest),
         format!("{short_prefix}{}{params}{}", p.name, p.rest),
         format!("{short_prefix}{}{}", p.name, p.rest),
         format!("{short_prefix}{bare}{}", p.rest),
@@ -137,6 +167,13 @@ pub(crate) fn fit(display: &str, width: usize) -> String {
     out
 }
 
+/// `display` with its site, ` @0x1a2b` (the file offset), after the name and its
+/// parameters, before its marks.
+pub(crate) fn with_site(display: &str, site: u64) -> String {
+    let p = split(display);
+    format!("{}{}{} @{site:#x}{}", p.prefix, p.name, p.params, p.rest)
+}
+
 /// Two probes whose names read the same (one USDT probe at two sites, a symbol in two
 /// objects) are told apart by their site: ` @0x1a2b` (the file offset) after the name.
 pub(crate) fn distinguish(labels: &mut [ProbeLabel]) {
@@ -148,12 +185,7 @@ pub(crate) fn distinguish(labels: &mut [ProbeLabel]) {
         if seen.get(&label.display).copied().unwrap_or(0) > 1
             && let Some(site) = label.site
         {
-            let p = split(&label.display);
-            let (head, rest) = (
-                format!("{}{}{}", p.prefix, p.name, p.params),
-                p.rest.to_string(),
-            );
-            label.display = format!("{head} @{site:#x}{rest}");
+            label.display = with_site(&label.display, site);
         }
     }
 }
@@ -161,7 +193,6 @@ pub(crate) fn distinguish(labels: &mut [ProbeLabel]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::spec::ProbeKind;
 
     const SIG: &str = "uretprobe:dispatch_command(THD*, COM_DATA const*, enum_server_command, bool, bool) [sstep]";
 
@@ -194,6 +225,41 @@ mod tests {
             "std::vector<int>::push_back(…)"
         );
         assert_eq!(fit("uprobe:operator()(int) const", 12), "operator()");
+    }
+
+    #[test]
+    fn a_row_name_is_the_function_first_without_its_kind() {
+        assert_eq!(
+            fit_name(SIG, 200),
+            "dispatch_command(THD*, COM_DATA const*, enum_server_command, bool, bool) [sstep]"
+        );
+        assert_eq!(fit_name(SIG, 40), "dispatch_command(…) [sstep]");
+        assert_eq!(fit_name(SIG, 24), "dispatch_command [sstep]");
+        assert_eq!(fit_name(SIG, 20), "dispatch_command [s…");
+        assert_eq!(fit_name("uprobe:THD::run", 30), "THD::run");
+        assert_eq!(
+            fit_name("usdt:postgresql:query__execute__start", 32),
+            "postgresql:query__execute__start"
+        );
+        assert_eq!(
+            fit_name("usdt:postgresql:query__execute__start", 31),
+            "query__execute__start"
+        );
+        assert_eq!(
+            fit_name("uprobe:dispatch_command(THD*, bool)+ret [sstep]", 28),
+            "dispatch_command+ret [sstep]"
+        );
+        assert_eq!(unprefixed("uretprobe:THD::run(bool)"), "THD::run(bool)");
+        assert_eq!(unprefixed("usdt:pg:start"), "pg:start");
+        assert_eq!(
+            with_site("uprobe:f(int) [sstep]", 0x1139),
+            "uprobe:f(int) @0x1139 [sstep]"
+        );
+        let marks: Vec<&str> = [ProbeKind::Uprobe, ProbeKind::Uretprobe, ProbeKind::Usdt]
+            .into_iter()
+            .map(kind_mark)
+            .collect();
+        assert_eq!(marks, ["u", "ur", "U"]);
     }
 
     #[test]

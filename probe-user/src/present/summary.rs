@@ -29,12 +29,20 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
         Some(crate::present::Method::InSitu) => c.cpu_share,
         _ => c.cpu_share.map(|s| s * run_s / seconds),
     };
-    let mut rows: Vec<Vec<String>> = vec![headers.iter().map(|h| h.to_string()).collect()];
+    // Each probe's row, and its keyed rows under it, as groups put in cost order.
+    let mut groups: Vec<Vec<Vec<String>>> = Vec::with_capacity(snapshot.probes.len());
+    let mut order_keys: Vec<(Option<f64>, u64, String)> = Vec::with_capacity(groups.capacity());
     for (id, (label, probe)) in labels.iter().zip(&snapshot.probes).enumerate() {
         let cost = report
             .and_then(|r| r.probes.get(id))
             .map(|p| &p.cost)
             .filter(|_| probe.hits > 0);
+        order_keys.push((
+            cost.and_then(|c| c.cpu_share),
+            probe.hits,
+            label.full_name(),
+        ));
+        let mut group = Vec::new();
         let mut row = vec![
             label.full_name(),
             cost.and_then(|c| c.whole_cost_ns)
@@ -54,7 +62,7 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
         } else {
             row.extend(format::handler_cells(&probe.handler));
         }
-        rows.push(row);
+        group.push(row);
         // A keyed probe's hits per key, under it: `name[key]`.
         for (_, keyed) in snapshot.keyed.iter().filter(|(k, _)| *k == id as u32) {
             let part = keyed.hits as f64 / probe.hits.max(1) as f64;
@@ -77,8 +85,13 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
             } else {
                 row.extend(format::handler_cells(&keyed.handler_ns));
             }
-            rows.push(row);
+            group.push(row);
         }
+        groups.push(group);
+    }
+    let mut rows: Vec<Vec<String>> = vec![headers.iter().map(|h| h.to_string()).collect()];
+    for at in cost_order(&order_keys) {
+        rows.append(&mut groups[at]);
     }
     let widths = column_widths(&rows);
     let mut out = String::new();
@@ -121,6 +134,29 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
         );
     }
     out
+}
+
+/// The order probes are reported in, the answer first: probes with hits by the share of
+/// one CPU they cost the target, dearest first, then those without a price by their
+/// hits; ties by name, then as given; probes without hits last, by name. `probes`: each
+/// one's (share of a CPU, hits, name). The summary table, the HTML report's and the
+/// end-of-run cost lines share it.
+pub(crate) fn cost_order(probes: &[(Option<f64>, u64, String)]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..probes.len()).collect();
+    order.sort_by(|&a, &b| {
+        let ((share_a, hits_a, name_a), (share_b, hits_b, name_b)) = (&probes[a], &probes[b]);
+        (*hits_a == 0)
+            .cmp(&(*hits_b == 0))
+            .then_with(|| match (share_a, share_b) {
+                (Some(x), Some(y)) => y.total_cmp(x),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => hits_b.cmp(hits_a),
+            })
+            .then_with(|| name_a.cmp(name_b))
+            .then(a.cmp(&b))
+    });
+    order
 }
 
 /// A keyed row's name: the key after the probe's name, before its marks
@@ -302,6 +338,72 @@ mod tests {
             .split_whitespace()
             .collect();
         assert_eq!(&cells[1..3], ["-", "-"]);
+    }
+
+    #[test]
+    fn probes_are_reported_dearest_first_and_without_hits_last() {
+        let probes = |rows: &[(Option<f64>, u64, &str)]| -> Vec<(Option<f64>, u64, String)> {
+            rows.iter()
+                .map(|(s, h, n)| (*s, *h, n.to_string()))
+                .collect()
+        };
+        // Spec order: a probe without hits, a cheap one, two tied, the dearest.
+        let order = cost_order(&probes(&[
+            (None, 0, "uprobe:main"),
+            (Some(0.001), 500, "uprobe:leaf"),
+            (Some(0.02), 900, "uprobe:zeta"),
+            (Some(0.02), 100, "uprobe:alpha"),
+            (Some(0.05), 10, "uprobe:dear"),
+        ]));
+        assert_eq!(order, [4, 3, 2, 1, 0]);
+        // No calibration: no share, so by hits; ties by name; no hits last by name.
+        let order = cost_order(&probes(&[
+            (None, 0, "uprobe:b"),
+            (None, 10, "uprobe:few"),
+            (None, 0, "uprobe:a"),
+            (None, 3000, "uprobe:many"),
+            (None, 10, "uprobe:else"),
+        ]));
+        assert_eq!(order, [3, 4, 1, 2, 0]);
+    }
+
+    #[test]
+    fn the_table_reads_in_cost_order() {
+        use crate::present::export::ProbeReport;
+        let labels: Vec<ProbeLabel> = ["main", "work_unit", "leaf_ret"]
+            .iter()
+            .map(|n| ProbeLabel::new(ProbeKind::Uprobe, n, "/bin/w"))
+            .collect();
+        let mut snapshot = Snapshot {
+            elapsed: std::time::Duration::from_secs(4),
+            probes: vec![ProbeSnapshot::default(); 3],
+            ..Default::default()
+        };
+        snapshot.probes[1].hits = 4000;
+        snapshot.probes[2].hits = 8000;
+        let mut report = crate::present::export::testing::sample_report();
+        report.probes = (0..3)
+            .map(|id| {
+                let mut p: ProbeReport = report.probes[0].clone();
+                p.id = id;
+                p.hits = snapshot.probes[id as usize].hits;
+                p.cost.whole_cost_ns = Some(1000.0);
+                p.cost.cpu_share = Some(p.hits as f64 * 1e-6 / 4.0);
+                p
+            })
+            .collect();
+        let text = table(&labels, &snapshot, Some(&report));
+        let names: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.starts_with("PROBE"))
+            .skip(1)
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(
+            names,
+            ["uprobe:leaf_ret", "uprobe:work_unit", "uprobe:main"],
+            "{text}"
+        );
     }
 
     #[test]

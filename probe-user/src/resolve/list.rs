@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::debuginfo::SymbolSource;
 use super::glob::Glob;
 use super::symbols::{Function, SymbolTable};
-use super::{Loaded, ResolveError, ResolveOptions, Scope, ifunc};
+use super::{Loaded, ResolveError, ResolveOptions, Scope, ifunc, suggest};
 use crate::insn::classes::{self, CostClass, KernelRules};
 use crate::insn::sites::{self, LaterSite};
 use crate::target::Target;
@@ -128,22 +128,35 @@ pub struct ListedObject {
     pub stripped: Option<Stripped>,
 }
 
-/// What a stripped object (no `.symtab`, no debug file) still offers to probe, and
-/// where its debug file was looked for.
+/// What a stripped object (no `.symtab`, no debug file) lacks, where its debug file was
+/// looked for, and what it still offers to probe.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Stripped {
-    /// The functions its `.dynsym` names (exported ones), and the first few of them.
+    /// The functions its `.dynsym` names (exported ones), and its USDT probes.
     pub functions: usize,
-    pub some_functions: Vec<String>,
-    /// Its USDT probes (`provider:name`), and the first few of them.
     pub usdt: usize,
-    pub some_usdt: Vec<String>,
-    /// Every path a separate debug file was looked for at (none found).
+    /// Every path a separate debug file was looked for at (none found): by build id
+    /// under `/usr/lib/debug/.build-id`, then by `.gnu_debuglink`.
     #[serde(default)]
     pub debug_looked_in: Vec<PathBuf>,
+    /// Whether it has a build id, and the file its `.gnu_debuglink` names.
+    #[serde(default)]
+    pub build_id: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debuglink: Option<String>,
+    /// Whether it holds MiniDebugInfo (`.gnu_debugdata`) that named no function.
+    #[serde(default)]
+    pub mini_debuginfo: bool,
     /// The debuginfod servers asked (none had it), or why none was.
     #[serde(default)]
     pub debuginfod: String,
+    /// The pattern, when it matched nothing in the object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unmatched: Option<String>,
+    /// Then the specs closest to it (`uprobe:NAME`, `usdt:PROVIDER:NAME`), closest
+    /// first; empty when none is close.
+    #[serde(default)]
+    pub suggested: Vec<String>,
 }
 
 /// How many names a [`Stripped`] note offers.
@@ -204,12 +217,29 @@ pub(crate) fn list_with(
             }
             Err(e) => return Err(e),
         };
-        list_object(&obj, scope.pid(), glob.as_ref(), &mut listing);
+        list_object(&obj, scope.pid(), pattern.zip(glob.as_ref()), &mut listing);
+    }
+    // Names are suggested only when the pattern matched nothing anywhere.
+    if !listing.points.is_empty() {
+        for stripped in listing
+            .objects
+            .iter_mut()
+            .filter_map(|o| o.stripped.as_mut())
+        {
+            stripped.unmatched = None;
+            stripped.suggested.clear();
+        }
     }
     Ok(listing)
 }
 
-fn list_object(obj: &Loaded, pid: Option<u32>, glob: Option<&Glob>, listing: &mut Listing) {
+fn list_object(
+    obj: &Loaded,
+    pid: Option<u32>,
+    pattern: Option<(&str, &Glob)>,
+    listing: &mut Listing,
+) {
+    let glob = pattern.map(|(_, g)| g);
     // One open per object: each point's class reads its first instruction.
     let file = std::fs::File::open(&obj.r.read_path).ok();
     let rules = KernelRules::running();
@@ -225,33 +255,7 @@ fn list_object(obj: &Loaded, pid: Option<u32>, glob: Option<&Glob>, listing: &mu
             .unwrap_or((CostClass::Unknown, None))
     };
     let table = obj.symbols();
-    let stripped = (obj.r.is_main && *obj.source() == SymbolSource::Dynsym).then(|| {
-        let usdt: Vec<String> = obj
-            .usdt()
-            .iter()
-            .flatten()
-            .map(|p| format!("{}:{}", p.provider, p.name))
-            .collect();
-        Stripped {
-            functions: table.functions.len(),
-            some_functions: table
-                .functions
-                .iter()
-                .take(SUGGESTED)
-                .map(|f| f.name.display.clone())
-                .collect(),
-            usdt: usdt.len(),
-            some_usdt: usdt.into_iter().take(SUGGESTED).collect(),
-            debug_looked_in: obj.debug_looked_in(),
-            debuginfod: obj.debuginfod_said(),
-        }
-    });
-    listing.objects.push(ListedObject {
-        path: obj.r.display.clone(),
-        symbols: obj.source().clone(),
-        load_bias: obj.load_bias,
-        stripped,
-    });
+    let listed_before = listing.points.len();
     // Built on the first offer only: every spelling of every function, and how many
     // functions answer to it.
     let mut spellings: Option<HashMap<&str, usize>> = None;
@@ -352,6 +356,69 @@ fn list_object(obj: &Loaded, pid: Option<u32>, glob: Option<&Glob>, listing: &mu
             later_site: None,
             ifunc: None,
         });
+    }
+    let stripped = (obj.r.is_main && *obj.source() == SymbolSource::Dynsym).then(|| {
+        let unmatched = pattern.filter(|_| listing.points.len() == listed_before);
+        stripped_note(obj, unmatched)
+    });
+    listing.objects.push(ListedObject {
+        path: obj.r.display.clone(),
+        symbols: obj.source().clone(),
+        load_bias: obj.load_bias,
+        stripped,
+    });
+}
+
+/// What the stripped `obj` lacks and still offers; with the pattern that matched nothing
+/// in it, the specs closest to that pattern.
+fn stripped_note(obj: &Loaded, unmatched: Option<(&str, &Glob)>) -> Stripped {
+    let table = obj.symbols();
+    let usdt: Vec<(String, &str)> = obj
+        .usdt()
+        .iter()
+        .flatten()
+        .map(|p| (format!("{}:{}", p.provider, p.name), p.name.as_str()))
+        .collect();
+    let suggested = unmatched.map_or_else(Vec::new, |(_, glob)| {
+        let wanted = glob.longest_literal().to_lowercase();
+        let closest = |keys: &mut dyn Iterator<Item = &str>| {
+            keys.filter_map(|k| suggest::distance(&wanted, &k.to_lowercase()))
+                .min()
+        };
+        let spellings = spelling_counts(table);
+        // (how far, how long, spec), closest first.
+        let mut scored: Vec<((u8, usize), usize, String)> = table
+            .functions
+            .iter()
+            .filter_map(|f| {
+                let far = closest(&mut f.names().flat_map(|n| n.keys()))?;
+                let name = spec_name(f, false, &spellings);
+                Some((far, name.len(), format!("uprobe:{name}")))
+            })
+            .chain(usdt.iter().filter_map(|(full, name)| {
+                let far = closest(&mut [full.as_str(), *name].into_iter())?;
+                Some((far, full.len(), format!("usdt:{full}")))
+            }))
+            .collect();
+        scored.sort();
+        let mut seen = std::collections::HashSet::new();
+        scored
+            .into_iter()
+            .map(|(_, _, spec)| spec)
+            .filter(|spec| seen.insert(spec.clone()))
+            .take(SUGGESTED)
+            .collect()
+    });
+    Stripped {
+        functions: table.functions.len(),
+        usdt: usdt.len(),
+        debug_looked_in: obj.debug_looked_in(),
+        build_id: obj.image.build_id.as_ref().is_some_and(|id| id.len() > 1),
+        debuglink: obj.image.debuglink.as_ref().map(|l| l.file.clone()),
+        mini_debuginfo: obj.image.gnu_debugdata.is_some(),
+        debuginfod: obj.debuginfod_said(),
+        unmatched: unmatched.map(|(pattern, _)| pattern.to_string()),
+        suggested,
     }
 }
 

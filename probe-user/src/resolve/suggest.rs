@@ -5,8 +5,28 @@ use std::collections::BTreeSet;
 /// Names longer than this are not compared by edit distance (cost is quadratic).
 const MAX_COMPARED_LEN: usize = 256;
 
-/// Up to `limit` names from `candidates` closest to `wanted`: names containing it (or
-/// contained in it) first, shortest first; then by edit distance, if close enough.
+/// How far `name` is from `wanted` (both lowercased), lower is closer: a name holding
+/// `wanted` (or held in it, if at least half its length) is as far as the characters
+/// it adds or lacks, and comes before a name only an edit distance of at most a third
+/// of `wanted` (1 to 4) away; `None`: not close.
+pub(crate) fn distance(wanted_lc: &str, name_lc: &str) -> Option<(u8, usize)> {
+    if wanted_lc.is_empty() {
+        return None;
+    }
+    let (w, n) = (wanted_lc.chars().count(), name_lc.chars().count());
+    if name_lc.contains(wanted_lc) || (n >= 3 && 2 * n >= w && wanted_lc.contains(name_lc)) {
+        return Some((0, n.abs_diff(w)));
+    }
+    if n > MAX_COMPARED_LEN {
+        return None;
+    }
+    let max_distance = (w / 3).clamp(1, 4);
+    let d = levenshtein(wanted_lc, name_lc, max_distance);
+    (d <= max_distance).then_some((1, d))
+}
+
+/// Up to `limit` names from `candidates` closest to `wanted` ([`distance`]), then
+/// shortest, then in name order.
 pub fn closest<'a>(
     wanted: &str,
     candidates: impl IntoIterator<Item = &'a str>,
@@ -16,18 +36,11 @@ pub fn closest<'a>(
     if wanted_lc.is_empty() {
         return Vec::new();
     }
-    let max_distance = (wanted.chars().count() / 3).clamp(1, 4);
     // (rank, distance, length, name): BTreeSet sorts and de-duplicates.
     let mut scored: BTreeSet<(u8, usize, usize, &str)> = BTreeSet::new();
     for name in candidates {
-        let lc = name.to_lowercase();
-        if lc.contains(&wanted_lc) || (lc.len() >= 3 && wanted_lc.contains(&lc)) {
-            scored.insert((0, 0, name.len(), name));
-        } else if name.len() <= MAX_COMPARED_LEN {
-            let d = levenshtein(&wanted_lc, &lc, max_distance);
-            if d <= max_distance {
-                scored.insert((1, d, name.len(), name));
-            }
+        if let Some((rank, d)) = distance(&wanted_lc, &name.to_lowercase()) {
+            scored.insert((rank, d, name.len(), name));
         }
         // Keep memory bounded on huge symbol tables.
         if scored.len() > limit.saturating_mul(20).max(100) {
@@ -115,5 +128,12 @@ mod tests {
         let got = closest("work", names.iter().copied(), 2);
         assert_eq!(got, vec!["do_work", "work_unit"]);
         assert!(closest("zzzzzz", names.iter().copied(), 5).is_empty());
+        // A short name inside a long request is not close to it: `do` is no answer to
+        // `do_command_slowly`, `do_command` is.
+        let names = ["do", "do_command", "main"];
+        assert_eq!(
+            closest("do_command_slowly", names.iter().copied(), 5),
+            vec!["do_command"]
+        );
     }
 }

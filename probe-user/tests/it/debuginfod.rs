@@ -177,7 +177,7 @@ fn a_stripped_binary_is_named_through_debuginfod() {
     );
     let text = String::from_utf8_lossy(&offline.stdout);
     for needle in [
-        "stripped: no function symbols",
+        "stripped: no symbol table (.symtab) and no debug file",
         "no debuginfod server asked (--offline)",
         "0 points: stripped",
     ] {

@@ -364,6 +364,40 @@ fn every_format_carries_the_cost_and_the_headline() {
         .unwrap_or_else(|| panic!("no end line for uprobe:main: {stderr}"));
     assert!(main_line.contains(": no hits"), "{main_line}");
     assert!(!main_line.contains("ns/hit"), "{main_line}");
+    // The answer first: the summary table, the HTML report's table and the end lines
+    // list the probes dearest first by the JSON's shares, the one without hits last.
+    let mut by_cost: Vec<(bool, f64, &str)> = probes
+        .iter()
+        .map(|p| {
+            (
+                p["hits"] == 0,
+                -p["cpu_share"].as_f64().unwrap_or(0.0),
+                p["spec"].as_str().expect("spec"),
+            )
+        })
+        .collect();
+    by_cost.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    let by_cost: Vec<&str> = by_cost.into_iter().map(|(_, _, spec)| spec).collect();
+    assert_eq!(by_cost.last(), Some(&"uprobe:main"), "{by_cost:?}");
+    let names = |lines: &mut dyn Iterator<Item = &str>| -> Vec<String> {
+        lines
+            .filter(|l| l.starts_with("uprobe:") || l.starts_with("uretprobe:"))
+            .filter_map(|l| l.split_whitespace().next())
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(names(&mut stdout.lines()), by_cost, "{stdout}");
+    assert_eq!(
+        names(&mut stderr.lines().map(str::trim_start)),
+        by_cost,
+        "{stderr}"
+    );
+    let in_html: Vec<&str> = html
+        .split("<tr><td class=\"n\">")
+        .skip(1)
+        .filter_map(|row| row.split("<code>").nth(1)?.split("</code>").next())
+        .collect();
+    assert_eq!(in_html, by_cost, "{html}");
     for ext in ["json", "csv", "prom", "html"] {
         let _ = std::fs::remove_file(path(ext));
     }

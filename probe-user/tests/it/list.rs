@@ -101,9 +101,23 @@ fn a_closed_pipe_ends_every_printing_command_quietly() {
     }
 }
 
-/// A stripped copy of a fixture (no `.symtab`, no debug file): `list` says it is
-/// stripped, where a debug file was looked for and what it still offers (its USDT
-/// probes), instead of "0 points in 0 objects"; the JSON says the same.
+/// The build id of `path`, as readelf prints it.
+fn build_id(path: &std::path::Path) -> String {
+    let out = output_ok(
+        std::process::Command::new("readelf").arg("-n").arg(path),
+        "readelf -n",
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .expect("the fixture has a build id")
+}
+
+/// A stripped copy of a fixture (no `.symtab`, no debug file; its .dynsym exports
+/// `probe_add`, its notes 11 USDT probes): `list` explains it in one line (what it
+/// lacks, where a debug file was looked for, what to do); names are suggested only when
+/// the pattern matched nothing, closest first, and none when none is close; the JSON
+/// says the same.
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn a_stripped_object_is_explained() {
@@ -116,31 +130,69 @@ fn a_stripped_object_is_explained() {
             .arg(&copy),
         "strip",
     );
-    // A function it no longer names (probe_add, exported, stays): no point, and why.
-    let out = output_ok(
-        probetop().arg("list").arg(&copy).arg("probe_leaf"),
-        "probetop list",
+    let id = build_id(&copy);
+    let list = |pattern: &str| {
+        let out = output_ok(
+            probetop()
+                .env("DEBUGINFOD_URLS", "")
+                .arg("list")
+                .arg(&copy)
+                .arg(pattern),
+            "probetop list",
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let head = format!("{}  (symbols: .dynsym only (stripped))", copy.display());
+    let explained = format!(
+        "  stripped: no symbol table (.symtab) and no debug file: by build id (none at /usr/lib/debug/.build-id/{}/{}.debug), no .gnu_debuglink, no MiniDebugInfo, no debuginfod server asked (DEBUGINFOD_URLS is empty); install its debug symbols (the -dbgsym or -debuginfo package) or set DEBUGINFOD_URLS to a server that has them; until then it offers only the 1 function its .dynsym exports and its 11 USDT probes",
+        &id[..2],
+        &id[2..]
     );
-    let text = String::from_utf8_lossy(&out.stdout);
-    for needle in [
-        "stripped: no function symbols",
-        "no debug file at /usr/lib/debug/.build-id/",
-        "or probe what it has: usdt:fixture:",
-        "0 points: stripped",
-    ] {
-        assert!(text.contains(needle), "{needle:?} missing: {text}");
-    }
-    assert!(!text.contains("0 points in 0 objects"), "{text}");
-    let listing = list_json([copy.as_os_str()]);
+    // Nothing matched: the closest names, closest first.
+    let text = list("tik");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            head.as_str(),
+            explained.as_str(),
+            "  \"tik\" matches none of them; closest: usdt:fixture:tick, usdt:fixture_sema:tick",
+            "",
+            "0 points: stripped, see above",
+        ],
+        "{text}"
+    );
+    let text = list("prob_add");
+    assert_eq!(
+        text.lines().nth(2),
+        Some("  \"prob_add\" matches none of them; closest: uprobe:probe_add"),
+        "{text}"
+    );
+    // Nothing close: said, no name offered.
+    let text = list("zzzz");
+    assert_eq!(
+        text.lines().nth(2),
+        Some("  \"zzzz\" matches none of them, and none is close to it"),
+        "{text}"
+    );
+    // Matched: the points and the one line, no suggestion.
+    let text = list("probe_add");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines[..2], [head.as_str(), explained.as_str()], "{text}");
+    assert!(lines[2].starts_with("  KIND "), "{text}");
+    assert!(lines[3].ends_with("  probe_add"), "{text}");
+    assert_eq!(lines[4..], ["", "1 point in 1 object"], "{text}");
+
+    let listing = list_json([copy.as_os_str(), std::ffi::OsStr::new("tik")]);
     let stripped = &listing["objects"][0]["stripped"];
-    let usdt = listing["points"]
-        .as_array()
-        .expect("points")
-        .iter()
-        .filter(|p| p["kind"] == "usdt")
-        .count();
-    assert!(usdt > 0, "{listing}");
-    assert_eq!(stripped["usdt"], usdt, "{listing}");
+    assert_eq!(stripped["usdt"], 11, "{listing}");
+    assert_eq!(stripped["functions"], 1, "{listing}");
+    assert_eq!(stripped["unmatched"], "tik", "{listing}");
+    assert_eq!(
+        stripped["suggested"],
+        serde_json::json!(["usdt:fixture:tick", "usdt:fixture_sema:tick"]),
+        "{listing}"
+    );
     assert!(
         stripped["debug_looked_in"][0]
             .as_str()

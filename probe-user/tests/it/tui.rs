@@ -25,11 +25,26 @@ fn table_rows(screen: &str) -> Vec<String> {
         .lines()
         .skip(3)
         .take_while(|line| line.starts_with('│'))
-        .filter_map(|line| {
-            let name = line.trim_start_matches('│').split_whitespace().next()?;
-            name.contains(':').then(|| name.to_string())
-        })
+        .filter_map(row_key)
         .collect()
+}
+
+/// A table row's name as the row shows it, function first, and its kind (`work_unit
+/// ur`) where the table mixes kinds; marks (`[off]`) left out.
+fn row_key(line: &str) -> Option<String> {
+    if line.contains("no probe") {
+        return None;
+    }
+    // Empty rows of the frame hold only its borders.
+    let mut cells = line
+        .strip_prefix('│')?
+        .trim_end_matches('│')
+        .split_whitespace();
+    let name = cells.next()?;
+    Some(match cells.find(|c| matches!(*c, "u" | "ur" | "U")) {
+        Some(kind) => format!("{name} {kind}"),
+        None => name.to_string(),
+    })
 }
 
 /// The probe named in the detail pane's title.
@@ -43,11 +58,13 @@ fn detail_title(screen: &str) -> String {
         .to_string()
 }
 
-fn row_of<'a>(screen: &'a str, name: &str) -> &'a str {
+fn row_of<'a>(screen: &'a str, key: &str) -> &'a str {
     screen
         .lines()
-        .find(|line| line.starts_with('│') && line.contains(name))
-        .unwrap_or_else(|| panic!("no row for {name}:\n{screen}"))
+        .skip(3)
+        .take_while(|line| line.starts_with('│'))
+        .find(|line| row_key(line).as_deref() == Some(key))
+        .unwrap_or_else(|| panic!("no row for {key}:\n{screen}"))
 }
 
 /// The DROPS column of `name`'s row (found under its title), as the table shows it:
@@ -149,13 +166,13 @@ fn sort_filter_select_detach_reset_export_quit() {
     let screen = tmux.wait_for("sorted by name", |s| s.contains("PROBE▲"));
     assert_eq!(
         table_rows(&screen),
-        ["uprobe:leaf_ret", "uprobe:work_unit", "uretprobe:work_unit"]
+        ["leaf_ret u", "work_unit u", "work_unit ur"]
     );
     tmux.keys(&["I"]);
     let screen = tmux.wait_for("sorted by name, descending", |s| s.contains("PROBE▼"));
     assert_eq!(
         table_rows(&screen),
-        ["uretprobe:work_unit", "uprobe:work_unit", "uprobe:leaf_ret"]
+        ["work_unit ur", "work_unit u", "leaf_ret u"]
     );
 
     // Select with keys: the detail pane follows the selection.
@@ -182,21 +199,21 @@ fn sort_filter_select_detach_reset_export_quit() {
     // goes last; then attach it again.
     tmux.keys(&["Space"]);
     tmux.wait_for("detached", |s| {
-        s.contains("2/3 attached") && row_of(s, "uprobe:work_unit").contains("[off]")
+        s.contains("2/3 attached") && row_of(s, "work_unit u").contains("[off]")
     });
     // Right of the name: COST/HIT, %CPU, then HITS/S.
     tmux.keys(&[">", ">", ">"]);
     let screen = tmux.wait_for("detached probe last by hits/s", |s| {
         s.contains("HITS/S▼")
-            && table_rows(s).last().map(String::as_str) == Some("uprobe:work_unit")
-            && row_of(s, "uprobe:work_unit").split_whitespace().nth(4) == Some("0")
+            && table_rows(s).last().map(String::as_str) == Some("work_unit u")
+            && row_of(s, "work_unit u").split_whitespace().nth(5) == Some("0")
     });
     assert!(screen.contains("[off]"), "{screen}");
     tmux.keys(&["Space"]);
     tmux.wait_for("attached again and counting", |s| {
         s.contains("3/3 attached")
             && !s.contains("[off]")
-            && row_of(s, "uprobe:work_unit").split_whitespace().nth(3) != Some("0")
+            && row_of(s, "work_unit u").split_whitespace().nth(4) != Some("0")
     });
 
     // Reset: counts restart.
@@ -207,13 +224,13 @@ fn sort_filter_select_detach_reset_export_quit() {
     });
     // The kernel stops counting while the baseline is taken, then counts again.
     tmux.wait_for("counting again after the reset", |s| {
-        row_of(s, "uprobe:work_unit").split_whitespace().nth(3) != Some("0")
+        row_of(s, "work_unit u").split_whitespace().nth(4) != Some("0")
     });
 
     // Filter.
     tmux.keys(&["/", "l", "e", "a", "f"]);
     let screen = tmux.wait_for("filter typed", |s| s.contains("1 of 3 probes"));
-    assert_eq!(table_rows(&screen), ["uprobe:leaf_ret"]);
+    assert_eq!(table_rows(&screen), ["leaf_ret u"]);
     tmux.keys(&["Enter"]);
     tmux.wait_for("filter kept", |s| {
         detail_title(s) == "uprobe:leaf_ret" && s.contains("/leaf") && s.contains("q quit")
@@ -223,7 +240,14 @@ fn sort_filter_select_detach_reset_export_quit() {
     // closes it.
     tmux.keys(&["?"]);
     let screen = tmux.wait_for("help", |s| s.contains(" what you see "));
-    for word in ["COST/HIT", "%CPU", "[sstep]", "handler", "caches warm/cold"] {
+    for word in [
+        "COST/HIT",
+        "%CPU",
+        "[sstep]",
+        "handler",
+        "caches warm/cold",
+        "ur uretprobe",
+    ] {
         assert!(screen.contains(word), "{word} not explained:\n{screen}");
     }
     tmux.keys(&["?"]);
@@ -329,7 +353,7 @@ fn resizes_and_honours_no_color() {
                 s.contains("needs at least")
             } else {
                 lines.first().is_some_and(|l| l.contains("attached"))
-                    && lines.iter().any(|l| l.contains("uprobe:leaf_ret"))
+                    && lines.iter().any(|l| l.starts_with("│leaf_ret "))
             }
         });
         if width == 80 {
@@ -428,8 +452,8 @@ fn stays_responsive_under_a_flood() {
         let (shown_hits, shown_drops) = detail_numbers(screen)
             .unwrap_or_else(|| panic!("no numbers in the detail pane:\n{screen}"));
         assert_eq!(status_drops(screen), Some(shown_drops), "{screen}");
-        let in_table = row_drops(screen, "uprobe:work_unit")
-            .unwrap_or_else(|| panic!("no DROPS cell:\n{screen}"));
+        let in_table =
+            row_drops(screen, "│work_unit ").unwrap_or_else(|| panic!("no DROPS cell:\n{screen}"));
         // Exact, or to the three digits of an abbreviation.
         assert!(
             (in_table - shown_drops as f64).abs() <= shown_drops as f64 * 0.005,
@@ -584,7 +608,7 @@ fn a_line_said_while_the_tui_runs_goes_to_the_footer_then_stderr() {
         lines[0].contains(&format!("pid {pid}")) && lines[0].contains("reload"),
         "status line:\n{screen}"
     );
-    assert_eq!(table_rows(&screen), ["uprobe:reload_unit"], "{screen}");
+    assert_eq!(table_rows(&screen), ["reload_unit"], "{screen}");
     assert!(
         !std::fs::read_to_string(dir.join("stderr.txt"))
             .unwrap_or_default()
@@ -736,19 +760,42 @@ fn the_headline_and_every_function_name_fit_80x24() {
         .map(|l| l.trim_start_matches('│'))
         .collect();
     assert_eq!(rows.len(), 4, "{screen}");
-    // Each name whole at the start of its row (a return probe's kind may shorten to
-    // `ret:`); never cut in the middle.
-    for name in ["dispatch_command", "THD::run", "shop::detail::helper"] {
-        let with = rows.iter().filter(|r| {
-            let r = r
-                .trim_start_matches("uprobe:")
-                .trim_start_matches("uretprobe:");
-            let r = r.trim_start_matches("ret:");
-            r.starts_with(name)
-        });
-        let expected = if name == "dispatch_command" { 2 } else { 1 };
-        assert_eq!(with.count(), expected, "{name}:\n{screen}");
+    // Each name whole at the start of its row, never cut in the middle, and no row
+    // with its kind before it: the kind is said once, in the K column (the same column
+    // on every row), `u` for an entry and `ur` for a return.
+    let header = screen.lines().nth(2).unwrap_or_default();
+    let k_at = header
+        .chars()
+        .position(|c| c == 'K')
+        .unwrap_or_else(|| panic!("no K column:\n{screen}"));
+    let mut named: Vec<String> = Vec::new();
+    for row in &rows {
+        let name = ["dispatch_command", "THD::run", "shop::detail::helper"]
+            .into_iter()
+            .find(|n| row.starts_with(n))
+            .unwrap_or_else(|| panic!("a row not led by its function name:\n{row}\n{screen}"));
+        // Two characters into the table's frame: the border is one, the K column at
+        // k_at - 1 in the row without it.
+        let chars: Vec<char> = row.chars().collect();
+        let kind: String = chars[k_at - 1..k_at + 1].iter().collect();
+        let kind = kind.trim_end();
+        assert!(
+            matches!(kind, "u" | "ur") && chars[k_at - 2] == ' ',
+            "kind {kind:?} not in the K column:\n{row}\n{screen}"
+        );
+        named.push(format!("{name} {kind}"));
     }
+    named.sort();
+    assert_eq!(
+        named,
+        [
+            "THD::run u",
+            "dispatch_command u",
+            "dispatch_command ur",
+            "shop::detail::helper u"
+        ],
+        "{screen}"
+    );
     tmux.keys(&["q"]);
     let screen = tmux.wait_for("probetop exited", |s| s.contains("probetop-exit="));
     assert!(screen.contains("probetop-exit=0"), "{screen}");

@@ -370,7 +370,22 @@ fn summary_table(out: &mut String, report: &Report) {
          <th class=\"n\">Mean</th><th class=\"n\">p50</th><th class=\"n\">p90</th>\
          <th class=\"n\">p99</th><th class=\"n\">p99.9</th><th class=\"n\">Max</th></tr></thead>\n<tbody>"
     );
-    for p in &report.probes {
+    // Dearest first, as the summary table and the end-of-run lines.
+    let keys: Vec<(Option<f64>, u64, String)> = report
+        .probes
+        .iter()
+        .map(|p| {
+            (
+                p.cost.cpu_share.filter(|_| p.hits > 0),
+                p.hits,
+                format!("{}:{}", p.kind, p.name),
+            )
+        })
+        .collect();
+    for p in crate::present::summary::cost_order(&keys)
+        .into_iter()
+        .filter_map(|at| report.probes.get(at))
+    {
         let s = HandlerSummary::of(&p.handler_ns);
         let time = |ns: f64| {
             if s.count == 0 {

@@ -249,9 +249,16 @@ impl App {
             .collect();
         let column = self.effective_sort_column();
         let numbers: Vec<Numbers> = (0..self.labels.len()).map(|id| self.numbers(id)).collect();
+        // By name as the rows show it, function first, then by kind.
+        let by_name = |a: usize, b: usize| {
+            let (a, b) = (&self.labels[a], &self.labels[b]);
+            crate::present::names::unprefixed(&a.display)
+                .cmp(crate::present::names::unprefixed(&b.display))
+                .then(a.kind.cmp(&b.kind))
+        };
         rows.sort_by(|&a, &b| {
             let order = if column == SortColumn::Name {
-                self.labels[a].display.cmp(&self.labels[b].display)
+                by_name(a, b)
             } else {
                 // Rows without a value go last whichever the direction. Values compare
                 // as shown (three digits): rows whose numbers read the same keep their
@@ -268,9 +275,7 @@ impl App {
             } else {
                 order
             };
-            order
-                .then_with(|| self.labels[a].display.cmp(&self.labels[b].display))
-                .then(a.cmp(&b))
+            order.then_with(|| by_name(a, b)).then(a.cmp(&b))
         });
         rows
     }

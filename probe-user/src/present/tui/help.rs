@@ -39,7 +39,7 @@ pub(super) const KEYS: [(&str, &str); 18] = [
 ];
 
 /// What each column, mark and word on screen means, one line each.
-pub(super) const MEANINGS: [(&str, &str); 17] = [
+pub(super) const MEANINGS: [(&str, &str); 19] = [
     (
         "cost",
         "status line: what all probes together cost the target,",
@@ -56,6 +56,11 @@ pub(super) const MEANINGS: [(&str, &str); 17] = [
         "",
         "  the target by detaching the probes in turn (--in-situ)",
     ),
+    (
+        "PROBE  K",
+        "function first; K its kind, as -e takes it (where",
+    ),
+    ("", "  kinds mix): u uprobe, ur uretprobe, U usdt"),
     (
         "COST/HIT",
         "what one hit costs the target: trap, kernel, program",

@@ -50,18 +50,18 @@ pub(super) fn ellipsize_middle(text: &str, width: usize) -> String {
     cut
 }
 
-/// The probe's name with what sets it apart: detached, sampled, aggregated in the kernel.
-fn probe_name(app: &App, id: usize, width: usize) -> String {
-    let label = &app.labels[id];
+/// What sets a probe's row apart after its name: detached, sampled, aggregated in the
+/// kernel, retired by an exec.
+fn mark(app: &App, id: usize, short: bool) -> String {
     let mode = app.snapshot.probes.get(id).map(|p| p.mode);
-    // Narrow columns get short marks, so the name stays readable.
-    let short = width < 30;
-    let retired = app
-        .before_exec(id)
-        .map(|exec| format!(" [before exec {exec}]"));
-    let mark = if let Some(retired) = &retired {
-        if short { " [old]" } else { retired.as_str() }
-    } else if !app.is_attached(id) {
+    if let Some(exec) = app.before_exec(id) {
+        return if short {
+            " [old]".to_string()
+        } else {
+            format!(" [before exec {exec}]")
+        };
+    }
+    let mark = if !app.is_attached(id) {
         if short { " [off]" } else { " [detached]" }
     } else {
         match mode {
@@ -82,8 +82,90 @@ fn probe_name(app: &App, id: usize, width: usize) -> String {
             _ => "",
         }
     };
-    let room = width.saturating_sub(mark.chars().count());
-    format!("{}{mark}", crate::present::names::fit(&label.display, room))
+    mark.to_string()
+}
+
+/// Width of the kind's column inside the name's (`ur`), and the space before it.
+const KIND_WIDTH: usize = 2;
+
+/// Whether the table shows each row's kind: only where its probes are of more than one
+/// kind (else the title names the one kind).
+pub(super) fn shows_kinds(labels: &[crate::present::ProbeLabel]) -> bool {
+    labels.windows(2).any(|w| w[0].kind != w[1].kind)
+}
+
+/// The rows' names, function first and without their kind, each in `width` characters
+/// with its mark (and its kind after it, where the table shows kinds): parameter lists
+/// go first; two sites whose names would read the same get their sites (` @0x1a2b`).
+fn probe_names(app: &App, rows: &[usize], width: usize) -> Vec<String> {
+    let kinds = shows_kinds(&app.labels);
+    let room = if kinds {
+        width.saturating_sub(KIND_WIDTH + 1)
+    } else {
+        width
+    };
+    // Narrow columns get short marks, so the name stays readable.
+    let short = room < 30;
+    let fitted = |id: usize, display: &str| {
+        let mark = mark(app, id, short);
+        let name =
+            crate::present::names::fit_name(display, room.saturating_sub(mark.chars().count()));
+        format!("{name}{mark}")
+    };
+    let mut names: Vec<String> = rows
+        .iter()
+        .map(|&id| fitted(id, &app.labels[id].display))
+        .collect();
+    // Distinct sites read as distinct names (overloads whose parameters were dropped).
+    let mut seen: std::collections::HashMap<(&str, &str), Vec<usize>> = Default::default();
+    for (at, &id) in rows.iter().enumerate() {
+        let kind = crate::present::names::kind_mark(app.labels[id].kind);
+        seen.entry((kind, names[at].as_str())).or_default().push(at);
+    }
+    let twins: Vec<usize> = seen
+        .into_values()
+        .filter(|ats| {
+            ats.iter()
+                .any(|&a| app.labels[rows[a]].display != app.labels[rows[ats[0]]].display)
+        })
+        .flatten()
+        .collect();
+    for at in twins {
+        let label = &app.labels[rows[at]];
+        if let Some(site) = label.site {
+            names[at] = fitted(
+                rows[at],
+                &crate::present::names::with_site(&label.display, site),
+            );
+        }
+    }
+    if kinds {
+        for (name, &id) in names.iter_mut().zip(rows) {
+            let kind = crate::present::names::kind_mark(app.labels[id].kind);
+            *name = format!("{name:<room$} {kind}");
+        }
+    }
+    names
+}
+
+/// The table's title count: `4 probes`, or `4 uprobes` when all are of one kind (the
+/// rows then show none).
+fn probes_shown(app: &App, shown: usize) -> String {
+    let total = app.labels.len();
+    let noun = match app.labels.first().map(|l| l.kind) {
+        Some(kind) if !shows_kinds(&app.labels) => match kind {
+            crate::spec::ProbeKind::Uprobe => "uprobe",
+            crate::spec::ProbeKind::Uretprobe => "uretprobe",
+            crate::spec::ProbeKind::Usdt => "USDT probe",
+        },
+        _ => "probe",
+    };
+    let plural = if total == 1 { "" } else { "s" };
+    if app.filter.is_empty() {
+        format!(" {total} {noun}{plural} ")
+    } else {
+        format!(" {shown} of {total} {noun}{plural} ")
+    }
 }
 
 pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
@@ -110,14 +192,6 @@ pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
         let line = Line::from(Span::styled(text, style));
         Cell::from(if right { line.right_aligned() } else { line })
     };
-    let head = Row::new(
-        std::iter::once(title_cell("PROBE", sort_column == SortColumn::Name, false)).chain(
-            columns
-                .iter()
-                .map(|c| title_cell(c.title, sort_column == c.sort, true))
-                .chain(owner.then(|| title_cell("OWNER", false, false))),
-        ),
-    );
     let name_width = {
         let numeric: u16 = columns
             .iter()
@@ -130,15 +204,42 @@ pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
             };
         inner_width.saturating_sub(numeric).max(NAME_MIN_WIDTH) as usize
     };
+    // The kind's column, inside the name's, is titled `K`, after the sort mark.
+    let by_name = sort_column == SortColumn::Name;
+    let probe_title = if shows_kinds(&app.labels) {
+        let title = if by_name {
+            format!("PROBE{mark}")
+        } else {
+            "PROBE".to_string()
+        };
+        let room = name_width.saturating_sub(KIND_WIDTH + 1);
+        let style = if by_name {
+            theme.sorted_header()
+        } else {
+            theme.header()
+        };
+        Cell::from(Line::from(Span::styled(format!("{title:<room$} K"), style)))
+    } else {
+        title_cell("PROBE", by_name, false)
+    };
+    let head = Row::new(
+        std::iter::once(probe_title).chain(
+            columns
+                .iter()
+                .map(|c| title_cell(c.title, sort_column == c.sort, true))
+                .chain(owner.then(|| title_cell("OWNER", false, false))),
+        ),
+    );
     let rows = app.rows();
     let selected_id = app.selected_probe(&rows);
     let selected_row = selected_id.and_then(|id| rows.iter().position(|&r| r == id));
     let visible = visible_rows(area);
     let offset = effective_offset(app.offset, selected_row, visible, rows.len());
-    let table_rows = rows.iter().map(|&id| {
+    let names = probe_names(app, &rows, name_width);
+    let table_rows = rows.iter().zip(names).map(|(&id, name)| {
         let numbers = app.numbers(id);
         let row = Row::new(
-            std::iter::once(Cell::from(probe_name(app, id, name_width)))
+            std::iter::once(Cell::from(name))
                 .chain(columns.iter().map(|c| {
                     let text = (c.value)(&numbers);
                     let mut line = Line::from(text).right_aligned();
@@ -165,11 +266,7 @@ pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
         View::Cumulative => " cumulative ".to_string(),
         View::Interval => format!(" last {} interval ", format::seconds(app.snapshot.interval)),
     };
-    let shown = if app.filter.is_empty() {
-        format!(" {} probes ", app.labels.len())
-    } else {
-        format!(" {} of {} probes ", rows.len(), app.labels.len())
-    };
+    let shown = probes_shown(app, rows.len());
     // The probe count on the left: the right of the border heads the handler's columns.
     let mut block = Block::bordered().title(Line::from(vec![
         Span::styled(" cost to the target ", theme.title()),

@@ -837,21 +837,23 @@ fn counts_too_wide_for_their_column_are_abbreviated_not_cut() {
     snapshot.dropped = 1_028_349;
     app.update(snapshot);
     let screen = text(&app);
-    let row = |name: &str| {
+    // A row by its name and its kind (the K column: `u` an entry, `ur` a return).
+    let row = |name: &str, kind: &str| {
         screen
             .lines()
-            .find(|l| l.contains(&format!("│{name} ")))
-            .unwrap_or_else(|| panic!("no {name} row:\n{screen}"))
+            .find(|l| l.contains(&format!("│{name} ")) && l.split_whitespace().any(|c| c == kind))
+            .unwrap_or_else(|| panic!("no {name} {kind} row:\n{screen}"))
             .to_string()
     };
-    assert!(row("uprobe:malloc").contains(" 1.03M "), "{screen}");
+    assert!(row("malloc", "u").contains(" 1.03M "), "{screen}");
     assert!(
-        !row("uprobe:malloc").contains("028349"),
+        !row("malloc", "u").contains("028349"),
         "a cut number:\n{screen}"
     );
-    assert!(row("uprobe:work_unit").contains(" 1.23G "), "{screen}");
+    assert!(row("work_unit", "u").contains(" 1.23G "), "{screen}");
+    assert!(!row("work_unit", "ur").contains(" 1.23G "), "{screen}");
     // Counts that fit stay exact.
-    assert!(row("uprobe:leaf_ret").contains(" 98000 "), "{screen}");
+    assert!(row("leaf_ret", "u").contains(" 98000 "), "{screen}");
 }
 
 /// With several processes (--follow-forks), the detail pane says who took the hits,
@@ -908,6 +910,82 @@ fn twins_stay_apart_when_names_are_cut() {
             .collect();
         assert_eq!(names.len(), 4, "{width} columns: {names:?} in\n{screen}");
     }
+}
+
+/// At 80 columns: every row leads with its function's name, never its kind; the kind
+/// is said once, in the K column, where kinds mix (and in the title where they do not);
+/// two overloads whose parameter lists were dropped read apart by their sites.
+#[test]
+fn rows_lead_with_the_function_and_say_the_kind_once() {
+    let site = |kind, name: &str, at| {
+        let mut l = ProbeLabel::new(kind, name, "/opt/shop");
+        l.site = Some(at);
+        l
+    };
+    let add = "shop::Cart::add(shop::Item const&, unsigned long)";
+    let labels = vec![
+        site(ProbeKind::Uprobe, add, 0x1100),
+        site(
+            ProbeKind::Uprobe,
+            "shop::Cart::add(shop::Coupon const&)",
+            0x1200,
+        ),
+        site(ProbeKind::Uretprobe, add, 0x1100),
+        site(ProbeKind::Usdt, "shop:checkout__done", 0x1300),
+    ];
+    let app_of = |labels: Vec<ProbeLabel>| {
+        let mut app = App::new(
+            TargetLine {
+                pid: 4242,
+                comm: "shop".into(),
+            },
+            labels,
+            true,
+            Theme::default(),
+        );
+        app.resize(80, 24);
+        let mut snap = snapshot();
+        snap.probes.truncate(app.labels.len());
+        app.update(snap);
+        app
+    };
+    let screen = text(&app_of(labels.clone()));
+    let lines: Vec<Vec<char>> = screen
+        .lines()
+        .map(|l| l.trim_matches('"').chars().collect())
+        .collect();
+    let header: String = lines[2].iter().collect();
+    assert!(header.starts_with("│PROBE "), "{screen}");
+    let k_at = lines[2]
+        .windows(3)
+        .position(|w| w == [' ', 'K', ' '])
+        .expect("a K column")
+        + 1;
+    let mut rows: Vec<(String, String)> = lines[3..7]
+        .iter()
+        .map(|row| {
+            let name: String = row[1..k_at].iter().collect();
+            let kind: String = row[k_at..k_at + 2].iter().collect();
+            (name.trim_end().to_string(), kind.trim_end().to_string())
+        })
+        .collect();
+    rows.sort();
+    let row = |name: &str, kind: &str| (name.to_string(), kind.to_string());
+    assert_eq!(
+        rows,
+        [
+            // Its mark kept, a USDT probe's provider goes.
+            row("checkout__done [in-kernel]", "U"),
+            row("shop::Cart::add(…)", "ur"),
+            row("shop::Cart::add(…) @0x1100", "u"),
+            row("shop::Cart::add(…) @0x1200", "u"),
+        ],
+        "{screen}"
+    );
+    // One kind: no K column, the title names it.
+    let screen = text(&app_of(labels[..2].to_vec()));
+    assert!(screen.contains(" 2 uprobes "), "{screen}");
+    assert!(!screen.contains(" K "), "{screen}");
 }
 
 #[test]
