@@ -304,15 +304,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     };
     let in_situ = if args.in_situ {
         // Over the set with several processes: a pre-fork server works in its children.
-        let members = crate::insitu::Members {
-            roots: if plan.several {
-                plan.roots.clone()
-            } else {
-                vec![pid]
-            },
-            follow_forks: plan.scope.follow_forks,
-            cgroup: plan.scope.cgroup.clone(),
-        };
+        let members = process_set(&plan, pid);
         Some(insitu::Driver::start(
             members,
             args.work,
@@ -322,15 +314,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     } else {
         None
     };
-    let members = crate::insitu::Members {
-        roots: if plan.several {
-            plan.roots.clone()
-        } else {
-            vec![pid]
-        },
-        follow_forks: plan.scope.follow_forks,
-        cgroup: plan.scope.cgroup.clone(),
-    };
+    let members = process_set(&plan, pid);
     let (budget, budget_hint) = match args.budget {
         Some(asked) => (
             Some(super::budget::Driver::start(

@@ -63,16 +63,27 @@ fn unprobed(args: &[&str]) -> (f64, f64) {
     (per_unit(&line), field(&line, "ns_per_unit"))
 }
 
-/// One budgeted run of the flood with `args`, the probes `specs`: the fixture's `done`
-/// line and probetop's export.
+/// One budgeted run of the flood with `args`, the probes `specs`, in 5 s budget windows:
+/// the fixture's `done` line and probetop's export.
 fn budgeted(
     cache: &std::path::Path,
     budget: &str,
     args: &[&str],
     specs: &[&str],
 ) -> (String, serde_json::Value) {
+    budgeted_over(cache, budget, "5", args, specs)
+}
+
+/// `budgeted` with budget windows of `window` seconds.
+fn budgeted_over(
+    cache: &std::path::Path,
+    budget: &str,
+    window: &str,
+    args: &[&str],
+    specs: &[&str],
+) -> (String, serde_json::Value) {
     let mut target = flood(args);
-    let json = export_path("budget.json");
+    let json = export_path(&format!("budget-{window}s.json"));
     let mut cmd = probetop();
     cmd.env("XDG_CACHE_HOME", cache)
         .args([
@@ -82,7 +93,7 @@ fn budgeted(
             "--budget",
             budget,
             "--budget-window",
-            "5",
+            window,
         ])
         .args(specs.iter().flat_map(|s| ["-e", s]))
         .arg("--export")
@@ -471,24 +482,10 @@ fn many_probes_hold_the_budget_from_the_first_window() {
     let _turn = turn(module_path!());
     let _alone = alone();
     let cache = calibrated_cache("budget-many");
-    let mut target = flood(ARGS);
-    let json = export_path("budget-many.json");
-    let mut cmd = probetop();
-    cmd.env("XDG_CACHE_HOME", &cache)
-        .args(["--pid", &target.pid().to_string(), "--no-tui"])
-        .args(["--budget", "2%", "--budget-window", "4"])
-        .args(["-e", "uprobe:flood_hit"])
-        .args(MANY.iter().flat_map(|s| ["-e", s]))
-        .arg("--export")
-        .arg(&json);
-    let mut probetop = Running::spawn(cmd);
-    probetop.err().wait_for("attached");
-    target.signal(libc::SIGUSR1);
-    let line = done_line(&target);
-    assert!(target.wait().success());
-    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
-    let report = read_export(&json);
-    let _ = std::fs::remove_file(&json);
+    let specs: Vec<&str> = std::iter::once("uprobe:flood_hit")
+        .chain(MANY.iter().copied())
+        .collect();
+    let (line, report) = budgeted_over(&cache, "2%", "4", ARGS, &specs);
     let budget = &report["budget"];
     let probes = report["probes"].as_array().expect("probes").len();
     eprintln!("{probes} probes; {budget}");

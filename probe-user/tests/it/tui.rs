@@ -122,13 +122,7 @@ fn status_drops(screen: &str) -> Option<u64> {
 #[ignore = "needs root, the fixtures and tmux"]
 fn sort_filter_select_detach_reset_export_quit() {
     let _turn = turn(module_path!());
-    let target = {
-        let mut command = Command::new(fixture("c/workload"));
-        command.args(["--forever", "--rate", "5000"]);
-        let running = Running::spawn(command);
-        running.out().wait_for("ready pid=");
-        running
-    };
+    let target = workload(&["--forever", "--rate", "5000"]);
     let dir = temp_dir("main");
     let command = format!(
         "{} --pid {} -e uprobe:work_unit -e uretprobe:work_unit -e uprobe:leaf_ret --args 1 --export {} --export {} 2>{}",
@@ -317,13 +311,7 @@ fn sort_filter_select_detach_reset_export_quit() {
 #[ignore = "needs root, the fixtures and tmux"]
 fn resizes_and_honours_no_color() {
     let _turn = turn(module_path!());
-    let target = {
-        let mut command = Command::new(fixture("c/workload"));
-        command.args(["--forever", "--rate", "1000"]);
-        let running = Running::spawn(command);
-        running.out().wait_for("ready pid=");
-        running
-    };
+    let target = workload(&["--forever", "--rate", "1000"]);
     let dir = temp_dir("nocolor");
     let command = format!(
         "NO_COLOR=1 {} --pid {} -e uprobe:work_unit -e uprobe:leaf_ret 2>/dev/null",
@@ -631,13 +619,7 @@ fn a_line_said_while_the_tui_runs_goes_to_the_footer_then_stderr() {
 /// probetop's TUI on a paced workload in tmux, with `env` settings before it and
 /// `--export DIR/run.json`, once its probe counts.
 fn tui_on_workload(name: &str, env: &str) -> (Tmux, Running, PathBuf) {
-    let target = {
-        let mut command = Command::new(fixture("c/workload"));
-        command.args(["--forever", "--rate", "2000"]);
-        let running = Running::spawn(command);
-        running.out().wait_for("ready pid=");
-        running
-    };
+    let target = workload(&["--forever", "--rate", "2000"]);
     let dir = temp_dir(name);
     let command = format!(
         "env {env} {} --pid {} -e uprobe:work_unit --export {} 2>{}",
@@ -814,13 +796,7 @@ fn the_headline_and_every_function_name_fit_80x24() {
 #[ignore = "needs root, the fixtures and tmux"]
 fn the_budget_says_its_use_and_duty_in_the_status_line_down_to_80_columns() {
     let _turn = turn(module_path!());
-    let target = {
-        let mut command = Command::new(fixture("c/workload"));
-        command.args(["--forever", "--rate", "20000"]);
-        let running = Running::spawn(command);
-        running.out().wait_for("ready pid=");
-        running
-    };
+    let target = workload(&["--forever", "--rate", "20000"]);
     let dir = temp_dir("budget");
     let calibrated = Tmux::calibrated(&dir);
     let command = format!(
@@ -880,13 +856,7 @@ fn headline_form(screen: &str) -> (bool, bool, bool) {
 #[ignore = "needs root, the fixtures and tmux"]
 fn the_demo_headline_keeps_its_form_every_second() {
     let _turn = turn(module_path!());
-    let target = {
-        let mut command = Command::new(fixture("c/workload"));
-        command.args(["--forever", "--rate", "20000"]);
-        let running = Running::spawn(command);
-        running.out().wait_for("ready pid=");
-        running
-    };
+    let target = workload(&["--forever", "--rate", "20000"]);
     let dir = temp_dir("demo-headline");
     let calibrated = Tmux::calibrated(&dir);
     let command = format!(
