@@ -337,11 +337,14 @@ fn resizes_and_honours_no_color() {
         tmux.resize(width, height);
         let screen = tmux.wait_for(&format!("{width}x{height}"), |s| {
             let lines: Vec<&str> = s.lines().collect();
+            // At 80x24 the detail pane's title too: the frame drawn at the old size,
+            // cropped by tmux, can already show the status line and the rows.
             if width < 40 {
                 s.contains("needs at least")
             } else {
                 lines.first().is_some_and(|l| l.contains("attached"))
                     && lines.iter().any(|l| l.starts_with("│leaf_ret "))
+                    && (width != 80 || s.contains("handler time by percentile"))
             }
         });
         if width == 80 {
