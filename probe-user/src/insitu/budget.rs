@@ -1021,6 +1021,32 @@ mod tests {
         if plan.on_s > 0.0 { 1.0 } else { 0.0 }
     }
 
+    /// One period of `plan` run and read back: attached when it has a part the window
+    /// can pay for, the probes costing `rate` CPUs while attached (and over half of
+    /// `calls_s`, the attach calls) beside a target on `base` of one CPU, `toggled`
+    /// probes moved each way. Whether it was attached.
+    fn run_period(
+        c: &mut Controller,
+        plan: &Plan,
+        (rate, base): (f64, f64),
+        toggled: f64,
+        calls_s: f64,
+    ) -> bool {
+        let on = plan.on_s > 0.0 && c.part_affordable();
+        let (on_s, calls_s) = if on { (plan.on_s, calls_s) } else { (0.0, 0.0) };
+        let estimated_ns = rate * (on_s + calls_s / 2.0) * 1e9;
+        c.observe(Observed {
+            period_s: plan.period_s,
+            on_s,
+            estimated_ns,
+            target_cpu_ns: base * plan.period_s * 1e9 + estimated_ns,
+            toggles: f64::from(u8::from(on)),
+            toggled: if on { toggled } else { 0.0 },
+            calls_s,
+        });
+        on
+    }
+
     #[test]
     fn budgets_parse_and_bad_ones_are_refused() {
         assert_eq!(Budget::parse("2%"), Ok(Budget::Share(0.02)));
@@ -1167,19 +1193,8 @@ mod tests {
         let mut plan = first;
         let mut attached_periods = 0;
         for _ in 0..40 {
-            let on = plan.on_s > 0.0 && c.part_affordable();
-            let (on_s, calls_s) = if on { (plan.on_s, CALLS_S) } else { (0.0, 0.0) };
+            let on = run_period(&mut c, &plan, (rate, BASE), 830.0, CALLS_S);
             attached_periods += usize::from(on);
-            let estimated_ns = rate * (on_s + calls_s / 2.0) * 1e9;
-            c.observe(Observed {
-                period_s: plan.period_s,
-                on_s,
-                estimated_ns,
-                target_cpu_ns: BASE * plan.period_s * 1e9 + estimated_ns,
-                toggles: f64::from(u8::from(on)),
-                toggled: if on { 830.0 } else { 0.0 },
-                calls_s,
-            });
             if c.surveying() {
                 // The first read sheds: the dearest detached, the rest in the kernel.
                 let moved = c.binds() && rate > 1.0;
@@ -1219,18 +1234,7 @@ mod tests {
                 rate *= 0.05;
             }
             let plan = c.plan();
-            let on = plan.on_s > 0.0 && c.part_affordable();
-            let on_s = if on { plan.on_s } else { 0.0 };
-            let estimated_ns = rate * on_s * 1e9;
-            c.observe(Observed {
-                period_s: plan.period_s,
-                on_s,
-                estimated_ns,
-                target_cpu_ns: 0.065 * plan.period_s * 1e9 + estimated_ns,
-                toggles: f64::from(u8::from(on)),
-                toggled: if on { 830.0 } else { 0.0 },
-                calls_s: 0.0,
-            });
+            run_period(&mut c, &plan, (rate, 0.065), 830.0, 0.0);
             lines.extend(c.floor_news());
         }
         assert_eq!(lines.len(), 2, "{lines:#?}");
@@ -1249,20 +1253,8 @@ mod tests {
         let (mut attached, mut total) = (0, 0);
         for _ in 0..40 {
             let plan = c.plan();
-            let on = plan.on_s > 0.0 && c.part_affordable();
-            let on_s = if on { plan.on_s } else { 0.0 };
-            attached += usize::from(on);
+            attached += usize::from(run_period(&mut c, &plan, (0.75, 0.1), 1.0, 0.0));
             total += 1;
-            let estimated_ns = 0.75 * on_s * 1e9;
-            c.observe(Observed {
-                period_s: plan.period_s,
-                on_s,
-                estimated_ns,
-                target_cpu_ns: 0.1 * plan.period_s * 1e9 + estimated_ns,
-                toggles: f64::from(u8::from(on)),
-                toggled: f64::from(u8::from(on)),
-                calls_s: 0.0,
-            });
             if c.surveying() {
                 c.surveyed(false);
             }
