@@ -111,9 +111,6 @@ class Server:
                              check=True, capture_output=True, text=True).stdout
         return int(out.split()[1])
 
-    def read(self):
-        return cpu_s(self.pid), threads_ns(self.pid), self.statements()
-
     def window(self, start, end):
         """CPU s, connection threads' CPU s, statements between two readings."""
         (c0, th0, q0), (c1, th1, q1) = start, end
@@ -139,7 +136,16 @@ class Twin:
         self.probed, self.control = probed, control
 
     def read(self):
-        return time.monotonic(), steal_s(), self.probed.read(), self.control.read()
+        # Both CPU clocks first, back to back: the statement counts take a client
+        # connection each (tens of ms), and a burst of the probed server's (the attach)
+        # must fall on the same side of a window's edge for both.
+        a, b = self.clocks()
+        t, steal = time.monotonic(), steal_s()
+        ta, tb = threads_ns(self.probed.pid), threads_ns(self.control.pid)
+        return t, steal, (a, ta, self.probed.statements()), (b, tb, self.control.statements())
+
+    def clocks(self):
+        return cpu_s(self.probed.pid), cpu_s(self.control.pid)
 
     def window(self, kind, start, end):
         (t0, s0, p0, c0), (t1, s1, p1, c1) = start, end
@@ -156,24 +162,26 @@ class Twin:
         return w
 
 
-def seconds(twin):
-    """Wait out a window, reading both servers' CPU each second: where in it a cost lies."""
-    trace, t0 = [], time.monotonic()
-    last = (cpu_s(twin.probed.pid), cpu_s(twin.control.pid))
-    for k in range(1, int(WINDOW) + 1):
+def seconds(twin, start):
+    """Wait out a window from the reading `start`, reading both servers' CPU each second
+    (where in the window a cost lies); the seconds add up to the window."""
+    trace, t0 = [], start[0]
+    last = (start[2][0], start[3][0])
+    for k in range(1, int(WINDOW)):
         time.sleep(max(0.0, t0 + k - time.monotonic()))
-        now = (cpu_s(twin.probed.pid), cpu_s(twin.control.pid))
+        now = twin.clocks()
         trace.append((now[0] - last[0], now[1] - last[1]))
         last = now
     time.sleep(max(0.0, t0 + WINDOW - time.monotonic()))
-    return trace
+    end = twin.read()
+    trace.append((end[2][0] - last[0], end[3][0] - last[1]))
+    return trace, end
 
 
 def unprobed(twin, n, windows):
     start = twin.read()
     for _ in range(n):
-        trace = seconds(twin)
-        end = twin.read()
+        trace, end = seconds(twin, start)
         windows.append(twin.window("U", start, end))
         windows[-1]["trace"] = trace
         start = end
@@ -199,8 +207,7 @@ def probed(twin, windows, out):
     reader = threading.Thread(target=lambda: lines.extend(l.rstrip() for l in tool.stderr))
     reader.start()
     for k in range(ROUNDS):
-        trace = seconds(twin)
-        end = twin.read()
+        trace, end = seconds(twin, start)
         windows.append(twin.window(f"B{k + 1}", start, end))
         windows[-1]["trace"] = trace
         start = end
