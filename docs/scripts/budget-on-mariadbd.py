@@ -129,6 +129,7 @@ class Server:
             self.load.wait()
         self.process.terminate()
         self.process.wait()
+        shutil.rmtree(os.path.dirname(self.socket), ignore_errors=True)  # its datadir
 
 
 class Twin:
