@@ -306,13 +306,15 @@ pub(crate) struct RunArgs {
         value_parser = power_of_two(4, 2048 << 10, "KiB"))]
     pub ring_kib: Option<u32>,
 
-    /// How hits reach probetop: `ring` streams every hit; `sample` streams one hit in
-    /// --sample-every and counts all in the kernel; `kernel` aggregates in the kernel
-    /// (cheapest per hit, histogram within 3.2%, no per-hit records); `auto` streams
+    /// How hits reach probetop: `auto` (the default) streams every hit, as `ring` does,
     /// until the probes streaming pass --auto-above hits/s together or the ring buffer
-    /// drops records, then aggregates the busiest in the kernel until the rest fit.
-    /// `kernel` times one hit in --time-every.
-    #[arg(long, value_enum, default_value_t = Mode::Ring)]
+    /// drops records, then aggregates the busiest in the kernel until the rest fit,
+    /// saying each move once (hits stay exact); `ring` streams every hit and never moves
+    /// one (a full ring buffer drops records: counted, not timed); `sample` streams one
+    /// hit in --sample-every and counts all in the kernel; `kernel` aggregates in the
+    /// kernel (cheapest per hit, histogram within 3.2%, no per-hit records). `kernel`
+    /// times one hit in --time-every.
+    #[arg(long, value_enum, default_value_t = Mode::Auto)]
     pub mode: Mode,
 
     /// With --mode sample: stream one hit in this many (1 to 10^9).

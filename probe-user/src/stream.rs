@@ -232,6 +232,8 @@ pub(crate) async fn collect(
     let mut auto = options
         .auto_kernel_above
         .map(|limit| AutoMode::new(limit, options.auto_time_every));
+    // Without auto mode nothing moves when the ring buffer drops: said once.
+    let mut drops_said = false;
     let snapshot = |aggregator: &Aggregator,
                     pricer: &Pricer,
                     elapsed: Duration,
@@ -262,6 +264,8 @@ pub(crate) async fn collect(
                 // runs only before it.
                 if let Some(auto) = auto.as_mut() {
                     auto.judge(&mut stream, &mut counters, &mut aggregator);
+                } else if !drops_said {
+                    drops_said = say_drops_without_auto(&mut aggregator);
                 }
             }
             _ = read_own_usage.tick() => {
@@ -884,9 +888,15 @@ impl AutoMode {
                     "{name} fires {per_second:.0} hits/s; the run streams {run_per_second:.0} hits/s in all, above {limit:.0}"
                 ),
             };
-            aggregator
-                .notices
-                .push(format!("{why}: aggregating it in the kernel from now on"));
+            // No record carries its `--args` values from now on.
+            let args = if probe.last_args.is_some() {
+                "; its argument values shown stay those of its last streamed hit"
+            } else {
+                ""
+            };
+            aggregator.notices.push(format!(
+                "{why}: aggregating it in the kernel from now on{args}"
+            ));
         }
     }
 
@@ -907,6 +917,20 @@ impl AutoMode {
             stuck.join(", ")
         ));
     }
+}
+
+/// Outside auto mode (`--mode ring`, `sample`, or `kernel`'s clock phase) a full ring
+/// buffer's records are lost to the histograms, the per-thread counts and the latency and
+/// key rows: said once, with the mode that keeps them. Returns whether it was said.
+fn say_drops_without_auto(aggregator: &mut Aggregator) -> bool {
+    let dropped = aggregator.dropped();
+    if dropped == 0 {
+        return false;
+    }
+    aggregator.notices.push(format!(
+        "the ring buffer dropped {dropped} records: their hits stay counted, but they are not timed, split by thread, paired or keyed; --mode auto (the default) moves the busiest probes into the kernel instead, where every hit is counted and one in --time-every timed"
+    ));
+    true
 }
 
 /// Reads every probe's drops from the kernel (a failed read keeps the last count).
@@ -1099,6 +1123,19 @@ mod tests {
         assert!(first.rss_bytes.is_some_and(|b| b > 0));
         assert_eq!(first.cpu_share, None, "no rate from one reading");
         assert!(meter.measure().cpu_share.is_some());
+    }
+
+    #[test]
+    fn drops_outside_auto_mode_are_said_naming_auto() {
+        let mut aggregator = Aggregator::new(2);
+        assert!(!say_drops_without_auto(&mut aggregator), "nothing dropped");
+        assert!(aggregator.notices.is_empty());
+        aggregator.set_dropped(1, 7);
+        assert!(say_drops_without_auto(&mut aggregator));
+        assert_eq!(aggregator.notices.len(), 1);
+        let line = &aggregator.notices[0];
+        assert!(line.contains("dropped 7 records"), "{line}");
+        assert!(line.contains("--mode auto (the default)"), "{line}");
     }
 
     fn streaming(rates: &[(f64, bool)]) -> Vec<Streaming> {

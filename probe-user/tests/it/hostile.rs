@@ -751,8 +751,9 @@ fn a_library_replaced_before_it_is_loaded_is_probed_where_it_is_loaded() {
 
 /// Issue 18 item 12 (#15 item 4): hits the ring buffer drops never reach probetop, so
 /// its per-thread counts of records could not hold them; the kernel counts them per
-/// thread. With a ring far too small for the flood, every thread's records plus its
-/// drops are exactly its calls.
+/// thread. With a ring far too small for the flood (`--mode ring`, which never moves a
+/// probe into the kernel), every thread's records plus its drops are exactly its calls,
+/// and the drops are said once, naming the mode that keeps them.
 #[test]
 #[ignore = "needs root and the fixtures"]
 fn drops_are_counted_per_thread() {
@@ -771,7 +772,15 @@ fn drops_are_counted_per_thread() {
     let json = export_path("thread-drops.json");
     let mut cmd = probetop();
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
-        .args(["-e", "uprobe:work_unit", "--ring-kib", "4", "--export"])
+        .args([
+            "-e",
+            "uprobe:work_unit",
+            "--mode",
+            "ring",
+            "--ring-kib",
+            "4",
+        ])
+        .arg("--export")
         .arg(&json);
     let mut probetop = Running::spawn(cmd);
     let mut stderr = probetop.err().until("attached");
@@ -798,6 +807,12 @@ fn drops_are_counted_per_thread() {
         THREADS as u64 * calls
     );
     assert_eq!(probe["threads_cover"], "every-hit", "{probe}");
+    let said: Vec<&String> = stderr
+        .iter()
+        .filter(|l| l.contains("the ring buffer dropped"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr:#?}");
+    assert!(said[0].contains("--mode auto"), "{said:?}");
     let count = |key: &str, tid: u64| {
         probe[key]
             .get(tid.to_string())

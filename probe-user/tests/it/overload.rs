@@ -107,14 +107,14 @@ fn in_kernel_aggregation_keeps_up() {
     flood("kernel", &[]);
 }
 
-/// `--mode auto` weighs the run whole: three probes on every call of the workload, each
-/// under `--auto-above` (10^9 hits/s, more than any probe can fire), overrun a 4 KiB ring
-/// buffer together. Auto mode moves them into the kernel, busiest first, as drops show,
-/// says each move once, and the calls made after the moves drop nothing. Every call is
-/// counted, exactly, by every probe.
+/// A run without `--mode` is in auto mode, which weighs the run whole: three probes on
+/// every call of the workload, each under `--auto-above` (10^9 hits/s, more than any
+/// probe can fire), overrun a 4 KiB ring buffer together. Auto mode moves them into the
+/// kernel, busiest first, as drops show, says each move once, and the calls made after
+/// the moves drop nothing. Every call is counted, exactly, by every probe.
 #[test]
 #[ignore = "needs root and the fixtures"]
-fn auto_mode_moves_probes_that_overrun_the_ring_together() {
+fn a_default_run_moves_probes_that_overrun_the_ring_together() {
     let _turn = turn(module_path!());
     const SPECS: [&str; 3] = ["uprobe:work_unit", "uprobe:leaf_ret", "usdt:workload:unit"];
     // A private copy: no other test's probe on this file counts its calls.
@@ -125,7 +125,7 @@ fn auto_mode_moves_probes_that_overrun_the_ring_together() {
     let mut cmd = probetop();
     cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
         .arg(&json)
-        .args(["--mode", "auto", "--auto-above", "1e9", "--ring-kib", "4"]);
+        .args(["--auto-above", "1e9", "--ring-kib", "4"]);
     for spec in SPECS {
         cmd.args(["-e", spec]);
     }

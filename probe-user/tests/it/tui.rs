@@ -396,7 +396,8 @@ fn flood_seconds() -> f64 {
 /// loaded machine, not a timing measurement: the UI redraws every 100 ms.
 const KEY_BOUND: Duration = Duration::from_secs(5);
 
-/// A probe hit from every CPU as fast as the kernel allows, while keys are sent again
+/// A probe hit from every CPU as fast as the kernel allows, its every hit streamed
+/// (`--mode ring`: auto mode would move it into the kernel), while keys are sent again
 /// and again: each takes effect on screen within KEY_BOUND, the counts keep moving,
 /// drops (if the collector falls behind) are shown consistently, and `q` ends it with
 /// every probe gone.
@@ -418,7 +419,7 @@ fn stays_responsive_under_a_flood() {
     );
     let dir = temp_dir("flood");
     let command = format!(
-        "{} --pid {} -e uprobe:work_unit --export {} 2>{}",
+        "{} --pid {} -e uprobe:work_unit --mode ring --export {} 2>{}",
         shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),
         target.pid(),
         shell_quote(&dir.join("flood.json")),
