@@ -101,6 +101,11 @@ const ESTIMATE_ERROR: f64 = 0.25;
 /// the ratio is then known to within a quarter.
 const SIGNAL: f64 = 4.0;
 
+/// Once divided by, a share stays so until it falls below this many times its
+/// uncertainty: a target whose ratio sits near [`SIGNAL`] keeps one form instead of
+/// flipping between the ratio and the words every second.
+const SIGNAL_HELD: f64 = 3.0;
+
 /// What the headline sets the probes' cost against.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Against {
@@ -116,9 +121,17 @@ enum Against {
 /// `own_error` (a ratio over a process that is mostly the probes, or mostly noise,
 /// moves by itself from second to second: "+930% on 0.49%" one second, nothing the
 /// next); else the probes' share of its whole CPU (`own` + `probes`, uncertainty
-/// `whole_error`), which stays put; else nothing.
-fn against_target(probes: f64, own: f64, own_error: f64, whole_error: f64) -> Option<Against> {
-    if own > 0.0 && own >= SIGNAL * own_error {
+/// `whole_error`), which stays put; else nothing. `held`: the last reading was set
+/// against its own CPU, which then holds down to [`SIGNAL_HELD`] times.
+fn against_target(
+    probes: f64,
+    own: f64,
+    own_error: f64,
+    whole_error: f64,
+    held: bool,
+) -> Option<Against> {
+    let signal = if held { SIGNAL_HELD } else { SIGNAL };
+    if own > 0.0 && own >= signal * own_error {
         return Some(Against::Own(own));
     }
     let whole = own + probes;
@@ -133,6 +146,7 @@ fn estimate_against(
     probes: Option<f64>,
     measured: Option<f64>,
     error: Option<f64>,
+    held: bool,
 ) -> Option<Against> {
     let measured = measured?;
     let probes = probes.unwrap_or(0.0);
@@ -142,6 +156,7 @@ fn estimate_against(
         measured - probes,
         error + ESTIMATE_ERROR * probes,
         error,
+        held,
     )
 }
 
@@ -211,6 +226,14 @@ impl Pricing {
 impl Headline {
     /// Live: the probes' rates over the last second and their prices now.
     pub(crate) fn live(snapshot: &Snapshot) -> Self {
+        Self::live_after(snapshot, None)
+    }
+
+    /// [`Headline::live`] after the `previous` reading: a target set against its own
+    /// CPU last second stays so while its ratio is still nearly as well known
+    /// ([`SIGNAL_HELD`]), so the status line keeps its form at the rule's edge.
+    pub(crate) fn live_after(snapshot: &Snapshot, previous: Option<&Headline>) -> Self {
+        let held = previous.is_some_and(|h| h.target_own.is_some());
         let cpu_share = snapshot.cpu_share();
         let (mut cost, mut rate) = (0.0, 0.0);
         for p in &snapshot.probes {
@@ -230,6 +253,7 @@ impl Headline {
             cpu_share,
             snapshot.target_cpu,
             snapshot.target_cpu_error,
+            held,
         ));
         Self {
             cpu_share,
@@ -255,7 +279,7 @@ impl Headline {
         let (target_own, of_target) = split(
             summary
                 .base_share
-                .and_then(|base| against_target(share.mean, base, error, error)),
+                .and_then(|base| against_target(share.mean, base, error, error, false)),
         );
         Some(Self {
             cpu_share: Some(share.mean),
@@ -306,6 +330,7 @@ impl Headline {
             cpu_share,
             report.target_cpu,
             report.target_cpu_error,
+            false,
         ));
         Self {
             cpu_share,
@@ -438,8 +463,9 @@ impl Headline {
             }
             return "cost ? (calibrate)".into();
         };
+        // Whole words: "situ" alone read as a word cut short.
         let how = match self.method {
-            Method::InSitu { .. } => "situ",
+            Method::InSitu { .. } => "in situ",
             _ => "est",
         };
         let share = format!("{:<15}", format!("cost +{} cpu", share_text(share)));
@@ -521,14 +547,21 @@ impl Headline {
         } else {
             ("space detaches, or --mode kernel", "--mode kernel")
         };
-        let line = format!("over {:.0}%", WARN_SHARE * 100.0);
+        // The set is what crosses the line; each name carries its own share. "all
+        // probes" and "alone" keep a probe's 1.9% from reading as over 5%.
+        let what = if self.cpu_share.is_some_and(|s| s > WARN_SHARE) {
+            "one CPU"
+        } else {
+            "target's CPU"
+        };
+        let set = format!("all probes over {:.0}% of {what}", WARN_SHARE * 100.0);
         // Fewer names before the brief form: the sentence says which line was crossed.
         let names = |k| {
             let names = dearest_names(dearest, k);
             if names.is_empty() {
                 String::new()
             } else {
-                format!("dearest {names}; ")
+                format!("dearest alone: {names}; ")
             }
         };
         let counts: Vec<usize> = (1..=dearest.len().min(3)).rev().collect();
@@ -540,10 +573,20 @@ impl Headline {
         candidates.extend(
             counts
                 .iter()
-                .map(|&k| format!("! {line}: {}{brief}", names(k))),
+                .map(|&k| format!("! {set}; {}{brief}", names(k))),
         );
-        if let Some((name, share)) = dearest.first() {
-            candidates.push(format!("! {line}: dearest {name} {}", share_text(*share)));
+        match dearest.first() {
+            Some((name, share)) => {
+                let alone = format!("{name} alone {}", share_text(*share));
+                candidates.push(format!("! {set}; {alone}; {brief}"));
+                candidates.push(format!("! {set}; {alone}; --budget"));
+                candidates.push(format!("! {set}; {alone}"));
+                candidates.push(format!(
+                    "! together over {:.0}%; {alone}",
+                    WARN_SHARE * 100.0
+                ));
+            }
+            None => candidates.push(format!("! {set}")),
         }
         let fits = |c: &String| c.chars().count() <= width;
         let shortest = candidates.last().cloned().unwrap_or_default();
@@ -571,7 +614,8 @@ fn dearest_names(dearest: &[(String, f64)], k: usize) -> String {
 pub(crate) fn live_warning(labels: &[super::ProbeLabel], snapshot: &Snapshot) -> Option<String> {
     // A line of its own on stderr: room for the function names whole (their parameter
     // lists go first), where the footer's 28 columns cut them in the middle.
-    let (live, dear) = over_the_guard(labels, snapshot, STDERR_NAME)?;
+    let live = Headline::live(snapshot);
+    let dear = over_the_guard(labels, snapshot, &live, STDERR_NAME)?;
     live.warning(&dear, BUDGET_FLAG)
 }
 
@@ -581,24 +625,26 @@ const STDERR_NAME: usize = 64;
 /// The width of a probe's name in the TUI footer's warning.
 const FOOTER_NAME: usize = 28;
 
-/// [`live_warning`] in at most `width` characters (the TUI's footer).
+/// [`live_warning`] in at most `width` characters (the TUI's footer), for `live`, the
+/// headline its status line shows.
 pub(crate) fn live_warning_fit(
     labels: &[super::ProbeLabel],
     snapshot: &Snapshot,
+    live: &Headline,
     width: usize,
 ) -> Option<String> {
-    let (live, dear) = over_the_guard(labels, snapshot, FOOTER_NAME)?;
+    let dear = over_the_guard(labels, snapshot, live, FOOTER_NAME)?;
     live.warning_fit(&dear, BUDGET_FLAG, width)
 }
 
-/// The live headline and the probes dearest first, once the probes cost more than
-/// [`WARN_SHARE`]; `None` under it.
+/// The probes dearest first, once `live` costs more than [`WARN_SHARE`]; `None`
+/// under it.
 fn over_the_guard(
     labels: &[super::ProbeLabel],
     snapshot: &Snapshot,
+    live: &Headline,
     name_width: usize,
-) -> Option<(Headline, Vec<(String, f64)>)> {
-    let live = Headline::live(snapshot);
+) -> Option<Vec<(String, f64)>> {
     if !live.too_dear() {
         return None;
     }
@@ -609,8 +655,7 @@ fn over_the_guard(
     let shares: Vec<Option<f64>> = (0..labels.len())
         .map(|id| snapshot.probes.get(id).and_then(|p| p.cpu_share))
         .collect();
-    let dear = dearest(&names, &shares);
-    Some((live, dear))
+    Some(dearest(&names, &shares))
 }
 
 /// Per-probe lines (share of one CPU, text) dearest first, ties and unpriced in their
@@ -891,7 +936,7 @@ mod tests {
             "{line}"
         );
         // The footer keeps its narrow names.
-        let footer = live_warning_fit(&labels, &s, 400).expect("over 5%");
+        let footer = live_warning_fit(&labels, &s, &Headline::live(&s), 400).expect("over 5%");
         assert!(footer.contains("…"), "{footer}");
     }
 
@@ -929,20 +974,31 @@ mod tests {
             ("uprobe:do_command(…)".to_string(), 0.002),
         ];
         let at = |width| h.warning_fit(&dear, true, width).expect("too dear");
+        // What crossed 5% is the set; a probe's 2.0% is its own share.
         assert_eq!(
             at(79),
-            "! over 5%: dearest dispatch_command+ret [sstep] 2.0%; --budget or --mode kernel"
+            "! all probes over 5% of target's CPU; dispatch_command+ret [sstep] alone 2.0%"
+        );
+        assert_eq!(
+            h.warning_fit(&[("work_unit".into(), 0.019)], true, 79),
+            Some("! all probes over 5% of target's CPU; work_unit alone 1.9%; --budget".into())
         );
         assert_eq!(
             at(159),
-            "! probes cost 3.0% of one CPU, +27% on its own CPU (over 5%); dearest \
+            "! probes cost 3.0% of one CPU, +27% on its own CPU (over 5%); dearest alone: \
              dispatch_command+ret [sstep] 2.0%; space detaches, or --budget, --mode kernel"
         );
         assert_eq!(
             at(240),
-            "! probes cost 3.0% of one CPU, +27% on its own CPU (over 5%); dearest \
+            "! probes cost 3.0% of one CPU, +27% on its own CPU (over 5%); dearest alone: \
              dispatch_command+ret [sstep] 2.0%, uprobe:dispatch_command(…) 0.30%, \
              uprobe:do_command(…) 0.20%; space detaches, or --budget, --mode kernel"
+        );
+        // Over 5% of one CPU: that is the line named.
+        let dear_cpu = Headline::live(&snapshot(&[(40_000.0, Some(2000.0))], None));
+        assert_eq!(
+            dear_cpu.warning_fit(&[("work_unit".into(), 0.05)], true, 79),
+            Some("! all probes over 5% of one CPU; work_unit alone 5.0%; --budget".into())
         );
         for width in [40, 60, 79, 100, 120, 159, 200] {
             let text = at(width);
@@ -1051,14 +1107,58 @@ mod tests {
             }
         }
         assert_eq!(
-            against_target(0.046, 0.005, 0.0115, 0.0),
+            against_target(0.046, 0.005, 0.0115, 0.0, false),
             Some(Against::Whole(0.046 / (0.005 + 0.046)))
         );
         assert_eq!(
-            against_target(0.032, 0.179, 0.008, 0.0),
+            against_target(0.032, 0.179, 0.008, 0.0, false),
             Some(Against::Own(0.179))
         );
-        assert_eq!(against_target(0.0, 0.003, 0.001, 0.001), None);
+        assert_eq!(against_target(0.0, 0.003, 0.001, 0.001, false), None);
+    }
+
+    /// Hysteresis at the rule's edge: a target whose own CPU sits at 3.8x and 4.2x its
+    /// uncertainty in turn keeps the form it took (each reading alone would flip the
+    /// status line every second); it goes back to words only below 3x.
+    #[test]
+    fn a_ratio_near_the_rule_s_edge_keeps_its_form() {
+        // 3.2% of one CPU on a measured 21.1%: own 17.9%, uncertain by the
+        // measurement's error plus a quarter of 3.2%.
+        let at = |times: f64| {
+            let mut s = snapshot(&[(0.032 / 2.3e-6, Some(2300.0))], Some(0.211));
+            s.target_cpu_error = Some(0.179 / times - 0.25 * 0.032);
+            s
+        };
+        let readings: Vec<Snapshot> = [4.2, 3.8, 4.1, 3.9, 4.3, 3.7, 4.0, 3.6]
+            .into_iter()
+            .map(at)
+            .collect();
+        // Each alone, the form flips with every reading.
+        let alone: Vec<bool> = readings
+            .iter()
+            .map(|s| Headline::live(s).target_own.is_some())
+            .collect();
+        assert_eq!(alone, [true, false, true, false, true, false, true, false]);
+        // In turn, one form throughout.
+        let mut previous: Option<Headline> = None;
+        for (i, s) in readings.iter().enumerate() {
+            let h = Headline::live_after(s, previous.as_ref());
+            assert!(h.target_own.is_some(), "reading {i}: {h:?}");
+            assert!(h.status().contains(" on target's "), "{}", h.status());
+            previous = Some(h);
+        }
+        // Starting under 4x: words until it reaches 4x, then the ratio held.
+        let mut previous: Option<Headline> = None;
+        let mut forms = Vec::new();
+        for s in readings[1..].iter() {
+            let h = Headline::live_after(s, previous.as_ref());
+            forms.push(h.target_own.is_some());
+            previous = Some(h);
+        }
+        assert_eq!(forms, [false, true, true, true, true, true, true]);
+        // Below 3x, back to words.
+        let h = Headline::live_after(&at(2.9), previous.as_ref());
+        assert_eq!(h.target_own, None, "{h:?}");
     }
 
     /// In situ, the detached windows' CPU is measured as the added share is: divided by
@@ -1094,6 +1194,14 @@ mod tests {
         assert!((demo.of_target.expect("whole") - 0.046 / 0.051).abs() < 1e-9);
         let server = Headline::of_in_situ(&summary(0.179)).expect("a share");
         assert_eq!(server.target_own, Some(0.179));
+        // The narrowest form says how in whole words ("situ" alone read as a cut word).
+        for h in [demo, server] {
+            assert!(
+                h.status_short().ends_with(" in situ"),
+                "{}",
+                h.status_short()
+            );
+        }
     }
 
     /// The method says how each part was priced: probetop's own probes as the run

@@ -89,6 +89,24 @@ pub(crate) fn fit(display: &str, width: usize) -> String {
     fit_parts(&split(display), width, true)
 }
 
+/// A title's name: `display`, and ` = resolved` (what the name resolved to) while it
+/// fits, in at most `width` characters; fitted as [`fit`] fits it, so the function
+/// name stays whole where a cut in the middle would lose it.
+pub(crate) fn fit_title(display: &str, resolved: Option<&str>, width: usize) -> String {
+    let name = fit(display, width);
+    let Some(resolved) = resolved else {
+        return name;
+    };
+    let room = width.saturating_sub(name.chars().count() + 3);
+    // A resolved name cut to a stub says nothing: then it is left out.
+    if room >= resolved.chars().count().min(12) {
+        let resolved = fit(resolved, room);
+        format!("{name} = {resolved}")
+    } else {
+        name
+    }
+}
+
 /// A table row's name: `display` without its kind (the table shows the kind once, in a
 /// column of its own or its title), fitted to `width` as [`fit`] fits it.
 pub(crate) fn fit_name(display: &str, width: usize) -> String {
@@ -167,6 +185,54 @@ fn fit_parts(p: &Parts<'_>, width: usize, prefixed: bool) -> String {
     out
 }
 
+/// Whether a table shows each row's kind: only where its probes are of more than one
+/// kind (else its title or heading names the one kind).
+pub(crate) fn shows_kinds(labels: &[ProbeLabel]) -> bool {
+    labels.windows(2).any(|w| w[0].kind != w[1].kind)
+}
+
+/// The names of the rows `ids` (indexes into `labels`) as every table shows them (the
+/// TUI's rows, the end-of-run summary): function first and without their kind, each in
+/// `room` characters with its `mark` after it; parameter lists go first; two sites
+/// whose names would read the same get their sites (` @0x1a2b`).
+pub(crate) fn row_names(
+    labels: &[ProbeLabel],
+    ids: &[usize],
+    room: usize,
+    mark: impl Fn(usize) -> String,
+) -> Vec<String> {
+    let fitted = |id: usize, display: &str| {
+        let mark = mark(id);
+        let name = fit_name(display, room.saturating_sub(mark.chars().count()));
+        format!("{name}{mark}")
+    };
+    let mut names: Vec<String> = ids
+        .iter()
+        .map(|&id| fitted(id, &labels[id].display))
+        .collect();
+    // Distinct sites read as distinct names (overloads whose parameters were dropped).
+    let mut seen: std::collections::HashMap<(&str, &str), Vec<usize>> = Default::default();
+    for (at, &id) in ids.iter().enumerate() {
+        let kind = kind_mark(labels[id].kind);
+        seen.entry((kind, names[at].as_str())).or_default().push(at);
+    }
+    let twins: Vec<usize> = seen
+        .into_values()
+        .filter(|ats| {
+            ats.iter()
+                .any(|&a| labels[ids[a]].display != labels[ids[ats[0]]].display)
+        })
+        .flatten()
+        .collect();
+    for at in twins {
+        let label = &labels[ids[at]];
+        if let Some(site) = label.site {
+            names[at] = fitted(ids[at], &with_site(&label.display, site));
+        }
+    }
+    names
+}
+
 /// `display` with its site, ` @0x1a2b` (the file offset), after the name and its
 /// parameters, before its marks.
 pub(crate) fn with_site(display: &str, site: u64) -> String {
@@ -225,6 +291,28 @@ mod tests {
             "std::vector<int>::push_back(…)"
         );
         assert_eq!(fit("uprobe:operator()(int) const", 12), "operator()");
+    }
+
+    #[test]
+    fn a_title_keeps_the_function_name_whole() {
+        assert_eq!(fit_title(SIG, None, 200), SIG);
+        assert_eq!(
+            fit_title(SIG, None, 74),
+            "uretprobe:dispatch_command(…) [sstep]"
+        );
+        assert_eq!(
+            fit_title("uprobe:calloc", Some("__libc_calloc"), 74),
+            "uprobe:calloc = __libc_calloc"
+        );
+        // No room for what it resolved to: the name alone, whole.
+        assert_eq!(
+            fit_title(SIG, Some("dispatch_command_impl(THD*)"), 40),
+            "uretprobe:dispatch_command(…) [sstep]"
+        );
+        assert_eq!(
+            fit_title(SIG, Some("dispatch_command_impl(THD*)"), 64),
+            "uretprobe:dispatch_command(…) [sstep] = dispatch_command_impl(…)"
+        );
     }
 
     #[test]

@@ -292,7 +292,29 @@ fn every_format_carries_the_cost_and_the_headline() {
         let run_share: f64 = row[col("run_cpu_share")].parse().expect("run_cpu_share");
         assert_eq!(run_share, share);
         assert_eq!(&row[col("run_cost_method")], "estimate");
+        // The headline against the target, as the JSON has it: empty where it is null.
+        for (column, field) in [
+            ("run_target_own_cpu_share", "target_own_cpu_share"),
+            ("run_of_target_cpu", "of_target_cpu"),
+            ("run_target_cpu_share", "target_cpu_share"),
+        ] {
+            match headline[field].as_f64() {
+                Some(json) => {
+                    let csv: f64 = row[col(column)].parse().expect(column);
+                    assert!(
+                        (csv - json).abs() <= json.abs() * 1e-12,
+                        "{column} {csv} {json}"
+                    );
+                }
+                None => assert_eq!(&row[col(column)], "", "{column}: {headline}"),
+            }
+        }
     }
+    // The workload's CPU was measured, so the CSV's column is not empty.
+    assert!(
+        headline["target_cpu_share"].as_f64().is_some(),
+        "{headline}"
+    );
 
     // .prom: a gauge per probe and the headline, labelled by method; no NaN.
     let prom = std::fs::read_to_string(path("prom")).expect("prom");

@@ -4,7 +4,7 @@
 //! CR or LF, quotes doubled. The columns are a stable interface (add at the end, never
 //! rename or reorder):
 //!
-//! `id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner,whole_cost_ns,cpu_share,cost_method,run_cpu_share,run_target_own_cpu_share,run_per_hit_ns,run_cost_method,calls,corrected_min,corrected_mean,corrected_p50,corrected_p90,corrected_p99,corrected_p999,corrected_max,overhead_share,end_path,open,unwound,unmatched`
+//! `id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner,whole_cost_ns,cpu_share,cost_method,run_cpu_share,run_target_own_cpu_share,run_per_hit_ns,run_cost_method,calls,corrected_min,corrected_mean,corrected_p50,corrected_p90,corrected_p99,corrected_p999,corrected_max,overhead_share,end_path,open,unwound,unmatched,run_of_target_cpu,run_target_cpu_share`
 //!
 //! Handler times are nanoseconds, from the probe's whole-run histogram (3 significant
 //! digits); `mean` has up to 3 decimals, the rest are integers. `address` and `file_offset`
@@ -21,7 +21,11 @@
 //! `in-situ` or `none`. The `run_` columns repeat the run's headline on every row: all
 //! probes together as a share of one CPU, the target's own CPU, the cost per hit over
 //! every probe, and how it was obtained (per-probe costs do not add up exactly to the
-//! set's: read `run_cpu_share`).
+//! set's: read `run_cpu_share`); where the target's own CPU is too small or too
+//! uncertain to set the cost against, `run_target_own_cpu_share` is empty and
+//! `run_of_target_cpu` the probes' share of its whole CPU (0.9: 90% of what it ran, the
+//! JSON's `of_target_cpu`); `run_target_cpu_share` its whole CPU as measured, probes
+//! included, share of one CPU.
 //!
 //! A `latency:` pair is a row of its own after the probes' (as in the JSON's `probes`),
 //! of `kind` `latency`: `id`, `address`, `file_offset`, `dropped` and the probe-only
@@ -38,7 +42,7 @@ use std::fmt::Write as _;
 use super::{ExportError, Report};
 use crate::aggregate::HandlerSummary;
 
-pub(crate) const HEADER: [&str; 40] = [
+pub(crate) const HEADER: [&str; 42] = [
     "id",
     "spec",
     "kind",
@@ -79,6 +83,8 @@ pub(crate) const HEADER: [&str; 40] = [
     "open",
     "unwound",
     "unmatched",
+    "run_of_target_cpu",
+    "run_target_cpu_share",
 ];
 
 /// The `calls` to `unmatched` columns, empty on a probe's row.
@@ -99,7 +105,6 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
     let mut out = String::new();
     write_record(&mut out, HEADER.iter().map(|h| h.to_string()));
     let headline = crate::present::headline::Headline::of_report(report);
-    let float = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v}"));
     for p in &report.probes {
         let s = HandlerSummary::of(&p.handler_ns);
         let time = |ns: u64| {
@@ -145,7 +150,8 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 headline.method.as_str().to_string(),
             ]
             .into_iter()
-            .chain(std::iter::repeat_n(String::new(), LATENCY_ONLY)),
+            .chain(std::iter::repeat_n(String::new(), LATENCY_ONLY))
+            .chain(run_target(&headline)),
         );
     }
     for row in &report.latency {
@@ -209,10 +215,21 @@ pub(crate) fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                 row.open.to_string(),
                 row.unwound.to_string(),
                 row.unmatched.to_string(),
-            ]),
+            ])
+            .chain(run_target(&headline)),
         );
     }
     Ok(out.into_bytes())
+}
+
+/// A number as Rust prints it in full; empty when there is none.
+fn float(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |v| format!("{v}"))
+}
+
+/// The headline's `run_of_target_cpu` and `run_target_cpu_share`.
+fn run_target(headline: &crate::present::headline::Headline) -> [String; 2] {
+    [float(headline.of_target), float(headline.target_cpu)]
 }
 
 /// The mean to 3 decimals without trailing zeros: `1200.6`, `1000`.
@@ -259,9 +276,9 @@ mod tests {
             "id,spec,kind,name,object,address,file_offset,hits,dropped,count,min,mean,p50,p90,p99,p999,max,generation,exe,owner,\
              whole_cost_ns,cpu_share,cost_method,run_cpu_share,run_target_own_cpu_share,run_per_hit_ns,run_cost_method,\
              calls,corrected_min,corrected_mean,corrected_p50,corrected_p90,corrected_p99,corrected_p999,corrected_max,\
-             overhead_share,end_path,open,unwound,unmatched\r\n\
-             0,uprobe:work_unit,uprobe,work_unit,/usr/bin/fixture,0x1139,0x1139,5,0,5,100,1200.4,300,5003,5003,5003,5003,0,/usr/bin/fixture,,,,none,,,,none,,,,,,,,,,,,,\r\n\
-             1,uretprobe:leaf_ret,uretprobe,leaf_ret,/usr/bin/fixture,0x113a,0x113a,12,2,10,1000,1000,1000,1000,1000,1000,1000,0,/usr/bin/fixture,,,,none,,,,none,,,,,,,,,,,,,\r\n"
+             overhead_share,end_path,open,unwound,unmatched,run_of_target_cpu,run_target_cpu_share\r\n\
+             0,uprobe:work_unit,uprobe,work_unit,/usr/bin/fixture,0x1139,0x1139,5,0,5,100,1200.4,300,5003,5003,5003,5003,0,/usr/bin/fixture,,,,none,,,,none,,,,,,,,,,,,,,,\r\n\
+             1,uretprobe:leaf_ret,uretprobe,leaf_ret,/usr/bin/fixture,0x113a,0x113a,12,2,10,1000,1000,1000,1000,1000,1000,1000,0,/usr/bin/fixture,,,,none,,,,none,,,,,,,,,,,,,,,\r\n"
         );
     }
 
@@ -381,6 +398,16 @@ mod tests {
             assert!((own - 0.17).abs() < 1e-9, "{own}");
             assert_eq!(row[col("run_per_hit_ns")], "2000");
             assert_eq!(row[col("run_cost_method")], "estimate");
+            assert_eq!(row[col("run_target_cpu_share")], "0.2");
+            assert_eq!(row[col("run_of_target_cpu")], "");
+        }
+        // A target that is mostly the probes: their share of its whole CPU instead.
+        report.target_cpu = Some(0.031);
+        let rows = parse(&render(&report).expect("renders"));
+        for row in &rows[1..] {
+            assert_eq!(row[col("run_target_own_cpu_share")], "");
+            let whole: f64 = row[col("run_of_target_cpu")].parse().expect("of target");
+            assert!((whole - 0.03 / 0.031).abs() < 1e-9, "{whole}");
         }
     }
 

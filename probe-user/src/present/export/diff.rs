@@ -103,6 +103,9 @@ struct Run {
     path: PathBuf,
     format: &'static str,
     duration_s: f64,
+    /// Under `--in-situ`, the seconds the probes were attached: probes' rates are over
+    /// these (hits come only then), so an in-situ run compares with a plain one.
+    attached_s: Option<f64>,
     rows: BTreeMap<String, Row>,
 }
 
@@ -196,6 +199,10 @@ pub(crate) struct JsonRun {
     /// `json` or `hlog`.
     pub format: &'static str,
     pub duration_s: f64,
+    /// Under `--in-situ`, the seconds the probes were attached, which its probes' rates
+    /// are over.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attached_s: Option<f64>,
 }
 
 /// `probetop diff --json`: field names are a stable interface (add, never rename).
@@ -318,11 +325,13 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
             path: run_a.path.clone(),
             format: run_a.format,
             duration_s: run_a.duration_s,
+            attached_s: run_a.attached_s,
         },
         b: JsonRun {
             path: run_b.path.clone(),
             format: run_b.format,
             duration_s: run_b.duration_s,
+            attached_s: run_b.attached_s,
         },
         metric: options.metric,
         threshold_pct: options.threshold_pct,
@@ -360,9 +369,9 @@ fn read_run(path: &Path) -> Result<Run, DiffError> {
     let is_hlog = path.extension().is_some_and(|e| e == "hlog")
         || text.starts_with("#[")
         || text.starts_with("\"StartTimestamp\"");
-    let (format, duration_s, rows) = if is_hlog {
+    let (format, duration_s, attached_s, rows) = if is_hlog {
         let (duration, rows) = read_hlog(&text).map_err(format_error)?;
-        ("hlog", duration, rows)
+        ("hlog", duration, None, rows)
     } else {
         let report: JsonReport =
             serde_json::from_str(&text).map_err(|e| format_error(e.to_string()))?;
@@ -370,7 +379,7 @@ fn read_run(path: &Path) -> Result<Run, DiffError> {
             return Err(format_error("no \"tool\": \"probetop\"".into()));
         }
         let rows = json_rows(&report).map_err(format_error)?;
-        ("json", report.duration_s, rows)
+        ("json", report.duration_s, attached_seconds(&report), rows)
     };
     let mut keyed = BTreeMap::new();
     for (key, row) in rows {
@@ -387,8 +396,16 @@ fn read_run(path: &Path) -> Result<Run, DiffError> {
         path: path.to_path_buf(),
         format,
         duration_s,
+        attached_s,
         rows: keyed,
     })
+}
+
+/// An in-situ run's attached seconds: the run less its detached windows (as the
+/// summary's rates are, `answer::attached_seconds`).
+fn attached_seconds(report: &JsonReport) -> Option<f64> {
+    let in_situ = report.cost.in_situ.as_ref()?;
+    Some((report.duration_s - in_situ.seconds_off).max(f64::MIN_POSITIVE))
 }
 
 /// A keyed row's `[KEY]`, as the summary names it, so each key of a run meets the same
@@ -408,6 +425,8 @@ fn quantiles_of(hist: &Histogram<u64>) -> [Option<f64>; 4] {
 
 fn json_rows(report: &JsonReport) -> Result<Vec<(String, Row)>, String> {
     let duration = report.duration_s;
+    // Probes' hits came only while attached (--in-situ): their rate is over that time.
+    let attached = attached_seconds(report).unwrap_or(duration);
     let decode = |text: &Option<String>, name: &str| {
         text.as_deref()
             .map(|t| super::hdr::decode(t).map_err(|e| format!("histogram of {name}: {e}")))
@@ -453,7 +472,7 @@ fn json_rows(report: &JsonReport) -> Result<Vec<(String, Row)>, String> {
                         name: p.name.to_string(),
                         object: p.object.to_string(),
                         count: p.hits,
-                        seconds: duration,
+                        seconds: attached,
                         quantiles: hist
                             .as_ref()
                             .map_or_else(|| summary_quantiles(&p.handler_ns), quantiles_of),
@@ -637,16 +656,16 @@ fn ns_text(v: Option<f64>) -> String {
 /// The text table (the default output).
 pub(crate) fn render_text(diff: &Diff) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "A: {} ({}, {:.1} s)   B: {} ({}, {:.1} s)",
-        diff.a.path.display(),
-        diff.a.format,
-        diff.a.duration_s,
-        diff.b.path.display(),
-        diff.b.format,
-        diff.b.duration_s
-    );
+    let run = |r: &JsonRun| match r.attached_s {
+        Some(on) => format!(
+            "{} ({}, {:.1} s, in situ: rates over the {on:.1} s attached)",
+            r.path.display(),
+            r.format,
+            r.duration_s
+        ),
+        None => format!("{} ({}, {:.1} s)", r.path.display(), r.format, r.duration_s),
+    };
+    let _ = writeln!(out, "A: {}   B: {}", run(&diff.a), run(&diff.b));
     let _ = writeln!(
         out,
         "flagged: {} moved more than {}% and the distributions differ (two-sample Kolmogorov-Smirnov on the histograms' buckets, p < {} = {} / {} rows tested); rates: Poisson rate test (conditional binomial)",
@@ -773,6 +792,58 @@ mod tests {
             threshold_pct: 10.0,
             alpha: 0.001,
         }
+    }
+
+    /// An in-situ run whose probes were attached half of its 3 s, at the plain run's
+    /// hits per attached second: the same rate, not -50% (its whole-run rate), and the
+    /// text says over what time.
+    #[test]
+    fn an_in_situ_run_compares_its_rates_over_attached_time() {
+        let dir = std::env::temp_dir().join(format!("probetop-diff-insitu-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let plain = sample_report();
+        let mut in_situ = sample_report();
+        in_situ.duration_s = 2.0 * plain.duration_s;
+        in_situ.cost.in_situ = Some(crate::insitu::InSituSummary {
+            work: crate::insitu::WorkMeter::None,
+            windows_on: 1,
+            windows_off: 1,
+            pairs: 1,
+            dropped_pairs: 0,
+            processes: (1, 1),
+            seconds_on: plain.duration_s,
+            seconds_off: plain.duration_s,
+            added_share: None,
+            per_hit_ns: None,
+            work_moved: None,
+            per_hit_cpu_alone_ns: None,
+            hits_per_second: 0.0,
+            base_share: None,
+            verdict: crate::insitu::Verdict::Measured,
+            detach_ms: None,
+            attach_ms: None,
+            churn_cpu_ms: None,
+        });
+        let (a, b) = (dir.join("plain.json"), dir.join("insitu.json"));
+        let json = super::super::json::render;
+        std::fs::write(&a, json(&plain).expect("render")).expect("write");
+        std::fs::write(&b, json(&in_situ).expect("render")).expect("write");
+        let (d, _) = diff(&a, &b, options()).expect("diff");
+        assert_eq!(d.b.attached_s, Some(plain.duration_s));
+        assert_eq!(d.a.attached_s, None);
+        for row in &d.rows {
+            let change = row.rate.change_pct.expect("both rates");
+            assert!(change.abs() < 1e-9, "{}: {change}%", row.key);
+        }
+        // The whole-run rate would have read -50%.
+        let whole = |r: &super::super::Report, i: usize| r.probes[i].hits as f64 / r.duration_s;
+        assert!((whole(&in_situ, 0) / whole(&plain, 0) - 0.5).abs() < 1e-9);
+        let text = render_text(&d);
+        assert!(
+            text.contains("in situ: rates over the 1.5 s attached"),
+            "{text}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A report written as JSON and as .hlog, read back: each against itself matches

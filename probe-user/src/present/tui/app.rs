@@ -10,6 +10,7 @@ use super::columns::{self, Numbers, SortColumn, View};
 use super::theme::Theme;
 use crate::present::ProbeLabel;
 use crate::present::Snapshot;
+use crate::present::headline::Headline;
 
 /// Who is being probed, for the status line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +86,9 @@ pub(crate) struct App {
     pub theme: Theme,
     /// The snapshot on screen (frozen while paused).
     pub snapshot: Snapshot,
+    /// Its headline, read after the one before ([`Headline::live_after`]: the form
+    /// holds at the rule's edge).
+    pub headline: Headline,
     pub sort: Sort,
     /// Probes whose name or object contains this (case-insensitive) are shown.
     pub filter: String,
@@ -217,6 +221,7 @@ impl App {
             args_on,
             theme,
             snapshot: Snapshot::default(),
+            headline: Headline::default(),
             sort: Sort::default(),
             filter: String::new(),
             editing_filter: false,
@@ -336,6 +341,7 @@ impl App {
         if self.paused || !differs_on_screen(&self.snapshot, &snapshot) {
             return false;
         }
+        self.headline = Headline::live_after(&snapshot, Some(&self.headline));
         self.snapshot = snapshot;
         true
     }

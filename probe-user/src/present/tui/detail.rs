@@ -12,7 +12,7 @@ use ratatui::{
 use super::app::App;
 use super::columns::View;
 use super::plot::{Plot, Series};
-use super::table::{ellipsize, ellipsize_middle};
+use super::table::ellipsize;
 use crate::aggregate::{CapturedArgs, FocusDetail, HISTORY_SPAN, HistoryPoint, PercentileCurve};
 use crate::present::format;
 
@@ -24,11 +24,11 @@ pub(super) fn render(frame: &mut Frame, area: Rect, app: &App, probe: Option<usi
     };
     let label = &app.labels[id];
     let inner_width = area.width.saturating_sub(2) as usize;
-    let full = match &label.resolved {
-        Some(resolved) => format!("{} = {resolved}", label.display),
-        None => label.display.clone(),
-    };
-    let name = ellipsize_middle(&full, inner_width.saturating_sub(4));
+    let name = crate::present::names::fit_title(
+        &label.display,
+        label.resolved.as_deref(),
+        inner_width.saturating_sub(4),
+    );
     let object_room = inner_width.saturating_sub(name.chars().count() + 8);
     let mut block = Block::bordered().title(Span::styled(format!(" {name} "), theme.title()));
     if object_room > 8 {

@@ -39,15 +39,15 @@ pub(super) const KEYS: [(&str, &str); 18] = [
 ];
 
 /// What each column, mark and word on screen means, one line each.
-pub(super) const MEANINGS: [(&str, &str); 19] = [
+pub(super) const MEANINGS: [(&str, &str); 21] = [
     (
         "cost",
         "status line: what all probes together cost the target,",
     ),
-    (
-        "",
-        "  as a share of one CPU and against the target's own CPU",
-    ),
+    // The headline's one rule (`headline::against_target`), in words.
+    ("", "  a share of one CPU; then +18% on target's 17.9% (its"),
+    ("", "  own CPU) when that is known within a quarter, else"),
+    ("", "  90% of target's cpu: the probes' share of all it ran"),
     (
         "est / in situ",
         "estimated from `probetop calibrate`, or measured on",

@@ -10,7 +10,7 @@ use ratatui::{
 
 use super::app::App;
 use crate::present::format;
-use crate::present::headline::{self, Headline};
+use crate::present::headline;
 
 /// A part of the status line, in a long and a short form; higher priorities are
 /// dropped first, one at a time, when even the short forms do not fit.
@@ -49,7 +49,7 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
     // The headline leads: what every probe together costs the target, against its own
     // CPU, per hit, and how that was obtained. Measured on the target (`--in-situ`)
     // wins over the estimate once the windows gave a number.
-    let live = Headline::live(snap);
+    let live = &app.headline;
     let headline = match &app.in_situ {
         Some(view) => {
             let window = if view.probes_on {
@@ -60,7 +60,7 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
             match &view.headline {
                 Some((long, short)) => Part {
                     long: format!("{long}, {window}"),
-                    short: format!("{short} {}", if view.probes_on { "on" } else { "off" }),
+                    short: format!("{short}, {window}"),
                     priority: 0,
                     warn: false,
                     sticky: true,
@@ -68,11 +68,7 @@ pub(super) fn render_status(frame: &mut Frame, area: Rect, app: &App) {
                 },
                 None => Part {
                     long: format!("{}, in situ measuring, {window}", live.status()),
-                    short: format!(
-                        "{} {}",
-                        live.status_short(),
-                        if view.probes_on { "on" } else { "off" }
-                    ),
+                    short: format!("{}, in situ measuring, {window}", live.status_short()),
                     priority: 0,
                     warn: false,
                     sticky: true,
@@ -284,5 +280,5 @@ pub(super) fn cost_warning(app: &App, width: usize) -> Option<String> {
     if app.budget.is_some() {
         return None;
     }
-    headline::live_warning_fit(&app.labels, &app.snapshot, width)
+    headline::live_warning_fit(&app.labels, &app.snapshot, &app.headline, width)
 }

@@ -88,15 +88,14 @@ fn mark(app: &App, id: usize, short: bool) -> String {
 /// Width of the kind's column inside the name's (`ur`), and the space before it.
 const KIND_WIDTH: usize = 2;
 
-/// Whether the table shows each row's kind: only where its probes are of more than one
-/// kind (else the title names the one kind).
+/// Whether the table shows each row's kind ([`crate::present::names::shows_kinds`]).
 pub(super) fn shows_kinds(labels: &[crate::present::ProbeLabel]) -> bool {
-    labels.windows(2).any(|w| w[0].kind != w[1].kind)
+    crate::present::names::shows_kinds(labels)
 }
 
 /// The rows' names, function first and without their kind, each in `width` characters
-/// with its mark (and its kind after it, where the table shows kinds): parameter lists
-/// go first; two sites whose names would read the same get their sites (` @0x1a2b`).
+/// with its mark (and its kind after it, where the table shows kinds), as
+/// [`crate::present::names::row_names`] makes them for every table.
 fn probe_names(app: &App, rows: &[usize], width: usize) -> Vec<String> {
     let kinds = shows_kinds(&app.labels);
     let room = if kinds {
@@ -106,39 +105,8 @@ fn probe_names(app: &App, rows: &[usize], width: usize) -> Vec<String> {
     };
     // Narrow columns get short marks, so the name stays readable.
     let short = room < 30;
-    let fitted = |id: usize, display: &str| {
-        let mark = mark(app, id, short);
-        let name =
-            crate::present::names::fit_name(display, room.saturating_sub(mark.chars().count()));
-        format!("{name}{mark}")
-    };
-    let mut names: Vec<String> = rows
-        .iter()
-        .map(|&id| fitted(id, &app.labels[id].display))
-        .collect();
-    // Distinct sites read as distinct names (overloads whose parameters were dropped).
-    let mut seen: std::collections::HashMap<(&str, &str), Vec<usize>> = Default::default();
-    for (at, &id) in rows.iter().enumerate() {
-        let kind = crate::present::names::kind_mark(app.labels[id].kind);
-        seen.entry((kind, names[at].as_str())).or_default().push(at);
-    }
-    let twins: Vec<usize> = seen
-        .into_values()
-        .filter(|ats| {
-            ats.iter()
-                .any(|&a| app.labels[rows[a]].display != app.labels[rows[ats[0]]].display)
-        })
-        .flatten()
-        .collect();
-    for at in twins {
-        let label = &app.labels[rows[at]];
-        if let Some(site) = label.site {
-            names[at] = fitted(
-                rows[at],
-                &crate::present::names::with_site(&label.display, site),
-            );
-        }
-    }
+    let mut names =
+        crate::present::names::row_names(&app.labels, rows, room, |id| mark(app, id, short));
     if kinds {
         for (name, &id) in names.iter_mut().zip(rows) {
             let kind = crate::present::names::kind_mark(app.labels[id].kind);

@@ -289,6 +289,14 @@ fn screen_help_overlay() {
     let mut app = app(80, 24);
     app.on_key(&key(KeyCode::Char('?')));
     assert!(app.help);
+    // The headline's rule in words, whole at 80x24.
+    let screen = text(&app);
+    for words in [
+        "own CPU) when that is known within a quarter, else",
+        "90% of target's cpu: the probes' share of all it ran",
+    ] {
+        assert!(screen.contains(words), "{screen}");
+    }
     insta::assert_snapshot!(render(&app).backend());
 }
 
