@@ -569,9 +569,17 @@ fn dearest_names(dearest: &[(String, f64)], k: usize) -> String {
 /// The guard's line for `snapshot`, once the probes cost more than [`WARN_SHARE`]:
 /// the TUI's footer and, once per crossing, stderr.
 pub(crate) fn live_warning(labels: &[super::ProbeLabel], snapshot: &Snapshot) -> Option<String> {
-    let (live, dear) = over_the_guard(labels, snapshot)?;
+    // A line of its own on stderr: room for the function names whole (their parameter
+    // lists go first), where the footer's 28 columns cut them in the middle.
+    let (live, dear) = over_the_guard(labels, snapshot, STDERR_NAME)?;
     live.warning(&dear, BUDGET_FLAG)
 }
+
+/// The width of a probe's name in the stderr warning.
+const STDERR_NAME: usize = 64;
+
+/// The width of a probe's name in the TUI footer's warning.
+const FOOTER_NAME: usize = 28;
 
 /// [`live_warning`] in at most `width` characters (the TUI's footer).
 pub(crate) fn live_warning_fit(
@@ -579,7 +587,7 @@ pub(crate) fn live_warning_fit(
     snapshot: &Snapshot,
     width: usize,
 ) -> Option<String> {
-    let (live, dear) = over_the_guard(labels, snapshot)?;
+    let (live, dear) = over_the_guard(labels, snapshot, FOOTER_NAME)?;
     live.warning_fit(&dear, BUDGET_FLAG, width)
 }
 
@@ -588,6 +596,7 @@ pub(crate) fn live_warning_fit(
 fn over_the_guard(
     labels: &[super::ProbeLabel],
     snapshot: &Snapshot,
+    name_width: usize,
 ) -> Option<(Headline, Vec<(String, f64)>)> {
     let live = Headline::live(snapshot);
     if !live.too_dear() {
@@ -595,7 +604,7 @@ fn over_the_guard(
     }
     let names: Vec<String> = labels
         .iter()
-        .map(|l| super::names::fit(&l.display, 28))
+        .map(|l| super::names::fit(&l.display, name_width))
         .collect();
     let shares: Vec<Option<f64>> = (0..labels.len())
         .map(|id| snapshot.probes.get(id).and_then(|p| p.cpu_share))
@@ -854,6 +863,36 @@ mod tests {
         // --budget exists: the live warning offers it.
         let line = h.warning(&dear, BUDGET_FLAG).expect("8% is over 5%");
         assert!(line.contains("--budget"), "{line}");
+    }
+
+    /// On stderr the dearest probes keep their function names whole (parameter lists
+    /// dropped), where the footer's narrow column cuts them in the middle.
+    #[test]
+    fn the_stderr_warning_keeps_function_names_whole() {
+        let s = snapshot(&[(8_000.0, Some(10_000.0)), (2_000.0, Some(1_500.0))], None);
+        let labels = [
+            crate::present::ProbeLabel::new(
+                crate::spec::ProbeKind::Uprobe,
+                "THD::has_thd_temporary_tables() [sstep]",
+                "/usr/sbin/mariadbd",
+            ),
+            crate::present::ProbeLabel::new(
+                crate::spec::ProbeKind::Uprobe,
+                "Prepared_statement::execute_loop(String*, bool, unsigned char*, unsigned char*)",
+                "/usr/sbin/mariadbd",
+            ),
+        ];
+        let line = live_warning(&labels, &s).expect("8.3% is over 5%");
+        assert!(
+            line.contains(
+                "dearest: uprobe:THD::has_thd_temporary_tables() [sstep] 8.0%, \
+                 uprobe:Prepared_statement::execute_loop(…) 0.30%: "
+            ),
+            "{line}"
+        );
+        // The footer keeps its narrow names.
+        let footer = live_warning_fit(&labels, &s, 400).expect("over 5%");
+        assert!(footer.contains("…"), "{footer}");
     }
 
     /// The line crossed is the one marked: 3% of one CPU is under 5%, +27% on the

@@ -170,8 +170,14 @@ fn keyed_name(full: &str, key: &str) -> String {
 
 /// Renders one row per latency pair: calls, the rate over `seconds`, the latency as
 /// measured and as corrected for the probes' own cost, the probes' whole cost per call
-/// and its share of the corrected mean, then the calls not paired.
-pub(crate) fn latency_table(rows: &[crate::aggregate::LatencyRow], seconds: f64) -> String {
+/// and its share of the corrected mean, then the calls not paired. `attached_s`, under
+/// `--in-situ`: the seconds the probes were attached, which calls are counted in, so
+/// the rate is over them as the probes' HITS/S is (not the whole run's, about half).
+pub(crate) fn latency_table(
+    rows: &[crate::aggregate::LatencyRow],
+    seconds: f64,
+    attached_s: Option<f64>,
+) -> String {
     let headers = [
         "LATENCY",
         "CALLS",
@@ -189,7 +195,9 @@ pub(crate) fn latency_table(rows: &[crate::aggregate::LatencyRow], seconds: f64)
     ];
     let mut table: Vec<Vec<String>> = vec![headers.iter().map(|h| h.to_string()).collect()];
     for row in rows {
-        let rate = if row.calls_per_second > 0.0 {
+        let rate = if let Some(attached) = attached_s.filter(|&a| a > 0.0) {
+            row.calls as f64 / attached
+        } else if row.calls_per_second > 0.0 {
             row.calls_per_second
         } else if seconds > 0.0 {
             row.calls as f64 / seconds
@@ -234,6 +242,12 @@ pub(crate) fn latency_table(rows: &[crate::aggregate::LatencyRow], seconds: f64)
         }
     }
     if !rows.is_empty() {
+        if let Some(attached) = attached_s {
+            let _ = writeln!(
+                out,
+                "CALLS/S over the {attached:.1} s the probes were attached (--in-situ detached them the rest)"
+            );
+        }
         out.push_str(
             "CORR: less the probes' cost inside each call (one whole hit of the entry probe, and every probed hit nested in the call)\n",
         );
@@ -440,7 +454,7 @@ mod tests {
             latency_hist: hdrhistogram::Histogram::new(3).expect("3 digits"),
             corrected_hist: hdrhistogram::Histogram::new(3).expect("3 digits"),
         };
-        let text = latency_table(&[row], 2.0);
+        let text = latency_table(std::slice::from_ref(&row), 2.0, None);
         let lines: Vec<&str> = text.lines().collect();
         assert!(lines[0].starts_with("LATENCY"), "{text}");
         for cell in [
@@ -456,5 +470,16 @@ mod tests {
         }
         assert_eq!(lines[0].len(), lines[1].len());
         assert!(lines[2].contains("2 unwound"), "{text}");
+        assert!(!text.contains("CALLS/S over the"), "{text}");
+
+        // Under --in-situ the calls came in the 1.2 s attached: 250 a second, said so.
+        let text = latency_table(&[row], 2.0, Some(1.2));
+        let lines: Vec<&str> = text.lines().collect();
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(&cells[2..4], ["300", "250"], "{text}");
+        assert_eq!(
+            lines[3],
+            "CALLS/S over the 1.2 s the probes were attached (--in-situ detached them the rest)"
+        );
     }
 }

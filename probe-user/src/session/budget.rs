@@ -719,7 +719,7 @@ impl Hint {
         let share = probes_ns / target_ns;
         (target_ns > 0.0 && share > HINT_ABOVE).then(|| {
             format!(
-                "the probes took about {:.0}% of the target's CPU time (what --budget counts); --budget 2% (or any share, or 20ms/s) keeps them under a ceiling by attaching them part of the time",
+                "the probes took about {:.0}% of all the CPU time the target used, theirs included (what --budget counts; the answer sets them against the target's own CPU, without them); --budget 2% (or any share, or 20ms/s) keeps them under a ceiling by attaching them part of the time",
                 share.min(1.0) * 100.0
             )
         })

@@ -140,15 +140,24 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     pricer.price_latency(&mut aggregator);
     let priced = pricer.measurements(&aggregator);
     let measured = &priced.measurements;
-    // Printed after the summary table, which leads with the headline.
-    let latency_table = (!measured.latency.is_empty())
-        .then(|| present::summary::latency_table(&measured.latency, duration.as_secs_f64()));
     if let Some(line) = ended_in_clock_phase(args, &measured.probes) {
         say!("probetop: {line}");
     }
     let in_situ_summary = in_situ.as_ref().map(|driver| {
         let hits: u64 = measured.probes.iter().map(|p| p.hits).sum();
         driver.summary(hits)
+    });
+    // Printed after the summary table, which leads with the headline; under --in-situ
+    // its rates are over the attached time, as the table's are.
+    let latency_table = (!measured.latency.is_empty()).then(|| {
+        present::summary::latency_table(
+            &measured.latency,
+            duration.as_secs_f64(),
+            in_situ_summary
+                .as_ref()
+                .filter(|s| s.seconds_off > 0.0)
+                .map(|s| present::answer::attached_seconds(s, duration.as_secs_f64())),
+        )
     });
     // Priced once: the lines below and the exports show the same numbers. The report
     // is made first: with --in-situ its reconciled answer leads the lines.

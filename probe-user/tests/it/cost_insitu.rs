@@ -274,7 +274,10 @@ fn the_end_of_an_in_situ_run_leads_with_one_answer() {
         .args(["--pid", &target.pid().to_string(), "--no-tui"])
         .args(["--duration", "8", "--in-situ", "--in-situ-window", "0.5"])
         .args(["--work", "none", "-e", "uprobe:work_unit", "--export"])
-        .arg(&json);
+        .arg(&json)
+        // A probe that never fires (main was entered before the attach): it has no
+        // price, and must not void the estimate of the probe that fired.
+        .args(["-e", "uprobe:main"]);
     let out = output_ok(&mut cmd, "probetop --in-situ");
     let stderr: Vec<String> = String::from_utf8_lossy(&out.stderr)
         .lines()
@@ -297,6 +300,10 @@ fn the_end_of_an_in_situ_run_leads_with_one_answer() {
         report["cost"]["estimated_per_hit_ns"].as_f64().is_some(),
         "{report}"
     );
+    let main = &report["probes"][1];
+    assert_eq!(main["name"], "main", "{report}");
+    assert_eq!(main["hits"], 0, "{main}");
+    assert!(main["whole_cost_ns"].is_null(), "{main}");
 
     // One answer line, leading the end-of-run lines.
     let answers: Vec<usize> = (0..stderr.len())
@@ -309,6 +316,11 @@ fn the_end_of_an_in_situ_run_leads_with_one_answer() {
         format!("probetop: the answer: the probes cost the target {text}")
     );
     if verdict == "measured" {
+        // The probe that fired carries the whole measured cost (the silent one none).
+        assert_eq!(
+            report["probes"][0]["whole_cost_method"], "in-situ",
+            "{report}"
+        );
         // In situ trusted, with its interval, and the estimate beside it.
         assert!(
             why.starts_with("in-situ-") && why.ends_with("-with-estimate"),

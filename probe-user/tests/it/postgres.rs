@@ -274,10 +274,13 @@ fn counts_every_backend_through_the_postmaster() {
     cluster.psql("CREATE TABLE t (x int)").expect("create t");
 
     let json = export_path("postgres.json");
+    let html = export_path("postgres.html");
     let mut cmd = probetop();
     cmd.args(["--pid", &cluster.pid().to_string(), "--follow-forks"])
         .args(["--preset", "postgres", "--no-tui", "--export"])
-        .arg(&json);
+        .arg(&json)
+        .arg("--export")
+        .arg(&html);
     let mut probetop = Running::spawn(cmd);
     probetop.err().wait_for("attached 12 probes");
 
@@ -358,6 +361,30 @@ fn counts_every_backend_through_the_postmaster() {
     assert_eq!(transactions["calls"], committed.0, "{summary}");
     assert_eq!(transactions["open"], aborted.0, "{transactions}");
     assert_eq!(transactions["unmatched"], 0, "{transactions}");
+
+    // The HTML report tells the two sites of one USDT probe apart by their file
+    // offsets, as the summary table does; a probe at one site keeps its bare name.
+    let page = std::fs::read_to_string(&html).expect("the HTML report");
+    let probes = report["probes"].as_array().expect("probes");
+    for name in ["query__execute__start", "query__execute__done"] {
+        let sites: Vec<u64> = probes
+            .iter()
+            .filter(|p| p["name"] == format!("postgresql:{name}"))
+            .map(|p| p["file_offset"].as_u64().expect("file_offset"))
+            .collect();
+        assert_eq!(sites.len(), 2, "{name}: {report}");
+        for site in sites {
+            let cell = format!("<code>postgresql:{name} @{site:#x}</code>");
+            assert_eq!(page.matches(&cell).count(), 1, "{cell} in {page}");
+        }
+    }
+    // Its row and its percentile section's caption.
+    assert_eq!(
+        page.matches("<code>ExecutorStart</code>").count(),
+        2,
+        "{page}"
+    );
+    let _ = std::fs::remove_file(&html);
 
     // The cluster is unharmed and answers.
     assert_eq!(cluster.psql("SELECT count(*) FROM t").as_deref(), Ok("0"));

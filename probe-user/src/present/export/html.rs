@@ -382,10 +382,21 @@ fn summary_table(out: &mut String, report: &Report) {
             )
         })
         .collect();
-    for p in crate::present::summary::cost_order(&keys)
+    // Two probes whose names read the same (one USDT probe at two sites) get their
+    // site's file offset, ` @0x4f2a10`, as the TUI and the summary table give it.
+    let mut seen: std::collections::HashMap<&str, usize> = Default::default();
+    for (_, _, name) in &keys {
+        *seen.entry(name.as_str()).or_default() += 1;
+    }
+    for (p, (_, _, name)) in crate::present::summary::cost_order(&keys)
         .into_iter()
-        .filter_map(|at| report.probes.get(at))
+        .filter_map(|at| report.probes.get(at).zip(keys.get(at)))
     {
+        let site = if seen.get(name.as_str()).copied().unwrap_or(0) > 1 {
+            format!(" @{:#x}", p.file_offset)
+        } else {
+            String::new()
+        };
         let s = HandlerSummary::of(&p.handler_ns);
         let time = |ns: f64| {
             if s.count == 0 {
@@ -413,7 +424,7 @@ fn summary_table(out: &mut String, report: &Report) {
         let _ = writeln!(
             out,
             "<tr><td class=\"n\">{}</td><td><code>{}</code><br><span class=\"muted\">{} \
-             <code>{}</code></span></td><td class=\"obj\"><code>{}</code></td>\
+             <code>{}{site}</code></span></td><td class=\"obj\"><code>{}</code></td>\
              {cost}{share}<td class=\"n\">{}</td><td class=\"{dropped_class}\">{}</td>{}{}{}{}{}{}{}</tr>",
             p.id,
             esc(&p.spec),

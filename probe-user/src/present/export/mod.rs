@@ -193,9 +193,12 @@ impl Report {
         use crate::insitu::Verdict;
         use crate::present::Method;
         let hits: u64 = self.probes.iter().map(|p| p.hits).sum();
+        // A probe without hits has no price (its cost reads `-`) and adds nothing to
+        // the weighted mean: it must not void the estimate of those that fired.
         let estimated: Option<f64> = self
             .probes
             .iter()
+            .filter(|p| p.hits > 0)
             .map(|p| p.cost.whole_cost_ns.map(|w| w * p.hits as f64))
             .sum::<Option<f64>>()
             .filter(|_| hits > 0)
