@@ -733,34 +733,57 @@ impl LatencyRow {
 mod tests {
     use super::*;
 
+    /// `latency:f`, probe 0 its start and probe 1 its end.
+    fn setup(path: EndPath) -> PairSetup {
+        PairSetup {
+            spec: "latency:f".into(),
+            name: "f".into(),
+            object: "/x".into(),
+            path,
+            starts: vec![0],
+            ends: vec![1],
+            key: None,
+            slot: None,
+        }
+    }
+
     fn pairs(path: EndPath) -> Latency {
-        Latency::new(
-            vec![PairSetup {
-                spec: "latency:f".into(),
-                name: "f".into(),
-                object: "/x".into(),
-                path,
-                starts: vec![0],
-                ends: vec![1],
-                key: None,
-                slot: None,
-            }],
-            DEFAULT_MAX_KEYS,
-        )
+        Latency::new(vec![setup(path)], DEFAULT_MAX_KEYS)
+    }
+
+    /// Priced: a start hit costs 10 ns whole (4 in its program), an end 30 (10).
+    fn priced(setup: PairSetup) -> Latency {
+        let mut l = Latency::new(vec![setup], DEFAULT_MAX_KEYS);
+        l.set_prices(
+            0,
+            Some(Prices {
+                whole_start: 10.0,
+                whole_end: 30.0,
+                handler_start: 4.0,
+                handler_end: 10.0,
+            }),
+        );
+        l
+    }
+
+    /// Records `(probe, thread, ktime_ns, sp)` in order, unkeyed.
+    fn play(l: &mut Latency, records: &[(u32, u32, u64, u64)]) {
+        for &(id, tid, ktime_ns, sp) in records {
+            l.record(id, tid, ktime_ns, sp, None);
+        }
     }
 
     #[test]
     fn recursion_and_threads_pair_with_their_own_ends() {
         let mut l = pairs(EndPath::RetUprobes);
         // Thread 1 recurses twice; thread 2 interleaves one call.
-        l.record(0, 1, 100, 1000, None);
-        l.record(0, 2, 105, 5000, None);
-        l.record(0, 1, 110, 900, None);
-        l.record(0, 1, 120, 800, None);
-        l.record(1, 1, 130, 800, None);
-        l.record(1, 2, 140, 5000, None);
-        l.record(1, 1, 150, 900, None);
-        l.record(1, 1, 200, 1000, None);
+        let outer = [(0, 1, 100, 1000), (0, 2, 105, 5000), (0, 1, 110, 900)];
+        // The innermost call and its return, then the others' returns.
+        let inner = [(0, 1, 120, 800), (1, 1, 130, 800)];
+        let returns = [(1, 2, 140, 5000), (1, 1, 150, 900), (1, 1, 200, 1000)];
+        play(&mut l, &outer);
+        play(&mut l, &inner);
+        play(&mut l, &returns);
         let row = &l.rows(1.0)[0];
         assert_eq!(
             (row.calls, row.open, row.unwound, row.unmatched),
@@ -773,13 +796,11 @@ mod tests {
     fn an_unwound_frame_is_counted_so_not_left_open() {
         let mut l = pairs(EndPath::Uretprobe);
         // A call whose frame an exception unwound, then the next call at the same depth.
-        l.record(0, 1, 100, 1000, None);
-        l.record(0, 1, 200, 1000, None);
-        l.record(1, 1, 250, 1008, None);
+        let shallow = [(0, 1, 100, 1000), (0, 1, 200, 1000), (1, 1, 250, 1008)];
         // Unwound deeper: the caller's return pops the inner frame first.
-        l.record(0, 1, 300, 1000, None);
-        l.record(0, 1, 310, 900, None);
-        l.record(1, 1, 400, 1008, None);
+        let deeper = [(0, 1, 300, 1000), (0, 1, 310, 900), (1, 1, 400, 1008)];
+        play(&mut l, &shallow);
+        play(&mut l, &deeper);
         let row = &l.rows(1.0)[0];
         assert_eq!((row.calls, row.unwound, row.open), (2, 2, 0));
         assert_eq!(row.latency_ns.max, 100);
@@ -787,20 +808,9 @@ mod tests {
 
     #[test]
     fn nested_hits_and_the_start_probe_are_taken_off() {
-        let mut l = pairs(EndPath::RetUprobes);
-        l.set_prices(
-            0,
-            Some(Prices {
-                whole_start: 10.0,
-                whole_end: 30.0,
-                handler_start: 4.0,
-                handler_end: 10.0,
-            }),
-        );
-        l.record(0, 1, 0, 1000, None);
-        l.record(0, 1, 100, 900, None);
-        l.record(1, 1, 200, 900, None);
-        l.record(1, 1, 1000, 1000, None);
+        let mut l = priced(setup(EndPath::RetUprobes));
+        play(&mut l, &[(0, 1, 0, 1000), (0, 1, 100, 900)]);
+        play(&mut l, &[(1, 1, 200, 900), (1, 1, 1000, 1000)]);
         let row = &l.rows(1.0)[0];
         // Inside: 4 + 6 / 2 + 20 / 2 = 17. Inner: 100 - 17; outer: 1000 - 17 - 2 x 20.
         assert_eq!(
@@ -813,22 +823,10 @@ mod tests {
     #[test]
     fn calls_paired_in_the_kernel_keep_their_hdr_values_and_are_read_once() {
         use probe_common::pair;
-        let mut l = Latency::new(
-            vec![PairSetup {
-                slot: Some(0),
-                ..pairs(EndPath::Uretprobe).pairs[0].setup.clone()
-            }],
-            DEFAULT_MAX_KEYS,
-        );
-        l.set_prices(
-            0,
-            Some(Prices {
-                whole_start: 10.0,
-                whole_end: 30.0,
-                handler_start: 4.0,
-                handler_end: 10.0,
-            }),
-        );
+        let mut l = priced(PairSetup {
+            slot: Some(0),
+            ..setup(EndPath::Uretprobe)
+        });
         let mut flat = vec![0u64; pair::BUCKETS as usize];
         let mut nested = vec![0u64; pair::BUCKETS as usize];
         // 3 flat calls of 123,456 ns (a value HDR keeps exactly at 3 digits: the
@@ -877,12 +875,9 @@ mod tests {
     #[test]
     fn usdt_pairs_are_last_in_first_out_and_an_early_end_is_unmatched() {
         let mut l = pairs(EndPath::Usdt);
-        l.record(1, 1, 50, 0, None);
-        l.record(0, 1, 100, 10, None);
-        l.record(0, 1, 150, 20, None);
-        l.record(1, 1, 160, 30, None);
-        l.record(1, 1, 300, 40, None);
-        l.record(0, 1, 400, 10, None);
+        let records = [(1, 1, 50, 0), (0, 1, 100, 10), (0, 1, 150, 20)];
+        play(&mut l, &records);
+        play(&mut l, &[(1, 1, 160, 30), (1, 1, 300, 40), (0, 1, 400, 10)]);
         let row = &l.rows(1.0)[0];
         assert_eq!((row.calls, row.unmatched, row.open), (2, 1, 1));
     }
@@ -892,13 +887,8 @@ mod tests {
         let mut l = Latency::new(
             vec![PairSetup {
                 spec: "latency:f key=arg0".into(),
-                name: "f".into(),
-                object: "/x".into(),
-                path: EndPath::RetUprobes,
-                starts: vec![0],
-                ends: vec![1],
                 key: Some(KeySpec::parse("arg0").expect("key")),
-                slot: None,
+                ..setup(EndPath::RetUprobes)
             }],
             2,
         );

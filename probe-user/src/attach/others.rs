@@ -19,7 +19,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::bpf_stats;
 use crate::sys::{
@@ -77,6 +77,23 @@ pub struct EventShape {
     pub strings: u32,
     /// The trace instances it is enabled in (the top one counts), at least 1.
     pub instances: u32,
+}
+
+/// What the reports (a `--pid` run's probe rows, `--all`'s sites) carry of a tracefs
+/// event's [`EventShape`], beside its owner: what ftrace's record was priced by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportedShape {
+    pub fetch_args: u32,
+    pub instances: u32,
+}
+
+impl From<EventShape> for ReportedShape {
+    fn from(shape: EventShape) -> Self {
+        Self {
+            fetch_args: shape.args,
+            instances: shape.instances,
+        }
+    }
 }
 
 impl OtherSite {

@@ -1165,30 +1165,12 @@ mod tests {
     /// when it is four times the added share's standard error.
     #[test]
     fn in_situ_follows_the_same_rule() {
-        let summary = |base: f64| insitu::InSituSummary {
-            work: insitu::WorkMeter::None,
-            windows_on: 7,
-            windows_off: 8,
-            pairs: 6,
-            dropped_pairs: 0,
-            processes: (1, 1),
-            seconds_on: 7.0,
-            seconds_off: 8.0,
-            added_share: Some(insitu::Interval {
-                mean: 0.046,
-                low: 0.040,
-                high: 0.052,
-            }),
-            per_hit_ns: None,
-            work_moved: None,
-            per_hit_cpu_alone_ns: None,
-            hits_per_second: 20_000.0,
-            base_share: Some(base),
-            verdict: insitu::Verdict::Measured,
-            detach_ms: None,
-            attach_ms: None,
-            churn_cpu_ms: None,
+        let added = insitu::Interval {
+            mean: 0.046,
+            low: 0.040,
+            high: 0.052,
         };
+        let summary = |base: f64| crate::present::export::testing::in_situ(added, Some(base));
         let demo = Headline::of_in_situ(&summary(0.005)).expect("a share");
         assert_eq!(demo.target_own, None);
         assert!((demo.of_target.expect("whole") - 0.046 / 0.051).abs() < 1e-9);

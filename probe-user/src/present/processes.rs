@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::format;
-use crate::attach::others::Owner;
+use crate::attach::others::{Owner, ReportedShape};
 
 /// One process with probes armed in it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -47,9 +47,19 @@ pub(crate) struct SiteRow {
     pub whole_cost_ns: Option<f64>,
     /// `calibrated-trap-and-owner-program`, or `not-priced` without a calibration.
     pub whole_cost_method: &'static str,
-    pub owners: Vec<Owner>,
+    pub owners: Vec<SiteOwner>,
     /// The owners' probes went while probetop ran (its hits are kept).
     pub gone: bool,
+}
+
+/// An owner of a site's probe, with a tracefs event's shape (`fetch_args`,
+/// `instances`) as a `--pid` run's probe rows carry it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct SiteOwner {
+    #[serde(flatten)]
+    pub owner: Owner,
+    #[serde(flatten)]
+    pub shape: Option<ReportedShape>,
 }
 
 impl ProcessRow {

@@ -10,7 +10,8 @@
 //!   large program: a database, a JVM, a browser), or
 //! - cold when hits are far apart on a thread: more than [`AUTO_HIT_INTERVAL_NS`]
 //!   between two hits, counting as many threads as the target keeps cores busy
-//!   (its CPU time per second, rounded, at least one);
+//!   (its CPU time per second, rounded, at least one: the process set's, as its hits
+//!   are, read by [`TargetCpu`](super::target_cpu::TargetCpu) for the headline too);
 //! - hot otherwise (a small program hitting its probes in a tight loop).
 //!
 //! `--assume gap` is retired: the session takes it as `clock`, which it differed from
@@ -26,6 +27,8 @@
 use std::time::Instant;
 
 use serde::Serialize;
+
+use crate::insitu::Reading;
 
 /// Executable mappings above which auto assumes cold.
 pub(crate) const AUTO_TEXT_BYTES: u64 = 8 << 20;
@@ -209,11 +212,6 @@ pub(crate) fn text_bytes(pid: u32) -> Option<u64> {
     )
 }
 
-/// utime + stime of `pid`, in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    crate::sys::procfs::Stat::of(pid).map(|stat| stat.cpu_ticks())
-}
-
 /// The run's choice and what auto needs of the target, read as the run goes.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Assumer {
@@ -223,12 +221,17 @@ pub(crate) struct Assumer {
     pub gap_curve: bool,
     /// Whether the handler's clock can price the hits ([`AutoInputs::clock`]).
     pub clock: bool,
-    pid: Option<u32>,
-    /// (when, CPU ticks): when the window opened, and the last two readings.
+    /// (when, CPU ns) of the target's CPU readings: when the window opened, and the last
+    /// two since.
     first: Option<(Instant, u64)>,
     previous: Option<(Instant, u64)>,
     last: Option<(Instant, u64)>,
     opened: Option<Instant>,
+}
+
+/// When a reading was taken, and the CPU time it read.
+fn sample(reading: Option<Reading>) -> Option<(Instant, u64)> {
+    reading.map(|r| (r.at, r.cpu_ns))
 }
 
 impl Assumer {
@@ -237,35 +240,32 @@ impl Assumer {
         Self {
             choice,
             text_bytes: text_bytes(pid),
-            pid: Some(pid),
             ..Default::default()
         }
     }
 
-    /// The measuring window opens (or is reset): the run's rates count from here.
-    pub(crate) fn open(&mut self) {
-        let now = Instant::now();
-        self.opened = Some(now);
-        self.first = self.pid.and_then(cpu_ticks).map(|t| (now, t));
+    /// The measuring window opens (or is reset): the run's rates count from here, and
+    /// from `reading`, the target's CPU then (`None`: not read).
+    pub(crate) fn open(&mut self, reading: Option<Reading>) {
+        self.opened = Some(Instant::now());
+        self.first = sample(reading);
         self.previous = None;
         self.last = self.first;
     }
 
-    /// Reads the target's CPU time (once a second or so, by the collector).
-    pub(crate) fn observe(&mut self) {
-        let Some(ticks) = self.pid.and_then(cpu_ticks) else {
+    /// Takes the target's CPU time as read now (once a second or so, by the collector).
+    pub(crate) fn observe(&mut self, reading: Option<Reading>) {
+        let Some(now) = sample(reading) else {
             return;
         };
         self.previous = self.last;
-        self.last = Some((Instant::now(), ticks));
+        self.last = Some(now);
     }
 
     fn cores(from: Option<(Instant, u64)>, to: Option<(Instant, u64)>) -> Option<f64> {
         let ((t0, c0), (t1, c1)) = (from?, to?);
-        let per_second = crate::sys::clock::clock_ticks_per_second().unwrap_or(0);
-        let seconds = (t1 - t0).as_secs_f64();
-        (per_second > 0 && seconds >= 0.2)
-            .then(|| c1.saturating_sub(c0) as f64 / per_second as f64 / seconds)
+        let seconds = t1.saturating_duration_since(t0).as_secs_f64();
+        (seconds >= 0.2).then(|| c1.saturating_sub(c0) as f64 / 1e9 / seconds)
     }
 
     /// The decision for the last second: `hits_per_second` of every probe together.
@@ -414,10 +414,16 @@ mod tests {
         let pid = std::process::id();
         let text = text_bytes(pid).expect("maps");
         assert!(text > 0);
-        assert!(cpu_ticks(pid).is_some());
+        let mut cpu = crate::price::target_cpu::TargetCpu::new(crate::insitu::Members {
+            roots: vec![pid],
+            follow_forks: false,
+            cgroup: None,
+        });
         let mut assumer = Assumer::new(AssumeChoice::Auto, pid);
-        assumer.open();
-        assumer.observe();
+        let opened = cpu.open();
+        assert!(opened.is_some());
+        assumer.open(opened);
+        assumer.observe(cpu.observe());
         assert_eq!(assumer.text_bytes, Some(text));
         // Too soon for a CPU rate: one thread assumed.
         let d = assumer.live(1_000_000.0);
@@ -429,5 +435,47 @@ mod tests {
                 Assumption::Hot
             }
         );
+    }
+
+    /// The busy cores come from the target's CPU readings it is handed: over the last
+    /// interval live, over the window for the run, none from a reading too soon after
+    /// the last.
+    #[test]
+    fn busy_cores_come_from_the_readings() {
+        let at = Instant::now();
+        let reading = |ms: u64, cpu_ms: u64| {
+            Some(Reading {
+                at: at + std::time::Duration::from_millis(ms),
+                cpu_ns: cpu_ms * 1_000_000,
+                work: 0,
+                processes: 1,
+                lost: 0,
+            })
+        };
+        let mut assumer = Assumer {
+            choice: AssumeChoice::Auto,
+            text_bytes: Some(1 << 20),
+            ..Default::default()
+        };
+        assumer.open(reading(0, 0));
+        // One core busy for a second, then four: 1M hits/s over four threads are 4 us
+        // apart on each (hot), over one 1 us.
+        assumer.observe(reading(1000, 1000));
+        assumer.observe(reading(2000, 4900));
+        let live = assumer.live(1_000_000.0);
+        assert!(live.why.contains("4 busy threads"), "{}", live.why);
+        let run = assumer.run(0);
+        assert_eq!(run.assumes, Assumption::Cold, "{}", run.why);
+        assert_eq!(
+            Assumer::cores(assumer.first, assumer.last).map(|c| (c * 100.0).round()),
+            Some(245.0)
+        );
+        // A reading 0.1 s after the last is too soon for the last interval: the window's.
+        assumer.observe(reading(2100, 5000));
+        let live = assumer.live(1_000_000.0);
+        assert!(live.why.contains("each of 2 busy threads"), "{}", live.why);
+        // Nothing read: nothing taken.
+        assumer.observe(None);
+        assert_eq!(assumer.last, reading(2100, 5000).map(|r| (r.at, r.cpu_ns)));
     }
 }

@@ -61,14 +61,14 @@ impl Pricer {
 
     /// The measurement window opened, or was reset: the run's decision starts over.
     pub(crate) fn open(&mut self) {
-        self.assumer.open();
-        self.target.open();
+        let reading = self.target.open();
+        self.assumer.open(reading);
     }
 
-    /// Reads the target for auto's decision and the headline (once a second).
+    /// Reads the target's CPU once for auto's decision and the headline (once a second).
     pub(crate) fn observe(&mut self) {
-        self.assumer.observe();
-        self.target.observe();
+        let reading = self.target.observe();
+        self.assumer.observe(reading);
     }
 
     /// Pools every probe's gaps, for those with too few of their own.

@@ -75,7 +75,9 @@ impl TargetCpu {
     }
 
     /// The measuring window opens (or is reset): the run's share counts from here.
-    pub(crate) fn open(&mut self) {
+    /// Returns the reading taken, for auto's busy cores (`Assumer`), which would
+    /// otherwise read the target again.
+    pub(crate) fn open(&mut self) -> Option<Reading> {
         self.run = Moments::default();
         let reading = self.read();
         self.first = reading;
@@ -83,18 +85,19 @@ impl TargetCpu {
         if let Some(reading) = reading {
             self.keep(reading);
         }
+        reading
     }
 
-    /// Reads the CPU time (once a second or so, by the collector).
-    pub(crate) fn observe(&mut self) {
-        let Some(reading) = self.read() else {
-            return;
-        };
+    /// Reads the CPU time (once a second or so, by the collector); returns the reading
+    /// as [`open`](Self::open) does.
+    pub(crate) fn observe(&mut self) -> Option<Reading> {
+        let reading = self.read()?;
         if let Some(rate) = self.last.and_then(|last| rate(&last, &reading)) {
             self.run.push(rate);
             self.last = Some(reading);
         }
         self.keep(reading);
+        Some(reading)
     }
 
     fn read(&mut self) -> Option<Reading> {

@@ -29,12 +29,12 @@ use tokio::sync::{oneshot, watch};
 use super::Assumption;
 use super::probe::{Probe, counting_config};
 use super::{OtherPrice, ProgramMethod};
-use crate::attach::others::{self, OtherSite, Owner};
+use crate::attach::others::{self, OtherSite, Owner, ReportedShape};
 use crate::attach::{self, Attachment, KernelCounters, LoadOptions};
 use crate::cli::RunArgs;
 use crate::delivery::DeliveryMode;
 use crate::present::export;
-use crate::present::processes::{self, HostReport, ProcessRow, SiteRow};
+use crate::present::processes::{self, HostReport, ProcessRow, SiteOwner, SiteRow};
 use crate::resolve::{ResolveOptions, Resolver};
 use crate::sys::maps::{FileId, read_maps};
 use crate::sys::procfs::{self, Stat};
@@ -839,7 +839,10 @@ impl Engine {
                         } else {
                             "not-priced"
                         },
-                        owners: owners_of(&s.owners),
+                        owners: distinct(s.owners.iter().map(|site| SiteOwner {
+                            owner: site.owner.clone(),
+                            shape: site.shape.map(ReportedShape::from),
+                        })),
                         gone: s.id.is_none(),
                     })
                     .collect(),
@@ -867,13 +870,18 @@ fn alive(pid: u32, start_ticks: u64) -> bool {
 
 /// The owners of a site's probes, each once.
 fn owners_of(sites: &[OtherSite]) -> Vec<Owner> {
-    let mut owners: Vec<Owner> = Vec::new();
-    for site in sites {
-        if !owners.contains(&site.owner) {
-            owners.push(site.owner.clone());
+    distinct(sites.iter().map(|site| site.owner.clone()))
+}
+
+/// `items` each once, in their first order.
+fn distinct<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut kept: Vec<T> = Vec::new();
+    for item in items {
+        if !kept.contains(&item) {
+            kept.push(item);
         }
     }
-    owners
+    kept
 }
 
 /// A hit's whole cost at a site, ns: the trap of its class once, plus every owner's

@@ -507,11 +507,7 @@ fn stops_and_keeps_measurements_when_the_target_execs() {
     let _turn = turn(module_path!());
     let target = started(&fixture("c/execer"), &["--calls", &CALLS.to_string()]);
     let json = export_path("execer.json");
-    let mut cmd = probetop();
-    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
-        .arg(&json)
-        .args(["-e", "uprobe:work_unit"]);
-    let mut probetop = Running::spawn(cmd);
+    let mut probetop = exporting(target.pid(), &["-e", "uprobe:work_unit"], &json);
     probetop.err().wait_for("attached");
     target.signal(libc::SIGUSR1);
     target.out().wait_for("exec");
@@ -571,38 +567,22 @@ fn follows_an_exec_into_another_program() {
     const AFTER: u64 = 30_000;
     let execer = fixture("c/execer");
     let workload = fixture("c/workload");
-    let target = started(
-        &execer,
-        &[
-            "--calls",
-            &CALLS.to_string(),
-            "--exec",
-            &workload.display().to_string(),
-            "--wait-signal",
-            "--calls",
-            &AFTER.to_string(),
-        ],
-    );
+    let target = execer_into(&workload, CALLS, AFTER);
     let json = export_path("follow-other.json");
-    let mut cmd = probetop();
-    cmd.args([
-        "--pid",
-        &target.pid().to_string(),
-        "--no-tui",
+    let follow = [
         "--follow-exec",
-    ])
-    .arg("--export")
-    .arg(&json)
-    .args(["-e", "uprobe:work_unit", "-e", "uprobe:before_exec"]);
-    let mut probetop = Running::spawn(cmd);
+        "-e",
+        "uprobe:work_unit",
+        "-e",
+        "uprobe:before_exec",
+    ];
+    let mut probetop = exporting(target.pid(), &follow, &json);
     probetop.err().wait_for("attached 2 probes");
     assert_eq!(probe_points_of(probetop.pid()), 2);
     let (programs, links_before) = bpf_ids_of(probetop.pid());
 
-    target.signal(libc::SIGUSR1);
-    target.out().wait_for("exec");
     // The same pid runs the workload fixture now, waiting for its own SIGUSR1.
-    target.out().wait_for("ready pid=");
+    exec_now(&target);
     let execed = probetop.err().wait_for("exec'd");
     assert!(
         execed.contains(&canonical(&workload))
@@ -672,21 +652,10 @@ fn follows_an_exec_of_the_same_binary() {
         ],
     );
     let json = export_path("follow-same.json");
-    let mut cmd = probetop();
-    cmd.args([
-        "--pid",
-        &target.pid().to_string(),
-        "--no-tui",
-        "--follow-exec",
-    ])
-    .arg("--export")
-    .arg(&json)
-    .args(["-e", "uprobe:work_unit"]);
-    let mut probetop = Running::spawn(cmd);
+    let follow = ["--follow-exec", "-e", "uprobe:work_unit"];
+    let mut probetop = exporting(target.pid(), &follow, &json);
     probetop.err().wait_for("attached 1 probe");
-    target.signal(libc::SIGUSR1);
-    target.out().wait_for("exec");
-    target.out().wait_for("ready pid=");
+    exec_now(&target);
     let execed = probetop.err().wait_for("exec'd");
     assert!(
         execed.contains(&canonical(&execer)) && execed.contains("(exec 1)"),
@@ -728,17 +697,14 @@ fn follows_execs_through_a_program_without_probes() {
         &["--calls", &CALLS.to_string(), "--exec", "sh", "-c", &again],
     );
     let json = export_path("follow-through.json");
-    let mut cmd = probetop();
-    cmd.args([
-        "--pid",
-        &target.pid().to_string(),
-        "--no-tui",
+    let follow = [
         "--follow-exec",
-    ])
-    .arg("--export")
-    .arg(&json)
-    .args(["-e", "uprobe:work_unit", "-e", "uretprobe:before_exec"]);
-    let mut probetop = Running::spawn(cmd);
+        "-e",
+        "uprobe:work_unit",
+        "-e",
+        "uretprobe:before_exec",
+    ];
+    let mut probetop = exporting(target.pid(), &follow, &json);
     probetop.err().wait_for("attached 2 probes");
     let (programs, mut links) = bpf_ids_of(probetop.pid());
 

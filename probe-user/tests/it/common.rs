@@ -236,6 +236,67 @@ pub(crate) fn forker(early: u32, late: u32, grand: u32, args: &[&str]) -> Runnin
     started(&fixture("c/forker"), &all)
 }
 
+/// The execer fixture, started: `before` calls, then on SIGUSR1 an exec of `program`,
+/// which waits for a SIGUSR1 of its own and makes `after` calls (the workload fixture
+/// or execer again).
+pub(crate) fn execer_into(program: &std::path::Path, before: u64, after: u64) -> Running {
+    started(
+        &fixture("c/execer"),
+        &[
+            "--calls",
+            &before.to_string(),
+            "--exec",
+            &program.display().to_string(),
+            "--wait-signal",
+            "--calls",
+            &after.to_string(),
+        ],
+    )
+}
+
+/// Has the execer fixture `target` make its calls and exec, and waits until the program
+/// it exec'd is ready.
+pub(crate) fn exec_now(target: &Running) {
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("exec");
+    target.out().wait_for("ready pid=");
+}
+
+/// probetop `--pid PID --no-tui` with `args` (specs, `--mode`, `--follow-exec`, ...),
+/// its JSON export written to `json` at its end: started.
+pub(crate) fn exporting(pid: u32, args: &[&str], json: &std::path::Path) -> Running {
+    let mut cmd = probetop();
+    cmd.args(["--pid", &pid.to_string(), "--no-tui"])
+        .args(args)
+        .arg("--export")
+        .arg(json);
+    Running::spawn(cmd)
+}
+
+/// `program` (the workload fixture or a copy), started to make `calls` calls on SIGUSR1.
+pub(crate) fn waiting(program: &std::path::Path, calls: u64) -> Running {
+    started(program, &["--wait-signal", "--calls", &calls.to_string()])
+}
+
+/// `probetop --all --no-tui --duration 120 --export JSON`, from `cmd` (a [`probetop`]
+/// command, with its environment), started.
+pub(crate) fn all_exporting(mut cmd: Command, json: &std::path::Path) -> Running {
+    cmd.args(["--all", "--no-tui", "--duration", "120", "--export"])
+        .arg(json);
+    Running::spawn(cmd)
+}
+
+/// Ends `probetop` with SIGINT, which it must exit 0 on: what it said on stderr, and its
+/// JSON export at `json`.
+pub(crate) fn interrupted(
+    probetop: &mut Running,
+    json: &std::path::Path,
+) -> (String, serde_json::Value) {
+    probetop.signal(libc::SIGINT);
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    (probetop.err().rest().join("\n"), read_export(json))
+}
+
 /// Starts `program` with `args` and waits for its `ready pid=` line.
 pub(crate) fn started(program: &std::path::Path, args: &[&str]) -> Running {
     let mut command = Command::new(program);
@@ -698,6 +759,11 @@ pub(crate) fn alone() -> std::sync::MutexGuard<'static, ()> {
 }
 
 static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// bpftrace counting the hits of `probe` (`uprobe:PATH:FUNC`) in `pid`, attached.
+pub(crate) fn bpftrace_counting(pid: u32, probe: &str) -> Running {
+    bpftrace_armed(pid, &format!("{probe} {{ @ = count(); }}"))
+}
 
 /// bpftrace running `program` against `pid` (`-p`), returned once every probe of it is
 /// attached: its BEGIN probe fires after the others attach, while "Attaching N

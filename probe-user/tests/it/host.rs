@@ -17,22 +17,25 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
         workload_copy(&dir, "host-c"),
     );
     let (calls_a, calls_b, calls_c) = (3000u64, 4000u64, 500u64);
-    let mut a = started(&file_a, &["--wait-signal", "--calls", &calls_a.to_string()]);
-    let mut b = started(&file_b, &["--wait-signal", "--calls", &calls_b.to_string()]);
-    let mut c = started(&file_c, &["--wait-signal", "--calls", &calls_c.to_string()]);
-    let bpftrace = bpftrace_armed(
-        a.pid(),
-        &format!("uprobe:{}:work_unit {{ @ = count(); }}", file_a.display()),
+    let (mut a, mut b, mut c) = (
+        waiting(&file_a, calls_a),
+        waiting(&file_b, calls_b),
+        waiting(&file_c, calls_c),
     );
-    let event = TracefsProbe::add(
+    let bpftrace = bpftrace_counting(a.pid(), &format!("uprobe:{}:work_unit", file_a.display()));
+    // B's event fetches two arguments and is enabled in two trace instances: its site's
+    // owner says so, as a `--pid` run's row does.
+    let event = TracefsProbe::shaped(
         &file_b,
         file_offset(&file_b, "leaf_ret"),
         format!("leaf_ret_{}", b.pid()),
+        "i=%di:s64 ra=+0(%sp):x64",
+        2,
     );
     // A probetop of the user's on D: D is listed, owned by it; that probetop's own
     // process (its uprobe flushing staged records) is not a probed process.
     let file_d = workload_copy(&dir, "host-d");
-    let mut d = started(&file_d, &["--wait-signal", "--calls", "1"]);
+    let mut d = waiting(&file_d, 1);
     let mut theirs = Running::spawn({
         let mut cmd = probetop();
         cmd.args([
@@ -48,12 +51,7 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
     });
     theirs.err().wait_for("attached 1 probe");
     let json = dir.join("all.json");
-    let mut probetop = Running::spawn({
-        let mut cmd = probetop();
-        cmd.args(["--all", "--no-tui", "--duration", "120", "--export"])
-            .arg(&json);
-        cmd
-    });
+    let mut probetop = all_exporting(probetop(), &json);
     // Both counted before any call is made.
     for pid in [a.pid(), b.pid(), d.pid()] {
         probetop.err().wait_for(&format!("counting pid {pid} "));
@@ -64,12 +62,9 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
     for (target, calls) in [(&mut a, calls_a), (&mut b, calls_b), (&mut c, calls_c)] {
         calls_done(target, calls);
     }
-    probetop.signal(libc::SIGINT);
-    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let (stderr, report) = interrupted(&mut probetop, &json);
     drop(event);
-    let stderr = probetop.err().rest().join("\n");
     let table = probetop.out().rest().join("\n");
-    let report = read_export(&json);
 
     let row_a = row_of(&report, a.pid()).unwrap_or_else(|| panic!("A listed: {report:#}"));
     assert_eq!(row_a["comm"], "host-a", "{row_a}");
@@ -79,6 +74,9 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
     assert_eq!(row_a["owners"][0]["tool"], "bpftrace", "{row_a}");
     assert_eq!(row_a["owners"][0]["pid"], bpftrace.pid(), "{row_a}");
     assert_eq!(row_a["sites"][0]["name"], "work_unit", "{row_a}");
+    let bpf_owner = &row_a["sites"][0]["owners"][0];
+    assert_eq!(bpf_owner["pid"], bpftrace.pid(), "{row_a}");
+    assert_eq!(bpf_owner["fetch_args"], serde_json::Value::Null, "{row_a}");
     assert_eq!(row_a["exited"], true, "{row_a}");
 
     let row_b = row_of(&report, b.pid()).unwrap_or_else(|| panic!("B listed: {report:#}"));
@@ -90,6 +88,10 @@ fn all_lists_each_probed_process_with_exact_hits_and_its_owners() {
         "{row_b}"
     );
     assert_eq!(row_b["sites"][0]["name"], "leaf_ret", "{row_b}");
+    let event_owner = &row_b["sites"][0]["owners"][0];
+    assert_eq!(event_owner["tool"], "tracefs", "{row_b}");
+    assert_eq!(event_owner["fetch_args"], 2, "{row_b}");
+    assert_eq!(event_owner["instances"], 2, "{row_b}");
 
     assert!(
         row_of(&report, c.pid()).is_none(),
@@ -155,16 +157,14 @@ fn all_names_a_stripped_site_through_debuginfod_unless_offline() {
     let offset = file_offset(&fixture("c/workload"), "work_unit");
     let calls = 2000u64;
     for offline in [false, true] {
-        let mut target = started(&stripped, &["--wait-signal", "--calls", &calls.to_string()]);
+        let mut target = waiting(&stripped, calls);
         let event = TracefsProbe::add(&stripped, offset, format!("stripped_{}", target.pid()));
         let json = dir.join(format!("all-offline-{offline}.json"));
         let mut cmd = crate::debuginfod::asking(&server, &dir.join(format!("cache-{offline}")));
-        cmd.args(["--all", "--no-tui", "--duration", "120", "--export"])
-            .arg(&json);
         if offline {
             cmd.arg("--offline");
         }
-        let mut probetop = Running::spawn(cmd);
+        let mut probetop = all_exporting(cmd, &json);
         if !offline {
             let said = probetop.err().wait_for(&format!(
                 "symbols of {} from debuginfod {}",
@@ -178,11 +178,8 @@ fn all_names_a_stripped_site_through_debuginfod_unless_offline() {
             .wait_for(&format!("counting pid {} ", target.pid()));
         target.signal(libc::SIGUSR1);
         calls_done(&mut target, calls);
-        probetop.signal(libc::SIGINT);
-        assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+        let (stderr, report) = interrupted(&mut probetop, &json);
         drop(event);
-        let stderr = probetop.err().rest().join("\n");
-        let report = read_export(&json);
         let row = row_of(&report, target.pid()).unwrap_or_else(|| panic!("listed: {report:#}"));
         assert_eq!(row["hits"], calls, "offline {offline}: {row}\n{stderr}");
         let name = if offline {
@@ -226,10 +223,7 @@ fn enter_opens_a_process_as_pid_would_and_esc_comes_back() {
     let file = workload_copy(&dir, "host-tui");
     let target = started(&file, &["--wait-signal"]);
     let pid = target.pid();
-    let bpftrace = bpftrace_armed(
-        pid,
-        &format!("uprobe:{}:work_unit {{ @ = count(); }}", file.display()),
-    );
+    let bpftrace = bpftrace_counting(pid, &format!("uprobe:{}:work_unit", file.display()));
     let tmux = Tmux::start(
         "host",
         160,

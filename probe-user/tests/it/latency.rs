@@ -180,12 +180,11 @@ fn unwound(mode: &str) {
         &["--wait-signal", "--count", "1001", "--every", "10"],
     );
     let json = export_path(&format!("latency-unwound-{mode}.json"));
-    let mut cmd = probetop();
-    cmd.args(["--mode", mode]);
-    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
-        .arg(&json)
-        .args(["-e", "latency:middle"]);
-    let mut probetop = Running::spawn(cmd);
+    let mut probetop = exporting(
+        target.pid(),
+        &["--mode", mode, "-e", "latency:middle"],
+        &json,
+    );
     let path = probetop.err().wait_for("returns measured");
     assert!(path.contains("ret instructions"), "{path}");
     probetop.err().wait_for("attached 2 probes");
@@ -235,14 +234,19 @@ fn keyed_rows_count_each_key_and_the_rest_as_other() {
         ],
     );
     let json = export_path("latency-keyed.json");
-    let mut cmd = probetop();
-    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "--export"])
-        .arg(&json)
-        .args(["--max-keys", "3", "--key", "arg0"])
-        .args(["-e", "latency:keyed key=arg0:i32"])
-        .args(["-e", "latency:latency:req__start,req__done key=arg1:str"])
-        .args(["-e", "uprobe:keyed_leaf"]);
-    let mut probetop = Running::spawn(cmd);
+    let keyed = [
+        "--max-keys",
+        "3",
+        "--key",
+        "arg0",
+        "-e",
+        "latency:keyed key=arg0:i32",
+        "-e",
+        "latency:latency:req__start,req__done key=arg1:str",
+        "-e",
+        "uprobe:keyed_leaf",
+    ];
+    let mut probetop = exporting(target.pid(), &keyed, &json);
     probetop.err().wait_for("attached 5 probes");
     target.signal(libc::SIGUSR1);
     let done = target.out().wait_for("done ");
@@ -317,35 +321,12 @@ fn a_pair_follows_an_exec_into_another_program() {
 fn pair_follows_an_exec(mode: &str) {
     const BEFORE: u64 = 2_000;
     const AFTER: u64 = 5_000;
-    let workload = fixture("c/workload");
-    let target = started(
-        &fixture("c/execer"),
-        &[
-            "--calls",
-            &BEFORE.to_string(),
-            "--exec",
-            &workload.display().to_string(),
-            "--wait-signal",
-            "--calls",
-            &AFTER.to_string(),
-        ],
-    );
+    let target = execer_into(&fixture("c/workload"), BEFORE, AFTER);
     let json = export_path(&format!("latency-exec-{mode}.json"));
-    let mut cmd = probetop();
-    cmd.args([
-        "--pid",
-        &target.pid().to_string(),
-        "--no-tui",
-        "--follow-exec",
-    ])
-    .args(["--mode", mode, "--export"])
-    .arg(&json)
-    .args(["-e", "latency:work_unit"]);
-    let mut probetop = Running::spawn(cmd);
+    let args = ["--follow-exec", "--mode", mode, "-e", "latency:work_unit"];
+    let mut probetop = exporting(target.pid(), &args, &json);
     probetop.err().wait_for("attached 2 probes");
-    target.signal(libc::SIGUSR1);
-    target.out().wait_for("exec");
-    target.out().wait_for("ready pid=");
+    exec_now(&target);
     probetop.err().wait_for("exec 1: attached");
     target.signal(libc::SIGUSR1);
     let done = target.out().wait_for("done calls=");
@@ -382,12 +363,8 @@ fn a_pair_follows_forks() {
     for mode in ["ring", "kernel"] {
         let target = forker(2, 2, 2, &["--calls", &FORK_CALLS.to_string()]);
         let json = export_path(&format!("latency-forks-{mode}.json"));
-        let mut cmd = probetop();
-        cmd.args(["--pid", &target.pid().to_string(), "-F", "--no-tui"])
-            .args(["--mode", mode, "--export"])
-            .arg(&json)
-            .args(["-e", "latency:work_unit"]);
-        let mut probetop = Running::spawn(cmd);
+        let args = ["-F", "--mode", mode, "-e", "latency:work_unit"];
+        let mut probetop = exporting(target.pid(), &args, &json);
         probetop.err().wait_for("attached");
         target.signal(libc::SIGUSR1);
         target.out().wait_for("done");

@@ -89,6 +89,16 @@ impl Server {
         server
     }
 
+    /// Started, with sysbench's oltp tables prepared.
+    fn prepared() -> Self {
+        let server = Server::start();
+        output_ok(
+            server.sysbench("oltp_read_only").arg("prepare"),
+            "sysbench prepare",
+        );
+        server
+    }
+
     fn pid(&self) -> u32 {
         self.child.id()
     }
@@ -172,11 +182,7 @@ const TEXT_EXTRA_PER_CONNECTION: u64 = 1;
 fn counts_every_command_of_a_live_mariadbd() {
     let _turn = turn(module_path!());
     let _alone = alone();
-    let server = Server::start();
-    output_ok(
-        server.sysbench("oltp_read_only").arg("prepare"),
-        "sysbench prepare",
-    );
+    let server = Server::prepared();
 
     // A uretprobe on dispatch_command, which the preset had, is refused on this C++
     // server: an exception unwinding through it would kill the server.
@@ -321,23 +327,13 @@ fn the_presets_entries_are_emulated_in_debians_mariadbd() {
         Path::new(MARIADBD).exists(),
         "{MARIADBD} is missing: `cargo xtask setup` installs mariadb-server"
     );
-    let preset = probe_user::inner::preset::text("mysql").expect("mysql preset");
     let (mut checked, mut rets) = (0, 0);
-    for line in preset.lines() {
-        let text = line.split('#').next().unwrap_or("").trim();
-        if text.is_empty() {
-            continue;
-        }
+    for (text, spec, latency) in preset_specs() {
         // A latency spec: its entry is checked; its returns, at the ret instructions
         // (a uretprobe is refused on this C++ server), are the one single-stepped site.
-        let spec = if probe_user::inner::spec::is_latency(text) {
+        if latency {
             rets += 1;
-            let [start, _] =
-                probe_user::inner::spec::parse_latency(text).expect("preset specs parse");
-            start
-        } else {
-            probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse")
-        };
+        }
         if spec.at_returns {
             rets += 1;
             continue;
@@ -356,6 +352,28 @@ fn the_presets_entries_are_emulated_in_debians_mariadbd() {
         checked += 1;
     }
     assert_eq!((checked, rets), (5, 1));
+}
+
+/// The mysql preset's specs: each line's text, its spec (a latency spec's entry), and
+/// whether it is a latency spec.
+fn preset_specs() -> Vec<(String, probe_user::inner::spec::ProbeSpec, bool)> {
+    let preset = probe_user::inner::preset::text("mysql").expect("mysql preset");
+    preset
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or("").trim())
+        .filter(|text| !text.is_empty())
+        .map(|text| {
+            let latency = probe_user::inner::spec::is_latency(text);
+            let spec = if latency {
+                let [start, _] =
+                    probe_user::inner::spec::parse_latency(text).expect("preset specs parse");
+                start
+            } else {
+                probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse")
+            };
+            (text.to_string(), spec, latency)
+        })
+        .collect()
 }
 
 /// probetop on `pid` with the specs of `spec_file`, on uprobe_multi links: the probes
@@ -466,11 +484,7 @@ fn every_function_of_mariadbd_attaches_in_linear_time() {
 fn auto_mode_keeps_every_command_of_a_server_run_flat_out() {
     let _turn = turn(module_path!());
     let _alone = alone();
-    let server = Server::start();
-    output_ok(
-        server.sysbench("oltp_read_only").arg("prepare"),
-        "sysbench prepare",
-    );
+    let server = Server::prepared();
     let json = export_path("mysql-auto.json");
     let mut cmd = probetop();
     cmd.args(["--pid", &server.pid().to_string()])
@@ -562,32 +576,16 @@ fn auto_mode_keeps_every_command_of_a_server_run_flat_out() {
 fn the_preset_reads_at_80x24_on_a_live_mariadbd() {
     let _turn = turn(module_path!());
     let _alone = alone();
-    let server = Server::start();
-    output_ok(
-        server.sysbench("oltp_read_only").arg("prepare"),
-        "sysbench prepare",
-    );
+    let server = Server::prepared();
     let dir = server_dir("mysql-tui");
     let calibrated = Tmux::calibrated(&dir);
-    // The function each preset spec names, as a row should start with it.
-    let preset = probe_user::inner::preset::text("mysql").expect("mysql preset");
-    let names: Vec<String> = preset
-        .lines()
-        .map(|line| line.split('#').next().unwrap_or("").trim())
-        .filter(|text| !text.is_empty())
-        .map(|text| {
-            // A latency spec's rows are its entry's and its returns' (`FUNC+ret`).
-            let spec = if probe_user::inner::spec::is_latency(text) {
-                let [start, _] =
-                    probe_user::inner::spec::parse_latency(text).expect("preset specs parse");
-                start
-            } else {
-                probe_user::inner::spec::ProbeSpec::parse(text).expect("preset specs parse")
-            };
-            spec.name.trim_end_matches("+ret").to_string()
-        })
+    // The function each preset spec names, as a row should start with it (a latency
+    // spec's rows are its entry's and its returns', `FUNC+ret`).
+    let names: Vec<String> = preset_specs()
+        .into_iter()
+        .map(|(_, spec, _)| spec.name.trim_end_matches("+ret").to_string())
         .collect();
-    assert!(!names.is_empty(), "{preset}");
+    assert!(!names.is_empty());
     let command = format!(
         "{} --pid {} --preset mysql 2>{}",
         shell_quote(Path::new(env!("CARGO_BIN_EXE_probetop"))),

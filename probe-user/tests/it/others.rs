@@ -13,11 +13,7 @@ const CALLS: u64 = 20_000;
 
 /// `probetop --pid PID --no-tui --export JSON`, no spec, until the target exits.
 fn watch(pid: u32, json: &std::path::Path) -> Running {
-    let mut cmd = probetop();
-    cmd.args(["--pid", &pid.to_string(), "--no-tui", "--duration", "120"])
-        .arg("--export")
-        .arg(json);
-    Running::spawn(cmd)
+    exporting(pid, &["--duration", "120"], json)
 }
 
 /// The probe rows of another tool's probes in `report`.
@@ -44,30 +40,32 @@ fn count_calls(
     read_export(json)
 }
 
+/// probetop [`watch`]ing `target` through its calls ([`count_calls`]), exported to
+/// `name`: the one row of another tool's probe in its report, the report, and what
+/// probetop said.
+fn one_other_row(
+    target: &mut Running,
+    name: &str,
+) -> (serde_json::Value, serde_json::Value, String) {
+    let json = export_path(name);
+    let mut probetop = watch(target.pid(), &json);
+    let report = count_calls(target, &mut probetop, &json);
+    let _ = std::fs::remove_file(&json);
+    let stderr = probetop.err().rest().join("\n");
+    let rows = others(&report);
+    assert_eq!(rows.len(), 1, "{rows:#?}\n{stderr}");
+    (rows[0].clone(), report, stderr)
+}
+
 #[test]
 #[ignore = "needs root, the fixtures and bpftrace"]
 fn bpftrace_probe_is_a_row_with_its_owner_and_exact_hits() {
     let _turn = turn(module_path!());
     let _alone = alone();
-    let calls = CALLS.to_string();
-    let mut target = workload(&["--wait-signal", "--calls", &calls]);
-    let pid = target.pid();
     let exe = fixture("c/workload");
-    let bpftrace = bpftrace_armed(
-        pid,
-        &format!(
-            "uprobe:{}:work_unit /pid == {pid}/ {{ @ = count(); }}",
-            exe.display()
-        ),
-    );
-    let json = export_path("others-bpftrace.json");
-    let mut probetop = watch(pid, &json);
-    let report = count_calls(&mut target, &mut probetop, &json);
-    let stderr = probetop.err().rest().join("\n");
-
-    let rows = others(&report);
-    assert_eq!(rows.len(), 1, "{rows:#?}\n{stderr}");
-    let row = rows[0];
+    let mut target = waiting(&exe, CALLS);
+    let bpftrace = bpftrace_on(target.pid(), &format!("uprobe:{}:work_unit", exe.display()));
+    let (row, report, stderr) = one_other_row(&mut target, "others-bpftrace.json");
     assert_eq!(row["kind"], "uprobe");
     assert_eq!(row["name"], "work_unit");
     assert_eq!(row["owner"]["tool"], "bpftrace", "{row}");
@@ -82,7 +80,6 @@ fn bpftrace_probe_is_a_row_with_its_owner_and_exact_hits() {
         Some(1),
         "no probe of probetop's own: {report:#}"
     );
-    let _ = std::fs::remove_file(&json);
 }
 
 /// A tracefs event `perf probe` defined (Debian's linux-perf), enabled through tracefs:
@@ -95,10 +92,8 @@ fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
     let _alone = alone();
     let dir = export_path("others-private-perf");
     let copy = workload_copy(&dir, "workload");
-    let calls = CALLS.to_string();
-    let mut target = started(&copy, &["--wait-signal", "--calls", &calls]);
-    let pid = target.pid();
-    let event = format!("probe_ptest:leaf_ret_{pid}");
+    let mut target = waiting(&copy, CALLS);
+    let event = format!("probe_ptest:leaf_ret_{}", target.pid());
     let add = std::process::Command::new("perf")
         .args(["probe", "-q", "-x"])
         .arg(&copy)
@@ -126,16 +121,9 @@ fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
         event.replace(':', "/")
     );
     std::fs::write(&enable, "1").expect("enable perf's event");
-    let json = export_path("others-perf.json");
-    let mut probetop = watch(pid, &json);
-    let report = count_calls(&mut target, &mut probetop, &json);
-    let stderr = probetop.err().rest().join("\n");
+    let (row, _, stderr) = one_other_row(&mut target, "others-perf.json");
     let _ = std::fs::write(&enable, "0");
     drop(defined);
-
-    let rows = others(&report);
-    assert_eq!(rows.len(), 1, "{rows:#?}\n{stderr}");
-    let row = rows[0];
     assert_eq!(row["name"], "leaf_ret");
     assert_eq!(row["owner"]["tool"], "perf", "{row}");
     assert_eq!(row["owner"]["via"], "tracefs", "{row}");
@@ -145,7 +133,6 @@ fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
         "counting-probe-on-the-same-site"
     );
     assert_eq!(row["hits"], CALLS, "{row}\n{stderr}");
-    let _ = std::fs::remove_file(&json);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -154,21 +141,12 @@ fn perf_probe_event_is_a_row_owned_by_perf_with_exact_hits() {
 fn tracefs_probe_is_a_row_with_exact_hits() {
     let _turn = turn(module_path!());
     let _alone = alone();
-    let calls = CALLS.to_string();
-    let mut target = workload(&["--wait-signal", "--calls", &calls]);
-    let pid = target.pid();
     let exe = fixture("c/workload");
-    let offset = file_offset(&exe, "leaf_ret");
-    let event = TracefsProbe::add(&exe, offset, format!("leaf_ret_{pid}"));
-    let json = export_path("others-tracefs.json");
-    let mut probetop = watch(pid, &json);
-    let report = count_calls(&mut target, &mut probetop, &json);
-    let stderr = probetop.err().rest().join("\n");
+    let mut target = waiting(&exe, CALLS);
+    let pid = target.pid();
+    let event = TracefsProbe::on(&exe, "leaf_ret", format!("leaf_ret_{pid}"));
+    let (row, _, stderr) = one_other_row(&mut target, "others-tracefs.json");
     drop(event);
-
-    let rows = others(&report);
-    assert_eq!(rows.len(), 1, "{rows:#?}\n{stderr}");
-    let row = rows[0];
     assert_eq!(row["name"], "leaf_ret");
     assert_eq!(row["owner"]["tool"], "tracefs", "{row}");
     assert_eq!(row["owner"]["via"], "tracefs", "{row}");
@@ -180,7 +158,6 @@ fn tracefs_probe_is_a_row_with_exact_hits() {
     assert_eq!(row["owner"]["pid"], serde_json::Value::Null, "{row}");
     assert_eq!(row["owner"]["program_method"], "not-priced", "{row}");
     assert_eq!(row["hits"], CALLS, "{row}\n{stderr}");
-    let _ = std::fs::remove_file(&json);
 }
 
 #[test]
@@ -253,10 +230,7 @@ fn bpftrace_whole_cost_is_within_a_quarter_of_the_truth() {
     let _turn = turn(module_path!());
     let _alone = alone();
     whole_cost_within_a_quarter_of_the_truth("bpftrace", |pid, copy| {
-        bpftrace_armed(
-            pid,
-            &format!("uprobe:{}:work_unit {{ @ = count(); }}", copy.display()),
-        )
+        bpftrace_counting(pid, &format!("uprobe:{}:work_unit", copy.display()))
     });
 }
 
@@ -286,11 +260,7 @@ fn tracefs_whole_cost_is_within_a_quarter_of_the_truth() {
     let _turn = turn(module_path!());
     let _alone = alone();
     whole_cost_within_a_quarter_of_the_truth("tracefs", |pid, copy| {
-        TracefsProbe::add(
-            copy,
-            file_offset(copy, "work_unit"),
-            format!("work_unit_truth_{pid}"),
-        )
+        TracefsProbe::on(copy, "work_unit", format!("work_unit_truth_{pid}"))
     });
 }
 
@@ -307,23 +277,15 @@ fn tracefs_event_with_arguments_in_two_instances_is_counted_and_priced() {
     let shaped = |copy: &std::path::Path, name: String| {
         TracefsProbe::shaped(copy, file_offset(copy, "work_unit"), name, ARGS, 2)
     };
-    let calls = CALLS.to_string();
     let copy = workload_copy(&export_path("others-tracefs-shaped"), "workload");
-    let mut target = started(&copy, &["--wait-signal", "--calls", &calls]);
+    let mut target = waiting(&copy, CALLS);
     let event = shaped(&copy, format!("work_unit_shaped_{}", target.pid()));
-    let json = export_path("others-tracefs-shaped.json");
-    let mut probetop = watch(target.pid(), &json);
-    let report = count_calls(&mut target, &mut probetop, &json);
-    let stderr = probetop.err().rest().join("\n");
+    let (row, _, stderr) = one_other_row(&mut target, "others-tracefs-shaped.json");
     drop(event);
-    let rows = others(&report);
-    assert_eq!(rows.len(), 1, "{rows:#?}\n{stderr}");
-    let row = rows[0];
     assert_eq!(row["owner"]["via"], "tracefs", "{row}");
     assert_eq!(row["owner"]["fetch_args"], 2, "{row}");
     assert_eq!(row["owner"]["instances"], 2, "{row}");
     assert_eq!(row["hits"], CALLS, "{row}\n{stderr}");
-    let _ = std::fs::remove_file(&json);
 
     whole_cost_within_a_quarter_of_the_truth("tracefs", |pid, copy| {
         shaped(copy, format!("work_unit_truth_{pid}"))
@@ -342,9 +304,7 @@ fn whole_cost_within_a_quarter_of_the_truth<H>(
     calibrate_default(&cache);
     // A private copy: uprobes are per inode, and no other test's process maps this one.
     let dir = export_path(&format!("others-private-{tool}"));
-    std::fs::create_dir_all(&dir).expect("dir");
-    let copy = dir.join("workload");
-    std::fs::copy(fixture("c/workload"), &copy).expect("copy the fixture");
+    let copy = workload_copy(&dir, "workload");
     let target = started(&copy, &["--forever", "--batch", "100000"]);
     let pid = target.pid();
     let json = export_path(&format!("others-truth-{tool}.json"));
@@ -433,13 +393,7 @@ fn probes_that_come_and_go_keep_their_rows_and_leave_no_trap() {
     let exe = fixture("c/workload");
     let first = bpftrace_on(pid, &format!("uprobe:{}:work_unit", exe.display()));
     let json = export_path("others-come-and-go.json");
-    let mut probetop = Running::spawn({
-        let mut cmd = probetop();
-        cmd.args(["--pid", &pid.to_string(), "--no-tui", "--duration", "6"])
-            .arg("--export")
-            .arg(&json);
-        cmd
-    });
+    let mut probetop = exporting(pid, &["--duration", "6"], &json);
     probetop.err().wait_for("attached");
     let second = bpftrace_on(pid, &format!("uretprobe:{}:leaf_ret", exe.display()));
     probetop.err().wait_for(&format!(
@@ -493,18 +447,12 @@ fn bpftrace_usdt_with_a_semaphore_is_counted() {
     let mut target = started(&exe, &["--wait-signal", "--count", &calls]);
     let pid = target.pid();
     let bpftrace = bpftrace_on(pid, &format!("usdt:{}:fixture_sema:tick", exe.display()));
-    let json = export_path("others-usdt.json");
-    let mut probetop = watch(pid, &json);
-    let report = count_calls(&mut target, &mut probetop, &json);
-    let rows = others(&report);
-    assert_eq!(rows.len(), 1, "{rows:#?}");
-    let row = rows[0];
+    let (row, _, _) = one_other_row(&mut target, "others-usdt.json");
     assert_eq!(row["kind"], "usdt");
     assert_eq!(row["name"], "fixture_sema:tick");
     assert_eq!(row["owner"]["pid"], bpftrace.pid());
     assert_eq!(row["cost_class"], "emulated-nop", "{row}");
     assert_eq!(row["hits"], CALLS, "{row}");
-    let _ = std::fs::remove_file(&json);
 }
 
 /// The `BCC_KERNEL_SOURCE` BCC's tools compile against: this kernel ships no headers
@@ -566,7 +514,7 @@ fn bcc_on_work_unit(
     name: &str,
 ) -> (std::path::PathBuf, Running, Running) {
     let exe = workload_copy(dir, name);
-    let target = started(&exe, &["--wait-signal", "--calls", &CALLS.to_string()]);
+    let target = waiting(&exe, CALLS);
     let probe = format!("{}:work_unit", exe.display());
     let holder = bcc(
         tool,
@@ -785,16 +733,11 @@ fn a_shared_trap_is_split_and_the_marginal_cost_is_the_truth() {
     let cache = export_path("others-calibration");
     calibrate_default(&cache);
     let dir = export_path("others-private-shared");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let copy = dir.join("workload");
-    std::fs::copy(fixture("c/workload"), &copy).expect("copy the fixture");
+    let copy = workload_copy(&dir, "workload");
     // Open loop: the same calls a second whether probetop is attached or not.
     let target = started(&copy, &["--forever", "--batch", "5000", "--rate", "50000"]);
     let pid = target.pid();
-    let bpftrace = bpftrace_armed(
-        pid,
-        &format!("uprobe:{}:work_unit {{ @ = count(); }}", copy.display()),
-    );
+    let bpftrace = bpftrace_counting(pid, &format!("uprobe:{}:work_unit", copy.display()));
     let json = export_path("others-shared.json");
     let (mut truth, mut marginal) = (Vec::new(), Vec::new());
     let mut last = serde_json::Value::Null;
@@ -868,12 +811,7 @@ fn all_counts_bcc_funclatency_exactly() {
     let (exe, mut target, mut funclatency) = bcc_on_work_unit("funclatency-bpfcc", &dir, "bcc-all");
     let pid = target.pid();
     let json = dir.join("all.json");
-    let mut probetop = Running::spawn({
-        let mut cmd = probetop();
-        cmd.args(["--all", "--no-tui", "--duration", "120", "--export"])
-            .arg(&json);
-        cmd
-    });
+    let mut probetop = all_exporting(probetop(), &json);
     // Both of BCC's probes counted before any call is made.
     let said: Vec<String> = (0..2)
         .map(|_| probetop.err().wait_for(&format!("counting pid {pid} ")))
@@ -889,11 +827,8 @@ fn all_counts_bcc_funclatency_exactly() {
     assert_eq!(in_process, on_disk, "{said:#?}");
     target.signal(libc::SIGUSR1);
     calls_done(&mut target, CALLS);
-    probetop.signal(libc::SIGINT);
-    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
-    let stderr = probetop.err().rest().join("\n");
+    let (stderr, report) = interrupted(&mut probetop, &json);
     drop(stopped(&mut funclatency, libc::SIGINT));
-    let report = read_export(&json);
     let row =
         row_of(&report, pid).unwrap_or_else(|| panic!("the target listed: {report:#}\n{stderr}"));
     assert_eq!(row["hits"], 2 * CALLS, "{row}\n{stderr}");
@@ -923,20 +858,14 @@ fn all_counts_bcc_funclatency_exactly() {
 fn own_probe_on_a_bcc_site_joins_it_and_counts_exactly() {
     let _turn = turn(module_path!());
     let _alone = alone();
-    let calls = CALLS.to_string();
     let exe = workload_copy(&export_path("bcc-own"), "workload");
-    let mut target = started(&exe, &["--wait-signal", "--calls", &calls]);
+    let mut target = waiting(&exe, CALLS);
     let pid = target.pid();
     let spec = format!("p:{}:work_unit", exe.display());
     let mut trace = bcc("trace-bpfcc", &["-p", &pid.to_string(), &spec], "PID");
     let json = export_path("others-bcc-own.json");
-    let mut probetop = Running::spawn({
-        let mut cmd = probetop();
-        cmd.args(["--pid", &pid.to_string(), "--no-tui", "--duration", "120"])
-            .args(["-e", "uprobe:work_unit", "--export"])
-            .arg(&json);
-        cmd
-    });
+    let own = ["--duration", "120", "-e", "uprobe:work_unit"];
+    let mut probetop = exporting(pid, &own, &json);
     let said = probetop.err().until("probetop: attached").join("\n");
     assert!(
         said.contains(&format!(

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{ExportError, Report};
 use crate::aggregate::HandlerSummary;
+use crate::attach::others::ReportedShape;
 use crate::spec::ProbeKind;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -191,13 +192,11 @@ pub struct JsonOwner<'a> {
     pub prog_id: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub event: Option<Cow<'a, str>>,
-    /// A tracefs event's fetched arguments, and the trace instances it is enabled in:
-    /// ftrace fetches the arguments once a hit and writes a record into each instance's
-    /// buffer, and `program_ns` prices both.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub fetch_args: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub instances: Option<u32>,
+    /// A tracefs event's fetched arguments, and the trace instances it is enabled in
+    /// (`fetch_args`, `instances`): ftrace fetches the arguments once a hit and writes a
+    /// record into each instance's buffer, and `program_ns` prices both.
+    #[serde(flatten)]
+    pub shape: Option<ReportedShape>,
     /// The owner's program per run, ns, in `whole_cost_ns`; null when not priced.
     pub program_ns: Option<f64>,
     /// `bpf-stats` (the kernel's run statistics over the window, `--bpf-stats`),
@@ -752,8 +751,7 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                         via: site.via().into(),
                         prog_id: site.prog_id,
                         event: site.event.as_deref().map(Cow::Borrowed),
-                        fetch_args: site.shape.map(|s| s.args),
-                        instances: site.shape.map(|s| s.instances),
+                        shape: site.shape.map(ReportedShape::from),
                         program_ns: p.cost.other.and_then(|o| o.program_ns),
                         program_method: p.cost.other.map(|o| o.program_method.as_str().into()),
                         hits_method: if site.counted {

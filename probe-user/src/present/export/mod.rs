@@ -422,6 +422,35 @@ pub(crate) mod testing {
     use super::*;
     use crate::histogram::new_ns_histogram;
 
+    /// In situ measured over 7 windows on and 8 off (6 pairs, one process), 20,000 hits
+    /// a second while attached: `added_share` of one CPU added, on `base_share`; no work
+    /// meter, per-hit figure or churn timing (a test sets those it reads).
+    pub(crate) fn in_situ(
+        added_share: crate::insitu::Interval,
+        base_share: Option<f64>,
+    ) -> crate::insitu::InSituSummary {
+        crate::insitu::InSituSummary {
+            work: crate::insitu::WorkMeter::None,
+            windows_on: 7,
+            windows_off: 8,
+            pairs: 6,
+            dropped_pairs: 0,
+            processes: (1, 1),
+            seconds_on: 7.0,
+            seconds_off: 8.0,
+            added_share: Some(added_share),
+            per_hit_ns: None,
+            work_moved: None,
+            per_hit_cpu_alone_ns: None,
+            hits_per_second: 20_000.0,
+            base_share,
+            verdict: crate::insitu::Verdict::Measured,
+            detach_ms: None,
+            attach_ms: None,
+            churn_cpu_ms: None,
+        }
+    }
+
     pub(crate) fn sample_report() -> Report {
         let mut a = new_ns_histogram();
         for ns in [100, 200, 300, 400, 5000] {

@@ -929,7 +929,7 @@ mod tests {
 
     #[test]
     fn in_situ_intervals_each_have_their_three_bounds() {
-        use crate::insitu::{InSituSummary, Interval, Verdict, WorkMeter};
+        use crate::insitu::{InSituSummary, Interval, WorkMeter};
         let interval = |mean: f64| Interval {
             mean,
             low: mean * 0.5,
@@ -938,23 +938,13 @@ mod tests {
         let mut report = rich_report();
         report.cost.in_situ = Some(InSituSummary {
             work: WorkMeter::Wakeups,
-            windows_on: 7,
-            windows_off: 8,
-            pairs: 6,
-            dropped_pairs: 0,
-            processes: (1, 1),
-            seconds_on: 7.0,
-            seconds_off: 8.0,
-            added_share: Some(interval(0.02)),
             per_hit_ns: Some(interval(1000.0)),
             work_moved: Some(interval(-0.004)),
             per_hit_cpu_alone_ns: Some(interval(1100.0)),
-            hits_per_second: 20_000.0,
-            base_share: Some(0.3),
-            verdict: Verdict::Measured,
             detach_ms: Some(3.0),
             attach_ms: Some(5.0),
             churn_cpu_ms: Some(0.1),
+            ..super::super::testing::in_situ(interval(0.02), Some(0.3))
         });
         let (types, samples) = parse(&render_prometheus(&report));
         let value = |name: &str, bound: &str| {

@@ -24,6 +24,11 @@ impl TracefsProbe {
         Self::shaped(file, offset, name, "", 0)
     }
 
+    /// [`add`](Self::add)ed at `function`'s entry in `file`.
+    pub(crate) fn on(file: &std::path::Path, function: &str, name: String) -> Self {
+        Self::add(file, super::file_offset(file, function), name)
+    }
+
     /// With the fetched arguments `args`, enabled in `instances` trace instances of its
     /// own (0: the top one).
     pub(crate) fn shaped(
