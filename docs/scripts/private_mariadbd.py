@@ -23,15 +23,18 @@ def cpu_s(pid):
     return time.clock_gettime(clock.value)
 
 
-def start_server(prefix):
+def start_server(prefix, binary="/usr/sbin/mariadbd", seed=0):
     """A private mariadbd (its own datadir, unix socket only) with sysbench's 4 tables of
-    10,000 rows; returns the server process and sysbench's connection arguments."""
+    10,000 rows; returns the server process and sysbench's connection arguments. `binary`
+    may be a private copy of mariadbd (a uprobe is armed in every process that maps the
+    probed file, so a copy keeps other tools' probes out, and its probes out of others);
+    `seed` other than 0 makes sysbench's tables the same from run to run."""
     tmp = tempfile.mkdtemp(prefix=prefix)
     data, sock = os.path.join(tmp, "data"), os.path.join(tmp, "mysqld.sock")
     subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
                     "--auth-root-authentication-method=normal", "--skip-test-db"],
                    check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = subprocess.Popen(["/usr/sbin/mariadbd", "--no-defaults", f"--datadir={data}",
+    server = subprocess.Popen([binary, "--no-defaults", "--basedir=/usr", f"--datadir={data}",
                                f"--socket={sock}", f"--tmpdir={tmp}", "--user=root",
                                "--skip-networking", "--innodb-buffer-pool-size=256M",
                                f"--log-error={tmp}/error.log"])
@@ -43,8 +46,8 @@ def start_server(prefix):
                    check=True)
     common = ["--db-driver=mysql", f"--mysql-socket={sock}", "--mysql-user=root",
               "--mysql-db=sbtest", "--tables=4", "--table-size=10000"]
-    subprocess.run(["sysbench", "oltp_read_only", *common, "prepare"], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(["sysbench", "oltp_read_only", *common, f"--rand-seed={seed}", "prepare"],
+                   check=True, stdout=subprocess.DEVNULL)
     return server, common
 
 
