@@ -14,7 +14,7 @@
 //! `provider:name`), as [`file_names`] makes it file-name-safe: `run.work_unit.hgrm`,
 //! `run.leaf.ret.hgrm` for a return probe, `run.provider_name.usdt.hgrm`; one glob's
 //! files tell their functions apart (`run.THD_send_kill_message.hgrm`), not the spec's
-//! (the `.hlog`'s tags stay [`probe_tags`], which its readers select by). Units are not
+//! (the `.hlog`'s tags stay [`super::hdr::probe_tags`], which its readers select by). Units are not
 //! written: the format has no place for them and the plotter asks for them; they are
 //! always nanoseconds.
 //!
