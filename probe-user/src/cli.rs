@@ -122,9 +122,10 @@ pub(crate) struct DiffArgs {
     /// The run after, compared against A.
     pub b: PathBuf,
 
-    /// Exit 1 when a probe's --metric rose by more than PCT percent with its
-    /// distribution significantly different (for CI; 0 to 10^6). Without it, rows are
-    /// flagged above 10% and the exit status is 0.
+    /// Exit 1 when a probe's --metric rose by more than PCT percent, and by more than
+    /// the measurement's resolution (the clock's step or the histogram's bucket width,
+    /// at least 20 ns), with its distribution significantly different (for CI; 0 to
+    /// 10^6). Without it, rows are flagged above 10% and the exit status is 0.
     #[arg(long, value_name = "PCT", value_parser = real(0.0, 1e6, "percent"))]
     pub fail_above: Option<f64>,
 

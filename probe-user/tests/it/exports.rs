@@ -620,3 +620,80 @@ fn every_format_carries_a_latency_row_with_every_call() {
     }
     let _ = std::fs::remove_dir_all(&cache);
 }
+
+/// `.hgrm` files are named by function: a two-probe run writes exactly
+/// `run.work_unit.hgrm` and `run.leaf_ret.ret.hgrm` (the return probe's kind added),
+/// each naming its probe in its first line and holding every hit the JSON counts.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn hgrm_files_are_named_by_function() {
+    let _turn = turn(module_path!());
+    let target = {
+        let mut command = Command::new(fixture("c/workload"));
+        command.args(["--forever", "--rate", "2000"]);
+        let running = Running::spawn(command);
+        running.out().wait_for("ready pid=");
+        running
+    };
+    let base = export_path("hgrm-names");
+    let stem = base
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .to_string();
+    let dir = base.parent().expect("dir").to_path_buf();
+    let ours = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .expect("read dir")
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with(&format!("{stem}.")) && n.ends_with(".hgrm"))
+            .collect();
+        names.sort();
+        names
+    };
+    for old in ours(&dir) {
+        let _ = std::fs::remove_file(dir.join(old));
+    }
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui", "-d", "2"])
+        .args(["-e", "uprobe:work_unit", "-e", "uretprobe:leaf_ret"])
+        .arg("--export")
+        .arg(base.with_extension("hgrm"))
+        .arg("--export")
+        .arg(base.with_extension("json"));
+    output_ok(&mut cmd, "probetop --export run.hgrm");
+    let json = read_export(&base.with_extension("json"));
+    let probes = json["probes"].as_array().expect("probes");
+    let mut expected = Vec::new();
+    for (file, kind, name) in [
+        ("leaf_ret.ret", "uretprobe", "leaf_ret"),
+        ("work_unit", "uprobe", "work_unit"),
+    ] {
+        let path = dir.join(format!("{stem}.{file}.hgrm"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let first = text.lines().next().unwrap_or_default();
+        assert!(
+            first.starts_with("#probetop probe ")
+                && first.contains(&format!(": {kind} {name} in ")),
+            "{first}"
+        );
+        let entry = probes
+            .iter()
+            .find(|p| p["kind"] == kind && p["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in {json}"));
+        let received =
+            entry["hits"].as_u64().expect("hits") - entry["dropped"].as_u64().expect("dropped");
+        assert!(received > 0, "{entry}");
+        assert!(
+            text.contains(&format!("Total count    = {received:>12}]")),
+            "{received} hits in\n{text}"
+        );
+        expected.push(format!("{stem}.{file}.hgrm"));
+    }
+    assert_eq!(ours(&dir), expected, "exactly one file per probe");
+    for file in expected {
+        let _ = std::fs::remove_file(dir.join(file));
+    }
+    let _ = std::fs::remove_file(base.with_extension("json"));
+}

@@ -19,6 +19,12 @@
 //! metric judges a latency pair by its row, not its halves' handler time. Both are
 //! needed: with thousands of hits the test finds a 1% shift that two runs on a busy
 //! host show anyway, and a large move in a handful of hits can be chance.
+//!
+//! A third condition: the metric must have moved by more than the row's floor, the
+//! larger of [`MIN_MOVE_NS`] and the measurement's resolution there ([`resolution_ns`]:
+//! the clock's step seen in the histograms, or their bucket width at the value). On
+//! 20,000 hits at 60 ns the test finds a one-step move of a 10 ns clock (60 -> 70 ns,
+//! +16.7%) significant; such a move says nothing about the code.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -98,6 +104,33 @@ struct Row {
     half_of_pair: bool,
 }
 
+/// The smallest move, ns, of the metric that is flagged, whatever the resolution.
+pub(crate) const MIN_MOVE_NS: f64 = 20.0;
+
+/// The clock's step seen in `hist`: the greatest common divisor of the recorded values
+/// the histogram holds exactly (where a bucket is one value wide); 1 where none is.
+fn clock_step(hist: &Histogram<u64>) -> u64 {
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 { a } else { gcd(b, a % b) }
+    }
+    hist.iter_recorded()
+        .map(|v| v.value_iterated_to())
+        .filter(|&v| v > 0 && hist.lowest_equivalent(v) == hist.highest_equivalent(v))
+        .fold(0, gcd)
+        .max(1)
+}
+
+/// The resolution, ns, of a value near `at` measured into `a` and `b`: the coarser of
+/// the clock's step seen in either and either's bucket width at `at`.
+fn resolution_ns(a: &Histogram<u64>, b: &Histogram<u64>, at: f64) -> f64 {
+    let at = at.max(0.0) as u64;
+    let width = |h: &Histogram<u64>| h.highest_equivalent(at) - h.lowest_equivalent(at) + 1;
+    [clock_step(a), clock_step(b), width(a), width(b)]
+        .into_iter()
+        .max()
+        .unwrap_or(1) as f64
+}
+
 /// One run, read.
 struct Run {
     path: PathBuf,
@@ -173,6 +206,9 @@ pub(crate) struct DiffRow {
     /// Whole cost per hit (per call for a pair), ns: an estimate, not tested.
     pub cost_ns: Change,
     pub distribution_test: Option<JsonKs>,
+    /// The smallest move of the metric, ns, that is flagged: the larger of the
+    /// diff's `min_move_ns` and the resolution measured there (clock step, bucket width).
+    pub floor_ns: f64,
     /// A probe that is a half of a `latency:` pair: the pair's row says how long the
     /// calls took, so a percentile metric does not flag its handler time.
     pub half_of_pair: bool,
@@ -215,6 +251,9 @@ pub(crate) struct Diff {
     /// The family-wise level, and the level each row's test is held to.
     pub alpha: f64,
     pub alpha_per_row: f64,
+    /// A move of the metric of at most this many ns is never flagged (each row's
+    /// `floor_ns` may be higher: the resolution of its measurement).
+    pub min_move_ns: f64,
     pub rows: Vec<DiffRow>,
     /// Keys found in one run only.
     pub only_in_a: Vec<String>,
@@ -241,6 +280,21 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
             _ => None,
         };
         let rate = |r: &Row| (r.seconds > 0.0).then(|| r.count as f64 / r.seconds);
+        let metric_at = match options.metric {
+            Metric::P50 => [q(ra, 0), q(rb, 0)],
+            Metric::P90 => [q(ra, 1), q(rb, 1)],
+            Metric::P99 => [q(ra, 2), q(rb, 2)],
+            Metric::P999 => [q(ra, 3), q(rb, 3)],
+            Metric::Cost => [ra.cost_ns, rb.cost_ns],
+        }
+        .into_iter()
+        .flatten()
+        .reduce(f64::max)
+        .unwrap_or(0.0);
+        let resolution = match (&ra.hist, &rb.hist) {
+            (Some(ha), Some(hb)) => resolution_ns(ha, hb, metric_at),
+            _ => 1.0,
+        };
         rows.push(DiffRow {
             key: key.clone(),
             kind: rb.kind.clone(),
@@ -275,6 +329,7 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
                     p,
                 },
             ),
+            floor_ns: resolution.max(MIN_MOVE_NS),
             half_of_pair: ra.half_of_pair || rb.half_of_pair,
             flag: None,
         });
@@ -299,8 +354,14 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
         // pair's latency is what they measure, and is judged.
         let judged = options.metric == Metric::Cost || !row.half_of_pair;
         let significant = significant && judged;
-        let moved = row.metric(options.metric).change_pct;
-        row.flag = match moved {
+        let change = row.metric(options.metric);
+        // Within the floor a move is the clock's step or a bucket's width, not the code.
+        let beyond_floor = match (change.a, change.b) {
+            (Some(a), Some(b)) => (b - a).abs() > row.floor_ns,
+            _ => false,
+        };
+        let significant = significant && beyond_floor;
+        row.flag = match change.change_pct {
             Some(pct) if significant && pct > options.threshold_pct => Some("regression"),
             Some(pct) if significant && pct < -options.threshold_pct => Some("improvement"),
             _ => None,
@@ -337,6 +398,7 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
         threshold_pct: options.threshold_pct,
         alpha: options.alpha,
         alpha_per_row,
+        min_move_ns: MIN_MOVE_NS,
         regressions: regressions.len(),
         worst_regression_pct: regressions.iter().copied().reduce(f64::max),
         rows,
@@ -668,16 +730,17 @@ pub(crate) fn render_text(diff: &Diff) -> String {
     let _ = writeln!(out, "A: {}   B: {}", run(&diff.a), run(&diff.b));
     let _ = writeln!(
         out,
-        "flagged: {} moved more than {}% and the distributions differ (two-sample Kolmogorov-Smirnov on the histograms' buckets, p < {} = {} / {} rows tested); rates: Poisson rate test (conditional binomial)",
+        "flagged: {} moved more than {}% and more than FLOOR (the measurement's resolution, at least {} ns) and the distributions differ (two-sample Kolmogorov-Smirnov on the histograms' buckets, p < {} = {} / {} rows tested); rates: Poisson rate test (conditional binomial)",
         diff.metric.as_str(),
         diff.threshold_pct,
+        diff.min_move_ns,
         p_text(diff.alpha_per_row),
         diff.alpha,
         ((diff.alpha / diff.alpha_per_row).round() as usize).max(1),
     );
     let header = [
         "PROBE", "RATE/s A", "B", "CHG", "p(rate)", "P50 A", "B", "CHG", "P90", "P99", "P99.9",
-        "COST/HIT", "KS D", "n_eff", "p(KS)", "FLAG",
+        "COST/HIT", "KS D", "n_eff", "p(KS)", "FLOOR", "FLAG",
     ];
     let mut table: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in &diff.rows {
@@ -701,6 +764,7 @@ pub(crate) fn render_text(diff: &Diff) -> String {
                 .map_or_else(|| "-".into(), |t| format!("{:.0}", t.n_eff)),
             r.distribution_test
                 .map_or_else(|| "no histogram".into(), |t| p_text(t.p)),
+            ns_text(Some(r.floor_ns)),
             match r.flag {
                 Some("regression") => "REGRESSION".into(),
                 Some(other) => other.into(),
@@ -844,6 +908,73 @@ mod tests {
             "{text}"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `steps` `(ns, hits)` recorded into a handler-time histogram.
+    fn hist_of(steps: &[(u64, u64)]) -> Histogram<u64> {
+        let mut hist = crate::histogram::new_ns_histogram();
+        for &(ns, hits) in steps {
+            hist.record_n(ns, hits).expect("in range");
+        }
+        hist
+    }
+
+    /// Diffs the sample report against itself with the first probe's handler time
+    /// `a` in run A and `b` in run B: the first row.
+    fn first_row(a: &Histogram<u64>, b: &Histogram<u64>, name: &str) -> DiffRow {
+        let dir =
+            std::env::temp_dir().join(format!("probetop-diff-floor-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let paths = [dir.join("a.json"), dir.join("b.json")];
+        for (path, hist) in paths.iter().zip([a, b]) {
+            let mut report = sample_report();
+            report.probes[0].intervals[0].handler_ns = hist.clone();
+            report.probes[0].handler_ns = hist.clone().into();
+            let json = super::super::json::render(&report).expect("render");
+            std::fs::write(path, json).expect("write");
+        }
+        let (diff, _) = diff(&paths[0], &paths[1], options()).expect("diff");
+        let _ = std::fs::remove_dir_all(&dir);
+        let key_of_first = &diff.rows[0].key;
+        assert!(key_of_first.contains(&sample_report().probes[0].name));
+        diff.rows[0].clone()
+    }
+
+    /// 20,000 hits on a 10 ns clock around 60 ns: one step later (p50 60 -> 70 ns,
+    /// +16.7%) the distribution test is overwhelming, but the move is within the floor
+    /// and not flagged; twice as slow is.
+    #[test]
+    fn a_move_within_the_resolution_is_not_flagged_and_twice_as_slow_is() {
+        let a = hist_of(&[(50, 5000), (60, 10_000), (70, 5000)]);
+        let step = hist_of(&[(60, 5000), (70, 10_000), (80, 5000)]);
+        let row = first_row(&a, &step, "step");
+        assert_eq!((row.p50_ns.a, row.p50_ns.b), (Some(60.0), Some(70.0)));
+        let ks = row.distribution_test.expect("histograms");
+        assert!(ks.p < 1e-12, "the test alone would flag it: {ks:?}");
+        assert_eq!(row.floor_ns, MIN_MOVE_NS.max(10.0));
+        assert_eq!(row.flag, None, "{row:#?}");
+
+        let twice = hist_of(&[(100, 5000), (120, 10_000), (140, 5000)]);
+        let row = first_row(&a, &twice, "twice");
+        assert_eq!(row.flag, Some("regression"), "{row:#?}");
+        let row = first_row(&twice, &a, "half");
+        assert_eq!(row.flag, Some("improvement"), "{row:#?}");
+    }
+
+    /// The floor follows the measurement: a clock ticking in 100 ns steps makes a
+    /// one-step move (+25% at 400 ns) unflagged, where 20 ns alone would flag it.
+    #[test]
+    fn the_floor_is_the_clock_step_seen_in_the_histograms() {
+        let a = hist_of(&[(300, 5000), (400, 10_000), (500, 5000)]);
+        let b = hist_of(&[(400, 5000), (500, 10_000), (600, 5000)]);
+        assert_eq!(clock_step(&a), 100);
+        let row = first_row(&a, &b, "clock");
+        assert_eq!(row.floor_ns, 100.0);
+        assert_eq!(row.flag, None, "{row:#?}");
+        // Above the exact range a bucket is wider than one ns: that width is the floor.
+        let wide = hist_of(&[(1_000_000, 1)]);
+        assert_eq!(clock_step(&wide), 1);
+        assert!(resolution_ns(&wide, &wide, 1_000_000.0) > 100.0);
     }
 
     /// A report written as JSON and as .hlog, read back: each against itself matches

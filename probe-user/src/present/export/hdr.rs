@@ -186,7 +186,7 @@ pub(super) fn sub_bucket_count(hist: &Histogram<u64>) -> u64 {
 }
 
 /// Whether `c` may appear in a tag or file-name part unchanged.
-fn is_tag_char(c: char) -> bool {
+pub(super) fn is_tag_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-')
 }
 

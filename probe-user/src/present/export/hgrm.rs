@@ -9,10 +9,14 @@
 //! One line is added before it, a `#` comment naming the probe. HdrHistogram's plotter
 //! (`plotFiles.html`) skips lines starting with `#`, but it reads every other 4-column row
 //! of a file into one curve, so two distributions in one file would plot as one wrong
-//! curve. Hence one file per probe: `run.hgrm` becomes `run.<tag>.hgrm` with the tag of
-//! [`probe_tags`] (the spec made file-name-safe, e.g. `run.uprobe_work_unit.hgrm`), even
-//! for a single probe, so the names are predictable. Units are not written: the format
-//! has no place for them and the plotter asks for them; they are always nanoseconds.
+//! curve. Hence one file per probe: `run.hgrm` becomes `run.<name>.hgrm`, even for a
+//! single probe, so the names are predictable. The name is the probe's function (or
+//! `provider:name`), as [`file_names`] makes it file-name-safe: `run.work_unit.hgrm`,
+//! `run.leaf.ret.hgrm` for a return probe, `run.provider_name.usdt.hgrm`; one glob's
+//! files tell their functions apart (`run.THD_send_kill_message.hgrm`), not the spec's
+//! (the `.hlog`'s tags stay [`super::hdr::probe_tags`], which its readers select by). Units are not
+//! written: the format has no place for them and the plotter asks for them; they are
+//! always nanoseconds.
 //!
 //! A `latency:` pair adds two files, its calls' latency as measured and as corrected
 //! (less the probes' cost), tagged as in the `.hlog` ([`latency_tags`]):
@@ -23,20 +27,93 @@ use std::fmt::Write as _;
 use hdrhistogram::Histogram;
 
 use super::hdr::{
-    CORRECTED_TAG, java_fixed, java_fixed_width, java_mean, java_std_deviation, latency_tags,
-    one_line, percentile_rows, probe_tags, sub_bucket_count,
+    CORRECTED_TAG, is_tag_char, java_fixed, java_fixed_width, java_mean, java_std_deviation,
+    latency_tags, one_line, percentile_rows, sub_bucket_count,
 };
 use super::{ExportError, ProbeReport, Report};
 use crate::aggregate::full_range;
+use crate::spec::ProbeKind;
 
 /// Percentile ticks per half distance to 100%, as `HistogramLogProcessor` uses.
 const TICKS_PER_HALF_DISTANCE: u32 = 5;
 /// Values are written in the histogram's unit, nanoseconds.
 const VALUE_SCALING_RATIO: f64 = 1.0;
 
-/// One `(tag, file contents)` per probe, in report order, then two per latency row.
+/// Longest function part of a file name, bytes: a demangled C++ name can pass the 255
+/// bytes a file name may have.
+const MAX_NAME: usize = 120;
+
+/// A file-name part per probe, in `probes` order: its function (`provider:name` for a
+/// USDT probe) with each run of other characters than `[A-Za-z0-9._+-]` made one `_`
+/// (`THD::awake(killed_state)` -> `THD_awake_killed_state`), then `.ret` for a return
+/// probe and `.usdt` for a USDT probe. Where two probes would share one (one function in
+/// two objects, a plain probe beside a latency pair's half), the object's file name is
+/// added (`@libc.so.6`), and where that still collides, `~<probe id>`. `taken` are names
+/// already used (the latency rows' tags).
+pub(crate) fn file_names(probes: &[ProbeReport], taken: &[String]) -> Vec<String> {
+    let base: Vec<String> = probes
+        .iter()
+        .map(|p| {
+            let mut name = String::new();
+            for c in p.name.chars() {
+                if is_tag_char(c) {
+                    name.push(c);
+                } else if !name.ends_with('_') {
+                    name.push('_');
+                }
+            }
+            // All ASCII now, so any byte index is a char boundary.
+            name.truncate(MAX_NAME);
+            let name = name.trim_matches('_');
+            let name = if name.is_empty() { "probe" } else { name };
+            match p.kind {
+                ProbeKind::Uprobe => name.to_string(),
+                ProbeKind::Uretprobe => format!("{name}.ret"),
+                ProbeKind::Usdt => format!("{name}.usdt"),
+            }
+        })
+        .collect();
+    let count = |names: &[String], n: &String| {
+        names.iter().filter(|x| *x == n).count() + taken.iter().filter(|x| *x == n).count()
+    };
+    let with_object: Vec<String> = base
+        .iter()
+        .zip(probes)
+        .map(|(name, p)| {
+            if count(&base, name) == 1 {
+                return name.clone();
+            }
+            let file = p.object.rsplit('/').next().unwrap_or_default();
+            let file: String = file
+                .chars()
+                .map(|c| if is_tag_char(c) { c } else { '_' })
+                .take(MAX_NAME)
+                .collect();
+            format!("{name}@{file}")
+        })
+        .collect();
+    with_object
+        .iter()
+        .zip(&base)
+        .zip(probes)
+        .map(|((name, base), p)| {
+            if count(&with_object, name) == 1 {
+                name.clone()
+            } else {
+                format!("{base}~{}", p.id)
+            }
+        })
+        .collect()
+}
+
+/// One `(name, file contents)` per probe, in report order, then two per latency row.
 pub(crate) fn render(report: &Report) -> Result<Vec<(String, Vec<u8>)>, ExportError> {
-    let tags = probe_tags(&report.probes);
+    let latency = latency_tags(&report.latency);
+    let taken: Vec<String> = latency
+        .iter()
+        .flat_map(|t| [t.clone(), format!("{t}{CORRECTED_TAG}")])
+        .collect();
+    let tags = file_names(&report.probes, &taken);
     let mut files: Vec<(String, Vec<u8>)> = report
         .probes
         .iter()
@@ -46,7 +123,7 @@ pub(crate) fn render(report: &Report) -> Result<Vec<(String, Vec<u8>)>, ExportEr
             (tag, bytes)
         })
         .collect();
-    for (row, tag) in report.latency.iter().zip(latency_tags(&report.latency)) {
+    for (row, tag) in report.latency.iter().zip(latency) {
         let head = format!(
             "#probetop latency {}: {} in {}, spec {}, {} calls",
             tag,
@@ -136,6 +213,56 @@ mod tests {
     use super::*;
     use crate::histogram::new_ns_histogram;
 
+    /// A glob's probes are named by function: C++ names made file-name-safe, a return
+    /// probe's and a USDT probe's kind added, one function in two objects told apart by
+    /// the object, one function twice in one object by the probe id, and a name never
+    /// that of a latency row's file.
+    #[test]
+    fn files_are_named_by_function() {
+        let report = sample_report();
+        let probe = |id, kind, name: &str, object: &str| {
+            let mut p = report.probes[0].clone();
+            (p.id, p.kind, p.name, p.object) = (id, kind, name.into(), object.into());
+            p.spec = "uprobe:THD::*".into();
+            p
+        };
+        let probes = [
+            probe(
+                0,
+                ProbeKind::Uprobe,
+                "THD::awake(killed_state)",
+                "/m/mariadbd",
+            ),
+            probe(1, ProbeKind::Uprobe, "THD::~THD()", "/m/mariadbd"),
+            probe(2, ProbeKind::Uretprobe, "THD::~THD()", "/m/mariadbd"),
+            probe(3, ProbeKind::Uprobe, "malloc", "/lib/libc.so.6"),
+            probe(4, ProbeKind::Uprobe, "malloc", "/m/mariadbd"),
+            probe(5, ProbeKind::Uprobe, "dup", "/m/mariadbd"),
+            probe(6, ProbeKind::Uprobe, "dup", "/m/mariadbd"),
+            probe(7, ProbeKind::Usdt, "mysql:query__start", "/m/mariadbd"),
+            probe(8, ProbeKind::Uprobe, "::", "/m/mariadbd"),
+            probe(9, ProbeKind::Uprobe, &"x".repeat(400), "/m/mariadbd"),
+            probe(10, ProbeKind::Uprobe, "latency.spin", "/m/mariadbd"),
+        ];
+        let names = file_names(&probes, &["latency.spin".to_string()]);
+        assert_eq!(
+            names[..10],
+            [
+                "THD_awake_killed_state",
+                "THD_THD",
+                "THD_THD.ret",
+                "malloc@libc.so.6",
+                "malloc@mariadbd",
+                "dup~5",
+                "dup~6",
+                "mysql_query__start.usdt",
+                "probe",
+                &"x".repeat(MAX_NAME),
+            ]
+        );
+        assert_eq!(names[10], "latency.spin@mariadbd");
+    }
+
     /// One parsed data row: value, percentile, total count, 1/(1-p) (None on the last row).
     type Row = (f64, f64, u64, Option<f64>);
 
@@ -170,8 +297,8 @@ mod tests {
         assert_eq!(
             tags,
             [
-                "uprobe_work_unit",
-                "uretprobe_leaf_ret",
+                "work_unit",
+                "leaf_ret.ret",
                 "latency.work_unit",
                 "latency.work_unit.corrected"
             ]
@@ -189,7 +316,7 @@ mod tests {
     fn sample_file_exactly() {
         let report = sample_report();
         let files = render(&report).expect("renders");
-        assert_eq!(files[0].0, "uprobe_work_unit");
+        assert_eq!(files[0].0, "work_unit");
         let text = String::from_utf8(files[0].1.clone()).expect("utf8");
         // Java's algorithm for the values 100, 200, 300, 400, 5000 (5000 is in an HDR
         // bucket of width 4: max 5003, median-equivalent 5002, so the mean is 1200.4).

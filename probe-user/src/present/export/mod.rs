@@ -299,7 +299,7 @@ pub(crate) fn is_json(path: &Path) -> bool {
 ///
 /// Every format is one file at `path`, except `.hgrm`: HdrHistogram's plotter reads one
 /// distribution per file (it would join several into one curve), so `run.hgrm` becomes
-/// one `run.<tag>.hgrm` per probe (see [`hgrm`]).
+/// one `run.<function>.hgrm` per probe (see [`hgrm`]).
 pub(crate) fn render(report: &Report, path: &Path) -> Result<Vec<ExportFile>, ExportError> {
     let ext = path
         .extension()
@@ -842,8 +842,8 @@ mod tests {
         assert_eq!(
             paths,
             [
-                Path::new("out/run.uprobe_work_unit.hgrm"),
-                Path::new("out/run.uretprobe_leaf_ret.hgrm")
+                Path::new("out/run.work_unit.hgrm"),
+                Path::new("out/run.leaf_ret.ret.hgrm")
             ]
         );
     }
