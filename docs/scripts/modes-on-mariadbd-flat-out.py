@@ -12,6 +12,7 @@ mapping the file)."""
 import json, os, shutil, signal, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import private_mariadbd  # noqa: E402
 from private_mariadbd import PROBETOP  # noqa: E402
 
 SECONDS = int(sys.argv[1]) if len(sys.argv) > 1 else 20
@@ -19,28 +20,13 @@ MODES = sys.argv[2:] or ["ring", "auto"]
 
 
 def start_server():
-    """A private mariadbd copy, its own datadir and socket, sysbench's 4 tables."""
+    """A private mariadbd from its own copy of the binary (so no other tool's probe on
+    /usr/sbin/mariadbd arms in it), its own datadir and socket, sysbench's 4 tables; the
+    copy's directory also takes the exports."""
     tmp = tempfile.mkdtemp(prefix="modes-flat-")
     binary = os.path.join(tmp, "mariadbd")
     shutil.copy2("/usr/sbin/mariadbd", binary)
-    data, sock = os.path.join(tmp, "data"), os.path.join(tmp, "mysqld.sock")
-    subprocess.run(["mariadb-install-db", "--no-defaults", f"--datadir={data}", "--user=root",
-                    "--auth-root-authentication-method=normal", "--skip-test-db"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = subprocess.Popen([binary, "--no-defaults", "--basedir=/usr", f"--datadir={data}",
-                               f"--socket={sock}", f"--tmpdir={tmp}", "--user=root",
-                               "--skip-networking", "--innodb-buffer-pool-size=256M",
-                               f"--log-error={tmp}/error.log"])
-    for _ in range(150):
-        if os.path.exists(sock):
-            break
-        time.sleep(0.2)
-    subprocess.run(["mariadb", f"--socket={sock}", "-uroot", "-e", "CREATE DATABASE sbtest"],
-                   check=True)
-    common = ["--db-driver=mysql", f"--mysql-socket={sock}", "--mysql-user=root",
-              "--mysql-db=sbtest", "--tables=4", "--table-size=10000"]
-    subprocess.run(["sysbench", "oltp_read_only", *common, "prepare"], check=True,
-                   stdout=subprocess.DEVNULL)
+    server, common = private_mariadbd.start_server("modes-flat-data-", binary=binary)
     return server, common, tmp
 
 
@@ -102,6 +88,8 @@ def main():
         server.terminate()
         server.wait(timeout=120)
         shutil.rmtree(tmp, ignore_errors=True)
+        socket = next(a for a in common if a.startswith("--mysql-socket="))
+        shutil.rmtree(os.path.dirname(socket.split("=", 1)[1]), ignore_errors=True)  # datadir
 
 
 if __name__ == "__main__":

@@ -204,13 +204,7 @@ fn a_full_disk_keeps_the_old_export_whole_and_writes_the_others() {
 #[ignore = "needs root and the fixtures"]
 fn every_format_carries_the_cost_and_the_headline() {
     let _turn = turn(module_path!());
-    let target = {
-        let mut command = Command::new(fixture("c/workload"));
-        command.args(["--forever", "--rate", "2000"]);
-        let running = Running::spawn(command);
-        running.out().wait_for("ready pid=");
-        running
-    };
+    let target = workload(&["--forever", "--rate", "2000"]);
     let cache = calibrated_cache("exports");
     let base = export_path("headline");
     let path = |ext: &str| base.with_extension(ext);
@@ -628,13 +622,7 @@ fn every_format_carries_a_latency_row_with_every_call() {
 #[ignore = "needs root and the fixtures"]
 fn hgrm_files_are_named_by_function() {
     let _turn = turn(module_path!());
-    let target = {
-        let mut command = Command::new(fixture("c/workload"));
-        command.args(["--forever", "--rate", "2000"]);
-        let running = Running::spawn(command);
-        running.out().wait_for("ready pid=");
-        running
-    };
+    let target = workload(&["--forever", "--rate", "2000"]);
     let base = export_path("hgrm-names");
     let stem = base
         .file_name()
