@@ -863,36 +863,21 @@ mod tests {
     /// text says over what time.
     #[test]
     fn an_in_situ_run_compares_its_rates_over_attached_time() {
-        let dir = std::env::temp_dir().join(format!("probetop-diff-insitu-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
         let plain = sample_report();
         let mut in_situ = sample_report();
         in_situ.duration_s = 2.0 * plain.duration_s;
+        let unmeasured = crate::insitu::Interval {
+            mean: 0.0,
+            low: 0.0,
+            high: 0.0,
+        };
         in_situ.cost.in_situ = Some(crate::insitu::InSituSummary {
-            work: crate::insitu::WorkMeter::None,
-            windows_on: 1,
-            windows_off: 1,
-            pairs: 1,
-            dropped_pairs: 0,
-            processes: (1, 1),
             seconds_on: plain.duration_s,
             seconds_off: plain.duration_s,
             added_share: None,
-            per_hit_ns: None,
-            work_moved: None,
-            per_hit_cpu_alone_ns: None,
-            hits_per_second: 0.0,
-            base_share: None,
-            verdict: crate::insitu::Verdict::Measured,
-            detach_ms: None,
-            attach_ms: None,
-            churn_cpu_ms: None,
+            ..super::super::testing::in_situ(unmeasured, None)
         });
-        let (a, b) = (dir.join("plain.json"), dir.join("insitu.json"));
-        let json = super::super::json::render;
-        std::fs::write(&a, json(&plain).expect("render")).expect("write");
-        std::fs::write(&b, json(&in_situ).expect("render")).expect("write");
-        let (d, _) = diff(&a, &b, options()).expect("diff");
+        let d = diff_of(&plain, &in_situ, "insitu");
         assert_eq!(d.b.attached_s, Some(plain.duration_s));
         assert_eq!(d.a.attached_s, None);
         for row in &d.rows {
@@ -907,7 +892,20 @@ mod tests {
             text.contains("in situ: rates over the 1.5 s attached"),
             "{text}"
         );
+    }
+
+    /// `a` and `b` written as JSON exports and diffed, as `probetop diff` reads them.
+    fn diff_of(a: &super::super::Report, b: &super::super::Report, name: &str) -> Diff {
+        let dir = std::env::temp_dir().join(format!("probetop-diff-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let paths = [dir.join("a.json"), dir.join("b.json")];
+        for (path, report) in paths.iter().zip([a, b]) {
+            let json = super::super::json::render(report).expect("render");
+            std::fs::write(path, json).expect("write");
+        }
+        let (diff, _) = diff(&paths[0], &paths[1], options()).expect("diff");
         let _ = std::fs::remove_dir_all(&dir);
+        diff
     }
 
     /// `steps` `(ns, hits)` recorded into a handler-time histogram.
@@ -922,19 +920,13 @@ mod tests {
     /// Diffs the sample report against itself with the first probe's handler time
     /// `a` in run A and `b` in run B: the first row.
     fn first_row(a: &Histogram<u64>, b: &Histogram<u64>, name: &str) -> DiffRow {
-        let dir =
-            std::env::temp_dir().join(format!("probetop-diff-floor-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let paths = [dir.join("a.json"), dir.join("b.json")];
-        for (path, hist) in paths.iter().zip([a, b]) {
+        let with = |hist: &Histogram<u64>| {
             let mut report = sample_report();
             report.probes[0].intervals[0].handler_ns = hist.clone();
             report.probes[0].handler_ns = hist.clone().into();
-            let json = super::super::json::render(&report).expect("render");
-            std::fs::write(path, json).expect("write");
-        }
-        let (diff, _) = diff(&paths[0], &paths[1], options()).expect("diff");
-        let _ = std::fs::remove_dir_all(&dir);
+            report
+        };
+        let diff = diff_of(&with(a), &with(b), &format!("floor-{name}"));
         let key_of_first = &diff.rows[0].key;
         assert!(key_of_first.contains(&sample_report().probes[0].name));
         diff.rows[0].clone()
