@@ -20,6 +20,11 @@ use crate::present::ProbeCostReport;
 /// whichever is crossed first: of one CPU, or of the target's own CPU.
 pub(crate) const WARN_SHARE: f64 = 0.05;
 
+/// The status line before the first second's numbers: nothing is priced yet, which
+/// is not a missing calibration (the demo's first frame said `run probetop calibrate`
+/// on a calibrated host).
+const BEFORE_THE_FIRST_SECOND: &str = "cost … (measuring)";
+
 /// Whether to name `--budget` (duty-cycles the probes under a cost) in the warning.
 pub(crate) const BUDGET_FLAG: bool = true;
 
@@ -420,10 +425,12 @@ impl Headline {
     /// grows by one character must not push the status line into another layout.
     pub(crate) fn status(&self) -> String {
         let Some(share) = self.cpu_share else {
-            if self.unpriced == Some(Unpriced::UncalibratedSites) {
-                return "cost ? (no probed site is calibrated)".into();
+            return match self.unpriced {
+                Some(Unpriced::UncalibratedSites) => "cost ? (no probed site is calibrated)",
+                Some(_) => "cost ? (run probetop calibrate)",
+                None => BEFORE_THE_FIRST_SECOND,
             }
-            return "cost ? (run probetop calibrate)".into();
+            .into();
         };
         // Each group padded to its widest form.
         let mut text = format!("{:<15}", format!("cost +{} cpu", share_text(share)));
@@ -458,10 +465,12 @@ impl Headline {
     /// read as no price).
     pub(crate) fn status_short(&self) -> String {
         let Some(share) = self.cpu_share else {
-            if self.unpriced == Some(Unpriced::UncalibratedSites) {
-                return "cost ? (uncalibrated sites)".into();
+            return match self.unpriced {
+                Some(Unpriced::UncalibratedSites) => "cost ? (uncalibrated sites)",
+                Some(_) => "cost ? (calibrate)",
+                None => BEFORE_THE_FIRST_SECOND,
             }
-            return "cost ? (calibrate)".into();
+            .into();
         };
         // Whole words: "situ" alone read as a word cut short.
         let how = match self.method {
