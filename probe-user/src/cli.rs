@@ -130,7 +130,9 @@ pub(crate) struct DiffArgs {
     pub fail_above: Option<f64>,
 
     /// What a regression is measured on: the p50, p90, p99 or p99.9 of the handler
-    /// time (a probe) or of the latency (a latency pair), or the whole cost per hit.
+    /// time (a probe) or of the latency (a latency pair), the whole cost per hit, or the
+    /// rate (hits/s, judged by the rate test; a --budget run's by its scaled hits'
+    /// interval).
     #[arg(long, value_enum, default_value_t = crate::present::export::diff::Metric::P50)]
     pub metric: crate::present::export::diff::Metric,
 

@@ -218,3 +218,123 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("no histogram"));
 }
+
+/// How long each workload run makes its calls, s: enough 2 s budget windows for the
+/// scaled count's interval to be narrower than a doubling (in 4 s runs at 5 ms/s the
+/// interval reached 11 times the hits counted).
+const SECONDS: u32 = 6;
+
+/// The workload fixture at `rate` calls/s for [`SECONDS`] with `work_unit` probed
+/// (`extra`: probetop's own flags, `--budget`), exported as JSON.
+fn workload_run(name: &str, rate: u32, extra: &[&str]) -> PathBuf {
+    let calls = (SECONDS * rate).to_string();
+    let rate = rate.to_string();
+    let mut target = workload(&["--calls", &calls, "--rate", &rate, "--wait-signal"]);
+    let json = export_path(&format!("diff-{name}.json"));
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui"])
+        .args(["-e", "uprobe:work_unit"])
+        .args(extra)
+        .arg("--export")
+        .arg(&json);
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("done ");
+    assert!(target.wait().success());
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    json
+}
+
+/// A `--budget` run's hits are scaled from the parts of each period its probe was
+/// attached: diffed against a plain run of the same load it is judged by the scaled
+/// count's 95% interval (not as a Poisson count, which flagged "+9.6%, p 7e-40" inside
+/// that interval), nothing is flagged on the rate or p50, and the header says the run
+/// was budgeted; twice the load, counted plainly, lies beyond the interval and is
+/// flagged. The budget, 6 ms/s, is under what 10,000 hits/s cost at ~0.6-2 us a hit
+/// (in the kernel or streamed), so the run duty-cycles (asserted: fewer hits counted
+/// than scaled).
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn a_budgeted_run_of_the_same_load_flags_nothing_and_twice_the_rate_is_flagged() {
+    let _turn = turn(module_path!());
+    let plain = workload_run("plain", 10_000, &[]);
+    let budgeted = workload_run(
+        "budgeted",
+        10_000,
+        &["--budget", "6ms/s", "--budget-window", "2"],
+    );
+    let twice = workload_run("twice", 20_000, &[]);
+
+    let export = read_export(&budgeted);
+    let probe = &export["probes"][0];
+    let (hits, counted) = (
+        probe["hits"].as_u64().expect("hits"),
+        probe["hits_counted"]
+            .as_u64()
+            .expect("a budgeted run's hits_counted"),
+    );
+    assert!(counted * 10 < hits * 9, "it duty-cycled: {probe:#}");
+    let duty = export["budget"]["duty"].as_f64().expect("duty");
+
+    for metric in ["p50", "rate"] {
+        let (code, report) = diff(
+            &plain,
+            &budgeted,
+            &["--metric", metric, "--fail-above", FAIL_ABOVE],
+        );
+        assert_eq!(flagged(&report), Vec::<String>::new(), "{report:#}");
+        assert_eq!(code, 0, "{report:#}");
+        assert_eq!(report["b"]["budget"]["duty"].as_f64(), Some(duty));
+        assert_eq!(report["b"]["budget"]["asked"].as_f64(), Some(0.006));
+        assert_eq!(report["b"]["budget"]["unit"], "seconds_per_second");
+        assert!(report["a"]["budget"].is_null(), "{report:#}");
+        let row = &report["rows"][0];
+        assert_eq!(row["key"], "uprobe:work_unit@workload");
+        assert_eq!(row["rate_test"]["test"], "scaled-hits-95%-intervals");
+        assert_eq!(row["rate_test"]["significant"], false, "{row:#}");
+        assert!(row["rate_test"]["p"].is_null());
+        // The events counted: every call of the plain run and the budgeted run's counted.
+        let every = u64::from(SECONDS * 10_000);
+        assert_eq!(row["rate_test"]["n"].as_u64(), Some(every + counted));
+        // The histograms' test counts what was timed, never the scaled hits.
+        assert!(
+            row["distribution_test"]["n_b"].as_u64().expect("n_b") <= counted,
+            "{row:#}"
+        );
+    }
+    // Each run against itself: nothing flagged.
+    for run in [&plain, &budgeted] {
+        let (code, report) = diff(run, run, &["--metric", "rate", "--fail-above", "0"]);
+        assert_eq!(flagged(&report), Vec::<String>::new(), "{report:#}");
+        assert_eq!(code, 0);
+    }
+    // Twice the rate: beyond the budgeted run's interval, flagged, exit 1.
+    let (code, report) = diff(
+        &budgeted,
+        &twice,
+        &["--metric", "rate", "--fail-above", FAIL_ABOVE],
+    );
+    assert_eq!(
+        flagged(&report),
+        ["\"uprobe:work_unit@workload\" \"regression\""],
+        "{report:#}"
+    );
+    assert_eq!(code, 1, "{report:#}");
+    let row = &report["rows"][0];
+    assert_eq!(row["rate_test"]["significant"], true, "{row:#}");
+    assert!(
+        row["rate"]["change_pct"].as_f64().expect("change") > 50.0,
+        "{row:#}"
+    );
+    // The text says it too.
+    let out = probetop()
+        .arg("diff")
+        .arg(&plain)
+        .arg(&budgeted)
+        .output()
+        .expect("diff runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.lines().next().expect("a header");
+    assert!(header.contains(", budget 6.0ms/s, duty "), "{text}");
+}

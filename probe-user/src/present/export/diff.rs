@@ -11,7 +11,10 @@
 //!   buckets (`stats::ks_two_sample`), with the effective sample size `n m / (n + m)`;
 //!   absent where an export holds no histogram (JSON from before `handler_ns_hdr`);
 //! - the counts: the conditional binomial test of two Poisson rates
-//!   (`stats::poisson_rate_test`).
+//!   (`stats::poisson_rate_test`); where a side is a `--budget` run, whose hits are
+//!   scaled from the parts of each period its probes were attached, the scaled count's
+//!   own 95% interval (`hits_interval`) instead: a move within the union of the two
+//!   sides' intervals (a plain side's is its Poisson interval) is not significant.
 //!
 //! A row is flagged when its metric (`--metric`, p50 by default) moved by more than the
 //! threshold (`--fail-above`, 10% without it) and its distribution test is significant
@@ -63,6 +66,8 @@ pub(crate) enum Metric {
     P999,
     /// The whole cost per hit (per call for a latency pair).
     Cost,
+    /// Hits per second (calls per second for a latency pair), judged by the rate test.
+    Rate,
 }
 
 impl Metric {
@@ -73,6 +78,7 @@ impl Metric {
             Self::P99 => "p99",
             Self::P999 => "p99.9",
             Self::Cost => "cost",
+            Self::Rate => "rate",
         }
     }
 }
@@ -96,12 +102,27 @@ struct Row {
     /// Hits (a probe) or calls (a pair), and the seconds they came in.
     count: u64,
     seconds: f64,
+    /// How `count` was had: every hit, or scaled by `--budget`.
+    counted: Counted,
     /// p50, p90, p99, p99.9, ns: from the histogram where there is one.
     quantiles: [Option<f64>; 4],
     cost_ns: Option<f64>,
     hist: Option<Histogram<u64>>,
     /// A half of a `latency:` pair of the run (its start or end probe).
     half_of_pair: bool,
+}
+
+/// How a row's count was had.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Counted {
+    /// Every hit (or call) over the row's seconds.
+    Every,
+    /// `--budget`: scaled to the whole run from `hits` counted while attached; the
+    /// scaled count's 95% interval.
+    Scaled { hits: u64, low: f64, high: f64 },
+    /// A row of a `--budget` run counted only while attached and not scaled (a
+    /// latency pair's calls, a key's hits): no rate over the run.
+    Unscaled,
 }
 
 /// The smallest move, ns, of the metric that is flagged, whatever the resolution.
@@ -139,6 +160,7 @@ struct Run {
     /// Under `--in-situ`, the seconds the probes were attached: probes' rates are over
     /// these (hits come only then), so an in-situ run compares with a plain one.
     attached_s: Option<f64>,
+    budget: Option<JsonRunBudget>,
     rows: BTreeMap<String, Row>,
 }
 
@@ -178,11 +200,54 @@ pub(crate) struct JsonKs {
 /// The rate test of a row (`--json`'s `rate_test`).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub(crate) struct JsonRateTest {
-    /// `poisson-conditional-binomial`.
+    /// `poisson-conditional-binomial`, or `scaled-hits-95%-intervals` where a side's
+    /// hits were scaled by `--budget`.
     pub test: &'static str,
-    /// Events in both runs together, the test's sample size.
+    /// Events counted in both runs together (hits counted while attached, not the
+    /// scaled ones), the test's sample size.
     pub n: u64,
-    pub p: f64,
+    /// The Poisson test's p-value; null for the intervals' test.
+    pub p: Option<f64>,
+    /// The intervals' test: each side's 95% interval of the rate, per second (a
+    /// plain side's from its Poisson count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_a: Option<RateInterval>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_b: Option<RateInterval>,
+    /// Whether the rates differ: the Poisson test's p under `alpha_per_row`, or the two
+    /// intervals apart (a move within their union is not).
+    pub significant: bool,
+}
+
+/// A rate's 95% interval, per second.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+pub(crate) struct RateInterval {
+    pub low: f64,
+    pub high: f64,
+}
+
+/// A `--budget` run's budget and duty (`--json`'s `a.budget`, `b.budget`).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub(crate) struct JsonRunBudget {
+    /// What was asked, in `unit`: `share` (of the target's CPU) or `seconds_per_second`.
+    pub asked: f64,
+    pub unit: String,
+    /// The share of each period the probes were attached, at the end of the run.
+    pub duty: f64,
+}
+
+impl JsonRunBudget {
+    /// `budget 1.0%, duty 35%`.
+    fn text(&self) -> String {
+        let asked = if self.unit == "seconds_per_second" {
+            format!("{:.1}ms/s", self.asked * 1e3)
+        } else {
+            format!("{:.1}%", self.asked * 100.0)
+        };
+        let duty = self.duty * 100.0;
+        let digits = if duty < 1.0 { 1 } else { 0 };
+        format!("budget {asked}, duty {duty:.digits$}%")
+    }
 }
 
 /// A matched row (`--json`'s `rows`).
@@ -224,6 +289,7 @@ impl DiffRow {
             Metric::P99 => &self.p99_ns,
             Metric::P999 => &self.p999_ns,
             Metric::Cost => &self.cost_ns,
+            Metric::Rate => &self.rate,
         }
     }
 }
@@ -239,6 +305,10 @@ pub(crate) struct JsonRun {
     /// are over.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub attached_s: Option<f64>,
+    /// A `--budget` run: its probes' hits are scaled from the parts of each period they
+    /// were attached, and their rates are tested by the scaled counts' intervals.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<JsonRunBudget>,
 }
 
 /// `probetop diff --json`: field names are a stable interface (add, never rename).
@@ -279,9 +349,11 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
             (Some(ha), Some(hb)) => ks_two_sample(&buckets(ha), &buckets(hb)),
             _ => None,
         };
-        let rate = |r: &Row| (r.seconds > 0.0).then(|| r.count as f64 / r.seconds);
+        let rate = |r: &Row| {
+            (r.seconds > 0.0 && r.counted != Counted::Unscaled).then(|| r.count as f64 / r.seconds)
+        };
         let metric_at = match options.metric {
-            Metric::P50 => [q(ra, 0), q(rb, 0)],
+            Metric::P50 | Metric::Rate => [q(ra, 0), q(rb, 0)],
             Metric::P90 => [q(ra, 1), q(rb, 1)],
             Metric::P99 => [q(ra, 2), q(rb, 2)],
             Metric::P999 => [q(ra, 3), q(rb, 3)],
@@ -301,13 +373,7 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
             name: rb.name.clone(),
             object: rb.object.clone(),
             rate: Change::of(rate(ra), rate(rb)),
-            rate_test: poisson_rate_test(ra.count, ra.seconds, rb.count, rb.seconds).map(
-                |RateTest { n, p }| JsonRateTest {
-                    test: "poisson-conditional-binomial",
-                    n,
-                    p,
-                },
-            ),
+            rate_test: rate_test(ra, rb),
             p50_ns: Change::of(q(ra, 0), q(rb, 0)),
             p90_ns: Change::of(q(ra, 1), q(rb, 1)),
             p99_ns: Change::of(q(ra, 2), q(rb, 2)),
@@ -341,22 +407,40 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
             b: b.to_path_buf(),
         });
     }
+    let by_rate = options.metric == Metric::Rate;
     let tested = rows
         .iter()
-        .filter(|r| r.distribution_test.is_some())
+        .filter(|r| {
+            if by_rate {
+                r.rate_test.is_some()
+            } else {
+                r.distribution_test.is_some()
+            }
+        })
         .count()
         .max(1);
     let alpha_per_row = options.alpha / tested as f64;
     for row in &mut rows {
-        let significant = row.distribution_test.is_some_and(|t| t.p < alpha_per_row);
+        if let Some(t) = row.rate_test.as_mut()
+            && let Some(p) = t.p
+        {
+            t.significant = p < alpha_per_row;
+        }
+        let significant = if by_rate {
+            row.rate_test.is_some_and(|t| t.significant)
+        } else {
+            row.distribution_test.is_some_and(|t| t.p < alpha_per_row)
+        };
         // The halves' handler time moves with the host's load (its p50 moved by 25% and
         // more between identical runs of the fixture beside builds on 2 CPUs); the
-        // pair's latency is what they measure, and is judged.
-        let judged = options.metric == Metric::Cost || !row.half_of_pair;
+        // pair's latency is what they measure, and is judged. Their hits are their own.
+        let judged = by_rate || options.metric == Metric::Cost || !row.half_of_pair;
         let significant = significant && judged;
         let change = row.metric(options.metric);
-        // Within the floor a move is the clock's step or a bucket's width, not the code.
+        // Within the floor a move is the clock's step or a bucket's width, not the code;
+        // a rate's resolution is its test's.
         let beyond_floor = match (change.a, change.b) {
+            _ if by_rate => true,
             (Some(a), Some(b)) => (b - a).abs() > row.floor_ns,
             _ => false,
         };
@@ -387,12 +471,14 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
             format: run_a.format,
             duration_s: run_a.duration_s,
             attached_s: run_a.attached_s,
+            budget: run_a.budget.clone(),
         },
         b: JsonRun {
             path: run_b.path.clone(),
             format: run_b.format,
             duration_s: run_b.duration_s,
             attached_s: run_b.attached_s,
+            budget: run_b.budget.clone(),
         },
         metric: options.metric,
         threshold_pct: options.threshold_pct,
@@ -404,6 +490,64 @@ pub(crate) fn diff(a: &Path, b: &Path, options: DiffOptions) -> Result<(Diff, Hi
         rows,
     };
     Ok((diff, Hists(hists)))
+}
+
+/// 95% two-sided normal quantile: a plain count's Poisson interval beside a scaled
+/// count's (which `--budget` states at 95%).
+const Z95: f64 = 1.96;
+
+/// A row's count's 95% interval, and the events it was counted from: the scaled
+/// count's stated interval, or a plain count's Poisson interval.
+fn count_interval(r: &Row) -> Option<(f64, f64, u64)> {
+    match r.counted {
+        Counted::Every => {
+            let n = r.count as f64;
+            let half = Z95 * n.sqrt();
+            Some(((n - half).max(0.0), n + half, r.count))
+        }
+        Counted::Scaled { hits, low, high } => Some((low, high, hits)),
+        Counted::Unscaled => None,
+    }
+}
+
+/// The rates' test of two rows: the Poisson test of two plain counts, or where either
+/// was scaled by `--budget`, whether the two rates' 95% intervals are apart (the
+/// scaled count is not a Poisson count: its spread is the sampling of periods, which
+/// its interval states). Its `significant` is set against the level per row later.
+fn rate_test(a: &Row, b: &Row) -> Option<JsonRateTest> {
+    if a.seconds <= 0.0 || b.seconds <= 0.0 {
+        return None;
+    }
+    if a.counted == Counted::Every && b.counted == Counted::Every {
+        return poisson_rate_test(a.count, a.seconds, b.count, b.seconds).map(
+            |RateTest { n, p }| JsonRateTest {
+                test: "poisson-conditional-binomial",
+                n,
+                p: Some(p),
+                interval_a: None,
+                interval_b: None,
+                significant: false,
+            },
+        );
+    }
+    let (la, ha, na) = count_interval(a)?;
+    let (lb, hb, nb) = count_interval(b)?;
+    let ia = RateInterval {
+        low: la / a.seconds,
+        high: ha / a.seconds,
+    };
+    let ib = RateInterval {
+        low: lb / b.seconds,
+        high: hb / b.seconds,
+    };
+    Some(JsonRateTest {
+        test: "scaled-hits-95%-intervals",
+        n: na + nb,
+        p: None,
+        significant: ia.high < ib.low || ib.high < ia.low,
+        interval_a: Some(ia),
+        interval_b: Some(ib),
+    })
 }
 
 /// The matched rows' histograms (A, B), in `Diff::rows` order, for the HTML plots.
@@ -431,17 +575,31 @@ fn read_run(path: &Path) -> Result<Run, DiffError> {
     let is_hlog = path.extension().is_some_and(|e| e == "hlog")
         || text.starts_with("#[")
         || text.starts_with("\"StartTimestamp\"");
-    let (format, duration_s, attached_s, rows) = if is_hlog {
+    let (format, duration_s, attached_s, budget, rows) = if is_hlog {
         let (duration, rows) = read_hlog(&text).map_err(format_error)?;
-        ("hlog", duration, None, rows)
+        ("hlog", duration, None, None, rows)
     } else {
         let report: JsonReport =
             serde_json::from_str(&text).map_err(|e| format_error(e.to_string()))?;
         if report.tool != "probetop" {
             return Err(format_error("no \"tool\": \"probetop\"".into()));
         }
-        let rows = json_rows(&report).map_err(format_error)?;
-        ("json", report.duration_s, attached_seconds(&report), rows)
+        // The report type writes `budget` but does not read it back: read its part.
+        #[derive(serde::Deserialize)]
+        struct Budgeted {
+            budget: Option<JsonRunBudget>,
+        }
+        let budget = serde_json::from_str::<Budgeted>(&text)
+            .map_err(|e| format_error(format!("budget: {e}")))?
+            .budget;
+        let rows = json_rows(&report, budget.is_some()).map_err(format_error)?;
+        (
+            "json",
+            report.duration_s,
+            attached_seconds(&report),
+            budget,
+            rows,
+        )
     };
     let mut keyed = BTreeMap::new();
     for (key, row) in rows {
@@ -459,6 +617,7 @@ fn read_run(path: &Path) -> Result<Run, DiffError> {
         format,
         duration_s,
         attached_s,
+        budget,
         rows: keyed,
     })
 }
@@ -485,7 +644,14 @@ fn quantiles_of(hist: &Histogram<u64>) -> [Option<f64>; 4] {
     QUANTILES.map(|q| Some(hist.value_at_quantile(q) as f64))
 }
 
-fn json_rows(report: &JsonReport) -> Result<Vec<(String, Row)>, String> {
+/// `budgeted`: a `--budget` run, whose probes' hits are scaled (with their interval)
+/// and whose other rows were counted only while attached.
+fn json_rows(report: &JsonReport, budgeted: bool) -> Result<Vec<(String, Row)>, String> {
+    let unscaled = if budgeted {
+        Counted::Unscaled
+    } else {
+        Counted::Every
+    };
     let duration = report.duration_s;
     // Probes' hits came only while attached (--in-situ): their rate is over that time,
     // and so is a latency row's, whose calls are those probes' hits paired.
@@ -537,6 +703,14 @@ fn json_rows(report: &JsonReport) -> Result<Vec<(String, Row)>, String> {
                         object: p.object.to_string(),
                         count: p.hits,
                         seconds: attached,
+                        counted: match (&p.hits_interval, p.hits_counted) {
+                            (Some(i), Some(hits)) => Counted::Scaled {
+                                hits,
+                                low: i.low as f64,
+                                high: i.high as f64,
+                            },
+                            _ => unscaled,
+                        },
                         quantiles: hist
                             .as_ref()
                             .map_or_else(|| summary_quantiles(&p.handler_ns), quantiles_of),
@@ -561,6 +735,7 @@ fn json_rows(report: &JsonReport) -> Result<Vec<(String, Row)>, String> {
                         name: l.name.to_string(),
                         object: l.object.to_string(),
                         count: l.calls,
+                        counted: unscaled,
                         // The JSON's calls_per_second is over the whole run.
                         seconds: match in_situ {
                             Some(attached) => attached,
@@ -686,6 +861,7 @@ fn read_hlog(text: &str) -> Result<(f64, Vec<(String, Row)>), String> {
                     object: object.to_string(),
                     count: hist.len(),
                     seconds: end_s,
+                    counted: Counted::Every,
                     quantiles: quantiles_of(&hist),
                     cost_ns: None,
                     hist: Some(hist),
@@ -721,26 +897,47 @@ fn ns_text(v: Option<f64>) -> String {
 /// The text table (the default output).
 pub(crate) fn render_text(diff: &Diff) -> String {
     let mut out = String::new();
-    let run = |r: &JsonRun| match r.attached_s {
-        Some(on) => format!(
-            "{} ({}, {:.1} s, in situ: rates over the {on:.1} s attached)",
-            r.path.display(),
-            r.format,
-            r.duration_s
-        ),
-        None => format!("{} ({}, {:.1} s)", r.path.display(), r.format, r.duration_s),
+    let run = |r: &JsonRun| {
+        let mut how = format!("{}, {:.1} s", r.format, r.duration_s);
+        if let Some(on) = r.attached_s {
+            let _ = write!(how, ", in situ: rates over the {on:.1} s attached");
+        }
+        if let Some(budget) = &r.budget {
+            let _ = write!(
+                how,
+                ", {}: hits scaled from the attached parts",
+                budget.text()
+            );
+        }
+        format!("{} ({how})", r.path.display())
     };
     let _ = writeln!(out, "A: {}   B: {}", run(&diff.a), run(&diff.b));
-    let _ = writeln!(
-        out,
-        "flagged: {} moved more than {}% and more than FLOOR (the measurement's resolution, at least {} ns) and the distributions differ (two-sample Kolmogorov-Smirnov on the histograms' buckets, p < {} = {} / {} rows tested); rates: Poisson rate test (conditional binomial)",
-        diff.metric.as_str(),
-        diff.threshold_pct,
-        diff.min_move_ns,
-        p_text(diff.alpha_per_row),
-        diff.alpha,
-        ((diff.alpha / diff.alpha_per_row).round() as usize).max(1),
-    );
+    let budgeted = diff.a.budget.is_some() || diff.b.budget.is_some();
+    let rates = if budgeted {
+        "rates: Poisson rate test (conditional binomial); where a run's hits were scaled by --budget, their 95% intervals (a plain count's Poisson interval beside them): a move within the intervals' union is not significant (p(rate) `apart`/`within`)"
+    } else {
+        "rates: Poisson rate test (conditional binomial)"
+    };
+    let rows_tested = ((diff.alpha / diff.alpha_per_row).round() as usize).max(1);
+    if diff.metric == Metric::Rate {
+        let _ = writeln!(
+            out,
+            "flagged: rate moved more than {}% and the rates differ (p < {} = {} / {rows_tested} rows tested); {rates}",
+            diff.threshold_pct,
+            p_text(diff.alpha_per_row),
+            diff.alpha,
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "flagged: {} moved more than {}% and more than FLOOR (the measurement's resolution, at least {} ns) and the distributions differ (two-sample Kolmogorov-Smirnov on the histograms' buckets, p < {} = {} / {rows_tested} rows tested); {rates}",
+            diff.metric.as_str(),
+            diff.threshold_pct,
+            diff.min_move_ns,
+            p_text(diff.alpha_per_row),
+            diff.alpha,
+        );
+    }
     let header = [
         "PROBE", "RATE/s A", "B", "CHG", "p(rate)", "P50 A", "B", "CHG", "P90", "P99", "P99.9",
         "COST/HIT", "KS D", "n_eff", "p(KS)", "FLOOR", "FLAG",
@@ -753,7 +950,14 @@ pub(crate) fn render_text(diff: &Diff) -> String {
             rate(r.rate.a),
             rate(r.rate.b),
             pct_text(&r.rate),
-            r.rate_test.map_or_else(|| "-".into(), |t| p_text(t.p)),
+            r.rate_test.map_or_else(
+                || "-".into(),
+                |t| match t.p {
+                    Some(p) => p_text(p),
+                    None if t.significant => "apart".into(),
+                    None => "within".into(),
+                },
+            ),
             ns_text(r.p50_ns.a),
             ns_text(r.p50_ns.b),
             pct_text(&r.p50_ns),
@@ -910,6 +1114,16 @@ mod tests {
 
     /// `a` and `b` written as JSON exports and diffed, as `probetop diff` reads them.
     fn diff_of(a: &super::super::Report, b: &super::super::Report, name: &str) -> Diff {
+        diff_by(a, b, name, options())
+    }
+
+    /// [`diff_of`] with `options`.
+    fn diff_by(
+        a: &super::super::Report,
+        b: &super::super::Report,
+        name: &str,
+        options: DiffOptions,
+    ) -> Diff {
         let dir = std::env::temp_dir().join(format!("probetop-diff-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         let paths = [dir.join("a.json"), dir.join("b.json")];
@@ -917,9 +1131,126 @@ mod tests {
             let json = super::super::json::render(report).expect("render");
             std::fs::write(path, json).expect("write");
         }
-        let (diff, _) = diff(&paths[0], &paths[1], options()).expect("diff");
+        let (diff, _) = diff(&paths[0], &paths[1], options).expect("diff");
         let _ = std::fs::remove_dir_all(&dir);
         diff
+    }
+
+    /// The sample report over 1 s with its first probe hit `hits` times, each at 100 ns.
+    fn hit(hits: u64) -> super::super::Report {
+        let mut report = sample_report();
+        report.duration_s = 1.0;
+        report.probes.truncate(1);
+        let hist = hist_of(&[(100, hits)]);
+        report.probes[0].intervals[0].handler_ns = hist.clone();
+        report.probes[0].handler_ns = hist.into();
+        report.probes[0].hits = hits;
+        report
+    }
+
+    /// A `--budget 1%` run of the same load as `hit(10_000)`: its probe attached 30% of
+    /// the time counted 3,000 hits, scaled to 9,000 in [8,000, 11,000] (the duty's
+    /// periods fell where the load was a little lighter: a Poisson test of 9,000 against
+    /// 10,000 would say p ~ 1e-12).
+    fn budgeted() -> super::super::Report {
+        let mut report = hit(3000);
+        let scaled = crate::insitu::budget::ScaledHits {
+            counted: 3000,
+            scaled: 9000.0,
+            low: 8000.0,
+            high: 11_000.0,
+        };
+        report.apply_budget(crate::insitu::budget::BudgetSummary {
+            budget: crate::insitu::budget::Budget::Share(0.01),
+            window_s: 10.0,
+            used: None,
+            last_window: None,
+            first_window: None,
+            worst_window: None,
+            duty: 0.3,
+            min_duty: 0.08,
+            floor: None,
+            feedback: crate::insitu::budget::Feedback::Estimate,
+            actions: Vec::new(),
+            scaled: vec![scaled],
+        });
+        assert_eq!(report.probes[0].hits, 9000);
+        report
+    }
+
+    /// A budgeted run against a plain one of the same load: the rate's move (-10%) is
+    /// within the scaled count's interval, so neither the rate nor p50 is flagged, and
+    /// the test says which it was; the histograms are tested on the 3,000 hits counted,
+    /// not the 9,000 scaled; the header says the run was budgeted.
+    #[test]
+    fn a_budgeted_run_is_judged_by_its_scaled_counts_interval() {
+        let rate = DiffOptions {
+            metric: Metric::Rate,
+            ..options()
+        };
+        for (options, name) in [(options(), "budget-p50"), (rate, "budget-rate")] {
+            let d = diff_by(&hit(10_000), &budgeted(), name, options);
+            let row = &d.rows[0];
+            assert_eq!(row.flag, None, "{row:#?}");
+            assert_eq!(row.rate.change_pct, Some(-10.0));
+            let t = row.rate_test.expect("a rate test");
+            assert_eq!(t.test, "scaled-hits-95%-intervals");
+            assert_eq!((t.p, t.significant, t.n), (None, false, 13_000));
+            assert_eq!(
+                t.interval_b,
+                Some(RateInterval {
+                    low: 8000.0,
+                    high: 11_000.0
+                })
+            );
+            let ks = row.distribution_test.expect("histograms");
+            assert_eq!((ks.n_a, ks.n_b), (10_000, 3000));
+            assert_eq!(d.regressions, 0);
+            assert_eq!(d.a.budget.as_ref().map(|b| b.duty), None);
+            assert_eq!(d.b.budget.as_ref().map(|b| b.duty), Some(0.3));
+            let text = render_text(&d);
+            let header = text.lines().next().expect("header");
+            assert!(header.contains("B: "), "{text}");
+            assert!(
+                header
+                    .split("B: ")
+                    .nth(1)
+                    .is_some_and(|b| b.contains("budget 1.0%, duty 30%")),
+                "{text}"
+            );
+            assert!(text.contains(" within "), "{text}");
+        }
+        // Against itself: nothing moves, nothing is flagged.
+        let d = diff_by(&budgeted(), &budgeted(), "budget-self", rate);
+        let t = d.rows[0].rate_test.expect("a rate test");
+        assert!(!t.significant && d.rows[0].flag.is_none(), "{d:#?}");
+    }
+
+    /// Twice the load, counted plainly, against the budgeted run: 20,000/s lies far
+    /// above the budgeted run's interval, so `--metric rate` flags it; and two plain
+    /// runs still go by the Poisson test.
+    #[test]
+    fn twice_the_rate_beyond_the_interval_is_flagged() {
+        let rate = DiffOptions {
+            metric: Metric::Rate,
+            threshold_pct: 25.0,
+            ..options()
+        };
+        let d = diff_by(&budgeted(), &hit(20_000), "budget-twice", rate);
+        let row = &d.rows[0];
+        let t = row.rate_test.expect("a rate test");
+        assert_eq!(t.test, "scaled-hits-95%-intervals");
+        assert!(t.significant, "{t:?}");
+        assert_eq!(row.flag, Some("regression"), "{row:#?}");
+        assert_eq!(d.regressions, 1);
+        assert!(render_text(&d).contains(" apart "));
+
+        let d = diff_by(&hit(10_000), &hit(20_000), "plain-twice", rate);
+        let t = d.rows[0].rate_test.expect("a rate test");
+        assert_eq!(t.test, "poisson-conditional-binomial");
+        assert!(t.p.is_some_and(|p| p < 1e-12) && t.significant, "{t:?}");
+        assert_eq!(d.rows[0].flag, Some("regression"));
+        assert!(d.a.budget.is_none() && d.b.budget.is_none());
     }
 
     /// `steps` `(ns, hits)` recorded into a handler-time histogram.
