@@ -283,12 +283,10 @@ fn duration_ends_a_run_with_a_summary() {
         summary[0].starts_with("probes' cost to the target:"),
         "{summary:?}"
     );
-    let header = summary.iter().position(|l| l.starts_with("PROBE"));
-    let row = header.and_then(|i| summary.get(i + 1));
-    assert!(
-        row.is_some_and(|r| r.starts_with("uprobe:work_unit")),
-        "{summary:?}"
-    );
+    let rows = summary_rows(&summary);
+    assert_eq!(rows.len(), 1, "{summary:?}");
+    assert_eq!(rows[0].spec(), "uprobe:work_unit", "{summary:?}");
+    assert!(rows[0].name.starts_with("work_unit"), "{summary:?}");
 }
 
 /// A run cut mid-flood: its hits and the gaps before them must be one set of hits. Each
