@@ -93,11 +93,8 @@ pub(super) const MEANINGS: [(&str, &str); 21] = [
         "caches warm/cold",
         "which calibration loop priced the hits (--assume)",
     ),
-    (
-        "since last hit",
-        "time the CPU ran without a hit (longer: colder);",
-    ),
-    ("", "  priced by clock/gap: by the hit's speed/that time"),
+    ("hits … apart", "time between a CPU's hits (longer: colder);"),
+    ("", "  cost read from how slow hits ran, or that time"),
 ];
 
 pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
