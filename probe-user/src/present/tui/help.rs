@@ -93,7 +93,10 @@ pub(super) const MEANINGS: [(&str, &str); 21] = [
         "caches warm/cold",
         "which calibration loop priced the hits (--assume)",
     ),
-    ("hits … apart", "time between a CPU's hits (longer: colder);"),
+    (
+        "hits … apart",
+        "time between a CPU's hits (longer: colder);",
+    ),
     ("", "  cost read from how slow hits ran, or that time"),
 ];
 
