@@ -127,7 +127,10 @@ enum Against {
 /// moves by itself from second to second: "+930% on 0.49%" one second, nothing the
 /// next); else the probes' share of its whole CPU (`own` + `probes`, uncertainty
 /// `whole_error`), which stays put; else nothing. `held`: the last reading was set
-/// against its own CPU, which then holds down to [`SIGNAL_HELD`] times.
+/// against its own CPU, which then holds down to [`SIGNAL_HELD`] times. Only the live
+/// headline has a last reading to hold: a whole-run headline (the end-of-run lines and
+/// every export) is one reading over the whole run, whose error is the smaller for it,
+/// so it takes the entry rule, and a script reading two exports of one run gets one form.
 fn against_target(
     probes: f64,
     own: f64,

@@ -113,6 +113,59 @@ pub(crate) fn fit_name(display: &str, width: usize) -> String {
     fit_parts(&split(display), width, false)
 }
 
+/// `display` fitted as [`fit_name`] fits it, but a function name too long for `width`
+/// is never cut in the middle: it loses its leading scopes first (`THD::`, `std::`), a
+/// scope at a time, marked `…`, then its end at a `_` boundary (the stdout summary,
+/// where a row's name is all a reader has).
+pub(crate) fn fit_name_at_boundaries(display: &str, width: usize) -> String {
+    let fitted = fit_name(display, width);
+    let p = split(display);
+    if width == 0 || fitted.starts_with(p.name) {
+        return fitted;
+    }
+    let fits = |s: &str| s.chars().count() <= width;
+    // The scopes' ends (`::` outside template brackets).
+    let mut depth = 0i32;
+    let mut scopes = Vec::new();
+    for (i, c) in p.name.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            ':' if depth == 0 && p.name[i..].starts_with("::") => scopes.push(i + 2),
+            _ => {}
+        }
+    }
+    let mut last = p.name;
+    for at in scopes {
+        let inner = &p.name[at..];
+        if inner.is_empty() || inner.starts_with(':') {
+            continue;
+        }
+        last = inner;
+        for candidate in [format!("…{inner}{}", p.rest), format!("…{inner}")] {
+            if fits(&candidate) {
+                return candidate;
+            }
+        }
+    }
+    // The innermost name alone is too long: its end goes, at a `_` boundary.
+    let lead = if last.len() < p.name.len() { "…" } else { "" };
+    let room = width.saturating_sub(lead.chars().count() + 1);
+    let head: String = last.chars().take(room).collect();
+    let head = match head.rfind('_').filter(|&at| at > 0) {
+        Some(at) if head.len() < last.len() => &head[..at],
+        _ => head.as_str(),
+    };
+    format!("{lead}{head}…")
+}
+
+/// The narrowest a row shows `display` without cutting into it: the function's name
+/// and its marks, the parameter list and the kind dropped.
+pub(crate) fn readable_width(display: &str) -> usize {
+    let p = split(display);
+    p.name.chars().count() + p.rest.chars().count()
+}
+
 /// `display` without its kind's prefix (`uprobe:`, `usdt:`): what a row shows.
 pub(crate) fn unprefixed(display: &str) -> &str {
     &display[split(display).prefix.len()..]
@@ -201,9 +254,21 @@ pub(crate) fn row_names(
     room: usize,
     mark: impl Fn(usize) -> String,
 ) -> Vec<String> {
+    row_names_with(labels, ids, room, mark, fit_name)
+}
+
+/// [`row_names`], each name fitted by `fit` (as [`fit_name`] or
+/// [`fit_name_at_boundaries`]).
+pub(crate) fn row_names_with(
+    labels: &[ProbeLabel],
+    ids: &[usize],
+    room: usize,
+    mark: impl Fn(usize) -> String,
+    fit: fn(&str, usize) -> String,
+) -> Vec<String> {
     let fitted = |id: usize, display: &str| {
         let mark = mark(id);
-        let name = fit_name(display, room.saturating_sub(mark.chars().count()));
+        let name = fit(display, room.saturating_sub(mark.chars().count()));
         format!("{name}{mark}")
     };
     let mut names: Vec<String> = ids
@@ -338,6 +403,7 @@ mod tests {
             "dispatch_command+ret [sstep]"
         );
         assert_eq!(unprefixed("uretprobe:THD::run(bool)"), "THD::run(bool)");
+        assert_eq!(readable_width(SIG), "dispatch_command [sstep]".len());
         assert_eq!(unprefixed("usdt:pg:start"), "pg:start");
         assert_eq!(
             with_site("uprobe:f(int) [sstep]", 0x1139),
@@ -348,6 +414,35 @@ mod tests {
             .map(kind_mark)
             .collect();
         assert_eq!(marks, ["u", "ur", "U"]);
+    }
+
+    #[test]
+    fn a_long_name_loses_its_scopes_then_its_end_never_its_middle() {
+        let long = "uprobe:THD::charset_collation_context_create_table_in_db(char const*, bool)";
+        assert_eq!(
+            fit_name_at_boundaries(long, 100),
+            "THD::charset_collation_context_create_table_in_db(char const*, bool)"
+        );
+        assert_eq!(
+            fit_name_at_boundaries(long, 49),
+            "THD::charset_collation_context_create_table_in_db"
+        );
+        assert_eq!(
+            fit_name_at_boundaries(long, 47),
+            "…charset_collation_context_create_table_in_db"
+        );
+        assert_eq!(
+            fit_name_at_boundaries(long, 30),
+            "…charset_collation_context…"
+        );
+        assert_eq!(
+            fit_name_at_boundaries("uprobe:a::b::very_long_function_name [sstep]", 28),
+            "…b::very_long_function_name"
+        );
+        assert_eq!(
+            fit_name_at_boundaries("uprobe:abcdefghijklmnop", 8),
+            "abcdefg…"
+        );
     }
 
     #[test]

@@ -152,13 +152,20 @@ pub(crate) fn entry_warnings(probes: &[(&str, &ProbePoint)], costs: &[ProbeCost]
         .collect();
     if more > 0 {
         let priced = stepped.iter().all(|(_, price)| price.is_some());
-        lines.push(format!(
-            "probetop: warning: and {more} more probe{} on single-stepped entries{} (`probetop list` shows each site's cost class and hint)",
-            if more == 1 { "" } else { "s" },
-            if priced { ", none dearer a hit" } else { "" }
-        ));
+        lines.push(more_line(more, priced));
     }
     lines
+}
+
+/// The line after the first [`MAX_ENTRY_WARNINGS`]: how many more, and that the list is
+/// ranked by a hit's price, as how often each site is hit is not known before attach
+/// (the live warning names the dearest by what they cost once hits arrive).
+fn more_line(more: usize, priced: bool) -> String {
+    format!(
+        "probetop: warning: and {more} more probe{} on single-stepped entries{}; ranked by a hit's price, as rates are not known before attach (`probetop list` shows each site's cost class and hint)",
+        if more == 1 { "" } else { "s" },
+        if priced { ", none dearer a hit" } else { "" }
+    )
 }
 
 /// `ns` in microseconds, to two significant figures' worth.
@@ -210,5 +217,30 @@ fn entry_spec(spec_text: &str, point: &ProbePoint, probes: &[(&str, &ProbePoint)
                 .unwrap_or_default();
             format!("uprobe:{object}{}", point.symbol)
         }
+    }
+}
+
+#[cfg(test)]
+mod more_line_tests {
+    use super::*;
+
+    #[test]
+    fn the_rest_of_the_stepped_entries_say_how_they_are_ranked() {
+        let line = more_line(53, true);
+        assert!(
+            line.starts_with(
+                "probetop: warning: and 53 more probes on single-stepped entries, none dearer a hit; "
+            ),
+            "{line}"
+        );
+        assert!(
+            line.contains("ranked by a hit's price, as rates are not known before attach"),
+            "{line}"
+        );
+        let line = more_line(1, false);
+        assert!(
+            line.starts_with("probetop: warning: and 1 more probe on single-stepped entries; "),
+            "{line}"
+        );
     }
 }

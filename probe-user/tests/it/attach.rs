@@ -283,12 +283,73 @@ fn duration_ends_a_run_with_a_summary() {
         summary[0].starts_with("probes' cost to the target:"),
         "{summary:?}"
     );
-    let header = summary.iter().position(|l| l.starts_with("PROBE"));
-    let row = header.and_then(|i| summary.get(i + 1));
-    assert!(
-        row.is_some_and(|r| r.starts_with("uprobe:work_unit")),
-        "{summary:?}"
+    let rows = summary_rows(&summary);
+    assert_eq!(rows.len(), 1, "{summary:?}");
+    assert_eq!(rows[0].spec(), "uprobe:work_unit", "{summary:?}");
+    assert!(rows[0].name.starts_with("work_unit"), "{summary:?}");
+}
+
+/// The summary of a C++ target names each row by its function, as the TUI does:
+/// overloads (`shop::Cart::add(int)`, `shop::Cart::add(shop::Item const&)`) and template
+/// instances apart, the entry and the return of one function told apart by the `K`
+/// column, within 100 columns, every call counted.
+#[test]
+#[ignore = "needs root and the fixtures"]
+fn the_summary_tells_overloads_and_kinds_apart() {
+    let _turn = turn(module_path!());
+    const CALLS: u64 = 1000;
+    let mut target = {
+        let mut command = std::process::Command::new(fixture("cpp/cppfix"));
+        command.args(["--wait-signal", "--count", &CALLS.to_string()]);
+        let running = Running::spawn(command);
+        running.out().wait_for("ready pid=");
+        running
+    };
+    let mut cmd = probetop();
+    cmd.args(["--pid", &target.pid().to_string(), "--no-tui"]);
+    for spec in [
+        "uprobe:shop::Cart::add",
+        "uprobe:dispatch_command",
+        "uretprobe:dispatch_command",
+        "uprobe:shop::twice<int>",
+        "uprobe:shop::twice<double>",
+    ] {
+        cmd.args(["-e", spec]);
+    }
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    calls_done(&mut target, CALLS);
+    // The target gone, probetop ends by itself with its summary.
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    let stdout = probetop.out().rest();
+    let text = stdout.join("\n");
+    assert!(widest_line(&text) <= 100, "{text}");
+    let rows = summary_rows(&stdout);
+    let mut named: Vec<(String, String, u64)> = rows
+        .iter()
+        .map(|r| {
+            // The name without its marks (` [sstep]`): the function and its parameters.
+            let name = r.name.split(" [").next().unwrap_or_default().to_string();
+            (r.kind.clone(), name, r.hits())
+        })
+        .collect();
+    named.sort();
+    let row = |kind: &str, name: &str| (kind.to_string(), name.to_string(), CALLS);
+    assert_eq!(
+        named,
+        [
+            row("uprobe", "dispatch_command(…)"),
+            row("uprobe", "shop::Cart::add(int)"),
+            row("uprobe", "shop::Cart::add(shop::Item const&)"),
+            row("uprobe", "shop::twice<double>(double)"),
+            row("uprobe", "shop::twice<int>(int)"),
+            row("uretprobe", "dispatch_command(…)"),
+        ],
+        "{text}"
     );
+    // The kinds are said once, in the K column; no row repeats its kind.
+    assert!(rows.iter().all(|r| !r.name.contains("probe:")), "{text}");
 }
 
 /// A run cut mid-flood: its hits and the gaps before them must be one set of hits. Each

@@ -10,10 +10,12 @@ use std::{
 };
 
 mod server;
+mod summary;
 mod tls;
 mod tmux;
 pub(crate) mod tracefs;
 pub(crate) use server::{server_dir, stop_server, stop_with_test, wait_until_answering};
+pub(crate) use summary::{summary_headline, summary_rows, widest_line};
 pub(crate) use tls::{HttpsFiles, TestCa};
 pub(crate) use tmux::{Tmux, assert_headline, shell_quote};
 pub(crate) use tracefs::TracefsProbe;

@@ -376,17 +376,16 @@ fn the_end_of_an_in_situ_run_leads_with_one_answer() {
 
     // The summary leads with the same answer; its rate is over the attached time.
     assert_eq!(
-        stdout[0],
+        summary_headline(&stdout),
         format!("probes' cost to the target: {text}"),
         "{stdout:#?}"
     );
-    let row: Vec<&str> = stdout
+    let rows = summary_rows(&stdout);
+    let row = rows
         .iter()
-        .find(|l| l.starts_with("uprobe:work_unit "))
-        .unwrap_or_else(|| panic!("{stdout:#?}"))
-        .split_whitespace()
-        .collect();
-    let table_rate = count(row[4]);
+        .find(|r| r.spec() == "uprobe:work_unit")
+        .unwrap_or_else(|| panic!("{stdout:#?}"));
+    let table_rate = count(row.cell("HITS/S"));
     let in_situ_rate = report["cost"]["in_situ"]["hits_per_second"]
         .as_f64()
         .expect("hits_per_second");

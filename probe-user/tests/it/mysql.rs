@@ -642,6 +642,122 @@ fn the_preset_reads_at_80x24_on_a_live_mariadbd() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The `--no-tui` summary of the preset and of `uprobe:THD::*` (the README's example,
+/// ~190 C++ methods) on a live mariadbd: every line within 100 columns, each row named
+/// by its function (first, whole: parameter lists dropped, never cut in the middle), and
+/// each function's rows carrying the export's exact hits.
+#[test]
+#[ignore = "needs root, Debian's mariadb-server and sysbench (cargo xtask setup)"]
+fn the_summary_names_every_function_within_100_columns() {
+    let _turn = turn(module_path!());
+    let _alone = alone();
+    let server = Server::prepared();
+    for (what, specs) in [
+        ("preset", &["--preset", "mysql"][..]),
+        ("thd", &["-e", "uprobe:THD::*"][..]),
+    ] {
+        let json = export_path(&format!("mysql-summary-{what}.json"));
+        let mut cmd = probetop();
+        cmd.args(["--pid", &server.pid().to_string(), "--no-tui"])
+            .args(specs)
+            .arg("--export")
+            .arg(&json);
+        let mut probetop = Running::spawn(cmd);
+        probetop.err().wait_for("attached");
+        let queries = server.run_sysbench("oltp_read_only", &["--rate=100"], 2);
+        assert!(queries > 0);
+        probetop.signal(libc::SIGINT);
+        let status = probetop.wait();
+        let stderr = probetop.err().rest();
+        assert!(status.success(), "probetop failed: {stderr:?}");
+        let stdout = probetop.out().rest();
+        let text = stdout.join("\n");
+        assert!(widest_line(&text) <= 100, "{what}:\n{text}");
+        let report = read_export(&json);
+        let probes = report["probes"].as_array().expect("probes");
+        // Each function's hits, as the export (full names) and the table (short) say.
+        // The function a name starts with (`+ret` of a return site dropped), and a
+        // keyed row's `[KEY]` after its name or parameters.
+        let function = |name: &str| -> String {
+            let name = name.replace("+ret", "");
+            let end = name.find(['(', ' ']).unwrap_or(name.len());
+            let mut f = name[..end].to_string();
+            if let Some(key) = name.find(")[").map(|at| &name[at + 1..])
+                && let Some(close) = key.find(']')
+            {
+                f.push_str(&key[..=close]);
+            }
+            f
+        };
+        let mut exported: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
+        for p in probes.iter().filter(|p| p["kind"] != "latency") {
+            let mut name = function(p["name"].as_str().expect("name"));
+            if let Some(key) = p.get("key").and_then(|k| k.as_str()) {
+                name = format!("{name}[{key}]");
+            }
+            exported
+                .entry((p["kind"].as_str().expect("kind").to_string(), name))
+                .or_default()
+                .push(p["hits"].as_u64().expect("hits"));
+        }
+        let rows = summary_rows(&stdout);
+        assert_eq!(
+            rows.len(),
+            exported.values().map(Vec::len).sum::<usize>(),
+            "{text}"
+        );
+        // A name too long for its column loses its leading scopes (`…name`), then its
+        // end at a `_` (`…name_start…`): never a cut inside a word.
+        let reads_as = |shown: &str, whole: &str| -> bool {
+            let inner = shown.trim_start_matches('…');
+            let lead_cut = inner.len() < shown.len();
+            let (inner, end_cut) = match inner.strip_suffix('…') {
+                Some(head) => (head, true),
+                None => (inner, false),
+            };
+            let at = if lead_cut {
+                whole.rfind(&format!("::{inner}")).map(|i| i + 2)
+            } else {
+                whole.starts_with(inner).then_some(0)
+            };
+            at.is_some_and(|at| {
+                let after = &whole[at + inner.len()..];
+                if end_cut {
+                    after.starts_with('_')
+                } else {
+                    after.is_empty()
+                }
+            })
+        };
+        let mut shown: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
+        for row in &rows {
+            let name = function(&row.name);
+            let whole = exported
+                .keys()
+                .find(|(kind, f)| *kind == row.kind && reads_as(&name, f))
+                .unwrap_or_else(|| panic!("{what}: {row:?} names no function\n{text}"));
+            shown.entry(whole.clone()).or_default().push(row.hits());
+        }
+        for hits in exported.values_mut().chain(shown.values_mut()) {
+            hits.sort_unstable();
+        }
+        // Each function's exact hits; where a cut name could read as two functions,
+        // the hits of them all.
+        if rows.iter().any(|r| r.name.contains('…')) {
+            let sum =
+                |m: &BTreeMap<(String, String), Vec<u64>>| -> u64 { m.values().flatten().sum() };
+            assert_eq!(sum(&shown), sum(&exported), "{what}:\n{text}");
+        } else {
+            assert_eq!(shown, exported, "{what}:\n{text}");
+        }
+        if what == "thd" {
+            assert!(rows.len() > 50, "{text}");
+        }
+        let _ = std::fs::remove_file(&json);
+    }
+    assert_eq!(server.query("SELECT 1").as_deref(), Ok("1"));
+}
+
 /// The table's rows on a TUI screen: the lines in its frame under the headings.
 fn tui_rows(screen: &str) -> Vec<String> {
     screen

@@ -525,21 +525,15 @@ fn stays_responsive_under_a_flood() {
     assert!(final_hits >= hits, "{probe}");
     assert!(final_drops >= drops, "{probe}");
     // The summary printed at exit shows the exported numbers, drops included.
-    let summary = screen
-        .lines()
-        .find(|line| line.starts_with("uprobe:work_unit"))
+    // Its row named function first; cells found under their titles.
+    let lines: Vec<&str> = screen.lines().collect();
+    let rows = summary_rows(&lines);
+    let summary = rows
+        .iter()
+        .find(|r| r.spec() == "uprobe:work_unit")
         .unwrap_or_else(|| panic!("no summary row:\n{screen}"));
-    let summary: Vec<&str> = summary.split_whitespace().collect();
-    // Columns found by the summary's header (the cost columns lead it).
-    let header: Vec<&str> = screen
-        .lines()
-        .find(|line| line.starts_with("PROBE"))
-        .unwrap_or_else(|| panic!("no summary header:\n{screen}"))
-        .split_whitespace()
-        .collect();
-    let at = |title: &str| header.iter().position(|h| *h == title).expect(title);
     assert_eq!(
-        [summary[at("HITS")], summary[at("DROPS")]],
+        [summary.cell("HITS"), summary.cell("DROPS")],
         [final_hits.to_string(), final_drops.to_string()],
         "{screen}"
     );

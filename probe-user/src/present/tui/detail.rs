@@ -239,9 +239,14 @@ fn totals_line(app: &App, id: usize, width: usize) -> Line<'static> {
 fn pricing_line(app: &App, id: usize) -> Option<Line<'static>> {
     let n = app.numbers(id);
     let gap_us = n.gap_median_us.filter(|_| n.hits > 0)?;
-    let mut text = match n.reading {
-        Some(reading) => format!("priced by {}", reading.short()),
-        None => "priced".to_string(),
+    // In words a reader knows: what told a hot hit from a cold one, and how far apart
+    // the hits came.
+    let how = match n.reading {
+        Some(crate::present::GapReading::Gap) | None => "cost read from the time between hits",
+        Some(crate::present::GapReading::HandlerClock) => "cost read from how slow its hits ran",
+        Some(crate::present::GapReading::StreamedClock) => {
+            "cost read from how slow its hits ran at the start"
+        }
     };
     // The median in the first bucket, gaps under 1 us (back-to-back hits), is 0.
     let median = if gap_us > 0.0 {
@@ -249,7 +254,7 @@ fn pricing_line(app: &App, id: usize) -> Option<Line<'static>> {
     } else {
         "under 1us".to_string()
     };
-    text.push_str(&format!(": since the CPU's last hit p50 {median}"));
+    let text = format!("{how}; on a CPU, hits {median} apart (median)");
     Some(Line::from(text).style(app.theme.dim()))
 }
 

@@ -94,10 +94,10 @@ pub(super) const MEANINGS: [(&str, &str); 21] = [
         "which calibration loop priced the hits (--assume)",
     ),
     (
-        "since last hit",
-        "time the CPU ran without a hit (longer: colder);",
+        "hits … apart",
+        "time between a CPU's hits (longer: colder);",
     ),
-    ("", "  priced by clock/gap: by the hit's speed/that time"),
+    ("", "  cost read from how slow hits ran, or that time"),
 ];
 
 pub(super) fn render(frame: &mut Frame, area: Rect, app: &App) {
