@@ -617,6 +617,23 @@ impl Controller {
         line
     }
 
+    /// The ledger as it stands, one line (`PROBETOP_BUDGET_TRACE`).
+    pub(crate) fn trace(&self) -> String {
+        format!(
+            "window {:.2}s spent {:.2}ms (high) of {:.2}ms; target {:.1}ms; duty {:.4} chance {:.3} rate_on {:?} steady {:?} surveying {} set {}",
+            self.window_elapsed_s,
+            self.window_spent.high / 1e6,
+            self.allowed_rate().map_or(0.0, |a| a * self.window_s * 1e3),
+            self.window_target_ns / 1e6,
+            self.duty,
+            self.attach_chance,
+            self.rate_on(),
+            self.steady,
+            self.surveying,
+            self.set_size
+        )
+    }
+
     /// The run so far.
     pub(crate) fn summary(&self, actions: &[String]) -> BudgetSummary {
         let used = |spent: f64| self.used_of(spent, self.total_target_ns, self.total_s);

@@ -24,6 +24,35 @@ const GUARD_EVERY: Duration = Duration::from_millis(100);
 /// 40 ms swings by more than the probes add); the estimate is used until then.
 const IN_SITU_MIN_ON_S: f64 = 1.0;
 
+/// Whether each step of the duty cycle is written to stderr (`PROBETOP_BUDGET_TRACE`, for
+/// finding where a window's cost goes).
+pub(super) fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var_os("PROBETOP_BUDGET_TRACE").is_some())
+}
+
+/// Seconds since the first trace line.
+pub(super) fn trace_at() -> f64 {
+    static T0: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    T0.get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs_f64()
+}
+
+/// A trace line, when `PROBETOP_BUDGET_TRACE` is set.
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        if crate::session::budget::tracing() {
+            eprintln!(
+                "budget-trace {:9.4} {}",
+                crate::session::budget::trace_at(),
+                format!($($arg)*)
+            );
+        }
+    };
+}
+pub(super) use trace;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     /// Detached, until the attached part of the period starts.
@@ -317,6 +346,11 @@ impl Driver {
         let before = Instant::now();
         attachment.detach_set(&self.suspended);
         self.calls_s += (Instant::now() - before).as_secs_f64();
+        trace!(
+            "detach {} probes in {:.2}ms",
+            self.suspended.len(),
+            (Instant::now() - before).as_secs_f64() * 1e3
+        );
         self.window_reading = self.meter.read()?;
         Ok(())
     }
@@ -336,6 +370,11 @@ impl Driver {
         // Attached from the end of the call: the kernel arms the points last. The call's
         // length is the uncertainty of the attached part's start.
         let after = Instant::now();
+        trace!(
+            "attach {} probes in {:.2}ms",
+            ids.len(),
+            (after - before).as_secs_f64() * 1e3
+        );
         self.attach_s += (after - before).as_secs_f64();
         self.calls_s += (after - before).as_secs_f64();
         self.on_since = Some(after);
@@ -407,6 +446,18 @@ impl Driver {
             toggled: ended.toggled,
             calls_s: ended.calls_s,
         });
+        trace!(
+            "read period {:.3}s on {:.4}s calls {:.2}ms toggles {} of {} est {:.2}ms hits {} target {:.1}ms | {}",
+            ended.period_s,
+            ended.on_s,
+            ended.calls_s * 1e3,
+            ended.toggles,
+            ended.toggled,
+            estimated_ns / 1e6,
+            hits.iter().sum::<f64>(),
+            ended.target_cpu_ns / 1e6,
+            self.controller.trace()
+        );
         let surveying = self.controller.surveying();
         let moved =
             self.controller.binds() && self.shed_next(attachment, snapshot, &hits, surveying);

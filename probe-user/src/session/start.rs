@@ -126,6 +126,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         prepared,
         skipped,
     } = found;
+    let attach_began = std::time::Instant::now();
     // Attached outside the window; it opens for every probe at once below.
     let attached = attach_probes(
         &plan,
@@ -136,6 +137,7 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         prepared,
         skipped,
     )?;
+    let attached_at = std::time::Instant::now();
     let Attached {
         mut attachment,
         probes,
@@ -221,6 +223,12 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
         .context("opening the window: the probes' kernel configs cannot be written")?;
     // `--budget`'s first attached part: the hits count from here.
     let counting_since = tokio::time::Instant::now();
+    // The probes fire, uncounted, from their attach until here.
+    super::budget::trace!(
+        "attached in {:.2}ms, counting from {:.2}ms after the attach began",
+        attached_at.duration_since(attach_began).as_secs_f64() * 1e3,
+        attach_began.elapsed().as_secs_f64() * 1e3
+    );
     let attach_path = attachment.attach_path();
     say!(
         "probetop: attached {} probe{} to pid {} ({}) via {attach_path}",
