@@ -43,17 +43,23 @@ fn toggle_cost_ns(toggles: f64, probes: f64) -> f64 {
 const ON_MIN_S: f64 = 0.04;
 /// The shortest period: each change blocks the session loop for a grace period.
 const PERIOD_MIN_S: f64 = 0.25;
-/// The first periods survey the set before the duty is planned: an attached part this
-/// short at each period's start, so what the full set costs while attached is paid for
-/// the least time (on mariadbd with ~830 glob probes, before shedding, the floors said
-/// put it at 1.7-2.6 CPUs while attached, 2026-11-27: 40 ms of that is a whole 60 s
-/// window's 1%)...
+/// The first periods survey the set before the duty is planned, a group of probes at a
+/// time ([`survey_groups`]), never the whole set at once: on mariadbd with ~830 glob
+/// probes the whole set cost 1.5 CPUs while attached (2026-11-28, a loaded host), so its
+/// first part of 19 ms and the 153 ms detach call after it spent 2.6 times a 60 s
+/// window's 1%. A group's part is this short at its period's start...
 const SURVEY_ON_S: f64 = 0.01;
+/// ...and a group of single-stepped sites' shorter: each of their hits costs ~10 times
+/// an emulated one's (a second trap), so a part as long would cost as much as ten.
+const SURVEY_DEAR_ON_S: f64 = 0.005;
+/// Probes a group holds at most: the attach and detach calls arm and disarm a group's
+/// probes one by one, so what its hits cost in the calls grows with the group and the
+/// group's share of the hits together; a call for 830 probes took 9-153 ms there.
+const SURVEY_GROUP: usize = 128;
+const SURVEY_DEAR_GROUP: usize = 64;
 /// ...in periods this long at most (the hits of a part are read at the next part's
-/// start, and the collector's counts lag by up to 500 ms)...
+/// start, and the collector's counts lag by up to 500 ms).
 const SURVEY_PERIOD_S: f64 = 1.0;
-/// ...until shedding has nothing left to move, or this many periods.
-const SURVEYS_MAX: usize = 4;
 /// Periods per budget window at least, so a window's spending can be corrected within it.
 const PERIODS_PER_WINDOW: f64 = 4.0;
 /// Periods whose cost makes the rate while attached.
@@ -144,6 +150,9 @@ pub(crate) struct Plan {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Observed {
     pub period_s: f64,
+    /// Its attached part held the whole set in the cycle (not one survey group): only
+    /// such parts say what the set costs while attached.
+    pub whole: bool,
     /// Seconds attached.
     pub on_s: f64,
     /// The estimated probe CPU of its hits, ns (without margin).
@@ -188,8 +197,11 @@ pub(crate) struct Controller {
     duty: f64,
     min_duty: f64,
     /// The last periods: (seconds attached, probe CPU ns with margin, period seconds,
-    /// target CPU ns).
-    recent: VecDeque<(f64, f64, f64, f64)>,
+    /// target CPU ns, whether the whole set was attached).
+    recent: VecDeque<(f64, f64, f64, f64, bool)>,
+    /// What the whole set costs while attached, CPUs with the margin, as the survey's
+    /// groups priced it: until a part of the whole set is read.
+    survey_rate: Option<f64>,
     /// Measured in situ: added CPU per second while attached (the interval's top).
     in_situ_rate: Option<f64>,
     /// The current window: seconds into it, probe CPU spent (estimate and its bounds),
@@ -215,10 +227,9 @@ pub(crate) struct Controller {
     /// The duty the allowance pays for at steady state, as last computed: under 1 the
     /// budget binds and shedding may act.
     steady: Option<f64>,
-    /// Surveying the set (short attached parts at the start of short periods), and the
-    /// periods surveyed so far.
+    /// Surveying the set (a group at a time, short attached parts at the start of short
+    /// periods).
     surveying: bool,
-    surveys: usize,
     /// The attach and detach calls' seconds a period (a moving mean).
     calls_s: f64,
     /// The first whole window's share or rate.
@@ -245,6 +256,7 @@ impl Controller {
             duty: min_duty,
             min_duty,
             recent: VecDeque::new(),
+            survey_rate: None,
             in_situ_rate: None,
             window_elapsed_s: 0.0,
             window_spent: Bounds::default(),
@@ -261,7 +273,6 @@ impl Controller {
             set_size: 0.0,
             steady: None,
             surveying: true,
-            surveys: 0,
             calls_s: 0.0,
             first_window: None,
             floor_said: None,
@@ -271,18 +282,20 @@ impl Controller {
         }
     }
 
-    /// Whether the set is still surveyed: short attached parts, shedding acting at each
-    /// period read.
-    pub(crate) fn surveying(&self) -> bool {
+    /// Whether the set is still surveyed: a group at a time, in short attached parts.
+    #[cfg(test)]
+    fn surveying(&self) -> bool {
         self.surveying
     }
 
-    /// A period was read while surveying; shedding `moved` probes (or not): the survey
-    /// ends once shedding has nothing left to move, or after [`SURVEYS_MAX`] periods.
-    pub(crate) fn surveyed(&mut self, moved: bool) {
-        if !moved || self.surveys >= SURVEYS_MAX {
-            self.surveying = false;
-        }
+    /// The survey is over: the whole set costs `rate` CPUs while attached (the estimate,
+    /// without margin), as priced from each probe's hits over its group's parts; the
+    /// duty is planned from it until a part of the whole set is read.
+    pub(crate) fn end_survey(&mut self, rate: Option<f64>) {
+        self.surveying = false;
+        self.survey_rate = rate.map(|r| r * (1.0 + ESTIMATE_MARGIN));
+        self.duty = self.next_duty();
+        self.feedback_now();
     }
 
     /// Whether the budget binds: with every probe attached all the time, the probes
@@ -299,7 +312,14 @@ impl Controller {
         for period in &mut self.recent {
             period.1 *= keep;
         }
+        if let Some(rate) = &mut self.survey_rate {
+            *rate *= keep;
+        }
         self.in_situ_rate = None;
+        // The next period is planned for the set as it is now.
+        if !self.surveying {
+            self.duty = self.next_duty();
+        }
     }
 
     #[cfg(test)]
@@ -394,9 +414,15 @@ impl Controller {
         if let Some(rate) = self.in_situ_rate {
             return Some(rate);
         }
-        let on: f64 = self.recent.iter().map(|r| r.0).sum();
-        let cost: f64 = self.recent.iter().map(|r| r.1).sum();
-        (on > 0.0 && cost > 0.0).then(|| cost / (on * 1e9))
+        let whole = || self.recent.iter().filter(|r| r.4);
+        let on: f64 = whole().map(|r| r.0).sum();
+        let cost: f64 = whole().map(|r| r.1).sum();
+        if on > 0.0 && cost > 0.0 {
+            return Some(cost / (on * 1e9));
+        }
+        // A part of the whole set read without a hit says nothing yet: the survey's
+        // price stands until one has some.
+        self.survey_rate.filter(|r| *r > 0.0)
     }
 
     /// What toggling costs per second at the planned periods (their mean length).
@@ -438,10 +464,8 @@ impl Controller {
                 with_margin,
                 o.period_s,
                 o.target_cpu_ns,
+                o.whole,
             ));
-        }
-        if self.surveying {
-            self.surveys += 1;
         }
         if o.toggles > 0.0 {
             let calls = o.calls_s / o.toggles;
@@ -493,14 +517,18 @@ impl Controller {
             self.window_spent = Bounds::default();
             self.window_target_ns = 0.0;
         }
+        self.feedback_now();
+        self.duty = self.next_duty();
+    }
+
+    fn feedback_now(&mut self) {
         self.feedback = if self.in_situ_rate.is_some() {
             Feedback::InSitu
-        } else if self.rate_on().is_some() {
+        } else if self.rate_on().is_some() || self.total_spent.low > 0.0 {
             Feedback::Estimate
         } else {
             Feedback::None
         };
-        self.duty = self.next_duty();
     }
 
     fn next_duty(&mut self) -> f64 {
@@ -662,6 +690,42 @@ impl Controller {
     }
 }
 
+/// One part of the survey: the probes attached together, and for how long.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct SurveyGroup {
+    pub ids: Vec<u32>,
+    pub on_s: f64,
+}
+
+/// The survey's parts, priced before anything is attached from what the sites are: the
+/// probes on single-stepped sites (`dear`: ~10 times an emulated hit, docs/cost.md) in
+/// groups of their own with shorter parts, first, so what the dearest cost is known
+/// before the rest add to it; then the others. No group is the whole set unless the
+/// set is small.
+pub(crate) fn survey_groups(ids: &[u32], dear: impl Fn(u32) -> bool) -> Vec<SurveyGroup> {
+    let (stepped, emulated): (Vec<u32>, Vec<u32>) = ids.iter().partition(|&&id| dear(id));
+    let groups = |ids: &[u32], size: usize, on_s: f64| {
+        ids.chunks(size)
+            .map(|chunk| SurveyGroup {
+                ids: chunk.to_vec(),
+                on_s,
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut all = groups(&stepped, SURVEY_DEAR_GROUP, SURVEY_DEAR_ON_S);
+    all.extend(groups(&emulated, SURVEY_GROUP, SURVEY_ON_S));
+    all
+}
+
+/// What the survey learned of each probe: its hits over the seconds its group was armed
+/// (attached, and half of the attach and detach calls around it), as calls per second.
+pub(crate) fn survey_rates(hits: &[f64], armed_s: &[f64]) -> Vec<f64> {
+    hits.iter()
+        .zip(armed_s)
+        .map(|(&h, &s)| if s > 0.0 { h / s } else { 0.0 })
+        .collect()
+}
+
 /// One probe's hits scaled to the whole run.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct ScaledHits {
@@ -800,6 +864,35 @@ impl Scaler {
             }
             self.last[i] = Some(rate);
             self.seconds[i] += part.period_s;
+        }
+        self.periods += 1;
+    }
+
+    /// The survey's periods as one, `period_s` long, each probe attached `armed_s[i]` of
+    /// it (its group's part, and half of the calls around it, whose hits it holds: the
+    /// other half, `calls_s[i]`, is how far off that may be); `hits` cumulative. Called
+    /// first, before any period.
+    pub(crate) fn close_survey(
+        &mut self,
+        period_s: f64,
+        (armed_s, calls_s): (&[f64], &[f64]),
+        hits: &[u64],
+    ) {
+        self.grow(hits.len());
+        for (i, &cumulative) in hits.iter().enumerate() {
+            let h = cumulative.saturating_sub(self.read[i]) as f64;
+            self.read[i] = cumulative.max(self.read[i]);
+            let on = armed_s.get(i).copied().unwrap_or(0.0).min(period_s);
+            if on <= 0.0 || period_s <= 0.0 {
+                continue;
+            }
+            let inverse = period_s / on;
+            let y = h * inverse;
+            self.sum[i] += y;
+            self.bias[i] += y * calls_s.get(i).copied().unwrap_or(0.0) / on;
+            self.poisson[i] += h * inverse * inverse;
+            self.last[i] = Some(y / period_s);
+            self.seconds[i] += period_s;
         }
         self.periods += 1;
     }
@@ -1054,6 +1147,7 @@ mod tests {
         let estimated_ns = rate * (on_s + calls_s / 2.0) * 1e9;
         c.observe(Observed {
             period_s: plan.period_s,
+            whole: !c.surveying(),
             on_s,
             estimated_ns,
             target_cpu_ns: base * plan.period_s * 1e9 + estimated_ns,
@@ -1089,6 +1183,7 @@ mod tests {
             let on_ns = plan.on_s * 1e9;
             c.observe(Observed {
                 period_s: plan.period_s,
+                whole: !c.surveying(),
                 on_s: plan.on_s,
                 estimated_ns: on_ns * 0.5,
                 target_cpu_ns: plan.period_s * 1e9,
@@ -1096,7 +1191,9 @@ mod tests {
                 toggled: toggle(&plan) * 1.0,
                 calls_s: 0.0,
             });
-            c.surveyed(false);
+            if c.surveying() {
+                c.end_survey(None);
+            }
         }
         let s = c.summary(&[]);
         let used = s.used.expect("used");
@@ -1118,6 +1215,7 @@ mod tests {
             let plan = c.plan();
             c.observe(Observed {
                 period_s: plan.period_s,
+                whole: !c.surveying(),
                 on_s: plan.on_s,
                 estimated_ns: plan.on_s * 1e9,
                 target_cpu_ns: plan.period_s * 1e9,
@@ -1125,7 +1223,9 @@ mod tests {
                 toggled: toggle(&plan) * 1.0,
                 calls_s: 0.0,
             });
-            c.surveyed(false);
+            if c.surveying() {
+                c.end_survey(None);
+            }
         }
         assert_eq!(c.duty(), c.min_duty());
         let line = c.summary(&[]).floor_line().expect("a floor");
@@ -1138,7 +1238,7 @@ mod tests {
         // 20,000 probes: toggled every 2.5 s they cost 1.6% of the CPU on their own,
         // over a 1% budget.
         let mut c = Controller::new(Budget::Share(0.01), 10.0, 5);
-        c.surveyed(false);
+        c.end_survey(None);
         let (mut attached, mut target_ns) = (0.0, 0.0);
         for _ in 0..20 {
             let mut plan = c.plan();
@@ -1154,6 +1254,7 @@ mod tests {
             target_ns += plan.period_s * 1e9;
             c.observe(Observed {
                 period_s: plan.period_s,
+                whole: !c.surveying(),
                 on_s: plan.on_s,
                 estimated_ns: plan.on_s * 1e9 * 0.01,
                 target_cpu_ns: plan.period_s * 1e9,
@@ -1180,6 +1281,7 @@ mod tests {
             let plan = c.plan();
             c.observe(Observed {
                 period_s: plan.period_s,
+                whole: !c.surveying(),
                 on_s: plan.on_s,
                 estimated_ns: plan.on_s * 1e9 * 0.01,
                 target_cpu_ns: plan.period_s * 1e9,
@@ -1187,54 +1289,129 @@ mod tests {
                 toggled: toggle(&plan) * 1.0,
                 calls_s: 0.0,
             });
-            c.surveyed(false);
+            if c.surveying() {
+                c.end_survey(None);
+            }
         }
         assert!(c.duty() > 0.5, "{}", c.duty());
     }
 
     /// A set dear while attached, as on mariadbd with ~830 glob probes: 1.5 CPUs while
-    /// attached before shedding, 0.1 after; the target uses 6.5% of a CPU; `--budget 1%`
-    /// over 60 s windows. Run as the session runs it: a period left detached when the
-    /// window cannot pay a part, shedding at each read while surveying.
+    /// attached before shedding (1.4 of them on single-stepped sites), 0.1 after; the
+    /// target uses 6.5% of a CPU; `--budget 1%` over 60 s windows. Run as the session
+    /// runs it: the survey a group at a time, shedding at its end, a period left
+    /// detached when the window cannot pay a part.
     #[test]
-    fn a_dear_set_is_surveyed_briefly_and_every_window_holds_from_the_first() {
+    fn a_dear_set_is_surveyed_in_groups_and_every_window_holds_from_the_first() {
         const BASE: f64 = 0.065;
         const CALLS_S: f64 = 0.01;
+        let ids: Vec<u32> = (0..830).collect();
+        let groups = survey_groups(&ids, |id| id < 300);
+        let dear = |g: &SurveyGroup| g.ids[0] < 300;
         let mut c = Controller::new(Budget::Share(0.01), 60.0, 9);
-        let mut rate = 1.5;
+        for group in &groups {
+            let mut plan = c.plan();
+            assert!(plan.period_s <= SURVEY_PERIOD_S, "{plan:?}");
+            plan.on_s = group.on_s;
+            // Each group's share of the set's cost while attached.
+            let rate = if dear(group) { 1.4 / 5.0 } else { 0.1 / 5.0 };
+            assert!(run_period(
+                &mut c,
+                &plan,
+                (rate, BASE),
+                group.ids.len() as f64,
+                CALLS_S
+            ));
+        }
+        // The survey alone is a small part of the window's allowance.
+        let spent = c.summary(&[]).used.expect("used").high;
+        assert!(spent < 0.01 / 4.0, "{spent}");
+        c.end_survey(Some(1.5));
+        assert!(c.binds());
+        // Shedding by the survey's rates: the single-stepped sites out.
+        c.set_changed(0.1 / 1.5);
         let mut lines = Vec::new();
-        let first = c.plan();
-        assert_eq!(first.on_offset_s, 0.0, "{first:?}");
-        assert_eq!(first.on_s, SURVEY_ON_S, "{first:?}");
-        assert!(first.period_s <= SURVEY_PERIOD_S, "{first:?}");
-        let mut plan = first;
         let mut attached_periods = 0;
         for _ in 0..40 {
-            let on = run_period(&mut c, &plan, (rate, BASE), 830.0, CALLS_S);
-            attached_periods += usize::from(on);
-            if c.surveying() {
-                // The first read sheds: the dearest detached, the rest in the kernel.
-                let moved = c.binds() && rate > 1.0;
-                if moved {
-                    c.set_changed(0.1 / rate);
-                    rate = 0.1;
-                }
-                c.surveyed(moved);
-            }
+            let plan = c.plan();
+            attached_periods += usize::from(run_period(&mut c, &plan, (0.1, BASE), 530.0, CALLS_S));
             lines.extend(c.floor_news());
-            plan = c.plan();
         }
         let s = c.summary(&[]);
-        assert!(!c.surveying());
         assert!(attached_periods > 10, "{attached_periods}: {s:?}");
         let first = s.first_window.expect("a first window");
         let worst = s.worst_window.expect("a worst window");
         assert!(first <= 0.01 && worst <= 0.01, "{s:?}");
         // Not far under it after the first: the duty is what the budget pays for.
         assert!(s.last_window.is_some_and(|w| w > 0.005), "{s:?}");
-        // No floor said: the one before shedding was never true of the set surveyed.
+        // No floor said: the set as surveyed was never attached whole.
         assert!(lines.is_empty(), "{lines:#?}");
         assert!(s.floor.is_none(), "{s:?}");
+    }
+
+    #[test]
+    fn the_survey_groups_single_stepped_sites_apart_with_shorter_parts() {
+        let ids: Vec<u32> = (0..300).collect();
+        let groups = survey_groups(&ids, |id| id % 3 == 0);
+        // 100 single-stepped sites in groups of their own first, then 200 others.
+        let sizes: Vec<usize> = groups.iter().map(|g| g.ids.len()).collect();
+        assert_eq!(
+            sizes,
+            [
+                SURVEY_DEAR_GROUP,
+                100 - SURVEY_DEAR_GROUP,
+                SURVEY_GROUP,
+                200 - SURVEY_GROUP
+            ]
+        );
+        assert!(
+            groups[..2]
+                .iter()
+                .all(|g| g.ids.iter().all(|id| id % 3 == 0))
+        );
+        assert!(
+            groups[2..]
+                .iter()
+                .all(|g| g.ids.iter().all(|id| id % 3 != 0))
+        );
+        assert!(groups[0].on_s < groups[2].on_s);
+        // Every probe once.
+        let mut all: Vec<u32> = groups.iter().flat_map(|g| g.ids.clone()).collect();
+        all.sort_unstable();
+        assert_eq!(all, ids);
+        assert!(survey_groups(&[], |_| true).is_empty());
+        assert_eq!(
+            survey_rates(&[10.0, 5.0, 0.0], &[0.01, 0.0, 0.02]),
+            [1000.0, 0.0, 0.0]
+        );
+    }
+
+    #[test]
+    fn the_survey_scales_each_probe_over_its_own_groups_parts() {
+        // Two probes at 1,000 calls/s over a 10 s survey: one armed 5 ms of it, the
+        // other 20 ms (half of each a call's, whose share is uncertain); then periods.
+        let mut rng = XorShift::new(5);
+        let mut s = Scaler::default();
+        let hits = [5 + rng.below(3) as u64, 20 + rng.below(5) as u64];
+        s.close_survey(10.0, (&[0.005, 0.02], &[0.001, 0.004]), &hits);
+        let mut cumulative = hits;
+        for _ in 0..10 {
+            cumulative[0] += 100;
+            cumulative[1] += 100;
+            s.close_period(
+                Part {
+                    period_s: 1.0,
+                    on_s: 0.1,
+                    attach_s: 0.0,
+                },
+                &cumulative,
+                &[],
+            );
+        }
+        for scaled in s.scaled(&cumulative) {
+            let truth = 20_000.0;
+            assert!(scaled.low <= truth && truth <= scaled.high, "{scaled:?}");
+        }
     }
 
     /// A floor said, then shedding after the survey brings the budget within reach: the
@@ -1242,7 +1419,7 @@ mod tests {
     #[test]
     fn a_floor_said_before_shedding_is_said_again_after_it() {
         let mut c = Controller::new(Budget::Share(0.01), 60.0, 2);
-        c.surveyed(false);
+        c.end_survey(None);
         let mut lines = Vec::new();
         let mut rate = 1.5;
         for period in 0..8 {
@@ -1273,7 +1450,7 @@ mod tests {
             attached += usize::from(run_period(&mut c, &plan, (0.75, 0.1), 1.0, 0.0));
             total += 1;
             if c.surveying() {
-                c.surveyed(false);
+                c.end_survey(None);
             }
         }
         let s = c.summary(&[]);
