@@ -164,8 +164,12 @@ pub(crate) struct Observed {
     /// Probes attached and detached again in the period (one toggle of a set of 1,000
     /// probes is 1,000).
     pub toggled: f64,
-    /// Seconds the attach and detach calls took: their hits are counted and paid for,
-    /// the points armed somewhere within each call (half of it attached, on average).
+    /// Seconds the attach calls took: their hits are counted and paid for, the points
+    /// armed somewhere within each call (half of it attached, on average). A detach
+    /// call disarms the points first, then waits for the kernel's grace period (40 ms
+    /// for one probe, 100 ms for 143 on a shared host, 2026-11-28): a survey group's
+    /// hits matched its attached part alone, so counting half of the detach as attached
+    /// read the flood's probe at a seventh of its rate, and the duty opened to match.
     pub calls_s: f64,
 }
 
@@ -213,6 +217,8 @@ pub(crate) struct Controller {
     total_spent: Bounds,
     total_target_ns: f64,
     total_s: f64,
+    /// Seconds attached over the run.
+    total_on_s: f64,
     /// The highest share or rate of a whole window so far.
     worst_window: Option<f64>,
     last_window: Option<f64>,
@@ -264,6 +270,7 @@ impl Controller {
             total_spent: Bounds::default(),
             total_target_ns: 0.0,
             total_s: 0.0,
+            total_on_s: 0.0,
             worst_window: None,
             last_window: None,
             feedback: Feedback::None,
@@ -369,8 +376,11 @@ impl Controller {
             };
         }
         if self.attach_chance < 1.0 {
-            self.attach_credit += self.attach_chance;
-            if self.attach_credit < 1.0 {
+            // A chance that comes due while the window cannot pay for a part yet (its
+            // allowance accrues) waits for the first period that can, rather than being
+            // spent on a period left detached anyway.
+            self.attach_credit = (self.attach_credit + self.attach_chance).min(1.0);
+            if self.attach_credit < 1.0 || !self.part_affordable() {
                 // Detached the whole period: the window cannot pay for a part.
                 return Plan {
                     period_s,
@@ -499,6 +509,7 @@ impl Controller {
         self.window_target_ns += o.target_cpu_ns;
         self.total_target_ns += o.target_cpu_ns;
         self.total_s += o.period_s;
+        self.total_on_s += o.on_s;
         self.window_elapsed_s += o.period_s;
         if self.window_elapsed_s >= self.window_s {
             let used = self.used_of(
@@ -533,8 +544,11 @@ impl Controller {
 
     fn next_duty(&mut self) -> f64 {
         let (Some(rate_on), Some(allowed)) = (self.rate_on(), self.allowed_rate()) else {
-            // Nothing costs yet: open up, at most doubling per period.
-            return (self.duty * 2.0).min(1.0);
+            // Nothing costs yet: the least duty, until a hit prices the set. Opened
+            // blind, a load that starts after the survey (the flood's units begin once
+            // probetop says `attached`) met an attached part of 16% and spent most of a
+            // window's allowance in it.
+            return self.min_duty;
         };
         // What is left once the toggles of the planned periods are paid for.
         let steady = (allowed - self.fixed_rate(rate_on)).max(0.0) / rate_on;
@@ -595,7 +609,30 @@ impl Controller {
         };
         let part_ns =
             (self.min_duty * rate_on + self.fixed_rate(rate_on)) * self.period_max() * 1e9;
-        self.window_spent.high + part_ns <= allowed * self.window_s * 1e9
+        self.window_spent.high + part_ns <= self.accrued_ns(allowed)
+    }
+
+    /// The attached part of a period planned `planned_s` of `period_s`, as the last read
+    /// leaves it: no longer than the duty now, none when the window cannot pay a part.
+    /// While surveying, as planned.
+    pub(crate) fn part_now(&self, planned_s: f64, period_s: f64) -> f64 {
+        if self.surveying || planned_s >= period_s {
+            return planned_s;
+        }
+        if !self.part_affordable() {
+            return 0.0;
+        }
+        planned_s.min((self.duty * period_s).max(ON_MIN_S / 4.0))
+    }
+
+    /// What the current window may have spent by the end of the period under way, ns:
+    /// its allowance accrues with its time, one period ahead so that a part can be paid.
+    /// Spent ahead, a window's allowance would go over the budget in a run (or a load)
+    /// that ends within the window: the flood's 5 s run read 2.66% of its CPU for 2%
+    /// by the ledger's top (2026-11-28).
+    fn accrued_ns(&self, allowed: f64) -> f64 {
+        let by_s = (self.window_elapsed_s + self.period_max()).min(self.window_s);
+        allowed * by_s * 1e9
     }
 
     /// Whether the current window has spent its whole allowance (its top bound): the
@@ -604,8 +641,7 @@ impl Controller {
         let Some(allowed) = self.allowed_rate() else {
             return false;
         };
-        self.window_spent.high + running_ns * (1.0 + ESTIMATE_MARGIN)
-            > allowed * self.window_s * 1e9
+        self.window_spent.high + running_ns * (1.0 + ESTIMATE_MARGIN) > self.accrued_ns(allowed)
     }
 
     /// A line to say when the floor changed: once when the budget is first found out of
@@ -623,19 +659,22 @@ impl Controller {
                 self.floor_said = Some(floor);
                 self.summary(&[]).floor_line_now(self.floor_lines > 0)
             }
-            (Some(_), None) => {
+            (Some(said), None) => {
                 self.floor_said = None;
                 let cost = self.rate_on().map(|r| self.cost_at(self.min_duty, r))?;
                 Some(format!(
-                    "budget {} can be met now with the probes attached every period: attached {} of the time (the least) they cost {}",
+                    "budget {} can be met now with the probes attached every period (it could not: the probes or the load changed): attached {} of the time (the least) they cost {}, {} before",
                     self.budget,
                     duty_percent(self.min_duty),
-                    self.budget.format(cost)
+                    self.budget.format(cost),
+                    self.budget.format(said)
                 ))
             }
             (Some(said), Some(floor)) if floor < said / 1.5 || floor > said * 1.5 => {
                 self.floor_said = Some(floor);
-                self.summary(&[]).floor_line_now(true)
+                self.summary(&[]).floor_line_now(true).map(|line| {
+                    format!("{line} (the floor was {} before)", self.budget.format(said))
+                })
             }
             _ => None,
         };
@@ -679,8 +718,14 @@ impl Controller {
             last_window: self.last_window,
             first_window: self.first_window,
             worst_window: self.worst_window,
-            // The share of the time attached: the duty of the periods attached.
-            duty: self.duty * self.attach_chance,
+            // The share of the run's time attached (before any period is read, the
+            // duty planned): the planned duty of the moment reads 0 whenever a window
+            // has spent its allowance, as at the end of a run that spent it.
+            duty: if self.total_s > 0.0 {
+                self.total_on_s / self.total_s
+            } else {
+                self.duty * self.attach_chance
+            },
             min_duty: self.min_duty,
             floor: self.floor,
             feedback: self.feedback,
@@ -703,6 +748,22 @@ pub(crate) struct SurveyGroup {
 /// before the rest add to it; then the others. No group is the whole set unless the
 /// set is small.
 pub(crate) fn survey_groups(ids: &[u32], dear: impl Fn(u32) -> bool) -> Vec<SurveyGroup> {
+    // A set no larger than a group of single-stepped sites is one group, with their
+    // shorter part if it holds one: its survey is one period, not two.
+    if ids.len() <= SURVEY_DEAR_GROUP {
+        let on_s = if ids.iter().any(|&id| dear(id)) {
+            SURVEY_DEAR_ON_S
+        } else {
+            SURVEY_ON_S
+        };
+        return (!ids.is_empty())
+            .then(|| SurveyGroup {
+                ids: ids.to_vec(),
+                on_s,
+            })
+            .into_iter()
+            .collect();
+    }
     let (stepped, emulated): (Vec<u32>, Vec<u32>) = ids.iter().partition(|&&id| dear(id));
     let groups = |ids: &[u32], size: usize, on_s: f64| {
         ids.chunks(size)
@@ -1040,9 +1101,9 @@ impl BudgetSummary {
             .or(self.used.map(|u| u.mean))
             .map_or_else(|| "-".into(), |u| self.budget.format(u));
         format!(
-            "budget {}: using {used} (duty {:.0}%)",
+            "budget {}: using {used} (duty {})",
             self.budget,
-            self.duty * 100.0
+            duty_percent(self.duty)
         )
     }
 
@@ -1052,7 +1113,11 @@ impl BudgetSummary {
             .last_window
             .or(self.used.map(|u| u.mean))
             .map_or_else(|| "-".into(), |u| self.budget.format(u));
-        format!("budget {}: {used} d{:.0}%", self.budget, self.duty * 100.0)
+        format!(
+            "budget {}: {used} d{}",
+            self.budget,
+            duty_percent(self.duty)
+        )
     }
 
     /// The end-of-run line.
@@ -1088,9 +1153,9 @@ impl BudgetSummary {
             Feedback::None => "no hit counted",
         };
         format!(
-            "budget {}: {used}{worst} ({from}); duty {:.0}% at the end; hits and rates are scaled from the attached parts to the whole run (95% intervals in the JSON export)",
+            "budget {}: {used}{worst} ({from}); attached {} of the time; hits and rates are scaled from the attached parts to the whole run (95% intervals in the JSON export)",
             self.budget,
-            self.duty * 100.0
+            duty_percent(self.duty)
         )
     }
 
@@ -1113,12 +1178,19 @@ impl BudgetSummary {
     }
 }
 
-/// A duty in percent: 0.27% as such, not 0%.
+/// A duty in percent with two significant digits under 10%: 0.27% as such, not 0%.
 fn duty_percent(duty: f64) -> String {
-    if duty < 0.1 {
-        format!("{:.2}%", duty * 100.0)
+    let percent = duty * 100.0;
+    if percent >= 10.0 {
+        format!("{percent:.0}%")
+    } else if percent >= 1.0 {
+        format!("{percent:.1}%")
+    } else if percent > 0.0 {
+        // Two significant digits: 0.27%, 0.0031%.
+        let decimals = (1.0 - percent.log10().floor()).clamp(2.0, 6.0) as usize;
+        format!("{percent:.decimals$}%")
     } else {
-        format!("{:.0}%", duty * 100.0)
+        "0%".into()
     }
 }
 
@@ -1323,9 +1395,17 @@ mod tests {
                 CALLS_S
             ));
         }
-        // The survey alone is a small part of the window's allowance.
-        let spent = c.summary(&[]).used.expect("used").high;
-        assert!(spent < 0.01 / 4.0, "{spent}");
+        // The survey leaves most of the first window's allowance (1% of the target's
+        // 60 s of CPU): its 5 dear groups at 0.28 CPUs, each 5 ms and half of a 10 ms
+        // attach call, with the margin, are 17.5 ms of it, the toggles 2 ms.
+        let allowance_ns = 0.01 / 0.99 * BASE * 60.0 * 1e9;
+        let spent = c.window_spent.high;
+        assert!(
+            spent < allowance_ns * 0.6,
+            "{:.1} ms of {:.1} ms",
+            spent / 1e6,
+            allowance_ns / 1e6
+        );
         c.end_survey(Some(1.5));
         assert!(c.binds());
         // Shedding by the survey's rates: the single-stepped sites out.
@@ -1380,6 +1460,14 @@ mod tests {
         all.sort_unstable();
         assert_eq!(all, ids);
         assert!(survey_groups(&[], |_| true).is_empty());
+        // A small set is one group, with the shorter part when it holds a dear site.
+        assert_eq!(
+            survey_groups(&[0, 1], |id| id == 0),
+            [SurveyGroup {
+                ids: vec![0, 1],
+                on_s: SURVEY_DEAR_ON_S
+            }]
+        );
         assert_eq!(
             survey_rates(&[10.0, 5.0, 0.0], &[0.01, 0.0, 0.02]),
             [1000.0, 0.0, 0.0]
@@ -1464,6 +1552,93 @@ mod tests {
             s.floor_line()
                 .is_some_and(|l| l.contains("some periods only")),
             "{s:?}"
+        );
+    }
+
+    /// The window's allowance accrues with its time: a dear set (a part of the least
+    /// length costs a third of a window's allowance) never spends ahead of it, so a run
+    /// or a load that ends within a window holds the budget over its own length.
+    #[test]
+    fn the_allowance_accrues_so_a_run_that_ends_within_a_window_holds() {
+        const BASE: f64 = 0.1;
+        const RATE: f64 = 0.5;
+        let mut c = Controller::new(Budget::Share(0.01), 60.0, 3);
+        c.end_survey(Some(RATE));
+        // The probes' CPU the budget allows per second, over the target's own.
+        let allowed = 0.01 / 0.99 * BASE;
+        let (mut elapsed, mut attached) = (0.0, 0);
+        for _ in 0..16 {
+            let plan = c.plan();
+            attached += usize::from(run_period(&mut c, &plan, (RATE, BASE), 10.0, 0.0));
+            elapsed += plan.period_s;
+            // Every prefix of the run: its time's allowance and one period's at most.
+            let bound = allowed * (elapsed + 1.3 * c.period_max()) * 1e9;
+            assert!(
+                c.total_spent.high <= bound,
+                "{:.1} ms spent in {elapsed:.0} s, over {:.1} ms",
+                c.total_spent.high / 1e6,
+                bound / 1e6
+            );
+        }
+        // Duty cycled still: about as many parts as the windows pay for.
+        assert!(attached >= 4, "{attached}");
+    }
+
+    /// A part planned at one price and read, just before it, at a dearer one is cut to
+    /// the duty now (or left out when the window cannot pay it): planned before the read
+    /// that priced the flood right, a part of 140 ms spent one and a half windows'
+    /// allowance.
+    #[test]
+    fn a_read_that_prices_the_set_dearer_cuts_the_part_planned_before_it() {
+        const BASE: f64 = 0.07;
+        let mut c = Controller::new(Budget::Share(0.02), 4.0, 3);
+        c.end_survey(Some(0.001));
+        for _ in 0..6 {
+            let plan = c.plan();
+            run_period(&mut c, &plan, (0.001, BASE), 143.0, 0.0);
+        }
+        let plan = c.plan();
+        assert!(plan.on_s > 0.2 * plan.period_s, "{plan:?}");
+        let read = Plan {
+            period_s: 1.0,
+            on_offset_s: 0.0,
+            on_s: 0.1,
+        };
+        run_period(&mut c, &read, (0.06, BASE), 143.0, 0.0);
+        let on = c.part_now(plan.on_s, plan.period_s);
+        assert!(on < plan.on_s / 4.0, "{on} of {plan:?}");
+        // While surveying, a group's part is as planned.
+        let mut c = Controller::new(Budget::Share(0.02), 4.0, 3);
+        assert_eq!(c.part_now(0.01, 1.0), 0.01);
+        c.end_survey(None);
+        // Nothing priced: the least duty, never opened blind.
+        let plan = c.plan();
+        run_period(&mut c, &plan, (0.0, BASE), 1.0, 0.0);
+        assert_eq!(c.duty(), c.min_duty());
+    }
+
+    /// The duty in the status line and the end's line keeps two significant digits.
+    #[test]
+    fn a_small_duty_reads_in_significant_digits() {
+        assert_eq!(duty_percent(0.0027), "0.27%");
+        assert_eq!(duty_percent(0.000031), "0.0031%");
+        assert_eq!(duty_percent(0.035), "3.5%");
+        assert_eq!(duty_percent(0.35), "35%");
+        assert_eq!(duty_percent(0.0), "0%");
+        let mut c = Controller::new(Budget::Share(0.01), 60.0, 1);
+        c.end_survey(Some(1.5));
+        let plan = Plan {
+            period_s: 10.0,
+            on_offset_s: 0.0,
+            on_s: 0.027,
+        };
+        run_period(&mut c, &plan, (1.5, 0.065), 830.0, 0.0);
+        let s = c.summary(&[]);
+        assert!(s.status().ends_with("(duty 0.27%)"), "{}", s.status());
+        assert!(
+            s.line().contains("attached 0.27% of the time"),
+            "{}",
+            s.line()
         );
     }
 
