@@ -20,6 +20,11 @@ use crate::present::ProbeCostReport;
 /// whichever is crossed first: of one CPU, or of the target's own CPU.
 pub(crate) const WARN_SHARE: f64 = 0.05;
 
+/// The status line before the first second's numbers: nothing is priced yet, which
+/// is not a missing calibration (the demo's first frame said `run probetop calibrate`
+/// on a calibrated host).
+const BEFORE_THE_FIRST_SECOND: &str = "cost … (measuring)";
+
 /// Whether to name `--budget` (duty-cycles the probes under a cost) in the warning.
 pub(crate) const BUDGET_FLAG: bool = true;
 
@@ -420,10 +425,12 @@ impl Headline {
     /// grows by one character must not push the status line into another layout.
     pub(crate) fn status(&self) -> String {
         let Some(share) = self.cpu_share else {
-            if self.unpriced == Some(Unpriced::UncalibratedSites) {
-                return "cost ? (no probed site is calibrated)".into();
+            return match self.unpriced {
+                Some(Unpriced::UncalibratedSites) => "cost ? (no probed site is calibrated)",
+                Some(_) => "cost ? (run probetop calibrate)",
+                None => BEFORE_THE_FIRST_SECOND,
             }
-            return "cost ? (run probetop calibrate)".into();
+            .into();
         };
         // Each group padded to its widest form.
         let mut text = format!("{:<15}", format!("cost +{} cpu", share_text(share)));
@@ -458,10 +465,12 @@ impl Headline {
     /// read as no price).
     pub(crate) fn status_short(&self) -> String {
         let Some(share) = self.cpu_share else {
-            if self.unpriced == Some(Unpriced::UncalibratedSites) {
-                return "cost ? (uncalibrated sites)".into();
+            return match self.unpriced {
+                Some(Unpriced::UncalibratedSites) => "cost ? (uncalibrated sites)",
+                Some(_) => "cost ? (calibrate)",
+                None => BEFORE_THE_FIRST_SECOND,
             }
-            return "cost ? (calibrate)".into();
+            .into();
         };
         // Whole words: "situ" alone read as a word cut short.
         let how = match self.method {
@@ -617,6 +626,42 @@ pub(crate) fn live_warning(labels: &[super::ProbeLabel], snapshot: &Snapshot) ->
     let live = Headline::live(snapshot);
     let dear = over_the_guard(labels, snapshot, &live, STDERR_NAME)?;
     live.warning(&dear, BUDGET_FLAG)
+}
+
+/// [`live_warning`] under `--in-situ`, from `summary`, the measurement so far: a second
+/// of the run is partly detached, so its rates (0.28% of one CPU where the set costs
+/// 3.5%) would judge, and name, the windows rather than the probes. Nothing until the
+/// measurement has an answer. Each probe's share is its hits over the attached seconds
+/// at its estimated price, as the end lines give it.
+pub(crate) fn in_situ_warning(
+    labels: &[super::ProbeLabel],
+    snapshot: &Snapshot,
+    summary: &insitu::InSituSummary,
+) -> Option<String> {
+    if summary.verdict != insitu::Verdict::Measured {
+        return None;
+    }
+    let measured = Headline::of_in_situ(summary)?;
+    if !measured.too_dear() {
+        return None;
+    }
+    let attached = super::answer::attached_seconds(summary, snapshot.elapsed.as_secs_f64());
+    let names: Vec<String> = labels
+        .iter()
+        .map(|l| super::names::fit(&l.display, STDERR_NAME))
+        .collect();
+    let shares: Vec<Option<f64>> = (0..labels.len())
+        .map(|id| {
+            let p = snapshot.probes.get(id)?;
+            Some(p.whole_cost_ns? * p.hits as f64 / attached / 1e9)
+        })
+        .collect();
+    let line = measured.warning(&dearest(&names, &shares), BUDGET_FLAG)?;
+    Some(line.replacen(
+        "probes cost the target ",
+        "probes cost the target, measured in situ, ",
+        1,
+    ))
 }
 
 /// The width of a probe's name in the stderr warning.
@@ -938,6 +983,50 @@ mod tests {
         // The footer keeps its narrow names.
         let footer = live_warning_fit(&labels, &s, &Headline::live(&s), 400).expect("over 5%");
         assert!(footer.contains("…"), "{footer}");
+    }
+
+    /// Under `--in-situ` the guard judges the measurement, not the last second: that
+    /// second was partly detached (200 hits/s where the probes take 1,900 while
+    /// attached), and its 0.2% would have named the windows. Each probe's share is
+    /// over the attached seconds; no line while the measurement has no answer.
+    #[test]
+    fn under_in_situ_the_guard_judges_the_measurement() {
+        let mut s = snapshot(&[(200.0, Some(10_000.0)), (200.0, Some(1_300.0))], None);
+        // 15 s into the run, 8 s of them detached: 7 s attached at 1,900 hits/s.
+        s.elapsed = std::time::Duration::from_secs(15);
+        for p in &mut s.probes {
+            p.hits = 13_300;
+        }
+        let labels = [
+            crate::present::ProbeLabel::new(
+                crate::spec::ProbeKind::Uprobe,
+                "dispatch_command+ret [sstep]",
+                "/usr/sbin/mariadbd",
+            ),
+            crate::present::ProbeLabel::new(
+                crate::spec::ProbeKind::Uprobe,
+                "do_command",
+                "/usr/sbin/mariadbd",
+            ),
+        ];
+        assert_eq!(live_warning(&labels, &s), None, "the partial second");
+        let share = insitu::Interval {
+            mean: 0.035,
+            low: 0.028,
+            high: 0.042,
+        };
+        let measured = crate::present::export::testing::in_situ(share, Some(0.078));
+        assert_eq!(
+            in_situ_warning(&labels, &s, &measured).expect("+45% on its own CPU"),
+            "probes cost the target, measured in situ, 3.5% of one CPU, +45% on its own CPU \
+             (over 5%); dearest: uprobe:dispatch_command+ret [sstep] 1.9%, uprobe:do_command \
+             0.25%: detach them (space), pass --budget, or --mode kernel (cheaper per hit)"
+        );
+        let measuring = insitu::InSituSummary {
+            verdict: insitu::Verdict::Measuring,
+            ..measured
+        };
+        assert_eq!(in_situ_warning(&labels, &s, &measuring), None);
     }
 
     /// The line crossed is the one marked: 3% of one CPU is under 5%, +27% on the

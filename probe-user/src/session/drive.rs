@@ -69,6 +69,9 @@ pub(super) async fn drive(run: &mut Running, args: &RunArgs) -> anyhow::Result<D
 struct Guard {
     tick: tokio::time::Interval,
     warned: bool,
+    /// Under `--in-situ`, the measurement after the last window change: the guard
+    /// judges it, not a second the windows cut in parts.
+    in_situ: Option<crate::insitu::InSituSummary>,
 }
 
 impl Guard {
@@ -78,6 +81,7 @@ impl Guard {
         Self {
             tick,
             warned: false,
+            in_situ: None,
         }
     }
 
@@ -86,7 +90,12 @@ impl Guard {
         if self.warned || run.budget.is_some() {
             return None;
         }
-        let line = present::headline::live_warning(&run.labels, &run.snapshots.borrow())?;
+        let snapshot = run.snapshots.borrow();
+        let line = if run.in_situ.is_some() {
+            present::headline::in_situ_warning(&run.labels, &snapshot, self.in_situ.as_ref()?)?
+        } else {
+            present::headline::live_warning(&run.labels, &snapshot)?
+        };
         self.warned = true;
         Some(line)
     }
@@ -110,7 +119,9 @@ async fn headless(run: &mut Running) -> Driven {
                 }
             }
             _ = insitu::due(&run.in_situ) => {
-                change_window(&mut run.in_situ, &mut run.attachment, &run.source, &run.snapshots);
+                if let Some(summary) = change_window(&mut run.in_situ, &mut run.attachment, &run.source, &run.snapshots) {
+                    guard.in_situ = Some(summary);
+                }
             }
             _ = budget::due(&run.budget) => {
                 if let Some(told) = budget::on_due(&mut run.budget, &mut run.attachment, &run.snapshots, &run.source) {
@@ -238,6 +249,7 @@ async fn with_tui(run: &mut Running, args: &RunArgs) -> anyhow::Result<Driven> {
                     // The UI may be busy; the next change sends a newer one.
                     let on = run.in_situ.as_ref().is_some_and(|d| d.probes_on());
                     let _ = event_tx.try_send(in_situ_event(&summary, on));
+                    guard.in_situ = Some(summary);
                 }
             }
             event = follow::next_event(&mut run.follow) => {

@@ -273,8 +273,8 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     for path in &args.exports {
         match export::write(&report, path, args.force) {
             Ok(written) => {
-                for file in written {
-                    say!("probetop: wrote {}", file.display());
+                for line in wrote_lines(&written) {
+                    say!("probetop: {line}");
                 }
                 if export::is_json(path) {
                     written_json.push(path);
@@ -334,4 +334,50 @@ fn ended_in_clock_phase(
             probes.len()
         )
     })
+}
+
+/// What an export wrote, a line a file; an export of many files (`.hgrm`, one per probe:
+/// 186 with `uprobe:THD::*`) in one line, its first and last file named, so the lines
+/// that matter above it stay on the screen.
+fn wrote_lines(files: &[std::path::PathBuf]) -> Vec<String> {
+    const NAMED: usize = 3;
+    match files {
+        [first, .., last] if files.len() > NAMED => vec![format!(
+            "wrote {} files, one per probe and latency row: {} to {}",
+            files.len(),
+            first.display(),
+            last.display()
+        )],
+        _ => files
+            .iter()
+            .map(|f| format!("wrote {}", f.display()))
+            .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    #[test]
+    fn many_files_of_one_export_are_one_line() {
+        let files = |n: usize| -> Vec<PathBuf> {
+            (0..n)
+                .map(|i| PathBuf::from(format!("run.f{i}.hgrm")))
+                .collect()
+        };
+        assert_eq!(
+            super::wrote_lines(&files(3)),
+            [
+                "wrote run.f0.hgrm",
+                "wrote run.f1.hgrm",
+                "wrote run.f2.hgrm"
+            ]
+        );
+        assert_eq!(
+            super::wrote_lines(&files(186)),
+            ["wrote 186 files, one per probe and latency row: run.f0.hgrm to run.f185.hgrm"]
+        );
+        assert!(super::wrote_lines(&[]).is_empty());
+    }
 }

@@ -100,7 +100,7 @@ async fn wait_for_probes(plan: &plan::Plan, args: &RunArgs) -> anyhow::Result<Op
     use std::time::{Duration, Instant};
     let target = &plan.target;
     say!(
-        "probetop: pid {} ({}) has no uprobe, uretprobe or USDT probe on it from any tool; watching for one (give -e SPEC to probe it yourself)",
+        "probetop: pid {} ({}) has no uprobe, uretprobe or USDT probe on it from any tool; watching for one every second, Ctrl-C stops (give -e SPEC to probe it yourself)",
         target.pid,
         target.comm
     );

@@ -201,8 +201,9 @@ fn in_situ_sums_a_process_tree() {
 }
 
 /// The guard says once a run that the probes cost the target more than 5% (stderr),
-/// however often the cost crosses the line: here `--in-situ`'s detached windows take it
-/// to nothing and back every two seconds. Under `--budget` it is not said at all: the
+/// however often the cost crosses the line. Under `--in-situ`, whose detached windows
+/// take the last second's cost to nothing and back, it judges the measurement once it
+/// has an answer, and says so (`measured in situ`). Under `--budget` it is not said at all: the
 /// budget holds the cost under its own ceiling. On a copy of the fixture, whose own work
 /// per call is less than the probes' hits on it on any machine (over 5% of its own CPU).
 #[test]
@@ -228,11 +229,13 @@ fn the_cost_warning_is_said_once_a_run_and_not_under_a_budget() {
     };
     let warned = run(
         "guard-in-situ",
-        &["--duration", "12", "--in-situ", "--in-situ-window", "2"],
+        &["--duration", "12", "--in-situ", "--in-situ-window", "1"],
     );
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(
-        warned[0].contains("(over 5%)") && warned[0].contains("dearest: "),
+        warned[0].starts_with("probetop: warning: probes cost the target, measured in situ, ")
+            && warned[0].contains("(over 5%)")
+            && warned[0].contains("dearest: "),
         "{warned:?}"
     );
     let budgeted = run("guard-budget", &["--duration", "6", "--budget", "1%"]);

@@ -184,7 +184,18 @@ fn a_pid_without_probes_says_so_and_exits_zero_with_an_empty_table() {
         .lines()
         .filter(|l| l.contains("has no uprobe, uretprobe or USDT probe on it"))
         .collect();
-    assert_eq!(said.len(), 1, "{stderr}");
+    // Until a probe appears there is no live view and no key to quit it with: the line
+    // says how to stop.
+    assert_eq!(
+        said,
+        [format!(
+            "probetop: pid {} (workload-nousdt) has no uprobe, uretprobe or USDT probe on it \
+             from any tool; watching for one every second, Ctrl-C stops (give -e SPEC to probe \
+             it yourself)",
+            target.pid()
+        )],
+        "{stderr}"
+    );
     // The table's header alone (under the heading over the handler's columns): no row.
     let stdout = String::from_utf8_lossy(&out.stdout);
     let header = stdout.lines().position(|l| l.starts_with("PROBE"));

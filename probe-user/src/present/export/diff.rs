@@ -487,8 +487,10 @@ fn quantiles_of(hist: &Histogram<u64>) -> [Option<f64>; 4] {
 
 fn json_rows(report: &JsonReport) -> Result<Vec<(String, Row)>, String> {
     let duration = report.duration_s;
-    // Probes' hits came only while attached (--in-situ): their rate is over that time.
-    let attached = attached_seconds(report).unwrap_or(duration);
+    // Probes' hits came only while attached (--in-situ): their rate is over that time,
+    // and so is a latency row's, whose calls are those probes' hits paired.
+    let in_situ = attached_seconds(report);
+    let attached = in_situ.unwrap_or(duration);
     let decode = |text: &Option<String>, name: &str| {
         text.as_deref()
             .map(|t| super::hdr::decode(t).map_err(|e| format!("histogram of {name}: {e}")))
@@ -559,10 +561,11 @@ fn json_rows(report: &JsonReport) -> Result<Vec<(String, Row)>, String> {
                         name: l.name.to_string(),
                         object: l.object.to_string(),
                         count: l.calls,
-                        seconds: if l.calls_per_second > 0.0 {
-                            l.calls as f64 / l.calls_per_second
-                        } else {
-                            duration
+                        // The JSON's calls_per_second is over the whole run.
+                        seconds: match in_situ {
+                            Some(attached) => attached,
+                            None if l.calls_per_second > 0.0 => l.calls as f64 / l.calls_per_second,
+                            None => duration,
                         },
                         quantiles: hist
                             .as_ref()
@@ -863,9 +866,13 @@ mod tests {
     /// text says over what time.
     #[test]
     fn an_in_situ_run_compares_its_rates_over_attached_time() {
-        let plain = sample_report();
-        let mut in_situ = sample_report();
+        let plain = super::super::testing::latency_report();
+        let mut in_situ = super::super::testing::latency_report();
         in_situ.duration_s = 2.0 * plain.duration_s;
+        // As the aggregator writes it: the calls' rate over the whole run.
+        for row in &mut in_situ.latency {
+            row.calls_per_second = row.calls as f64 / in_situ.duration_s;
+        }
         let unmeasured = crate::insitu::Interval {
             mean: 0.0,
             low: 0.0,
@@ -880,6 +887,13 @@ mod tests {
         let d = diff_of(&plain, &in_situ, "insitu");
         assert_eq!(d.b.attached_s, Some(plain.duration_s));
         assert_eq!(d.a.attached_s, None);
+        let latency: Vec<&str> = d
+            .rows
+            .iter()
+            .filter(|r| r.key.starts_with("latency:"))
+            .map(|r| r.key.as_str())
+            .collect();
+        assert_eq!(latency, ["latency:work_unit@fixture"]);
         for row in &d.rows {
             let change = row.rate.change_pct.expect("both rates");
             assert!(change.abs() < 1e-9, "{}: {change}%", row.key);

@@ -45,7 +45,8 @@ const MAX_NAME: usize = 120;
 
 /// A file-name part per probe, in `probes` order: its function (`provider:name` for a
 /// USDT probe) with each run of other characters than `[A-Za-z0-9._+-]` made one `_`
-/// (`THD::awake(killed_state)` -> `THD_awake_killed_state`), then `.ret` for a return
+/// (`THD::awake(killed_state)` -> `THD_awake_killed_state`; a run of dots, a variadic
+/// `...`, too), then `.ret` for a return
 /// probe and `.usdt` for a USDT probe. Where two probes would share one (one function in
 /// two objects, a plain probe beside a latency pair's half), the object's file name is
 /// added (`@libc.so.6`), and where that still collides, `~<probe id>`. `taken` are names
@@ -55,8 +56,13 @@ pub(crate) fn file_names(probes: &[ProbeReport], taken: &[String]) -> Vec<String
         .iter()
         .map(|p| {
             let mut name = String::new();
-            for c in p.name.chars() {
-                if is_tag_char(c) {
+            let chars: Vec<char> = p.name.chars().collect();
+            for (i, &c) in chars.iter().enumerate() {
+                // A run of dots (a variadic `...`) is punctuation, not a name's dot: a
+                // file name `f_int_....hgrm` reads as a mistake.
+                let dots =
+                    c == '.' && (chars.get(i + 1) == Some(&'.') || i > 0 && chars[i - 1] == '.');
+                if is_tag_char(c) && !dots {
                     name.push(c);
                 } else if !name.ends_with('_') {
                     name.push('_');
@@ -243,6 +249,12 @@ mod tests {
             probe(8, ProbeKind::Uprobe, "::", "/m/mariadbd"),
             probe(9, ProbeKind::Uprobe, &"x".repeat(400), "/m/mariadbd"),
             probe(10, ProbeKind::Uprobe, "latency.spin", "/m/mariadbd"),
+            probe(
+                11,
+                ProbeKind::Uprobe,
+                "THD::raise_note_printf(unsigned int, ...)",
+                "/m/mariadbd",
+            ),
         ];
         let names = file_names(&probes, &["latency.spin".to_string()]);
         assert_eq!(
@@ -261,6 +273,7 @@ mod tests {
             ]
         );
         assert_eq!(names[10], "latency.spin@mariadbd");
+        assert_eq!(names[11], "THD_raise_note_printf_unsigned_int");
     }
 
     /// One parsed data row: value, percentile, total count, 1/(1-p) (None on the last row).

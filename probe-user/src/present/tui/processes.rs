@@ -133,7 +133,8 @@ pub(crate) fn draw(frame: &mut Frame, list: &ProcessList) {
         frame.render_stateful_widget(widget, table, &mut state);
     }
     let text = list.message.clone().unwrap_or_else(|| {
-        "Enter: open the process (as probetop --pid; Esc there comes back)  up/down: select  q: quit".into()
+        // Within 80 columns, an ssh terminal's default: `q: quit` was cut off there.
+        "Enter: open it (as probetop --pid; Esc comes back)  ↑↓: select  q: quit".into()
     });
     frame.render_widget(Paragraph::new(text), footer);
 }
@@ -321,5 +322,16 @@ mod tests {
         terminal.draw(|f| draw(f, &list)).expect("draws");
         let screen = format!("{:?}", terminal.backend().buffer());
         assert!(screen.contains("OWNERS"), "{screen}");
+        // At 80 columns the footer's keys are whole, quitting included.
+        let mut terminal =
+            ratatui::Terminal::new(ratatui::backend::TestBackend::new(80, 8)).expect("test");
+        terminal.draw(|f| draw(f, &list)).expect("draws");
+        let screen = terminal.backend().to_string();
+        assert!(
+            screen.contains(
+                "Enter: open it (as probetop --pid; Esc comes back)  ↑↓: select  q: quit"
+            ),
+            "{screen}"
+        );
     }
 }

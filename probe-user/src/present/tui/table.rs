@@ -103,10 +103,26 @@ fn probe_names(app: &App, rows: &[usize], width: usize) -> Vec<String> {
     } else {
         width
     };
-    // Narrow columns get short marks, so the name stays readable.
+    // Narrow columns get short marks, so the name stays readable; so does a name the
+    // long mark would cut (another tool's row: `do_command <bpftrace 28964> [s]`, not
+    // `do_command <bpftrace 2… [sampled]`).
     let short = room < 30;
-    let mut names =
-        crate::present::names::row_names(&app.labels, rows, room, |id| mark(app, id, short));
+    let marked = |id: usize| {
+        let long = mark(app, id, short);
+        let whole = |mark: &str| {
+            let name = crate::present::names::fit_name(
+                &app.labels[id].display,
+                room.saturating_sub(mark.chars().count()),
+            );
+            !name.contains('…') || name.contains("(…)") && !name.ends_with('…')
+        };
+        if short || whole(&long) {
+            return long;
+        }
+        let brief = mark(app, id, true);
+        if whole(&brief) { brief } else { long }
+    };
+    let mut names = crate::present::names::row_names(&app.labels, rows, room, marked);
     if kinds {
         for (name, &id) in names.iter_mut().zip(rows) {
             let kind = crate::present::names::kind_mark(app.labels[id].kind);

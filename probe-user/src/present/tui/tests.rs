@@ -1178,3 +1178,49 @@ fn in_situ_labels_the_live_rates() {
     let screen = text(&app);
     assert!(screen.contains(table::IN_SITU_RATES.trim()), "{screen}");
 }
+
+/// Another tool's row at 80 columns keeps its owner whole: the short mark `[s]` where
+/// `[sampled]` would cut `<bpftrace 28964>`; a row the long mark leaves whole keeps it.
+#[test]
+fn another_tool_s_row_keeps_its_owner_at_80_columns() {
+    let labels = vec![
+        ProbeLabel::new(
+            ProbeKind::Uprobe,
+            "do_command(THD*, bool) <bpftrace 28964>",
+            "/usr/sbin/mariadbd",
+        ),
+        ProbeLabel::new(ProbeKind::Uprobe, "work_unit", "/opt/fixtures/c/workload"),
+    ];
+    let mut app = App::new(
+        TargetLine {
+            pid: 4242,
+            comm: "mariadbd".into(),
+        },
+        labels,
+        true,
+        Theme::default(),
+    );
+    app.resize(80, 24);
+    let mut snap = snapshot();
+    let mut other = probe(20_000, 2_000.0, 0);
+    other.mode = crate::delivery::DeliveryMode::Sample;
+    let mut ours = probe(10_000, 1_000.0, 100);
+    ours.mode = crate::delivery::DeliveryMode::Sample;
+    snap.probes = vec![other, ours];
+    snap.focus = None;
+    app.update(snap);
+    let screen = text(&app);
+    let rows: Vec<&str> = screen
+        .lines()
+        .filter(|l| l.contains("do_command") || l.contains("work_unit "))
+        .collect();
+    assert!(
+        rows.iter()
+            .any(|l| l.contains("│do_command <bpftrace 28964> [s] ")),
+        "{screen}"
+    );
+    assert!(
+        rows.iter().any(|l| l.contains("│work_unit [sampled] ")),
+        "{screen}"
+    );
+}
