@@ -492,6 +492,7 @@ impl PairState {
             overhead_share: whole_cost_ns
                 .filter(|_| corrected.count > 0 && corrected.mean > 0.0)
                 .map(|w| w / corrected.mean),
+            shed: false,
             latency_hist: calls.measured.clone(),
             corrected_hist,
         }
@@ -712,6 +713,9 @@ pub struct LatencyRow {
     pub whole_cost_ns: Option<f64>,
     /// `whole_cost_ns` / the corrected mean latency.
     pub overhead_share: Option<f64>,
+    /// A half was detached for the rest of the run by `--budget`'s shedding: its calls
+    /// are the few of the time it was attached, too few for a rate or an overhead.
+    pub shed: bool,
     /// Every call's latency as measured, and as corrected, ns (1 ns to an hour, 3
     /// significant digits): what the exports write beside the probes' handler times
     /// (the JSON's `latency_ns_hdr`, whose distribution `probetop diff` tests).

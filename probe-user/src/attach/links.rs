@@ -353,6 +353,14 @@ impl Attachment {
             .collect()
     }
 
+    /// The ids of every probe that can be attached: attached now, or detached by
+    /// [`Self::detach_set`] (its request kept).
+    pub(crate) fn held_ids(&self) -> Vec<u32> {
+        (0..self.requests.len() as u32)
+            .filter(|&id| self.request(id).is_some())
+            .collect()
+    }
+
     /// Detaches the probes of `ids` that are attached, keeping their requests so that
     /// [`Self::reattach_set`] can attach them again; returns how many it detached.
     /// On the uprobe_multi path this is one close per link touched (and one create

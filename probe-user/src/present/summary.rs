@@ -466,10 +466,12 @@ pub(crate) fn latency_table(
         let (m, c) = (&row.latency_ns, &row.latency_corrected_ns);
         let has = m.count > 0;
         let cell = |v: u64| if has { format::ns(v) } else { "-".into() };
+        // A pair `--budget` detached for good counted a few calls: no rate nor share.
+        let shed = |cell: String| if row.shed { "shed".into() } else { cell };
         table.push(vec![
             String::new(),
             row.calls.to_string(),
-            format::count(rate),
+            shed(format::count(rate)),
             cell(m.p50),
             cell(m.p90),
             cell(m.p99),
@@ -482,7 +484,7 @@ pub(crate) fn latency_table(
                 "-".into()
             },
             row.whole_cost_ns.map_or_else(|| "-".into(), format::ns_f),
-            format::Overhead::of(row).cell(),
+            shed(format::Overhead::of(row).cell()),
             row.path.as_str().to_string(),
         ]);
     }
@@ -959,6 +961,7 @@ mod tests {
             latency_corrected_ns: summary(20_000),
             whole_cost_ns: Some(1_000.0),
             overhead_share: Some(0.05),
+            shed: false,
             latency_hist: hdrhistogram::Histogram::new(3).expect("3 digits"),
             corrected_hist: hdrhistogram::Histogram::new(3).expect("3 digits"),
         };

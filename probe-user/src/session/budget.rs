@@ -13,12 +13,19 @@ use super::Snapshot;
 use crate::attach::Attachment;
 use crate::delivery::DeliveryMode;
 use crate::insitu::budget::{
-    Budget, BudgetSummary, Controller, Load, Observed, Part, Plan, Scaler, Shed, shed,
+    Budget, BudgetSummary, Controller, Load, Observed, Part, Plan, Scaler, Shed, SurveyGroup, shed,
+    survey_groups, survey_rates,
 };
 use crate::insitu::{InSitu, Members, MeterError, Reading, SetMeter, Verdict, Window, WorkMeter};
 
 /// While attached, how often the window's spending is looked at.
 const GUARD_EVERY: Duration = Duration::from_millis(100);
+/// How long after a detach the snapshot holds every hit of the part before it: the
+/// collector reads the kernel's counts every 500 ms and publishes every 100 ms. Read
+/// sooner (a part late in one period, the next early in the next), a part's in-kernel
+/// hits fell into the next period and the flood's scaled count came out 22% short,
+/// outside its interval (2026-11-28); such a period is read with the next.
+const READ_LAG: Duration = Duration::from_millis(650);
 /// In situ feeds the duty once its attached windows hold this many seconds: over a few
 /// parts of 40 ms its interval's top read 1.7-2.2 CPUs on mariadbd (the target's CPU in
 /// 40 ms swings by more than the probes add); the estimate is used until then.
@@ -73,8 +80,61 @@ struct Ended {
     toggled: f64,
 }
 
+/// The survey under way: a group of probes at a time, each in a period of its own.
+struct Survey {
+    groups: Vec<SurveyGroup>,
+    /// The next group to attach.
+    next: usize,
+    /// The group attached in the period not read yet.
+    attached: Option<usize>,
+    /// Each probe's seconds armed (its group's part and half of the calls around it),
+    /// the other half of those calls, and its hits.
+    armed_s: Vec<f64>,
+    calls_s: Vec<f64>,
+    hits: Vec<f64>,
+    /// The survey's periods, s.
+    period_s: f64,
+}
+
+impl Survey {
+    /// A survey period read: its group's part and its `hits`.
+    fn add(&mut self, ended: &Ended, hits: &[f64]) {
+        self.period_s += ended.period_s;
+        if self.hits.len() < hits.len() {
+            self.hits.resize(hits.len(), 0.0);
+            self.armed_s.resize(hits.len(), 0.0);
+            self.calls_s.resize(hits.len(), 0.0);
+        }
+        for (sum, h) in self.hits.iter_mut().zip(hits) {
+            *sum += h;
+        }
+        if let Some(group) = self.attached.take().map(|g| &self.groups[g]) {
+            for &id in &group.ids {
+                if let Some(armed) = self.armed_s.get_mut(id as usize) {
+                    *armed += ended.on_s;
+                }
+            }
+        }
+    }
+
+    /// The survey's hits into the scaling, as one period; each probe's seconds armed
+    /// (its parts and half of the calls around them).
+    fn close(&self, scaler: &mut Scaler, cumulative: &[u64]) -> Vec<f64> {
+        let armed: Vec<f64> = self
+            .armed_s
+            .iter()
+            .zip(&self.calls_s)
+            .map(|(on, calls)| on + calls)
+            .collect();
+        scaler.close_survey(self.period_s, (&armed, &self.calls_s), cumulative);
+        armed
+    }
+}
+
 pub(super) struct Driver {
     controller: Controller,
+    /// Until the survey is over.
+    survey: Option<Survey>,
     scaler: Scaler,
     meter: SetMeter,
     insitu: InSitu,
@@ -86,6 +146,8 @@ pub(super) struct Driver {
     window_reading: Reading,
     /// Attached since.
     on_since: Option<Instant>,
+    /// The last detach's end.
+    detached_at: Option<Instant>,
     /// Seconds attached in the current period so far.
     on_s: f64,
     /// Seconds the attach calls of the current period took, and its attach and detach
@@ -94,9 +156,6 @@ pub(super) struct Driver {
     calls_s: f64,
     /// Seconds attached in the in-situ windows since in situ last started over.
     insitu_on_s: f64,
-    /// The first attached part (the session's own attach) has not ended yet: its length
-    /// says nothing of how late the loop ends a part.
-    first_part: bool,
     /// The current period was left detached.
     skipped: bool,
     /// Attaches of the set in the current period, and the probes attached.
@@ -170,13 +229,16 @@ fn part(ended: &Ended) -> Part {
 }
 
 impl Driver {
-    /// Starts with the probes attached, as they are when this is called, and counted
-    /// since `counting_since`: the first period's attached part, from then.
+    /// Starts with the probes of `set` detached (the session detached them as soon as
+    /// they were attached), counted since `counting_since`: the survey attaches them a
+    /// group at a time, the probes on single-stepped sites (`dear`, by probe id) in
+    /// groups of their own with shorter parts.
     pub(super) fn start(
         members: Members,
         budget: Budget,
         window: Duration,
         counting_since: Instant,
+        (set, dear): (Vec<u32>, Vec<bool>),
     ) -> Result<Self, MeterError> {
         let seed = u64::from(members.roots.first().copied().unwrap_or(0)) ^ 0x2545_f491_4f6c_dd1d;
         let mut meter = SetMeter::new(members, WorkMeter::None)?;
@@ -185,27 +247,38 @@ impl Driver {
         let plan = controller.plan();
         let now = Instant::now();
         let since = counting_since.min(now);
-        let mut driver = Self {
+        let groups = survey_groups(&set, |id| dear.get(id as usize).copied().unwrap_or(false));
+        let probes = set.iter().map(|&id| id as usize + 1).max().unwrap_or(0);
+        let driver = Self {
             controller,
+            survey: Some(Survey {
+                groups,
+                next: 0,
+                attached: None,
+                armed_s: vec![0.0; probes],
+                calls_s: vec![0.0; probes],
+                hits: vec![0.0; probes],
+                period_s: 0.0,
+            }),
             scaler: Scaler::default(),
             meter,
             insitu: InSitu::new(WorkMeter::None),
-            phase: Phase::On,
+            phase: Phase::BeforeOn,
             plan,
             period_start: since,
             period_reading: reading,
             window_reading: reading,
-            on_since: Some(since),
+            on_since: None,
+            detached_at: None,
             on_s: 0.0,
             attach_s: 0.0,
             calls_s: 0.0,
             insitu_on_s: 0.0,
-            first_part: true,
             skipped: false,
             toggles: 0.0,
             toggled: 0.0,
             next: now,
-            suspended: Vec::new(),
+            suspended: set,
             ended: None,
             read_at: Vec::new(),
             shed: Vec::new(),
@@ -216,8 +289,6 @@ impl Driver {
             )],
             unsaid: 1,
         };
-        // The first period's attached part starts at its offset: off until then.
-        driver.phase = Phase::BeforeOn;
         Ok(driver)
     }
 
@@ -264,7 +335,33 @@ impl Driver {
                 }
                 // Still attached (from the start, or a full-duty period): nothing to do.
                 if self.on_since.is_none() {
-                    self.read_hits(attachment, snapshot);
+                    if self.readable() {
+                        let surveying = self.survey.is_some();
+                        self.read_hits(attachment, snapshot);
+                        if surveying && self.survey.is_none() {
+                            // The survey ended at this read: the period (planned as a
+                            // survey group's, and at its start) is planned anew.
+                            self.plan = self.controller.plan();
+                            trace!(
+                                "plan period {:.3}s, attached {:.4}s from {:.3}s (after the survey)",
+                                self.plan.period_s, self.plan.on_s, self.plan.on_offset_s
+                            );
+                            return self.step(attachment, snapshot);
+                        }
+                    }
+                    // The read may price the set anew (the survey's end, a load that
+                    // grew): the part planned before it is cut to the duty now, or left
+                    // out. Planned on the old price, a part of 140 ms spent one and a
+                    // half windows' allowance on the flood (2026-11-28).
+                    let on_s = self.controller.part_now(self.plan.on_s, self.plan.period_s);
+                    if on_s <= 0.0 {
+                        trace!("the read priced the set anew: no part this period");
+                        self.skipped = true;
+                        self.phase = Phase::AfterOn;
+                        self.next = self.at(self.plan.period_s);
+                        return Ok(());
+                    }
+                    self.plan.on_s = on_s;
                     self.attach(attachment)?;
                 }
                 self.phase = Phase::On;
@@ -278,6 +375,9 @@ impl Driver {
                 if now < on_end && !spent_out {
                     self.next = on_end.min(now + GUARD_EVERY);
                     return Ok(());
+                }
+                if spent_out {
+                    trace!("the window's allowance is spent: the part ends early");
                 }
                 if full {
                     // Attached the whole period: it ends here, its hits read now.
@@ -298,13 +398,20 @@ impl Driver {
                     return Ok(());
                 }
                 self.end_period()?;
-                if std::mem::take(&mut self.skipped) {
+                if std::mem::take(&mut self.skipped) && self.readable() {
                     self.read_hits(attachment, snapshot);
                 }
                 self.begin_period(attachment, snapshot)?;
             }
         }
         Ok(())
+    }
+
+    /// Whether the snapshot holds every hit of the periods ended: while surveying
+    /// (each group's part at its period's start) always; else once [`READ_LAG`] has
+    /// passed since the last detach.
+    fn readable(&self) -> bool {
+        self.survey.is_some() || self.detached_at.is_none_or(|at| at.elapsed() >= READ_LAG)
     }
 
     fn on_end(&self) -> Instant {
@@ -317,6 +424,10 @@ impl Driver {
         snapshot: &Snapshot,
     ) -> Result<(), MeterError> {
         self.plan = self.controller.plan();
+        trace!(
+            "plan period {:.3}s, attached {:.4}s from {:.3}s",
+            self.plan.period_s, self.plan.on_s, self.plan.on_offset_s
+        );
         self.period_start = Instant::now();
         self.phase = Phase::BeforeOn;
         self.next = self.period_start;
@@ -329,25 +440,25 @@ impl Driver {
         let end = self.meter.read()?;
         if let Some(since) = self.on_since.take() {
             let attached_s = (Instant::now() - since).as_secs_f64();
-            if !std::mem::take(&mut self.first_part) {
-                self.controller.attached_for(self.plan.on_s, attached_s);
-            }
+            self.controller.attached_for(self.plan.on_s, attached_s);
             self.on_s += attached_s;
             self.insitu_on_s += attached_s;
             self.insitu
                 .push_window(Window::between(true, &self.window_reading, &end));
         }
-        self.suspended = attachment.attached_ids();
+        let attached = attachment.attached_ids();
         // A shed probe the user attached again is back in the cycle.
-        self.shed.retain(|id| !self.suspended.contains(id));
+        self.shed.retain(|id| !attached.contains(id));
         let before = Instant::now();
-        attachment.detach_set(&self.suspended);
-        self.calls_s += (Instant::now() - before).as_secs_f64();
-        trace!(
-            "detach {} probes in {:.2}ms",
-            self.suspended.len(),
-            (Instant::now() - before).as_secs_f64() * 1e3
-        );
+        attachment.detach_set(&attached);
+        let call_s = (Instant::now() - before).as_secs_f64();
+        self.calls_s += call_s;
+        trace!("detach {} probes in {:.2}ms", attached.len(), call_s * 1e3);
+        self.detached_at = Some(Instant::now());
+        // While surveying, the probes of the other groups were detached already.
+        let mut seen: std::collections::HashSet<u32> = self.suspended.iter().copied().collect();
+        self.suspended
+            .extend(attached.into_iter().filter(|id| seen.insert(*id)));
         self.window_reading = self.meter.read()?;
         Ok(())
     }
@@ -357,7 +468,7 @@ impl Driver {
         self.insitu
             .push_window(Window::between(false, &self.window_reading, &end));
         let before = Instant::now();
-        let ids = std::mem::take(&mut self.suspended);
+        let ids = self.next_group();
         self.toggles += 1.0;
         self.toggled += ids.len() as f64;
         if let Err(e) = attachment.reattach_set(&ids) {
@@ -367,6 +478,7 @@ impl Driver {
         // Attached from the end of the call: the kernel arms the points last. The call's
         // length is the uncertainty of the attached part's start.
         let after = Instant::now();
+        self.note_call((after - before).as_secs_f64());
         trace!(
             "attach {} probes in {:.2}ms",
             ids.len(),
@@ -375,8 +487,48 @@ impl Driver {
         self.attach_s += (after - before).as_secs_f64();
         self.calls_s += (after - before).as_secs_f64();
         self.on_since = Some(after);
+        // A part is as long as planned from when its probes are armed: cut by a long
+        // attach call, a survey group's part saw none of its hits on mariadbd, and on a
+        // loaded host a 40 ms part of the flood was 0.4 ms after a 41 ms attach.
+        self.plan.on_offset_s = (after - self.period_start).as_secs_f64();
         self.window_reading = self.meter.read()?;
         Ok(())
+    }
+
+    /// The probes to attach now: while surveying, the next group's (and its part's
+    /// length into the plan); else every probe in the cycle.
+    fn next_group(&mut self) -> Vec<u32> {
+        let Some(survey) = self.survey.as_mut().filter(|s| s.next < s.groups.len()) else {
+            return std::mem::take(&mut self.suspended);
+        };
+        let group = &survey.groups[survey.next];
+        survey.attached = Some(survey.next);
+        survey.next += 1;
+        self.plan.on_s = group.on_s.min(self.plan.on_s);
+        let ids: Vec<u32> = group
+            .ids
+            .iter()
+            .copied()
+            .filter(|id| self.suspended.contains(id))
+            .collect();
+        self.suspended.retain(|id| !ids.contains(id));
+        ids
+    }
+
+    /// An attach call of `call_s` while surveying: its group's probes were armed over
+    /// about half of it (a detach call disarms them at its start: [`Observed::calls_s`]).
+    fn note_call(&mut self, call_s: f64) {
+        let Some(survey) = self.survey.as_mut() else {
+            return;
+        };
+        let Some(group) = survey.attached.map(|g| &survey.groups[g]) else {
+            return;
+        };
+        for &id in &group.ids {
+            if let Some(calls) = survey.calls_s.get_mut(id as usize) {
+                *calls += call_s / 2.0;
+            }
+        }
     }
 
     fn end_period(&mut self) -> Result<(), MeterError> {
@@ -421,9 +573,18 @@ impl Driver {
         };
         let (hits, estimated_ns) = since(snapshot, &self.read_at);
         let cumulative: Vec<u64> = snapshot.probes.iter().map(|p| p.hits).collect();
-        self.scaler
-            .close_period(part(&ended), &cumulative, &self.out(cumulative.len()));
-        self.read_at = cumulative;
+        // A survey period's part held one group: its hits are scaled with the whole
+        // survey's, each probe over its own group's parts.
+        let whole = self.survey.is_none();
+        let surveyed = self.survey.as_mut().map(|survey| {
+            survey.add(&ended, &hits);
+            survey.next >= survey.groups.len()
+        });
+        if whole {
+            self.scaler
+                .close_period(part(&ended), &cumulative, &self.out(cumulative.len()));
+        }
+        self.read_at = cumulative.clone();
         // In situ where it has a signal: its interval above zero, over attached windows
         // long enough to tell.
         let summary = self.insitu.summary(0);
@@ -436,12 +597,13 @@ impl Driver {
         self.controller.measured_in_situ(measured);
         self.controller.observe(Observed {
             period_s: ended.period_s,
+            whole,
             on_s: ended.on_s,
             estimated_ns,
             target_cpu_ns: ended.target_cpu_ns,
             toggles: ended.toggles,
             toggled: ended.toggled,
-            calls_s: ended.calls_s,
+            calls_s: ended.attach_s,
         });
         trace!(
             "read period {:.3}s on {:.4}s calls {:.2}ms toggles {} of {} est {:.2}ms hits {} target {:.1}ms | {}",
@@ -455,14 +617,44 @@ impl Driver {
             ended.target_cpu_ns / 1e6,
             self.controller.trace()
         );
-        let surveying = self.controller.surveying();
-        let moved =
-            self.controller.binds() && self.shed_next(attachment, snapshot, &hits, surveying);
-        if surveying {
-            self.controller.surveyed(moved);
-        }
-        if let Some(line) = self.controller.floor_news() {
+        // Shedding settled: no move made at this read. Only then is the floor said,
+        // so that a line said before a move is not followed by its opposite.
+        let settled = match surveyed {
+            Some(true) => {
+                self.end_survey(attachment, snapshot, &cumulative);
+                false
+            }
+            Some(false) => false,
+            None => {
+                !(self.controller.binds() && self.shed_next(attachment, snapshot, &hits, false))
+            }
+        };
+        if settled && let Some(line) = self.controller.floor_news() {
             self.act(line);
+        }
+    }
+
+    /// Every group's part was read: each probe's hits over its group's parts scale the
+    /// survey's time, and price the whole set while attached; while that is over the
+    /// budget, shedding moves by those rates before the whole set is first attached.
+    fn end_survey(&mut self, attachment: &mut Attachment, snapshot: &Snapshot, cumulative: &[u64]) {
+        let Some(survey) = self.survey.take() else {
+            return;
+        };
+        let armed = survey.close(&mut self.scaler, cumulative);
+        let rates = survey_rates(&survey.hits, &armed);
+        let prices = per_hit(snapshot);
+        let rate: f64 = rates.iter().zip(&prices).map(|(r, p)| r * p).sum::<f64>() / 1e9;
+        self.controller.end_survey(Some(rate));
+        trace!(
+            "survey over: {} groups in {:.2}s, the set at {rate:.4} CPUs while attached | {}",
+            survey.groups.len(),
+            survey.period_s,
+            self.controller.trace()
+        );
+        if self.controller.binds() {
+            self.shed_next(attachment, snapshot, &rates, true);
+            trace!("after shedding | {}", self.controller.trace());
         }
     }
 
@@ -473,10 +665,10 @@ impl Driver {
             .collect()
     }
 
-    /// Shedding's next move (`insitu::budget::shed`), from the period's `hits`; while
-    /// `surveying`, the move after it too (the dearest per hit are as dear streaming or
-    /// counted in the kernel), so one survey period pays for the full set. Returns
-    /// whether anything moved.
+    /// Shedding's next move (`insitu::budget::shed`), from the period's `hits` (or the
+    /// survey's rates); at the survey's end, the move after it too (the dearest per hit
+    /// are as dear streaming or counted in the kernel), so the whole set is never
+    /// attached as it was. Returns whether anything moved.
     fn shed_next(
         &mut self,
         attachment: &mut Attachment,
@@ -620,7 +812,8 @@ impl Driver {
     /// the set that comes back. Returns whether it is to be attached then, or `None`
     /// while attached (the caller acts itself).
     pub(super) fn redirect(&mut self, probe_id: u32, attach: bool) -> Option<bool> {
-        if self.on_since.is_some() {
+        // While a survey group is attached, the others are detached as in a detached part.
+        if self.on_since.is_some() && !self.suspended.contains(&probe_id) {
             return None;
         }
         self.suspended.retain(|&id| id != probe_id);
@@ -631,9 +824,14 @@ impl Driver {
         Some(attach)
     }
 
+    /// The probes shedding detached for the rest of the run.
+    pub(super) fn shed_ids(&self) -> &[u32] {
+        &self.shed
+    }
+
     /// Whether a probe detached by the driver counts as attached.
     pub(super) fn is_suspended(&self, probe_id: u32) -> bool {
-        self.on_since.is_none() && self.suspended.contains(&probe_id)
+        self.suspended.contains(&probe_id)
     }
 
     /// The run so far.
@@ -652,7 +850,13 @@ impl Driver {
     /// After [`Self::finish`]: every probe's `counted` hits (the run's exact counts)
     /// scaled to the whole run.
     pub(super) fn scaled(&mut self, counted: &[u64]) -> BudgetSummary {
-        if let Some(ended) = self.ended.take() {
+        if let Some(mut survey) = self.survey.take() {
+            // The run ended while surveying.
+            if let Some(ended) = self.ended.take() {
+                survey.add(&ended, &[]);
+            }
+            survey.close(&mut self.scaler, counted);
+        } else if let Some(ended) = self.ended.take() {
             let out = self.out(counted.len());
             self.scaler.close_period(part(&ended), counted, &out);
         }

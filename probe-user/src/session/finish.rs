@@ -149,9 +149,27 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
     });
     // Printed after the summary table, which leads with the headline; under --in-situ
     // its rates are over the attached time, as the table's are.
-    let latency_table = (!measured.latency.is_empty()).then(|| {
+    // Pairs with a half `--budget` detached for the rest of the run.
+    let shed = budget
+        .as_ref()
+        .map(|driver| driver.shed_ids().to_vec())
+        .unwrap_or_default();
+    let latency_rows: Vec<crate::aggregate::LatencyRow> = measured
+        .latency
+        .iter()
+        .cloned()
+        .map(|mut row| {
+            row.shed = row
+                .starts
+                .iter()
+                .chain(&row.ends)
+                .any(|id| shed.contains(id));
+            row
+        })
+        .collect();
+    let latency_table = (!latency_rows.is_empty()).then(|| {
         present::summary::latency_table(
-            &measured.latency,
+            &latency_rows,
             duration.as_secs_f64(),
             in_situ_summary
                 .as_ref()
