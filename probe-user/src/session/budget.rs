@@ -964,18 +964,39 @@ impl Hint {
     }
 
     /// The hint line when the probes' estimated CPU over the run, `probes_ns`, is over
-    /// [`HINT_ABOVE`] of the target's CPU meanwhile.
-    pub(super) fn line(&mut self, probes_ns: f64) -> Option<String> {
+    /// [`HINT_ABOVE`] of the target's CPU meanwhile; `attached` is the share of the run
+    /// the probes were attached (below 1 under `--in-situ`, whose detached windows would
+    /// otherwise dilute the share that the answer beside it does not).
+    pub(super) fn line(&mut self, probes_ns: f64, attached: f64) -> Option<String> {
         let end = self.meter.read().ok()?;
         let target_ns = end.cpu_ns.saturating_sub(self.start.cpu_ns) as f64;
-        let share = probes_ns / target_ns;
-        (target_ns > 0.0 && share > HINT_ABOVE).then(|| {
-            format!(
-                "the probes took about {:.0}% of all the CPU time the target used, theirs included (what --budget counts; the answer sets them against the target's own CPU, without them); --budget 2% (or any share, or 20ms/s) keeps them under a ceiling by attaching them part of the time",
-                share.min(1.0) * 100.0
-            )
-        })
+        hint_line(probes_ns, target_ns, attached)
     }
+}
+
+/// The hint for probes that cost `probes_ns` of a target that used `target_ns` over a run
+/// they were attached for the share `attached` of: their share of its CPU while attached,
+/// said only over [`HINT_ABOVE`].
+fn hint_line(probes_ns: f64, target_ns: f64, attached: f64) -> Option<String> {
+    if target_ns <= 0.0 || attached.is_nan() || attached <= 0.0 {
+        return None;
+    }
+    let attached = attached.min(1.0);
+    // The probes' CPU falls in the attached time only; the target's own is spread over
+    // the whole run, so the attached part holds that share of it.
+    let own_ns = (target_ns - probes_ns).max(0.0);
+    let share = probes_ns / (probes_ns + own_ns * attached);
+    let when = if attached < 1.0 {
+        " while they were attached"
+    } else {
+        ""
+    };
+    (share > HINT_ABOVE).then(|| {
+        format!(
+            "the probes took about {:.0}% of all the CPU time the target used{when}, theirs included (what --budget counts; the answer sets them against the target's own CPU, without them); --budget 2% (or any share, or 20ms/s) keeps them under a ceiling by attaching them part of the time",
+            share.min(1.0) * 100.0
+        )
+    })
 }
 
 /// The summary table's rows scaled as the exports are: hits to the whole run, rates with
@@ -988,4 +1009,36 @@ pub(super) fn scale_rows(snapshot: &mut Snapshot, summary: BudgetSummary) -> Bud
         probe.hits = scaled.scaled.round() as u64;
     }
     summary
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hint_line;
+
+    /// Under --in-situ the probes were attached part of the run: their share is of the
+    /// target's CPU in that part, as the answer beside the hint is, and it says so.
+    #[test]
+    fn the_hint_sets_the_probes_against_the_time_they_were_attached() {
+        // 60 ms of probes over 1 s of the target's CPU, attached all along: 6%.
+        let whole = hint_line(60e6, 1e9, 1.0).expect("over 5%");
+        assert!(
+            whole.contains("about 6% of all the CPU time the target used,"),
+            "{whole}"
+        );
+        // The same hits in a quarter of the run: 60 ms beside a quarter of the target's
+        // own 940 ms, 20% while attached.
+        let quarter = hint_line(60e6, 1e9, 0.25).expect("over 5%");
+        assert!(
+            quarter.contains(
+                "about 20% of all the CPU time the target used while they were attached,"
+            ),
+            "{quarter}"
+        );
+        // 40 ms over the whole second is under the hint's 5%; over half of it, not
+        // (40 / (40 + 480) = 7.7%).
+        assert_eq!(hint_line(40e6, 1e9, 1.0), None);
+        assert!(hint_line(40e6, 1e9, 0.5).is_some_and(|l| l.contains("about 8%")));
+        assert_eq!(hint_line(40e6, 0.0, 1.0), None);
+        assert_eq!(hint_line(40e6, 1e9, 0.0), None);
+    }
 }

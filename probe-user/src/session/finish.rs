@@ -226,12 +226,21 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         say!("probetop: {}", summary.line());
     }
     if let Some(line) = budget_hint.and_then(|mut hint| {
+        let run_s = duration.as_secs_f64();
+        // Under --in-situ the hits are the attached windows' only.
+        let attached = report
+            .cost
+            .in_situ
+            .as_ref()
+            .filter(|s| s.seconds_off > 0.0 && run_s > 0.0)
+            .map_or(1.0, |s| present::answer::attached_seconds(s, run_s) / run_s);
         hint.line(
             snapshot
                 .probes
                 .iter()
                 .filter_map(|p| p.whole_cost_ns.map(|ns| ns * p.hits as f64))
                 .sum(),
+            attached,
         )
     }) {
         say!("probetop: {line}");
