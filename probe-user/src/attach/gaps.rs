@@ -6,6 +6,7 @@
 //! kept, not just the last.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// Gaps kept per probe: the oldest go first. At 10 detaches a second that is 7 minutes;
@@ -20,14 +21,22 @@ struct Gap {
     to: Option<u64>,
 }
 
-/// The gaps of the probes watched (latency pairs' halves), shared by the attachment,
+/// The gaps of the probes watched (latency pairs' ends), shared by the attachment,
 /// which writes them, and the aggregator, which reads them.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct DetachLog(Arc<Mutex<HashMap<u32, VecDeque<Gap>>>>);
+pub(crate) struct DetachLog(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    gaps: Mutex<HashMap<u32, VecDeque<Gap>>>,
+    /// No gap ends after this (`u64::MAX` while one is open): a call begun after it,
+    /// most of them, is answered without the lock.
+    latest_end: AtomicU64,
+}
 
 impl DetachLog {
     fn gaps(&self) -> std::sync::MutexGuard<'_, HashMap<u32, VecDeque<Gap>>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.0.gaps.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Keeps the gaps of probes `ids` from now on.
@@ -56,6 +65,9 @@ impl DetachLog {
             }
             list.push_back(Gap { from: at, to: None });
         }
+        if any {
+            self.0.latest_end.store(u64::MAX, Ordering::Release);
+        }
         any
     }
 
@@ -67,11 +79,21 @@ impl DetachLog {
                 gap.to = gap.to.or(Some(at));
             }
         }
+        let latest = gaps
+            .values()
+            .filter_map(|l| l.back())
+            .map(|g| g.to.unwrap_or(u64::MAX))
+            .max()
+            .unwrap_or(0);
+        self.0.latest_end.store(latest, Ordering::Release);
     }
 
     /// Whether any of probes `ids` was detached at some moment between `from` and `to`
     /// (a gap still open reaches to the end of time).
     pub(crate) fn straddled(&self, ids: &[u32], from: u64, to: u64) -> bool {
+        if self.0.latest_end.load(Ordering::Acquire) <= from {
+            return false;
+        }
         let gaps = self.gaps();
         ids.iter().filter_map(|id| gaps.get(id)).any(|list| {
             // The gaps are in time order: the first that ends after `from`.
