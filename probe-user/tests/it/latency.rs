@@ -286,12 +286,17 @@ fn cut_by_detaches(mode: &str) {
         // The cut calls are not measured.
         assert_eq!(u(&row["latency_ns"]["count"]), calls, "{name}: {row}");
     }
-    // A 200 us call fills 90% of the loop, which runs over several windows: a window's
-    // change mostly lands inside one, and the calls of the detached windows are missed.
+    // A 200 us call fills 90% of the loop, which runs over several windows: the calls
+    // of the detached windows are missed, and streamed, a window's change mostly lands
+    // inside one (its end, seen or not while the detach call runs, is cut). Paired in
+    // the kernel, the uretprobe's end of a call entered before the detach was seen in
+    // every run tried (2026-11-28): nothing to cut there, but nothing unwound either.
     let spin = latency_row(&report, "spin_200us");
-    assert!(u(&spin["cut"]) > 0, "{spin}");
+    if mode == "ring" {
+        assert!(u(&spin["cut"]) > 0, "{spin}");
+        assert!(summary.contains("cut by a detach"), "{summary}");
+    }
     assert!(u(&spin["calls"]) < 5000, "{spin}");
-    assert!(summary.contains("cut by a detach"), "{summary}");
 }
 
 /// Keyed rows (` key=argN`, `--key`): the fixture calls keyed(K, "request-kind-K") K x
