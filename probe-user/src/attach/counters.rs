@@ -154,6 +154,7 @@ impl KernelCounters {
             total.overflowed += c.overflowed;
             total.nested_calls += c.nested_calls;
             total.nested_hits += c.nested_hits;
+            total.cut += c.cut;
         }
         Ok(total)
     }
