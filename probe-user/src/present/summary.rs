@@ -158,12 +158,7 @@ pub(crate) fn table(labels: &[ProbeLabel], snapshot: &Snapshot, report: Option<&
             })
             .collect()
     };
-    let natural = name_cells(usize::MAX / 2)
-        .iter()
-        .map(|n| n.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max(HEADERS[0].len());
+    let natural = widest(&name_cells(usize::MAX / 2), HEADERS[0]);
 
     // The handler's columns the width keeps beside a readable name.
     let numbers: Vec<Vec<String>> =
@@ -524,12 +519,7 @@ pub(crate) fn latency_table(
             })
             .collect()
     };
-    let natural = name_cells(usize::MAX / 2)
-        .iter()
-        .map(|n| n.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max(LATENCY_HEADERS[0].len());
+    let natural = widest(&name_cells(usize::MAX / 2), LATENCY_HEADERS[0]);
     let readable = displays
         .iter()
         .zip(&suffixes)
@@ -623,6 +613,16 @@ fn push_rows(out: &mut String, rows: &[Vec<String>], widths: &[usize]) {
         }
         out.push('\n');
     }
+}
+
+/// The width of the widest of `cells` and their column's `header`, in characters.
+fn widest(cells: &[String], header: &str) -> usize {
+    cells
+        .iter()
+        .map(|n| n.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(header.chars().count())
 }
 
 #[cfg(test)]

@@ -34,12 +34,7 @@ fn run(name: &str, extra: &[&str]) -> (PathBuf, PathBuf) {
         .arg(&json)
         .arg("--export")
         .arg(&hlog);
-    let mut probetop = Running::spawn(cmd);
-    probetop.err().wait_for("attached");
-    target.signal(libc::SIGUSR1);
-    target.out().wait_for("done ");
-    assert!(target.wait().success());
-    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    signalled_under(&mut target, cmd);
     (json, hlog)
 }
 
@@ -237,12 +232,7 @@ fn workload_run(name: &str, rate: u32, extra: &[&str]) -> PathBuf {
         .args(extra)
         .arg("--export")
         .arg(&json);
-    let mut probetop = Running::spawn(cmd);
-    probetop.err().wait_for("attached");
-    target.signal(libc::SIGUSR1);
-    target.out().wait_for("done ");
-    assert!(target.wait().success());
-    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
+    signalled_under(&mut target, cmd);
     json
 }
 
@@ -337,4 +327,15 @@ fn a_budgeted_run_of_the_same_load_flags_nothing_and_twice_the_rate_is_flagged()
     let text = String::from_utf8_lossy(&out.stdout);
     let header = text.lines().next().expect("a header");
     assert!(header.contains(", budget 6.0ms/s, duty "), "{text}");
+}
+
+/// Runs `cmd` (probetop on `target`) until it has attached, lets the target (started
+/// with `--wait-signal`) make its calls, and waits for both to end well.
+fn signalled_under(target: &mut Running, cmd: std::process::Command) {
+    let mut probetop = Running::spawn(cmd);
+    probetop.err().wait_for("attached");
+    target.signal(libc::SIGUSR1);
+    target.out().wait_for("done ");
+    assert!(target.wait().success());
+    assert!(probetop.wait().success(), "{:?}", probetop.err().rest());
 }
