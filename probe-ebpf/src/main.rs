@@ -110,13 +110,6 @@ static PAIR_STACKS: LruHashMap<u64, PairStack> =
 #[map]
 static PAIR_COUNTS: PerCpuArray<PairCounts> = PerCpuArray::with_max_entries(1, 0);
 
-/// When a latency pair's end was last detached (ns, `bpf_ktime_get_ns`), written by
-/// user space before the detach: a call open since before it may have returned unseen,
-/// so one begun before it and met now is cut, neither paired nor unwound. The kernel
-/// pairs as the hits come, so the last detach is enough.
-#[map]
-static PAIR_CUT: Array<u64> = Array::with_max_entries(1, 0);
-
 /// Per CPU: the durations of the calls paired in the kernel, `pair::CHUNKS` values per
 /// histogram, two histograms per pair slot (`pair::chunk`). Sized at load time.
 #[map]
@@ -235,18 +228,11 @@ fn pair_in_kernel(ctx: Ctx, config: &PairConfig, now: u64) -> bool {
     // SAFETY: the value is this CPU's own, and BPF programs do not migrate mid-run.
     let counts = unsafe { &mut *counts };
     let checks = config.checks_frames != 0;
-    let cut_before = PAIR_CUT.get(0).copied().unwrap_or(0);
     if config.role == pair::START {
         match PAIR_STACKS.get_ptr_mut(key) {
             // SAFETY: a map value, live while the program runs (RCU); only this thread
             // writes its own stack.
-            Some(stack) => pair_push(
-                unsafe { &mut *stack },
-                counts,
-                checks,
-                (sp, now),
-                cut_before,
-            ),
+            Some(stack) => pair_push(unsafe { &mut *stack }, counts, checks, sp, now),
             None => {
                 let Some(fresh) = PAIR_NEW.get_ptr_mut(0) else {
                     return true;
@@ -278,7 +264,7 @@ fn pair_in_kernel(ctx: Ctx, config: &PairConfig, now: u64) -> bool {
     let frame_sp = sp.wrapping_sub(u64::from(config.sp_back));
     if checks {
         // Frames below the returning one are gone without a return: unwound.
-        pop_unwound(stack, counts, frame_sp, false, cut_before);
+        pop_unwound(stack, counts, frame_sp, false);
     }
     let depth = stack.depth as usize;
     let Some(top) = stack
@@ -314,11 +300,6 @@ fn pair_in_kernel(ctx: Ctx, config: &PairConfig, now: u64) -> bool {
     {
         parent.nested += 2 + top.nested;
     }
-    if top.start_ns < cut_before {
-        // Its end, or another call's at its depth entered while detached: not measured.
-        counts.cut += 1;
-        return true;
-    }
     counts.calls += 1;
     let nested = top.nested != 0;
     if nested {
@@ -336,15 +317,9 @@ fn pair_in_kernel(ctx: Ctx, config: &PairConfig, now: u64) -> bool {
 /// A start: frames at or below its stack pointer are gone (unwound), then it opens a
 /// frame, or counts as overflowed past `pair::DEPTH`.
 #[inline(always)]
-fn pair_push(
-    stack: &mut PairStack,
-    counts: &mut PairCounts,
-    checks: bool,
-    (sp, now): (u64, u64),
-    cut_before: u64,
-) {
+fn pair_push(stack: &mut PairStack, counts: &mut PairCounts, checks: bool, sp: u64, now: u64) {
     if checks {
-        pop_unwound(stack, counts, sp, true, cut_before);
+        pop_unwound(stack, counts, sp, true);
     }
     let depth = stack.depth as usize;
     match stack.frames.get_mut(core::hint::black_box(depth)) {
@@ -364,16 +339,10 @@ fn pair_push(
 }
 
 /// Pops the frames an unwind left: those whose stack pointer is below `sp` (or at it,
-/// `inclusive`), each counted as unwound (cut, if begun before `cut_before`), its hits
-/// given to the frame below. Calls overflowed past them were deeper still: gone too.
+/// `inclusive`), each counted as unwound, its hits given to the frame below. Calls
+/// overflowed past them were deeper still: gone too.
 #[inline(always)]
-fn pop_unwound(
-    stack: &mut PairStack,
-    counts: &mut PairCounts,
-    sp: u64,
-    inclusive: bool,
-    cut_before: u64,
-) {
+fn pop_unwound(stack: &mut PairStack, counts: &mut PairCounts, sp: u64, inclusive: bool) {
     let mut depth = stack.depth as usize;
     let mut popped = false;
     for _ in 0..pair::DEPTH {
@@ -390,11 +359,7 @@ fn pop_unwound(
         }
         depth -= 1;
         popped = true;
-        if top.start_ns < cut_before {
-            counts.cut += 1;
-        } else {
-            counts.unwound += 1;
-        }
+        counts.unwound += 1;
         if let Some(parent) = stack
             .frames
             .get_mut(core::hint::black_box(depth.wrapping_sub(1)))

@@ -438,9 +438,6 @@ pub struct PairCounts {
     /// Paired calls with probe hits nested inside, and those hits.
     pub nested_calls: u64,
     pub nested_hits: u64,
-    /// Calls begun before the last detach of a pair's end (`PAIR_CUT`) and gone since:
-    /// their end may have been missed while detached.
-    pub cut: u64,
 }
 
 /// [`pair::CHUNK`] buckets of a pair's histogram, on one CPU.

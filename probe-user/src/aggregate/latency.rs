@@ -12,13 +12,6 @@
 //! (an exception or a longjmp unwound it): it ends as unwound, never as a stale start.
 //! USDT pairs have no frame to check and pair last-in, first-out.
 //!
-//! Detached probes (`--budget`'s duty cycle, `--in-situ`'s windows) miss returns: a call
-//! whose life spans a time its pair's end was detached (`attach::DetachLog`, on the
-//! probes' clock, so the ring's lag does not matter) is cut, whether a later entry pops
-//! its frame, an end at its depth meets it (it cannot be told from two calls at the same
-//! depth, one entered and one ended while detached), or it is still open at the end. A
-//! cut call is counted alone, never as unwound and never in the histograms.
-//!
 //! Correction: a probed call runs slower by the part of the probes' own cost that falls
 //! between the two clock reads: what follows the start probe's clock read (the rest of
 //! its program, measured by its own clock, then the kernel's return to the target and
@@ -37,7 +30,6 @@ use std::collections::HashMap;
 use hdrhistogram::Histogram;
 
 use super::summary::HandlerSummary;
-use crate::attach::DetachLog;
 use crate::spec::{KeySpec, PairRole};
 
 /// How a pair's end is probed.
@@ -130,8 +122,6 @@ struct Calls {
     kernel_nested_hits: u64,
     calls: u64,
     unwound: u64,
-    /// Calls whose end a detach hid (see the module's doc).
-    cut: u64,
     overflowed: u64,
 }
 
@@ -146,7 +136,6 @@ impl Calls {
             kernel_nested_hits: 0,
             calls: 0,
             unwound: 0,
-            cut: 0,
             overflowed: 0,
         }
     }
@@ -160,7 +149,6 @@ impl Calls {
         self.kernel_nested_hits = 0;
         self.calls = 0;
         self.unwound = 0;
-        self.cut = 0;
         self.overflowed = 0;
     }
 
@@ -246,8 +234,6 @@ struct PairState {
     prices: Option<Prices>,
     /// What was read of the kernel's pairing so far (cumulative there).
     kernel: KernelSeen,
-    /// When the pair's probes were detached.
-    gaps: DetachLog,
 }
 
 /// The kernel's cumulative counts of a pair, as last read.
@@ -288,7 +274,6 @@ impl PairState {
             unmatched: 0,
             prices: None,
             kernel: KernelSeen::default(),
-            gaps: DetachLog::default(),
         }
     }
 
@@ -330,10 +315,10 @@ impl PairState {
         self.setup.path != EndPath::Usdt
     }
 
-    /// Pops the frames an unwind (or a detach) left behind: those whose pointer is
-    /// below `sp` (or at it, `inclusive`); each is counted, and its hits go to the frame
-    /// below. Returns the frames popped.
-    fn pop_unwound(stack: &mut Vec<Frame>, sp: u64, inclusive: bool) -> Vec<Frame> {
+    /// Pops the frames an unwind left behind: those whose pointer is below `sp` (or at
+    /// it, `inclusive`); each is counted, and its hits go to the frame below. Returns
+    /// the keys of the frames popped.
+    fn pop_unwound(stack: &mut Vec<Frame>, sp: u64, inclusive: bool) -> Vec<Option<usize>> {
         let mut popped = Vec::new();
         while let Some(top) = stack.last().copied() {
             let gone = if inclusive { top.sp <= sp } else { top.sp < sp };
@@ -341,7 +326,7 @@ impl PairState {
                 break;
             }
             stack.pop();
-            popped.push(top);
+            popped.push(top.key);
             if let Some(parent) = stack.last_mut() {
                 parent.nested_hits += 1 + top.nested_hits;
             }
@@ -349,27 +334,11 @@ impl PairState {
         popped
     }
 
-    /// Whether a call started at `start_ns` and seen to be gone at `at_ns` lived
-    /// through a detach of the pair's end.
-    fn straddled(&self, start_ns: u64, at_ns: u64) -> bool {
-        self.gaps.straddled(&self.setup.ends, start_ns, at_ns)
-    }
-
-    /// Counts frames gone without their end, seen so at `at_ns`: cut if a detach
-    /// fell in their life, else unwound.
-    fn count_unwound(&mut self, frames: Vec<Frame>, at_ns: u64) {
-        for frame in frames {
-            let cut = self.straddled(frame.start_ns, at_ns);
-            let count = |calls: &mut Calls| {
-                if cut {
-                    calls.cut += 1;
-                } else {
-                    calls.unwound += 1;
-                }
-            };
-            count(&mut self.all);
-            if let Some(calls) = self.keyed(frame.key) {
-                count(calls);
+    fn count_unwound(&mut self, keys: Vec<Option<usize>>) {
+        for key in keys {
+            self.all.unwound += 1;
+            if let Some(calls) = self.keyed(key) {
+                calls.unwound += 1;
             }
         }
     }
@@ -383,7 +352,7 @@ impl PairState {
             Vec::new()
         };
         let deep = stack.len() >= MAX_DEPTH;
-        self.count_unwound(popped, ktime_ns);
+        self.count_unwound(popped);
         let key = key.map(|k| self.key_at(k));
         if deep {
             self.all.overflowed += 1;
@@ -425,17 +394,12 @@ impl PairState {
         if stack.is_empty() {
             self.stacks.remove(&tid);
         }
-        self.count_unwound(popped, ktime_ns);
+        self.count_unwound(popped);
         let Some(frame) = frame else {
             // A call begun before the window opened, or deeper than MAX_DEPTH.
             self.unmatched += 1;
             return;
         };
-        if self.straddled(frame.start_ns, ktime_ns) {
-            // Its end, or another call's at its depth: cut, not measured.
-            self.count_unwound(vec![frame], ktime_ns);
-            return;
-        }
         let measured = ktime_ns.saturating_sub(frame.start_ns);
         let inside = self.prices.map_or(0.0, |p| {
             p.inside() + frame.nested_hits as f64 * (p.whole_start + p.whole_end) / 2.0
@@ -446,24 +410,21 @@ impl PairState {
         }
     }
 
-    /// Calls open, of key `key` (`None`: all of them, the kernel's too), and the
-    /// streamed ones among them a detach since their start cut.
-    fn open(&self, key: Option<usize>) -> (u64, u64) {
-        let (cut, open): (Vec<&Frame>, Vec<&Frame>) = self
+    /// Calls open, of key `key` (`None`: all of them, the kernel's too).
+    fn open(&self, key: Option<usize>) -> u64 {
+        let streamed = self
             .stacks
             .values()
             .flatten()
             .filter(|f| key.is_none() || f.key == key)
-            .partition(|f| self.straddled(f.start_ns, u64::MAX));
-        let kernel = if key.is_none() { self.kernel.open } else { 0 };
-        (open.len() as u64 + kernel, cut.len() as u64)
+            .count() as u64;
+        streamed + if key.is_none() { self.kernel.open } else { 0 }
     }
 
     /// Folds in a read of the kernel's pairing: what is new since the last one.
     fn apply_kernel(&mut self, read: KernelPairRead) {
         let seen = &mut self.kernel;
         self.all.unwound += read.counts.unwound.saturating_sub(seen.counts.unwound);
-        self.all.cut += read.counts.cut.saturating_sub(seen.counts.cut);
         self.all.overflowed += read
             .counts
             .overflowed
@@ -493,7 +454,6 @@ impl PairState {
             seen.counts = read.counts;
         } else {
             seen.counts.unwound = read.counts.unwound;
-            seen.counts.cut = read.counts.cut;
             seen.counts.overflowed = read.counts.overflowed;
         }
     }
@@ -503,7 +463,6 @@ impl PairState {
         let corrected_hist = calls.corrected(self.prices);
         let corrected = HandlerSummary::of(&corrected_hist);
         let whole_cost_ns = self.prices.map(|p| p.whole_start + p.whole_end);
-        let (open, cut_open) = self.open(key);
         LatencyRow {
             spec: self.setup.spec.clone(),
             name: self.setup.name.clone(),
@@ -521,9 +480,8 @@ impl PairState {
             } else {
                 0.0
             },
-            open,
+            open: self.open(key),
             unwound: calls.unwound,
-            cut: calls.cut + cut_open,
             // An end without its start has no key: the pair's row counts it.
             unmatched: if key.is_none() { self.unmatched } else { 0 },
             overflowed: calls.overflowed,
@@ -549,8 +507,6 @@ pub(crate) struct Latency {
     roles: HashMap<u32, (usize, PairRole)>,
     /// Keys of a keyed pair at most (`--max-keys`).
     max_keys: usize,
-    /// When the probes were detached (shared with the attachment).
-    gaps: DetachLog,
 }
 
 /// Distinct keys of a keyed row at most by default (`--max-keys`).
@@ -575,17 +531,7 @@ impl Latency {
                 .collect(),
             roles,
             max_keys,
-            gaps: DetachLog::default(),
         }
-    }
-
-    /// Reads when probes were detached from `gaps`, and has it watch every pair's end.
-    pub(crate) fn follow_detaches(&mut self, gaps: DetachLog) {
-        for pair in &mut self.pairs {
-            gaps.watch(pair.setup.ends.iter().copied());
-            pair.gaps = gaps.clone();
-        }
-        self.gaps = gaps;
     }
 
     /// Whether probe `id` is half of a pair (it must keep streaming every hit).
@@ -637,10 +583,7 @@ impl Latency {
             for &id in &setup.ends {
                 self.roles.insert(id, (index, PairRole::End));
             }
-            self.gaps.watch(setup.ends.iter().copied());
-            let mut state = PairState::new(setup, self.max_keys);
-            state.gaps = self.gaps.clone();
-            self.pairs.push(state);
+            self.pairs.push(PairState::new(setup, self.max_keys));
         }
     }
 
@@ -758,9 +701,6 @@ pub struct LatencyRow {
     pub open: u64,
     /// Calls whose frame an exception or a longjmp unwound (no end seen).
     pub unwound: u64,
-    /// Calls whose end a detach (`--budget`, `--in-situ`) hid: neither measured nor
-    /// unwound.
-    pub cut: u64,
     /// Ends without a start: calls begun before the window opened.
     pub unmatched: u64,
     /// Starts not tracked: more than 4096 calls open on one thread.
@@ -870,86 +810,6 @@ mod tests {
         assert_eq!(row.latency_ns.max, 100);
     }
 
-    /// The pair follows a log where its end (probe 1) was detached over `gaps`.
-    fn detached_over(l: &mut Latency, gaps: &[(u64, Option<u64>)]) {
-        let log = DetachLog::default();
-        l.follow_detaches(log.clone());
-        for &(from, to) in gaps {
-            log.detached([1], from);
-            if let Some(to) = to {
-                log.attached([1], to);
-            }
-        }
-    }
-
-    fn counts(l: &Latency) -> (u64, u64, u64, u64) {
-        let row = &l.rows(1.0)[0];
-        (row.calls, row.cut, row.unwound, row.open)
-    }
-
-    #[test]
-    fn a_call_whose_life_spans_a_detach_is_cut_not_unwound() {
-        let mut l = pairs(EndPath::Uretprobe);
-        detached_over(&mut l, &[(150, Some(250)), (450, Some(550))]);
-        // Entered before the detach, its return missed: the next entry pops it.
-        play(
-            &mut l,
-            &[(0, 1, 100, 1000), (0, 1, 300, 1000), (1, 1, 350, 1008)],
-        );
-        // An end at its depth after the detach: maybe another call's, so cut too.
-        play(&mut l, &[(0, 1, 400, 1000), (1, 1, 600, 1008)]);
-        assert_eq!(counts(&l), (1, 2, 0, 0));
-        let row = &l.rows(1.0)[0];
-        assert_eq!((row.latency_ns.count, row.latency_ns.max), (1, 50));
-    }
-
-    #[test]
-    fn an_unwind_with_no_detach_in_its_life_stays_unwound() {
-        let mut l = pairs(EndPath::Uretprobe);
-        // The session detached (and is still detached) after these hits, and the log
-        // says so before they are read, as the ring's lag allows.
-        detached_over(&mut l, &[(50, Some(80)), (5_000, None)]);
-        play(
-            &mut l,
-            &[(0, 1, 100, 1000), (0, 1, 200, 1000), (1, 1, 250, 1008)],
-        );
-        assert_eq!(counts(&l), (1, 0, 1, 0));
-        // A call open at the end with the probes detached since: cut, not open; one
-        // begun after every detach so far would be open.
-        play(&mut l, &[(0, 1, 4_000, 1000)]);
-        assert_eq!(counts(&l), (1, 1, 1, 0));
-        let mut after = pairs(EndPath::Uretprobe);
-        detached_over(&mut after, &[(50, Some(80))]);
-        play(&mut after, &[(0, 1, 100, 1000)]);
-        assert_eq!(counts(&after), (0, 0, 0, 1));
-    }
-
-    #[test]
-    fn nested_frames_are_each_cut_or_unwound_by_their_own_lives() {
-        let mut l = pairs(EndPath::Uretprobe);
-        detached_over(&mut l, &[(150, Some(250)), (450, Some(550))]);
-        // Outer and inner entered, the probes detached, the next entry at the outer's
-        // depth: both cut. That entry's call is open, but the log already holds the
-        // next detach (read later than it happened): cut as things stand.
-        play(
-            &mut l,
-            &[(0, 1, 100, 1000), (0, 1, 110, 900), (0, 1, 300, 1000)],
-        );
-        assert_eq!(counts(&l), (0, 3, 0, 0));
-        // An inner call unwound before the detach (the next inner entry pops it), then
-        // the detach, then the outer's end: the later inner and the outer are cut.
-        play(
-            &mut l,
-            &[(0, 1, 410, 900), (0, 1, 420, 900), (1, 1, 600, 1008)],
-        );
-        assert_eq!(counts(&l), (0, 4, 1, 0));
-        // After the last detach an outer and an inner pair exactly.
-        let after = [(0, 1, 700, 1000), (0, 1, 710, 900), (1, 1, 720, 908)];
-        play(&mut l, &after);
-        play(&mut l, &[(1, 1, 800, 1008)]);
-        assert_eq!(counts(&l), (2, 4, 1, 0));
-    }
-
     #[test]
     fn nested_hits_and_the_start_probe_are_taken_off() {
         let mut l = priced(setup(EndPath::RetUprobes));
@@ -983,7 +843,6 @@ mod tests {
             overflowed: 1,
             nested_calls: 1,
             nested_hits: 4,
-            cut: 3,
         };
         let read = |histograms| KernelPairRead {
             counts,
@@ -996,8 +855,8 @@ mod tests {
         l.apply_kernel(0, read(Some([flat, nested])));
         let row = &l.rows(1.0)[0];
         assert_eq!(
-            (row.calls, row.unwound, row.overflowed, row.open, row.cut),
-            (4, 2, 1, 5, 3)
+            (row.calls, row.unwound, row.overflowed, row.open),
+            (4, 2, 1, 5)
         );
         // Within HDR's own precision (3 digits) of the kernel's values.
         let near = |got: u64, want: u64| got.abs_diff(want) <= want / 500;

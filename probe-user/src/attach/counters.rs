@@ -154,7 +154,6 @@ impl KernelCounters {
             total.overflowed += c.overflowed;
             total.nested_calls += c.nested_calls;
             total.nested_hits += c.nested_hits;
-            total.cut += c.cut;
         }
         Ok(total)
     }

@@ -4,7 +4,7 @@
 
 use std::{collections::HashMap, io, os::fd::OwnedFd, path::PathBuf};
 
-use super::{AttachError, AttachPath, AttachRequest, Attachment, DetachLog, multi, slot_mut};
+use super::{AttachError, AttachPath, AttachRequest, Attachment, multi, slot_mut};
 use crate::spec::ProbeKind;
 
 /// The link of one probe, or of every probe of a uprobe_multi link; dropping it
@@ -366,26 +366,7 @@ impl Attachment {
     /// On the uprobe_multi path this is one close per link touched (and one create
     /// for the probes of a link left attached).
     pub fn detach_set(&mut self, ids: &[u32]) -> usize {
-        let attached: Vec<u32> = ids
-            .iter()
-            .copied()
-            .filter(|&id| self.is_attached(id))
-            .collect();
-        let watched = self
-            .gaps
-            .detached(attached, crate::sys::clock::monotonic_ns());
-        let detached = self.unlink(ids).0;
-        if watched {
-            // The kernel's pairing too: a call begun before now (the unlink done) may
-            // have returned unseen. Should the write fail, it counts as unwound.
-            let _ = self.set_pair_cut(crate::sys::clock::monotonic_ns());
-        }
-        detached
-    }
-
-    /// The log of when the probes it watches were detached (latency pairs' halves).
-    pub(crate) fn detach_log(&self) -> DetachLog {
-        self.gaps.clone()
+        self.unlink(ids).0
     }
 
     /// Attaches the probes of `ids` again (those detached by [`Self::detach_set`] or
@@ -402,13 +383,6 @@ impl Attachment {
             }
         }
         let mut failures = self.link_stored(&wanted);
-        let now = crate::sys::clock::monotonic_ns();
-        let back: Vec<u32> = wanted
-            .iter()
-            .copied()
-            .filter(|&id| self.is_attached(id))
-            .collect();
-        self.gaps.attached(back, now);
         for &id in ids {
             if self.request(id).is_none() {
                 return Err(AttachError::Unsupported(format!(

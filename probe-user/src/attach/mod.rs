@@ -24,7 +24,6 @@ pub(crate) mod dispatch_time;
 mod error;
 pub(crate) mod fds;
 mod flush;
-mod gaps;
 mod kernel;
 pub(crate) mod kernel_btf;
 mod links;
@@ -37,7 +36,6 @@ mod processes;
 pub(crate) use counters::KernelCounters;
 pub(crate) use error::AttachError;
 pub(crate) use flush::StagedFlush;
-pub(crate) use gaps::DetachLog;
 pub(crate) use links::{ProbeLink, ProbeMove};
 pub(crate) use options::{AttachPath, AttachRequest, LoadOptions};
 pub(crate) use processes::ProcessSet;
@@ -90,8 +88,6 @@ pub struct Attachment {
     requests: Vec<Option<StoredRequest>>,
     multi_links: HashMap<u64, MultiLink>,
     next_multi_link: u64,
-    /// When the latency pairs' probes were detached (`gaps`).
-    gaps: DetachLog,
 }
 
 impl Attachment {
@@ -201,7 +197,6 @@ impl Attachment {
             requests: Vec::new(),
             multi_links: HashMap::new(),
             next_multi_link: 0,
-            gaps: DetachLog::default(),
         };
         attachment.set_time_every(options.time_every)?;
         Ok(attachment)
@@ -223,20 +218,6 @@ impl Attachment {
             Array::try_from(map).map_err(|source| AttachError::Map { name, source })?;
         timing
             .set(0, probe_common::untimed_below(every), 0)
-            .map_err(|source| AttachError::Map { name, source })
-    }
-
-    /// Tells the kernel's pairing that latency pairs' ends are detached from `now_ns`
-    /// on (`PAIR_CUT`).
-    fn set_pair_cut(&mut self, now_ns: u64) -> Result<(), AttachError> {
-        let name = "PAIR_CUT";
-        let map = self
-            .ebpf
-            .map_mut(name)
-            .ok_or(AttachError::MissingMap(name))?;
-        let mut cut: Array<&mut MapData, u64> =
-            Array::try_from(map).map_err(|source| AttachError::Map { name, source })?;
-        cut.set(0, now_ns, 0)
             .map_err(|source| AttachError::Map { name, source })
     }
 

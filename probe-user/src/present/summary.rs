@@ -541,16 +541,11 @@ pub(crate) fn latency_table(
     let table: Vec<Vec<String>> = table.iter().map(|r| keep_columns(r, &kept)).collect();
     let mut out = render_rows(&table);
     for (row, name) in rows.iter().zip(&names) {
-        if row.open + row.unwound + row.cut + row.unmatched + row.overflowed > 0 {
-            // Cut calls only where probes were detached (--budget, --in-situ).
-            let cut = match row.cut {
-                0 => String::new(),
-                n => format!(", {n} cut by a detach (end not seen)"),
-            };
+        if row.open + row.unwound + row.unmatched + row.overflowed > 0 {
             wrap_into(
                 &mut out,
                 &format!(
-                    "{name}: {} open at the end, {} unwound (an exception or longjmp){cut}, {} ended before the window, {} too deep to track",
+                    "{name}: {} open at the end, {} unwound (an exception or longjmp), {} ended before the window, {} too deep to track",
                     row.open, row.unwound, row.unmatched, row.overflowed
                 ),
             );
@@ -959,7 +954,6 @@ mod tests {
             calls_per_second: 150.0,
             open: 0,
             unwound: 2,
-            cut: 3,
             unmatched: 0,
             overflowed: 0,
             latency_ns: summary(20_600),
@@ -982,7 +976,6 @@ mod tests {
         assert!(!text.contains("/bin/w"), "{text}");
         assert_eq!(lines[0].len(), lines[1].len());
         assert!(lines[2].contains("2 unwound"), "{text}");
-        assert!(lines[2].contains("3 cut by a detach"), "{text}");
         assert!(text.lines().all(|l| l.chars().count() <= WIDTH), "{text}");
         // How returns were taken goes first when the width runs short, said so.
         assert!(

@@ -204,7 +204,6 @@ pub(super) async fn start(plan: Plan, found: Found, args: &RunArgs) -> anyhow::R
     }
     aggregator.latency =
         crate::aggregate::Latency::new(super::probe::latency_pairs(&probes), args.max_keys);
-    aggregator.latency.follow_detaches(attachment.detach_log());
     let mut assumer = super::Assumer::new(args.assume, pid);
     assumer.gap_curve = prepared.costs.iter().any(|c| c.gap_curve.is_some());
     // The clock is read on streamed hits: ring and auto modes, or kernel mode's phase.
@@ -519,14 +518,6 @@ fn attach_probes(
     };
     check_memory_room(&load_options)?;
     let mut attachment = Attachment::load(load_options)?;
-    // A pair's end detached misses returns: its gaps are kept from the first attach on.
-    attachment.detach_log().watch(
-        probes
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.pair == Some(crate::spec::PairRole::End))
-            .map(|(id, _)| id as u32),
-    );
     // Before any probe: the set must hold the processes when the first hit fires.
     let cgroup_watch = if several {
         seed_processes(plan, args, &mut attachment)?

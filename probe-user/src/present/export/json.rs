@@ -541,12 +541,9 @@ pub struct JsonLatency<'a> {
     pub calls: u64,
     pub calls_per_second: f64,
     /// Calls open when the window closed; unwound by an exception or a longjmp (no
-    /// return seen); cut by a detach (`--budget`, `--in-situ`: the end not seen, neither
-    /// measured nor unwound); ends without a start (begun before the window); too deep
-    /// to track.
+    /// return seen); ends without a start (begun before the window); too deep to track.
     pub open: u64,
     pub unwound: u64,
-    pub cut: u64,
     pub unmatched: u64,
     pub overflowed: u64,
     /// From the start probe's clock read to the end probe's, per call.
@@ -848,7 +845,6 @@ pub fn render(report: &Report) -> Result<Vec<u8>, ExportError> {
                     },
                     open: l.open,
                     unwound: l.unwound,
-                    cut: l.cut,
                     unmatched: l.unmatched,
                     overflowed: l.overflowed,
                     latency_ns: l.latency_ns,

@@ -281,11 +281,10 @@ pub(super) fn latency_line(row: &crate::aggregate::LatencyRow) -> String {
             overhead => format!("{} of it", overhead.cell()),
         },
         row.path.as_str(),
-        match (row.unwound + row.open, row.cut) {
-            (0, 0) => String::new(),
-            // Cut only where probes were detached part of the time.
-            (_, 0) => format!(" · {} unwound, {} open", row.unwound, row.open),
-            (_, cut) => format!(" · {} unwound, {cut} cut, {} open", row.unwound, row.open),
+        if row.unwound + row.open > 0 {
+            format!(" · {} unwound, {} open", row.unwound, row.open)
+        } else {
+            String::new()
         }
     )
 }
