@@ -147,6 +147,12 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         let hits: u64 = measured.probes.iter().map(|p| p.hits).sum();
         driver.summary(hits)
     });
+    let run_s = duration.as_secs_f64();
+    // Under --in-situ, the seconds the probes were attached (None when never detached).
+    let attached_s = in_situ_summary
+        .as_ref()
+        .filter(|s| s.seconds_off > 0.0)
+        .map(|s| present::answer::attached_seconds(s, run_s));
     // Printed after the summary table, which leads with the headline; under --in-situ
     // its rates are over the attached time, as the table's are.
     // Pairs with a half `--budget` detached for the rest of the run.
@@ -167,16 +173,8 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             row
         })
         .collect();
-    let latency_table = (!latency_rows.is_empty()).then(|| {
-        present::summary::latency_table(
-            &latency_rows,
-            duration.as_secs_f64(),
-            in_situ_summary
-                .as_ref()
-                .filter(|s| s.seconds_off > 0.0)
-                .map(|s| present::answer::attached_seconds(s, duration.as_secs_f64())),
-        )
-    });
+    let latency_table = (!latency_rows.is_empty())
+        .then(|| present::summary::latency_table(&latency_rows, run_s, attached_s));
     // Priced once: the lines below and the exports show the same numbers. The report
     // is made first: with --in-situ its reconciled answer leads the lines.
     let run_cost = super::run_report(&aggregator, &priced, duration, other_programs);
@@ -214,9 +212,9 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
             .in_situ
             .as_ref()
             .zip(answer.as_deref())
-            .map(|(s, answer)| present::cost_report::InSituEnd {
+            .map(|(_, answer)| present::cost_report::InSituEnd {
                 answer,
-                attached_s: present::answer::attached_seconds(s, duration.as_secs_f64()),
+                attached_s: attached_s.unwrap_or(run_s),
             }),
     ));
     if let Some(summary) = &report.cost.in_situ {
@@ -226,14 +224,10 @@ pub(super) async fn finish(run: Running, driven: Driven, args: &RunArgs) -> anyh
         say!("probetop: {}", summary.line());
     }
     if let Some(line) = budget_hint.and_then(|mut hint| {
-        let run_s = duration.as_secs_f64();
         // Under --in-situ the hits are the attached windows' only.
-        let attached = report
-            .cost
-            .in_situ
-            .as_ref()
-            .filter(|s| s.seconds_off > 0.0 && run_s > 0.0)
-            .map_or(1.0, |s| present::answer::attached_seconds(s, run_s) / run_s);
+        let attached = attached_s
+            .filter(|_| run_s > 0.0)
+            .map_or(1.0, |a| a / run_s);
         hint.line(
             snapshot
                 .probes
